@@ -1,0 +1,71 @@
+# ctxpar_add_mpi_test(NAME <name> SOURCES <files...> [LABELS <labels...>] [TIMEOUT <s>]
+#                     [RANKS <np...>] [EXTENDED_RANKS <np...> | NO_EXTENDED] [WILL_FAIL])
+#
+# Builds one Boost.Test executable (with the shared MPI+Kokkos test main) and registers it with
+# ctest once per rank count: np 1, 2, 3, 4 in the default suite (odd counts find uneven-split
+# bugs) and np 5..8 oversubscribed under the `extended` label. Every entry has a timeout, so a
+# hang fails instead of stalling CI, and runs one OpenMP thread per rank.
+set(CTXPAR_TEST_DEFAULT_RANKS 1 2 3 4 CACHE STRING "Rank counts of the default test suite")
+set(CTXPAR_TEST_EXTENDED_RANKS 5 6 7 8 CACHE STRING "Rank counts of the extended test label")
+
+function(ctxpar_mpi_command out nprocs)
+  set(${out} ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nprocs} ${CTXPAR_MPIEXEC_FLAGS}
+      ${MPIEXEC_PREFLAGS} PARENT_SCOPE)
+endfunction()
+
+# OpenMPI needs these to run as root and to oversubscribe a 2-core machine.
+set(CTXPAR_MPIEXEC_FLAGS --oversubscribe --bind-to none CACHE STRING "Extra flags for mpiexec in tests")
+set(CTXPAR_TEST_ENVIRONMENT
+  OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
+
+function(ctxpar_register_mpi_test name target)
+  cmake_parse_arguments(ARG "WILL_FAIL;NO_EXTENDED" "TIMEOUT" "LABELS;RANKS;EXTENDED_RANKS;ARGS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  if(NOT ARG_RANKS)
+    set(ARG_RANKS ${CTXPAR_TEST_DEFAULT_RANKS})
+  endif()
+  if(ARG_NO_EXTENDED)
+    set(ARG_EXTENDED_RANKS)
+  elseif(NOT ARG_EXTENDED_RANKS)
+    set(ARG_EXTENDED_RANKS ${CTXPAR_TEST_EXTENDED_RANKS})
+  endif()
+  foreach(np IN LISTS ARG_RANKS ARG_EXTENDED_RANKS)
+    ctxpar_mpi_command(cmd ${np})
+    set(test_name ${name}_np${np})
+    add_test(NAME ${test_name} COMMAND ${cmd} $<TARGET_FILE:${target}> ${ARG_ARGS})
+    set(labels ${ARG_LABELS} mpi)
+    if(np IN_LIST ARG_EXTENDED_RANKS)
+      list(APPEND labels extended)
+    endif()
+    set_tests_properties(${test_name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} PROCESSORS ${np}
+      LABELS "${labels}" ENVIRONMENT "${CTXPAR_TEST_ENVIRONMENT}")
+    if(ARG_WILL_FAIL)
+      set_tests_properties(${test_name} PROPERTIES WILL_FAIL TRUE)
+    endif()
+  endforeach()
+endfunction()
+
+function(ctxpar_add_mpi_test)
+  cmake_parse_arguments(ARG "WILL_FAIL;NO_EXTENDED" "NAME;TIMEOUT" "SOURCES;LABELS;RANKS;EXTENDED_RANKS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE ctxpar_test_main)
+  set(forward)
+  if(ARG_WILL_FAIL)
+    list(APPEND forward WILL_FAIL)
+  endif()
+  if(ARG_TIMEOUT)
+    list(APPEND forward TIMEOUT ${ARG_TIMEOUT})
+  endif()
+  if(ARG_RANKS)
+    list(APPEND forward RANKS ${ARG_RANKS})
+  endif()
+  if(ARG_NO_EXTENDED)
+    list(APPEND forward NO_EXTENDED)
+  elseif(ARG_EXTENDED_RANKS)
+    list(APPEND forward EXTENDED_RANKS ${ARG_EXTENDED_RANKS})
+  endif()
+  ctxpar_register_mpi_test(${ARG_NAME} ${ARG_NAME} LABELS ${ARG_LABELS} ${forward})
+endfunction()

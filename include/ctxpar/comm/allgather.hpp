@@ -1,0 +1,62 @@
+/// \file
+/// All-gather of contiguous Kokkos views, equal and uneven counts.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/impl/mpi_buffer.hpp"
+
+namespace ctxpar {
+
+/// Gathers every rank's `send` into `recv` in rank order; all ranks send the same number of
+/// elements, and `recv` holds `size() * send.span()` elements. Collective.
+template <class ExecutionSpace, class SendView, class RecvView>
+void allgather(const ExecutionSpace& space, const Group& group, const SendView& send,
+               const RecvView& recv) {
+  const std::string op = "ctxpar::allgather";
+  const std::int64_t n = static_cast<std::int64_t>(send.span());
+  require_local(static_cast<std::int64_t>(recv.span()) == n * group.size(), op,
+                "recv must hold size() * send.span() elements", n * group.size(), recv.span());
+  compat::fence(space, "ctxpar::comm::allgather::before");
+  impl::MpiBuffer<SendView> s(send, true, op);
+  impl::MpiBuffer<RecvView> r(recv, false, op);
+  MPI_Allgather(s.data(), impl::mpi_count(n, op), impl::mpi_datatype_of<SendView>(), r.data(),
+                impl::mpi_count(n, op), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  r.copy_out();
+  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(typename impl::MpiBuffer<SendView>::value_type));
+  group.record(CollectiveKind::allgather, bytes * (group.size() - 1), bytes * (group.size() - 1));
+}
+
+/// Gathers every rank's `send` into `recv` in rank order with uneven contributions: `counts[j]`
+/// elements come from rank `j` (zero is allowed) and `send.span()` must equal `counts[rank]`.
+/// `recv` must hold at least the sum of `counts`. Collective.
+template <class ExecutionSpace, class SendView, class RecvView>
+void allgatherv(const ExecutionSpace& space, const Group& group, const SendView& send,
+                const RecvView& recv, const std::vector<int>& counts) {
+  const std::string op = "ctxpar::allgatherv";
+  require_local(static_cast<int>(counts.size()) == group.size(), op, "one count per rank",
+                group.size(), counts.size());
+  const std::vector<int> displs = impl::displacements(counts, op);
+  const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+  require_local(static_cast<std::int64_t>(send.span()) == counts[group.rank()], op,
+                "send.span() must equal counts[rank]", counts[group.rank()], send.span());
+  require_local(static_cast<std::int64_t>(recv.span()) >= total, op,
+                "recv must hold the sum of counts", total, recv.span());
+  compat::fence(space, "ctxpar::comm::allgatherv::before");
+  impl::MpiBuffer<SendView> s(send, true, op);
+  impl::MpiBuffer<RecvView> r(recv, false, op);
+  MPI_Allgatherv(s.data(), counts[group.rank()], impl::mpi_datatype_of<SendView>(), r.data(),
+                 counts.data(), displs.data(), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  r.copy_out();
+  const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
+  const std::int64_t own = counts[group.rank()];
+  group.record(CollectiveKind::allgather, own * elem * (group.size() - 1), (total - own) * elem);
+}
+
+}  // namespace ctxpar

@@ -1,0 +1,101 @@
+/// \file
+/// `ctxpar::Group`: the communicator every distributed operator takes, with traffic counters.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <boost/mpi/communicator.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ctxpar {
+
+/// The kinds of collective a `Group` counts separately.
+enum class CollectiveKind : int {
+  allgather = 0,   ///< all-gather, equal or uneven counts
+  alltoall,        ///< all-to-all, equal or uneven counts
+  reduce_scatter,  ///< reduce-scatter (sum), uneven counts
+  scan,            ///< prefix scans with a user operation (each round counted once)
+  sendrecv,        ///< neighbour send/receive
+  allreduce,       ///< all-reduce of data (not of verdicts)
+  agreement,       ///< precondition verdicts and plan fingerprints
+  count_
+};
+
+/// Human-readable name of a collective kind, for reports.
+inline const char* to_string(CollectiveKind kind) {
+  static const char* names[] = {"allgather", "alltoall",  "reduce_scatter", "scan",
+                                "sendrecv",  "allreduce", "agreement"};
+  return names[static_cast<int>(kind)];
+}
+
+/// Calls and payload bytes of one collective kind on one rank. Bytes count only the payload that
+/// leaves or reaches this rank from *other* ranks: the rank's own block of an all-gather or
+/// all-to-all is not traffic.
+struct Traffic {
+  std::int64_t calls = 0;           ///< number of collective calls
+  std::int64_t bytes_sent = 0;      ///< payload bytes sent to other ranks
+  std::int64_t bytes_received = 0;  ///< payload bytes received from other ranks
+};
+
+/// A duplicated MPI communicator (a private tag space, so ctxpar never interferes with the user's
+/// messages), its cached rank and size, and per-kind traffic counters. Copies share the
+/// communicator and the counters; the duplicate is freed with the last copy.
+class Group {
+ public:
+  /// Duplicates `comm`.
+  explicit Group(const boost::mpi::communicator& comm)
+      : state_(std::make_shared<State>(boost::mpi::communicator(comm, boost::mpi::comm_duplicate))) {}
+
+  /// Duplicates the raw communicator `comm`.
+  explicit Group(MPI_Comm comm)
+      : state_(std::make_shared<State>(boost::mpi::communicator(comm, boost::mpi::comm_duplicate))) {}
+
+  /// This process's rank in the group.
+  int rank() const noexcept { return state_->rank; }
+  /// Number of ranks in the group.
+  int size() const noexcept { return state_->size; }
+  /// The duplicated communicator, for the C API.
+  MPI_Comm mpi_comm() const { return static_cast<MPI_Comm>(state_->comm); }
+  /// The duplicated communicator, for Boost.MPI.
+  const boost::mpi::communicator& communicator() const noexcept { return state_->comm; }
+
+  /// Counters of one collective kind since construction or the last `reset_traffic`.
+  const Traffic& traffic(CollectiveKind kind) const { return state_->traffic[index(kind)]; }
+  /// Sum of the counters of all data-moving kinds (agreement excluded).
+  Traffic total_data_traffic() const {
+    Traffic sum;
+    for (int k = 0; k < static_cast<int>(CollectiveKind::count_); ++k) {
+      if (k == static_cast<int>(CollectiveKind::agreement)) continue;
+      sum.calls += state_->traffic[k].calls;
+      sum.bytes_sent += state_->traffic[k].bytes_sent;
+      sum.bytes_received += state_->traffic[k].bytes_received;
+    }
+    return sum;
+  }
+  /// Zeroes every counter.
+  void reset_traffic() const { state_->traffic = {}; }
+  /// Records one call of `kind` moving the given payload; used by the collectives.
+  void record(CollectiveKind kind, std::int64_t bytes_sent, std::int64_t bytes_received) const {
+    Traffic& t = state_->traffic[index(kind)];
+    t.calls += 1;
+    t.bytes_sent += bytes_sent;
+    t.bytes_received += bytes_received;
+  }
+
+ private:
+  static int index(CollectiveKind kind) { return static_cast<int>(kind); }
+
+  struct State {
+    explicit State(boost::mpi::communicator c) : comm(std::move(c)), rank(comm.rank()), size(comm.size()) {}
+    boost::mpi::communicator comm;
+    int rank;
+    int size;
+    std::array<Traffic, static_cast<int>(CollectiveKind::count_)> traffic{};
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace ctxpar

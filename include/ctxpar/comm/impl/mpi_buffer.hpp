@@ -1,0 +1,96 @@
+/// \file
+/// Hands the memory of a contiguous Kokkos view to MPI: directly when the MPI is device-aware or
+/// the view is host-accessible, otherwise through a host copy (staging).
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <boost/mpi/datatype.hpp>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/config.hpp"
+#include "ctxpar/core/error.hpp"
+#include "ctxpar/core/view_checks.hpp"
+
+namespace ctxpar::impl {
+
+/// The MPI datatype of a view's scalar type.
+template <class View>
+MPI_Datatype mpi_datatype_of() {
+  using value_type = std::remove_const_t<typename View::value_type>;
+  static_assert(std::is_arithmetic_v<value_type>,
+                "ctxpar collectives: views must hold arithmetic scalars (float, double, int, ...)");
+  return boost::mpi::get_mpi_datatype<value_type>(value_type());
+}
+
+/// Converts an element count to MPI's `int`, with a clear error instead of a silent wrap.
+inline int mpi_count(std::int64_t count, const std::string& op) {
+  require_local(count >= 0 && count <= INT_MAX, op, "an MPI count must fit in int",
+                "at most " + std::to_string(INT_MAX) + " elements", count);
+  return static_cast<int>(count);
+}
+
+/// A contiguous view's memory as MPI sees it. For a staged (device, non-device-aware) view the
+/// constructor copies device → host when `copy_in`, and `copy_out()` copies host → device.
+template <class View>
+class MpiBuffer {
+ public:
+  using value_type = std::remove_const_t<typename View::value_type>;
+  static constexpr bool staged = !CTXPAR_DEVICE_AWARE_MPI && !is_host_accessible_v<View>;
+
+  MpiBuffer(const View& view, bool copy_in, const std::string& op) : view_(view) {
+    require_contiguous(view, op, "every buffer handed to a collective");
+    if constexpr (staged) {
+      host_ = Kokkos::View<value_type*, Kokkos::HostSpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::comm::host_stage"), view.span());
+      if (copy_in) Kokkos::deep_copy(host_, device_flat());
+    }
+  }
+
+  /// Pointer MPI reads from or writes to.
+  value_type* data() const {
+    if constexpr (staged) {
+      return host_.data();
+    } else {
+      return const_cast<value_type*>(view_.data());
+    }
+  }
+  /// Elements in the view.
+  std::int64_t size() const { return static_cast<std::int64_t>(view_.span()); }
+
+  /// After MPI wrote into `data()`: makes the view hold the received values.
+  void copy_out() const {
+    if constexpr (staged) {
+      Kokkos::deep_copy(device_flat(), host_);
+    }
+  }
+
+ private:
+  auto device_flat() const {
+    return Kokkos::View<value_type*, typename View::memory_space, Kokkos::MemoryUnmanaged>(
+        const_cast<value_type*>(view_.data()), view_.span());
+  }
+
+  View view_;
+  Kokkos::View<value_type*, Kokkos::HostSpace> host_;
+};
+
+/// Prefix sums of `counts` (displacements for the v-collectives), checked for `int` overflow.
+inline std::vector<int> displacements(const std::vector<int>& counts, const std::string& op) {
+  std::vector<int> displs(counts.size(), 0);
+  std::int64_t running = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    displs[i] = mpi_count(running, op);
+    running += counts[i];
+  }
+  mpi_count(running, op);
+  return displs;
+}
+
+}  // namespace ctxpar::impl

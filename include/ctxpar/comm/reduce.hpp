@@ -1,0 +1,56 @@
+/// \file
+/// Sum reductions of contiguous Kokkos views: reduce-scatter with uneven counts, all-reduce.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/impl/mpi_buffer.hpp"
+
+namespace ctxpar {
+
+/// Sums `send` (the same length on every rank, the sum of `counts`) over all ranks and leaves on
+/// rank `j` the `counts[j]` elements of the sum starting at the prefix sum of `counts` — the
+/// adjoint of `allgatherv`. `recv.span()` must equal `counts[rank]`. Collective.
+template <class ExecutionSpace, class SendView, class RecvView>
+void reduce_scatter(const ExecutionSpace& space, const Group& group, const SendView& send,
+                    const RecvView& recv, const std::vector<int>& counts) {
+  const std::string op = "ctxpar::reduce_scatter";
+  require_local(static_cast<int>(counts.size()) == group.size(), op, "one count per rank",
+                group.size(), counts.size());
+  impl::displacements(counts, op);
+  std::int64_t total = 0;
+  for (int c : counts) total += c;
+  require_local(static_cast<std::int64_t>(send.span()) == total, op,
+                "send must hold the sum of counts", total, send.span());
+  require_local(static_cast<std::int64_t>(recv.span()) == counts[group.rank()], op,
+                "recv.span() must equal counts[rank]", counts[group.rank()], recv.span());
+  compat::fence(space, "ctxpar::comm::reduce_scatter::before");
+  impl::MpiBuffer<SendView> s(send, true, op);
+  impl::MpiBuffer<RecvView> r(recv, false, op);
+  MPI_Reduce_scatter(s.data(), r.data(), counts.data(), impl::mpi_datatype_of<SendView>(), MPI_SUM,
+                     group.mpi_comm());
+  r.copy_out();
+  const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
+  const std::int64_t own = counts[group.rank()];
+  group.record(CollectiveKind::reduce_scatter, (total - own) * elem, own * elem * (group.size() - 1));
+}
+
+/// Replaces `view` by its element-wise sum over all ranks (e.g. weight gradients). Collective.
+template <class ExecutionSpace, class View>
+void allreduce_sum(const ExecutionSpace& space, const Group& group, const View& view) {
+  const std::string op = "ctxpar::allreduce_sum";
+  compat::fence(space, "ctxpar::comm::allreduce_sum::before");
+  impl::MpiBuffer<View> b(view, true, op);
+  MPI_Allreduce(MPI_IN_PLACE, b.data(), impl::mpi_count(b.size(), op), impl::mpi_datatype_of<View>(),
+                MPI_SUM, group.mpi_comm());
+  b.copy_out();
+  const std::int64_t bytes = b.size() * static_cast<std::int64_t>(sizeof(typename impl::MpiBuffer<View>::value_type));
+  group.record(CollectiveKind::allreduce, bytes * (group.size() - 1), bytes * (group.size() - 1));
+}
+
+}  // namespace ctxpar

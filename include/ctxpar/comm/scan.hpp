@@ -1,0 +1,94 @@
+/// \file
+/// Prefix scans of fixed-size records over the ranks of a group, with a user-supplied associative,
+/// **non-commutative** operation (e.g. composing state summaries).
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+#include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/impl/mpi_buffer.hpp"
+
+namespace ctxpar {
+
+/// Order in which ranks are scanned: rank 0 first (`forward`) or rank `size()-1` first (`reverse`,
+/// for suffix scans such as a backward pass).
+enum class ScanDirection { forward, reverse };
+
+namespace impl {
+
+// Hillis–Steele over sendrecv: ceil(log2 P) rounds, O(1) records of memory per rank. `combine`
+// must be associative; it is never assumed commutative: `combine(earlier, inout)` sets
+// `inout := earlier ∘ inout` where `earlier` covers ranks that come first in scan order.
+template <class ExecutionSpace, class View, class Combine>
+bool scan_records(const ExecutionSpace& space, const Group& group, const View& record,
+                  Combine&& combine, ScanDirection direction, bool inclusive) {
+  const std::string op = "ctxpar::scan";
+  static_assert(compat::view_rank<View> == 1, "ctxpar::exclusive_scan: the record must be a rank-1 view");
+  const int p = group.size();
+  const int me = direction == ScanDirection::forward ? group.rank() : p - 1 - group.rank();
+  auto to_rank = [&](int ordinal) { return direction == ScanDirection::forward ? ordinal : p - 1 - ordinal; };
+  using buffer_type = Kokkos::View<typename View::non_const_value_type*, typename View::memory_space>;
+  const auto n = record.extent(0);
+  buffer_type inclusive_part(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::comm::scan::inclusive"), n);
+  buffer_type received(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::comm::scan::received"), n);
+  buffer_type exclusive_part(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::comm::scan::exclusive"), n);
+  Kokkos::deep_copy(space, inclusive_part, record);
+  bool have_exclusive = false;
+  std::int64_t sent = 0, got = 0;
+  const std::int64_t bytes = static_cast<std::int64_t>(n * sizeof(typename View::non_const_value_type));
+  for (int d = 1; d < p; d <<= 1) {
+    const int dest = me + d < p ? to_rank(me + d) : MPI_PROC_NULL;
+    const int source = me - d >= 0 ? to_rank(me - d) : MPI_PROC_NULL;
+    compat::fence(space, "ctxpar::comm::scan::before");
+    MpiBuffer<buffer_type> s(inclusive_part, dest != MPI_PROC_NULL, op);
+    MpiBuffer<buffer_type> r(received, false, op);
+    MPI_Sendrecv(s.data(), mpi_count(n, op), mpi_datatype_of<buffer_type>(), dest, 17, r.data(),
+                 mpi_count(n, op), mpi_datatype_of<buffer_type>(), source, 17, group.mpi_comm(),
+                 MPI_STATUS_IGNORE);
+    if (dest != MPI_PROC_NULL) sent += bytes;
+    if (source == MPI_PROC_NULL) continue;
+    r.copy_out();
+    got += bytes;
+    if (have_exclusive) {
+      combine(received, exclusive_part);
+    } else {
+      Kokkos::deep_copy(space, exclusive_part, received);
+      have_exclusive = true;
+    }
+    combine(received, inclusive_part);
+  }
+  group.record(CollectiveKind::scan, sent, got);
+  if (inclusive) {
+    Kokkos::deep_copy(space, record, inclusive_part);
+    return true;
+  }
+  if (have_exclusive) Kokkos::deep_copy(space, record, exclusive_part);
+  return have_exclusive;
+}
+
+}  // namespace impl
+
+/// Exclusive scan: on return `record` holds `r_first ∘ … ∘ r_prev` over the ranks before this one
+/// in scan order, and the function returns true; on the first rank in scan order `record` is left
+/// unchanged and it returns false (there is no identity to write, the operation need not have one).
+/// `combine(earlier, inout)` must set `inout := earlier ∘ inout` (associative, need not commute)
+/// on views of the record's memory space. Collective; ceil(log2 P) rounds.
+template <class ExecutionSpace, class View, class Combine>
+bool exclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
+                    Combine&& combine, ScanDirection direction = ScanDirection::forward) {
+  return impl::scan_records(space, group, record, combine, direction, false);
+}
+
+/// Inclusive scan: on return `record` holds the composition over this rank and every rank before
+/// it in scan order. See `exclusive_scan` for `combine`. Collective.
+template <class ExecutionSpace, class View, class Combine>
+void inclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
+                    Combine&& combine, ScanDirection direction = ScanDirection::forward) {
+  impl::scan_records(space, group, record, combine, direction, true);
+}
+
+}  // namespace ctxpar
