@@ -1,0 +1,359 @@
+// Reading and writing NumPy `.npy` files: the format the `ctxpar` tool exchanges tensors in, so a
+// user can check ctxpar against a PyTorch/NumPy model (`np.save` / `np.load`).
+//
+// Supported: format versions 1.0 and 2.0, C order, little-endian float32 (`<f4`), float64 (`<f8`)
+// and int32 (`<i4`), any rank (including 0-d). Anything else — another dtype, big-endian data,
+// Fortran order, version 3.0, a malformed header, a truncated file — is a ctxpar::Error naming the
+// file, what was expected and what was found. Written files use version 1.0 (2.0 when the header
+// does not fit), with the header padded so the data starts at a multiple of 64 bytes.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ctxpar/core/error.hpp"
+
+namespace ctxpar::cli {
+
+/// Element types of a `.npy` file the tool understands.
+enum class Dtype { float32, float64, int32 };
+
+/// NumPy's `descr` of a dtype (`"<f4"`, `"<f8"`, `"<i4"`).
+inline const char* descr(Dtype d) {
+  switch (d) {
+    case Dtype::float32:
+      return "<f4";
+    case Dtype::float64:
+      return "<f8";
+    case Dtype::int32:
+      return "<i4";
+  }
+  return "?";
+}
+
+/// Bytes per element of a dtype.
+inline std::size_t element_size(Dtype d) {
+  return d == Dtype::float64 ? 8 : 4;
+}
+
+/// The dtype of a C++ scalar type (float, double, std::int32_t).
+template <class T>
+constexpr Dtype dtype_of() {
+  using U = std::remove_cv_t<T>;
+  static_assert(
+      std::is_same_v<U, float> || std::is_same_v<U, double> || std::is_same_v<U, std::int32_t>,
+      "ctxpar::cli::npy: the element type must be float, double or std::int32_t");
+  if constexpr (std::is_same_v<U, float>) {
+    return Dtype::float32;
+  } else if constexpr (std::is_same_v<U, double>) {
+    return Dtype::float64;
+  } else {
+    return Dtype::int32;
+  }
+}
+
+/// A tensor read from or to be written to a `.npy` file: dtype, shape (C order) and the raw
+/// little-endian bytes.
+class NpyArray {
+ public:
+  NpyArray() = default;
+
+  /// An array of `shape` holding `values` (their count must match the shape).
+  template <class T>
+  static NpyArray from_values(std::vector<std::int64_t> shape, const std::vector<T>& values) {
+    NpyArray a;
+    a.dtype_ = dtype_of<T>();
+    a.shape_ = std::move(shape);
+    require_local(static_cast<std::int64_t>(values.size()) == a.size(), "ctxpar::cli::NpyArray",
+                  "the number of values must match the shape", a.size(), values.size());
+    a.bytes_.resize(values.size() * sizeof(T));
+    if (!values.empty()) std::memcpy(a.bytes_.data(), values.data(), a.bytes_.size());
+    return a;
+  }
+
+  /// An array from raw parts, as the reader builds it.
+  NpyArray(Dtype dtype, std::vector<std::int64_t> shape, std::vector<char> bytes)
+      : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {}
+
+  /// Element type.
+  Dtype dtype() const noexcept { return dtype_; }
+  /// Extents in C order (empty for a 0-d array).
+  const std::vector<std::int64_t>& shape() const noexcept { return shape_; }
+  /// Number of dimensions.
+  int rank() const noexcept { return static_cast<int>(shape_.size()); }
+  /// Extent of dimension `d`.
+  std::int64_t extent(int d) const { return shape_.at(static_cast<std::size_t>(d)); }
+  /// Number of elements (1 for a 0-d array).
+  std::int64_t size() const {
+    std::int64_t n = 1;
+    for (auto e : shape_) n *= e;
+    return n;
+  }
+  /// The raw data bytes.
+  const std::vector<char>& bytes() const noexcept { return bytes_; }
+
+  /// Typed access to the data; throws unless the file's dtype is exactly `T`'s.
+  template <class T>
+  const T* data(const std::string& what = "the array") const {
+    require_dtype<T>(what);
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
+
+  /// The elements as a `std::vector<T>`; throws unless the dtype is exactly `T`'s.
+  template <class T>
+  std::vector<T> values(const std::string& what = "the array") const {
+    const T* p = data<T>(what);
+    return std::vector<T>(p, p + size());
+  }
+
+  /// Throws unless the dtype is `T`'s, naming `what` (e.g. the option the file came from).
+  template <class T>
+  void require_dtype(const std::string& what) const {
+    require_local(dtype_ == dtype_of<T>(), "ctxpar::cli::npy", what + " has the wrong dtype",
+                  descr(dtype_of<T>()), descr(dtype_));
+  }
+
+  /// Throws unless the shape is `expected`, naming `what`.
+  void require_shape(const std::vector<std::int64_t>& expected, const std::string& what) const {
+    require_local(shape_ == expected, "ctxpar::cli::npy", what + " has the wrong shape",
+                  shape_text(expected), shape_text(shape_));
+  }
+
+  /// A shape as NumPy prints it, e.g. `(3, 4)`, `(5,)`, `()`.
+  static std::string shape_text(const std::vector<std::int64_t>& shape) {
+    std::string s = "(";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      s += std::to_string(shape[i]);
+      if (i + 1 < shape.size() || shape.size() == 1) s += ",";
+      if (i + 1 < shape.size()) s += " ";
+    }
+    return s + ")";
+  }
+
+ private:
+  Dtype dtype_ = Dtype::float32;
+  std::vector<std::int64_t> shape_;
+  std::vector<char> bytes_;
+};
+
+namespace impl {
+
+[[noreturn]] inline void npy_fail(const std::string& path, const std::string& condition,
+                                  const std::string& expected, const std::string& actual) {
+  throw Error("ctxpar::cli::read_npy", -1, path + ": " + condition, expected, actual);
+}
+
+// The value text of `key` in the header dictionary, e.g. "'<f4'", "False", "(3, 4)".
+inline std::string header_value(const std::string& path, const std::string& header,
+                                const std::string& key) {
+  const std::string quoted = "'" + key + "'";
+  auto k = header.find(quoted);
+  if (k == std::string::npos)
+    npy_fail(path, "the header has no " + quoted + " entry", "a key " + quoted, header);
+  auto colon = header.find(':', k + quoted.size());
+  if (colon == std::string::npos) npy_fail(path, "malformed header", "a dictionary", header);
+  auto start = header.find_first_not_of(' ', colon + 1);
+  if (start == std::string::npos) npy_fail(path, "malformed header", "a dictionary", header);
+  std::size_t end;
+  if (header[start] == '(') {
+    end = header.find(')', start);
+    if (end == std::string::npos) npy_fail(path, "malformed shape", "a tuple", header);
+    ++end;
+  } else if (header[start] == '\'') {
+    end = header.find('\'', start + 1);
+    if (end == std::string::npos) npy_fail(path, "malformed header", "a quoted string", header);
+    ++end;
+  } else {
+    end = header.find_first_of(",}", start);
+    if (end == std::string::npos) npy_fail(path, "malformed header", "a dictionary", header);
+  }
+  std::string v = header.substr(start, end - start);
+  while (!v.empty() && v.back() == ' ') v.pop_back();
+  return v;
+}
+
+inline std::vector<std::int64_t> parse_shape(const std::string& path, const std::string& text) {
+  std::vector<std::int64_t> shape;
+  std::string inner = text.substr(1, text.size() - 2);
+  std::stringstream in(inner);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto b = item.find_first_not_of(" L");
+    if (b == std::string::npos) continue;  // the empty item after a trailing comma
+    const auto e = item.find_last_not_of(" L");
+    const std::string digits = item.substr(b, e - b + 1);
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) {
+      npy_fail(path, "malformed shape", "non-negative integers", text);
+    }
+    shape.push_back(std::stoll(digits));
+  }
+  return shape;
+}
+
+}  // namespace impl
+
+/// Reads a `.npy` file. Throws `ctxpar::Error` on an unsupported or malformed file.
+inline NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    impl::npy_fail(path, "cannot open the file", "a readable .npy file",
+                   "no such file or no access");
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+  const std::string magic = "\x93NUMPY";
+  if (file.size() < 10 || std::string(file.data(), 6) != magic) {
+    impl::npy_fail(path, "not a .npy file (bad magic string)", "\\x93NUMPY", "other bytes");
+  }
+  const int major = static_cast<unsigned char>(file[6]);
+  const int minor = static_cast<unsigned char>(file[7]);
+  std::size_t header_len = 0, offset = 0;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(file[8]) |
+                 (static_cast<std::size_t>(static_cast<unsigned char>(file[9])) << 8);
+    offset = 10;
+  } else if (major == 2) {
+    if (file.size() < 12)
+      impl::npy_fail(path, "truncated header", "at least 12 bytes",
+                     std::to_string(file.size()) + " bytes");
+    for (int i = 0; i < 4; ++i)
+      header_len |= static_cast<std::size_t>(static_cast<unsigned char>(file[8 + i])) << (8 * i);
+    offset = 12;
+  } else {
+    impl::npy_fail(path, "unsupported .npy format version", "1.0 or 2.0",
+                   std::to_string(major) + "." + std::to_string(minor));
+  }
+  if (file.size() < offset + header_len) {
+    impl::npy_fail(path, "truncated header", std::to_string(offset + header_len) + " bytes",
+                   std::to_string(file.size()) + " bytes");
+  }
+  const std::string header(file.data() + offset, header_len);
+  const std::string descr_text = impl::header_value(path, header, "descr");
+  const std::string fortran = impl::header_value(path, header, "fortran_order");
+  const std::string shape_text = impl::header_value(path, header, "shape");
+  Dtype dtype;
+  if (descr_text == "'<f4'") {
+    dtype = Dtype::float32;
+  } else if (descr_text == "'<f8'") {
+    dtype = Dtype::float64;
+  } else if (descr_text == "'<i4'") {
+    dtype = Dtype::int32;
+  } else {
+    impl::npy_fail(path, "unsupported dtype",
+                   "'<f4', '<f8' or '<i4' (little-endian float32, float64, int32)", descr_text);
+  }
+  if (fortran != "False") {
+    impl::npy_fail(path, "only C-order arrays are supported", "fortran_order False", fortran);
+  }
+  if (shape_text.empty() || shape_text.front() != '(') {
+    impl::npy_fail(path, "malformed shape", "a tuple", shape_text);
+  }
+  std::vector<std::int64_t> shape = impl::parse_shape(path, shape_text);
+  std::int64_t count = 1;
+  for (auto e : shape) count *= e;
+  const std::size_t data_begin = offset + header_len;
+  const std::size_t expected = static_cast<std::size_t>(count) * element_size(dtype);
+  if (file.size() - data_begin < expected) {
+    impl::npy_fail(path, "truncated data",
+                   std::to_string(expected) + " data bytes for shape " + shape_text,
+                   std::to_string(file.size() - data_begin) + " data bytes");
+  }
+  if (file.size() - data_begin > expected) {
+    impl::npy_fail(path, "trailing bytes after the data", std::to_string(expected) + " data bytes",
+                   std::to_string(file.size() - data_begin) + " data bytes");
+  }
+  return NpyArray(
+      dtype, std::move(shape),
+      std::vector<char>(file.begin() + static_cast<std::ptrdiff_t>(data_begin), file.end()));
+}
+
+/// Writes `array` to `path` (version 1.0, or 2.0 if the header needs it). Throws on an I/O error.
+inline void write_npy(const std::string& path, const NpyArray& array) {
+  std::string dict = std::string("{'descr': '") + descr(array.dtype()) +
+                     "', 'fortran_order': False, 'shape': " + NpyArray::shape_text(array.shape()) +
+                     ", }";
+  // Pad with spaces and end with a newline so the data starts 64-byte aligned, as NumPy does.
+  auto pad_to = [&](std::size_t prefix) {
+    std::string h = dict;
+    const std::size_t total = prefix + h.size() + 1;
+    h.append((64 - total % 64) % 64, ' ');
+    h += '\n';
+    return h;
+  };
+  std::string header = pad_to(10);
+  int major = 1;
+  if (header.size() > 65535) {
+    major = 2;
+    header = pad_to(12);
+  }
+  std::ofstream out(path, std::ios::binary);
+  require_local(static_cast<bool>(out), "ctxpar::cli::write_npy",
+                path + ": cannot open for writing", "a writable path", "open failed");
+  out.write("\x93NUMPY", 6);
+  out.put(static_cast<char>(major));
+  out.put(0);
+  const std::size_t len = header.size();
+  const int len_bytes = major == 1 ? 2 : 4;
+  for (int i = 0; i < len_bytes; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xff));
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(array.bytes().data(), static_cast<std::streamsize>(array.bytes().size()));
+  require_local(static_cast<bool>(out), "ctxpar::cli::write_npy", path + ": write failed",
+                "all bytes written", "an I/O error");
+}
+
+/// Writes `n = prod(shape)` values starting at `data`.
+template <class T>
+void write_npy(const std::string& path, const T* data, const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  write_npy(path, NpyArray::from_values(shape, std::vector<T>(data, data + n)));
+}
+
+/// Reads a `.npy` file into a new view of type `View` (any memory space, LayoutRight or rank 1):
+/// the dtype must be `View`'s scalar type and the rank must match; the extents come from the file.
+template <class View>
+View read_view(const std::string& path, const std::string& label) {
+  using value_type = typename View::non_const_value_type;
+  const NpyArray a = read_npy(path);
+  a.require_dtype<value_type>(path);
+  constexpr int rank = static_cast<int>(View::rank);
+  require_local(a.rank() == rank, "ctxpar::cli::read_view",
+                path + " has the wrong number of dimensions", rank, a.rank());
+  static_assert(static_cast<int>(View::rank) <= 8, "ctxpar::cli::read_view: at most 8 dimensions");
+  std::size_t e[8] = {KOKKOS_INVALID_INDEX, KOKKOS_INVALID_INDEX, KOKKOS_INVALID_INDEX,
+                      KOKKOS_INVALID_INDEX, KOKKOS_INVALID_INDEX, KOKKOS_INVALID_INDEX,
+                      KOKKOS_INVALID_INDEX, KOKKOS_INVALID_INDEX};
+  for (int d = 0; d < rank; ++d) e[d] = static_cast<std::size_t>(a.extent(d));
+  View v(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), e[0], e[1], e[2], e[3], e[4], e[5],
+         e[6], e[7]);
+  auto host = Kokkos::create_mirror_view(v);
+  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight> || View::rank <= 1,
+                "ctxpar::cli::read_view: the view must be LayoutRight (C order) or rank 1");
+  if (a.size() > 0) std::memcpy(host.data(), a.bytes().data(), a.bytes().size());
+  Kokkos::deep_copy(v, host);
+  return v;
+}
+
+/// Writes a contiguous LayoutRight (or rank-1) view of float, double or int32 to `path`.
+template <class View>
+void write_view(const std::string& path, const View& view) {
+  using value_type = typename View::non_const_value_type;
+  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight> || View::rank <= 1,
+                "ctxpar::cli::write_view: the view must be LayoutRight (C order) or rank 1");
+  require_local(view.span_is_contiguous(), "ctxpar::cli::write_view", "the view must be contiguous",
+                "a contiguous view", "a strided view");
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  std::vector<std::int64_t> shape;
+  for (int d = 0; d < static_cast<int>(View::rank); ++d)
+    shape.push_back(static_cast<std::int64_t>(view.extent(d)));
+  write_npy<value_type>(path, host.data(), shape);
+}
+
+}  // namespace ctxpar::cli
