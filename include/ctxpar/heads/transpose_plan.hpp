@@ -1,0 +1,361 @@
+/// \file
+/// `TransposePlan`: sequence-sharded `[T/P, C]` ⇄ head-sharded `[T, C_j]` as pack → one
+/// all-to-all → unpack, with the zigzag undo/redo fused into the unpack/pack.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ctxpar/comm/alltoall.hpp"
+#include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/heads/channel_layout.hpp"
+#include "ctxpar/heads/impl/head_blocks.hpp"
+#include "ctxpar/heads/impl/row_order.hpp"
+#include "ctxpar/heads/impl/transpose_kernels.hpp"
+#include "ctxpar/heads/policies.hpp"
+
+namespace ctxpar::heads {
+
+/// The plan of one head transpose over a `ChannelLayout`, for activations of `Scalar` in
+/// `MemorySpace`. Construction is collective: it checks the layout, the policies and the token
+/// layout on every rank, agrees on the verdict (every rank throws the same `ctxpar::Error`), and
+/// allocates its two labelled buffers once. The transposes reuse them.
+///
+/// Sequence-parallel side: rank `i` holds rows `[row_begin(i), row_end(i))` of the sequence in
+/// sequence-parallel order (natural order under `Contiguous`, zigzag order under `Zigzag`), all
+/// `channels()` channels. Head-parallel side: every rank holds all `tokens()` rows in natural
+/// order and its `local_channels()` channels (section by section, copy by copy, its head block or
+/// its key groups; see `ChannelLayout::channel_map`).
+template <class Scalar, class MemorySpace, class HeadPolicy = EvenHeads, class TokenOrder = Contiguous>
+class TransposePlan {
+  static_assert(std::is_floating_point_v<Scalar> || std::is_integral_v<Scalar>,
+                "ctxpar::heads::TransposePlan: Scalar must be an arithmetic type");
+  static_assert(is_head_policy_v<HeadPolicy>,
+                "ctxpar::heads::TransposePlan: HeadPolicy must be EvenHeads or UnevenHeads");
+  static_assert(is_token_order_v<TokenOrder>,
+                "ctxpar::heads::TransposePlan: TokenOrder must be Contiguous or Zigzag");
+
+ public:
+  using value_type = Scalar;               ///< element type of the activations
+  using memory_space = MemorySpace;        ///< where the buffers live
+  using head_policy = HeadPolicy;          ///< EvenHeads or UnevenHeads
+  using token_order = TokenOrder;          ///< Contiguous or Zigzag
+  /// Sequence-sharded or head-sharded activations, `[rows, channels]`.
+  using view_type = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
+
+  /// Collective. `tokens` is the global token count `T`; `cu_seqlens` (optional, global, the same on
+  /// every rank) describes packed sequences: starts at 0, non-decreasing, ends at `T`. Under
+  /// `Zigzag` every sequence is zigzagged on its own, so packed input needs it.
+  TransposePlan(const Group& group, ChannelLayout layout, std::int64_t tokens,
+                std::vector<std::int64_t> cu_seqlens = {})
+      : group_(group), layout_(std::move(layout)), tokens_(tokens), cu_(std::move(cu_seqlens)) {
+    const int p = group_.size(), me = group_.rank();
+    const std::string op = "ctxpar::heads::TransposePlan";
+    Preconditions chk(group_, op);
+    check_layout(chk, layout_, p);
+    chk.require(tokens_ >= 0, "the token count must be non-negative", ">= 0", tokens_);
+    if constexpr (std::is_same_v<HeadPolicy, EvenHeads> || std::is_same_v<TokenOrder, Zigzag>) {
+      chk.require(tokens_ % p == 0,
+                  "T % P == 0 (EvenHeads and Zigzag need equal token shards)",
+                  "a multiple of " + std::to_string(p), tokens_);
+    }
+    const bool packed = !cu_.empty();
+    if (packed) {
+      bool valid = cu_.front() == 0 && cu_.back() == tokens_;
+      for (std::size_t s = 1; s < cu_.size(); ++s) valid = valid && cu_[s] >= cu_[s - 1];
+      chk.require(valid, "cu_seqlens must start at 0, not decrease and end at T",
+                  "0 ... " + std::to_string(tokens_), describe(cu_));
+      if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
+        for (std::size_t s = 1; valid && s < cu_.size(); ++s) {
+          const std::int64_t len = cu_[s] - cu_[s - 1];
+          chk.require(len % (2 * p) == 0,
+                      "every packed sequence length must be divisible by 2P under Zigzag "
+                      "(sequence " + std::to_string(s - 1) + ")",
+                      "a multiple of " + std::to_string(2 * p), len);
+        }
+      }
+    } else if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
+      chk.require(tokens_ % (2 * p) == 0, "T % 2P == 0 under Zigzag",
+                  "a multiple of " + std::to_string(2 * p), tokens_);
+    }
+    std::int64_t cu_hash = ctxpar::fingerprint({static_cast<std::int64_t>(cu_.size())});
+    for (std::int64_t c : cu_) cu_hash = ctxpar::fingerprint({cu_hash, c});
+    chk.require_same("the plan (layout, T, cu_seqlens, policies)",
+                     ctxpar::fingerprint({layout_.fingerprint_value(), tokens_, cu_hash,
+                                          std::is_same_v<HeadPolicy, UnevenHeads> ? 1 : 0,
+                                          std::is_same_v<TokenOrder, Zigzag> ? 1 : 0}));
+    chk.agree();
+    if (!packed) cu_ = {0, tokens_};
+
+    blocks_ = impl::HeadBlocks{layout_.nheads(), layout_.ngroups(), p,
+                               std::is_same_v<HeadPolicy, UnevenHeads>};
+    row_begin_.resize(p + 1);
+    const std::int64_t chunk = std::is_same_v<TokenOrder, Zigzag> || std::is_same_v<HeadPolicy, EvenHeads>
+                                   ? tokens_ / p
+                                   : (tokens_ + p - 1) / p;  // the torch.chunk rule
+    for (int i = 0; i <= p; ++i) row_begin_[i] = std::min<std::int64_t>(chunk * i, tokens_);
+    row_begin_[p] = tokens_;
+
+    std::vector<std::int64_t> map, offset(p + 1, 0);
+    std::vector<int> owner;
+    for (int j = 0; j < p; ++j) {
+      std::vector<std::int64_t> mj = layout_.channel_map(blocks_, j);
+      map.insert(map.end(), mj.begin(), mj.end());
+      owner.insert(owner.end(), mj.size(), j);
+      offset[j + 1] = static_cast<std::int64_t>(map.size());
+    }
+    offset_host_ = offset;
+    const std::int64_t c_all = layout_.channels();
+    std::vector<std::int64_t> inv_offset(c_all + 1, 0), inv_position(map.size());
+    std::vector<int> inv_owner(map.size());
+    for (std::int64_t k : map) ++inv_offset[k + 1];
+    for (std::int64_t c = 0; c < c_all; ++c) inv_offset[c + 1] += inv_offset[c];
+    std::vector<std::int64_t> fill(inv_offset.begin(), inv_offset.end() - 1);
+    for (std::size_t k = 0; k < map.size(); ++k) {  // k ascends, so copies stay in rank order
+      const std::int64_t e = fill[map[k]]++;
+      inv_owner[e] = owner[k];
+      inv_position[e] = static_cast<std::int64_t>(k) - offset[owner[k]];
+    }
+    map_ = to_device<std::int64_t>("ctxpar::heads::channel_map", map);
+    offset_ = to_device<std::int64_t>("ctxpar::heads::channel_offset", offset);
+    owner_ = to_device<int>("ctxpar::heads::channel_owner", owner);
+    inv_offset_ = to_device<std::int64_t>("ctxpar::heads::inverse_offset", inv_offset);
+    inv_position_ = to_device<std::int64_t>("ctxpar::heads::inverse_position", inv_position);
+    inv_owner_ = to_device<int>("ctxpar::heads::inverse_owner", inv_owner);
+
+    order_.zigzag = std::is_same_v<TokenOrder, Zigzag>;
+    order_.parts = p;
+    order_.rows_per_rank = tokens_ / p;
+    order_.starts = to_device<std::int64_t>("ctxpar::heads::cu_seqlens", cu_);
+    order_host_.zigzag = order_.zigzag;
+    order_host_.parts = p;
+    order_host_.rows_per_rank = order_.rows_per_rank;
+    Kokkos::View<std::int64_t*, Kokkos::HostSpace> cu_host("ctxpar::heads::cu_seqlens_host", cu_.size());
+    for (std::size_t s = 0; s < cu_.size(); ++s) cu_host(s) = cu_[s];
+    order_host_.starts = cu_host;
+
+    for (int j = 0; j < p; ++j) {
+      send_seq_.push_back(checked_count(local_rows() * (offset[j + 1] - offset[j])));
+      recv_head_.push_back(checked_count(rows(j) * local_channels()));
+    }
+    buf_seq_ = Kokkos::View<Scalar*, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::sequence_buffer"),
+        local_rows() * offset[p]);
+    buf_head_ = Kokkos::View<Scalar*, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::head_buffer"),
+        tokens_ * local_channels());
+    (void)me;
+  }
+
+  /// The communicator.
+  const Group& group() const { return group_; }
+  /// The channel layout.
+  const ChannelLayout& layout() const { return layout_; }
+  /// Heads and key groups per rank.
+  const impl::HeadBlocks& blocks() const { return blocks_; }
+  /// Global token count `T`.
+  std::int64_t tokens() const { return tokens_; }
+  /// `cu_seqlens` of the packed sequences (`{0, T}` for a dense sequence).
+  const std::vector<std::int64_t>& cu_seqlens() const { return cu_; }
+  /// Channels at `P = 1`.
+  std::int64_t channels() const { return layout_.channels(); }
+  /// Channels this rank holds on the head-parallel side.
+  std::int64_t local_channels() const { return local_channels(group_.rank()); }
+  /// Channels rank `j` holds on the head-parallel side.
+  std::int64_t local_channels(int j) const { return offset_host_[j + 1] - offset_host_[j]; }
+  /// First sequence-parallel row of rank `i`.
+  std::int64_t row_begin(int i) const { return row_begin_[i]; }
+  /// Sequence-parallel rows of rank `i`.
+  std::int64_t rows(int i) const { return row_begin_[i + 1] - row_begin_[i]; }
+  /// Sequence-parallel rows of this rank.
+  std::int64_t local_rows() const { return rows(group_.rank()); }
+  /// The natural token index of row `t` of rank `i`'s sequence-parallel shard (host).
+  std::int64_t natural_row(int i, std::int64_t t) const { return order_host_.natural(row_begin_[i] + t); }
+  /// Payload bytes this rank sends to other ranks in one `to_head_parallel`.
+  std::int64_t bytes_per_transpose() const {
+    return local_rows() * (offset_host_.back() - local_channels()) * std::int64_t(sizeof(Scalar));
+  }
+
+  /// Collective. `x [local_rows(), channels()]` (sequence-parallel) → `y [tokens(), local_channels()]`
+  /// (head-parallel, natural order).
+  template <class ExecutionSpace, class SeqView, class HeadView>
+  void to_head_parallel(const ExecutionSpace& space, const SeqView& x, const HeadView& y) const {
+    CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, SeqView);
+    CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, HeadView);
+    compat::ScopedRegion region("ctxpar::heads::to_head_parallel");
+    check_views("ctxpar::heads::to_head_parallel", x, y);
+    using policy = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    Kokkos::parallel_for("ctxpar::heads::pack_sequence",
+                         policy(space, {0, 0}, {local_rows(), offset_host_.back()}),
+                         impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace>{
+                             x, buf_seq_, map_, offset_, owner_, local_rows()});
+    if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
+      exchange(space, buf_seq_, send_seq_, flat(y), recv_head_);
+    } else {
+      exchange(space, buf_seq_, send_seq_, buf_head_, recv_head_);
+      Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo",
+                           policy(space, {0, 0}, {tokens_, local_channels()}),
+                           impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView, MemorySpace>{
+                               buf_head_, y, order_, local_channels()});
+    }
+  }
+
+  /// Collective. The inverse of `to_head_parallel`: `y [tokens(), local_channels()]` →
+  /// `x [local_rows(), channels()]`; a channel repeated on several ranks takes the copy of the
+  /// lowest rank. Without repeats it is also the adjoint (the backward of `to_head_parallel`).
+  template <class ExecutionSpace, class HeadView, class SeqView>
+  void to_sequence_parallel(const ExecutionSpace& space, const HeadView& y, const SeqView& x) const {
+    reverse("ctxpar::heads::to_sequence_parallel", space, y, x, false);
+  }
+
+  /// Collective. The adjoint of `to_head_parallel` (its backward): like `to_sequence_parallel`, but
+  /// the copies of a repeated channel are summed in rank order.
+  template <class ExecutionSpace, class HeadView, class SeqView>
+  void adjoint_to_head_parallel(const ExecutionSpace& space, const HeadView& dy, const SeqView& dx) const {
+    reverse("ctxpar::heads::adjoint_to_head_parallel", space, dy, dx, true);
+  }
+
+ private:
+  static void check_layout(Preconditions& chk, const ChannelLayout& layout, int p) {
+    const int h = layout.nheads(), g = layout.ngroups();
+    chk.require(h >= 1 && g >= 1 && h % g == 0, "nheads must be a positive multiple of ngroups",
+                "ngroups | nheads", "nheads " + std::to_string(h) + ", ngroups " + std::to_string(g));
+    bool sections_ok = !layout.sections().empty();
+    for (const Section& s : layout.sections())
+      sections_ok = sections_ok && s.copies >= 1 && s.width >= 1 &&
+                    s.units == (s.kind == SectionKind::heads ? h : g);
+    chk.require(sections_ok, "every section must have copies, width >= 1 and units = nheads or ngroups",
+                "valid sections", "an inconsistent section");
+    if constexpr (std::is_same_v<HeadPolicy, EvenHeads>) {
+      chk.require(h % p == 0, "nheads % P == 0 (choose UnevenHeads for other head counts)",
+                  "a multiple of " + std::to_string(p), h);
+      bool has_groups = false;
+      for (const Section& s : layout.sections()) has_groups = has_groups || s.kind == SectionKind::groups;
+      if (has_groups && g < p) {
+        chk.require(p % g == 0, "P % ngroups == 0 when ngroups < P (each group is repeated P/ngroups times)",
+                    "a divisor of " + std::to_string(p), g);
+      } else if (has_groups) {
+        chk.require(g % p == 0, "ngroups % P == 0 when ngroups >= P", "a multiple of " + std::to_string(p), g);
+      }
+    }
+  }
+
+  template <class ExecutionSpace, class HeadView, class SeqView>
+  void reverse(const char* op, const ExecutionSpace& space, const HeadView& y, const SeqView& x,
+               bool sum_repeats) const {
+    CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, SeqView);
+    CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, HeadView);
+    compat::ScopedRegion region(op);
+    check_views(op, x, y);
+    using policy = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
+      exchange(space, flat(y), recv_head_, buf_seq_, send_seq_);
+    } else {
+      Kokkos::parallel_for("ctxpar::heads::pack_head_zigzag_redo",
+                           policy(space, {0, 0}, {tokens_, local_channels()}),
+                           impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace>{
+                               y, buf_head_, order_, local_channels()});
+      exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
+    }
+    Kokkos::parallel_for("ctxpar::heads::unpack_sequence",
+                         policy(space, {0, 0}, {local_rows(), channels()}),
+                         impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView, MemorySpace>{
+                             buf_seq_, x, inv_offset_, inv_position_, offset_, inv_owner_,
+                             local_rows(), sum_repeats});
+  }
+
+  template <class SeqView, class HeadView>
+  void check_views(const std::string& op, const SeqView& x, const HeadView& y) const {
+    static_assert(compat::view_rank<SeqView> == 2 && compat::view_rank<HeadView> == 2,
+                  "ctxpar::heads transposes: views must be rank 2 [rows, channels]");
+    static_assert(std::is_same_v<typename SeqView::non_const_value_type, Scalar> &&
+                      std::is_same_v<typename HeadView::non_const_value_type, Scalar>,
+                  "ctxpar::heads transposes: views must hold the plan's Scalar");
+    static_assert(std::is_same_v<typename HeadView::array_layout, Kokkos::LayoutRight>,
+                  "ctxpar::heads transposes: the head-parallel view must be LayoutRight");
+    Preconditions chk(group_, op);
+    chk.require(static_cast<std::int64_t>(x.extent(1)) == channels(),
+                "the sequence-parallel channel count must match the layout", channels(), x.extent(1));
+    chk.require(static_cast<std::int64_t>(x.extent(0)) == local_rows(),
+                "the sequence-parallel shard must hold this rank's rows", local_rows(), x.extent(0));
+    chk.require(static_cast<std::int64_t>(y.extent(0)) == tokens_,
+                "the head-parallel view must hold every token", tokens_, y.extent(0));
+    chk.require(static_cast<std::int64_t>(y.extent(1)) == local_channels(),
+                "the head-parallel channel count must match this rank's share of the layout",
+                local_channels(), y.extent(1));
+    chk.require(y.span_is_contiguous(), "the head-parallel view must be contiguous", "contiguous", "strided");
+    chk.agree();
+  }
+
+  template <class ExecutionSpace, class Send, class Recv>
+  void exchange(const ExecutionSpace& space, const Send& send, const std::vector<int>& send_counts,
+                const Recv& recv, const std::vector<int>& recv_counts) const {
+    if constexpr (std::is_same_v<HeadPolicy, EvenHeads>) {
+      alltoall(space, group_, send, recv);
+    } else {
+      alltoallv(space, group_, send, send_counts, recv, recv_counts);
+    }
+  }
+
+  template <class View>
+  static auto flat(const View& v) {
+    return Kokkos::View<typename View::value_type*, typename View::memory_space, Kokkos::MemoryUnmanaged>(
+        v.data(), v.span());
+  }
+
+  template <class T>
+  static Kokkos::View<T*, MemorySpace> to_device(const std::string& label, const std::vector<T>& host) {
+    Kokkos::View<T*, MemorySpace> d(label, host.size());
+    auto h = Kokkos::create_mirror_view(d);
+    for (std::size_t i = 0; i < host.size(); ++i) h(i) = host[i];
+    Kokkos::deep_copy(d, h);
+    return d;
+  }
+
+  static int checked_count(std::int64_t n) {
+    require_local(n <= INT32_MAX, "ctxpar::heads::TransposePlan", "an all-to-all block must fit an MPI int count",
+                  INT32_MAX, n);
+    return static_cast<int>(n);
+  }
+
+  static std::string describe(const std::vector<std::int64_t>& cu) {
+    std::string s;
+    for (std::size_t i = 0; i < cu.size() && i < 8; ++i) s += (i ? "," : "") + std::to_string(cu[i]);
+    return s + (cu.size() > 8 ? ",..." : "");
+  }
+
+  Group group_;
+  ChannelLayout layout_;
+  std::int64_t tokens_;
+  std::vector<std::int64_t> cu_;
+  impl::HeadBlocks blocks_;
+  std::vector<std::int64_t> row_begin_, offset_host_;
+  std::vector<int> send_seq_, recv_head_;
+  Kokkos::View<std::int64_t*, MemorySpace> map_, offset_, inv_offset_, inv_position_;
+  Kokkos::View<int*, MemorySpace> owner_, inv_owner_;
+  impl::RowOrder<MemorySpace> order_;
+  impl::RowOrder<Kokkos::HostSpace> order_host_;
+  Kokkos::View<Scalar*, MemorySpace> buf_seq_, buf_head_;
+};
+
+/// Collective: `plan.to_head_parallel(space, x, y)`. The plan carries the group.
+template <class ExecutionSpace, class Plan, class SeqView, class HeadView>
+void to_head_parallel(const ExecutionSpace& space, const Plan& plan, const SeqView& x, const HeadView& y) {
+  plan.to_head_parallel(space, x, y);
+}
+
+/// Collective: `plan.to_sequence_parallel(space, y, x)`. The plan carries the group.
+template <class ExecutionSpace, class Plan, class HeadView, class SeqView>
+void to_sequence_parallel(const ExecutionSpace& space, const Plan& plan, const HeadView& y, const SeqView& x) {
+  plan.to_sequence_parallel(space, y, x);
+}
+
+}  // namespace ctxpar::heads
