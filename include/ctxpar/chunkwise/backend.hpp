@@ -1,0 +1,259 @@
+/// \file
+/// The chunkwise backend contract: the four local methods every model family implements, and a
+/// compile-time checker for it. The driver (`chunkwise_cp_forward` / `chunkwise_cp_backward`) owns
+/// all communication; a backend never touches the communicator.
+///
+/// ## The contract
+///
+/// A backend type `B` is a small copyable object (options such as the chunk size and the scale)
+/// with these members:
+///
+/// Types:
+/// - `scalar_type` (activations: `float` or `double`), `memory_space`;
+/// - `transition_type`: one of `IdentityTransition`, `ScalarTransition`, `DiagonalTransition`,
+///   `DenseTransition` (the structure of `M`; fixes summary sizes and the composition kernel);
+/// - `inputs_type`: a struct of views (`q [T,H,K]`, `k [T,H,K]`, `v [T,H,V]`, gates, `β`, … as
+///   the family needs), token-major and `LayoutRight`;
+/// - `gradients_type`: a struct of views with one gradient per differentiable input, same shapes;
+/// - `saved_type`: default-constructible, what `forward_prepare`/`forward_apply` keep for the
+///   other methods (views only; no host pointers into the inputs).
+///
+/// Constants and plan queries:
+/// - `static constexpr const char* family_name`, `static constexpr int family_id` (plan
+///   fingerprint: every rank must use the same family);
+/// - `int chunk_size() const`;
+/// - `ChunkwiseShape shape(const inputs_type&) const` (`T, H, K, V`);
+/// - `void check(Preconditions&, const inputs_type&) const`: records local input violations
+///   (shape mismatches between q/k/v/gates/β, `K` or `V` zero, …) without communicating;
+/// - `void check_gradients(Preconditions&, const inputs_type&, const gradients_type&) const`;
+/// - `inputs_type slice(const inputs_type&, std::int64_t begin, std::int64_t end) const` and the
+///   same for `gradients_type`: the token range `[begin, end)` (zigzag shards are two ranges);
+/// - `bool has_non_finite(const ExecutionSpace&, const inputs_type&) const` (NaN/Inf check flag).
+///
+/// The four methods (all templated on `ExecutionSpace`, taken first; `seqs` describes the
+/// shard's local sequences, `seqs.length() >= 1`; empty shards are handled by the driver):
+///
+/// 1. `forward_prepare(space, inputs, seqs, SummaryViews summary, saved_type& saved)`:
+///    write the forward summary `(M, dS)` of the shard's **trailing fragment** (local sequence
+///    `seqs.count()-1`) computed with zero incoming state, and without that sequence's own initial
+///    state even when it starts here (the driver folds initial states in). May cache local work
+///    in `saved`.
+/// 2. `forward_apply(space, inputs, seqs, s_in, initial_states, output, final_states, saved)`:
+///    `s_in [H,K,V]` fp32 is the exact incoming state of local sequence 0 (zeros when none; it
+///    already includes that sequence's initial state). `initial_states [N,H,K,V]` (empty view when
+///    not given) applies to local sequences `i >= 1`. Writes `output [T,H,V]` and, when
+///    `final_states` is non-empty, the rows of the local sequences that end here. Keeps in `saved`
+///    what backward needs.
+/// 3. `backward_prepare(space, saved, output_grad, seqs, SummaryViews summary)`: write the backward
+///    summary `(Mᵀ, γ)` of the **leading fragment** (local sequence 0): `γ = ∂L_local/∂S_in` with
+///    zero gradient arriving at that fragment's end and without that sequence's own final-state
+///    gradient (the driver folds it in).
+/// 4. `backward_apply(space, saved, output_grad, seqs, ds_out, final_state_grads, grads,
+///    initial_state_grads, ds_in)`: `ds_out [H,K,V]` fp32 is the exact gradient arriving at the end
+///    of local sequence `n-1` (it already includes that sequence's final-state gradient);
+///    `final_state_grads [N,H,K,V]` (empty when not given) applies to local sequences `i <= n-2`.
+///    Writes every gradient in `grads`, the `initial_state_grads` rows of the local sequences that
+///    start here (when non-empty), and `ds_in [H,K,V]` = the gradient w.r.t. `s_in` (when
+///    non-empty).
+///
+/// Every user-facing state view (`initial_states`, `final_states` and their gradients) uses the
+/// activation scalar type; summaries, `s_in`, `ds_out` and `ds_in` are fp32.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "ctxpar/chunkwise/local_sequences.hpp"
+#include "ctxpar/chunkwise/summary.hpp"
+#include "ctxpar/chunkwise/transition.hpp"
+#include "ctxpar/comm/preconditions.hpp"
+
+namespace ctxpar::chunkwise {
+
+/// The sizes a backend reports for its inputs.
+struct ChunkwiseShape {
+  std::int64_t tokens = 0;     ///< `T` (local tokens)
+  std::int64_t heads = 0;      ///< `H`
+  std::int64_t key_dim = 0;    ///< `K`
+  std::int64_t value_dim = 0;  ///< `V`
+};
+
+/// Options every backend accepts.
+struct BackendOptions {
+  int chunk_size = 64;  ///< tokens per chunk of the local chunkwise algorithm
+  double scale = 0.0;   ///< output scale; 0 selects `K^(-1/2)`
+};
+
+/// Token-major activation view `[T, H, D]`.
+template <class Scalar, class MemorySpace>
+using token_view = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;
+/// Read-only token-major activation view `[T, H, D]`.
+template <class Scalar, class MemorySpace>
+using const_token_view = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>;
+/// Per-token, per-head values `[T, H]` (scalar gates, `β`).
+template <class Scalar, class MemorySpace>
+using head_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
+/// Read-only `[T, H]`.
+template <class Scalar, class MemorySpace>
+using const_head_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
+/// One fp32 state per head `[H, K, V]` (`S_in`, `dS_out`, `dS_in`).
+template <class MemorySpace>
+using state_view = Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace>;
+/// Read-only `[H, K, V]` fp32.
+template <class MemorySpace>
+using const_state_view = Kokkos::View<const float***, Kokkos::LayoutRight, MemorySpace>;
+/// Per-sequence states `[N, H, K, V]` in the activation type (initial/final states, gradients).
+template <class Scalar, class MemorySpace>
+using sequence_states_view = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
+/// Read-only `[N, H, K, V]`.
+template <class Scalar, class MemorySpace>
+using const_sequence_states_view = Kokkos::View<const Scalar****, Kokkos::LayoutRight, MemorySpace>;
+
+/// Whether an optional view argument was given (a default-constructed view means "not given").
+template <class View>
+bool is_given(const View& view) {
+  return view.data() != nullptr;
+}
+
+/// Resolves the `scale` option: `K^(-1/2)` when it is 0.
+inline double resolve_scale(double scale, std::int64_t key_dim) {
+  return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(key_dim > 0 ? key_dim : 1));
+}
+
+namespace impl {
+
+template <class...>
+using void_t = void;
+
+template <class B, class = void>
+struct has_backend_types : std::false_type {};
+template <class B>
+struct has_backend_types<
+    B, void_t<typename B::scalar_type, typename B::memory_space, typename B::transition_type,
+              typename B::inputs_type, typename B::gradients_type, typename B::saved_type>>
+    : std::true_type {};
+
+template <class B, class = void>
+struct has_plan_queries : std::false_type {};
+template <class B>
+struct has_plan_queries<
+    B, void_t<decltype(B::family_name), decltype(B::family_id),
+              decltype(std::declval<const B&>().chunk_size()),
+              decltype(std::declval<const B&>().shape(std::declval<const typename B::inputs_type&>())),
+              decltype(std::declval<const B&>().check(std::declval<Preconditions&>(),
+                                                      std::declval<const typename B::inputs_type&>())),
+              decltype(std::declval<const B&>().check_gradients(
+                  std::declval<Preconditions&>(), std::declval<const typename B::inputs_type&>(),
+                  std::declval<const typename B::gradients_type&>())),
+              decltype(std::declval<const B&>().slice(std::declval<const typename B::inputs_type&>(),
+                                                      std::int64_t{}, std::int64_t{})),
+              decltype(std::declval<const B&>().slice(
+                  std::declval<const typename B::gradients_type&>(), std::int64_t{}, std::int64_t{}))>>
+    : std::true_type {};
+
+template <class B, class E, class = void>
+struct has_forward_prepare : std::false_type {};
+template <class B, class E>
+struct has_forward_prepare<
+    B, E,
+    void_t<decltype(std::declval<const B&>().forward_prepare(
+        std::declval<const E&>(), std::declval<const typename B::inputs_type&>(),
+        std::declval<const LocalSequences&>(),
+        std::declval<const SummaryViews<typename B::memory_space>&>(),
+        std::declval<typename B::saved_type&>()))>> : std::true_type {};
+
+template <class B, class E, class = void>
+struct has_forward_apply : std::false_type {};
+template <class B, class E>
+struct has_forward_apply<
+    B, E,
+    void_t<decltype(std::declval<const B&>().forward_apply(
+        std::declval<const E&>(), std::declval<const typename B::inputs_type&>(),
+        std::declval<const LocalSequences&>(),
+        std::declval<const const_state_view<typename B::memory_space>&>(),
+        std::declval<const const_sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<const token_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<const sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<typename B::saved_type&>()))>> : std::true_type {};
+
+template <class B, class E, class = void>
+struct has_backward_prepare : std::false_type {};
+template <class B, class E>
+struct has_backward_prepare<
+    B, E,
+    void_t<decltype(std::declval<const B&>().backward_prepare(
+        std::declval<const E&>(), std::declval<typename B::saved_type&>(),
+        std::declval<const const_token_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<const LocalSequences&>(),
+        std::declval<const SummaryViews<typename B::memory_space>&>()))>> : std::true_type {};
+
+template <class B, class E, class = void>
+struct has_backward_apply : std::false_type {};
+template <class B, class E>
+struct has_backward_apply<
+    B, E,
+    void_t<decltype(std::declval<const B&>().backward_apply(
+        std::declval<const E&>(), std::declval<typename B::saved_type&>(),
+        std::declval<const const_token_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<const LocalSequences&>(),
+        std::declval<const const_state_view<typename B::memory_space>&>(),
+        std::declval<const const_sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<const typename B::gradients_type&>(),
+        std::declval<const sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<const state_view<typename B::memory_space>&>()))>> : std::true_type {};
+
+}  // namespace impl
+
+namespace impl {
+template <class Backend, class ExecutionSpace, bool HasTypes = has_backend_types<Backend>::value>
+struct backend_check : std::false_type {};
+template <class Backend, class ExecutionSpace>
+struct backend_check<Backend, ExecutionSpace, true>
+    : std::integral_constant<bool, is_transition_v<typename Backend::transition_type> &&
+                                       has_plan_queries<Backend>::value &&
+                                       has_forward_prepare<Backend, ExecutionSpace>::value &&
+                                       has_forward_apply<Backend, ExecutionSpace>::value &&
+                                       has_backward_prepare<Backend, ExecutionSpace>::value &&
+                                       has_backward_apply<Backend, ExecutionSpace>::value> {};
+}  // namespace impl
+
+/// True when `Backend` satisfies the chunkwise backend contract for `ExecutionSpace`.
+template <class Backend, class ExecutionSpace>
+inline constexpr bool is_chunkwise_backend_v = impl::backend_check<Backend, ExecutionSpace>::value;
+
+/// Static checker of the contract with one readable diagnostic per missing piece; call it as
+/// `static_assert(check_chunkwise_backend<B, Exec>())`.
+template <class Backend, class ExecutionSpace>
+constexpr bool check_chunkwise_backend() {
+  static_assert(impl::has_backend_types<Backend>::value,
+                "ctxpar::chunkwise backend: needs the nested types scalar_type, memory_space, "
+                "transition_type, inputs_type, gradients_type and saved_type");
+  if constexpr (impl::has_backend_types<Backend>::value) {
+    static_assert(is_transition_v<typename Backend::transition_type>,
+                  "ctxpar::chunkwise backend: transition_type must be a transition tag");
+    static_assert(impl::has_plan_queries<Backend>::value,
+                  "ctxpar::chunkwise backend: needs family_name, family_id, chunk_size(), shape(), "
+                  "check(), check_gradients() and slice() for inputs and gradients");
+    static_assert(impl::has_forward_prepare<Backend, ExecutionSpace>::value,
+                  "ctxpar::chunkwise backend: forward_prepare(space, inputs, seqs, summary, saved) "
+                  "is missing or has the wrong signature");
+    static_assert(impl::has_forward_apply<Backend, ExecutionSpace>::value,
+                  "ctxpar::chunkwise backend: forward_apply(space, inputs, seqs, s_in, "
+                  "initial_states, output, final_states, saved) is missing or has the wrong "
+                  "signature");
+    static_assert(impl::has_backward_prepare<Backend, ExecutionSpace>::value,
+                  "ctxpar::chunkwise backend: backward_prepare(space, saved, output_grad, seqs, "
+                  "summary) is missing or has the wrong signature");
+    static_assert(impl::has_backward_apply<Backend, ExecutionSpace>::value,
+                  "ctxpar::chunkwise backend: backward_apply(space, saved, output_grad, seqs, "
+                  "ds_out, final_state_grads, grads, initial_state_grads, ds_in) is missing or has "
+                  "the wrong signature");
+  }
+  return is_chunkwise_backend_v<Backend, ExecutionSpace>;
+}
+
+}  // namespace ctxpar::chunkwise

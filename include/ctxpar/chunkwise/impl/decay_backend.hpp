@@ -1,0 +1,199 @@
+/// \file
+/// The backend class shared by the scalar-decay and diagonal-gate families: plan queries, checks
+/// and the four contract methods on top of `decay_kernels.hpp`.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "ctxpar/chunkwise/backend.hpp"
+#include "ctxpar/chunkwise/impl/decay_kernels.hpp"
+
+namespace ctxpar::chunkwise::impl {
+
+/// Scalar (`Diagonal = false`, gates `[T, H]`) or diagonal (`Diagonal = true`, gates `[T, H, K]`)
+/// decay backend; `Inputs`/`Gradients` are the public structs of the family.
+template <class Scalar, class MemorySpace, bool Diagonal, class Inputs, class Gradients>
+class DecayBackend {
+ public:
+  using scalar_type = Scalar;            ///< activation type
+  using memory_space = MemorySpace;      ///< where the views live
+  using inputs_type = Inputs;            ///< q, k, v, g
+  using gradients_type = Gradients;      ///< dq, dk, dv, dg
+  using saved_type = DecaySaved<Scalar, MemorySpace>;  ///< kept between the four methods
+  /// `M` is a scalar or a `K`-vector per head.
+  using transition_type = std::conditional_t<Diagonal, DiagonalTransition, ScalarTransition>;
+  /// Plan fingerprint family name.
+  static constexpr const char* family_name = Diagonal ? "diagonal" : "scalar";
+  /// Plan fingerprint family id.
+  static constexpr int family_id = Diagonal ? 2 : 1;
+
+  /// A backend with the given chunk size and scale.
+  explicit DecayBackend(BackendOptions options = {}) : options_(options) {}
+
+  /// Tokens per chunk.
+  int chunk_size() const noexcept { return options_.chunk_size; }
+  /// The output scale for key dimension `k` (`K^(-1/2)` unless set).
+  double scale(std::int64_t k) const { return resolve_scale(options_.scale, k); }
+
+  /// `T, H, K, V` of `in`.
+  ChunkwiseShape shape(const inputs_type& in) const {
+    return {static_cast<std::int64_t>(in.q.extent(0)), static_cast<std::int64_t>(in.q.extent(1)),
+            static_cast<std::int64_t>(in.q.extent(2)), static_cast<std::int64_t>(in.v.extent(2))};
+  }
+
+  /// Records shape violations of `in` (local; no communication).
+  void check(Preconditions& chk, const inputs_type& in) const {
+    const auto s = shape(in);
+    chk.require(options_.chunk_size >= 1, "the chunk size must be positive", ">= 1", options_.chunk_size);
+    chk.require(s.key_dim > 0, "the key dimension K must be positive", "K > 0", s.key_dim);
+    chk.require(s.value_dim > 0, "the value dimension V must be positive", "V > 0", s.value_dim);
+    chk.require(s.heads > 0, "the head count H must be positive", "H > 0", s.heads);
+    chk.require(same3(in.k, s.tokens, s.heads, s.key_dim), "k must have the shape of q [T, H, K]",
+                dims(s.tokens, s.heads, s.key_dim), dims(in.k));
+    chk.require(in.v.extent(0) == in.q.extent(0) && in.v.extent(1) == in.q.extent(1),
+                "v must be [T, H, V] with the T and H of q", dims(s.tokens, s.heads, s.value_dim),
+                dims(in.v));
+    const auto gate_ok = gate_shape_ok(in.g, s);
+    chk.require(gate_ok.first, Diagonal ? "g must be [T, H, K]" : "g must be [T, H]", gate_ok.second,
+                dims(in.g));
+    chk.require(in.q.span_is_contiguous() && in.k.span_is_contiguous() &&
+                    in.v.span_is_contiguous() && in.g.span_is_contiguous(),
+                "q, k, v and g must be contiguous", "contiguous views", "a strided view");
+  }
+
+  /// Records shape violations of `grads` against `in`.
+  void check_gradients(Preconditions& chk, const inputs_type& in, const gradients_type& grads) const {
+    chk.require(same_extents(grads.dq, in.q) && same_extents(grads.dk, in.k) &&
+                    same_extents(grads.dv, in.v) && same_extents(grads.dg, in.g),
+                "dq, dk, dv and dg must have the shapes of q, k, v and g", dims(in.q), dims(grads.dq));
+    chk.require(grads.dg.span_is_contiguous(), "dg must be contiguous", "a contiguous view",
+                "a strided view");
+  }
+
+  /// Tokens `[begin, end)` of `in`.
+  inputs_type slice(const inputs_type& in, std::int64_t begin, std::int64_t end) const {
+    const auto r = std::make_pair(begin, end);
+    inputs_type out;
+    out.q = Kokkos::subview(in.q, r, Kokkos::ALL, Kokkos::ALL);
+    out.k = Kokkos::subview(in.k, r, Kokkos::ALL, Kokkos::ALL);
+    out.v = Kokkos::subview(in.v, r, Kokkos::ALL, Kokkos::ALL);
+    out.g = slice_gate(in.g, r);
+    return out;
+  }
+
+  /// Tokens `[begin, end)` of `grads`.
+  gradients_type slice(const gradients_type& grads, std::int64_t begin, std::int64_t end) const {
+    const auto r = std::make_pair(begin, end);
+    gradients_type out;
+    out.dq = Kokkos::subview(grads.dq, r, Kokkos::ALL, Kokkos::ALL);
+    out.dk = Kokkos::subview(grads.dk, r, Kokkos::ALL, Kokkos::ALL);
+    out.dv = Kokkos::subview(grads.dv, r, Kokkos::ALL, Kokkos::ALL);
+    out.dg = slice_gate(grads.dg, r);
+    return out;
+  }
+
+  /// Whether any input holds NaN or Inf.
+  template <class ExecutionSpace>
+  bool has_non_finite(const ExecutionSpace& space, const inputs_type& in) const {
+    return count_non_finite(space, in.q) + count_non_finite(space, in.k) +
+               count_non_finite(space, in.v) + count_non_finite(space, in.g) > 0;
+  }
+
+  /// Contract method 1: summary `(M, dS)` of the trailing local sequence, zero incoming state.
+  template <class ExecutionSpace>
+  void forward_prepare(const ExecutionSpace& space, const inputs_type& in, const LocalSequences& seqs,
+                       const SummaryViews<memory_space>& summary, saved_type& saved) const {
+    const auto s = shape(in);
+    saved.q = in.q;
+    saved.k = in.k;
+    saved.v = in.v;
+    saved.g = typename saved_type::input_view(in.g.data(), s.tokens, s.heads, Diagonal ? s.key_dim : 1);
+    saved.scale = scale(s.key_dim);
+    decay_forward_prepare<Diagonal>(space, saved, seqs, options_.chunk_size, summary);
+  }
+
+  /// Contract method 2: outputs (and final states) from the composed `s_in`.
+  template <class ExecutionSpace>
+  void forward_apply(const ExecutionSpace& space, const inputs_type& /*in*/, const LocalSequences& seqs,
+                     const const_state_view<memory_space>& s_in,
+                     const const_sequence_states_view<Scalar, memory_space>& initial_states,
+                     const token_view<Scalar, memory_space>& output,
+                     const sequence_states_view<Scalar, memory_space>& final_states,
+                     saved_type& saved) const {
+    decay_forward_apply<Diagonal>(space, saved, seqs, s_in, initial_states, output, final_states);
+  }
+
+  /// Contract method 3: summary `(Mᵀ, γ)` of the leading local sequence, zero outgoing gradient.
+  template <class ExecutionSpace>
+  void backward_prepare(const ExecutionSpace& space, saved_type& saved,
+                        const const_token_view<Scalar, memory_space>& output_grad,
+                        const LocalSequences& seqs, const SummaryViews<memory_space>& summary) const {
+    decay_backward_prepare<Diagonal>(space, saved, output_grad, seqs, summary);
+  }
+
+  /// Contract method 4: every gradient from the composed `ds_out`.
+  template <class ExecutionSpace>
+  void backward_apply(const ExecutionSpace& space, saved_type& saved,
+                      const const_token_view<Scalar, memory_space>& output_grad,
+                      const LocalSequences& seqs, const const_state_view<memory_space>& ds_out,
+                      const const_sequence_states_view<Scalar, memory_space>& final_state_grads,
+                      const gradients_type& grads,
+                      const sequence_states_view<Scalar, memory_space>& initial_state_grads,
+                      const state_view<memory_space>& ds_in) const {
+    decay_backward_apply<Diagonal>(space, saved, output_grad, seqs, ds_out, final_state_grads,
+                                   grads.dq, grads.dk, grads.dv, grads.dg.data(),
+                                   initial_state_grads, ds_in);
+  }
+
+ private:
+  template <class View>
+  static std::string dims(const View& v) {
+    std::string out = "[";
+    for (int i = 0; i < compat::view_rank<View>; ++i) {
+      out += (i ? ", " : "") + std::to_string(v.extent(i));
+    }
+    return out + "]";
+  }
+  static std::string dims(std::int64_t a, std::int64_t b, std::int64_t c) {
+    return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
+  }
+  template <class View>
+  static bool same3(const View& v, std::int64_t a, std::int64_t b, std::int64_t c) {
+    return static_cast<std::int64_t>(v.extent(0)) == a && static_cast<std::int64_t>(v.extent(1)) == b &&
+           static_cast<std::int64_t>(v.extent(2)) == c;
+  }
+  template <class A, class B>
+  static bool same_extents(const A& a, const B& b) {
+    if (compat::view_rank<A> != compat::view_rank<B>) return false;
+    for (int i = 0; i < compat::view_rank<A>; ++i) {
+      if (a.extent(i) != b.extent(i)) return false;
+    }
+    return true;
+  }
+  template <class View>
+  static std::pair<bool, std::string> gate_shape_ok(const View& g, const ChunkwiseShape& s) {
+    if constexpr (Diagonal) {
+      return {same3(g, s.tokens, s.heads, s.key_dim), dims(s.tokens, s.heads, s.key_dim)};
+    } else {
+      return {static_cast<std::int64_t>(g.extent(0)) == s.tokens &&
+                  static_cast<std::int64_t>(g.extent(1)) == s.heads,
+              "[" + std::to_string(s.tokens) + ", " + std::to_string(s.heads) + "]"};
+    }
+  }
+  template <class View>
+  static auto slice_gate(const View& g, std::pair<std::int64_t, std::int64_t> r) {
+    if constexpr (compat::view_rank<View> == 3) {
+      return Kokkos::subview(g, r, Kokkos::ALL, Kokkos::ALL);
+    } else {
+      return Kokkos::subview(g, r, Kokkos::ALL);
+    }
+  }
+
+  BackendOptions options_;
+};
+
+}  // namespace ctxpar::chunkwise::impl

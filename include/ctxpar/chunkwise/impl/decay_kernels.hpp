@@ -1,0 +1,544 @@
+/// \file
+/// Chunkwise kernels shared by the scalar-decay and diagonal-gate backends (`A_t = exp(g_t)·I` and
+/// `A_t = diag(exp(g_t))`). The gate is read through a `[T, H, G]` view with `G = 1` (scalar) or
+/// `G = K` (diagonal); key index `k` uses gate column `Diagonal ? k : 0`.
+///
+/// Per chunk (tokens `b..e-1`, cumulative log-gates `γ_i` inside the chunk, `γ_last = γ_{e-1}`):
+/// - `M_c = exp(γ_last)` (per gate column), `dS_c = Σ_j exp(γ_last − γ_j) k_j v_jᵀ`;
+/// - `o_i = scale·(exp(γ_i) ⊙ S_c)ᵀ q_i + scale·Σ_{j≤i} (Σ_k q_ik k_jk exp(γ_ik − γ_jk)) v_j`;
+/// decay ratios are always `exp(γ_i − γ_j)`, never quotients of products.
+/// Backward (G_c = gradient w.r.t. the chunk's end state, D_c = Σ_i exp(γ_i) ⊙ q'_i do_iᵀ):
+/// `G_{c-1} = exp(γ_last) ⊙ G_c + D_c`, and `dγ_i = q_i ⊙ dq_i − k_i ⊙ dk_i` (+ `⟨G_c, S_{c+1}⟩`
+/// at the chunk's last token), `dg` = reverse cumulative sum of `dγ` inside the chunk.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ctxpar/chunkwise/backend.hpp"
+#include "ctxpar/core/compat.hpp"
+
+namespace ctxpar::chunkwise::impl {
+
+/// What the decay backends keep between their four methods. Views only.
+template <class Scalar, class MemorySpace>
+struct DecaySaved {
+  /// `[T, H, D]` read-only inputs.
+  using input_view = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>;
+  /// Working arrays in the activation type.
+  using work3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;
+  /// `[chunks, H, K, V]` working arrays.
+  using work4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
+  /// Integer tables.
+  using table = Kokkos::View<std::int64_t*, MemorySpace>;
+
+  input_view q, k, v, g;  ///< the inputs; `g` as `[T, H, G]`
+  double scale = 1.0;     ///< resolved output scale
+  std::int64_t chunks = 0;
+  std::vector<std::int64_t> host_seq_chunk;  ///< first chunk of each local sequence (+ end)
+  table chunk_begin, chunk_end, token_chunk, seq_chunk, seq_ordinal, seq_starts, seq_ends;
+  work3 gamma;   ///< `[T, H, G]` cumulative log-gates inside each chunk
+  work3 logm;    ///< `[chunks, H, G]` log of each chunk's transition
+  work4 ds;      ///< `[chunks, H, K, V]` zero-state chunk updates
+  work4 states;  ///< `[chunks, H, K, V]` incoming state of each chunk
+  work4 dmat;    ///< `[chunks, H, K, V]` `D_c`
+  work4 gend;    ///< `[chunks, H, K, V]` gradient w.r.t. each chunk's end state
+};
+
+// ---- kernels ------------------------------------------------------------------------------------
+
+template <class Scalar, class MemorySpace>
+struct GammaKernel {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::input_view g;
+  typename saved::table chunk_begin, chunk_end;
+  typename saved::work3 gamma, logm;
+  std::int64_t heads, width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t gi = i % width, h = (i / width) % heads, c = i / (width * heads);
+    Scalar run = 0;
+    for (std::int64_t t = chunk_begin(c); t < chunk_end(c); ++t) {
+      run += g(t, h, gi);
+      gamma(t, h, gi) = run;
+    }
+    logm(c, h, gi) = run;
+  }
+};
+
+template <class Scalar, class MemorySpace, bool Diagonal>
+struct ChunkUpdateKernel {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::input_view k, v;
+  typename saved::table chunk_begin, chunk_end;
+  typename saved::work3 gamma;
+  typename saved::work4 ds;
+  std::int64_t heads, kdim, vdim;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t kk = i % kdim, h = (i / kdim) % heads, c = i / (kdim * heads);
+    const std::int64_t gi = Diagonal ? kk : 0, last = chunk_end(c) - 1;
+    for (std::int64_t vv = 0; vv < vdim; ++vv) ds(c, h, kk, vv) = 0;
+    for (std::int64_t j = chunk_begin(c); j <= last; ++j) {
+      const Scalar w = compat::exp(gamma(last, h, gi) - gamma(j, h, gi)) * k(j, h, kk);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) ds(c, h, kk, vv) += w * v(j, h, vv);
+    }
+  }
+};
+
+// Chains whole local sequences [s_lo, s_hi) over their chunks, forward. Mode "summary": start from
+// zero, write the fp32 summary state. Mode "apply": start from s_in / initial states, save every
+// chunk's incoming state, write final states of sequences that end here.
+template <class Scalar, class MemorySpace, bool Diagonal>
+struct ChainForwardKernel {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::table seq_chunk, seq_ordinal, seq_ends;
+  typename saved::work3 logm;
+  typename saved::work4 ds, states;
+  const_state_view<MemorySpace> s_in;
+  const_sequence_states_view<Scalar, MemorySpace> initial;
+  sequence_states_view<Scalar, MemorySpace> finals;
+  Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
+  std::int64_t s_lo, heads, kdim, vdim;
+  bool apply, have_s_in, have_initial, have_finals;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t vv = i % vdim, kk = (i / vdim) % kdim, h = (i / (vdim * kdim)) % heads;
+    const std::int64_t s = s_lo + i / (vdim * kdim * heads);
+    const std::int64_t gi = Diagonal ? kk : 0;
+    Scalar state = 0;
+    if (apply) {
+      if (s == 0) {
+        if (have_s_in) state = static_cast<Scalar>(s_in(h, kk, vv));
+      } else if (have_initial) {
+        state = initial(seq_ordinal(s), h, kk, vv);
+      }
+    }
+    for (std::int64_t c = seq_chunk(s); c < seq_chunk(s + 1); ++c) {
+      if (apply) states(c, h, kk, vv) = state;
+      state = compat::exp(logm(c, h, gi)) * state + ds(c, h, kk, vv);
+    }
+    if (!apply) {
+      summary_state(h, kk * vdim + vv) = static_cast<float>(state);
+    } else if (have_finals && seq_ends(s) != 0) {
+      finals(seq_ordinal(s), h, kk, vv) = state;
+    }
+  }
+};
+
+// Transition of local sequence s (product of its chunks' exp(logm), summed in log space).
+template <class Scalar, class MemorySpace>
+struct SequenceTransitionKernel {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::table seq_chunk;
+  typename saved::work3 logm;
+  Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> transition;
+  std::int64_t s, width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t gi = i % width, h = i / width;
+    Scalar total = 0;
+    for (std::int64_t c = seq_chunk(s); c < seq_chunk(s + 1); ++c) total += logm(c, h, gi);
+    transition(h, gi) = static_cast<float>(compat::exp(total));
+  }
+};
+
+template <class Scalar, class MemorySpace, bool Diagonal>
+struct OutputKernel {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::input_view q, k, v;
+  typename saved::table chunk_begin, token_chunk;
+  typename saved::work3 gamma;
+  typename saved::work4 states;
+  token_view<Scalar, MemorySpace> out;
+  Scalar scale;
+  std::int64_t heads, kdim, vdim;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t h = i % heads, t = i / heads, c = token_chunk(t);
+    for (std::int64_t vv = 0; vv < vdim; ++vv) out(t, h, vv) = 0;
+    for (std::int64_t kk = 0; kk < kdim; ++kk) {
+      const Scalar w = q(t, h, kk) * compat::exp(gamma(t, h, Diagonal ? kk : 0));
+      for (std::int64_t vv = 0; vv < vdim; ++vv) out(t, h, vv) += w * states(c, h, kk, vv);
+    }
+    for (std::int64_t j = chunk_begin(c); j <= t; ++j) {
+      Scalar score = 0;
+      if (Diagonal) {
+        for (std::int64_t kk = 0; kk < kdim; ++kk) {
+          score += q(t, h, kk) * k(j, h, kk) * compat::exp(gamma(t, h, kk) - gamma(j, h, kk));
+        }
+      } else {
+        for (std::int64_t kk = 0; kk < kdim; ++kk) score += q(t, h, kk) * k(j, h, kk);
+        score *= compat::exp(gamma(t, h, 0) - gamma(j, h, 0));
+      }
+      for (std::int64_t vv = 0; vv < vdim; ++vv) out(t, h, vv) += score * v(j, h, vv);
+    }
+    for (std::int64_t vv = 0; vv < vdim; ++vv) out(t, h, vv) *= scale;
+  }
+};
+
+template <class Scalar, class MemorySpace, bool Diagonal>
+struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::input_view q;
+  const_token_view<Scalar, MemorySpace> dout;
+  typename saved::table chunk_begin, chunk_end;
+  typename saved::work3 gamma;
+  typename saved::work4 dmat;
+  Scalar scale;
+  std::int64_t heads, kdim, vdim;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t kk = i % kdim, h = (i / kdim) % heads, c = i / (kdim * heads);
+    for (std::int64_t vv = 0; vv < vdim; ++vv) dmat(c, h, kk, vv) = 0;
+    for (std::int64_t t = chunk_begin(c); t < chunk_end(c); ++t) {
+      const Scalar w = scale * q(t, h, kk) * compat::exp(gamma(t, h, Diagonal ? kk : 0));
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dmat(c, h, kk, vv) += w * dout(t, h, vv);
+    }
+  }
+};
+
+// Chains local sequences backward over their chunks. Mode "summary": zero at the end, writes γ.
+// Mode "apply": starts from ds_out (last sequence) or the final-state gradients, saves every
+// chunk's end gradient, writes ds_in and initial-state gradients.
+template <class Scalar, class MemorySpace, bool Diagonal>
+struct ChainBackwardKernel {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::table seq_chunk, seq_ordinal, seq_starts;
+  typename saved::work3 logm;
+  typename saved::work4 dmat, gend;
+  const_state_view<MemorySpace> ds_out;
+  const_sequence_states_view<Scalar, MemorySpace> final_grads;
+  sequence_states_view<Scalar, MemorySpace> initial_grads;
+  state_view<MemorySpace> ds_in;
+  Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
+  std::int64_t s_lo, last_seq, heads, kdim, vdim;
+  bool apply, have_ds_out, have_final_grads, have_initial_grads, have_ds_in;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t vv = i % vdim, kk = (i / vdim) % kdim, h = (i / (vdim * kdim)) % heads;
+    const std::int64_t s = s_lo + i / (vdim * kdim * heads);
+    const std::int64_t gi = Diagonal ? kk : 0;
+    Scalar grad = 0;
+    if (apply) {
+      if (s == last_seq) {
+        if (have_ds_out) grad = static_cast<Scalar>(ds_out(h, kk, vv));
+      } else if (have_final_grads) {
+        grad = final_grads(seq_ordinal(s), h, kk, vv);
+      }
+    }
+    for (std::int64_t c = seq_chunk(s + 1) - 1; c >= seq_chunk(s); --c) {
+      if (apply) gend(c, h, kk, vv) = grad;
+      grad = compat::exp(logm(c, h, gi)) * grad + dmat(c, h, kk, vv);
+    }
+    if (!apply) {
+      summary_state(h, kk * vdim + vv) = static_cast<float>(grad);
+      return;
+    }
+    if (s == 0 && have_ds_in) ds_in(h, kk, vv) = static_cast<float>(grad);
+    if (have_initial_grads && seq_starts(s) != 0) initial_grads(seq_ordinal(s), h, kk, vv) = grad;
+  }
+};
+
+template <class Scalar, class MemorySpace, bool Diagonal>
+struct GradientRowKernel {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::input_view q, k, v;
+  const_token_view<Scalar, MemorySpace> dout;
+  typename saved::table chunk_begin, chunk_end, token_chunk;
+  typename saved::work3 gamma;
+  typename saved::work4 states, gend;
+  token_view<Scalar, MemorySpace> dq, dk, dv;
+  Scalar scale;
+  std::int64_t heads, kdim, vdim;
+
+  KOKKOS_INLINE_FUNCTION Scalar decay(std::int64_t later, std::int64_t earlier, std::int64_t h,
+                                      std::int64_t kk) const {
+    const std::int64_t gi = Diagonal ? kk : 0;
+    return compat::exp(gamma(later, h, gi) - gamma(earlier, h, gi));
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t h = i % heads, t = i / heads, c = token_chunk(t);
+    const std::int64_t b = chunk_begin(c), last = chunk_end(c) - 1;
+    // dq_t = scale·(exp(γ_t) ⊙ S_c do_t + Σ_{j≤t} exp(γ_t − γ_j) ⊙ k_j (do_t·v_j))
+    for (std::int64_t kk = 0; kk < kdim; ++kk) {
+      Scalar acc = 0;
+      for (std::int64_t vv = 0; vv < vdim; ++vv) acc += states(c, h, kk, vv) * dout(t, h, vv);
+      dq(t, h, kk) = acc * compat::exp(gamma(t, h, Diagonal ? kk : 0));
+    }
+    for (std::int64_t j = b; j <= t; ++j) {
+      Scalar dov = 0;
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dov += dout(t, h, vv) * v(j, h, vv);
+      for (std::int64_t kk = 0; kk < kdim; ++kk) dq(t, h, kk) += decay(t, j, h, kk) * k(j, h, kk) * dov;
+    }
+    for (std::int64_t kk = 0; kk < kdim; ++kk) dq(t, h, kk) *= scale;
+    // dk_t = Σ_{i≥t} exp(γ_i − γ_t) ⊙ q'_i (do_i·v_t) + exp(γ_last − γ_t) ⊙ G_c v_t
+    // dv_t = Σ_{i≥t} (Σ_k q'_ik k_tk exp(γ_ik − γ_tk)) do_i + Σ_k exp(γ_last,k − γ_t,k) k_tk G_c[k]
+    for (std::int64_t kk = 0; kk < kdim; ++kk) {
+      Scalar acc = 0;
+      for (std::int64_t vv = 0; vv < vdim; ++vv) acc += gend(c, h, kk, vv) * v(t, h, vv);
+      dk(t, h, kk) = acc * decay(last, t, h, kk);
+    }
+    for (std::int64_t vv = 0; vv < vdim; ++vv) dv(t, h, vv) = 0;
+    for (std::int64_t kk = 0; kk < kdim; ++kk) {
+      const Scalar w = decay(last, t, h, kk) * k(t, h, kk);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dv(t, h, vv) += w * gend(c, h, kk, vv);
+    }
+    for (std::int64_t ii = t; ii <= last; ++ii) {
+      Scalar dov = 0;
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dov += dout(ii, h, vv) * v(t, h, vv);
+      Scalar score = 0;
+      for (std::int64_t kk = 0; kk < kdim; ++kk) {
+        const Scalar qd = scale * q(ii, h, kk) * decay(ii, t, h, kk);
+        dk(t, h, kk) += qd * dov;
+        score += qd * k(t, h, kk);
+      }
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dv(t, h, vv) += score * dout(ii, h, vv);
+    }
+  }
+};
+
+template <class Scalar, class MemorySpace, bool Diagonal>
+struct GateGradientKernel {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::input_view q, k;
+  typename saved::table chunk_begin, chunk_end;
+  typename saved::work3 logm;
+  typename saved::work4 ds, states, gend;
+  token_view<Scalar, MemorySpace> dq, dk;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,G]
+  std::int64_t heads, kdim, vdim, width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t gi = i % width, h = (i / width) % heads, c = i / (width * heads);
+    const std::int64_t k_lo = Diagonal ? gi : 0, k_hi = Diagonal ? gi + 1 : kdim;
+    const std::int64_t last = chunk_end(c) - 1;
+    // ⟨G_c, S_{c+1}⟩ over the gate's key rows: how the chunk's total decay moves the end state.
+    Scalar end_term = 0;
+    const Scalar m = compat::exp(logm(c, h, gi));
+    for (std::int64_t kk = k_lo; kk < k_hi; ++kk) {
+      for (std::int64_t vv = 0; vv < vdim; ++vv) {
+        end_term += gend(c, h, kk, vv) * (m * states(c, h, kk, vv) + ds(c, h, kk, vv));
+      }
+    }
+    Scalar run = end_term;
+    for (std::int64_t t = last; t >= chunk_begin(c); --t) {
+      Scalar dgamma = 0;
+      for (std::int64_t kk = k_lo; kk < k_hi; ++kk) dgamma += q(t, h, kk) * dq(t, h, kk) - k(t, h, kk) * dk(t, h, kk);
+      run += dgamma;
+      dg(t, h, gi) = run;
+    }
+  }
+};
+
+// ---- the four methods, shared by both decay families ---------------------------------------------
+
+template <class ExecutionSpace>
+auto range(const ExecutionSpace& space, std::int64_t n) {
+  return Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n);
+}
+
+/// Builds the chunk tables of `seqs` into `saved` (chunks never cross a local sequence).
+template <class Scalar, class MemorySpace>
+void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSequences& seqs,
+                        int chunk) {
+  std::vector<std::int64_t> cb, ce, sc, tc(static_cast<std::size_t>(seqs.length())), so, st, se;
+  for (int s = 0; s < seqs.count(); ++s) {
+    sc.push_back(static_cast<std::int64_t>(cb.size()));
+    so.push_back(seqs.ordinals[static_cast<std::size_t>(s)]);
+    st.push_back(seqs.starts_here(s) ? 1 : 0);
+    se.push_back(seqs.ends_here(s) ? 1 : 0);
+    for (std::int64_t b = seqs.begin(s); b < seqs.end(s); b += chunk) {
+      const std::int64_t e = b + chunk < seqs.end(s) ? b + chunk : seqs.end(s);
+      for (std::int64_t t = b; t < e; ++t) tc[static_cast<std::size_t>(t)] = static_cast<std::int64_t>(cb.size());
+      cb.push_back(b);
+      ce.push_back(e);
+    }
+  }
+  sc.push_back(static_cast<std::int64_t>(cb.size()));
+  saved.chunks = static_cast<std::int64_t>(cb.size());
+  saved.host_seq_chunk = sc;
+  auto upload = [](const std::vector<std::int64_t>& host, const std::string& label) {
+    Kokkos::View<std::int64_t*, MemorySpace> d(label, host.size());
+    Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> h(host.data(), host.size());
+    Kokkos::deep_copy(d, h);
+    return d;
+  };
+  saved.chunk_begin = upload(cb, "ctxpar::chunkwise::decay::chunk_begin");
+  saved.chunk_end = upload(ce, "ctxpar::chunkwise::decay::chunk_end");
+  saved.token_chunk = upload(tc, "ctxpar::chunkwise::decay::token_chunk");
+  saved.seq_chunk = upload(sc, "ctxpar::chunkwise::decay::seq_chunk");
+  saved.seq_ordinal = upload(so, "ctxpar::chunkwise::decay::seq_ordinal");
+  saved.seq_starts = upload(st, "ctxpar::chunkwise::decay::seq_starts");
+  saved.seq_ends = upload(se, "ctxpar::chunkwise::decay::seq_ends");
+}
+
+template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
+void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, MemorySpace>& saved,
+                           const LocalSequences& seqs, int chunk,
+                           const SummaryViews<MemorySpace>& summary) {
+  build_chunk_tables(saved, seqs, chunk);
+  const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
+                     V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
+  saved.gamma = typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::gamma", T, H, G);
+  saved.logm = typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::logm", C, H, G);
+  saved.ds = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::ds", C, H, K, V);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::gamma", range(space, C * H * G),
+                       GammaKernel<Scalar, MemorySpace>{saved.g, saved.chunk_begin, saved.chunk_end,
+                                                        saved.gamma, saved.logm, H, G});
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::chunk_update", range(space, C * H * K),
+                       ChunkUpdateKernel<Scalar, MemorySpace, Diagonal>{
+                           saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.ds, H, K, V});
+  const std::int64_t last = seqs.count() - 1;
+  ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
+  chain.seq_chunk = saved.seq_chunk;
+  chain.seq_ordinal = saved.seq_ordinal;
+  chain.seq_ends = saved.seq_ends;
+  chain.logm = saved.logm;
+  chain.ds = saved.ds;
+  chain.summary_state = summary.state;
+  chain.s_lo = last;
+  chain.heads = H;
+  chain.kdim = K;
+  chain.vdim = V;
+  chain.apply = false;
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_state", range(space, H * K * V), chain);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_transition", range(space, H * G),
+                       SequenceTransitionKernel<Scalar, MemorySpace>{saved.seq_chunk, saved.logm,
+                                                                     summary.transition, last, G});
+}
+
+template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
+void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemorySpace>& saved,
+                         const LocalSequences& seqs, const const_state_view<MemorySpace>& s_in,
+                         const const_sequence_states_view<Scalar, MemorySpace>& initial,
+                         const token_view<Scalar, MemorySpace>& out,
+                         const sequence_states_view<Scalar, MemorySpace>& finals) {
+  const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
+                     V = saved.v.extent(2), C = saved.chunks;
+  saved.states = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::states", C, H, K, V);
+  ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
+  chain.seq_chunk = saved.seq_chunk;
+  chain.seq_ordinal = saved.seq_ordinal;
+  chain.seq_ends = saved.seq_ends;
+  chain.logm = saved.logm;
+  chain.ds = saved.ds;
+  chain.states = saved.states;
+  chain.s_in = s_in;
+  chain.initial = initial;
+  chain.finals = finals;
+  chain.s_lo = 0;
+  chain.heads = H;
+  chain.kdim = K;
+  chain.vdim = V;
+  chain.apply = true;
+  chain.have_s_in = is_given(s_in);
+  chain.have_initial = is_given(initial);
+  chain.have_finals = is_given(finals);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_forward", range(space, seqs.count() * H * K * V), chain);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::output", range(space, T * H),
+                       OutputKernel<Scalar, MemorySpace, Diagonal>{
+                           saved.q, saved.k, saved.v, saved.chunk_begin, saved.token_chunk, saved.gamma,
+                           saved.states, out, static_cast<Scalar>(saved.scale), H, K, V});
+}
+
+template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
+void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, MemorySpace>& saved,
+                            const const_token_view<Scalar, MemorySpace>& dout,
+                            const LocalSequences& /*seqs*/, const SummaryViews<MemorySpace>& summary) {
+  const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
+                     G = saved.g.extent(2), C = saved.chunks;
+  saved.dmat = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::dmat", C, H, K, V);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::query_output", range(space, C * H * K),
+                       QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
+                           saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.dmat,
+                           static_cast<Scalar>(saved.scale), H, K, V});
+  ChainBackwardKernel<Scalar, MemorySpace, Diagonal> chain{};
+  chain.seq_chunk = saved.seq_chunk;
+  chain.seq_ordinal = saved.seq_ordinal;
+  chain.seq_starts = saved.seq_starts;
+  chain.logm = saved.logm;
+  chain.dmat = saved.dmat;
+  chain.summary_state = summary.state;
+  chain.s_lo = 0;
+  chain.last_seq = -1;
+  chain.heads = H;
+  chain.kdim = K;
+  chain.vdim = V;
+  chain.apply = false;
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_gamma", range(space, H * K * V), chain);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_transition", range(space, H * G),
+                       SequenceTransitionKernel<Scalar, MemorySpace>{saved.seq_chunk, saved.logm,
+                                                                     summary.transition, 0, G});
+}
+
+template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
+void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemorySpace>& saved,
+                          const const_token_view<Scalar, MemorySpace>& dout, const LocalSequences& seqs,
+                          const const_state_view<MemorySpace>& ds_out,
+                          const const_sequence_states_view<Scalar, MemorySpace>& final_grads,
+                          const token_view<Scalar, MemorySpace>& dq,
+                          const token_view<Scalar, MemorySpace>& dk,
+                          const token_view<Scalar, MemorySpace>& dv, Scalar* dg_data,
+                          const sequence_states_view<Scalar, MemorySpace>& initial_grads,
+                          const state_view<MemorySpace>& ds_in) {
+  const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
+                     V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
+  saved.gend = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::gend", C, H, K, V);
+  ChainBackwardKernel<Scalar, MemorySpace, Diagonal> chain{};
+  chain.seq_chunk = saved.seq_chunk;
+  chain.seq_ordinal = saved.seq_ordinal;
+  chain.seq_starts = saved.seq_starts;
+  chain.logm = saved.logm;
+  chain.dmat = saved.dmat;
+  chain.gend = saved.gend;
+  chain.ds_out = ds_out;
+  chain.final_grads = final_grads;
+  chain.initial_grads = initial_grads;
+  chain.ds_in = ds_in;
+  chain.s_lo = 0;
+  chain.last_seq = seqs.count() - 1;
+  chain.heads = H;
+  chain.kdim = K;
+  chain.vdim = V;
+  chain.apply = true;
+  chain.have_ds_out = is_given(ds_out);
+  chain.have_final_grads = is_given(final_grads);
+  chain.have_initial_grads = is_given(initial_grads);
+  chain.have_ds_in = is_given(ds_in);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_backward", range(space, seqs.count() * H * K * V), chain);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::gradients", range(space, T * H),
+                       GradientRowKernel<Scalar, MemorySpace, Diagonal>{
+                           saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
+                           saved.token_chunk, saved.gamma, saved.states, saved.gend, dq, dk, dv,
+                           static_cast<Scalar>(saved.scale), H, K, V});
+  GateGradientKernel<Scalar, MemorySpace, Diagonal> gate{};
+  gate.q = saved.q;
+  gate.k = saved.k;
+  gate.chunk_begin = saved.chunk_begin;
+  gate.chunk_end = saved.chunk_end;
+  gate.logm = saved.logm;
+  gate.ds = saved.ds;
+  gate.states = saved.states;
+  gate.gend = saved.gend;
+  gate.dq = dq;
+  gate.dk = dk;
+  gate.dg = decltype(gate.dg)(dg_data, T, H, G);
+  gate.heads = H;
+  gate.kdim = K;
+  gate.vdim = V;
+  gate.width = G;
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::gate_gradient", range(space, C * H * G), gate);
+}
+
+/// Counts non-finite values of a view (NaN/Inf check flag).
+template <class ExecutionSpace, class View>
+std::int64_t count_non_finite(const ExecutionSpace& space, const View& view) {
+  using value_type = std::remove_const_t<typename View::value_type>;
+  Kokkos::View<const value_type*, typename View::memory_space, Kokkos::MemoryUnmanaged> flat(
+      view.data(), view.span());
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "ctxpar::chunkwise::count_non_finite", range(space, static_cast<std::int64_t>(flat.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t & sum) { sum += compat::isfinite(flat(i)) ? 0 : 1; },
+      bad);
+  return bad;
+}
+
+}  // namespace ctxpar::chunkwise::impl

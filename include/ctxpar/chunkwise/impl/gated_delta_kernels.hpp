@@ -1,0 +1,531 @@
+/// \file
+/// Chunkwise kernels of the gated delta rule (and, with `n_h` sub-steps per token, of the gated
+/// delta product): the per-chunk WY/UT pass, the sequential state passes (forward and reverse)
+/// and the per-chunk gradients. The math is derived in docs (21-chunkwise-kernels.md); in short,
+/// per chunk of sub-steps `i` with in-chunk cumulative log-gate `γ_i`, `Γ_i = exp(γ_i)`:
+///   A_ij = β_i exp(γ_i−γ_j) k_i·k_j (j<i),  X = (I + A)⁻¹,
+///   W̃ = X diag(βΓ) K,  Ũ = X diag(β) V,  U = Ũ − W̃ S,  P = (Q̂ Kᵀ) ⊙ exp(γ_i−γ_j) (j≤i),
+///   O = diag(Γ) Q̂ S + P U,  S' = Γ_last S + K̃ᵀ U with k̃_j = exp(γ_last−γ_j) k_j,
+/// where Q̂ holds scale·q at the last sub-step of each token and zero rows elsewhere.
+/// Everything below works on raw row-major pointers; the sub-step row `r` of a rank has its key
+/// at `k + (r·H + h)·K` for both GDN `[T, H, K]` and GDP `[T, n_h, H, K]` layouts.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include "ctxpar/chunkwise/impl/gated_delta_tiles.hpp"
+#include "ctxpar/core/compat.hpp"
+
+namespace ctxpar::impl::gated_delta {
+
+/// Shapes and raw inputs of one local (rank) problem, copied into every kernel functor.
+template <class Scalar>
+struct Problem {
+  const Scalar* q = nullptr;     ///< [T, H, K]
+  const Scalar* k = nullptr;     ///< [T·n_h, H, K]
+  const Scalar* v = nullptr;     ///< [T·n_h, H, V]
+  const Scalar* g = nullptr;     ///< [T, H]
+  const Scalar* beta = nullptr;  ///< [T·n_h, H]
+  int n_h = 1, heads = 0, key_dim = 0, value_dim = 0, chunk = 64;
+  Scalar scale = 1;
+
+  KOKKOS_INLINE_FUNCTION bool has_query(int row) const { return row % n_h == n_h - 1; }
+  KOKKOS_INLINE_FUNCTION int token(int row) const { return row / n_h; }
+  KOKKOS_INLINE_FUNCTION Scalar gate(int row, int h) const {
+    return row % n_h == 0 ? g[static_cast<long>(row / n_h) * heads + h] : Scalar(0);
+  }
+};
+
+/// Saved per-chunk quantities (flat views, one block per (chunk, head)).
+template <class Scalar, class MemorySpace>
+struct ChunkData {
+  using view = Kokkos::View<Scalar*, MemorySpace>;
+  /// (first sub-step row, number of rows, sequence) of every chunk.
+  Kokkos::View<int* [3], MemorySpace> chunks;
+  view gamma;         ///< [nc, H, C] in-chunk cumulative log-gate (padding rows repeat the last)
+  view x, p;          ///< [nc, H, C, C] (I + A)⁻¹ and the decayed causal scores
+  view wt, kt, qh;    ///< [nc, H, C, K] W̃, K̃, diag(Γ) Q̂
+  view ut, u, du;     ///< [nc, H, C, V] Ũ, U (forward), dU (backward)
+  view s0, dse;       ///< [nc, H, K, V] chunk-start state (forward), end-state gradient (backward)
+};
+
+template <class Scalar, class ExecutionSpace>
+using scratch_view =
+    Kokkos::View<Scalar*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+
+/// Phase 1, independent per (chunk, head): γ, X, W̃, Ũ, K̃, Q̂Γ and P.
+template <class Scalar, class ExecutionSpace, class MemorySpace>
+struct IntraChunk {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = scratch_view<Scalar, ExecutionSpace>;
+  Problem<Scalar> pb;
+  ChunkData<Scalar, MemorySpace> cd;
+
+  static std::size_t scratch_bytes(int C, int K, int V) {
+    return scratch::shmem_size(std::size_t(K) * C) + scratch::shmem_size(std::size_t(C) * K) +
+           scratch::shmem_size(std::size_t(C) * C) + scratch::shmem_size(std::size_t(C) * K) +
+           scratch::shmem_size(std::size_t(C) * V);
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
+    const int c = team.league_rank() / H, h = team.league_rank() % H;
+    const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
+    const long blk = static_cast<long>(c) * H + h;
+    Scalar* gam = cd.gamma.data() + blk * C;
+    Scalar* X = cd.x.data() + blk * C * C;
+    Scalar* P = cd.p.data() + blk * C * C;
+    Scalar* Wt = cd.wt.data() + blk * C * K;
+    Scalar* Kt = cd.kt.data() + blk * C * K;
+    Scalar* Qh = cd.qh.data() + blk * C * K;
+    Scalar* Ut = cd.ut.data() + blk * C * V;
+    scratch kT(team.team_scratch(1), std::size_t(K) * C), qs(team.team_scratch(1), std::size_t(C) * K),
+        A(team.team_scratch(1), std::size_t(C) * C), bk(team.team_scratch(1), std::size_t(C) * K),
+        bv(team.team_scratch(1), std::size_t(C) * V);
+
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      Scalar acc = 0;
+      for (int i = 0; i < C; ++i) {
+        if (i < n) acc += pb.gate(r0 + i, h);
+        gam[i] = acc;
+      }
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+      const bool live = i < n;
+      const int row = r0 + i;
+      const Scalar G = compat::exp(gam[i]);
+      const Scalar lam = compat::exp(gam[C - 1] - gam[i]);
+      const Scalar b = live ? pb.beta[static_cast<long>(row) * H + h] : Scalar(0);
+      const bool query = live && pb.has_query(row);
+      const Scalar* krow = live ? pb.k + (static_cast<long>(row) * H + h) * K : nullptr;
+      const Scalar* qrow = query ? pb.q + (static_cast<long>(pb.token(row)) * H + h) * K : nullptr;
+      const Scalar* vrow = live ? pb.v + (static_cast<long>(row) * H + h) * V : nullptr;
+      for (int d = 0; d < K; ++d) {
+        const Scalar kd = live ? krow[d] : Scalar(0);
+        const Scalar qd = query ? pb.scale * qrow[d] : Scalar(0);
+        kT[static_cast<long>(d) * C + i] = kd;
+        Kt[static_cast<long>(i) * K + d] = lam * kd;
+        bk[static_cast<long>(i) * K + d] = b * G * kd;
+        qs[static_cast<long>(i) * K + d] = qd;
+        Qh[static_cast<long>(i) * K + d] = G * qd;
+      }
+      for (int d = 0; d < V; ++d) bv[static_cast<long>(i) * V + d] = live ? b * vrow[d] : Scalar(0);
+    });
+    team.team_barrier();
+    // Gram K Kᵀ (lower part) and Q̂ Kᵀ: both read Kᵀ as the contiguous right operand.
+    team_gemm(team, C, C, K, Scalar(1), transposed(kT.data(), C), kT.data(), C, A.data(), C, false, true);
+    team_gemm(team, C, C, K, Scalar(1), rows(qs.data(), K), kT.data(), C, P, C, false, true);
+    team.team_barrier();
+    // Decays as exp(γ_i − γ_j): never a ratio of two cumulative products (under/overflow).
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+      const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
+      for (int j = 0; j < C; ++j) {
+        const bool in = i < n && j < n;
+        const Scalar decay = (in && j <= i) ? compat::exp(gam[i] - gam[j]) : Scalar(0);
+        const long ij = static_cast<long>(i) * C + j;
+        A[ij] = (in && j < i) ? bi * decay * A[ij] : Scalar(0);
+        P[ij] = (in && j <= i) ? P[ij] * decay : Scalar(0);
+      }
+    });
+    team.team_barrier();
+    // X = (I + A)⁻¹ by forward substitution, one row at a time.
+    for (int i = 0; i < C; ++i) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int j) {
+        Scalar x = Scalar(0);
+        if (j == i) {
+          x = Scalar(1);
+        } else if (j < i) {
+          x = -A[static_cast<long>(i) * C + j];
+          for (int m = j + 1; m < i; ++m) x -= A[static_cast<long>(i) * C + m] * X[static_cast<long>(m) * C + j];
+        }
+        X[static_cast<long>(i) * C + j] = x;
+      });
+      team.team_barrier();
+    }
+    team_gemm(team, C, K, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K, false);
+    team_gemm(team, C, V, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V, false);
+  }
+};
+
+
+/// Which sequences a state pass runs over and what it reads and writes. Pointers may be null:
+/// `init` null starts from zero; `final_state`, `out`, `m_out` null are not written.
+template <class Scalar>
+struct PassTargets {
+  const int* first_chunk = nullptr;  ///< [N + 1] chunk range of every local sequence
+  int seq_begin = 0;                 ///< first sequence of the pass
+  const Scalar* init = nullptr;      ///< [N, H, K, V] per-sequence start (forward) / end (reverse)
+  Scalar* final_state = nullptr;     ///< [N, H, K, V] per-sequence end (forward) / start (reverse)
+  float* m_out = nullptr;            ///< [H, K, K] M (forward) or Mᵀ (reverse) of `seq_begin`
+  Scalar* out = nullptr;             ///< forward: o [T, H, V]; unused in reverse
+  const Scalar* dout = nullptr;      ///< reverse: dO [T, H, V]
+  bool save = false;                 ///< forward: S0 and U per chunk; reverse: dSend and dU
+};
+
+/// Number of state columns one team of a pass owns.
+inline constexpr int pass_block = 32;
+
+/// Forward state pass, sequential over the chunks of each sequence, independent per (sequence,
+/// head, block of state columns). Columns `[0, V)` are the state `S`; with `m_out`, columns
+/// `[V, V+K)` carry `M` started from the identity (same update with Ũ = 0 and no output), so the
+/// transition is chained at the cost of `4CK²` per chunk without ever forming `M_c`.
+template <class Scalar, class ExecutionSpace, class MemorySpace>
+struct ForwardPass {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = scratch_view<Scalar, ExecutionSpace>;
+  Problem<Scalar> pb;
+  ChunkData<Scalar, MemorySpace> cd;
+  PassTargets<Scalar> tg;
+  int blocks_v = 0, blocks = 0;
+
+  static std::size_t scratch_bytes(int C, int K) {
+    return scratch::shmem_size(std::size_t(K) * pass_block) +
+           2 * scratch::shmem_size(std::size_t(C) * pass_block);
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = pass_block;
+    const int b = team.league_rank() % blocks;
+    const int h = (team.league_rank() / blocks) % H;
+    const int s = tg.seq_begin + team.league_rank() / (blocks * H);
+    const bool m_cols = b >= blocks_v;
+    const int j0 = m_cols ? (b - blocks_v) * NB : b * NB;
+    const int width = m_cols ? (K - j0 < NB ? K - j0 : NB) : (V - j0 < NB ? V - j0 : NB);
+    scratch Z(team.team_scratch(1), std::size_t(K) * NB), U(team.team_scratch(1), std::size_t(C) * NB),
+        O(team.team_scratch(1), std::size_t(C) * NB);
+    const long sh = (static_cast<long>(s) * H + h) * K * V;
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+      for (int j = 0; j < width; ++j) {
+        Scalar z;
+        if (m_cols) z = p == j0 + j ? Scalar(1) : Scalar(0);
+        else z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
+        Z[p * NB + j] = z;
+      }
+    });
+    team.team_barrier();
+    for (int c = tg.first_chunk[s]; c < tg.first_chunk[s + 1]; ++c) {
+      const long blk = static_cast<long>(c) * H + h;
+      const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
+      const Scalar* Ut = cd.ut.data() + blk * C * V;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+        for (int j = 0; j < width; ++j) U[i * NB + j] = m_cols ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
+      });
+      if (tg.save && !m_cols) {
+        Scalar* S0 = cd.s0.data() + blk * K * V;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+          for (int j = 0; j < width; ++j) S0[static_cast<long>(p) * V + j0 + j] = Z[p * NB + j];
+        });
+      }
+      team.team_barrier();
+      team_gemm(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z.data(), NB, U.data(), NB, true);
+      team.team_barrier();
+      if (tg.out && !m_cols) {
+        team_gemm(team, C, width, K, Scalar(1), rows(cd.qh.data() + blk * C * K, K), Z.data(), NB, O.data(), NB, false);
+        team.team_barrier();
+        team_gemm(team, C, width, C, Scalar(1), rows(cd.p.data() + blk * C * C, C, Band::lower), U.data(), NB, O.data(), NB, true);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+          if (!pb.has_query(r0 + i)) return;
+          Scalar* orow = tg.out + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0;
+          for (int j = 0; j < width; ++j) orow[j] = O[i * NB + j];
+        });
+      }
+      if (tg.save && !m_cols) {
+        Scalar* Us = cd.u.data() + blk * C * V;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+          for (int j = 0; j < width; ++j) Us[static_cast<long>(i) * V + j0 + j] = U[i * NB + j];
+        });
+      }
+      const Scalar last = compat::exp(cd.gamma(blk * C + C - 1));
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+        for (int j = 0; j < width; ++j) Z[p * NB + j] *= last;
+      });
+      team.team_barrier();
+      team_gemm(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K), U.data(), NB, Z.data(), NB, true);
+      team.team_barrier();
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+      for (int j = 0; j < width; ++j) {
+        if (m_cols) {
+          if (tg.m_out) tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j] = static_cast<float>(Z[p * NB + j]);
+        } else if (tg.final_state) {
+          tg.final_state[sh + static_cast<long>(p) * V + j0 + j] = Z[p * NB + j];
+        }
+      }
+    });
+  }
+};
+
+/// Reverse state pass (the adjoint of `ForwardPass`): D_{c−1} = Γ_last D_c + Q̂Γᵀ dO_c − W̃ᵀ dU_c
+/// with dU_c = K̃ D_c + Pᵀ dO_c. With `m_out`, columns `[V, V+K)` chain `Mᵀ` from the identity.
+template <class Scalar, class ExecutionSpace, class MemorySpace>
+struct ReversePass {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = scratch_view<Scalar, ExecutionSpace>;
+  Problem<Scalar> pb;
+  ChunkData<Scalar, MemorySpace> cd;
+  PassTargets<Scalar> tg;
+  int blocks_v = 0, blocks = 0;
+
+  static std::size_t scratch_bytes(int C, int K) {
+    return scratch::shmem_size(std::size_t(K) * pass_block) +
+           2 * scratch::shmem_size(std::size_t(C) * pass_block);
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = pass_block;
+    const int b = team.league_rank() % blocks;
+    const int h = (team.league_rank() / blocks) % H;
+    const int s = tg.seq_begin + team.league_rank() / (blocks * H);
+    const bool m_cols = b >= blocks_v;
+    const int j0 = m_cols ? (b - blocks_v) * NB : b * NB;
+    const int width = m_cols ? (K - j0 < NB ? K - j0 : NB) : (V - j0 < NB ? V - j0 : NB);
+    scratch D(team.team_scratch(1), std::size_t(K) * NB), dU(team.team_scratch(1), std::size_t(C) * NB),
+        dO(team.team_scratch(1), std::size_t(C) * NB);
+    const long sh = (static_cast<long>(s) * H + h) * K * V;
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+      for (int j = 0; j < width; ++j) {
+        Scalar z;
+        if (m_cols) z = p == j0 + j ? Scalar(1) : Scalar(0);
+        else z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
+        D[p * NB + j] = z;
+      }
+    });
+    team.team_barrier();
+    for (int c = tg.first_chunk[s + 1] - 1; c >= tg.first_chunk[s]; --c) {
+      const long blk = static_cast<long>(c) * H + h;
+      const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+        const bool read = !m_cols && tg.dout && i < n && pb.has_query(r0 + i);
+        const Scalar* drow = read ? tg.dout + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0 : nullptr;
+        for (int j = 0; j < width; ++j) dO[i * NB + j] = read ? drow[j] : Scalar(0);
+      });
+      if (tg.save && !m_cols) {
+        Scalar* dS = cd.dse.data() + blk * K * V;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+          for (int j = 0; j < width; ++j) dS[static_cast<long>(p) * V + j0 + j] = D[p * NB + j];
+        });
+      }
+      team.team_barrier();
+      team_gemm(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D.data(), NB, dU.data(), NB, false);
+      team.team_barrier();
+      if (!m_cols) {
+        team_gemm(team, C, width, C, Scalar(1), transposed(cd.p.data() + blk * C * C, C, Band::upper), dO.data(), NB,
+                  dU.data(), NB, true);
+        team.team_barrier();
+      }
+      if (tg.save && !m_cols) {
+        Scalar* dUs = cd.du.data() + blk * C * V;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+          for (int j = 0; j < width; ++j) dUs[static_cast<long>(i) * V + j0 + j] = dU[i * NB + j];
+        });
+      }
+      const Scalar last = compat::exp(cd.gamma(blk * C + C - 1));
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+        for (int j = 0; j < width; ++j) D[p * NB + j] *= last;
+      });
+      team.team_barrier();
+      if (!m_cols) {
+        team_gemm(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K), dO.data(), NB, D.data(), NB,
+                  true);
+        team.team_barrier();
+      }
+      team_gemm(team, K, width, C, Scalar(-1), transposed(cd.wt.data() + blk * C * K, K), dU.data(), NB, D.data(), NB,
+                true);
+      team.team_barrier();
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+      for (int j = 0; j < width; ++j) {
+        if (m_cols) {
+          if (tg.m_out) tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j] = static_cast<float>(D[p * NB + j]);
+        } else if (tg.final_state) {
+          tg.final_state[sh + static_cast<long>(p) * V + j0 + j] = D[p * NB + j];
+        }
+      }
+    });
+  }
+};
+
+
+/// Raw gradient outputs of the per-chunk backward.
+template <class Scalar>
+struct GradTargets {
+  Scalar* dq = nullptr;     ///< [T, H, K]
+  Scalar* dk = nullptr;     ///< [T·n_h, H, K]
+  Scalar* dv = nullptr;     ///< [T·n_h, H, V]
+  Scalar* dg = nullptr;     ///< [T, H]
+  Scalar* dbeta = nullptr;  ///< [T·n_h, H]
+  const Scalar* dout = nullptr;  ///< [T, H, V]
+};
+
+/// Per-(chunk, head) gradients from the saved chunk data, the chunk-start state S0, the
+/// end-state gradient dS' and dU = Pᵀ dO + K̃ dS' (both from the reverse pass):
+///   dY = Xᵀ dU, dR = diag(β) dY, dA = −dY Uᵀ (strictly lower), dP = dO Uᵀ (lower),
+///   dQ̂ = diag(Γ) dO S0ᵀ + (dP⊙L) K,  dK = (dP⊙L)ᵀ Q̂ + (H + Hᵀ) K + diag(λ) U dS'ᵀ − diag(βΓ) dY S0ᵀ
+///   with H = dA ⊙ β_i L, dV = dR, dβ_i = (v_i − Γ_i S0ᵀk_i)·dY_i + Σ_j dA_ij L_ij k_i·k_j, and the
+///   log-gate gradient from every exp(γ) factor, summed backwards within the chunk.
+template <class Scalar, class ExecutionSpace, class MemorySpace>
+struct ChunkGradients {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = scratch_view<Scalar, ExecutionSpace>;
+  Problem<Scalar> pb;
+  ChunkData<Scalar, MemorySpace> cd;
+  GradTargets<Scalar> gt;
+
+  static std::size_t scratch_bytes(int C, int K, int V) {
+    const std::size_t ck = scratch::shmem_size(std::size_t(C) * K), cv = scratch::shmem_size(std::size_t(C) * V),
+                      vk = scratch::shmem_size(std::size_t(V) * K), cc = scratch::shmem_size(std::size_t(C) * C),
+                      c1 = scratch::shmem_size(std::size_t(C));
+    // kr krT qs F Eb Tm dQ dK | dO dY UT | S0T dSeT | G dP dA | 4 row vectors
+    return 8 * ck + 3 * cv + 2 * vk + 3 * cc + 4 * c1;
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
+    const int c = team.league_rank() / H, h = team.league_rank() % H;
+    const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
+    const long blk = static_cast<long>(c) * H + h;
+    const Scalar* gam = cd.gamma.data() + blk * C;
+    const Scalar* X = cd.x.data() + blk * C * C;
+    const Scalar* P = cd.p.data() + blk * C * C;
+    const Scalar* U = cd.u.data() + blk * C * V;
+    const Scalar* dU = cd.du.data() + blk * C * V;
+    const Scalar* S0 = cd.s0.data() + blk * K * V;
+    const Scalar* dSe = cd.dse.data() + blk * K * V;
+    const auto& sp = team.team_scratch(1);
+    scratch kr(sp, std::size_t(C) * K), krT(sp, std::size_t(K) * C), qs(sp, std::size_t(C) * K),
+        F(sp, std::size_t(C) * K), Eb(sp, std::size_t(C) * K), Tm(sp, std::size_t(C) * K),
+        dQ(sp, std::size_t(C) * K), dK(sp, std::size_t(C) * K), dO(sp, std::size_t(C) * V),
+        dY(sp, std::size_t(C) * V), UT(sp, std::size_t(V) * C), S0T(sp, std::size_t(V) * K),
+        dSeT(sp, std::size_t(V) * K), G(sp, std::size_t(C) * C), dP(sp, std::size_t(C) * C),
+        dA(sp, std::size_t(C) * C), rowsum(sp, std::size_t(C)), dbA(sp, std::size_t(C)),
+        dgam(sp, std::size_t(C)), e(sp, std::size_t(C));
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+      const bool live = i < n;
+      const int row = r0 + i;
+      const bool query = live && pb.has_query(row);
+      const Scalar* krow = live ? pb.k + (static_cast<long>(row) * H + h) * K : nullptr;
+      const Scalar* qrow = query ? pb.q + (static_cast<long>(pb.token(row)) * H + h) * K : nullptr;
+      const Scalar* drow = query ? gt.dout + (static_cast<long>(pb.token(row)) * H + h) * V : nullptr;
+      for (int d = 0; d < K; ++d) {
+        const Scalar kd = live ? krow[d] : Scalar(0);
+        kr[static_cast<long>(i) * K + d] = kd;
+        krT[static_cast<long>(d) * C + i] = kd;
+        qs[static_cast<long>(i) * K + d] = query ? pb.scale * qrow[d] : Scalar(0);
+      }
+      for (int d = 0; d < V; ++d) {
+        dO[static_cast<long>(i) * V + d] = query ? drow[d] : Scalar(0);
+        UT[static_cast<long>(d) * C + i] = U[static_cast<long>(i) * V + d];
+      }
+    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+      for (int d = 0; d < V; ++d) {
+        S0T[static_cast<long>(d) * K + p] = S0[static_cast<long>(p) * V + d];
+        dSeT[static_cast<long>(d) * K + p] = dSe[static_cast<long>(p) * V + d];
+      }
+    });
+    team.team_barrier();
+    team_gemm(team, C, K, V, Scalar(1), rows(dO.data(), V), S0T.data(), K, F.data(), K, false);
+    team_gemm(team, C, C, V, Scalar(1), rows(dO.data(), V), UT.data(), C, dP.data(), C, false, true);
+    team_gemm(team, C, C, K, Scalar(1), rows(kr.data(), K), krT.data(), C, G.data(), C, false, true);
+    team_gemm(team, C, V, C, Scalar(1), transposed(X, C, Band::upper), dU, V, dY.data(), V, false);
+    team_gemm(team, C, K, V, Scalar(1), rows(U, V), dSeT.data(), K, Tm.data(), K, false);
+    team.team_barrier();
+    team_gemm(team, C, C, V, Scalar(1), rows(dY.data(), V), UT.data(), C, dA.data(), C, false, true);
+    team_gemm(team, C, K, V, Scalar(1), rows(dY.data(), V), S0T.data(), K, Eb.data(), K, false);
+    team.team_barrier();
+    // dP → dP⊙L, dA → H, G → E = dP⊙P + dA⊙A (for the log-gate), row sums on the way.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+      const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
+      Scalar rs = 0, db = 0;
+      for (int j = 0; j < C; ++j) {
+        const long ij = static_cast<long>(i) * C + j;
+        const bool in = i < n && j < n && j <= i;
+        const Scalar L = in ? compat::exp(gam[i] - gam[j]) : Scalar(0);
+        const Scalar dp = in ? dP[ij] : Scalar(0);
+        Scalar E = dp * P[ij];
+        Scalar hij = 0;
+        if (in && j < i) {
+          const Scalar da = -dA[ij];
+          const Scalar a = bi * L * G[ij];
+          E += da * a;
+          db += da * L * G[ij];
+          hij = da * bi * L;
+        }
+        dP[ij] = dp * L;
+        dA[ij] = hij;
+        G[ij] = E;
+        rs += E;
+      }
+      rowsum[i] = rs;
+      dbA[i] = db;
+    });
+    team.team_barrier();
+    team_gemm(team, C, K, C, Scalar(1), rows(dP.data(), C, Band::lower), kr.data(), K, dQ.data(), K, false);
+    team_gemm(team, C, K, C, Scalar(1), transposed(dP.data(), C, Band::upper), qs.data(), K, dK.data(), K, false);
+    team.team_barrier();
+    team_gemm(team, C, K, C, Scalar(1), rows(dA.data(), C, Band::lower), kr.data(), K, dK.data(), K, true);
+    team.team_barrier();
+    team_gemm(team, C, K, C, Scalar(1), transposed(dA.data(), C, Band::upper), kr.data(), K, dK.data(), K, true);
+    team.team_barrier();
+    const Scalar glast = gam[C - 1];
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+      if (i >= n) {
+        dgam[i] = 0;
+        e[i] = 0;
+        return;
+      }
+      const int row = r0 + i;
+      const Scalar Gi = compat::exp(gam[i]), lam = compat::exp(glast - gam[i]);
+      const Scalar bi = pb.beta[static_cast<long>(row) * H + h];
+      Scalar colsum = 0;
+      for (int m = i; m < n; ++m) colsum += G[static_cast<long>(m) * C + i];
+      Scalar qF = 0, kT = 0, kE = 0;
+      const long ik = static_cast<long>(i) * K;
+      for (int d = 0; d < K; ++d) {
+        qF += qs[ik + d] * F[ik + d];
+        kT += kr[ik + d] * Tm[ik + d];
+        kE += kr[ik + d] * Eb[ik + d];
+      }
+      e[i] = lam * kT;
+      dgam[i] = Gi * qF + rowsum[i] - colsum - lam * kT - bi * Gi * kE;
+      if (pb.has_query(row)) {
+        Scalar* dq = gt.dq + (static_cast<long>(pb.token(row)) * H + h) * K;
+        for (int d = 0; d < K; ++d) dq[d] = pb.scale * (Gi * F[ik + d] + dQ[ik + d]);
+      }
+      Scalar* dk = gt.dk + (static_cast<long>(row) * H + h) * K;
+      for (int d = 0; d < K; ++d) dk[d] = dK[ik + d] + lam * Tm[ik + d] - bi * Gi * Eb[ik + d];
+      const Scalar* vrow = pb.v + (static_cast<long>(row) * H + h) * V;
+      Scalar* dv = gt.dv + (static_cast<long>(row) * H + h) * V;
+      Scalar vY = 0;
+      for (int d = 0; d < V; ++d) {
+        const Scalar y = dY[static_cast<long>(i) * V + d];
+        vY += vrow[d] * y;
+        dv[d] = bi * y;
+      }
+      gt.dbeta[static_cast<long>(row) * H + h] = vY - Gi * kE + dbA[i];
+    });
+    Scalar sdot = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, K * V), [&](int i, Scalar& acc) { acc += S0[i] * dSe[i]; }, sdot);
+    team.team_barrier();
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      if (n == 0) return;
+      Scalar esum = 0;
+      for (int i = 0; i < n; ++i) esum += e[i];
+      dgam[n - 1] += compat::exp(glast) * sdot + esum;
+      Scalar acc = 0;
+      for (int i = n - 1; i >= 0; --i) {
+        acc += dgam[i];
+        const int row = r0 + i;
+        if (row % pb.n_h == 0) gt.dg[static_cast<long>(pb.token(row)) * H + h] = acc;
+      }
+    });
+  }
+};
+
+}  // namespace ctxpar::impl::gated_delta
