@@ -356,14 +356,16 @@ inline Invocation parse_invocation(const std::vector<std::string>& tokens) {
 #define CTXPAR_CLI_CONCAT(a, b) CTXPAR_CLI_CONCAT_IMPL(a, b)
 
 /// Registers the subcommand `name` (a string literal) run by `fn` (a `ctxpar::cli::CommandFn`).
-#define CTXPAR_CLI_COMMAND(name, summary, usage, fn)                                             \
-  namespace {                                                                                    \
-  const ::ctxpar::cli::Registrar CTXPAR_CLI_CONCAT(ctxpar_cli_command_, __LINE__){name, summary, \
-                                                                                  usage, fn};    \
+#define CTXPAR_CLI_COMMAND(name, summary, usage, fn)                                         \
+  namespace {                                                                                \
+  [[maybe_unused]] const ::ctxpar::cli::Registrar CTXPAR_CLI_CONCAT(ctxpar_cli_command_,     \
+                                                                    __LINE__){name, summary, \
+                                                                              usage, fn};    \
   }
 
 /// Registers the demo part `name` (a string literal) run by `fn` (a `ctxpar::cli::DemoFn`).
-#define CTXPAR_CLI_DEMO_PART(name, fn)                                                         \
-  namespace {                                                                                  \
-  const ::ctxpar::cli::Registrar CTXPAR_CLI_CONCAT(ctxpar_cli_demo_part_, __LINE__){name, fn}; \
+#define CTXPAR_CLI_DEMO_PART(name, fn)                                                     \
+  namespace {                                                                              \
+  [[maybe_unused]] const ::ctxpar::cli::Registrar CTXPAR_CLI_CONCAT(ctxpar_cli_demo_part_, \
+                                                                    __LINE__){name, fn};   \
   }
