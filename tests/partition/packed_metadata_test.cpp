@@ -9,6 +9,8 @@
 #include "ctxpar/partition/packed_metadata.hpp"
 #include "ctxpar_test/harness.hpp"
 
+BOOST_AUTO_TEST_SUITE(packed_metadata)
+
 namespace {
 
 using ctxpar::PackedMetadata;
@@ -274,3 +276,5 @@ BOOST_AUTO_TEST_CASE(local_validation_errors_name_expected_and_actual) {
   ok &= PackedMetadata::from_seq_idx(std::vector<std::int64_t>{-3, -3, 9, 9}, 2).seq_idx() == ids_type{-3, -3, 9, 9};
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
 }
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -4,7 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "ctxpar/partition/head_partition.hpp"
 #include "ctxpar/partition/packed_metadata.hpp"
+#include "ctxpar/partition/zigzag.hpp"
 #include "ctxpar_test/harness.hpp"
 
 using ctxpar::PackedMetadata;
@@ -101,5 +103,77 @@ BOOST_AUTO_TEST_CASE(different_valid_ids_on_one_rank) {
       PackedMetadata::from_seq_idx(g, ids);
     };
     CTXPAR_TEST_ALL(g, throws_everywhere(g, call, "every rank must agree on the sequence ids (fingerprint)", bad));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(dense_zigzag_length_on_one_rank) {
+  const auto& g = world();
+  const std::int64_t two_p = 2 * g.size();
+  const auto layout = ctxpar::ZigzagLayout::create(g, 3 * two_p);
+  CTXPAR_TEST_ALL(g, layout.parts() == g.size() && layout.chunk() == 3);
+  for (int bad = 0; bad < g.size(); ++bad) {
+    auto call = [&] { ctxpar::ZigzagLayout::create(g, g.rank() == bad ? 3 * two_p + 1 : 3 * two_p, "ctxpar::heads::to_head_parallel"); };
+    const std::string needle = "ctxpar::heads::to_head_parallel: on rank " + std::to_string(bad) +
+                               ": the zigzag layout needs a sequence length that is a positive multiple of 2P (expected "
+                               "a positive multiple of " + std::to_string(two_p) + ", got " + std::to_string(3 * two_p + 1) + ")";
+    CTXPAR_TEST_ALL(g, throws_everywhere(g, call, needle, bad));
+  }
+  for (int bad = 1; bad < g.size(); ++bad) {
+    auto call = [&] { ctxpar::ZigzagLayout::create(g, g.rank() == bad ? 4 * two_p : 3 * two_p); };
+    CTXPAR_TEST_ALL(g, throws_everywhere(g, call, "every rank must agree on the sequence length", bad));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(packed_zigzag_length_on_one_rank) {
+  const auto& g = world();
+  const int two_p = 2 * g.size();
+  for (int bad = 0; bad < g.size(); ++bad) {
+    auto call = [&] {
+      std::vector<int> cu{0, two_p, 3 * two_p, 4 * two_p};
+      if (g.rank() == bad) cu[2] += 1;  // sequence 1 gets 2·2P + 1 tokens, sequence 2 gets 2P - 1
+      ctxpar::PackedZigzagLayout<>::create(g, cu);
+    };
+    const std::string needle = "on rank " + std::to_string(bad) +
+                               ": every packed sequence length must be divisible by 2P for the zigzag layout (sequence 1 has "
+                               "length " + std::to_string(2 * two_p + 1) + ")";
+    CTXPAR_TEST_ALL(g, throws_everywhere(g, call, needle, bad));
+  }
+  for (int bad = 1; bad < g.size(); ++bad) {
+    auto call = [&] {
+      std::vector<int> cu{0, two_p, 3 * two_p};
+      if (g.rank() == bad) cu = {0, 2 * two_p, 3 * two_p};  // valid, but not what the others hold
+      ctxpar::PackedZigzagLayout<>::create(g, cu);
+    };
+    CTXPAR_TEST_ALL(g, throws_everywhere(g, call, "every rank must agree on cu_seqlens (fingerprint)", bad));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(head_counts_on_one_rank) {
+  const auto& g = world();
+  const int p = g.size();
+  // Valid everywhere: ngroups < P (repeat) or ngroups == P.
+  const auto kp = ctxpar::KeyGroupPartition::create(g, 2 * p, 1);
+  CTXPAR_TEST_ALL(g, kp.size(g.rank()) == 1 && kp.begin(g.rank()) == 0 && kp.repeat() == p);
+  for (int bad = 0; bad < g.size(); ++bad) {
+    // nheads not a multiple of ngroups on one rank (applies at every P).
+    auto groups = [&] { ctxpar::KeyGroupPartition::create(g, 2 * p, g.rank() == bad ? 4 * p + 1 : 1); };
+    CTXPAR_TEST_ALL(g, throws_everywhere(g, groups,
+                                         "on rank " + std::to_string(bad) +
+                                             ": the number of heads must be divisible by the number of key groups",
+                                         bad));
+    if (p > 1) {
+      auto heads = [&] { ctxpar::HeadPartition::create(g, g.rank() == bad ? 2 * p + 1 : 2 * p); };
+      CTXPAR_TEST_ALL(g, throws_everywhere(g, heads,
+                                           "on rank " + std::to_string(bad) +
+                                               ": the number of heads must be divisible by the number of ranks P (or "
+                                               "choose ctxpar::UnevenHeads) (expected a multiple of P = " +
+                                               std::to_string(p) + ", got nheads = " + std::to_string(2 * p + 1) + ")",
+                                           bad));
+      // The uneven policy accepts the same count, but every rank must agree on it.
+      auto disagree = [&] { ctxpar::HeadPartition::create(g, g.rank() == bad ? 2 * p + 1 : 2 * p, ctxpar::UnevenHeads{}); };
+      if (bad > 0) {
+        CTXPAR_TEST_ALL(g, throws_everywhere(g, disagree, "every rank must agree on the number of heads", bad));
+      }
+    }
   }
 }
