@@ -1,0 +1,73 @@
+/// \file
+/// Wall-clock timing for benchmarks: warm-up, repeats, and median / min / max of the repeats.
+/// Callers fence inside the timed function, so the time covers the finished work.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace ctxpar::bench {
+
+/// Summary of the repeats of one timed case, in seconds.
+struct Timing {
+  /// Median of the repeats (the figure ratios are computed from).
+  double median_s = 0;
+  /// Fastest repeat.
+  double min_s = 0;
+  /// Slowest repeat.
+  double max_s = 0;
+  /// Number of timed repeats (warm-up excluded).
+  int repeats = 0;
+};
+
+/// Summarises a list of per-repeat times.
+inline Timing summarise(std::vector<double> seconds) {
+  Timing t;
+  if (seconds.empty()) return t;
+  std::sort(seconds.begin(), seconds.end());
+  const std::size_t n = seconds.size();
+  t.median_s = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+  t.min_s = seconds.front();
+  t.max_s = seconds.back();
+  t.repeats = static_cast<int>(n);
+  return t;
+}
+
+/// Runs `f` `warmup` times untimed, then `repeats` times timed. `f` must fence its execution
+/// space before returning.
+template <class F>
+Timing time_it(F&& f, int warmup = 2, int repeats = 7) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<std::size_t>(repeats));
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    const auto stop = std::chrono::steady_clock::now();
+    seconds.push_back(std::chrono::duration<double>(stop - start).count());
+  }
+  return summarise(std::move(seconds));
+}
+
+/// Times a collective step on every rank of `comm`: each repeat starts after a barrier and counts
+/// the slowest rank's time (all ranks return the same Timing). Collective.
+template <class F>
+Timing time_collective(MPI_Comm comm, F&& f, int warmup = 2, int repeats = 7) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<std::size_t>(repeats));
+  for (int i = 0; i < repeats; ++i) {
+    MPI_Barrier(comm);
+    const double start = MPI_Wtime();
+    f();
+    double mine = MPI_Wtime() - start, slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    seconds.push_back(slowest);
+  }
+  return summarise(std::move(seconds));
+}
+
+}  // namespace ctxpar::bench
