@@ -1,0 +1,130 @@
+// The CLI's option parser and subcommand registry (examples/cli/command.hpp): every accepted
+// spelling, and a clear UsageError for each kind of bad command line. Local code: run at np 1.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "ctxpar_test/harness.hpp"
+
+namespace {
+
+using ctxpar::cli::Args;
+
+// True when `f` throws a UsageError whose message contains every string of `needles`.
+template <class F>
+bool usage_error(F&& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+  } catch (const ctxpar::cli::UsageError& e) {
+    const std::string text = e.what();
+    for (const auto& n : needles) {
+      if (text.find(n) == std::string::npos) {
+        BOOST_TEST_MESSAGE("message '" << text << "' lacks '" << n << "'");
+        return false;
+      }
+    }
+    return true;
+  } catch (...) {
+    return false;
+  }
+  return false;
+}
+
+int ran_with = -1;
+int fake_command(const Args& args, const ctxpar::Group&) {
+  ran_with = args.get<int>("n");
+  return 7;
+}
+bool fake_part(const ctxpar::Group&, std::ostream& report) {
+  report << "fake";
+  return true;
+}
+
+}  // namespace
+
+CTXPAR_CLI_COMMAND("zz-test", "a command registered by the test", "--n N [--verbose]",
+                   fake_command);
+CTXPAR_CLI_DEMO_PART("zz-test-part", fake_part);
+
+BOOST_AUTO_TEST_CASE(values_flags_and_spellings) {
+  const Args a("t", {"--n", "12", "--x=2.5", "--flag", "--shift", "-3", "--name", "abc", "--big",
+                     "9000000000", "--yes", "true", "--empty="});
+  BOOST_TEST(a.get<int>("n") == 12);
+  BOOST_TEST(a.get<double>("x") == 2.5);
+  BOOST_TEST(a.get<float>("x") == 2.5f);
+  BOOST_TEST(a.has("flag"));
+  BOOST_TEST(!a.has("other"));
+  BOOST_TEST(a.get<int>("shift") == -3);
+  BOOST_TEST(a.get<std::string>("name") == "abc");
+  BOOST_TEST(a.get<std::int64_t>("big") == 9000000000LL);
+  BOOST_TEST(a.get<bool>("yes"));
+  BOOST_TEST(a.get<std::string>("empty").empty());
+  BOOST_TEST(a.get<int>("absent", 5) == 5);
+  BOOST_TEST(a.get("absent", "text") == "text");
+  BOOST_TEST(a.given("flag"));
+}
+
+BOOST_AUTO_TEST_CASE(missing_and_ill_typed_options) {
+  const Args a("swa", {"--n", "12abc", "--x", "nan-ish", "--flag", "--k", "99999999999", "--u",
+                       "-1", "--b", "maybe", "--v", "3"});
+  BOOST_TEST(usage_error([&] { a.get<int>("length"); },
+                         {"ctxpar swa", "missing required option --length"}));
+  BOOST_TEST(usage_error([&] { a.get<int>("n"); }, {"--n must be an integer", "12abc"}));
+  BOOST_TEST(usage_error([&] { a.get<int>("n", 3); }, {"--n must be an integer"}));
+  BOOST_TEST(usage_error([&] { a.get<double>("x"); }, {"--x must be a number", "nan-ish"}));
+  BOOST_TEST(usage_error([&] { a.get<int>("k"); }, {"--k is out of range", "99999999999"}));
+  BOOST_TEST(usage_error([&] { a.get<unsigned>("u"); }, {"--u is out of range"}));
+  BOOST_TEST(usage_error([&] { a.get<bool>("b"); }, {"--b must be a boolean", "maybe"}));
+  BOOST_TEST(usage_error([&] { a.get<int>("flag"); }, {"--flag needs a value"}));
+  BOOST_TEST(usage_error([&] { a.has("v"); }, {"--v is a flag and takes no value"}));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_repeated_and_positional_arguments) {
+  const std::set<std::string> allowed{"n", "verbose"};
+  BOOST_TEST(usage_error(
+      [&] {
+        Args("swa", {"--n", "1", "--bogus", "2"}, allowed);
+      },
+      {"unknown option --bogus", "--n, --verbose"}));
+  BOOST_TEST(usage_error([&] { Args("swa", {"--n", "1", "--n", "2"}, allowed); }, {"given twice"}));
+  BOOST_TEST(usage_error([&] { Args("swa", {"input.npy"}, allowed); }, {"input.npy"}));
+  BOOST_TEST(usage_error([&] { Args("swa", {"-n", "3"}, allowed); }, {"-n"}));
+}
+
+BOOST_AUTO_TEST_CASE(usage_strings_declare_the_options) {
+  const auto opts = ctxpar::cli::options_in_usage("--q FILE [--seq-len N] [--zigzag] --out_dir D");
+  BOOST_TEST((opts == std::set<std::string>{"q", "seq-len", "zigzag", "out_dir"}));
+}
+
+BOOST_AUTO_TEST_CASE(registry_dispatch_and_help) {
+  const auto& group = ctxpar::test::world();
+  std::ostringstream help;
+  ctxpar::cli::print_help(help);
+  BOOST_TEST(help.str().find("zz-test") != std::string::npos);
+  BOOST_TEST(help.str().find("a command registered by the test") != std::string::npos);
+
+  auto inv = ctxpar::cli::parse_invocation({"zz-test", "--n", "4", "--verbose"});
+  BOOST_TEST(!inv.help);
+  BOOST_TEST(inv.command->fn(*inv.args, group) == 7);
+  BOOST_TEST(ran_with == 4);
+  BOOST_TEST(ctxpar::cli::parse_invocation({"zz-test", "--help"}).help);
+  BOOST_TEST(ctxpar::cli::parse_invocation({}).help);
+  BOOST_TEST(ctxpar::cli::parse_invocation({"help", "zz-test"}).command != nullptr);
+  BOOST_TEST(
+      usage_error([] { ctxpar::cli::parse_invocation({"nope"}); }, {"unknown command", "nope"}));
+  BOOST_TEST(usage_error(
+      [] {
+        ctxpar::cli::parse_invocation({"zz-test", "--m", "1"});
+      },
+      {"ctxpar zz-test", "unknown option --m"}));
+
+  bool found = false;
+  for (const auto& p : ctxpar::cli::demo_parts()) {
+    if (p.name == "zz-test-part") {
+      std::ostringstream report;
+      found = p.fn(group, report) && report.str() == "fake";
+    }
+  }
+  BOOST_TEST(found);
+}
