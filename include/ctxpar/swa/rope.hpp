@@ -1,0 +1,86 @@
+/// \file
+/// Rotary position embedding (rotate-half convention) at explicit absolute positions, and its
+/// backward (the inverse rotation at the same positions).
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/error.hpp"
+#include "ctxpar/core/view_checks.hpp"
+
+namespace ctxpar::swa {
+
+namespace impl {
+
+/// Rotates pair `(d, d + D/2)` of every (token, head) by `sign * pos * base^(-2d/D)`. The angle,
+/// its cosine and sine and the products are evaluated in double from nothing but (position, d),
+/// so a token's rotation is the same bit pattern whichever shard or batch it is rotated in.
+template <class InView, class OutView, class PosView>
+struct RopeFunctor {
+  InView x;
+  OutView y;
+  PosView pos;
+  double base;
+  double sign;
+  std::int64_t heads, half;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t flat) const {
+    const std::int64_t d = flat % half;
+    const std::int64_t h = (flat / half) % heads;
+    const std::int64_t i = flat / (half * heads);
+    const double dim = static_cast<double>(2 * half);
+    const double angle = static_cast<double>(pos(i)) * compat::pow(base, -2.0 * static_cast<double>(d) / dim);
+    const double c = compat::cos(angle);
+    const double s = sign * compat::sin(angle);
+    const double a = static_cast<double>(x(i, h, d));
+    const double b = static_cast<double>(x(i, h, d + half));
+    using value_type = typename OutView::non_const_value_type;
+    y(i, h, d) = static_cast<value_type>(a * c - b * s);
+    y(i, h, d + half) = static_cast<value_type>(b * c + a * s);
+  }
+};
+
+template <class ExecutionSpace, class InView, class OutView, class PosView>
+void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos, double base, double sign,
+                const OutView& y, const char* label) {
+  const std::string op = "ctxpar::swa::rope";
+  require_local(x.extent(2) % 2 == 0, op, "the head dimension must be even", "an even D", x.extent(2));
+  require_local(x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1) && x.extent(2) == y.extent(2), op,
+                "input and output shapes must match", x.extent(0), y.extent(0));
+  require_local(pos.extent(0) == x.extent(0), op, "one position per token", x.extent(0), pos.extent(0));
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0)), heads = static_cast<std::int64_t>(x.extent(1));
+  const std::int64_t half = static_cast<std::int64_t>(x.extent(2)) / 2;
+  if (n * heads * half == 0) return;
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * heads * half),
+                       RopeFunctor<InView, OutView, PosView>{x, y, pos, base, sign, heads, half});
+}
+
+}  // namespace impl
+
+/// Writes into `y [n, H, D]` the rotate-half RoPE of `x [n, H, D]` at absolute positions
+/// `pos [n]`: for `d < D/2`, `(y_d, y_{d+D/2}) = R(pos * base^(-2d/D)) (x_d, x_{d+D/2})`.
+/// Element-wise, so rotating a shard gives the same bits as rotating the whole axis; `y` may
+/// alias `x`. Throws `ctxpar::Error` for odd `D` or mismatched shapes.
+template <class ExecutionSpace, class InView, class OutView, class PosView>
+void rope_forward(const ExecutionSpace& space, const InView& x, const PosView& pos, double base, const OutView& y) {
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, InView);
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, OutView);
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, PosView);
+  impl::rope_apply(space, x, pos, base, 1.0, y, "ctxpar::swa::rope_forward");
+}
+
+/// Backward of `rope_forward`: writes into `dx` the inverse rotation of `dy` at the same positions
+/// (the rotation is orthogonal, so its adjoint is its inverse). `dx` may alias `dy`.
+template <class ExecutionSpace, class InView, class OutView, class PosView>
+void rope_backward(const ExecutionSpace& space, const InView& dy, const PosView& pos, double base, const OutView& dx) {
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, InView);
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, OutView);
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, PosView);
+  impl::rope_apply(space, dy, pos, base, -1.0, dx, "ctxpar::swa::rope_backward");
+}
+
+}  // namespace ctxpar::swa

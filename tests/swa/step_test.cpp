@@ -1,0 +1,179 @@
+// The single-rank sliding-window attention step against the fp64 oracle (forward and backward,
+// edge cases, a long stream with the carried cache), and the oracle against finite differences.
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "ctxpar/swa/step.hpp"
+#include "ctxpar_test/harness.hpp"
+#include "fixtures.hpp"
+
+namespace ts = ctxpar::test::swa;
+using ctxpar::test::world;
+
+namespace {
+
+double loss(const ts::Problem& p, const ts::Tensor& dout) {
+  const auto f = ts::forward(p);
+  double s = 0;
+  for (std::size_t i = 0; i < f.out.data.size(); ++i) s += f.out.data[i] * dout.data[i];
+  return s;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(oracle_gradients_match_central_differences) {
+  ts::StreamSpec spec;
+  spec.tokens = 7;
+  spec.hq = 4;
+  spec.hkv = 2;
+  spec.dim = 4;
+  spec.window = 3;
+  spec.first_position = 5;
+  spec.document_starts = {4};
+  spec.base = 100.0;
+  auto s = ts::make_stream<double>(spec);
+  const auto f = ts::forward(s.problem);
+  const auto g = ts::backward(s.problem, f, s.dout);
+  // Central differences with step h have truncation error h^2/6 |f'''| (|f'''| = O(1) for inputs in
+  // [-1, 1)) and rounding error ~ u |f| / h: with h = 1e-5 both stay below 1e-9.
+  const double h = 1e-5, tol = 1e-8;
+  bool ok = true;
+  auto check = [&](ts::Tensor ts::Problem::*member, const ts::Tensor& grad, const char* name) {
+    for (std::size_t i = 0; i < (s.problem.*member).data.size(); ++i) {
+      ts::Problem plus = s.problem, minus = s.problem;
+      (plus.*member).data[i] += h;
+      (minus.*member).data[i] -= h;
+      const double fd = (loss(plus, s.dout) - loss(minus, s.dout)) / (2 * h);
+      if (std::fabs(fd - grad.data[i]) > tol) {
+        std::cerr << name << "[" << i << "]: analytic " << grad.data[i] << " vs finite difference " << fd << "\n";
+        ok = false;
+      }
+    }
+  };
+  check(&ts::Problem::q, g.dq, "dq");
+  check(&ts::Problem::k, g.dk, "dk");
+  check(&ts::Problem::v, g.dv, "dv");
+  CTXPAR_TEST_ALL(world(), ok);
+}
+
+namespace {
+
+/// One step with cache = tokens [0, c) and chunk = tokens [c, c + t) of a stream, against the
+/// oracle on the whole stream (dout zero on the cache rows, whose queries the step does not compute).
+template <class Case>
+bool one_step_matches(ts::StreamSpec spec, std::int64_t c) {
+  using Scalar = typename Case::scalar_type;
+  using Mem = typename Case::memory_space;
+  typename Case::execution_space space;
+  auto s = ts::make_stream<Scalar>(spec);
+  for (std::int64_t i = 0; i < c; ++i)
+    for (std::int64_t a = 0; a < spec.hq; ++a)
+      for (std::int64_t d = 0; d < spec.dim; ++d) s.dout(i, a, d) = 0;
+  const std::int64_t t = spec.tokens - c;
+  const auto f = ts::forward(s.problem);
+  const auto g = ts::backward(s.problem, f, s.dout);
+  const auto b = ts::bounds(s.problem, f, s.dout, ctxpar::test::unit_roundoff<Scalar>());
+  ctxpar::swa::Options o;
+  o.window = spec.window;
+  o.rope_base = spec.base;
+  auto chunk = ts::chunk_of<Scalar, Mem>(s.problem, c, t);
+  auto cache = ts::block_of<Scalar, Mem>(s.problem, 0, c);
+  auto r = ctxpar::swa::step_forward(space, chunk, cache, o);
+  auto dout = ts::to_view<Scalar, Mem>(s.dout, c, t);
+  auto gr = ctxpar::swa::step_backward(space, r.state, dout);
+  bool ok = ts::close_to("out", r.out, f.out, b.out, c);
+  ok = ts::close_to("dq", gr.dq, g.dq, b.dq, c) && ok;
+  ok = ts::close_to("dk", gr.dk, g.dk, b.dk, c) && ok;
+  ok = ts::close_to("dv", gr.dv, g.dv, b.dv, c) && ok;
+  ok = ts::close_to("dk_cache", gr.dk_cache, g.dk, b.dk, 0) && ok;
+  ok = ts::close_to("dv_cache", gr.dv_cache, g.dv, b.dv, 0) && ok;
+  // The next cache is the raw tail of the axis.
+  const std::int64_t n = ctxpar::swa::next_cache_length(spec.window, spec.tokens);
+  ok = ok && static_cast<std::int64_t>(r.next_cache.length()) == n;
+  ok = ok && ts::bitwise_equal(r.next_cache.k, ts::to_view<Scalar, Mem>(s.problem.k, spec.tokens - n, n));
+  if (!ok) std::cerr << "  (case: c=" << c << " t=" << t << " W=" << spec.window << " Hq=" << spec.hq << ")\n";
+  return ok;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(step_matches_oracle_on_edge_cases, Case, ctxpar::test::cases) {
+  struct Variant {
+    std::int64_t tokens, c, window, hq, hkv, dim, first;
+    std::vector<std::int64_t> docs;
+  };
+  const std::vector<Variant> variants = {
+      {37, 0, 0, 2, 2, 16, 0, {}},             // c = 0, unlimited window
+      {40, 7, 8, 4, 1, 16, 3, {}},             // Hq = 4 Hkv, positions not starting at 0
+      {41, 10, 11, 2, 1, 8, 100, {4, 20}},     // document boundary inside the cache and the chunk
+      {9, 8, 9, 2, 2, 8, 0, {}},               // t = 1 (decode)
+      {20, 0, 1, 2, 1, 8, 0, {}},              // W = 1: self only
+      {70, 20, 100, 2, 1, 64, 0, {}},          // W >= L
+      {130, 31, 32, 2, 2, 32, 0, {33, 34}},    // a one-token document, several key tiles
+  };
+  bool ok = true;
+  std::uint64_t seed = 11;
+  for (const auto& v : variants) {
+    ts::StreamSpec spec;
+    spec.tokens = v.tokens;
+    spec.window = v.window;
+    spec.hq = v.hq;
+    spec.hkv = v.hkv;
+    spec.dim = v.dim;
+    spec.first_position = v.first;
+    spec.document_starts = v.docs;
+    spec.seed = seed++;
+    ok = one_step_matches<Case>(spec, v.c) && ok;
+  }
+  CTXPAR_TEST_ALL(world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass, Case, ctxpar::test::cases) {
+  using Scalar = typename Case::scalar_type;
+  using Mem = typename Case::memory_space;
+  typename Case::execution_space space;
+  ts::StreamSpec spec;
+  spec.tokens = 107;
+  spec.window = 9;
+  spec.hq = 4;
+  spec.hkv = 2;
+  spec.dim = 8;
+  spec.first_position = 2;
+  spec.position_step = 3;
+  spec.document_starts = {50, 51, 77};
+  spec.seed = 5;
+  auto s = ts::make_stream<Scalar>(spec);
+  const auto f = ts::forward(s.problem);
+  const auto g = ts::backward(s.problem, f, s.dout);
+  const auto b = ts::bounds(s.problem, f, s.dout, ctxpar::test::unit_roundoff<Scalar>());
+  ctxpar::swa::Options o;
+  o.window = spec.window;
+  const std::int64_t step = 5;  // 22 steps, the last one shorter
+  std::vector<ctxpar::swa::StepState<Scalar, Mem>> states;
+  auto cache = ctxpar::swa::empty_cache<Scalar, Mem>(spec.hkv, spec.dim);
+  cache.ids = ctxpar::swa::Ids<Mem>("ids", 0);
+  bool ok = true;
+  for (std::int64_t from = 0; from < spec.tokens; from += step) {
+    const std::int64_t t = std::min(step, spec.tokens - from);
+    auto r = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t), cache, o);
+    ok = ts::close_to("streamed out", r.out, f.out, b.out, from) && ok;
+    cache = r.next_cache;
+    states.push_back(r.state);
+  }
+  ctxpar::swa::CacheGradient<Scalar, Mem> carried;
+  std::int64_t from = spec.tokens;
+  for (auto it = states.rbegin(); it != states.rend(); ++it) {
+    const std::int64_t t = it->q_rot.extent(0);
+    from -= t;
+    auto gr = ctxpar::swa::step_backward(space, *it, ts::to_view<Scalar, Mem>(s.dout, from, t), carried);
+    ok = ts::close_to("streamed dq", gr.dq, g.dq, b.dq, from) && ok;
+    ok = ts::close_to("streamed dk", gr.dk, g.dk, b.dk, from) && ok;
+    ok = ts::close_to("streamed dv", gr.dv, g.dv, b.dv, from) && ok;
+    carried.dk = gr.dk_cache;
+    carried.dv = gr.dv_cache;
+  }
+  BOOST_TEST(states.size() >= 20u);
+  CTXPAR_TEST_ALL(world(), ok);
+}
