@@ -1,0 +1,434 @@
+// The collectives on views against oracles every rank computes on its own from (rank, index), with
+// uneven and zero-length contributions, and exact traffic counters against their formulas.
+// Typed over every enabled backend and float / double / int. Data are small integers, so every
+// expected value (sums included) is exact in every scalar type and compared with ==.
+#include <climits>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ctxpar/comm/comm.hpp"
+#include "ctxpar/partition/balanced_chunks.hpp"
+#include "ctxpar_test/harness.hpp"
+
+namespace {
+
+using ctxpar::CollectiveKind;
+using ctxpar::test::Case;
+using ctxpar::test::world;
+
+template <class Tuple>
+struct with_scalars;
+template <class... Exec>
+struct with_scalars<std::tuple<Exec...>> {
+  using type = typename ctxpar::test::impl::concat<
+      std::tuple<Case<Exec, float>, Case<Exec, double>, Case<Exec, int>>..., std::tuple<>>::type;
+};
+using comm_cases = typename with_scalars<ctxpar::test::execution_spaces>::type;
+
+// A small nonzero integer from (seed, a, b), exactly representable in float, double and int.
+template <class T>
+T value(std::uint64_t seed, std::int64_t a, std::int64_t b = 0) {
+  const double u = ctxpar::test::uniform(seed, static_cast<std::uint64_t>(a * 7919 + b));
+  const long v = std::lround(u * 500.0);
+  return static_cast<T>(v == 0 ? 1 : v);
+}
+
+template <class T, class Memory, class F>
+Kokkos::View<T*, Memory> make_view(const std::string& label, std::int64_t n, F&& f) {
+  Kokkos::View<T*, Memory> v(label, n);
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::int64_t i = 0; i < n; ++i) h(i) = f(i);
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+template <class View>
+std::vector<typename View::non_const_value_type> to_host(const View& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<typename View::non_const_value_type>(h.data(), h.data() + h.extent(0));
+}
+
+bool traffic_is(CollectiveKind kind, std::int64_t calls, std::int64_t sent, std::int64_t received) {
+  const auto& t = world().traffic(kind);
+  const bool ok = t.calls == calls && t.bytes_sent == sent && t.bytes_received == received;
+  if (!ok) {
+    std::cerr << "[rank " << world().rank() << "] " << ctxpar::to_string(kind) << " traffic: calls " << t.calls
+              << " (want " << calls << "), sent " << t.bytes_sent << " (want " << sent << "), received "
+              << t.bytes_received << " (want " << received << ")\n";
+  }
+  return ok;
+}
+
+// Per-rank counts of several shapes, all known to every rank: uneven with zeros, BalancedChunks
+// of an axis shorter than P (empty shards), all zero.
+std::vector<std::vector<int>> count_patterns(int p) {
+  std::vector<std::vector<int>> patterns;
+  std::vector<int> uneven, all_zero(p, 0);
+  for (int j = 0; j < p; ++j) uneven.push_back((3 * j + 1) % 4);
+  patterns.push_back(uneven);
+  patterns.push_back(ctxpar::BalancedChunks{std::max(1, p - 1), p}.counts(3));  // L < P: trailing empties
+  patterns.push_back(ctxpar::BalancedChunks{2 * p + 1, p}.counts(2));
+  patterns.push_back(all_zero);
+  return patterns;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(collectives)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(allgather_equal_counts, C, comm_cases) {
+  using T = typename C::scalar_type;
+  using M = typename C::memory_space;
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  bool ok = true;
+  for (std::int64_t n : {0, 1, 5}) {
+    g.reset_traffic();
+    auto send = make_view<T, M>("send", n, [&](std::int64_t i) { return value<T>(1, me, i); });
+    Kokkos::View<T*, M> recv("recv", n * p);
+    ctxpar::allgather(typename C::execution_space(), g, send, recv);
+    const auto got = to_host(recv);
+    for (int j = 0; j < p; ++j) {
+      for (std::int64_t i = 0; i < n; ++i) ok = ok && got[j * n + i] == value<T>(1, j, i);
+    }
+    const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T)) * (p - 1);
+    ok = ok && traffic_is(CollectiveKind::allgather, 1, bytes, bytes);
+  }
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(allgatherv_uneven_and_empty, C, comm_cases) {
+  using T = typename C::scalar_type;
+  using M = typename C::memory_space;
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  bool ok = true;
+  for (const auto& counts : count_patterns(p)) {
+    g.reset_traffic();
+    std::int64_t total = 0;
+    for (int c : counts) total += c;
+    auto send = make_view<T, M>("send", counts[me], [&](std::int64_t i) { return value<T>(2, me, i); });
+    // One slot more than needed, holding a sentinel: recv may be longer than the sum of counts.
+    Kokkos::View<T*, M> recv("recv", total + 1);
+    Kokkos::deep_copy(recv, T(77));
+    ctxpar::allgatherv(typename C::execution_space(), g, send, recv, counts);
+    const auto got = to_host(recv);
+    std::int64_t at = 0;
+    for (int j = 0; j < p; ++j) {
+      for (int i = 0; i < counts[j]; ++i) ok = ok && got[at++] == value<T>(2, j, i);
+    }
+    ok = ok && got[total] == T(77);
+    const std::int64_t elem = sizeof(T), own = counts[me];
+    ok = ok && traffic_is(CollectiveKind::allgather, 1, own * elem * (p - 1), (total - own) * elem);
+  }
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(alltoall_equal_blocks, C, comm_cases) {
+  using T = typename C::scalar_type;
+  using M = typename C::memory_space;
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  bool ok = true;
+  for (std::int64_t b : {0, 1, 3}) {
+    g.reset_traffic();
+    // Element i of block j encodes (sender, destination, i).
+    auto send = make_view<T, M>("send", b * p, [&](std::int64_t k) { return value<T>(3, me * 64 + k / b, k % b); });
+    Kokkos::View<T*, M> recv("recv", b * p);
+    ctxpar::alltoall(typename C::execution_space(), g, send, recv);
+    const auto got = to_host(recv);
+    for (int i = 0; i < p; ++i) {
+      for (std::int64_t k = 0; k < b; ++k) ok = ok && got[i * b + k] == value<T>(3, i * 64 + me, k);
+    }
+    const std::int64_t bytes = b * (p - 1) * static_cast<std::int64_t>(sizeof(T));
+    ok = ok && traffic_is(CollectiveKind::alltoall, 1, bytes, bytes);
+  }
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(alltoallv_uneven_and_empty, C, comm_cases) {
+  using T = typename C::scalar_type;
+  using M = typename C::memory_space;
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  bool ok = true;
+  // c(from, to): elements rank `from` sends to rank `to`; several patterns with zeros.
+  const std::vector<std::function<int(int, int)>> patterns = {
+      [](int from, int to) { return (from + 2 * to) % 3; },
+      [](int from, int to) { return from == to ? 0 : from + 1; },
+      [](int from, int) { return from == 0 ? 4 : 0; },  // only rank 0 sends
+      [](int, int) { return 0; }};
+  for (const auto& c : patterns) {
+    g.reset_traffic();
+    std::vector<int> send_counts, recv_counts;
+    std::int64_t stotal = 0, rtotal = 0;
+    for (int j = 0; j < p; ++j) {
+      send_counts.push_back(c(me, j));
+      recv_counts.push_back(c(j, me));
+      stotal += send_counts.back();
+      rtotal += recv_counts.back();
+    }
+    std::vector<T> packed;
+    for (int j = 0; j < p; ++j) {
+      for (int k = 0; k < send_counts[j]; ++k) packed.push_back(value<T>(4, me * 64 + j, k));
+    }
+    auto send = make_view<T, M>("send", stotal, [&](std::int64_t i) { return packed[i]; });
+    Kokkos::View<T*, M> recv("recv", rtotal);
+    ctxpar::alltoallv(typename C::execution_space(), g, send, send_counts, recv, recv_counts);
+    const auto got = to_host(recv);
+    std::int64_t at = 0;
+    for (int i = 0; i < p; ++i) {
+      for (int k = 0; k < recv_counts[i]; ++k) ok = ok && got[at++] == value<T>(4, i * 64 + me, k);
+    }
+    const std::int64_t elem = sizeof(T);
+    ok = ok && traffic_is(CollectiveKind::alltoall, 1, (stotal - send_counts[me]) * elem,
+                          (rtotal - recv_counts[me]) * elem);
+  }
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_is_the_adjoint_of_allgatherv, C, comm_cases) {
+  using T = typename C::scalar_type;
+  using M = typename C::memory_space;
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  bool ok = true;
+  for (const auto& counts : count_patterns(p)) {
+    std::int64_t total = 0, offset = 0;
+    for (int j = 0; j < p; ++j) {
+      if (j < me) offset += counts[j];
+      total += counts[j];
+    }
+    g.reset_traffic();
+    auto y = make_view<T, M>("y", total, [&](std::int64_t k) { return value<T>(5, me, k); });
+    Kokkos::View<T*, M> ry("ry", counts[me]);
+    ctxpar::reduce_scatter(typename C::execution_space(), g, y, ry, counts);
+    const auto got = to_host(ry);
+    for (int k = 0; k < counts[me]; ++k) {
+      T sum = 0;
+      for (int r = 0; r < p; ++r) sum += value<T>(5, r, offset + k);
+      ok = ok && got[k] == sum;
+    }
+    const std::int64_t elem = sizeof(T), own = counts[me];
+    ok = ok && traffic_is(CollectiveKind::reduce_scatter, 1, (total - own) * elem, own * elem * (p - 1));
+    // Adjointness: sum over ranks of <allgatherv(x), y> equals sum over ranks of <x, reduce_scatter(y)>.
+    auto x = make_view<T, M>("x", counts[me], [&](std::int64_t k) { return value<T>(6, me, k); });
+    Kokkos::View<T*, M> gx("gx", total);
+    ctxpar::allgatherv(typename C::execution_space(), g, x, gx, counts);
+    const auto gxh = to_host(gx), yh = to_host(y), xh = to_host(x);
+    double lhs = 0, rhs = 0;
+    for (std::int64_t k = 0; k < total; ++k) lhs += static_cast<double>(gxh[k]) * static_cast<double>(yh[k]);
+    for (int k = 0; k < counts[me]; ++k) rhs += static_cast<double>(xh[k]) * static_cast<double>(got[k]);
+    double sums[2] = {lhs, rhs}, all[2] = {0, 0};
+    MPI_Allreduce(sums, all, 2, MPI_DOUBLE, MPI_SUM, g.mpi_comm());
+    ok = ok && all[0] == all[1];  // integer data: both sides exact
+  }
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(allreduce_sum_of_ranks, C, comm_cases) {
+  using T = typename C::scalar_type;
+  using M = typename C::memory_space;
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  bool ok = true;
+  for (std::int64_t n : {0, 1, 9}) {
+    g.reset_traffic();
+    auto v = make_view<T, M>("v", n, [&](std::int64_t i) { return value<T>(7, me, i); });
+    ctxpar::allreduce_sum(typename C::execution_space(), g, v);
+    const auto got = to_host(v);
+    for (std::int64_t i = 0; i < n; ++i) {
+      T sum = 0;
+      for (int r = 0; r < p; ++r) sum += value<T>(7, r, i);
+      ok = ok && got[i] == sum;
+    }
+    const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T)) * (p - 1);
+    ok = ok && traffic_is(CollectiveKind::allreduce, 1, bytes, bytes);
+  }
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(sendrecv_open_and_periodic_rings, C, comm_cases) {
+  using T = typename C::scalar_type;
+  using M = typename C::memory_space;
+  using ctxpar::no_rank;
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  bool ok = true;
+  for (std::int64_t n : {0, 4}) {
+    // Open chain to the right: the first rank receives nothing and its buffer stays untouched.
+    g.reset_traffic();
+    auto send = make_view<T, M>("send", n, [&](std::int64_t i) { return value<T>(8, me, i); });
+    Kokkos::View<T*, M> recv("recv", n);
+    Kokkos::deep_copy(recv, T(-99));
+    const int dest = me + 1 < p ? me + 1 : no_rank, source = me > 0 ? me - 1 : no_rank;
+    ctxpar::sendrecv(typename C::execution_space(), g, send, dest, recv, source, 3);
+    auto got = to_host(recv);
+    for (std::int64_t i = 0; i < n; ++i) ok = ok && got[i] == (source == no_rank ? T(-99) : value<T>(8, source, i));
+    const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T));
+    ok = ok && traffic_is(CollectiveKind::sendrecv, 1, dest == no_rank ? 0 : bytes, source == no_rank ? 0 : bytes);
+    // Periodic ring to the left (at np 1 a rank exchanges with itself).
+    const int left = (me + p - 1) % p, right = (me + 1) % p;
+    ctxpar::sendrecv(typename C::execution_space(), g, send, left, recv, right, 4);
+    got = to_host(recv);
+    for (std::int64_t i = 0; i < n; ++i) ok = ok && got[i] == value<T>(8, right, i);
+    ok = ok && world().traffic(CollectiveKind::sendrecv).calls == 2;
+  }
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+namespace {
+// `inout := earlier · inout` for row-major 2x2 matrices: associative, not commutative.
+template <class ExecutionSpace, class View>
+struct MatMul2 {
+  View earlier, inout;
+  KOKKOS_INLINE_FUNCTION void operator()(int) const {
+    const auto a = earlier(0), b = earlier(1), c = earlier(2), d = earlier(3);
+    const auto e = inout(0), f = inout(1), g = inout(2), h = inout(3);
+    inout(0) = a * e + b * g;
+    inout(1) = a * f + b * h;
+    inout(2) = c * e + d * g;
+    inout(3) = c * f + d * h;
+  }
+};
+
+template <class ExecutionSpace>
+struct MatMulCombine {
+  template <class View>
+  void operator()(const View& earlier, const View& inout) const {
+    Kokkos::parallel_for("ctxpar::test::matmul2", Kokkos::RangePolicy<ExecutionSpace>(0, 1),
+                         MatMul2<ExecutionSpace, View>{earlier, inout});
+    Kokkos::fence();
+  }
+};
+
+// Rank r's matrix: entries in {-1, 0, 1, 2}, unimodular-ish so products of 8 stay small and exact;
+// consecutive ranks' matrices do not commute.
+template <class T>
+std::vector<T> matrix_of(int r) {
+  const int k = r % 4;
+  switch (k) {
+    case 0: return {T(1), T(1), T(0), T(1)};
+    case 1: return {T(1), T(0), T(1), T(1)};
+    case 2: return {T(0), T(-1), T(1), T(2)};
+    default: return {T(2), T(1), T(1), T(1)};
+  }
+}
+
+template <class T>
+std::vector<T> product(const std::vector<int>& ranks) {
+  std::vector<T> m{T(1), T(0), T(0), T(1)};
+  for (int r : ranks) {  // left to right: m := m · M_r
+    const auto x = matrix_of<T>(r);
+    m = {m[0] * x[0] + m[1] * x[2], m[0] * x[1] + m[1] * x[3], m[2] * x[0] + m[3] * x[2], m[2] * x[1] + m[3] * x[3]};
+  }
+  return m;
+}
+
+// Rounds of Hillis-Steele in which this rank (at `ordinal` in scan order) sends and receives.
+void scan_rounds(int ordinal, int p, std::int64_t& sends, std::int64_t& receives) {
+  sends = receives = 0;
+  for (int d = 1; d < p; d <<= 1) {
+    if (ordinal + d < p) ++sends;
+    if (ordinal - d >= 0) ++receives;
+  }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(scans_with_a_non_commutative_operation, C, comm_cases) {
+  using T = typename C::scalar_type;
+  using M = typename C::memory_space;
+  using Exec = typename C::execution_space;
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  bool ok = true;
+  for (auto direction : {ctxpar::ScanDirection::forward, ctxpar::ScanDirection::reverse}) {
+    const bool forward = direction == ctxpar::ScanDirection::forward;
+    const int ordinal = forward ? me : p - 1 - me;
+    std::vector<int> before;  // ranks before this one in scan order, earliest first
+    for (int k = 0; k < ordinal; ++k) before.push_back(forward ? k : p - 1 - k);
+    std::vector<int> through = before;
+    through.push_back(me);
+    const auto mine = matrix_of<T>(me);
+    const std::int64_t bytes = 4 * static_cast<std::int64_t>(sizeof(T));
+    std::int64_t sends = 0, receives = 0;
+    scan_rounds(ordinal, p, sends, receives);
+
+    g.reset_traffic();
+    auto record = make_view<T, M>("record", 4, [&](std::int64_t i) { return mine[i]; });
+    const bool has = ctxpar::exclusive_scan(Exec(), g, record, MatMulCombine<Exec>(), direction);
+    auto got = to_host(record);
+    ok = ok && has == (ordinal > 0) && got == (ordinal > 0 ? product<T>(before) : mine);
+    ok = ok && traffic_is(CollectiveKind::scan, 1, sends * bytes, receives * bytes);
+
+    auto inclusive = make_view<T, M>("inclusive", 4, [&](std::int64_t i) { return mine[i]; });
+    ctxpar::inclusive_scan(Exec(), g, inclusive, MatMulCombine<Exec>(), direction);
+    ok = ok && to_host(inclusive) == product<T>(through);
+    // The oracle is order-sensitive: the commuted product differs somewhere (P >= 2), so a scan
+    // that composed in the wrong order could not pass.
+    std::vector<int> reversed(through.rbegin(), through.rend());
+    const bool differs = product<T>(reversed) != product<T>(through);
+    int any = differs ? 1 : 0, all_any = 0;
+    MPI_Allreduce(&any, &all_any, 1, MPI_INT, MPI_LOR, g.mpi_comm());
+    ok = ok && (p == 1 || all_any == 1);
+  }
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+BOOST_AUTO_TEST_CASE(int_count_overflow_guard) {
+  // Calls the count conversion every collective uses; nothing of 2^31 elements is allocated.
+  bool ok = ctxpar::impl::mpi_count(INT_MAX, "ctxpar::test") == INT_MAX && ctxpar::impl::mpi_count(0, "x") == 0;
+  auto throws = [](auto f, const std::string& needle) {
+    try {
+      f();
+    } catch (const ctxpar::Error& e) {
+      const bool good = std::string(e.what()).find(needle) != std::string::npos;
+      if (!good) std::cerr << "unexpected message: " << e.what() << "\n";
+      return good;
+    }
+    return false;
+  };
+  const std::int64_t too_many = std::int64_t{INT_MAX} + 1;
+  ok = ok && throws([&] { ctxpar::impl::mpi_count(too_many, "ctxpar::allgatherv"); },
+                    "ctxpar::allgatherv: an MPI count must fit in int (expected at most 2147483647 elements, got "
+                    "2147483648)");
+  ok = ok && throws([&] { ctxpar::impl::mpi_count(-1, "ctxpar::alltoallv"); }, "got -1");
+  // Displacements: the running sum overflows although every single count fits.
+  ok = ok && throws([&] { ctxpar::impl::displacements({INT_MAX, 1}, "ctxpar::allgatherv"); },
+                    "an MPI count must fit in int");
+  ok = ok && throws([&] { ctxpar::impl::displacements({INT_MAX, 1, 0}, "ctxpar::alltoallv"); }, "got 2147483648");
+  ok = ok && ctxpar::impl::displacements({INT_MAX - 1, 1}, "x") == std::vector<int>{0, INT_MAX - 1};
+  CTXPAR_TEST_ALL(world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE(mismatched_buffers_give_clear_errors) {
+  // Wrong sizes on every rank: each rank refuses locally before any MPI call, so none hangs.
+  const auto& g = world();
+  const int p = g.size();
+  Kokkos::View<double*, Kokkos::HostSpace> send("send", 2), small("small", 2 * p - 1);
+  auto local = [](auto f, const std::string& needle) {
+    try {
+      f();
+    } catch (const ctxpar::Error& e) {
+      return std::string(e.what()).find(needle) != std::string::npos;
+    }
+    return false;
+  };
+  const Kokkos::DefaultHostExecutionSpace host;
+  bool ok = local([&] { ctxpar::allgather(host, g, send, small); }, "recv must hold size() * send.span() elements");
+  ok = ok && local([&] { ctxpar::allgatherv(host, g, send, small, std::vector<int>(p + 1, 2)); }, "one count per rank");
+  ok = ok && local([&] { ctxpar::reduce_scatter(host, g, small, send, std::vector<int>(p, 2)); },
+                   "send must hold the sum of counts");
+  Kokkos::View<double**, Kokkos::LayoutStride, Kokkos::HostSpace> strided(
+      "strided", Kokkos::LayoutStride(2, 3, 2, 1));
+  auto column = Kokkos::subview(strided, Kokkos::ALL, 0);
+  ok = ok && local([&] { ctxpar::allreduce_sum(host, g, column); }, "must be contiguous");
+  CTXPAR_TEST_ALL(g, ok);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
