@@ -42,11 +42,11 @@ struct ChunkData {
   using view = Kokkos::View<Scalar*, MemorySpace>;
   /// (first sub-step row, number of rows, sequence) of every chunk.
   Kokkos::View<int* [3], MemorySpace> chunks;
-  view gamma;         ///< [nc, H, C] in-chunk cumulative log-gate (padding rows repeat the last)
-  view x, p;          ///< [nc, H, C, C] (I + A)⁻¹ and the decayed causal scores
-  view wt, kt, qh;    ///< [nc, H, C, K] W̃, K̃, diag(Γ) Q̂
-  view ut, u, du;     ///< [nc, H, C, V] Ũ, U (forward), dU (backward)
-  view s0, dse;       ///< [nc, H, K, V] chunk-start state (forward), end-state gradient (backward)
+  view gamma;       ///< [nc, H, C] in-chunk cumulative log-gate (padding rows repeat the last)
+  view x, p;        ///< [nc, H, C, C] (I + A)⁻¹ and the decayed causal scores
+  view wt, kt, qh;  ///< [nc, H, C, K] W̃, K̃, diag(Γ) Q̂
+  view ut, u, du;   ///< [nc, H, C, V] Ũ, U (forward), dU (backward)
+  view s0, dse;     ///< [nc, H, K, V] chunk-start state (forward), end-state gradient (backward)
 };
 
 template <class Scalar, class ExecutionSpace>
@@ -79,9 +79,9 @@ struct IntraChunk {
     Scalar* Kt = cd.kt.data() + blk * C * K;
     Scalar* Qh = cd.qh.data() + blk * C * K;
     Scalar* Ut = cd.ut.data() + blk * C * V;
-    scratch kT(team.team_scratch(1), std::size_t(K) * C), qs(team.team_scratch(1), std::size_t(C) * K),
-        A(team.team_scratch(1), std::size_t(C) * C), bk(team.team_scratch(1), std::size_t(C) * K),
-        bv(team.team_scratch(1), std::size_t(C) * V);
+    scratch kT(team.team_scratch(1), std::size_t(K) * C),
+        qs(team.team_scratch(1), std::size_t(C) * K), A(team.team_scratch(1), std::size_t(C) * C),
+        bk(team.team_scratch(1), std::size_t(C) * K), bv(team.team_scratch(1), std::size_t(C) * V);
 
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       Scalar acc = 0;
@@ -114,7 +114,8 @@ struct IntraChunk {
     });
     team.team_barrier();
     // Gram K Kᵀ (lower part) and Q̂ Kᵀ: both read Kᵀ as the contiguous right operand.
-    team_gemm(team, C, C, K, Scalar(1), transposed(kT.data(), C), kT.data(), C, A.data(), C, false, true);
+    team_gemm(team, C, C, K, Scalar(1), transposed(kT.data(), C), kT.data(), C, A.data(), C, false,
+              true);
     team_gemm(team, C, C, K, Scalar(1), rows(qs.data(), K), kT.data(), C, P, C, false, true);
     team.team_barrier();
     // Decays as exp(γ_i − γ_j): never a ratio of two cumulative products (under/overflow).
@@ -137,17 +138,19 @@ struct IntraChunk {
           x = Scalar(1);
         } else if (j < i) {
           x = -A[static_cast<long>(i) * C + j];
-          for (int m = j + 1; m < i; ++m) x -= A[static_cast<long>(i) * C + m] * X[static_cast<long>(m) * C + j];
+          for (int m = j + 1; m < i; ++m)
+            x -= A[static_cast<long>(i) * C + m] * X[static_cast<long>(m) * C + j];
         }
         X[static_cast<long>(i) * C + j] = x;
       });
       team.team_barrier();
     }
-    team_gemm(team, C, K, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K, false);
-    team_gemm(team, C, V, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V, false);
+    team_gemm(team, C, K, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K,
+              false);
+    team_gemm(team, C, V, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V,
+              false);
   }
 };
-
 
 /// Which sequences a state pass runs over and what it reads and writes. Pointers may be null:
 /// `init` null starts from zero; `final_state`, `out`, `m_out` null are not written.
@@ -155,6 +158,7 @@ template <class Scalar>
 struct PassTargets {
   const int* first_chunk = nullptr;  ///< [N + 1] chunk range of every local sequence
   int seq_begin = 0;                 ///< first sequence of the pass
+  int row_base = 0;                  ///< sequence `s` uses row `s - row_base` of init/final_state
   const Scalar* init = nullptr;      ///< [N, H, K, V] per-sequence start (forward) / end (reverse)
   Scalar* final_state = nullptr;     ///< [N, H, K, V] per-sequence end (forward) / start (reverse)
   float* m_out = nullptr;            ///< [H, K, K] M (forward) or Mᵀ (reverse) of `seq_begin`
@@ -192,15 +196,17 @@ struct ForwardPass {
     const bool m_cols = b >= blocks_v;
     const int j0 = m_cols ? (b - blocks_v) * NB : b * NB;
     const int width = m_cols ? (K - j0 < NB ? K - j0 : NB) : (V - j0 < NB ? V - j0 : NB);
-    scratch Z(team.team_scratch(1), std::size_t(K) * NB), U(team.team_scratch(1), std::size_t(C) * NB),
-        O(team.team_scratch(1), std::size_t(C) * NB);
-    const long sh = (static_cast<long>(s) * H + h) * K * V;
+    scratch Z(team.team_scratch(1), std::size_t(K) * NB),
+        U(team.team_scratch(1), std::size_t(C) * NB), O(team.team_scratch(1), std::size_t(C) * NB);
+    const long sh = (static_cast<long>(s - tg.row_base) * H + h) * K * V;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int j = 0; j < width; ++j) {
         Scalar z;
-        if (m_cols) z = p == j0 + j ? Scalar(1) : Scalar(0);
-        else z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
+        if (m_cols)
+          z = p == j0 + j ? Scalar(1) : Scalar(0);
+        else
+          z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
         Z[p * NB + j] = z;
       }
     });
@@ -210,7 +216,8 @@ struct ForwardPass {
       const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
       const Scalar* Ut = cd.ut.data() + blk * C * V;
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-        for (int j = 0; j < width; ++j) U[i * NB + j] = m_cols ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
+        for (int j = 0; j < width; ++j)
+          U[i * NB + j] = m_cols ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
       });
       if (tg.save && !m_cols) {
         Scalar* S0 = cd.s0.data() + blk * K * V;
@@ -219,12 +226,15 @@ struct ForwardPass {
         });
       }
       team.team_barrier();
-      team_gemm(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z.data(), NB, U.data(), NB, true);
+      team_gemm(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z.data(), NB,
+                U.data(), NB, true);
       team.team_barrier();
       if (tg.out && !m_cols) {
-        team_gemm(team, C, width, K, Scalar(1), rows(cd.qh.data() + blk * C * K, K), Z.data(), NB, O.data(), NB, false);
+        team_gemm(team, C, width, K, Scalar(1), rows(cd.qh.data() + blk * C * K, K), Z.data(), NB,
+                  O.data(), NB, false);
         team.team_barrier();
-        team_gemm(team, C, width, C, Scalar(1), rows(cd.p.data() + blk * C * C, C, Band::lower), U.data(), NB, O.data(), NB, true);
+        team_gemm(team, C, width, C, Scalar(1), rows(cd.p.data() + blk * C * C, C, Band::lower),
+                  U.data(), NB, O.data(), NB, true);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
           if (!pb.has_query(r0 + i)) return;
@@ -243,13 +253,16 @@ struct ForwardPass {
         for (int j = 0; j < width; ++j) Z[p * NB + j] *= last;
       });
       team.team_barrier();
-      team_gemm(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K), U.data(), NB, Z.data(), NB, true);
+      team_gemm(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K), U.data(),
+                NB, Z.data(), NB, true);
       team.team_barrier();
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int j = 0; j < width; ++j) {
         if (m_cols) {
-          if (tg.m_out) tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j] = static_cast<float>(Z[p * NB + j]);
+          if (tg.m_out)
+            tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j] =
+                static_cast<float>(Z[p * NB + j]);
         } else if (tg.final_state) {
           tg.final_state[sh + static_cast<long>(p) * V + j0 + j] = Z[p * NB + j];
         }
@@ -282,15 +295,18 @@ struct ReversePass {
     const bool m_cols = b >= blocks_v;
     const int j0 = m_cols ? (b - blocks_v) * NB : b * NB;
     const int width = m_cols ? (K - j0 < NB ? K - j0 : NB) : (V - j0 < NB ? V - j0 : NB);
-    scratch D(team.team_scratch(1), std::size_t(K) * NB), dU(team.team_scratch(1), std::size_t(C) * NB),
+    scratch D(team.team_scratch(1), std::size_t(K) * NB),
+        dU(team.team_scratch(1), std::size_t(C) * NB),
         dO(team.team_scratch(1), std::size_t(C) * NB);
-    const long sh = (static_cast<long>(s) * H + h) * K * V;
+    const long sh = (static_cast<long>(s - tg.row_base) * H + h) * K * V;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int j = 0; j < width; ++j) {
         Scalar z;
-        if (m_cols) z = p == j0 + j ? Scalar(1) : Scalar(0);
-        else z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
+        if (m_cols)
+          z = p == j0 + j ? Scalar(1) : Scalar(0);
+        else
+          z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
         D[p * NB + j] = z;
       }
     });
@@ -300,7 +316,8 @@ struct ReversePass {
       const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
         const bool read = !m_cols && tg.dout && i < n && pb.has_query(r0 + i);
-        const Scalar* drow = read ? tg.dout + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0 : nullptr;
+        const Scalar* drow =
+            read ? tg.dout + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0 : nullptr;
         for (int j = 0; j < width; ++j) dO[i * NB + j] = read ? drow[j] : Scalar(0);
       });
       if (tg.save && !m_cols) {
@@ -310,11 +327,13 @@ struct ReversePass {
         });
       }
       team.team_barrier();
-      team_gemm(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D.data(), NB, dU.data(), NB, false);
+      team_gemm(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D.data(), NB,
+                dU.data(), NB, false);
       team.team_barrier();
       if (!m_cols) {
-        team_gemm(team, C, width, C, Scalar(1), transposed(cd.p.data() + blk * C * C, C, Band::upper), dO.data(), NB,
-                  dU.data(), NB, true);
+        team_gemm(team, C, width, C, Scalar(1),
+                  transposed(cd.p.data() + blk * C * C, C, Band::upper), dO.data(), NB, dU.data(),
+                  NB, true);
         team.team_barrier();
       }
       if (tg.save && !m_cols) {
@@ -329,18 +348,20 @@ struct ReversePass {
       });
       team.team_barrier();
       if (!m_cols) {
-        team_gemm(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K), dO.data(), NB, D.data(), NB,
-                  true);
+        team_gemm(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K),
+                  dO.data(), NB, D.data(), NB, true);
         team.team_barrier();
       }
-      team_gemm(team, K, width, C, Scalar(-1), transposed(cd.wt.data() + blk * C * K, K), dU.data(), NB, D.data(), NB,
-                true);
+      team_gemm(team, K, width, C, Scalar(-1), transposed(cd.wt.data() + blk * C * K, K), dU.data(),
+                NB, D.data(), NB, true);
       team.team_barrier();
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int j = 0; j < width; ++j) {
         if (m_cols) {
-          if (tg.m_out) tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j] = static_cast<float>(D[p * NB + j]);
+          if (tg.m_out)
+            tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j] =
+                static_cast<float>(D[p * NB + j]);
         } else if (tg.final_state) {
           tg.final_state[sh + static_cast<long>(p) * V + j0 + j] = D[p * NB + j];
         }
@@ -349,24 +370,23 @@ struct ReversePass {
   }
 };
 
-
 /// Raw gradient outputs of the per-chunk backward.
 template <class Scalar>
 struct GradTargets {
-  Scalar* dq = nullptr;     ///< [T, H, K]
-  Scalar* dk = nullptr;     ///< [T·n_h, H, K]
-  Scalar* dv = nullptr;     ///< [T·n_h, H, V]
-  Scalar* dg = nullptr;     ///< [T, H]
-  Scalar* dbeta = nullptr;  ///< [T·n_h, H]
+  Scalar* dq = nullptr;          ///< [T, H, K]
+  Scalar* dk = nullptr;          ///< [T·n_h, H, K]
+  Scalar* dv = nullptr;          ///< [T·n_h, H, V]
+  Scalar* dg = nullptr;          ///< [T, H]
+  Scalar* dbeta = nullptr;       ///< [T·n_h, H]
   const Scalar* dout = nullptr;  ///< [T, H, V]
 };
 
 /// Per-(chunk, head) gradients from the saved chunk data, the chunk-start state S0, the
 /// end-state gradient dS' and dU = Pᵀ dO + K̃ dS' (both from the reverse pass):
 ///   dY = Xᵀ dU, dR = diag(β) dY, dA = −dY Uᵀ (strictly lower), dP = dO Uᵀ (lower),
-///   dQ̂ = diag(Γ) dO S0ᵀ + (dP⊙L) K,  dK = (dP⊙L)ᵀ Q̂ + (H + Hᵀ) K + diag(λ) U dS'ᵀ − diag(βΓ) dY S0ᵀ
-///   with H = dA ⊙ β_i L, dV = dR, dβ_i = (v_i − Γ_i S0ᵀk_i)·dY_i + Σ_j dA_ij L_ij k_i·k_j, and the
-///   log-gate gradient from every exp(γ) factor, summed backwards within the chunk.
+///   dQ̂ = diag(Γ) dO S0ᵀ + (dP⊙L) K,  dK = (dP⊙L)ᵀ Q̂ + (H + Hᵀ) K + diag(λ) U dS'ᵀ − diag(βΓ) dY
+///   S0ᵀ with H = dA ⊙ β_i L, dV = dR, dβ_i = (v_i − Γ_i S0ᵀk_i)·dY_i + Σ_j dA_ij L_ij k_i·k_j, and
+///   the log-gate gradient from every exp(γ) factor, summed backwards within the chunk.
 template <class Scalar, class ExecutionSpace, class MemorySpace>
 struct ChunkGradients {
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
@@ -376,8 +396,10 @@ struct ChunkGradients {
   GradTargets<Scalar> gt;
 
   static std::size_t scratch_bytes(int C, int K, int V) {
-    const std::size_t ck = scratch::shmem_size(std::size_t(C) * K), cv = scratch::shmem_size(std::size_t(C) * V),
-                      vk = scratch::shmem_size(std::size_t(V) * K), cc = scratch::shmem_size(std::size_t(C) * C),
+    const std::size_t ck = scratch::shmem_size(std::size_t(C) * K),
+                      cv = scratch::shmem_size(std::size_t(C) * V),
+                      vk = scratch::shmem_size(std::size_t(V) * K),
+                      cc = scratch::shmem_size(std::size_t(C) * C),
                       c1 = scratch::shmem_size(std::size_t(C));
     // kr krT qs F Eb Tm dQ dK | dO dY UT | S0T dSeT | G dP dA | 4 row vectors
     return 8 * ck + 3 * cv + 2 * vk + 3 * cc + 4 * c1;
@@ -410,7 +432,8 @@ struct ChunkGradients {
       const bool query = live && pb.has_query(row);
       const Scalar* krow = live ? pb.k + (static_cast<long>(row) * H + h) * K : nullptr;
       const Scalar* qrow = query ? pb.q + (static_cast<long>(pb.token(row)) * H + h) * K : nullptr;
-      const Scalar* drow = query ? gt.dout + (static_cast<long>(pb.token(row)) * H + h) * V : nullptr;
+      const Scalar* drow =
+          query ? gt.dout + (static_cast<long>(pb.token(row)) * H + h) * V : nullptr;
       for (int d = 0; d < K; ++d) {
         const Scalar kd = live ? krow[d] : Scalar(0);
         kr[static_cast<long>(i) * K + d] = kd;
@@ -430,12 +453,15 @@ struct ChunkGradients {
     });
     team.team_barrier();
     team_gemm(team, C, K, V, Scalar(1), rows(dO.data(), V), S0T.data(), K, F.data(), K, false);
-    team_gemm(team, C, C, V, Scalar(1), rows(dO.data(), V), UT.data(), C, dP.data(), C, false, true);
-    team_gemm(team, C, C, K, Scalar(1), rows(kr.data(), K), krT.data(), C, G.data(), C, false, true);
+    team_gemm(team, C, C, V, Scalar(1), rows(dO.data(), V), UT.data(), C, dP.data(), C, false,
+              true);
+    team_gemm(team, C, C, K, Scalar(1), rows(kr.data(), K), krT.data(), C, G.data(), C, false,
+              true);
     team_gemm(team, C, V, C, Scalar(1), transposed(X, C, Band::upper), dU, V, dY.data(), V, false);
     team_gemm(team, C, K, V, Scalar(1), rows(U, V), dSeT.data(), K, Tm.data(), K, false);
     team.team_barrier();
-    team_gemm(team, C, C, V, Scalar(1), rows(dY.data(), V), UT.data(), C, dA.data(), C, false, true);
+    team_gemm(team, C, C, V, Scalar(1), rows(dY.data(), V), UT.data(), C, dA.data(), C, false,
+              true);
     team_gemm(team, C, K, V, Scalar(1), rows(dY.data(), V), S0T.data(), K, Eb.data(), K, false);
     team.team_barrier();
     // dP → dP⊙L, dA → H, G → E = dP⊙P + dA⊙A (for the log-gate), row sums on the way.
@@ -465,12 +491,16 @@ struct ChunkGradients {
       dbA[i] = db;
     });
     team.team_barrier();
-    team_gemm(team, C, K, C, Scalar(1), rows(dP.data(), C, Band::lower), kr.data(), K, dQ.data(), K, false);
-    team_gemm(team, C, K, C, Scalar(1), transposed(dP.data(), C, Band::upper), qs.data(), K, dK.data(), K, false);
+    team_gemm(team, C, K, C, Scalar(1), rows(dP.data(), C, Band::lower), kr.data(), K, dQ.data(), K,
+              false);
+    team_gemm(team, C, K, C, Scalar(1), transposed(dP.data(), C, Band::upper), qs.data(), K,
+              dK.data(), K, false);
     team.team_barrier();
-    team_gemm(team, C, K, C, Scalar(1), rows(dA.data(), C, Band::lower), kr.data(), K, dK.data(), K, true);
+    team_gemm(team, C, K, C, Scalar(1), rows(dA.data(), C, Band::lower), kr.data(), K, dK.data(), K,
+              true);
     team.team_barrier();
-    team_gemm(team, C, K, C, Scalar(1), transposed(dA.data(), C, Band::upper), kr.data(), K, dK.data(), K, true);
+    team_gemm(team, C, K, C, Scalar(1), transposed(dA.data(), C, Band::upper), kr.data(), K,
+              dK.data(), K, true);
     team.team_barrier();
     const Scalar glast = gam[C - 1];
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
@@ -511,7 +541,8 @@ struct ChunkGradients {
     });
     Scalar sdot = 0;
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, K * V), [&](int i, Scalar& acc) { acc += S0[i] * dSe[i]; }, sdot);
+        Kokkos::TeamThreadRange(team, K * V), [&](int i, Scalar& acc) { acc += S0[i] * dSe[i]; },
+        sdot);
     team.team_barrier();
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       if (n == 0) return;

@@ -76,7 +76,8 @@ KOKKOS_INLINE_FUNCTION void gemm(const Member& team, int m, int n, int k, T alph
         for (int s = 0; s < NR; ++s) bv[s] = brow[s];
         CTXPAR_GD_UNROLL
         for (int r = 0; r < MR; ++r) {
-          const T av = a.ptr[static_cast<long>(i0 + r) * a.row_stride + static_cast<long>(p) * a.col_stride];
+          const T av =
+              a.ptr[static_cast<long>(i0 + r) * a.row_stride + static_cast<long>(p) * a.col_stride];
           CTXPAR_GD_UNROLL
           for (int s = 0; s < NR; ++s) acc[r][s] += av * bv[s];
         }
@@ -85,14 +86,16 @@ KOKKOS_INLINE_FUNCTION void gemm(const Member& team, int m, int n, int k, T alph
       for (int r = 0; r < MR; ++r) {
         T* crow = c + static_cast<long>(i0 + r) * ldc + j0;
         CTXPAR_GD_UNROLL
-        for (int s = 0; s < NR; ++s) crow[s] = accumulate ? crow[s] + alpha * acc[r][s] : alpha * acc[r][s];
+        for (int s = 0; s < NR; ++s)
+          crow[s] = accumulate ? crow[s] + alpha * acc[r][s] : alpha * acc[r][s];
       }
     } else {
       for (int r = 0; r < mr; ++r) {
         for (int s = 0; s < nr; ++s) {
           T acc = T(0);
           for (int p = p0; p < p1; ++p)
-            acc += a.ptr[static_cast<long>(i0 + r) * a.row_stride + static_cast<long>(p) * a.col_stride] *
+            acc += a.ptr[static_cast<long>(i0 + r) * a.row_stride +
+                         static_cast<long>(p) * a.col_stride] *
                    b[static_cast<long>(p) * ldb + j0 + s];
           T& out = c[static_cast<long>(i0 + r) * ldc + j0 + s];
           out = accumulate ? out + alpha * acc : alpha * acc;

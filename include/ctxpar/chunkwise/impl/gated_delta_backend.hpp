@@ -1,0 +1,279 @@
+/// \file
+/// The backend class shared by the gated delta rule (`n_h = 1`, `k [T, H, K]`) and the gated
+/// delta product (`k [T, n_h, H, K]`): plan queries, checks and the four contract methods on top
+/// of `gated_delta_engine.hpp`. Both families are one kernel set: a product token is `n_h`
+/// delta sub-steps whose sub-step rows are contiguous in memory in both layouts.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "ctxpar/chunkwise/backend.hpp"
+#include "ctxpar/chunkwise/impl/gated_delta_engine.hpp"
+#include "ctxpar/core/compat.hpp"
+
+namespace ctxpar::impl::gated_delta {
+
+/// Counts the non-finite entries of a contiguous view (the NaN/Inf check flag).
+template <class ExecutionSpace, class View>
+std::int64_t count_non_finite(const ExecutionSpace& space, const View& view) {
+  const auto* data = view.data();
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "ctxpar::chunkwise::gated_delta::non_finite",
+      Kokkos::RangePolicy<ExecutionSpace>(space, 0, static_cast<std::int64_t>(view.span())),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t & acc) {
+        acc += compat::isfinite(data[i]) ? 0 : 1;
+      },
+      bad);
+  return bad;
+}
+
+template <class View>
+std::string dims(const View& v) {
+  std::string out = "[";
+  for (int i = 0; i < compat::view_rank<View>; ++i)
+    out += (i ? ", " : "") + std::to_string(v.extent(i));
+  return out + "]";
+}
+
+inline std::string dims(std::initializer_list<std::int64_t> d) {
+  std::string out = "[";
+  int i = 0;
+  for (auto x : d) out += (i++ ? ", " : "") + std::to_string(x);
+  return out + "]";
+}
+
+template <class View>
+bool has_extents(const View& v, std::initializer_list<std::int64_t> d) {
+  if (static_cast<int>(d.size()) != compat::view_rank<View>) return false;
+  int i = 0;
+  for (auto x : d)
+    if (static_cast<std::int64_t>(v.extent(i++)) != x) return false;
+  return true;
+}
+
+template <class View>
+auto slice_tokens(const View& v, std::pair<std::int64_t, std::int64_t> r) {
+  if constexpr (compat::view_rank<View> == 2)
+    return Kokkos::subview(v, r, Kokkos::ALL);
+  else if constexpr (compat::view_rank<View> == 3)
+    return Kokkos::subview(v, r, Kokkos::ALL, Kokkos::ALL);
+  else
+    return Kokkos::subview(v, r, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
+}
+
+/// Gated delta backend. `Product = false`: `k, v [T, H, ·]`, `β [T, H]` and `n_h = 1`;
+/// `Product = true`: `k, v [T, n_h, H, ·]`, `β [T, n_h, H]`.
+template <class Scalar, class MemorySpace, bool Product, class Inputs, class Gradients>
+class Backend {
+ public:
+  using scalar_type = Scalar;                             ///< activation type
+  using memory_space = MemorySpace;                       ///< where the views live
+  using inputs_type = Inputs;                             ///< q, k, v, g, β
+  using gradients_type = Gradients;                       ///< dq, dk, dv, dg, dβ
+  using saved_type = Saved<Scalar, MemorySpace, Inputs>;  ///< kept between the methods
+  using transition_type = chunkwise::DenseTransition;     ///< `M` is `K×K` per head
+  /// Plan fingerprint family name.
+  static constexpr const char* family_name = Product ? "gated_delta_product" : "gated_delta_rule";
+  /// Plan fingerprint family id.
+  static constexpr int family_id = Product ? 4 : 3;
+
+  explicit Backend(int householder_steps, chunkwise::BackendOptions options)
+      : n_h_(householder_steps), options_(options) {}
+
+  /// Tokens per chunk (a product chunk holds `n_h` times as many delta sub-steps).
+  int chunk_size() const noexcept { return options_.chunk_size; }
+  /// Householder sub-steps per token.
+  int householder_steps() const noexcept { return n_h_; }
+  /// The output scale for key dimension `k` (`K^(-1/2)` unless set).
+  double scale(std::int64_t k) const { return chunkwise::resolve_scale(options_.scale, k); }
+
+  /// `T, H, K, V` of `in`.
+  chunkwise::ChunkwiseShape shape(const inputs_type& in) const {
+    return {static_cast<std::int64_t>(in.q.extent(0)), static_cast<std::int64_t>(in.q.extent(1)),
+            static_cast<std::int64_t>(in.q.extent(2)),
+            static_cast<std::int64_t>(in.v.extent(compat::view_rank<decltype(in.v)> - 1))};
+  }
+
+  /// Records input violations (local; no communication).
+  void check(Preconditions& chk, const inputs_type& in) const {
+    const auto s = shape(in);
+    const std::int64_t T = s.tokens, H = s.heads, K = s.key_dim, V = s.value_dim, n = n_h_;
+    chk.require(options_.chunk_size >= 1, "the chunk size must be positive", ">= 1",
+                options_.chunk_size);
+    chk.require(n_h_ >= 1, "the number of householder steps n_h must be at least 1", "n_h >= 1",
+                n_h_);
+    chk.require(K > 0, "the key dimension K must be positive", "K > 0", K);
+    chk.require(V > 0, "the value dimension V must be positive", "V > 0", V);
+    chk.require(H > 0, "the head count H must be positive", "H > 0", H);
+    if constexpr (Product) {
+      chk.require(has_extents(in.k, {T, n, H, K}), "k must be [T, n_h, H, K]", dims({T, n, H, K}),
+                  dims(in.k));
+      chk.require(in.v.extent(0) == in.q.extent(0) &&
+                      static_cast<std::int64_t>(in.v.extent(1)) == n &&
+                      in.v.extent(2) == in.q.extent(1),
+                  "v must be [T, n_h, H, V]", dims({T, n, H, V}), dims(in.v));
+      chk.require(has_extents(in.beta, {T, n, H}), "beta must be [T, n_h, H]", dims({T, n, H}),
+                  dims(in.beta));
+    } else {
+      chk.require(has_extents(in.k, {T, H, K}), "k must be [T, H, K] like q", dims({T, H, K}),
+                  dims(in.k));
+      chk.require(in.v.extent(0) == in.q.extent(0) && in.v.extent(1) == in.q.extent(1),
+                  "v must be [T, H, V]", dims({T, H, V}), dims(in.v));
+      chk.require(has_extents(in.beta, {T, H}), "beta must be [T, H]", dims({T, H}), dims(in.beta));
+    }
+    chk.require(has_extents(in.g, {T, H}), "g must be [T, H]", dims({T, H}), dims(in.g));
+    chk.require(in.q.span_is_contiguous() && in.k.span_is_contiguous() &&
+                    in.v.span_is_contiguous() && in.g.span_is_contiguous() &&
+                    in.beta.span_is_contiguous(),
+                "q, k, v, g and beta must be contiguous", "contiguous views", "a strided view");
+  }
+
+  /// Records violations of `grads` against `in`.
+  void check_gradients(Preconditions& chk, const inputs_type& in, const gradients_type& gr) const {
+    chk.require(same(gr.dq, in.q) && same(gr.dk, in.k) && same(gr.dv, in.v) && same(gr.dg, in.g) &&
+                    same(gr.dbeta, in.beta),
+                "dq, dk, dv, dg and dbeta must have the shapes of q, k, v, g and beta",
+                dims(in.k) + " for dk", dims(gr.dk));
+    chk.require(gr.dq.span_is_contiguous() && gr.dk.span_is_contiguous() &&
+                    gr.dv.span_is_contiguous() && gr.dg.span_is_contiguous() &&
+                    gr.dbeta.span_is_contiguous(),
+                "the gradient views must be contiguous", "contiguous views", "a strided view");
+  }
+
+  /// Tokens `[begin, end)` of `in`.
+  inputs_type slice(const inputs_type& in, std::int64_t begin, std::int64_t end) const {
+    const auto r = std::make_pair(begin, end);
+    inputs_type out;
+    out.q = slice_tokens(in.q, r);
+    out.k = slice_tokens(in.k, r);
+    out.v = slice_tokens(in.v, r);
+    out.g = slice_tokens(in.g, r);
+    out.beta = slice_tokens(in.beta, r);
+    return out;
+  }
+
+  /// Tokens `[begin, end)` of `grads`.
+  gradients_type slice(const gradients_type& gr, std::int64_t begin, std::int64_t end) const {
+    const auto r = std::make_pair(begin, end);
+    gradients_type out;
+    out.dq = slice_tokens(gr.dq, r);
+    out.dk = slice_tokens(gr.dk, r);
+    out.dv = slice_tokens(gr.dv, r);
+    out.dg = slice_tokens(gr.dg, r);
+    out.dbeta = slice_tokens(gr.dbeta, r);
+    return out;
+  }
+
+  /// Whether any input holds NaN or Inf.
+  template <class ExecutionSpace>
+  bool has_non_finite(const ExecutionSpace& space, const inputs_type& in) const {
+    return count_non_finite(space, in.q) + count_non_finite(space, in.k) +
+               count_non_finite(space, in.v) + count_non_finite(space, in.g) +
+               count_non_finite(space, in.beta) >
+           0;
+  }
+
+  /// Contract method 1: summary `(M, dS)` of the trailing local sequence with zero incoming
+  /// state. Runs the per-chunk (WY/UT) phase for every local chunk and keeps it in `saved`.
+  template <class ExecutionSpace>
+  void forward_prepare(const ExecutionSpace& space, const inputs_type& in,
+                       const chunkwise::LocalSequences& seqs,
+                       const chunkwise::SummaryViews<memory_space>& summary,
+                       saved_type& saved) const {
+    compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::forward_prepare");
+    saved.inputs = in;
+    saved.intra_done = false;
+    engine::forward_prepare(space, saved, problem(in), seqs, summary);
+  }
+
+  /// Contract method 2: outputs and final states from the composed `s_in`.
+  template <class ExecutionSpace>
+  void forward_apply(
+      const ExecutionSpace& space, const inputs_type& in, const chunkwise::LocalSequences& seqs,
+      const chunkwise::const_state_view<memory_space>& s_in,
+      const chunkwise::const_sequence_states_view<Scalar, memory_space>& initial_states,
+      const chunkwise::token_view<Scalar, memory_space>& output,
+      const chunkwise::sequence_states_view<Scalar, memory_space>& final_states,
+      saved_type& saved) const {
+    compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::forward_apply");
+    if (saved.inputs.q.data() != in.q.data() || saved.inputs.k.data() != in.k.data() ||
+        saved.inputs.v.data() != in.v.data() || saved.inputs.g.data() != in.g.data() ||
+        saved.inputs.beta.data() != in.beta.data()) {
+      saved.inputs = in;
+      saved.intra_done = false;
+    }
+    engine::forward_apply(space, saved, problem(in), seqs, s_in, initial_states, output,
+                          final_states);
+  }
+
+  /// Contract method 3: summary `(Mᵀ, γ)` of the leading local sequence, zero outgoing gradient.
+  template <class ExecutionSpace>
+  void backward_prepare(const ExecutionSpace& space, saved_type& saved,
+                        const chunkwise::const_token_view<Scalar, memory_space>& output_grad,
+                        const chunkwise::LocalSequences& seqs,
+                        const chunkwise::SummaryViews<memory_space>& summary) const {
+    compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::backward_prepare");
+    engine::backward_prepare(space, saved, problem(saved.inputs), output_grad, seqs, summary);
+  }
+
+  /// Contract method 4: every gradient from the composed `ds_out`.
+  template <class ExecutionSpace>
+  void backward_apply(
+      const ExecutionSpace& space, saved_type& saved,
+      const chunkwise::const_token_view<Scalar, memory_space>& output_grad,
+      const chunkwise::LocalSequences& seqs,
+      const chunkwise::const_state_view<memory_space>& ds_out,
+      const chunkwise::const_sequence_states_view<Scalar, memory_space>& final_state_grads,
+      const gradients_type& grads,
+      const chunkwise::sequence_states_view<Scalar, memory_space>& initial_state_grads,
+      const chunkwise::state_view<memory_space>& ds_in) const {
+    compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::backward_apply");
+    GradTargets<Scalar> gt;
+    gt.dq = grads.dq.data();
+    gt.dk = grads.dk.data();
+    gt.dv = grads.dv.data();
+    gt.dg = grads.dg.data();
+    gt.dbeta = grads.dbeta.data();
+    engine::backward_apply(space, saved, problem(saved.inputs), output_grad, seqs, ds_out,
+                           final_state_grads, gt, initial_state_grads, ds_in);
+  }
+
+  /// The raw problem the kernels see (chunk measured in delta sub-steps).
+  Problem<Scalar> problem(const inputs_type& in) const {
+    const auto s = shape(in);
+    Problem<Scalar> pb;
+    pb.q = in.q.data();
+    pb.k = in.k.data();
+    pb.v = in.v.data();
+    pb.g = in.g.data();
+    pb.beta = in.beta.data();
+    pb.n_h = n_h_;
+    pb.heads = static_cast<int>(s.heads);
+    pb.key_dim = static_cast<int>(s.key_dim);
+    pb.value_dim = static_cast<int>(s.value_dim);
+    pb.chunk = options_.chunk_size * n_h_;
+    pb.scale = static_cast<Scalar>(scale(s.key_dim));
+    return pb;
+  }
+
+ private:
+  using engine = Engine<Scalar, MemorySpace, Inputs>;
+
+  template <class A, class B>
+  static bool same(const A& a, const B& b) {
+    if (compat::view_rank<A> != compat::view_rank<B>) return false;
+    for (int i = 0; i < compat::view_rank<A>; ++i)
+      if (a.extent(i) != b.extent(i)) return false;
+    return true;
+  }
+
+  int n_h_ = 1;
+  chunkwise::BackendOptions options_;
+};
+
+}  // namespace ctxpar::impl::gated_delta

@@ -1,0 +1,355 @@
+/// \file
+/// Host-side orchestration of the gated delta chunk kernels, shared by the gated delta rule and
+/// the gated delta product backends: chunk layout of the local sequences, the saved bundle, and
+/// the four contract steps expressed on raw problems.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ctxpar/chunkwise/backend.hpp"
+#include "ctxpar/chunkwise/impl/gated_delta_kernels.hpp"
+#include "ctxpar/chunkwise/local_sequences.hpp"
+#include "ctxpar/chunkwise/summary.hpp"
+#include "ctxpar/core/compat.hpp"
+
+namespace ctxpar::impl::gated_delta {
+
+/// What the forward keeps for the backward (views only), plus the chunk layout.
+template <class Scalar, class MemorySpace, class Inputs>
+struct Saved {
+  Inputs inputs;                                ///< the forward inputs (views)
+  ChunkData<Scalar, MemorySpace> cd;            ///< per-chunk quantities
+  Kokkos::View<int*, MemorySpace> first_chunk;  ///< [n + 1] chunk range of each local sequence
+  std::vector<std::int64_t> cu_seqlens;         ///< the local token boundaries the layout is for
+  Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace> m;  ///< M of the trailing fragment
+  bool intra_done = false;    ///< the per-chunk phase ran on `inputs`
+  bool m_ready = false;       ///< `m` holds M of the trailing fragment
+  bool forward_done = false;  ///< chunk-start states and U are saved
+};
+
+/// Number of chunks of `rows` sub-steps.
+inline int chunks_of(std::int64_t rows, int chunk) {
+  return static_cast<int>((rows + chunk - 1) / chunk);
+}
+
+/// Lays out the chunks of the local sequences (in sub-step rows) and allocates the saved views.
+template <class Scalar, class MemorySpace, class Inputs>
+void plan_chunks(Saved<Scalar, MemorySpace, Inputs>& sv, const Problem<Scalar>& pb,
+                 const chunkwise::LocalSequences& seqs) {
+  const int C = pb.chunk, H = pb.heads, K = pb.key_dim, V = pb.value_dim;
+  std::vector<int> first(1, 0), rows;
+  for (int s = 0; s < seqs.count(); ++s) {
+    const std::int64_t b = seqs.begin(s) * pb.n_h, e = seqs.end(s) * pb.n_h;
+    for (std::int64_t r = b; r < e; r += C) {
+      rows.push_back(static_cast<int>(r));
+      rows.push_back(static_cast<int>(e - r < C ? e - r : C));
+      rows.push_back(s);
+    }
+    first.push_back(static_cast<int>(rows.size() / 3));
+  }
+  const int nc = first.back();
+  using view = typename ChunkData<Scalar, MemorySpace>::view;
+  auto alloc = [&](const char* what, std::size_t n) {
+    return view(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                   std::string("ctxpar::chunkwise::gated_delta::") + what),
+                n);
+  };
+  const std::size_t blocks = std::size_t(nc) * H;
+  auto& cd = sv.cd;
+  cd.chunks = Kokkos::View<int* [3], MemorySpace>("ctxpar::chunkwise::gated_delta::chunks", nc);
+  auto chunks_host = Kokkos::create_mirror_view(cd.chunks);
+  for (int c = 0; c < nc; ++c)
+    for (int j = 0; j < 3; ++j) chunks_host(c, j) = rows[std::size_t(c) * 3 + j];
+  Kokkos::deep_copy(cd.chunks, chunks_host);
+  sv.first_chunk =
+      Kokkos::View<int*, MemorySpace>("ctxpar::chunkwise::gated_delta::first_chunk", first.size());
+  auto first_host = Kokkos::create_mirror_view(sv.first_chunk);
+  for (std::size_t i = 0; i < first.size(); ++i) first_host(i) = first[i];
+  Kokkos::deep_copy(sv.first_chunk, first_host);
+  cd.gamma = alloc("gamma", blocks * C);
+  cd.x = alloc("x", blocks * C * C);
+  cd.p = alloc("p", blocks * C * C);
+  cd.wt = alloc("wt", blocks * C * K);
+  cd.kt = alloc("kt", blocks * C * K);
+  cd.qh = alloc("qh", blocks * C * K);
+  cd.ut = alloc("ut", blocks * C * V);
+  cd.u = alloc("u", blocks * C * V);
+  cd.du = alloc("du", blocks * C * V);
+  cd.s0 = alloc("s0", blocks * K * V);
+  cd.dse = alloc("dse", blocks * K * V);
+  sv.m = Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace>(
+      "ctxpar::chunkwise::gated_delta::m", H, K, K);
+  sv.cu_seqlens = seqs.cu_seqlens;
+  sv.intra_done = sv.m_ready = sv.forward_done = false;
+}
+
+template <class ExecutionSpace>
+Kokkos::TeamPolicy<ExecutionSpace> team_policy(const ExecutionSpace& space, int league,
+                                               std::size_t scratch) {
+  Kokkos::TeamPolicy<ExecutionSpace> policy(space, league, Kokkos::AUTO);
+  return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
+}
+
+/// Runs the per-chunk phase over every chunk (once per forward).
+template <class ExecutionSpace, class Scalar, class MemorySpace, class Inputs>
+void run_intra(const ExecutionSpace& space, Saved<Scalar, MemorySpace, Inputs>& sv,
+               const Problem<Scalar>& pb) {
+  using functor = IntraChunk<Scalar, ExecutionSpace, MemorySpace>;
+  const int league = static_cast<int>(sv.cd.chunks.extent(0)) * pb.heads;
+  if (league > 0)
+    Kokkos::parallel_for(
+        "ctxpar::chunkwise::gated_delta::intra_chunk",
+        team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim)),
+        functor{pb, sv.cd});
+  sv.intra_done = true;
+}
+
+/// Runs a forward (`Reverse = false`) or reverse state pass over sequences `[begin, end)`.
+template <bool Reverse, class ExecutionSpace, class Scalar, class MemorySpace, class Inputs>
+void run_pass(const ExecutionSpace& space, const Saved<Scalar, MemorySpace, Inputs>& sv,
+              const Problem<Scalar>& pb, PassTargets<Scalar> tg, int begin, int end) {
+  tg.first_chunk = sv.first_chunk.data();
+  tg.seq_begin = begin;
+  const int blocks_v = (pb.value_dim + pass_block - 1) / pass_block;
+  const int blocks = blocks_v + (tg.m_out ? (pb.key_dim + pass_block - 1) / pass_block : 0);
+  const int league = (end - begin) * pb.heads * blocks;
+  if (league <= 0) return;
+  if constexpr (Reverse) {
+    using functor = ReversePass<Scalar, ExecutionSpace, MemorySpace>;
+    Kokkos::parallel_for("ctxpar::chunkwise::gated_delta::reverse_pass",
+                         team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim)),
+                         functor{pb, sv.cd, tg, blocks_v, blocks});
+  } else {
+    using functor = ForwardPass<Scalar, ExecutionSpace, MemorySpace>;
+    Kokkos::parallel_for("ctxpar::chunkwise::gated_delta::forward_pass",
+                         team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim)),
+                         functor{pb, sv.cd, tg, blocks_v, blocks});
+  }
+}
+
+/// Copies `[rows, H, K·V]`-shaped Scalar states (row `src_row` of a contiguous `[n, H, K, V]`
+/// buffer) into a (possibly strided) fp32 `[H, K·V]` summary view.
+template <class ExecutionSpace, class Scalar, class Dst>
+void store_summary_state(const ExecutionSpace& space, const Dst& dst, const Scalar* src,
+                         std::int64_t kv) {
+  const int H = static_cast<int>(dst.extent(0));
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::gated_delta::store_summary",
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0},
+                                                             {H, static_cast<int>(kv)}),
+      KOKKOS_LAMBDA(int h, int i) {
+        dst(h, i) = static_cast<float>(src[static_cast<long>(h) * kv + i]);
+      });
+}
+
+/// Copies M (or its transpose) `[H, K, K]` into the summary's `[H, K·K]` transition part.
+template <class ExecutionSpace, class MemorySpace, class Dst>
+void store_summary_transition(const ExecutionSpace& space, const Dst& dst,
+                              const Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace>& m,
+                              bool transpose) {
+  const int H = static_cast<int>(m.extent(0)), K = static_cast<int>(m.extent(1));
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::gated_delta::store_transition",
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {H, K, K}),
+      KOKKOS_LAMBDA(int h, int a, int b) {
+        dst(h, a * K + b) = transpose ? m(h, b, a) : m(h, a, b);
+      });
+}
+
+/// A contiguous `[n, H, K, V]` Scalar buffer.
+template <class Scalar, class MemorySpace>
+using states_buffer = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
+
+/// Fills `buf` row `i` from `first` (fp32, for row `pick_first`) or from `rows(ordinals[i])`
+/// (when given and `use_row[i]`), zero otherwise.
+template <class ExecutionSpace, class Scalar, class MemorySpace, class Rows>
+void fill_states(const ExecutionSpace& space, const states_buffer<Scalar, MemorySpace>& buf,
+                 const chunkwise::const_state_view<MemorySpace>& first, int pick_first,
+                 const Rows& rows_view, const std::vector<std::int32_t>& ordinals,
+                 const std::vector<bool>& use_row) {
+  const int n = static_cast<int>(buf.extent(0)), H = static_cast<int>(buf.extent(1)),
+            K = static_cast<int>(buf.extent(2)), V = static_cast<int>(buf.extent(3));
+  Kokkos::View<int*, MemorySpace> source("ctxpar::chunkwise::gated_delta::state_rows", n);
+  auto host = Kokkos::create_mirror_view(source);
+  const bool rows_given = chunkwise::is_given(rows_view);
+  for (int i = 0; i < n; ++i) {
+    host(i) = -1;
+    if (i == pick_first)
+      host(i) = chunkwise::is_given(first) ? -2 : -1;
+    else if (rows_given && use_row[std::size_t(i)])
+      host(i) = ordinals[std::size_t(i)];
+  }
+  Kokkos::deep_copy(source, host);
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::gated_delta::fill_states",
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<4>>(space, {0, 0, 0, 0}, {n, H, K, V}),
+      KOKKOS_LAMBDA(int i, int h, int a, int b) {
+        const int src = source(i);
+        Scalar x = Scalar(0);
+        if (src == -2)
+          x = static_cast<Scalar>(first(h, a, b));
+        else if (src >= 0)
+          x = rows_view(src, h, a, b);
+        buf(i, h, a, b) = x;
+      });
+}
+
+/// Copies row `i` of `buf` to `rows(ordinals[i])` for every `i` with `use_row[i]`.
+template <class ExecutionSpace, class Scalar, class MemorySpace, class Rows>
+void scatter_states(const ExecutionSpace& space, const states_buffer<Scalar, MemorySpace>& buf,
+                    const Rows& rows_view, const std::vector<std::int32_t>& ordinals,
+                    const std::vector<bool>& use_row) {
+  if (!chunkwise::is_given(rows_view)) return;
+  const int H = static_cast<int>(buf.extent(1)), K = static_cast<int>(buf.extent(2)),
+            V = static_cast<int>(buf.extent(3));
+  for (std::size_t i = 0; i < use_row.size(); ++i) {
+    if (!use_row[i]) continue;
+    const int from = static_cast<int>(i), to = ordinals[i];
+    Kokkos::parallel_for(
+        "ctxpar::chunkwise::gated_delta::scatter_states",
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {H, K, V}),
+        KOKKOS_LAMBDA(int h, int a, int b) { rows_view(to, h, a, b) = buf(from, h, a, b); });
+  }
+}
+
+/// Copies row `i` of `buf` into an fp32 `[H, K, V]` state.
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+void store_state(const ExecutionSpace& space, const states_buffer<Scalar, MemorySpace>& buf, int i,
+                 const chunkwise::state_view<MemorySpace>& out) {
+  const int H = static_cast<int>(buf.extent(1)), K = static_cast<int>(buf.extent(2)),
+            V = static_cast<int>(buf.extent(3));
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::gated_delta::store_state",
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {H, K, V}),
+      KOKKOS_LAMBDA(int h, int a, int b) { out(h, a, b) = static_cast<float>(buf(i, h, a, b)); });
+}
+
+/// The four contract steps on a raw problem; the public backends adapt their views to these.
+template <class Scalar, class MemorySpace, class Inputs>
+struct Engine {
+  using saved_type = Saved<Scalar, MemorySpace, Inputs>;
+  using buffer = states_buffer<Scalar, MemorySpace>;
+
+  template <class ExecutionSpace>
+  static void ensure_intra(const ExecutionSpace& space, saved_type& sv, const Problem<Scalar>& pb,
+                           const chunkwise::LocalSequences& seqs) {
+    if (!sv.intra_done || sv.cu_seqlens != seqs.cu_seqlens) {
+      plan_chunks(sv, pb, seqs);
+      run_intra(space, sv, pb);
+    }
+  }
+
+  template <class ExecutionSpace>
+  static void forward_prepare(const ExecutionSpace& space, saved_type& sv,
+                              const Problem<Scalar>& pb, const chunkwise::LocalSequences& seqs,
+                              const chunkwise::SummaryViews<MemorySpace>& summary) {
+    ensure_intra(space, sv, pb, seqs);
+    const int last = seqs.count() - 1;
+    buffer ds(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::ds"),
+              1, pb.heads, pb.key_dim, pb.value_dim);
+    PassTargets<Scalar> tg;
+    tg.final_state = ds.data();
+    tg.row_base = last;
+    tg.m_out = sv.m.data();
+    run_pass<false>(space, sv, pb, tg, last, last + 1);
+    sv.m_ready = true;
+    store_summary_state(space, summary.state, ds.data(), std::int64_t(pb.key_dim) * pb.value_dim);
+    store_summary_transition(space, summary.transition, sv.m, false);
+  }
+
+  template <class ExecutionSpace, class Initial, class Output, class Final>
+  static void forward_apply(const ExecutionSpace& space, saved_type& sv, const Problem<Scalar>& pb,
+                            const chunkwise::LocalSequences& seqs,
+                            const chunkwise::const_state_view<MemorySpace>& s_in,
+                            const Initial& initial_states, const Output& output,
+                            const Final& final_states) {
+    ensure_intra(space, sv, pb, seqs);
+    const int n = seqs.count();
+    buffer init(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::init"), n,
+        pb.heads, pb.key_dim, pb.value_dim);
+    buffer fin(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::final"), n,
+        pb.heads, pb.key_dim, pb.value_dim);
+    std::vector<bool> starts(static_cast<std::size_t>(n)), ends(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i)
+      starts[std::size_t(i)] = seqs.starts_here(i), ends[std::size_t(i)] = seqs.ends_here(i);
+    fill_states(space, init, s_in, 0, initial_states, seqs.ordinals, starts);
+    PassTargets<Scalar> tg;
+    tg.init = init.data();
+    tg.final_state = fin.data();
+    tg.out = output.data();
+    tg.save = true;
+    run_pass<false>(space, sv, pb, tg, 0, n);
+    scatter_states(space, fin, final_states, seqs.ordinals, ends);
+    sv.forward_done = true;
+  }
+
+  template <class ExecutionSpace, class OutputGrad>
+  static void backward_prepare(const ExecutionSpace& space, saved_type& sv,
+                               const Problem<Scalar>& pb, const OutputGrad& output_grad,
+                               const chunkwise::LocalSequences& seqs,
+                               const chunkwise::SummaryViews<MemorySpace>& summary) {
+    ensure_intra(space, sv, pb, seqs);
+    buffer gamma(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                    "ctxpar::chunkwise::gated_delta::gamma_summary"),
+                 1, pb.heads, pb.key_dim, pb.value_dim);
+    const bool reuse_m = sv.m_ready && seqs.count() == 1;
+    PassTargets<Scalar> tg;
+    tg.final_state = gamma.data();
+    tg.dout = output_grad.data();
+    if (!reuse_m) tg.m_out = sv.m.data();
+    run_pass<true>(space, sv, pb, tg, 0, 1);
+    if (!reuse_m) sv.m_ready = false;  // sv.m now holds Mᵀ of the leading fragment
+    store_summary_state(space, summary.state, gamma.data(),
+                        std::int64_t(pb.key_dim) * pb.value_dim);
+    store_summary_transition(space, summary.transition, sv.m, reuse_m);
+  }
+
+  template <class ExecutionSpace, class OutputGrad, class FinalGrads, class InitialGrads>
+  static void backward_apply(const ExecutionSpace& space, saved_type& sv, const Problem<Scalar>& pb,
+                             const OutputGrad& output_grad, const chunkwise::LocalSequences& seqs,
+                             const chunkwise::const_state_view<MemorySpace>& ds_out,
+                             const FinalGrads& final_grads, const GradTargets<Scalar>& grads,
+                             const InitialGrads& initial_grads,
+                             const chunkwise::state_view<MemorySpace>& ds_in) {
+    const int n = seqs.count();
+    // The backward reads the chunk-start states that only forward_apply (with the true S_in) saves.
+    require_local(sv.forward_done, "ctxpar::chunkwise::gated_delta::backward_apply",
+                  "forward_apply must run on this saved bundle before backward_apply",
+                  "a forward bundle", "a bundle without forward_apply");
+    buffer init(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dinit"), n,
+        pb.heads, pb.key_dim, pb.value_dim);
+    buffer start(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dstart"),
+        n, pb.heads, pb.key_dim, pb.value_dim);
+    std::vector<bool> not_last(static_cast<std::size_t>(n)), starts(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i)
+      not_last[std::size_t(i)] = i + 1 < n, starts[std::size_t(i)] = seqs.starts_here(i);
+    fill_states(space, init, ds_out, n - 1, final_grads, seqs.ordinals, not_last);
+    PassTargets<Scalar> tg;
+    tg.init = init.data();
+    tg.final_state = start.data();
+    tg.dout = output_grad.data();
+    tg.save = true;
+    run_pass<true>(space, sv, pb, tg, 0, n);
+    GradTargets<Scalar> gt = grads;
+    gt.dout = output_grad.data();
+    using functor = ChunkGradients<Scalar, ExecutionSpace, MemorySpace>;
+    const int league = static_cast<int>(sv.cd.chunks.extent(0)) * pb.heads;
+    if (league > 0)
+      Kokkos::parallel_for(
+          "ctxpar::chunkwise::gated_delta::chunk_gradients",
+          team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim)),
+          functor{pb, sv.cd, gt});
+    scatter_states(space, start, initial_grads, seqs.ordinals, starts);
+    if (chunkwise::is_given(ds_in)) store_state(space, start, 0, ds_in);
+  }
+};
+
+}  // namespace ctxpar::impl::gated_delta

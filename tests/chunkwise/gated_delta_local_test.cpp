@@ -1,0 +1,200 @@
+// The gated delta rule and product backends on one rank (no communication), against the fp64
+// token-by-token oracle: outputs, final states, both summaries, and every gradient (dq, dk, dv, dg,
+// dβ, initial states, ds_in), at lengths around the chunk size (1, 63, 64, 65, 257), packed
+// sequences, n_h = 1..3, odd K and V, float and double, every host backend.
+#include <boost/test/unit_test.hpp>
+
+#include "chunkwise/gated_delta_support.hpp"
+
+namespace gd = ctxpar::test::gated_delta;
+using ctxpar::chunkwise::LocalSequences;
+
+namespace {
+
+// The oracle's M of one sequence: the homogeneous recurrence (v = 0) started from the identity.
+std::vector<double> oracle_transition(const gd::Problem& p, int seq) {
+  gd::Problem m = p;
+  const int b = p.cu_seqlens[seq], e = p.cu_seqlens[seq + 1];
+  m.tokens = e - b;
+  m.cu_seqlens = {0, e - b};
+  m.value_dim = p.key_dim;
+  const std::size_t H = p.heads, K = p.key_dim, N = p.n_h;
+  m.q.assign(m.q.size(), 0.0);
+  m.k.assign(p.k.begin() + std::size_t(b) * N * H * K, p.k.begin() + std::size_t(e) * N * H * K);
+  m.beta.assign(p.beta.begin() + std::size_t(b) * N * H, p.beta.begin() + std::size_t(e) * N * H);
+  m.g.assign(p.g.begin() + std::size_t(b) * H, p.g.begin() + std::size_t(e) * H);
+  m.q.assign(std::size_t(m.tokens) * H * K, 0.0);
+  m.v.assign(std::size_t(m.tokens) * N * H * K, 0.0);
+  m.h0.assign(H * K * K, 0.0);
+  for (std::size_t h = 0; h < H; ++h)
+    for (std::size_t a = 0; a < K; ++a) m.h0[(h * K + a) * K + a] = 1.0;
+  return gd::forward(m).ht;
+}
+
+std::vector<double> row(const std::vector<double>& x, std::size_t i, std::size_t width) {
+  return std::vector<double>(x.begin() + i * width, x.begin() + (i + 1) * width);
+}
+
+std::vector<double> transpose_heads(const std::vector<double>& m, std::size_t H, std::size_t K) {
+  std::vector<double> t(m.size());
+  for (std::size_t h = 0; h < H; ++h)
+    for (std::size_t a = 0; a < K; ++a)
+      for (std::size_t b = 0; b < K; ++b) t[(h * K + a) * K + b] = m[(h * K + b) * K + a];
+  return t;
+}
+
+template <class Scalar>
+double round_to(double x) {
+  return static_cast<double>(static_cast<Scalar>(x));
+}
+
+template <class Exec, class Scalar, bool Product>
+bool run_case(std::uint64_t seed, std::vector<int> cu, int n_h, int H, int K, int V, int chunk,
+              bool with_sin, bool with_h0) {
+  using memory_space = typename Exec::memory_space;
+  using family = gd::Family<Scalar, memory_space, Product>;
+  namespace cw = ctxpar::chunkwise;
+  const int T = cu.back(), N = static_cast<int>(cu.size()) - 1;
+  const std::size_t KV = std::size_t(K) * V, HKV = std::size_t(H) * KV;
+  gd::Problem p = gd::make_problem(seed, T, n_h, H, K, V, cu, true);
+  // Sequence 0 starts from s_in (fp32 on the wire), the others from their initial states.
+  for (std::size_t i = 0; i < HKV; ++i) p.h0[i] = with_sin ? round_to<float>(p.h0[i]) : 0.0;
+  if (!with_h0)
+    for (std::size_t i = HKV; i < p.h0.size(); ++i) p.h0[i] = 0.0;
+  for (auto& x : p.q) x = round_to<Scalar>(x);
+  for (auto& x : p.k) x = round_to<Scalar>(x);
+  for (auto& x : p.v) x = round_to<Scalar>(x);
+  for (auto& x : p.g) x = round_to<Scalar>(x);
+  for (auto& x : p.beta) x = round_to<Scalar>(x);
+  std::vector<double> dout(std::size_t(T) * H * V), dht(std::size_t(N) * HKV);
+  for (std::size_t i = 0; i < dout.size(); ++i)
+    dout[i] = round_to<Scalar>(ctxpar::test::uniform(seed + 7, i));
+  for (std::size_t i = 0; i < dht.size(); ++i)
+    dht[i] = round_to<float>(0.5 * ctxpar::test::uniform(seed + 8, i));
+
+  const gd::Forward f = gd::forward(p);
+  const gd::Gradients gr = gd::backward(p, dout, dht);
+  const gd::Gradients gr0 = gd::backward(p, dout, {});  // no gradient at any sequence end
+
+  Exec space;
+  const auto backend = family::make(n_h, cw::BackendOptions{chunk, 0.0});
+  const auto in = family::make_inputs(p);
+  const LocalSequences seqs =
+      LocalSequences::from_cu_seqlens(std::vector<std::int64_t>(cu.begin(), cu.end()));
+  typename decltype(backend)::saved_type saved;
+  cw::SummaryStore<cw::DenseTransition, memory_space> fwd(cw::SummaryForm::packed, 1, H, K, V),
+      bwd(cw::SummaryForm::unpacked, 1, H, K, V);
+  backend.forward_prepare(space, in, seqs, fwd[0], saved);
+
+  cw::state_view<memory_space> s_in("s_in", H, K, V);
+  {
+    auto h = Kokkos::create_mirror_view(s_in);
+    for (std::size_t i = 0; i < HKV; ++i) h.data()[i] = static_cast<float>(p.h0[i]);
+    Kokkos::deep_copy(s_in, h);
+  }
+  cw::sequence_states_view<Scalar, memory_space> h0;
+  if (with_h0) h0 = gd::to_view<Scalar, memory_space, decltype(h0)>(p.h0, "h0", N, H, K, V);
+  cw::token_view<Scalar, memory_space> o("o", T, H, V);
+  cw::sequence_states_view<Scalar, memory_space> ht("ht", N, H, K, V);
+  backend.forward_apply(space, in, seqs, s_in, h0, o, ht, saved);
+
+  const auto dout_view =
+      gd::to_view<Scalar, memory_space, cw::const_token_view<Scalar, memory_space>>(dout, "dout", T,
+                                                                                    H, V);
+  backend.backward_prepare(space, saved, dout_view, seqs, bwd[0]);
+  cw::state_view<memory_space> ds_out("ds_out", H, K, V), ds_in("ds_in", H, K, V);
+  {
+    auto h = Kokkos::create_mirror_view(ds_out);
+    for (std::size_t i = 0; i < HKV; ++i)
+      h.data()[i] = static_cast<float>(dht[std::size_t(N - 1) * HKV + i]);
+    Kokkos::deep_copy(ds_out, h);
+  }
+  const auto dht_view =
+      gd::to_view<Scalar, memory_space, cw::const_sequence_states_view<Scalar, memory_space>>(
+          dht, "dht", N, H, K, V);
+  auto grads = family::make_gradients(p);
+  cw::sequence_states_view<Scalar, memory_space> dh0("dh0", N, H, K, V);
+  backend.backward_apply(space, saved, dout_view, seqs, ds_out, dht_view, grads, dh0, ds_in);
+  space.fence();
+
+  const int rows = chunk * n_h;
+  const double fb = gd::rel_bound<Scalar>(rows, K, V, 8),
+               bb = gd::rel_bound<Scalar>(rows, K, V, 16);
+  // Summaries and ds_in are stored in fp32 whatever Scalar is: one more rounding of each element.
+  const double fs = fb + 2 * ctxpar::test::unit_roundoff<float>(),
+               bs = bb + 2 * ctxpar::test::unit_roundoff<float>();
+  const std::string tag =
+      std::string(Product ? "gdp" : "gdn") + " T=" + std::to_string(T) + " N=" + std::to_string(N) +
+      " n_h=" + std::to_string(n_h) + " C=" + std::to_string(chunk) + " K=" + std::to_string(K) +
+      " V=" + std::to_string(V) + " " + (sizeof(Scalar) == 4 ? "float" : "double") + ": ";
+  bool ok = true;
+  ok = gd::rel_l2_close(tag + "o", gd::to_vector(o), f.o, fb) && ok;
+  ok = gd::rel_l2_close(tag + "final states", gd::to_vector(ht), f.ht, fb) && ok;
+  // Forward summary of the trailing sequence: dS = its end state from zero, M its transition.
+  {
+    gd::Problem z = p;
+    z.h0.assign(z.h0.size(), 0.0);
+    const auto fz = gd::forward(z);
+    const auto packed = gd::to_vector(fwd.packed());
+    const std::size_t per_head = KV + std::size_t(K) * K;
+    std::vector<double> ds, m;
+    for (int h = 0; h < H; ++h) {
+      for (std::size_t i = 0; i < KV; ++i) ds.push_back(packed[h * per_head + i]);
+      for (std::size_t i = 0; i < std::size_t(K) * K; ++i)
+        m.push_back(packed[h * per_head + KV + i]);
+    }
+    ok = gd::rel_l2_close(tag + "summary dS", ds, row(fz.ht, N - 1, HKV), fs) && ok;
+    ok = gd::rel_l2_close(tag + "summary M", m, oracle_transition(p, N - 1), fs) && ok;
+  }
+  // Backward summary of the leading sequence: γ with no gradient at its end, Mᵀ.
+  ok = gd::rel_l2_close(tag + "summary gamma", gd::to_vector(bwd.states()), row(gr0.dh0, 0, HKV),
+                        bs) &&
+       ok;
+  ok = gd::rel_l2_close(tag + "summary M^T", gd::to_vector(bwd.transitions()),
+                        transpose_heads(oracle_transition(p, 0), H, K), fs) &&
+       ok;
+  ok = gd::rel_l2_close(tag + "dq", gd::to_vector(grads.dq), gr.dq, bb) && ok;
+  ok = gd::rel_l2_close(tag + "dk", gd::to_vector(grads.dk), gr.dk, bb) && ok;
+  ok = gd::rel_l2_close(tag + "dv", gd::to_vector(grads.dv), gr.dv, bb) && ok;
+  ok = gd::rel_l2_close(tag + "dg", gd::to_vector(grads.dg), gr.dg, bb) && ok;
+  ok = gd::rel_l2_close(tag + "dbeta", gd::to_vector(grads.dbeta), gr.dbeta, bb) && ok;
+  ok = gd::rel_l2_close(tag + "d initial states", gd::to_vector(dh0), gr.dh0, bb) && ok;
+  ok = gd::rel_l2_close(tag + "ds_in", gd::to_vector(ds_in), row(gr.dh0, 0, HKV), bs) && ok;
+  return ok;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(gdn_lengths_around_the_chunk, Case, ctxpar::test::cases) {
+  using exec = typename Case::execution_space;
+  using scalar = typename Case::scalar_type;
+  bool ok = true;
+  for (int T : {1, 63, 64, 65, 257})
+    ok = run_case<exec, scalar, false>(100 + T, {0, T}, 1, 2, 16, 8, 64, true, false) && ok;
+  ok = run_case<exec, scalar, false>(7, {0, 65}, 1, 1, 12, 10, 16, false, false) && ok;
+  CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(gdn_packed_sequences, Case, ctxpar::test::cases) {
+  using exec = typename Case::execution_space;
+  using scalar = typename Case::scalar_type;
+  bool ok = true;
+  ok = run_case<exec, scalar, false>(21, {0, 5, 70, 71, 140}, 1, 2, 16, 8, 16, true, true) && ok;
+  ok = run_case<exec, scalar, false>(22, {0, 33, 40}, 1, 3, 8, 12, 8, false, true) && ok;
+  CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(gdp_householder_steps, Case, ctxpar::test::cases) {
+  using exec = typename Case::execution_space;
+  using scalar = typename Case::scalar_type;
+  bool ok = true;
+  for (int n_h = 1; n_h <= 3; ++n_h) {
+    for (int T : {1, 63, 65})
+      ok = run_case<exec, scalar, true>(300 + 10 * n_h + T, {0, T}, n_h, 2, 16, 8, 64 / n_h, true,
+                                        false) &&
+           ok;
+    ok =
+        run_case<exec, scalar, true>(40 + n_h, {0, 7, 30, 33}, n_h, 2, 12, 10, 8, true, true) && ok;
+  }
+  CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
+}
