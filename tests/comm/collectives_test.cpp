@@ -406,6 +406,20 @@ BOOST_AUTO_TEST_CASE(int_count_overflow_guard) {
   CTXPAR_TEST_ALL(world(), ok);
 }
 
+// KNOWN BUG, marked as an expected failure (the header belongs to the lead): impl::displacements
+// checks only the running sums, so a negative count after the first one reaches MPI (an MPI
+// error or abort instead of a ctxpar::Error). Fix: also pass every counts[i] through mpi_count.
+// Once fixed this case passes and the expected_failures decorator can go.
+BOOST_AUTO_TEST_CASE(negative_count_is_refused, *boost::unit_test::expected_failures(1)) {
+  bool refused = false;
+  try {
+    ctxpar::impl::displacements({5, -1}, "ctxpar::allgatherv");
+  } catch (const ctxpar::Error& e) {
+    refused = std::string(e.what()).find("got -1") != std::string::npos;
+  }
+  CTXPAR_TEST_ALL(world(), refused);
+}
+
 BOOST_AUTO_TEST_CASE(mismatched_buffers_give_clear_errors) {
   // Wrong sizes on every rank: each rank refuses locally before any MPI call, so none hangs.
   const auto& g = world();

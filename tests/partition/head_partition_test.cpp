@@ -168,6 +168,10 @@ BOOST_AUTO_TEST_CASE(local_validation_errors) {
   ok &= local_error([] { ctxpar::KeyGroupPartition::create(12, 5, 1, ctxpar::UnevenHeads{}); },
                     "divisible by the number of key groups (expected a multiple of ngroups = 5, got nheads = 12)");
   ok &= local_error([] { ctxpar::HeadPartition::create(0, 2, ctxpar::UnevenHeads{}); }, "heads must be positive");
+  ok &= local_error([] { ctxpar::HeadPartition::create(4, 2).counts(std::int64_t{1} << 30); },
+                    "a collective count must fit in int (expected at most 2147483647, got 2147483648)");
+  ok &= local_error([] { ctxpar::KeyGroupPartition::create(8, 4, 2).counts(std::int64_t{1} << 30); },
+                    "ctxpar::KeyGroupPartition::counts: a collective count must fit in int");
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
 }
 

@@ -7,6 +7,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -60,6 +61,13 @@ inline std::optional<HeadViolation> check_heads(int nheads, int ngroups, int par
                          "a multiple of P = " + to_text(parts), "ngroups = " + to_text(ngroups)};
   }
   return std::nullopt;
+}
+
+/// A count for the v-collectives (MPI takes `int`), refused clearly instead of wrapping.
+inline int count_as_int(std::int64_t count, const std::string& op) {
+  require_local(count >= 0 && count <= INT_MAX, op, "a collective count must fit in int",
+                "at most " + to_text(INT_MAX), count);
+  return static_cast<int>(count);
 }
 
 inline void throw_if_bad(const std::optional<HeadViolation>& bad, const std::string& op) {
@@ -118,7 +126,7 @@ struct HeadPartition {
   /// Per-rank head counts times `per_head` (e.g. `headdim`), as counts for the v-collectives.
   std::vector<int> counts(std::int64_t per_head = 1) const {
     std::vector<int> c(static_cast<std::size_t>(nparts));
-    for (int r = 0; r < nparts; ++r) c[static_cast<std::size_t>(r)] = static_cast<int>(size(r) * per_head);
+    for (int r = 0; r < nparts; ++r) c[static_cast<std::size_t>(r)] = impl::count_as_int(size(r) * per_head, "ctxpar::HeadPartition::counts");
     return c;
   }
 };
@@ -173,7 +181,9 @@ struct KeyGroupPartition {
   /// v-collectives.
   std::vector<int> counts(std::int64_t per_group = 1) const {
     std::vector<int> c(static_cast<std::size_t>(heads.nparts));
-    for (int r = 0; r < heads.nparts; ++r) c[static_cast<std::size_t>(r)] = static_cast<int>(size(r) * per_group);
+    for (int r = 0; r < heads.nparts; ++r) {
+      c[static_cast<std::size_t>(r)] = impl::count_as_int(size(r) * per_group, "ctxpar::KeyGroupPartition::counts");
+    }
     return c;
   }
 };
