@@ -1,0 +1,111 @@
+/// \file
+/// Where every token of the key/value axis lives under context parallelism, and the host-side
+/// plans of the exchanges that move tokens between ranks.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ctxpar/partition/balanced_chunks.hpp"
+
+namespace ctxpar::swa::impl {
+
+/// The key/value axis `cache ++ chunk` of one step, with the cache sharded by
+/// `BalancedChunks(c, P)` and the chunk by `BalancedChunks(t, P)` (the same rule as the queries, so
+/// a rank's chunk keys are its own tokens). A rank's "records" are its cache shard followed by its
+/// chunk shard.
+struct AxisLayout {
+  std::int64_t cache = 0, chunk = 0;
+  int ranks = 1;
+
+  BalancedChunks cache_split() const { return BalancedChunks{cache, ranks}; }
+  BalancedChunks chunk_split() const { return BalancedChunks{chunk, ranks}; }
+  std::int64_t length() const { return cache + chunk; }
+  /// The rank that owns axis index `a`.
+  int owner(std::int64_t a) const { return a < cache ? cache_split().owner(a) : chunk_split().owner(a - cache); }
+  /// Number of records (cache shard + chunk shard) of rank `r`.
+  std::int64_t records(int r) const { return cache_split().size(r) + chunk_split().size(r); }
+  /// The record index of axis index `a` on its owner.
+  std::int64_t record_of(std::int64_t a) const {
+    const int o = owner(a);
+    return a < cache ? a - cache_split().begin(o) : cache_split().size(o) + (a - cache - chunk_split().begin(o));
+  }
+  /// Axis index of the first query (chunk token) of rank `r`.
+  std::int64_t first_query(int r) const { return cache + chunk_split().begin(r); }
+};
+
+/// An exchange in which every rank `s` needs the axis range `[lo_s, hi_s)`, taking what it owns
+/// itself from its own records and receiving the rest from the owners, in axis order per source.
+/// Sends and receives are packed rank-major.
+struct ExchangePlan {
+  std::int64_t lo = 0, hi = 0;          ///< this rank's needed range
+  std::vector<int> send_counts;         ///< records sent to each rank
+  std::vector<int> recv_counts;         ///< records received from each rank
+  std::vector<std::int64_t> send_records;  ///< own record index of each send slot
+  /// For each needed axis index `lo + i`: the receive slot (>= 0), or `-(record + 1)` for an own record.
+  std::vector<std::int64_t> source;
+
+  std::int64_t send_total() const { return static_cast<std::int64_t>(send_records.size()); }
+  std::int64_t recv_total() const {
+    std::int64_t s = 0;
+    for (int c : recv_counts) s += c;
+    return s;
+  }
+  std::vector<int> displacements(const std::vector<int>& counts) const {
+    std::vector<int> d(counts.size(), 0);
+    for (std::size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+    return d;
+  }
+};
+
+/// Builds the plan of rank `me` for the needed ranges given by `needed(r) -> pair(lo, hi)`.
+template <class Needed>
+ExchangePlan make_plan(const AxisLayout& layout, int me, Needed needed) {
+  ExchangePlan plan;
+  const int p = layout.ranks;
+  plan.send_counts.assign(p, 0);
+  plan.recv_counts.assign(p, 0);
+  for (int s = 0; s < p; ++s) {
+    if (s == me) continue;
+    const auto [lo, hi] = needed(s);
+    for (std::int64_t a = lo; a < hi; ++a) {
+      if (layout.owner(a) != me) continue;
+      plan.send_records.push_back(layout.record_of(a));
+      ++plan.send_counts[s];
+    }
+  }
+  const auto [lo, hi] = needed(me);
+  plan.lo = lo;
+  plan.hi = hi;
+  for (std::int64_t a = lo; a < hi; ++a) {
+    const int o = layout.owner(a);
+    if (o != me) ++plan.recv_counts[o];
+  }
+  std::vector<int> next = plan.displacements(plan.recv_counts);
+  plan.source.resize(static_cast<std::size_t>(hi > lo ? hi - lo : 0));
+  for (std::int64_t a = lo; a < hi; ++a) {
+    const int o = layout.owner(a);
+    plan.source[a - lo] = o == me ? -(layout.record_of(a) + 1) : next[o]++;
+  }
+  return plan;
+}
+
+/// The halo of rank `r`: the `W - 1` axis indices before its first query (everything before it
+/// for an unlimited window), nothing when it has no query.
+inline std::pair<std::int64_t, std::int64_t> halo_range(const AxisLayout& layout, std::int64_t window, int r) {
+  if (layout.chunk_split().size(r) == 0) return {0, 0};
+  const std::int64_t first = layout.first_query(r);
+  const std::int64_t lo = window > 0 && first - (window - 1) > 0 ? first - (window - 1) : 0;
+  return {lo, first};
+}
+
+/// The axis range that becomes rank `r`'s shard of the next cache (the last `n` axis indices,
+/// split by `BalancedChunks(n, P)`).
+inline std::pair<std::int64_t, std::int64_t> next_cache_range(const AxisLayout& layout, std::int64_t n, int r) {
+  const BalancedChunks split{n, layout.ranks};
+  const std::int64_t base = layout.length() - n;
+  return {base + split.begin(r), base + split.end(r)};
+}
+
+}  // namespace ctxpar::swa::impl
