@@ -1,0 +1,297 @@
+/// \file
+/// `GdpContextParallel`: head-partitioned context parallelism for a Gated Delta Product layer —
+/// the input transpose of `[z | V | K | Q | b | a]` (`pre_conv_ssm`), the output transposes of `y`
+/// and `z` (`post_conv_ssm`), the per-rank slices of the full (`P = 1`) parameters with their
+/// gradients summed back, and the layer core run on the rank's heads in between.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/comm/reduce.hpp"
+#include "ctxpar/heads/channel_layout.hpp"
+#include "ctxpar/heads/gdp_layer.hpp"
+#include "ctxpar/heads/transpose_plan.hpp"
+
+namespace ctxpar::heads {
+
+/// The full (`P = 1`) parameters of the layer, or their gradients: `conv_weight [C_conv, w]`,
+/// `conv_bias [C_conv]` over `[V | K | Q]`, `dt_bias [H]`, `a_log [H]`.
+template <class Scalar, class MemorySpace>
+struct GdpParameters {
+  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> conv_weight;  ///< `[C_conv, w]`
+  Kokkos::View<Scalar*, MemorySpace> conv_bias;                          ///< `[C_conv]`
+  Kokkos::View<Scalar*, MemorySpace> dt_bias;                            ///< `[H]`
+  Kokkos::View<Scalar*, MemorySpace> a_log;                              ///< `[H]`
+
+  /// Zero-initialised parameters of `shape` (labels `ctxpar::heads::<what>`).
+  static GdpParameters allocate(const GdpShape& shape, const std::string& what = "parameters") {
+    GdpParameters p;
+    p.conv_weight = decltype(p.conv_weight)("ctxpar::heads::" + what + "::conv_weight", shape.conv_channels(), shape.conv_width);
+    p.conv_bias = decltype(p.conv_bias)("ctxpar::heads::" + what + "::conv_bias", shape.conv_channels());
+    p.dt_bias = decltype(p.dt_bias)("ctxpar::heads::" + what + "::dt_bias", shape.nheads);
+    p.a_log = decltype(p.a_log)("ctxpar::heads::" + what + "::a_log", shape.nheads);
+    return p;
+  }
+};
+
+namespace impl {
+/// dst(i, k) = src(map(i), k): the rows of a full parameter a rank uses.
+template <class Src, class Dst, class Map>
+struct GatherRows {
+  Src src;
+  Dst dst;
+  Map map;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t k) const { dst(i, k) = src(map(i), k); }
+};
+/// dst(map(i), k) = src(i, k) (rows not in `map` untouched; `map` is injective on a rank).
+template <class Src, class Dst, class Map>
+struct ScatterRows {
+  Src src;
+  Dst dst;
+  Map map;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t k) const { dst(map(i), k) = src(i, k); }
+};
+/// dst(i) = src(map(i)).
+template <class Src, class Dst, class Map>
+struct Gather1 {
+  Src src;
+  Dst dst;
+  Map map;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const { dst(i) = src(map(i)); }
+};
+/// dst(map(i)) = src(i).
+template <class Src, class Dst, class Map>
+struct Scatter1 {
+  Src src;
+  Dst dst;
+  Map map;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const { dst(map(i)) = src(i); }
+};
+}  // namespace impl
+
+/// Head-parallel GDP for one layer shape, one sequence layout and one communicator. Construction
+/// is collective (see `TransposePlan`). The policies are `EvenHeads`/`UnevenHeads` and
+/// `Contiguous`/`Zigzag`.
+template <class Scalar, class MemorySpace, class HeadPolicy = EvenHeads, class TokenOrder = Contiguous>
+class GdpContextParallel {
+ public:
+  using value_type = Scalar;         ///< activation type
+  using memory_space = MemorySpace;  ///< where everything lives
+  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, channels]`
+  using vector = Kokkos::View<Scalar*, MemorySpace>;                         ///< parameters
+  using plan_type = TransposePlan<Scalar, MemorySpace, HeadPolicy, TokenOrder>;  ///< both transposes
+  using parameters = GdpParameters<Scalar, MemorySpace>;                         ///< full parameters
+
+  /// Collective. `tokens` = `T`; `cu_seqlens` (global, identical on every rank) for packed input.
+  GdpContextParallel(const Group& group, const GdpShape& shape, std::int64_t tokens,
+                     std::vector<std::int64_t> cu_seqlens = {}, double l2_eps = 1e-6)
+      : shape_(shape),
+        pre_(group, shape.input_layout(), tokens, cu_seqlens),
+        post_(group, shape.output_layout(), tokens, cu_seqlens) {
+    Preconditions chk(group, "ctxpar::heads::GdpContextParallel");
+    chk.require(shape.conv_width >= 1, "the conv width must be positive", ">= 1", shape.conv_width);
+    chk.require(shape.householder >= 1 && shape.d_state >= 1 && shape.headdim >= 1,
+                "householder, d_state and headdim must be positive", ">= 1",
+                "M " + std::to_string(shape.householder) + ", N " + std::to_string(shape.d_state) + ", d " +
+                    std::to_string(shape.headdim));
+    chk.agree();
+    const int me = group.rank();
+    const impl::HeadBlocks& b = pre_.blocks();
+    const ChannelLayout in = shape.input_layout();
+    dims_.heads = b.count(me);
+    dims_.groups = b.group_count(me);
+    dims_.headdim = shape.headdim;
+    dims_.d_state = shape.d_state;
+    dims_.copies = shape.householder;
+    dims_.width = shape.conv_width;
+    dims_.head_begin = b.begin(me);
+    dims_.group_begin = b.group_begin(me);
+    dims_.heads_per_group = b.heads_per_group();
+    dims_.off_v = in.local_offset(in.find("V"), b, me);
+    dims_.off_b = in.local_offset(in.find("b"), b, me);
+    dims_.off_a = in.local_offset(in.find("a"), b, me);
+    core_ = GdpLayerCore<Scalar, MemorySpace>(dims_, pre_.cu_seqlens(), l2_eps);
+
+    conv_map_ = to_device("ctxpar::heads::conv_map", shape.conv_layout().channel_map(b, me));
+    std::vector<std::int64_t> heads(dims_.heads), channels(dims_.d_inner());
+    for (int h = 0; h < dims_.heads; ++h) heads[h] = dims_.head_begin + h;
+    for (std::int64_t c = 0; c < dims_.d_inner(); ++c) channels[c] = std::int64_t(dims_.head_begin) * shape.headdim + c;
+    head_map_ = to_device("ctxpar::heads::head_map", heads);
+    channel_map_ = to_device("ctxpar::heads::d_inner_map", channels);
+    local_ = allocate_local("local_parameters");
+    local_grad_ = allocate_local("local_gradients");
+    u_ = matrix("ctxpar::heads::u", tokens, pre_.local_channels());
+    du_ = matrix("ctxpar::heads::du", tokens, pre_.local_channels());
+    y_ = matrix("ctxpar::heads::y", tokens, dims_.d_inner());
+    z_ = matrix("ctxpar::heads::z", tokens, dims_.d_inner());
+    dy_ = matrix("ctxpar::heads::dy", tokens, dims_.d_inner());
+    dz_ = matrix("ctxpar::heads::dz", tokens, dims_.d_inner());
+  }
+
+  /// The layer shape at `P = 1`.
+  const GdpShape& shape() const { return shape_; }
+  /// This rank's heads, groups and section offsets.
+  const impl::LocalDims& local_dims() const { return dims_; }
+  /// The input transpose plan (`[z | V | K | Q | b | a]`).
+  const plan_type& input_plan() const { return pre_; }
+  /// The output transpose plan (`y` or `z`, `d_inner` channels).
+  const plan_type& output_plan() const { return post_; }
+  /// Conv channels on this rank: `d_inner/P·M + ngroups_local·d_state·(M + 1)`.
+  std::int64_t conv1d_channels() const { return dims_.conv_channels(); }
+
+  /// Collective. `x [T/P, C]` (sequence-parallel) → `u [T, C_local]` (head-parallel, natural order).
+  template <class ExecutionSpace, class X, class U>
+  void pre_conv_ssm(const ExecutionSpace& space, const X& x, const U& u) const { pre_.to_head_parallel(space, x, u); }
+  /// Collective. Backward of `pre_conv_ssm`: sums the gradients of repeated key groups.
+  template <class ExecutionSpace, class U, class X>
+  void pre_conv_ssm_backward(const ExecutionSpace& space, const U& du, const X& dx) const {
+    pre_.adjoint_to_head_parallel(space, du, dx);
+  }
+  /// Collective. `y [T, d_inner_local]` (head-parallel) → `[T/P, d_inner]`; use for `y` and `z`.
+  template <class ExecutionSpace, class Y, class X>
+  void post_conv_ssm(const ExecutionSpace& space, const Y& y, const X& out) const { post_.to_sequence_parallel(space, y, out); }
+  /// Collective. Backward of `post_conv_ssm`.
+  template <class ExecutionSpace, class X, class Y>
+  void post_conv_ssm_backward(const ExecutionSpace& space, const X& dout, const Y& dy) const {
+    post_.to_head_parallel(space, dout, dy);
+  }
+
+  /// This rank's slices of the full parameters (conv rows per householder copy: V by head block,
+  /// K and Q by key group with the repeat; `dt_bias`, `a_log` by head block).
+  template <class ExecutionSpace>
+  void slice_parameters(const ExecutionSpace& space, const parameters& full, const parameters& local) const {
+    using p2 = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    const std::int64_t cc = conv1d_channels();
+    if (cc > 0) {
+      Kokkos::parallel_for("ctxpar::heads::slice_conv_weight", p2(space, {0, 0}, {cc, shape_.conv_width}),
+                           impl::GatherRows<decltype(full.conv_weight), decltype(local.conv_weight), index_view>{
+                               full.conv_weight, local.conv_weight, conv_map_});
+      gather1(space, "ctxpar::heads::slice_conv_bias", full.conv_bias, local.conv_bias, conv_map_);
+    }
+    gather1(space, "ctxpar::heads::slice_dt_bias", full.dt_bias, local.dt_bias, head_map_);
+    gather1(space, "ctxpar::heads::slice_a_log", full.a_log, local.a_log, head_map_);
+  }
+  /// Slice of a per-head (`has_hdim == false`, `[H]`) or per-channel (`[d_inner]`) vector such as `D`.
+  template <class ExecutionSpace>
+  void slice_vector(const ExecutionSpace& space, const vector& full, const vector& local, bool has_hdim) const {
+    gather1(space, "ctxpar::heads::slice_vector", full, local, has_hdim ? channel_map_ : head_map_);
+  }
+  /// Collective. Folds this rank's slice gradients into full-size gradients (zero elsewhere) and
+  /// sums them over ranks: every rank ends with the gradient of the full parameters.
+  template <class ExecutionSpace>
+  void accumulate_gradients(const ExecutionSpace& space, const parameters& local, const parameters& full) const {
+    using p2 = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    Kokkos::deep_copy(space, full.conv_weight, Scalar(0));
+    Kokkos::deep_copy(space, full.conv_bias, Scalar(0));
+    Kokkos::deep_copy(space, full.dt_bias, Scalar(0));
+    Kokkos::deep_copy(space, full.a_log, Scalar(0));
+    const std::int64_t cc = conv1d_channels();
+    if (cc > 0) {
+      Kokkos::parallel_for("ctxpar::heads::fold_conv_weight", p2(space, {0, 0}, {cc, shape_.conv_width}),
+                           impl::ScatterRows<decltype(local.conv_weight), decltype(full.conv_weight), index_view>{
+                               local.conv_weight, full.conv_weight, conv_map_});
+      scatter1(space, "ctxpar::heads::fold_conv_bias", local.conv_bias, full.conv_bias, conv_map_);
+    }
+    scatter1(space, "ctxpar::heads::fold_dt_bias", local.dt_bias, full.dt_bias, head_map_);
+    scatter1(space, "ctxpar::heads::fold_a_log", local.a_log, full.a_log, head_map_);
+    const Group& g = pre_.group();
+    allreduce_sum(space, g, full.conv_weight);
+    allreduce_sum(space, g, full.conv_bias);
+    allreduce_sum(space, g, full.dt_bias);
+    allreduce_sum(space, g, full.a_log);
+  }
+
+  /// Collective. The layer forward: `x [T/P, C]` sequence-parallel and the full parameters →
+  /// `y [T/P, d_inner]` and `z [T/P, d_inner]` sequence-parallel (same token order as `x`).
+  template <class ExecutionSpace>
+  void forward(const ExecutionSpace& space, const matrix& x, const parameters& full, const matrix& y,
+               const matrix& z) {
+    compat::ScopedRegion region("ctxpar::heads::gdp_forward");
+    check_parameters(full);
+    slice_parameters(space, full, local_);
+    pre_conv_ssm(space, x, u_);
+    core_.forward(space, u_, local_.conv_weight, local_.conv_bias, local_.dt_bias, local_.a_log, y_, z_);
+    post_conv_ssm(space, y_, y);
+    post_conv_ssm(space, z_, z);
+  }
+
+  /// Collective. Backward of the last `forward`: `dy`, `dz` (sequence-parallel) → `dx` and the
+  /// gradients of the full parameters, summed over ranks.
+  template <class ExecutionSpace>
+  void backward(const ExecutionSpace& space, const matrix& dy, const matrix& dz, const matrix& dx,
+                const parameters& grads) {
+    compat::ScopedRegion region("ctxpar::heads::gdp_backward");
+    check_parameters(grads);
+    post_conv_ssm_backward(space, dy, dy_);
+    post_conv_ssm_backward(space, dz, dz_);
+    core_.backward(space, dy_, dz_, du_, local_grad_.conv_weight, local_grad_.conv_bias, local_grad_.dt_bias,
+                   local_grad_.a_log);
+    pre_conv_ssm_backward(space, du_, dx);
+    accumulate_gradients(space, local_grad_, grads);
+  }
+
+ private:
+  using index_view = Kokkos::View<std::int64_t*, MemorySpace>;
+
+  void check_parameters(const parameters& p) const {
+    Preconditions chk(pre_.group(), "ctxpar::heads::GdpContextParallel");
+    chk.require(static_cast<std::int64_t>(p.conv_weight.extent(0)) == shape_.conv_channels() &&
+                    static_cast<std::int64_t>(p.conv_weight.extent(1)) == shape_.conv_width,
+                "conv_weight must be [C_conv, w]",
+                std::to_string(shape_.conv_channels()) + " x " + std::to_string(shape_.conv_width),
+                std::to_string(p.conv_weight.extent(0)) + " x " + std::to_string(p.conv_weight.extent(1)));
+    chk.require(static_cast<std::int64_t>(p.conv_bias.extent(0)) == shape_.conv_channels(),
+                "conv_bias must be [C_conv]", shape_.conv_channels(), p.conv_bias.extent(0));
+    chk.require(static_cast<int>(p.dt_bias.extent(0)) == shape_.nheads && static_cast<int>(p.a_log.extent(0)) == shape_.nheads,
+                "dt_bias and A_log must be [nheads]", shape_.nheads,
+                std::to_string(p.dt_bias.extent(0)) + " and " + std::to_string(p.a_log.extent(0)));
+    chk.agree();
+  }
+
+  parameters allocate_local(const std::string& what) const {
+    parameters p;
+    p.conv_weight = decltype(p.conv_weight)("ctxpar::heads::" + what + "::conv_weight", dims_.conv_channels(), shape_.conv_width);
+    p.conv_bias = vector("ctxpar::heads::" + what + "::conv_bias", dims_.conv_channels());
+    p.dt_bias = vector("ctxpar::heads::" + what + "::dt_bias", dims_.heads);
+    p.a_log = vector("ctxpar::heads::" + what + "::a_log", dims_.heads);
+    return p;
+  }
+
+  template <class ExecutionSpace, class Src, class Dst>
+  static void gather1(const ExecutionSpace& space, const char* label, const Src& src, const Dst& dst,
+                      const index_view& map) {
+    const std::int64_t n = map.extent(0);
+    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n),
+                         impl::Gather1<Src, Dst, index_view>{src, dst, map});
+  }
+  template <class ExecutionSpace, class Src, class Dst>
+  static void scatter1(const ExecutionSpace& space, const char* label, const Src& src, const Dst& dst,
+                       const index_view& map) {
+    const std::int64_t n = map.extent(0);
+    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n),
+                         impl::Scatter1<Src, Dst, index_view>{src, dst, map});
+  }
+
+  static index_view to_device(const std::string& label, const std::vector<std::int64_t>& host) {
+    index_view d(label, host.size());
+    auto h = Kokkos::create_mirror_view(d);
+    for (std::size_t i = 0; i < host.size(); ++i) h(i) = host[i];
+    Kokkos::deep_copy(d, h);
+    return d;
+  }
+
+  GdpShape shape_;
+  plan_type pre_, post_;
+  impl::LocalDims dims_;
+  GdpLayerCore<Scalar, MemorySpace> core_;
+  index_view conv_map_, head_map_, channel_map_;
+  parameters local_, local_grad_;
+  matrix u_, du_, y_, z_, dy_, dz_;
+};
+
+}  // namespace ctxpar::heads

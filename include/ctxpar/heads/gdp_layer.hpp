@@ -1,0 +1,187 @@
+/// \file
+/// `GdpLayerCore`: the Gated Delta Product layer core on head-sharded data — causal depthwise conv
+/// (zero initial state per sequence) → SiLU → split V, K, Q, b, a → β = sigmoid(b),
+/// g = −exp(A_log)·softplus(a + dt_bias) → L2-normalised q, k → the gated delta product
+/// recurrence per head over the whole sequence → y — forward and backward. No communication:
+/// every rank runs it on the heads it owns.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/heads/impl/layer_kernels.hpp"
+#include "ctxpar/heads/impl/token_recurrence.hpp"
+
+namespace ctxpar::heads {
+
+/// The layer core of one rank. Holds its work buffers (allocated once, labelled) and what the
+/// backward pass needs from the last `forward`. Views are token-major, natural order, LayoutRight.
+template <class Scalar, class MemorySpace>
+class GdpLayerCore {
+ public:
+  using value_type = Scalar;          ///< activation type
+  using memory_space = MemorySpace;   ///< where buffers live
+  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;   ///< `[rows, cols]`
+  using vector = Kokkos::View<Scalar*, MemorySpace>;                          ///< per channel/head
+  using tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, H, D]`
+
+  GdpLayerCore() = default;
+  /// `dims`: this rank's heads and groups; `cu_seqlens`: natural-order sequence boundaries over
+  /// `T = cu_seqlens.back()` tokens; `l2_eps` is added to the squared norm before the square root.
+  GdpLayerCore(const impl::LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens, double l2_eps = 1e-6)
+      : dims_(dims), tokens_(cu_seqlens.back()), eps_(l2_eps) {
+    const std::int64_t t = tokens_, m = dims.copies, h = dims.heads;
+    seq_start_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_start", t);
+    seq_end_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_end", t);
+    auto s = Kokkos::create_mirror_view(seq_start_);
+    auto e = Kokkos::create_mirror_view(seq_end_);
+    for (std::size_t q = 0; q + 1 < cu_seqlens.size(); ++q)
+      for (std::int64_t x = cu_seqlens[q]; x < cu_seqlens[q + 1]; ++x) {
+        s(x) = cu_seqlens[q];
+        e(x) = cu_seqlens[q + 1];
+      }
+    Kokkos::deep_copy(seq_start_, s);
+    Kokkos::deep_copy(seq_end_, e);
+    pre_ = matrix("ctxpar::heads::conv_pre", t, dims.conv_channels());
+    act_ = matrix("ctxpar::heads::conv_act", t, dims.conv_channels());
+    rnorm_ = tensor3("ctxpar::heads::rnorm", t, m + 1, dims.groups);
+    rec_.q = tensor3("ctxpar::heads::q", t, h, dims.d_state);
+    rec_.k = tensor3("ctxpar::heads::k", t * m, h, dims.d_state);
+    rec_.v = tensor3("ctxpar::heads::v", t * m, h, dims.headdim);
+    rec_.beta = matrix("ctxpar::heads::beta", t * m, h);
+    rec_.g = matrix("ctxpar::heads::g", t, h);
+    rec_.seq_start = seq_start_;
+    rec_.copies = dims.copies;
+    rec_.scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(dims.d_state)));
+    states_ = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>("ctxpar::heads::recurrence_states", t * m, h,
+                                                                         dims.d_state, dims.headdim);
+  }
+
+  /// Local sizes.
+  const impl::LocalDims& dims() const { return dims_; }
+  /// Tokens `T`.
+  std::int64_t tokens() const { return tokens_; }
+
+  /// `u [T, C_local]` (the head-parallel input `[z | V | K | Q | b | a]`), this rank's parameter
+  /// slices `conv_w [C_conv, w]`, `conv_b [C_conv]`, `dt_bias [H]`, `a_log [H]` → `y [T, H·d]` and
+  /// `z [T, d_inner]` (the z section, contiguous). Keeps what `backward` needs.
+  template <class ExecutionSpace>
+  void forward(const ExecutionSpace& space, const matrix& u, const matrix& conv_w, const vector& conv_b,
+               const vector& dt_bias, const vector& a_log, const matrix& y, const matrix& z) {
+    CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::GdpLayerCore::forward", ExecutionSpace, matrix);
+    compat::ScopedRegion region("ctxpar::heads::layer_forward");
+    u_ = u;
+    conv_w_ = conv_w;
+    dt_bias_ = dt_bias;
+    a_log_ = a_log;
+    const std::int64_t t = tokens_;
+    using p2 = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    using p1 = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
+    if (t == 0) return;
+    if (dims_.conv_channels() > 0)
+      Kokkos::parallel_for("ctxpar::heads::conv_silu", p2(space, {0, 0}, {t, dims_.conv_channels()}),
+                           impl::ConvForward<matrix, matrix, vector, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
+                               u, conv_w, conv_b, pre_, act_, seq_start_, dims_.off_v, dims_.width});
+    Kokkos::parallel_for("ctxpar::heads::split_l2norm", p1(space, 0, t),
+                         impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>{act_, rnorm_, rec_.k, rec_.q, rec_.v,
+                                                                                 dims_, eps_});
+    Kokkos::parallel_for("ctxpar::heads::gates", p1(space, 0, t),
+                         impl::Gates<matrix, vector, matrix>{u, a_log, dt_bias, rec_.beta, rec_.g, dims_});
+    if (dims_.d_inner() > 0)
+      Kokkos::parallel_for("ctxpar::heads::copy_z", p2(space, {0, 0}, {t, dims_.d_inner()}),
+                           impl::CopyColumns<matrix, matrix>{u, z, 0});
+    rec_.o = tensor3(y.data(), t, dims_.heads, dims_.headdim);
+    recurrence_forward(space);
+  }
+
+  /// Backward of the last `forward`: `dy [T, H·d]`, `dz [T, d_inner]` → `du [T, C_local]` and this
+  /// rank's parameter-slice gradients (overwritten).
+  template <class ExecutionSpace>
+  void backward(const ExecutionSpace& space, const matrix& dy, const matrix& dz, const matrix& du,
+                const matrix& dconv_w, const vector& dconv_b, const vector& ddt_bias, const vector& da_log) {
+    compat::ScopedRegion region("ctxpar::heads::layer_backward");
+    const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
+    using p2 = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    using p1 = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
+    if (grads_.q.extent(0) != static_cast<std::size_t>(t) || t == 0) {
+      grads_.q = tensor3("ctxpar::heads::dq", t, h, dims_.d_state);
+      grads_.k = tensor3("ctxpar::heads::dk", t * m, h, dims_.d_state);
+      grads_.v = tensor3("ctxpar::heads::dv", t * m, h, dims_.headdim);
+      grads_.beta = matrix("ctxpar::heads::dbeta", t * m, h);
+      grads_.g = matrix("ctxpar::heads::dg", t, h);
+      dact_ = matrix("ctxpar::heads::dact", t, dims_.conv_channels());
+    }
+    if (t == 0) {
+      Kokkos::deep_copy(space, dconv_w, Scalar(0));
+      Kokkos::deep_copy(space, dconv_b, Scalar(0));
+      Kokkos::deep_copy(space, ddt_bias, Scalar(0));
+      Kokkos::deep_copy(space, da_log, Scalar(0));
+      return;
+    }
+    recurrence_backward(space, tensor3(dy.data(), t, h, dims_.headdim));
+    Kokkos::parallel_for("ctxpar::heads::l2norm_backward", p1(space, 0, t),
+                         impl::SplitNormalizeBackward<matrix, tensor3, tensor3, tensor3, matrix>{
+                             act_, rnorm_, grads_.k, grads_.q, grads_.v, dact_, dims_});
+    const std::int64_t cc = dims_.conv_channels();
+    if (cc > 0) {
+      Kokkos::parallel_for("ctxpar::heads::silu_backward", p2(space, {0, 0}, {t, cc}),
+                           impl::SiluBackward<matrix, matrix>{pre_, dact_});
+      Kokkos::parallel_for("ctxpar::heads::conv_backward_input", p2(space, {0, 0}, {t, cc}),
+                           impl::ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
+                               dact_, conv_w_, du, seq_end_, dims_.off_v, dims_.width});
+      Kokkos::parallel_for("ctxpar::heads::conv_backward_weights", p1(space, 0, cc),
+                           impl::ConvBackwardWeights<matrix, matrix, matrix, vector, Kokkos::View<std::int64_t*, MemorySpace>>{
+                               dact_, u_, dconv_w, dconv_b, seq_start_, dims_.off_v, t, dims_.width});
+    }
+    Kokkos::parallel_for("ctxpar::heads::gates_backward", p1(space, 0, t),
+                         impl::GatesBackward<matrix, vector, matrix, matrix>{u_, a_log_, dt_bias_, rec_.beta,
+                                                                             grads_.beta, grads_.g, du, dims_});
+    Kokkos::parallel_for("ctxpar::heads::gate_param_grads", Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
+                         impl::GateParamGrads<matrix, matrix, vector>{du, grads_.g, rec_.g, ddt_bias, da_log, dims_, t});
+    if (dims_.d_inner() > 0)
+      Kokkos::parallel_for("ctxpar::heads::copy_dz", p2(space, {0, 0}, {t, dims_.d_inner()}),
+                           impl::CopyIntoColumns<matrix, matrix>{dz, du, 0});
+  }
+
+ private:
+  // The recurrence over the whole local sequence for every local head: one call forward, one
+  // backward, so swapping the kernel touches only these two functions.
+  template <class ExecutionSpace>
+  void recurrence_forward(const ExecutionSpace& space) {
+    Kokkos::parallel_for("ctxpar::heads::gdp_recurrence_forward", Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
+                         impl::TokenRecurrenceForward<Scalar, MemorySpace>{rec_, states_});
+  }
+  template <class ExecutionSpace>
+  void recurrence_backward(const ExecutionSpace& space, const tensor3& dout) {
+    const int h = dims_.heads;
+    Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> ds("ctxpar::heads::ds", h, dims_.d_state, dims_.headdim);
+    matrix e("ctxpar::heads::e", h, dims_.headdim), kds("ctxpar::heads::kds", h, dims_.headdim);
+    Kokkos::parallel_for("ctxpar::heads::gdp_recurrence_backward", Kokkos::RangePolicy<ExecutionSpace>(space, 0, h),
+                         impl::TokenRecurrenceBackward<Scalar, MemorySpace>{rec_, states_, ds, e, kds, dout, grads_.q,
+                                                                            grads_.k, grads_.v, grads_.beta, grads_.g});
+  }
+
+  struct Grads {
+    tensor3 q, k, v;
+    matrix beta, g;
+  };
+
+  impl::LocalDims dims_;
+  std::int64_t tokens_ = 0;
+  double eps_ = 1e-6;
+  Kokkos::View<std::int64_t*, MemorySpace> seq_start_, seq_end_;
+  matrix pre_, act_, dact_, u_, conv_w_;
+  vector dt_bias_, a_log_;
+  tensor3 rnorm_;
+  impl::RecurrenceViews<Scalar, MemorySpace> rec_;
+  Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace> states_;
+  Grads grads_;
+};
+
+}  // namespace ctxpar::heads

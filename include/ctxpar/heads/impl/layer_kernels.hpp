@@ -1,0 +1,271 @@
+/// \file
+/// Element-wise and short-stencil kernels of the GDP layer core on head-sharded data: the causal
+/// depthwise conv with SiLU, the split into per-head q/k/v with L2 normalisation, the gates, and
+/// their backward passes. All are named functors over natural token order; `seq_start(t)` /
+/// `seq_end(t)` bound every stencil to the token's own packed sequence (zero initial conv state
+/// per sequence).
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+#include "ctxpar/core/compat.hpp"
+
+namespace ctxpar::heads::impl {
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T sigmoid(T x) {
+  return x >= T(0) ? T(1) / (T(1) + compat::exp(-x)) : compat::exp(x) / (T(1) + compat::exp(x));
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION T softplus(T x) {
+  return x > T(20) ? x : compat::log1p(compat::exp(x));
+}
+
+/// Local sizes of the layer on one rank (heads, key groups, offsets of the sections in the
+/// head-parallel input `u`).
+struct LocalDims {
+  int heads = 0, groups = 0, headdim = 1, d_state = 1, copies = 1, width = 1;
+  int head_begin = 0, group_begin = 0, heads_per_group = 1;
+  std::int64_t off_v = 0, off_b = 0, off_a = 0;  // section offsets in u; K and Q follow V
+  KOKKOS_INLINE_FUNCTION std::int64_t d_inner() const { return std::int64_t(heads) * headdim; }
+  KOKKOS_INLINE_FUNCTION std::int64_t k_channels() const { return std::int64_t(groups) * d_state; }
+  KOKKOS_INLINE_FUNCTION std::int64_t conv_channels() const {
+    return d_inner() * copies + k_channels() * (copies + 1);
+  }
+  /// Local group of local head `h`.
+  KOKKOS_INLINE_FUNCTION int group_of(int h) const { return (head_begin + h) / heads_per_group - group_begin; }
+};
+
+/// pre(t, c) = bias(c) + Σ_k w(c, k)·u(t − w + 1 + k, off_v + c) within the token's sequence;
+/// act = SiLU(pre).
+template <class U, class W, class B, class Out, class Idx>
+struct ConvForward {
+  U u;
+  W w;
+  B bias;
+  Out pre, act;
+  Idx seq_start;
+  std::int64_t off;
+  int width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const {
+    using T = typename Out::non_const_value_type;
+    T s = bias(c);
+    const std::int64_t first = seq_start(t);
+    for (int k = 0; k < width; ++k) {
+      const std::int64_t src = t - (width - 1) + k;
+      if (src >= first) s += w(c, k) * u(src, off + c);
+    }
+    pre(t, c) = s;
+    act(t, c) = s * sigmoid(s);
+  }
+};
+
+/// dpre = dact · SiLU'(pre), in place in `dact`.
+template <class Pre, class D>
+struct SiluBackward {
+  Pre pre;
+  D dact;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const {
+    using T = typename D::non_const_value_type;
+    const T x = pre(t, c), s = sigmoid(x);
+    dact(t, c) *= s * (T(1) + x * (T(1) - s));
+  }
+};
+
+/// du(t, off_v + c) = Σ_k w(c, k)·dpre(t + w − 1 − k, c) over outputs in the token's sequence.
+template <class Dpre, class W, class Du, class Idx>
+struct ConvBackwardInput {
+  Dpre dpre;
+  W w;
+  Du du;
+  Idx seq_end;
+  std::int64_t off;
+  int width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const {
+    using T = typename Du::non_const_value_type;
+    T s = 0;
+    const std::int64_t last = seq_end(t);
+    for (int k = 0; k < width; ++k) {
+      const std::int64_t out = t + (width - 1) - k;
+      if (out < last) s += w(c, k) * dpre(out, c);
+    }
+    du(t, off + c) = s;
+  }
+};
+
+/// dw(c, k) = Σ_t dpre(t, c)·u(t − w + 1 + k, off_v + c) (same sequence); db(c) = Σ_t dpre(t, c).
+template <class Dpre, class U, class Dw, class Db, class Idx>
+struct ConvBackwardWeights {
+  Dpre dpre;
+  U u;
+  Dw dw;
+  Db db;
+  Idx seq_start;
+  std::int64_t off, tokens;
+  int width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t c) const {
+    using T = typename Dw::non_const_value_type;
+    T bsum = 0;
+    for (std::int64_t t = 0; t < tokens; ++t) bsum += dpre(t, c);
+    db(c) = bsum;
+    for (int k = 0; k < width; ++k) {
+      T s = 0;
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        const std::int64_t src = t - (width - 1) + k;
+        if (src >= seq_start(t)) s += dpre(t, c) * u(src, off + c);
+      }
+      dw(c, k) = s;
+    }
+  }
+};
+
+/// Reciprocal L2 norms of the keys `[T, M, G]` and queries `[T, G]` over `d_state`, and the
+/// normalised per-head copies: k̂ `[T·M, H, N]`, q̂ `[T, H, N]`, v `[T·M, H, d]`.
+template <class Act, class R, class K3, class V3>
+struct SplitNormalize {
+  Act act;
+  R rk;  // [T, M+1, G]: copies 0..M-1 are keys, copy M the query
+  K3 k, q;
+  V3 v;
+  LocalDims dims;
+  double eps;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
+    using T = typename K3::non_const_value_type;
+    const std::int64_t off_k = dims.d_inner() * dims.copies;
+    for (int m = 0; m <= dims.copies; ++m) {
+      for (int g = 0; g < dims.groups; ++g) {
+        const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * dims.d_state;
+        T ss = 0;
+        for (int n = 0; n < dims.d_state; ++n) ss += act(t, base + n) * act(t, base + n);
+        rk(t, m, g) = T(1) / compat::sqrt(ss + T(eps));
+      }
+    }
+    for (int m = 0; m < dims.copies; ++m) {
+      for (int h = 0; h < dims.heads; ++h) {
+        const int g = dims.group_of(h);
+        const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * dims.d_state;
+        for (int n = 0; n < dims.d_state; ++n) k(t * dims.copies + m, h, n) = act(t, base + n) * rk(t, m, g);
+        for (int j = 0; j < dims.headdim; ++j)
+          v(t * dims.copies + m, h, j) = act(t, (std::int64_t(m) * dims.heads + h) * dims.headdim + j);
+      }
+    }
+    for (int h = 0; h < dims.heads; ++h) {
+      const int g = dims.group_of(h);
+      const std::int64_t base = off_k + (std::int64_t(dims.copies) * dims.groups + g) * dims.d_state;
+      for (int n = 0; n < dims.d_state; ++n) q(t, h, n) = act(t, base + n) * rk(t, dims.copies, g);
+    }
+  }
+};
+
+/// Backward of `SplitNormalize`: per key group, sums the gradients of the heads that read it and
+/// applies the L2-norm Jacobian `r·(dx̂ − x̂ (x̂·dx̂))`; writes `dact` for the V, K and Q channels.
+template <class Act, class R, class K3, class V3, class D>
+struct SplitNormalizeBackward {
+  Act act;
+  R rk;
+  K3 dk, dq;
+  V3 dv;
+  D dact;
+  LocalDims dims;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
+    using T = typename D::non_const_value_type;
+    const std::int64_t off_k = dims.d_inner() * dims.copies;
+    for (int m = 0; m < dims.copies; ++m)
+      for (int h = 0; h < dims.heads; ++h)
+        for (int j = 0; j < dims.headdim; ++j)
+          dact(t, (std::int64_t(m) * dims.heads + h) * dims.headdim + j) = dv(t * dims.copies + m, h, j);
+    for (int m = 0; m <= dims.copies; ++m) {
+      for (int g = 0; g < dims.groups; ++g) {
+        const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * dims.d_state;
+        const T r = rk(t, m, g);
+        // dx̂ summed over the heads of this group, then x̂·dx̂.
+        T dot = 0;
+        for (int n = 0; n < dims.d_state; ++n) {
+          T s = 0;
+          for (int h = 0; h < dims.heads; ++h)
+            if (dims.group_of(h) == g) s += m < dims.copies ? dk(t * dims.copies + m, h, n) : dq(t, h, n);
+          dact(t, base + n) = s;
+          dot += s * act(t, base + n) * r;
+        }
+        for (int n = 0; n < dims.d_state; ++n)
+          dact(t, base + n) = r * (dact(t, base + n) - act(t, base + n) * r * dot);
+      }
+    }
+  }
+};
+
+/// β(t·M + m, h) = sigmoid(u(t, off_b + m·H + h)); g(t, h) = −exp(A_log(h))·softplus(u(t, off_a + h) + dt_bias(h)).
+template <class U, class P, class B2>
+struct Gates {
+  U u;
+  P a_log, dt_bias;
+  B2 beta, g;
+  LocalDims dims;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
+    for (int m = 0; m < dims.copies; ++m)
+      for (int h = 0; h < dims.heads; ++h)
+        beta(t * dims.copies + m, h) = sigmoid(u(t, dims.off_b + std::int64_t(m) * dims.heads + h));
+    for (int h = 0; h < dims.heads; ++h)
+      g(t, h) = -compat::exp(a_log(h)) * softplus(u(t, dims.off_a + h) + dt_bias(h));
+  }
+};
+
+/// Backward of `Gates` into `du` (b and a sections).
+template <class U, class P, class B2, class D>
+struct GatesBackward {
+  U u;
+  P a_log, dt_bias;
+  B2 beta, dbeta, dg;
+  D du;
+  LocalDims dims;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
+    using T = typename D::non_const_value_type;
+    for (int m = 0; m < dims.copies; ++m)
+      for (int h = 0; h < dims.heads; ++h) {
+        const T b = beta(t * dims.copies + m, h);
+        du(t, dims.off_b + std::int64_t(m) * dims.heads + h) = dbeta(t * dims.copies + m, h) * b * (T(1) - b);
+      }
+    for (int h = 0; h < dims.heads; ++h)
+      du(t, dims.off_a + h) = -dg(t, h) * compat::exp(a_log(h)) * sigmoid(u(t, dims.off_a + h) + dt_bias(h));
+  }
+};
+
+/// Per-head parameter gradients of the gates: ddt_bias(h) = Σ_t da(t, h), dA_log(h) = Σ_t dg·g.
+template <class D, class B2, class P>
+struct GateParamGrads {
+  D du;
+  B2 dg, g;
+  P ddt_bias, da_log;
+  LocalDims dims;
+  std::int64_t tokens;
+  KOKKOS_INLINE_FUNCTION void operator()(int h) const {
+    using T = typename P::non_const_value_type;
+    T s_dt = 0, s_a = 0;
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      s_dt += du(t, dims.off_a + h);
+      s_a += dg(t, h) * g(t, h);
+    }
+    ddt_bias(h) = s_dt;
+    da_log(h) = s_a;
+  }
+};
+
+/// Copies a column block of a 2-D view: dst(t, c) = src(t, off + c) (or the reverse with `to_src`).
+template <class Src, class Dst>
+struct CopyColumns {
+  Src src;
+  Dst dst;
+  std::int64_t off;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const { dst(t, c) = src(t, off + c); }
+};
+template <class Src, class Dst>
+struct CopyIntoColumns {
+  Src src;
+  Dst dst;
+  std::int64_t off;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const { dst(t, off + c) = src(t, c); }
+};
+
+}  // namespace ctxpar::heads::impl

@@ -1,0 +1,235 @@
+// The head-parallel GDP layer end to end (pre_conv_ssm → conv → gates → L2 norm → recurrence →
+// post_conv_ssm) against the P = 1 layer (bitwise forward; backward within rounding) and an fp64
+// plain-loop oracle (forward and backward, inputs and every parameter), on every rank, for
+// M ∈ {1, 2, 3}, ngroups below/equal/above P, contiguous and zigzag, dense and packed.
+#include "ctxpar/heads/gdp_context_parallel.hpp"
+#include "ctxpar_test/harness.hpp"
+#include "gdp_oracle.hpp"
+#include "oracle.hpp"
+
+namespace {
+
+using ctxpar::test::world;
+namespace ch = ctxpar::heads;
+constexpr double l2_eps = 1e-6;
+
+heads_test::GdpData make_data(const ch::GdpShape& s, std::int64_t t_total, std::uint64_t seed) {
+  using ctxpar::test::uniform;
+  heads_test::GdpData d;
+  const std::int64_t c = s.input_layout().channels(), cc = s.conv_channels();
+  for (std::int64_t i = 0; i < t_total * c; ++i) d.x.push_back(uniform(seed, i));
+  for (std::int64_t i = 0; i < cc * s.conv_width; ++i) d.conv_w.push_back(0.6 * uniform(seed + 1, i));
+  for (std::int64_t i = 0; i < cc; ++i) d.conv_b.push_back(0.2 * uniform(seed + 2, i));
+  for (int h = 0; h < s.nheads; ++h) d.dt.push_back(uniform(seed + 3, h));
+  for (int h = 0; h < s.nheads; ++h) d.alog.push_back(0.5 * uniform(seed + 4, h));
+  for (std::int64_t i = 0; i < t_total * s.d_inner(); ++i) d.dy.push_back(uniform(seed + 5, i));
+  for (std::int64_t i = 0; i < t_total * s.d_inner(); ++i) d.dz.push_back(uniform(seed + 6, i));
+  return d;
+}
+
+template <class View>
+void fill(const View& v, const std::vector<double>& values) {
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < values.size(); ++i) h.data()[i] = static_cast<typename View::value_type>(values[i]);
+  Kokkos::deep_copy(v, h);
+}
+template <class View>
+std::vector<double> read(const View& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<double>(h.data(), h.data() + h.span());
+}
+// Rows `natural[t]` of a row-major [T, cols] array.
+std::vector<double> rows_of(const std::vector<double>& a, std::int64_t cols, const std::vector<std::int64_t>& natural) {
+  std::vector<double> out;
+  for (std::int64_t n : natural) out.insert(out.end(), a.begin() + n * cols, a.begin() + (n + 1) * cols);
+  return out;
+}
+
+template <class Scalar, class Mem>
+struct Run {
+  using cp_matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, Mem>;
+  std::vector<double> y, z, dx, dw, db, ddt, dalog;
+};
+
+template <class Exec, class Scalar, class HeadPolicy, class TokenOrder>
+Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group, const ch::GdpShape& s, std::int64_t t_total,
+                                                   const std::vector<std::int64_t>& cu, const heads_test::GdpData& d,
+                                                   const std::vector<std::int64_t>& natural) {
+  using mem = typename Exec::memory_space;
+  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
+  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, t_total, cu, l2_eps);
+  const std::int64_t rows = natural.size(), c = s.input_layout().channels(), di = s.d_inner();
+  matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di), dz("dz", rows, di), dx("dx", rows, c);
+  fill(x, rows_of(d.x, c, natural));
+  fill(dy, rows_of(d.dy, di, natural));
+  fill(dz, rows_of(d.dz, di, natural));
+  auto params = ch::GdpParameters<Scalar, mem>::allocate(s), grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
+  fill(params.conv_weight, d.conv_w);
+  fill(params.conv_bias, d.conv_b);
+  fill(params.dt_bias, d.dt);
+  fill(params.a_log, d.alog);
+  cp.forward(Exec(), x, params, y, z);
+  cp.backward(Exec(), dy, dz, dx, grads);
+  Run<Scalar, mem> r;
+  r.y = read(y), r.z = read(z), r.dx = read(dx);
+  r.dw = read(grads.conv_weight), r.db = read(grads.conv_bias), r.ddt = read(grads.dt_bias), r.dalog = read(grads.a_log);
+  return r;
+}
+
+bool close(const std::string& what, const std::vector<double>& got, const std::vector<double>& want, double bound_scale,
+           const std::vector<double>* componentwise = nullptr) {
+  if (got.size() != want.size()) {
+    std::cerr << what << ": size " << got.size() << " vs " << want.size() << "\n";
+    return false;
+  }
+  double norm = 0;
+  for (double v : want) norm = std::max(norm, std::fabs(v));
+  return ctxpar::test::all_close(
+      what, got.size(), [&](std::int64_t i) { return got[i]; }, [&](std::int64_t i) { return want[i]; },
+      [&](std::int64_t i) { return bound_scale * (componentwise ? (*componentwise)[i] : norm) + 1e-300; },
+      [&](std::int64_t i) { return std::to_string(i); });
+}
+
+template <class Exec, class Scalar, class HeadPolicy, class TokenOrder>
+bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::int64_t>& cu_in, std::uint64_t seed) {
+  const auto& group = world();
+  const int p = group.size(), me = group.rank();
+  constexpr bool zigzag = std::is_same_v<TokenOrder, ch::Zigzag>;
+  const std::vector<std::int64_t> cu = cu_in.empty() ? std::vector<std::int64_t>{0, t_total} : cu_in;
+  const auto d = make_data(s, t_total, seed);
+  const auto oracle = heads_test::gdp_oracle(s, cu, d, l2_eps, true);
+
+  // This rank's natural tokens, from the independent shard oracle.
+  const auto pos = heads_test::shard_position(t_total, p, zigzag, cu);
+  const bool uneven_rows = std::is_same_v<HeadPolicy, ch::UnevenHeads> && !zigzag;
+  const std::int64_t chunk = uneven_rows ? (t_total + p - 1) / p : t_total / p;
+  const std::int64_t begin = std::min<std::int64_t>(chunk * me, t_total),
+                     end = me + 1 == p ? t_total : std::min<std::int64_t>(chunk * (me + 1), t_total);
+  std::vector<std::int64_t> natural;
+  for (std::int64_t q = begin; q < end; ++q)
+    for (std::int64_t n = 0; n < t_total; ++n)
+      if (pos[n] == q) natural.push_back(n);
+  std::vector<std::int64_t> all(t_total);
+  for (std::int64_t n = 0; n < t_total; ++n) all[n] = n;
+
+  const auto dist = run_layer<Exec, Scalar, HeadPolicy, TokenOrder>(group, s, t_total, cu_in, d, natural);
+  const ctxpar::Group self(MPI_COMM_SELF);
+  const auto single = run_layer<Exec, Scalar, HeadPolicy, ch::Contiguous>(self, s, t_total, cu_in, d, all);
+
+  const std::int64_t c = s.input_layout().channels(), di = s.d_inner();
+  const double u = ctxpar::test::unit_roundoff<Scalar>();
+  std::int64_t longest = 0;
+  for (std::size_t q = 0; q + 1 < cu.size(); ++q) longest = std::max(longest, cu[q + 1] - cu[q]);
+  // Forward: each sub-step of the recurrence costs ~ (2N + 6) roundings relative to the
+  // magnitude majorant y_mag; conv, SiLU and the norm add O(w + N).
+  const double gamma = double(longest * s.householder + 1) * (2 * s.d_state + 6) + s.conv_width + 2 * s.d_state + 20;
+  bool ok = true;
+  // The distributed forward is the P = 1 forward, bit for bit (same per-head arithmetic).
+  ok = ok && dist.y == rows_of(single.y, di, natural) && dist.z == rows_of(single.z, di, natural);
+  if (!ok) std::cerr << "[rank " << me << "] forward differs from P = 1\n";
+  // Normwise: conv cancellation makes a small v (or k) carry an absolute error of the size of its
+  // terms, which the componentwise majorant y_mag (built from |v|, |k̂|) does not see.
+  double ymag = 0;
+  for (double v : oracle.y_mag) ymag = std::max(ymag, v);
+  ok = ok && close("y vs oracle", dist.y, rows_of(oracle.y, di, natural), gamma * u * ymag / std::max(1e-300, [&] {
+                     double m = 0;
+                     for (double v : oracle.y) m = std::max(m, std::fabs(v));
+                     return m;
+                   }()));
+  // z is the input rounded to Scalar.
+  std::vector<double> zmag = rows_of(oracle.z, di, natural);
+  for (double& v : zmag) v = std::fabs(v);
+  ok = ok && close("z vs oracle", dist.z, rows_of(oracle.z, di, natural), u, &zmag);
+  // Backward: normwise bounds (a componentwise majorant of the reverse sweep is not tracked).
+  const double gb = 4 * gamma * u;
+  ok = ok && close("dx vs P=1", dist.dx, rows_of(single.dx, c, natural), gb);
+  ok = ok && close("dx vs oracle", dist.dx, rows_of(oracle.dx, c, natural), gb);
+  ok = ok && close("dconv_w vs oracle", dist.dw, oracle.dconv_w, gb * longest);
+  ok = ok && close("dconv_b vs oracle", dist.db, oracle.dconv_b, gb * longest);
+  ok = ok && close("ddt_bias vs oracle", dist.ddt, oracle.ddt, gb * longest);
+  ok = ok && close("dA_log vs oracle", dist.dalog, oracle.dalog, gb * longest);
+  ok = ok && close("dconv_w vs P=1", dist.dw, single.dw, gb * longest);
+  ok = ok && close("dA_log vs P=1", dist.dalog, single.dalog, gb * longest);
+  return ok;
+}
+
+template <class Exec, class Scalar, class TokenOrder>
+void sweep_even(std::uint64_t seed) {
+  const auto& group = world();
+  const int p = group.size();
+  for (int m : {1, 2, 3}) {
+    std::vector<int> groups{p, 2 * p};
+    if (p > 1) groups.insert(groups.begin(), 1);
+    if (p == 4) groups.insert(groups.begin(), 2);
+    for (int g : groups) {
+      ch::GdpShape s{4 * p, 2, g, 3, m, 3};
+      const std::int64_t t_dense = 6 * p;
+      // Packed: an empty sequence and boundaries just before/after rank borders.
+      const std::vector<std::int64_t> packed{0, 2 * p, 2 * p, 6 * p, 8 * p};
+      BOOST_TEST_CONTEXT("M=" << m << " G=" << g << " dense") {
+        CTXPAR_TEST_ALL(group, (check<Exec, Scalar, ch::EvenHeads, TokenOrder>(s, t_dense, {}, seed++)));
+      }
+      BOOST_TEST_CONTEXT("M=" << m << " G=" << g << " packed") {
+        CTXPAR_TEST_ALL(group, (check<Exec, Scalar, ch::EvenHeads, TokenOrder>(s, packed.back(), packed, seed++)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(gdp_even_contiguous_double) { sweep_even<Kokkos::DefaultExecutionSpace, double, ch::Contiguous>(100); }
+BOOST_AUTO_TEST_CASE(gdp_even_zigzag_double) { sweep_even<Kokkos::DefaultExecutionSpace, double, ch::Zigzag>(200); }
+BOOST_AUTO_TEST_CASE(gdp_even_zigzag_float) { sweep_even<Kokkos::DefaultExecutionSpace, float, ch::Zigzag>(300); }
+BOOST_AUTO_TEST_CASE(gdp_even_contiguous_serial_float) { sweep_even<Kokkos::Serial, float, ch::Contiguous>(400); }
+
+// Uneven heads (2P + 1 heads, and fewer heads than ranks) with uneven token shards.
+BOOST_AUTO_TEST_CASE(gdp_uneven) {
+  const auto& group = world();
+  const int p = group.size();
+  std::uint64_t seed = 500;
+  for (int h : {2 * p + 1, std::max(1, p - 1)}) {
+    for (int g : {1, h}) {
+      ch::GdpShape s{h, 2, g, 3, 2, 4};
+      BOOST_TEST_CONTEXT("H=" << h << " G=" << g) {
+        CTXPAR_TEST_ALL(group, (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Contiguous>(
+                                   s, 5 * p + 2, {}, seed++)));
+        CTXPAR_TEST_ALL(group, (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Zigzag>(
+                                   s, 4 * p, {0, 2 * p, 4 * p}, seed++)));
+      }
+    }
+  }
+}
+
+// The oracle's own gradients against central finite differences (fp64, small shape).
+BOOST_AUTO_TEST_CASE(oracle_matches_finite_differences) {
+  const auto& group = world();
+  ch::GdpShape s{4, 2, 2, 3, 2, 3};
+  const std::vector<std::int64_t> cu{0, 5, 9};
+  auto d = make_data(s, 9, 7);
+  const auto r = heads_test::gdp_oracle(s, cu, d, l2_eps, true);
+  bool ok = true;
+  const double h = 1e-6;
+  auto probe = [&](std::vector<double>& param, const std::vector<double>& grad, const char* name) {
+    for (std::size_t i = 0; i < param.size(); i += 1 + param.size() / 23) {
+      const double keep = param[i];
+      param[i] = keep + h;
+      const double lp = heads_test::gdp_loss(s, cu, d, l2_eps);
+      param[i] = keep - h;
+      const double lm = heads_test::gdp_loss(s, cu, d, l2_eps);
+      param[i] = keep;
+      const double fd = (lp - lm) / (2 * h);
+      // Truncation O(h²) plus cancellation O(u·|L|/h).
+      if (std::fabs(fd - grad[i]) > 1e-6 * (1 + std::fabs(grad[i]))) {
+        std::cerr << name << "[" << i << "] fd " << fd << " vs analytic " << grad[i] << "\n";
+        ok = false;
+      }
+    }
+  };
+  probe(d.x, r.dx, "dx");
+  probe(d.conv_w, r.dconv_w, "dconv_w");
+  probe(d.conv_b, r.dconv_b, "dconv_b");
+  probe(d.dt, r.ddt, "ddt_bias");
+  probe(d.alog, r.dalog, "dA_log");
+  CTXPAR_TEST_ALL(group, ok);
+}
