@@ -4,9 +4,9 @@
 // expected value (sums included) is exact in every scalar type and compared with ==.
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <iostream>
-#include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -57,9 +57,9 @@ bool traffic_is(CollectiveKind kind, std::int64_t calls, std::int64_t sent, std:
   const auto& t = world().traffic(kind);
   const bool ok = t.calls == calls && t.bytes_sent == sent && t.bytes_received == received;
   if (!ok) {
-    std::cerr << "[rank " << world().rank() << "] " << ctxpar::to_string(kind) << " traffic: calls " << t.calls
-              << " (want " << calls << "), sent " << t.bytes_sent << " (want " << sent << "), received "
-              << t.bytes_received << " (want " << received << ")\n";
+    std::cerr << "[rank " << world().rank() << "] " << ctxpar::to_string(kind) << " traffic: calls "
+              << t.calls << " (want " << calls << "), sent " << t.bytes_sent << " (want " << sent
+              << "), received " << t.bytes_received << " (want " << received << ")\n";
   }
   return ok;
 }
@@ -71,7 +71,8 @@ std::vector<std::vector<int>> count_patterns(int p) {
   std::vector<int> uneven, all_zero(p, 0);
   for (int j = 0; j < p; ++j) uneven.push_back((3 * j + 1) % 4);
   patterns.push_back(uneven);
-  patterns.push_back(ctxpar::BalancedChunks{std::max(1, p - 1), p}.counts(3));  // L < P: trailing empties
+  patterns.push_back(
+      ctxpar::BalancedChunks{std::max(1, p - 1), p}.counts(3));  // L < P: trailing empties
   patterns.push_back(ctxpar::BalancedChunks{2 * p + 1, p}.counts(2));
   patterns.push_back(all_zero);
   return patterns;
@@ -112,7 +113,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(allgatherv_uneven_and_empty, C, comm_cases) {
     g.reset_traffic();
     std::int64_t total = 0;
     for (int c : counts) total += c;
-    auto send = make_view<T, M>("send", counts[me], [&](std::int64_t i) { return value<T>(2, me, i); });
+    auto send =
+        make_view<T, M>("send", counts[me], [&](std::int64_t i) { return value<T>(2, me, i); });
     // One slot more than needed, holding a sentinel: recv may be longer than the sum of counts.
     Kokkos::View<T*, M> recv("recv", total + 1);
     Kokkos::deep_copy(recv, T(77));
@@ -138,7 +140,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(alltoall_equal_blocks, C, comm_cases) {
   for (std::int64_t b : {0, 1, 3}) {
     g.reset_traffic();
     // Element i of block j encodes (sender, destination, i).
-    auto send = make_view<T, M>("send", b * p, [&](std::int64_t k) { return value<T>(3, me * 64 + k / b, k % b); });
+    auto send = make_view<T, M>(
+        "send", b * p, [&](std::int64_t k) { return value<T>(3, me * 64 + k / b, k % b); });
     Kokkos::View<T*, M> recv("recv", b * p);
     ctxpar::alltoall(typename C::execution_space(), g, send, recv);
     const auto got = to_host(recv);
@@ -215,15 +218,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reduce_scatter_is_the_adjoint_of_allgatherv, C, co
       ok = ok && got[k] == sum;
     }
     const std::int64_t elem = sizeof(T), own = counts[me];
-    ok = ok && traffic_is(CollectiveKind::reduce_scatter, 1, (total - own) * elem, own * elem * (p - 1));
-    // Adjointness: sum over ranks of <allgatherv(x), y> equals sum over ranks of <x, reduce_scatter(y)>.
+    ok = ok &&
+         traffic_is(CollectiveKind::reduce_scatter, 1, (total - own) * elem, own * elem * (p - 1));
+    // Adjointness: sum over ranks of <allgatherv(x), y> equals sum over ranks of <x,
+    // reduce_scatter(y)>.
     auto x = make_view<T, M>("x", counts[me], [&](std::int64_t k) { return value<T>(6, me, k); });
     Kokkos::View<T*, M> gx("gx", total);
     ctxpar::allgatherv(typename C::execution_space(), g, x, gx, counts);
     const auto gxh = to_host(gx), yh = to_host(y), xh = to_host(x);
     double lhs = 0, rhs = 0;
-    for (std::int64_t k = 0; k < total; ++k) lhs += static_cast<double>(gxh[k]) * static_cast<double>(yh[k]);
-    for (int k = 0; k < counts[me]; ++k) rhs += static_cast<double>(xh[k]) * static_cast<double>(got[k]);
+    for (std::int64_t k = 0; k < total; ++k)
+      lhs += static_cast<double>(gxh[k]) * static_cast<double>(yh[k]);
+    for (int k = 0; k < counts[me]; ++k)
+      rhs += static_cast<double>(xh[k]) * static_cast<double>(got[k]);
     double sums[2] = {lhs, rhs}, all[2] = {0, 0};
     MPI_Allreduce(sums, all, 2, MPI_DOUBLE, MPI_SUM, g.mpi_comm());
     ok = ok && all[0] == all[1];  // integer data: both sides exact
@@ -269,9 +276,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sendrecv_open_and_periodic_rings, C, comm_cases) {
     const int dest = me + 1 < p ? me + 1 : no_rank, source = me > 0 ? me - 1 : no_rank;
     ctxpar::sendrecv(typename C::execution_space(), g, send, dest, recv, source, 3);
     auto got = to_host(recv);
-    for (std::int64_t i = 0; i < n; ++i) ok = ok && got[i] == (source == no_rank ? T(-99) : value<T>(8, source, i));
+    for (std::int64_t i = 0; i < n; ++i)
+      ok = ok && got[i] == (source == no_rank ? T(-99) : value<T>(8, source, i));
     const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T));
-    ok = ok && traffic_is(CollectiveKind::sendrecv, 1, dest == no_rank ? 0 : bytes, source == no_rank ? 0 : bytes);
+    ok = ok && traffic_is(CollectiveKind::sendrecv, 1, dest == no_rank ? 0 : bytes,
+                          source == no_rank ? 0 : bytes);
     // Periodic ring to the left (at np 1 a rank exchanges with itself).
     const int left = (me + p - 1) % p, right = (me + 1) % p;
     ctxpar::sendrecv(typename C::execution_space(), g, send, left, recv, right, 4);
@@ -313,10 +322,14 @@ template <class T>
 std::vector<T> matrix_of(int r) {
   const int k = r % 4;
   switch (k) {
-    case 0: return {T(1), T(1), T(0), T(1)};
-    case 1: return {T(1), T(0), T(1), T(1)};
-    case 2: return {T(0), T(-1), T(1), T(2)};
-    default: return {T(2), T(1), T(1), T(1)};
+    case 0:
+      return {T(1), T(1), T(0), T(1)};
+    case 1:
+      return {T(1), T(0), T(1), T(1)};
+    case 2:
+      return {T(0), T(-1), T(1), T(2)};
+    default:
+      return {T(2), T(1), T(1), T(1)};
   }
 }
 
@@ -325,7 +338,8 @@ std::vector<T> product(const std::vector<int>& ranks) {
   std::vector<T> m{T(1), T(0), T(0), T(1)};
   for (int r : ranks) {  // left to right: m := m · M_r
     const auto x = matrix_of<T>(r);
-    m = {m[0] * x[0] + m[1] * x[2], m[0] * x[1] + m[1] * x[3], m[2] * x[0] + m[3] * x[2], m[2] * x[1] + m[3] * x[3]};
+    m = {m[0] * x[0] + m[1] * x[2], m[0] * x[1] + m[1] * x[3], m[2] * x[0] + m[3] * x[2],
+         m[2] * x[1] + m[3] * x[3]};
   }
   return m;
 }
@@ -382,7 +396,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(scans_with_a_non_commutative_operation, C, comm_ca
 
 BOOST_AUTO_TEST_CASE(int_count_overflow_guard) {
   // Calls the count conversion every collective uses; nothing of 2^31 elements is allocated.
-  bool ok = ctxpar::impl::mpi_count(INT_MAX, "ctxpar::test") == INT_MAX && ctxpar::impl::mpi_count(0, "x") == 0;
+  bool ok = ctxpar::impl::mpi_count(INT_MAX, "ctxpar::test") == INT_MAX &&
+            ctxpar::impl::mpi_count(0, "x") == 0;
   auto throws = [](auto f, const std::string& needle) {
     try {
       f();
@@ -395,13 +410,21 @@ BOOST_AUTO_TEST_CASE(int_count_overflow_guard) {
   };
   const std::int64_t too_many = std::int64_t{INT_MAX} + 1;
   ok = ok && throws([&] { ctxpar::impl::mpi_count(too_many, "ctxpar::allgatherv"); },
-                    "ctxpar::allgatherv: an MPI count must fit in int (expected at most 2147483647 elements, got "
+                    "ctxpar::allgatherv: an MPI count must fit in int (expected at most 2147483647 "
+                    "elements, got "
                     "2147483648)");
   ok = ok && throws([&] { ctxpar::impl::mpi_count(-1, "ctxpar::alltoallv"); }, "got -1");
   // Displacements: the running sum overflows although every single count fits.
-  ok = ok && throws([&] { ctxpar::impl::displacements({INT_MAX, 1}, "ctxpar::allgatherv"); },
-                    "an MPI count must fit in int");
-  ok = ok && throws([&] { ctxpar::impl::displacements({INT_MAX, 1, 0}, "ctxpar::alltoallv"); }, "got 2147483648");
+  ok = ok && throws(
+                 [&] {
+                   ctxpar::impl::displacements({INT_MAX, 1}, "ctxpar::allgatherv");
+                 },
+                 "an MPI count must fit in int");
+  ok = ok && throws(
+                 [&] {
+                   ctxpar::impl::displacements({INT_MAX, 1, 0}, "ctxpar::alltoallv");
+                 },
+                 "got 2147483648");
   ok = ok && ctxpar::impl::displacements({INT_MAX - 1, 1}, "x") == std::vector<int>{0, INT_MAX - 1};
   CTXPAR_TEST_ALL(world(), ok);
 }
@@ -434,8 +457,10 @@ BOOST_AUTO_TEST_CASE(mismatched_buffers_give_clear_errors) {
     return false;
   };
   const Kokkos::DefaultHostExecutionSpace host;
-  bool ok = local([&] { ctxpar::allgather(host, g, send, small); }, "recv must hold size() * send.span() elements");
-  ok = ok && local([&] { ctxpar::allgatherv(host, g, send, small, std::vector<int>(p + 1, 2)); }, "one count per rank");
+  bool ok = local([&] { ctxpar::allgather(host, g, send, small); },
+                  "recv must hold size() * send.span() elements");
+  ok = ok && local([&] { ctxpar::allgatherv(host, g, send, small, std::vector<int>(p + 1, 2)); },
+                   "one count per rank");
   ok = ok && local([&] { ctxpar::reduce_scatter(host, g, small, send, std::vector<int>(p, 2)); },
                    "send must hold the sum of counts");
   Kokkos::View<double**, Kokkos::LayoutStride, Kokkos::HostSpace> strided(

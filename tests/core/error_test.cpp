@@ -12,15 +12,20 @@ using ctxpar::test::world;
 BOOST_AUTO_TEST_SUITE(core_error)
 
 BOOST_AUTO_TEST_CASE(message_names_op_rank_condition_expected_actual) {
-  const ctxpar::Error e("ctxpar::swa::forward", 2, "the window must be positive", "W >= 1", "W = 0");
-  bool ok = std::string(e.what()) == "ctxpar::swa::forward: on rank 2: the window must be positive (expected W >= 1, got W = 0)";
-  ok = ok && e.op() == "ctxpar::swa::forward" && e.rank() == 2 && e.condition() == "the window must be positive" &&
-       e.expected() == "W >= 1" && e.actual() == "W = 0";
+  const ctxpar::Error e("ctxpar::swa::forward", 2, "the window must be positive", "W >= 1",
+                        "W = 0");
+  bool ok =
+      std::string(e.what()) ==
+      "ctxpar::swa::forward: on rank 2: the window must be positive (expected W >= 1, got W = 0)";
+  ok = ok && e.op() == "ctxpar::swa::forward" && e.rank() == 2 &&
+       e.condition() == "the window must be positive" && e.expected() == "W >= 1" &&
+       e.actual() == "W = 0";
   // Without a communicator the rank is -1 and the message leaves it out.
   const ctxpar::Error local("ctxpar::op", -1, "c", "e", "a");
   ok = ok && std::string(local.what()) == "ctxpar::op: c (expected e, got a)" && local.rank() == -1;
   // Rank 0 is a real rank and is printed.
-  ok = ok && std::string(ctxpar::Error("op", 0, "c", "e", "a").what()).find("on rank 0: ") != std::string::npos;
+  ok = ok && std::string(ctxpar::Error("op", 0, "c", "e", "a").what()).find("on rank 0: ") !=
+                 std::string::npos;
   // It is a std::runtime_error, so generic handlers see the same message.
   const std::runtime_error& base = e;
   ok = ok && std::string(base.what()) == e.what();
@@ -35,11 +40,13 @@ BOOST_AUTO_TEST_CASE(require_local_prints_values_and_passes_when_ok) {
     ok = false;
   }
   try {
-    ctxpar::require_local(false, "ctxpar::chunkwise::forward", "the chunk size must divide 64", 64, 2.5);
+    ctxpar::require_local(false, "ctxpar::chunkwise::forward", "the chunk size must divide 64", 64,
+                          2.5);
     ok = false;
   } catch (const ctxpar::Error& e) {
     ok = ok && e.rank() == -1 && e.expected() == "64" && e.actual() == "2.5" &&
-         std::string(e.what()) == "ctxpar::chunkwise::forward: the chunk size must divide 64 (expected 64, got 2.5)";
+         std::string(e.what()) ==
+             "ctxpar::chunkwise::forward: the chunk size must divide 64 (expected 64, got 2.5)";
   }
   try {
     ctxpar::require_local(false, "op", "strings print as is", std::string("abc"), "def");

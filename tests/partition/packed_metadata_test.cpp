@@ -78,7 +78,8 @@ bool matches_literal(const PackedMetadata& meta, const ids_type& ids, int parts,
       return fail("preceding_rank_start");
     if (s.following_rank_stop != want.following || meta.following_rank_stop(r) != want.following)
       return fail("following_rank_stop");
-    if (s.continues_from_previous != want.from_previous || meta.starts_sequence(r) == want.from_previous)
+    if (s.continues_from_previous != want.from_previous ||
+        meta.starts_sequence(r) == want.from_previous)
       return fail("continues_from_previous");
     if (s.continues_to_next != want.to_next) return fail("continues_to_next");
     if (meta.forward_segment_start(r) != want.forward_reset ||
@@ -138,12 +139,14 @@ bool check_one(const std::vector<int>& lengths, int parts, std::string& why) {
   // from_cu_seqlens numbers the sequences 0, 1, ...: compare against the same lengths renumbered.
   const PackedMetadata from_cu = PackedMetadata::from_cu_seqlens(cu, parts);
   ids_type renumbered;
-  for (std::size_t s = 0; s < lengths.size(); ++s) renumbered.insert(renumbered.end(), lengths[s], static_cast<std::int32_t>(s));
+  for (std::size_t s = 0; s < lengths.size(); ++s)
+    renumbered.insert(renumbered.end(), lengths[s], static_cast<std::int32_t>(s));
   if (!matches_literal(from_cu, renumbered, parts, why)) {
     why = "from_cu_seqlens: " + why;
     return false;
   }
-  if (from_cu.cu_seqlens() != cu || from_ids.cu_seqlens() != cu || from_ids.num_sequences() != static_cast<int>(lengths.size())) {
+  if (from_cu.cu_seqlens() != cu || from_ids.cu_seqlens() != cu ||
+      from_ids.num_sequences() != static_cast<int>(lengths.size())) {
     why = "global cu_seqlens";
     return false;
   }
@@ -167,8 +170,8 @@ BOOST_AUTO_TEST_CASE(worked_example_of_the_design) {
   bool ok = meta.local_length() == 4;
   for (int r = 0; r < 4; ++r) {
     const PackedShard s = meta.shard(r);
-    ok = ok && s.preceding_rank_start == preceding[r] && s.following_rank_stop - 1 == following_minus_one[r] &&
-         s.local_cu_seqlens == cu[r];
+    ok = ok && s.preceding_rank_start == preceding[r] &&
+         s.following_rank_stop - 1 == following_minus_one[r] && s.local_cu_seqlens == cu[r];
   }
   // Rank 1 continues sequence 0 from rank 0; ranks 2 and 3 continue sequences 1 and 2.
   ok = ok && !meta.continues_from_previous(0) && meta.continues_from_previous(1) &&
@@ -186,7 +189,10 @@ BOOST_AUTO_TEST_CASE(every_composition_of_short_inputs) {
     for (std::uint32_t cuts = 0; cuts < (1u << (t - 1)) && ok; ++cuts) {
       std::vector<int> lengths{1};
       for (int i = 1; i < t; ++i) {
-        if (cuts & (1u << (i - 1))) lengths.push_back(1); else ++lengths.back();
+        if (cuts & (1u << (i - 1)))
+          lengths.push_back(1);
+        else
+          ++lengths.back();
       }
       for (int p = 1; p <= 8 && ok; ++p) {
         if (t % p != 0) continue;
@@ -212,7 +218,10 @@ BOOST_AUTO_TEST_CASE(random_cuts_of_all_small_splits) {
         std::vector<int> lengths{1};
         for (int i = 1; i < t; ++i) {
           const double u = 0.5 * (ctxpar::test::uniform(seed, i) + 1.0);
-          if (u < density) lengths.push_back(1); else ++lengths.back();
+          if (u < density)
+            lengths.push_back(1);
+          else
+            ++lengths.back();
         }
         ok = check_one(lengths, p, why);
         if (!ok) BOOST_TEST_MESSAGE("failed " << describe(lengths, p) << ": " << why);
@@ -232,10 +241,12 @@ BOOST_AUTO_TEST_CASE(random_cuts_of_all_small_splits) {
 }
 
 BOOST_AUTO_TEST_CASE(zero_length_sequences_in_cu_seqlens_vanish) {
-  const PackedMetadata with_empty = PackedMetadata::from_cu_seqlens(std::vector<long>{0, 0, 3, 3, 3, 8, 8}, 2);
+  const PackedMetadata with_empty =
+      PackedMetadata::from_cu_seqlens(std::vector<long>{0, 0, 3, 3, 3, 8, 8}, 2);
   const PackedMetadata without = PackedMetadata::from_cu_seqlens(std::vector<long>{0, 3, 8}, 2);
   bool ok = with_empty.num_sequences() == 2 && with_empty.cu_seqlens() == without.cu_seqlens();
-  for (int r = 0; r < 2; ++r) ok = ok && with_empty.shard(r).local_cu_seqlens == without.shard(r).local_cu_seqlens;
+  for (int r = 0; r < 2; ++r)
+    ok = ok && with_empty.shard(r).local_cu_seqlens == without.shard(r).local_cu_seqlens;
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
 }
 
@@ -257,23 +268,50 @@ bool local_error(F&& f, const std::string& needle) {
 
 BOOST_AUTO_TEST_CASE(local_validation_errors_name_expected_and_actual) {
   bool ok = true;
-  ok &= local_error([] { PackedMetadata::from_seq_idx(ids_type{0, 0, 1, 0}, 2); },
-                    "sequence ids must be non-decreasing (expected seq_idx[3] >= 1, got seq_idx[3] = 0)");
-  ok &= local_error([] { PackedMetadata::from_seq_idx(ids_type{0, 0, 1, 1, 1, 2}, 4); },
-                    "T must be divisible by the number of ranks P (expected a multiple of 4, got T = 6 (T % P = 2))");
-  ok &= local_error([] { PackedMetadata::from_seq_idx(ids_type{}, 1); }, "at least one token (T >= 1)");
-  ok &= local_error([] { PackedMetadata::from_seq_idx(std::vector<std::int64_t>{0, 1, std::int64_t{1} << 31, 5}, 1); },
-                    "sequence ids must be int32 values (expected [-2147483648, 2147483647], got 2147483648 at token 2)");
-  ok &= local_error([] { PackedMetadata::from_seq_idx(std::vector<std::uint32_t>{0, 4000000000u}, 1); },
-                    "got 4000000000 at token 1");
-  ok &= local_error([] { PackedMetadata::from_cu_seqlens(std::vector<int>{1, 4}, 1); }, "cu_seqlens must start with 0");
-  ok &= local_error([] { PackedMetadata::from_cu_seqlens(std::vector<int>{0, 5, 3, 8}, 1); },
-                    "cu_seqlens must be non-decreasing (expected cu_seqlens[2] >= 5, got cu_seqlens[2] = 3)");
+  ok &= local_error(
+      [] {
+        PackedMetadata::from_seq_idx(ids_type{0, 0, 1, 0}, 2);
+      },
+      "sequence ids must be non-decreasing (expected seq_idx[3] >= 1, got seq_idx[3] = 0)");
+  ok &= local_error(
+      [] {
+        PackedMetadata::from_seq_idx(ids_type{0, 0, 1, 1, 1, 2}, 4);
+      },
+      "T must be divisible by the number of ranks P (expected a multiple of 4, got T = 6 (T % P = "
+      "2))");
+  ok &= local_error([] { PackedMetadata::from_seq_idx(ids_type{}, 1); },
+                    "at least one token (T >= 1)");
+  ok &= local_error(
+      [] {
+        PackedMetadata::from_seq_idx(std::vector<std::int64_t>{0, 1, std::int64_t{1} << 31, 5}, 1);
+      },
+      "sequence ids must be int32 values (expected [-2147483648, 2147483647], got 2147483648 at "
+      "token 2)");
+  ok &= local_error(
+      [] {
+        PackedMetadata::from_seq_idx(std::vector<std::uint32_t>{0, 4000000000u}, 1);
+      },
+      "got 4000000000 at token 1");
+  ok &= local_error(
+      [] {
+        PackedMetadata::from_cu_seqlens(std::vector<int>{1, 4}, 1);
+      },
+      "cu_seqlens must start with 0");
+  ok &= local_error(
+      [] {
+        PackedMetadata::from_cu_seqlens(std::vector<int>{0, 5, 3, 8}, 1);
+      },
+      "cu_seqlens must be non-decreasing (expected cu_seqlens[2] >= 5, got cu_seqlens[2] = 3)");
   ok &= local_error([] { PackedMetadata::from_cu_seqlens(std::vector<int>{0}, 1); }, "T >= 1");
   ok &= local_error([] { PackedMetadata::from_cu_seqlens(std::vector<int>{0, 3, 7}, 2); }, "T = 7");
-  ok &= local_error([] { PackedMetadata::from_seq_idx(ids_type{0, 1}, 2).shard(2); }, "the rank must lie in [0, P)");
+  ok &= local_error(
+      [] {
+        PackedMetadata::from_seq_idx(ids_type{0, 1}, 2).shard(2);
+      },
+      "the rank must lie in [0, P)");
   // int64 ids that fit are accepted and equal their int32 twins.
-  ok &= PackedMetadata::from_seq_idx(std::vector<std::int64_t>{-3, -3, 9, 9}, 2).seq_idx() == ids_type{-3, -3, 9, 9};
+  ok &= PackedMetadata::from_seq_idx(std::vector<std::int64_t>{-3, -3, 9, 9}, 2).seq_idx() ==
+        ids_type{-3, -3, 9, 9};
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
 }
 

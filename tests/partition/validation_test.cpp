@@ -46,8 +46,9 @@ BOOST_AUTO_TEST_CASE(decreasing_ids_on_one_rank) {
     const auto ids = good_ids(g.size());
     const std::string at = "seq_idx[" + std::to_string(ids.size() - 1) + "]";
     const std::string needle = "ctxpar::chunkwise::forward: on rank " + std::to_string(bad) +
-                               ": sequence ids must be non-decreasing (expected " + at + " >= " +
-                               std::to_string(ids[ids.size() - 2]) + ", got " + at + " = -1)";
+                               ": sequence ids must be non-decreasing (expected " + at +
+                               " >= " + std::to_string(ids[ids.size() - 2]) + ", got " + at +
+                               " = -1)";
     CTXPAR_TEST_ALL(g, throws_everywhere(g, call, needle, bad));
   }
 }
@@ -61,9 +62,10 @@ BOOST_AUTO_TEST_CASE(token_count_not_divisible_on_one_rank) {
       if (g.rank() == bad) ids.push_back(7);
       PackedMetadata::from_seq_idx(g, ids);
     };
-    const std::string needle = "on rank " + std::to_string(bad) +
-                               ": the token count T must be divisible by the number of ranks P (expected a multiple of " +
-                               std::to_string(g.size()) + ", got T = " + std::to_string(2 * g.size() + 1);
+    const std::string needle =
+        "on rank " + std::to_string(bad) +
+        ": the token count T must be divisible by the number of ranks P (expected a multiple of " +
+        std::to_string(g.size()) + ", got T = " + std::to_string(2 * g.size() + 1);
     CTXPAR_TEST_ALL(g, throws_everywhere(g, call, needle, bad));
   }
 }
@@ -76,7 +78,8 @@ BOOST_AUTO_TEST_CASE(empty_input_on_one_rank) {
       if (g.rank() == bad) cu = {0};
       PackedMetadata::from_cu_seqlens(g, cu);
     };
-    CTXPAR_TEST_ALL(g, throws_everywhere(g, call, "at least one token (T >= 1) (expected >= 1, got 0)", bad));
+    CTXPAR_TEST_ALL(
+        g, throws_everywhere(g, call, "at least one token (T >= 1) (expected >= 1, got 0)", bad));
   }
 }
 
@@ -102,7 +105,9 @@ BOOST_AUTO_TEST_CASE(different_valid_ids_on_one_rank) {
       if (g.rank() == bad) ids.back() = 9;  // still valid, but not what the others hold
       PackedMetadata::from_seq_idx(g, ids);
     };
-    CTXPAR_TEST_ALL(g, throws_everywhere(g, call, "every rank must agree on the sequence ids (fingerprint)", bad));
+    CTXPAR_TEST_ALL(
+        g,
+        throws_everywhere(g, call, "every rank must agree on the sequence ids (fingerprint)", bad));
   }
 }
 
@@ -112,15 +117,21 @@ BOOST_AUTO_TEST_CASE(dense_zigzag_length_on_one_rank) {
   const auto layout = ctxpar::ZigzagLayout::create(g, 3 * two_p);
   CTXPAR_TEST_ALL(g, layout.parts() == g.size() && layout.chunk() == 3);
   for (int bad = 0; bad < g.size(); ++bad) {
-    auto call = [&] { ctxpar::ZigzagLayout::create(g, g.rank() == bad ? 3 * two_p + 1 : 3 * two_p, "ctxpar::heads::to_head_parallel"); };
-    const std::string needle = "ctxpar::heads::to_head_parallel: on rank " + std::to_string(bad) +
-                               ": the zigzag layout needs a sequence length that is a positive multiple of 2P (expected "
-                               "a positive multiple of " + std::to_string(two_p) + ", got " + std::to_string(3 * two_p + 1) + ")";
+    auto call = [&] {
+      ctxpar::ZigzagLayout::create(g, g.rank() == bad ? 3 * two_p + 1 : 3 * two_p,
+                                   "ctxpar::heads::to_head_parallel");
+    };
+    const std::string needle =
+        "ctxpar::heads::to_head_parallel: on rank " + std::to_string(bad) +
+        ": the zigzag layout needs a sequence length that is a positive multiple of 2P (expected "
+        "a positive multiple of " +
+        std::to_string(two_p) + ", got " + std::to_string(3 * two_p + 1) + ")";
     CTXPAR_TEST_ALL(g, throws_everywhere(g, call, needle, bad));
   }
   for (int bad = 1; bad < g.size(); ++bad) {
     auto call = [&] { ctxpar::ZigzagLayout::create(g, g.rank() == bad ? 4 * two_p : 3 * two_p); };
-    CTXPAR_TEST_ALL(g, throws_everywhere(g, call, "every rank must agree on the sequence length", bad));
+    CTXPAR_TEST_ALL(
+        g, throws_everywhere(g, call, "every rank must agree on the sequence length", bad));
   }
 }
 
@@ -134,8 +145,10 @@ BOOST_AUTO_TEST_CASE(packed_zigzag_length_on_one_rank) {
       ctxpar::PackedZigzagLayout<>::create(g, cu);
     };
     const std::string needle = "on rank " + std::to_string(bad) +
-                               ": every packed sequence length must be divisible by 2P for the zigzag layout (sequence 1 has "
-                               "length " + std::to_string(2 * two_p + 1) + ")";
+                               ": every packed sequence length must be divisible by 2P for the "
+                               "zigzag layout (sequence 1 has "
+                               "length " +
+                               std::to_string(2 * two_p + 1) + ")";
     CTXPAR_TEST_ALL(g, throws_everywhere(g, call, needle, bad));
   }
   for (int bad = 1; bad < g.size(); ++bad) {
@@ -144,7 +157,8 @@ BOOST_AUTO_TEST_CASE(packed_zigzag_length_on_one_rank) {
       if (g.rank() == bad) cu = {0, 2 * two_p, 3 * two_p};  // valid, but not what the others hold
       ctxpar::PackedZigzagLayout<>::create(g, cu);
     };
-    CTXPAR_TEST_ALL(g, throws_everywhere(g, call, "every rank must agree on cu_seqlens (fingerprint)", bad));
+    CTXPAR_TEST_ALL(
+        g, throws_everywhere(g, call, "every rank must agree on cu_seqlens (fingerprint)", bad));
   }
 }
 
@@ -156,23 +170,33 @@ BOOST_AUTO_TEST_CASE(head_counts_on_one_rank) {
   CTXPAR_TEST_ALL(g, kp.size(g.rank()) == 1 && kp.begin(g.rank()) == 0 && kp.repeat() == p);
   for (int bad = 0; bad < g.size(); ++bad) {
     // nheads not a multiple of ngroups on one rank (applies at every P).
-    auto groups = [&] { ctxpar::KeyGroupPartition::create(g, 2 * p, g.rank() == bad ? 4 * p + 1 : 1); };
-    CTXPAR_TEST_ALL(g, throws_everywhere(g, groups,
-                                         "on rank " + std::to_string(bad) +
-                                             ": the number of heads must be divisible by the number of key groups",
-                                         bad));
+    auto groups = [&] {
+      ctxpar::KeyGroupPartition::create(g, 2 * p, g.rank() == bad ? 4 * p + 1 : 1);
+    };
+    CTXPAR_TEST_ALL(
+        g,
+        throws_everywhere(g, groups,
+                          "on rank " + std::to_string(bad) +
+                              ": the number of heads must be divisible by the number of key groups",
+                          bad));
     if (p > 1) {
       auto heads = [&] { ctxpar::HeadPartition::create(g, g.rank() == bad ? 2 * p + 1 : 2 * p); };
-      CTXPAR_TEST_ALL(g, throws_everywhere(g, heads,
-                                           "on rank " + std::to_string(bad) +
-                                               ": the number of heads must be divisible by the number of ranks P (or "
-                                               "choose ctxpar::UnevenHeads) (expected a multiple of P = " +
-                                               std::to_string(p) + ", got nheads = " + std::to_string(2 * p + 1) + ")",
-                                           bad));
+      CTXPAR_TEST_ALL(
+          g, throws_everywhere(
+                 g, heads,
+                 "on rank " + std::to_string(bad) +
+                     ": the number of heads must be divisible by the number of ranks P (or "
+                     "choose ctxpar::UnevenHeads) (expected a multiple of P = " +
+                     std::to_string(p) + ", got nheads = " + std::to_string(2 * p + 1) + ")",
+                 bad));
       // The uneven policy accepts the same count, but every rank must agree on it.
-      auto disagree = [&] { ctxpar::HeadPartition::create(g, g.rank() == bad ? 2 * p + 1 : 2 * p, ctxpar::UnevenHeads{}); };
+      auto disagree = [&] {
+        ctxpar::HeadPartition::create(g, g.rank() == bad ? 2 * p + 1 : 2 * p,
+                                      ctxpar::UnevenHeads{});
+      };
       if (bad > 0) {
-        CTXPAR_TEST_ALL(g, throws_everywhere(g, disagree, "every rank must agree on the number of heads", bad));
+        CTXPAR_TEST_ALL(
+            g, throws_everywhere(g, disagree, "every rank must agree on the number of heads", bad));
       }
     }
   }

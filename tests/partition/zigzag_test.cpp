@@ -41,9 +41,11 @@ bool matches_order(const Layout& layout, const order_type& order, int parts, std
   for (std::int64_t q = 0; q < t; ++q) {
     const std::int64_t i = order[q];
     if (layout.to_natural(q) != i || layout.to_layout(i) != q || layout.owner(i) != q / l ||
-        layout.local_index(i) != q % l || layout.global_index(static_cast<int>(q / l), q % l) != i) {
-      why = "layout position " + std::to_string(q) + " (natural " + std::to_string(i) + "): to_natural " +
-            std::to_string(layout.to_natural(q)) + ", to_layout " + std::to_string(layout.to_layout(i));
+        layout.local_index(i) != q % l ||
+        layout.global_index(static_cast<int>(q / l), q % l) != i) {
+      why = "layout position " + std::to_string(q) + " (natural " + std::to_string(i) +
+            "): to_natural " + std::to_string(layout.to_natural(q)) + ", to_layout " +
+            std::to_string(layout.to_layout(i));
       return false;
     }
   }
@@ -67,7 +69,8 @@ BOOST_AUTO_TEST_CASE(chunk_order_after_all_to_all) {
     for (int k = 2 * p - 1; k >= 1; k -= 2) take.push_back(k);
     for (int n = 0; n < 2 * p; ++n) {
       ok = ok && arrived[take[n]] == n && ctxpar::zigzag_chunk_position(n, p) == take[n] &&
-           ctxpar::zigzag_natural_chunk(take[n], p) == n && ctxpar::zigzag_natural_chunk(n, p) == arrived[n];
+           ctxpar::zigzag_natural_chunk(take[n], p) == n &&
+           ctxpar::zigzag_natural_chunk(n, p) == arrived[n];
     }
   }
   // P = 3 spelled out (1-based chunk labels as in the design).
@@ -103,7 +106,8 @@ BOOST_AUTO_TEST_CASE(packed_zigzag_against_concatenated_chunks) {
     const auto layout = ctxpar::PackedZigzagLayout<>::create(cu, p);
     std::vector<std::int64_t> local_cu;
     for (std::int64_t c : cu) local_cu.push_back(c / p);
-    bool good = layout.local_cu_seqlens() == local_cu && layout.num_sequences() == static_cast<std::int64_t>(units.size()) &&
+    bool good = layout.local_cu_seqlens() == local_cu &&
+                layout.num_sequences() == static_cast<std::int64_t>(units.size()) &&
                 matches_order(layout, literal_packed_order(cu, p), p, why);
     if (!good) {
       std::string u;
@@ -117,7 +121,10 @@ BOOST_AUTO_TEST_CASE(packed_zigzag_against_concatenated_chunks) {
       for (std::uint32_t cuts = 0; cuts < (1u << (total - 1)) && ok; ++cuts) {
         std::vector<int> units{1};
         for (int i = 1; i < total; ++i) {
-          if (cuts & (1u << (i - 1))) units.push_back(1); else ++units.back();
+          if (cuts & (1u << (i - 1)))
+            units.push_back(1);
+          else
+            ++units.back();
         }
         ok = check(units, p);
       }
@@ -128,7 +135,10 @@ BOOST_AUTO_TEST_CASE(packed_zigzag_against_concatenated_chunks) {
         for (int i = 1; i < total; ++i) {
           const double u = ctxpar::test::uniform(seed, i);
           if (u < -0.6) units.push_back(0);  // an empty sequence in between
-          if (u < 0.0) units.push_back(1); else ++units.back();
+          if (u < 0.0)
+            units.push_back(1);
+          else
+            ++units.back();
         }
         if (variant % 2 == 0) units.insert(units.begin(), 0);
         if (variant % 3 == 0) units.push_back(0);
@@ -150,8 +160,8 @@ BOOST_AUTO_TEST_CASE(contiguous_layout_follows_balanced_chunks) {
         sum += layout.local_length(r);
         for (std::int64_t j = 0; j < layout.local_length(r); ++j) {
           const std::int64_t i = layout.global_index(r, j);
-          ok = ok && i == chunks.begin(r) + j && layout.owner(i) == r && layout.local_index(i) == j &&
-               layout.to_layout(i) == i && layout.to_natural(i) == i;
+          ok = ok && i == chunks.begin(r) + j && layout.owner(i) == r &&
+               layout.local_index(i) == j && layout.to_layout(i) == i && layout.to_natural(i) == i;
         }
       }
       ok = ok && sum == t;
@@ -165,16 +175,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(undo_redo_on_views, Exec, ctxpar::test::execution_
   bool ok = true;
   for (int p : {1, 2, 3, 5}) {
     for (int variant = 0; variant < 2; ++variant) {
-      std::vector<std::int64_t> cu = variant == 0 ? std::vector<std::int64_t>{0, 2 * p * 3}
-                                                  : std::vector<std::int64_t>{0, 2 * p, 2 * p, 2 * p * 4, 2 * p * 6};
+      std::vector<std::int64_t> cu =
+          variant == 0 ? std::vector<std::int64_t>{0, 2 * p * 3}
+                       : std::vector<std::int64_t>{0, 2 * p, 2 * p, 2 * p * 4, 2 * p * 6};
       const auto layout = ctxpar::PackedZigzagLayout<memory_space>::create(cu, p);
       const std::int64_t t = cu.back(), cols = 3;
       const order_type order = literal_packed_order(cu, p);
-      Kokkos::View<double**, memory_space> natural("natural", t, cols), zig("zig", t, cols), back("back", t, cols);
+      Kokkos::View<double**, memory_space> natural("natural", t, cols), zig("zig", t, cols),
+          back("back", t, cols);
       Kokkos::View<int*, memory_space> natural1("natural1", t), zig1("zig1", t), back1("back1", t);
       for (std::int64_t i = 0; i < t; ++i) {
         natural1(i) = static_cast<int>(1000 * ctxpar::test::uniform(p, i));
-        for (std::int64_t c = 0; c < cols; ++c) natural(i, c) = ctxpar::test::uniform(p + 100, i * cols + c);
+        for (std::int64_t c = 0; c < cols; ++c)
+          natural(i, c) = ctxpar::test::uniform(p + 100, i * cols + c);
       }
       Exec space;
       ctxpar::redo_zigzag(space, layout, natural, zig);
@@ -220,25 +233,51 @@ bool local_error(F&& f, const std::string& needle) {
 BOOST_AUTO_TEST_CASE(local_validation_errors) {
   bool ok = true;
   ok &= local_error([] { ctxpar::ZigzagLayout::create(10, 3); },
-                    "ctxpar::ZigzagLayout: the zigzag layout needs a sequence length that is a positive multiple of 2P "
+                    "ctxpar::ZigzagLayout: the zigzag layout needs a sequence length that is a "
+                    "positive multiple of 2P "
                     "(expected a positive multiple of 6, got 10)");
   ok &= local_error([] { ctxpar::ZigzagLayout::create(0, 2); }, "got 0");
-  ok &= local_error([] { ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 8, 14, 22}, 2); },
-                    "ctxpar::PackedZigzagLayout: every packed sequence length must be divisible by 2P for the zigzag "
-                    "layout (sequence 1 has length 6) (expected a multiple of 4, got length 6 of sequence 1)");
-  ok &= local_error([] { ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 8, 4}, 2); },
-                    "cu_seqlens must be non-decreasing");
-  ok &= local_error([] { ctxpar::PackedZigzagLayout<>::create(std::vector<int>{2, 8}, 2); },
-                    "cu_seqlens must start with 0");
-  ok &= local_error([] { ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 0}, 2); },
-                    "at least one token");
+  ok &= local_error(
+      [] {
+        ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 8, 14, 22}, 2);
+      },
+      "ctxpar::PackedZigzagLayout: every packed sequence length must be divisible by 2P for the "
+      "zigzag "
+      "layout (sequence 1 has length 6) (expected a multiple of 4, got length 6 of sequence 1)");
+  ok &= local_error(
+      [] {
+        ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 8, 4}, 2);
+      },
+      "cu_seqlens must be non-decreasing");
+  ok &= local_error(
+      [] {
+        ctxpar::PackedZigzagLayout<>::create(std::vector<int>{2, 8}, 2);
+      },
+      "cu_seqlens must start with 0");
+  ok &= local_error(
+      [] {
+        ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 0}, 2);
+      },
+      "at least one token");
   Kokkos::View<double*, Kokkos::HostSpace> a("a", 12), b("b", 10);
-  ok &= local_error([&] { ctxpar::undo_zigzag(Kokkos::DefaultHostExecutionSpace(), ctxpar::ZigzagLayout::create(12, 2), a, b); },
-                    "out must have the extents of in");
-  ok &= local_error([&] { ctxpar::undo_zigzag(Kokkos::DefaultHostExecutionSpace(), ctxpar::ZigzagLayout::create(8, 2), a, a); },
-                    "one row per token");
-  ok &= local_error([&] { ctxpar::undo_zigzag(Kokkos::DefaultHostExecutionSpace(), ctxpar::ZigzagLayout::create(12, 2), a, a); },
-                    "in and out must not alias");
+  ok &= local_error(
+      [&] {
+        ctxpar::undo_zigzag(Kokkos::DefaultHostExecutionSpace(),
+                            ctxpar::ZigzagLayout::create(12, 2), a, b);
+      },
+      "out must have the extents of in");
+  ok &= local_error(
+      [&] {
+        ctxpar::undo_zigzag(Kokkos::DefaultHostExecutionSpace(), ctxpar::ZigzagLayout::create(8, 2),
+                            a, a);
+      },
+      "one row per token");
+  ok &= local_error(
+      [&] {
+        ctxpar::undo_zigzag(Kokkos::DefaultHostExecutionSpace(),
+                            ctxpar::ZigzagLayout::create(12, 2), a, a);
+      },
+      "in and out must not alias");
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
 }
 

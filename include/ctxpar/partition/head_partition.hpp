@@ -24,9 +24,9 @@ namespace ctxpar {
 /// `MPI_Alltoall` with equal blocks), and for key groups `ngroups % P == 0`, or `P % ngroups == 0`
 /// when `ngroups < P` (each group repeated `P / ngroups` times).
 struct EvenHeads {};
-/// Head policy tag: as even as possible — the first `nheads % P` ranks get `ceil(nheads / P)` heads,
-/// the others `floor(nheads / P)` (so no rank is idle while another holds two more heads; ranks
-/// get no head only when `nheads < P`). Needs `MPI_Alltoallv`. Each rank's key groups are the
+/// Head policy tag: as even as possible — the first `nheads % P` ranks get `ceil(nheads / P)`
+/// heads, the others `floor(nheads / P)` (so no rank is idle while another holds two more heads;
+/// ranks get no head only when `nheads < P`). Needs `MPI_Alltoallv`. Each rank's key groups are the
 /// range its heads use; a group is sent to every rank that uses it.
 struct UnevenHeads {};
 
@@ -37,28 +37,35 @@ struct HeadViolation {
 };
 
 inline std::optional<HeadViolation> check_heads(int nheads, int ngroups, int parts, bool even) {
-  if (parts < 1) return HeadViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
-  if (nheads < 1) return HeadViolation{"the number of heads must be positive", ">= 1", to_text(nheads)};
-  if (ngroups < 1) return HeadViolation{"the number of key groups must be positive", ">= 1", to_text(ngroups)};
+  if (parts < 1)
+    return HeadViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
+  if (nheads < 1)
+    return HeadViolation{"the number of heads must be positive", ">= 1", to_text(nheads)};
+  if (ngroups < 1)
+    return HeadViolation{"the number of key groups must be positive", ">= 1", to_text(ngroups)};
   if (nheads % ngroups != 0) {
     return HeadViolation{"the number of heads must be divisible by the number of key groups",
-                         "a multiple of ngroups = " + to_text(ngroups), "nheads = " + to_text(nheads)};
+                         "a multiple of ngroups = " + to_text(ngroups),
+                         "nheads = " + to_text(nheads)};
   }
   if (!even) return std::nullopt;
   if (nheads % parts != 0) {
-    return HeadViolation{"the number of heads must be divisible by the number of ranks P (or choose "
-                         "ctxpar::UnevenHeads)",
-                         "a multiple of P = " + to_text(parts), "nheads = " + to_text(nheads)};
+    return HeadViolation{
+        "the number of heads must be divisible by the number of ranks P (or choose "
+        "ctxpar::UnevenHeads)",
+        "a multiple of P = " + to_text(parts), "nheads = " + to_text(nheads)};
   }
   if (ngroups < parts && parts % ngroups != 0) {
-    return HeadViolation{"with fewer key groups than ranks, P must be divisible by the number of key groups "
-                         "(each group is repeated P / ngroups times)",
-                         "a divisor of P = " + to_text(parts), "ngroups = " + to_text(ngroups)};
+    return HeadViolation{
+        "with fewer key groups than ranks, P must be divisible by the number of key groups "
+        "(each group is repeated P / ngroups times)",
+        "a divisor of P = " + to_text(parts), "ngroups = " + to_text(ngroups)};
   }
   if (ngroups >= parts && ngroups % parts != 0) {
-    return HeadViolation{"with at least as many key groups as ranks, the number of key groups must be "
-                         "divisible by P",
-                         "a multiple of P = " + to_text(parts), "ngroups = " + to_text(ngroups)};
+    return HeadViolation{
+        "with at least as many key groups as ranks, the number of key groups must be "
+        "divisible by P",
+        "a multiple of P = " + to_text(parts), "ngroups = " + to_text(ngroups)};
   }
   return std::nullopt;
 }
@@ -74,8 +81,8 @@ inline void throw_if_bad(const std::optional<HeadViolation>& bad, const std::str
   if (bad) throw Error(op, -1, bad->condition, bad->expected, bad->actual);
 }
 
-inline void agree_on_heads(const Group& group, const std::optional<HeadViolation>& bad, const std::string& op,
-                           int nheads, int ngroups) {
+inline void agree_on_heads(const Group& group, const std::optional<HeadViolation>& bad,
+                           const std::string& op, int nheads, int ngroups) {
   Preconditions checks(group, op);
   if (bad) checks.require(false, bad->condition, bad->expected, bad->actual);
   checks.require_same("the number of heads", bad ? -1 : nheads);
@@ -92,15 +99,19 @@ struct HeadPartition {
 
   /// Local build; throws a local `Error` on a bad count.
   template <class Policy = EvenHeads>
-  static HeadPartition create(int nheads, int parts, Policy = {}, const std::string& op = "ctxpar::HeadPartition") {
+  static HeadPartition create(int nheads, int parts, Policy = {},
+                              const std::string& op = "ctxpar::HeadPartition") {
     impl::throw_if_bad(impl::check_heads(nheads, 1, parts, std::is_same_v<Policy, EvenHeads>), op);
     return HeadPartition{nheads, parts};
   }
-  /// Collective build over `group`: every rank throws the same `Error` on a bad or disagreeing count.
+  /// Collective build over `group`: every rank throws the same `Error` on a bad or disagreeing
+  /// count.
   template <class Policy = EvenHeads>
-  static HeadPartition create(const Group& group, int nheads, Policy = {}, const std::string& op = "ctxpar::HeadPartition") {
-    impl::agree_on_heads(group, impl::check_heads(nheads, 1, group.size(), std::is_same_v<Policy, EvenHeads>), op,
-                         nheads, 1);
+  static HeadPartition create(const Group& group, int nheads, Policy = {},
+                              const std::string& op = "ctxpar::HeadPartition") {
+    impl::agree_on_heads(
+        group, impl::check_heads(nheads, 1, group.size(), std::is_same_v<Policy, EvenHeads>), op,
+        nheads, 1);
     return HeadPartition{nheads, group.size()};
   }
 
@@ -126,7 +137,9 @@ struct HeadPartition {
   /// Per-rank head counts times `per_head` (e.g. `headdim`), as counts for the v-collectives.
   std::vector<int> counts(std::int64_t per_head = 1) const {
     std::vector<int> c(static_cast<std::size_t>(nparts));
-    for (int r = 0; r < nparts; ++r) c[static_cast<std::size_t>(r)] = impl::count_as_int(size(r) * per_head, "ctxpar::HeadPartition::counts");
+    for (int r = 0; r < nparts; ++r)
+      c[static_cast<std::size_t>(r)] =
+          impl::count_as_int(size(r) * per_head, "ctxpar::HeadPartition::counts");
     return c;
   }
 };
@@ -144,15 +157,18 @@ struct KeyGroupPartition {
   template <class Policy = EvenHeads>
   static KeyGroupPartition create(int nheads, int ngroups, int parts, Policy = {},
                                   const std::string& op = "ctxpar::KeyGroupPartition") {
-    impl::throw_if_bad(impl::check_heads(nheads, ngroups, parts, std::is_same_v<Policy, EvenHeads>), op);
+    impl::throw_if_bad(impl::check_heads(nheads, ngroups, parts, std::is_same_v<Policy, EvenHeads>),
+                       op);
     return KeyGroupPartition{HeadPartition{nheads, parts}, ngroups};
   }
-  /// Collective build over `group`: every rank throws the same `Error` on bad or disagreeing counts.
+  /// Collective build over `group`: every rank throws the same `Error` on bad or disagreeing
+  /// counts.
   template <class Policy = EvenHeads>
   static KeyGroupPartition create(const Group& group, int nheads, int ngroups, Policy = {},
                                   const std::string& op = "ctxpar::KeyGroupPartition") {
-    impl::agree_on_heads(group, impl::check_heads(nheads, ngroups, group.size(), std::is_same_v<Policy, EvenHeads>),
-                         op, nheads, ngroups);
+    impl::agree_on_heads(
+        group, impl::check_heads(nheads, ngroups, group.size(), std::is_same_v<Policy, EvenHeads>),
+        op, nheads, ngroups);
     return KeyGroupPartition{HeadPartition{nheads, group.size()}, ngroups};
   }
 
@@ -161,7 +177,9 @@ struct KeyGroupPartition {
   /// Key group used by head `h`.
   KOKKOS_INLINE_FUNCTION int group_of(int h) const { return h / heads_per_group(); }
   /// First (source) group rank `r` needs; `0` for a rank without heads.
-  KOKKOS_INLINE_FUNCTION int begin(int r) const { return heads.size(r) == 0 ? 0 : group_of(heads.begin(r)); }
+  KOKKOS_INLINE_FUNCTION int begin(int r) const {
+    return heads.size(r) == 0 ? 0 : group_of(heads.begin(r));
+  }
   /// One past the last group rank `r` needs (`begin(r)` for a rank without heads).
   KOKKOS_INLINE_FUNCTION int end(int r) const {
     return heads.size(r) == 0 ? 0 : group_of(heads.end(r) - 1) + 1;
@@ -176,13 +194,16 @@ struct KeyGroupPartition {
   }
   /// How many ranks hold a copy of each group under `EvenHeads`: `P / ngroups` when `ngroups < P`,
   /// else 1.
-  KOKKOS_INLINE_FUNCTION int repeat() const { return ngroups < heads.nparts ? heads.nparts / ngroups : 1; }
+  KOKKOS_INLINE_FUNCTION int repeat() const {
+    return ngroups < heads.nparts ? heads.nparts / ngroups : 1;
+  }
   /// Per-rank local group counts times `per_group` (e.g. `d_state`), as counts for the
   /// v-collectives.
   std::vector<int> counts(std::int64_t per_group = 1) const {
     std::vector<int> c(static_cast<std::size_t>(heads.nparts));
     for (int r = 0; r < heads.nparts; ++r) {
-      c[static_cast<std::size_t>(r)] = impl::count_as_int(size(r) * per_group, "ctxpar::KeyGroupPartition::counts");
+      c[static_cast<std::size_t>(r)] =
+          impl::count_as_int(size(r) * per_group, "ctxpar::KeyGroupPartition::counts");
     }
     return c;
   }

@@ -18,15 +18,16 @@ namespace ctxpar {
 
 /// The packed-sequence metadata of one rank. Host-side only; it never enters a kernel.
 struct PackedShard {
-  int rank = 0;                               ///< the rank this describes
-  std::int64_t begin = 0;                     ///< global index of the rank's first token, `rank * L`
-  std::int64_t length = 0;                    ///< tokens on the rank, `L`
-  std::vector<std::int32_t> local_seq_idx;    ///< sequence ids of the rank's tokens
-  std::vector<std::int64_t> local_cu_seqlens; ///< `0`, every local index where the id changes, `L`
-  std::int64_t first = 0;  ///< global index of the first token with the id of the rank's first token
-  std::int64_t last = 0;   ///< global index of the last token with the id of the rank's last token
-  int preceding_rank_start = 0;  ///< `first / L`: inclusive start of the forward prefix
-  int following_rank_stop = 1;   ///< `last / L + 1`: exclusive end of the backward suffix
+  int rank = 0;                             ///< the rank this describes
+  std::int64_t begin = 0;                   ///< global index of the rank's first token, `rank * L`
+  std::int64_t length = 0;                  ///< tokens on the rank, `L`
+  std::vector<std::int32_t> local_seq_idx;  ///< sequence ids of the rank's tokens
+  std::vector<std::int64_t> local_cu_seqlens;  ///< `0`, every local index where the id changes, `L`
+  std::int64_t first =
+      0;                  ///< global index of the first token with the id of the rank's first token
+  std::int64_t last = 0;  ///< global index of the last token with the id of the rank's last token
+  int preceding_rank_start = 0;          ///< `first / L`: inclusive start of the forward prefix
+  int following_rank_stop = 1;           ///< `last / L + 1`: exclusive end of the backward suffix
   bool continues_from_previous = false;  ///< the first local sequence began on an earlier rank
   bool continues_to_next = false;        ///< the last local sequence goes on to a later rank
 
@@ -55,9 +56,11 @@ inline std::int64_t fingerprint_ids(const std::vector<std::int32_t>& ids) {
 
 /// Checks the split itself: at least one token and `T % P == 0`.
 inline std::optional<PackedViolation> check_split(std::int64_t total, int parts) {
-  if (parts < 1) return PackedViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
+  if (parts < 1)
+    return PackedViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
   if (total < 1) {
-    return PackedViolation{"packed input must hold at least one token (T >= 1)", ">= 1", to_text(total)};
+    return PackedViolation{"packed input must hold at least one token (T >= 1)", ">= 1",
+                           to_text(total)};
   }
   if (total % parts != 0) {
     return PackedViolation{"the token count T must be divisible by the number of ranks P",
@@ -142,11 +145,11 @@ std::optional<PackedViolation> expand_cu_seqlens(const std::vector<Integer>& cu,
 /// Packed-sequence context-parallel metadata for all ranks of a contiguous split.
 ///
 /// Input: per-token sequence ids (int32, non-decreasing; a change of id starts a new sequence) of
-/// all `T` tokens, split contiguously over `P` ranks with `L = T / P` each (`T % P == 0`, `T >= 1`).
-/// Per rank `r` (see `PackedShard`): `first` / `last` are the global extents of the sequences its
-/// first / last token belong to, `preceding_rank_start = first / L`, `following_rank_stop = last /
-/// L + 1`. A rank's forward summary describes its trailing fragment, its composed incoming state
-/// feeds its first local sequence; backward mirrors this (design 20-chunkwise.md §3).
+/// all `T` tokens, split contiguously over `P` ranks with `L = T / P` each (`T % P == 0`, `T >=
+/// 1`). Per rank `r` (see `PackedShard`): `first` / `last` are the global extents of the sequences
+/// its first / last token belong to, `preceding_rank_start = first / L`, `following_rank_stop =
+/// last / L + 1`. A rank's forward summary describes its trailing fragment, its composed incoming
+/// state feeds its first local sequence; backward mirrors this (design 20-chunkwise.md §3).
 ///
 /// The `*_segment_start` flags are what a segmented scan over ranks needs: a rank whose flag is set
 /// resets whatever was composed before it.
@@ -167,7 +170,8 @@ class PackedMetadata {
   template <class Integer>
   static PackedMetadata from_seq_idx(const Integer* seq_idx, std::int64_t n, int parts,
                                      const std::string& op = default_op) {
-    static_assert(std::is_integral_v<Integer>, "ctxpar::PackedMetadata: sequence ids must be integers");
+    static_assert(std::is_integral_v<Integer>,
+                  "ctxpar::PackedMetadata: sequence ids must be integers");
     std::vector<std::int32_t> ids;
     auto bad = impl::convert_seq_idx(seq_idx, n, ids);
     if (!bad) bad = impl::check_split(n, parts);
@@ -181,9 +185,11 @@ class PackedMetadata {
   template <class Integer>
   static PackedMetadata from_seq_idx(const Group& group, const std::vector<Integer>& seq_idx,
                                      const std::string& op = default_op) {
-    static_assert(std::is_integral_v<Integer>, "ctxpar::PackedMetadata: sequence ids must be integers");
+    static_assert(std::is_integral_v<Integer>,
+                  "ctxpar::PackedMetadata: sequence ids must be integers");
     std::vector<std::int32_t> ids;
-    auto bad = impl::convert_seq_idx(seq_idx.data(), static_cast<std::int64_t>(seq_idx.size()), ids);
+    auto bad =
+        impl::convert_seq_idx(seq_idx.data(), static_cast<std::int64_t>(seq_idx.size()), ids);
     if (!bad) bad = impl::check_split(static_cast<std::int64_t>(ids.size()), group.size());
     return agreed(group, std::move(ids), bad, op);
   }
@@ -226,7 +232,9 @@ class PackedMetadata {
   /// Global index of the first token of the sequence rank `r`'s first token belongs to.
   std::int64_t first(int r) const { return sequence_begin(sequence_of(begin(r))); }
   /// Global index of the last token of the sequence rank `r`'s last token belongs to.
-  std::int64_t last(int r) const { return sequence_end(sequence_of(begin(r) + local_length() - 1)) - 1; }
+  std::int64_t last(int r) const {
+    return sequence_end(sequence_of(begin(r) + local_length() - 1)) - 1;
+  }
   /// `first(r) / L`: the first rank whose forward summary contributes to rank `r`'s incoming state.
   int preceding_rank_start(int r) const { return static_cast<int>(first(r) / local_length()); }
   /// `last(r) / L + 1`: one past the last rank whose backward summary reaches rank `r`.
@@ -255,9 +263,13 @@ class PackedMetadata {
     return sequence_end(sequence_of(begin(r))) <= begin(r) + local_length();
   }
   /// `forward_segment_start(r)` for every rank.
-  std::vector<std::uint8_t> forward_segment_starts() const { return flags(&PackedMetadata::forward_segment_start); }
+  std::vector<std::uint8_t> forward_segment_starts() const {
+    return flags(&PackedMetadata::forward_segment_start);
+  }
   /// `backward_segment_start(r)` for every rank.
-  std::vector<std::uint8_t> backward_segment_starts() const { return flags(&PackedMetadata::backward_segment_start); }
+  std::vector<std::uint8_t> backward_segment_starts() const {
+    return flags(&PackedMetadata::backward_segment_start);
+  }
 
   /// Everything rank `r` needs, gathered in one value.
   PackedShard shard(int r) const {
@@ -296,7 +308,8 @@ class PackedMetadata {
   }
 
   static PackedMetadata agreed(const Group& group, std::vector<std::int32_t> ids,
-                               const std::optional<impl::PackedViolation>& bad, const std::string& op) {
+                               const std::optional<impl::PackedViolation>& bad,
+                               const std::string& op) {
     Preconditions checks(group, op);
     if (bad) checks.require(false, bad->condition, bad->expected, bad->actual);
     // Only compare the ids when they are valid here: a local violation's message should win.
@@ -318,7 +331,10 @@ class PackedMetadata {
     std::size_t lo = 0, hi = starts_.size() - 1;  // starts_[lo] <= t < starts_[hi]
     while (hi - lo > 1) {
       const std::size_t mid = lo + (hi - lo) / 2;
-      if (starts_[mid] <= t) lo = mid; else hi = mid;
+      if (starts_[mid] <= t)
+        lo = mid;
+      else
+        hi = mid;
     }
     return lo;
   }

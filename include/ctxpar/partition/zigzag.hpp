@@ -1,12 +1,14 @@
 /// \file
 /// Token layouts over ranks: contiguous and zigzag (load-balanced for causal attention), dense and
-/// packed, with the undo/redo permutations between natural and zigzag order (design 30-heads.md §3).
+/// packed, with the undo/redo permutations between natural and zigzag order (design 30-heads.md
+/// §3).
 ///
 /// Every layout maps a token's natural (global, in-sequence) index to its position in *layout
 /// order*: the concatenation of all ranks' local shards in rank order, `position = rank · L +
 /// local`. That is also the order in which an all-to-all that gathers the shards of all ranks in
 /// rank order delivers the full sequence, so the same maps undo/redo the zigzag after such a
-/// transpose (e.g. for P = 3 the rows arrive as chunks `1 6 2 5 3 4` and undo yields `1 2 3 4 5 6`).
+/// transpose (e.g. for P = 3 the rows arrive as chunks `1 6 2 5 3 4` and undo yields `1 2 3 4 5
+/// 6`).
 ///
 /// Index maps are `KOKKOS_INLINE_FUNCTION` and pure arithmetic (the packed layout binary-searches
 /// its `cu_seqlens` view), so kernels may call them.
@@ -55,8 +57,9 @@ struct ContiguousLayout {
 
   /// Layout over `length` tokens and `parts` ranks.
   static ContiguousLayout create(std::int64_t length, int parts) {
-    require_local(length >= 0 && parts >= 1, "ctxpar::ContiguousLayout", "the length must be >= 0 and P >= 1",
-                  ">= 0 tokens, >= 1 rank", "length " + impl::to_text(length) + ", P " + impl::to_text(parts));
+    require_local(length >= 0 && parts >= 1, "ctxpar::ContiguousLayout",
+                  "the length must be >= 0 and P >= 1", ">= 0 tokens, >= 1 rank",
+                  "length " + impl::to_text(length) + ", P " + impl::to_text(parts));
     return ContiguousLayout{BalancedChunks{length, parts}};
   }
   /// Total tokens.
@@ -68,13 +71,17 @@ struct ContiguousLayout {
   /// Rank holding natural token `i`.
   KOKKOS_INLINE_FUNCTION int owner(std::int64_t i) const { return chunks.owner(i); }
   /// Index of natural token `i` in its owner's shard.
-  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const { return i - chunks.begin(owner(i)); }
+  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const {
+    return i - chunks.begin(owner(i));
+  }
   /// Position in layout order of natural token `i` (the identity).
   KOKKOS_INLINE_FUNCTION std::int64_t to_layout(std::int64_t i) const { return i; }
   /// Natural index of the token at layout position `q` (the identity).
   KOKKOS_INLINE_FUNCTION std::int64_t to_natural(std::int64_t q) const { return q; }
   /// Natural index of local token `j` of rank `r`.
-  KOKKOS_INLINE_FUNCTION std::int64_t global_index(int r, std::int64_t j) const { return chunks.begin(r) + j; }
+  KOKKOS_INLINE_FUNCTION std::int64_t global_index(int r, std::int64_t j) const {
+    return chunks.begin(r) + j;
+  }
 };
 
 namespace impl {
@@ -84,11 +91,13 @@ struct LayoutViolation {
 };
 
 inline std::optional<LayoutViolation> check_dense_zigzag(std::int64_t length, int parts) {
-  if (parts < 1) return LayoutViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
+  if (parts < 1)
+    return LayoutViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
   const std::int64_t two_p = 2 * static_cast<std::int64_t>(parts);
   if (length < two_p || length % two_p != 0) {
-    return LayoutViolation{"the zigzag layout needs a sequence length that is a positive multiple of 2P",
-                           "a positive multiple of " + to_text(two_p), to_text(length)};
+    return LayoutViolation{
+        "the zigzag layout needs a sequence length that is a positive multiple of 2P",
+        "a positive multiple of " + to_text(two_p), to_text(length)};
   }
   return std::nullopt;
 }
@@ -97,8 +106,8 @@ inline void throw_if_bad(const std::optional<LayoutViolation>& bad, const std::s
   if (bad) throw Error(op, -1, bad->condition, bad->expected, bad->actual);
 }
 
-inline void agree_on(const Group& group, const std::optional<LayoutViolation>& bad, const std::string& op,
-                     const std::string& what, std::int64_t print) {
+inline void agree_on(const Group& group, const std::optional<LayoutViolation>& bad,
+                     const std::string& op, const std::string& what, std::int64_t print) {
   Preconditions checks(group, op);
   if (bad) checks.require(false, bad->condition, bad->expected, bad->actual);
   checks.require_same(what, bad ? -1 : print);
@@ -114,14 +123,17 @@ struct ZigzagLayout {
   int nparts = 1;             ///< ranks `P`
 
   /// Local build; throws a local `Error` unless `length` is a positive multiple of `2 * parts`.
-  static ZigzagLayout create(std::int64_t length, int parts, const std::string& op = "ctxpar::ZigzagLayout") {
+  static ZigzagLayout create(std::int64_t length, int parts,
+                             const std::string& op = "ctxpar::ZigzagLayout") {
     impl::throw_if_bad(impl::check_dense_zigzag(length, parts), op);
     return ZigzagLayout{length, parts};
   }
   /// Collective build over `group` (`P = group.size()`); every rank throws the same `Error` if the
   /// length is bad on any rank or differs between ranks.
-  static ZigzagLayout create(const Group& group, std::int64_t length, const std::string& op = "ctxpar::ZigzagLayout") {
-    impl::agree_on(group, impl::check_dense_zigzag(length, group.size()), op, "the sequence length", length);
+  static ZigzagLayout create(const Group& group, std::int64_t length,
+                             const std::string& op = "ctxpar::ZigzagLayout") {
+    impl::agree_on(group, impl::check_dense_zigzag(length, group.size()), op, "the sequence length",
+                   length);
     return ZigzagLayout{length, group.size()};
   }
 
@@ -130,7 +142,9 @@ struct ZigzagLayout {
   /// Number of ranks.
   KOKKOS_INLINE_FUNCTION int parts() const { return nparts; }
   /// Tokens per chunk, `T / (2P)`.
-  KOKKOS_INLINE_FUNCTION std::int64_t chunk() const { return total / (2 * static_cast<std::int64_t>(nparts)); }
+  KOKKOS_INLINE_FUNCTION std::int64_t chunk() const {
+    return total / (2 * static_cast<std::int64_t>(nparts));
+  }
   /// Tokens held by rank `r` (the same on every rank).
   KOKKOS_INLINE_FUNCTION std::int64_t local_length(int = 0) const { return 2 * chunk(); }
   /// Position in layout order of natural token `i`.
@@ -144,9 +158,13 @@ struct ZigzagLayout {
     return zigzag_natural_chunk(q / c, nparts) * c + q % c;
   }
   /// Rank holding natural token `i`.
-  KOKKOS_INLINE_FUNCTION int owner(std::int64_t i) const { return static_cast<int>(to_layout(i) / local_length()); }
+  KOKKOS_INLINE_FUNCTION int owner(std::int64_t i) const {
+    return static_cast<int>(to_layout(i) / local_length());
+  }
   /// Index of natural token `i` in its owner's shard.
-  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const { return to_layout(i) % local_length(); }
+  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const {
+    return to_layout(i) % local_length();
+  }
   /// Natural index of local token `j` of rank `r`.
   KOKKOS_INLINE_FUNCTION std::int64_t global_index(int r, std::int64_t j) const {
     return to_natural(r * local_length() + j);
@@ -189,7 +207,8 @@ class PackedZigzagLayout {
     std::vector<std::int64_t> values(cu_seqlens.begin(), cu_seqlens.end());
     std::uint64_t h = 1469598103934665603ull;
     for (std::int64_t v : values) h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ull;
-    impl::agree_on(group, bad, op, "cu_seqlens (fingerprint)", static_cast<std::int64_t>(h & 0x3fffffffffffffffull));
+    impl::agree_on(group, bad, op, "cu_seqlens (fingerprint)",
+                   static_cast<std::int64_t>(h & 0x3fffffffffffffffull));
     return PackedZigzagLayout(cu_seqlens, group.size());
   }
 
@@ -198,7 +217,9 @@ class PackedZigzagLayout {
   /// Number of ranks.
   KOKKOS_INLINE_FUNCTION int parts() const { return nparts_; }
   /// Number of sequences (zero-length ones included).
-  KOKKOS_INLINE_FUNCTION std::int64_t num_sequences() const { return static_cast<std::int64_t>(cu_.extent(0)) - 1; }
+  KOKKOS_INLINE_FUNCTION std::int64_t num_sequences() const {
+    return static_cast<std::int64_t>(cu_.extent(0)) - 1;
+  }
   /// Tokens held by rank `r` (the same on every rank), `T / P`.
   KOKKOS_INLINE_FUNCTION std::int64_t local_length(int = 0) const { return total_ / nparts_; }
   /// The global `cu_seqlens`, in `MemorySpace`.
@@ -228,7 +249,10 @@ class PackedZigzagLayout {
     std::int64_t lo = 0, hi = num_sequences();  // cu_(lo)/P <= local < cu_(hi)/P
     while (hi - lo > 1) {
       const std::int64_t mid = lo + (hi - lo) / 2;
-      if (cu_(mid) / nparts_ <= local) lo = mid; else hi = mid;
+      if (cu_(mid) / nparts_ <= local)
+        lo = mid;
+      else
+        hi = mid;
     }
     const std::int64_t start = cu_(lo);
     const std::int64_t half = (cu_(lo + 1) - start) / (2 * static_cast<std::int64_t>(nparts_));
@@ -237,9 +261,13 @@ class PackedZigzagLayout {
     return start + n * half + offset % half;
   }
   /// Rank holding natural token `i`.
-  KOKKOS_INLINE_FUNCTION int owner(std::int64_t i) const { return static_cast<int>(to_layout(i) / local_length()); }
+  KOKKOS_INLINE_FUNCTION int owner(std::int64_t i) const {
+    return static_cast<int>(to_layout(i) / local_length());
+  }
   /// Index of natural token `i` in its owner's shard.
-  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const { return to_layout(i) % local_length(); }
+  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const {
+    return to_layout(i) % local_length();
+  }
   /// Natural index of local token `j` of rank `r`.
   KOKKOS_INLINE_FUNCTION std::int64_t global_index(int r, std::int64_t j) const {
     return to_natural(r * local_length() + j);
@@ -248,38 +276,47 @@ class PackedZigzagLayout {
  private:
   template <class Integer>
   static std::optional<impl::LayoutViolation> check(const std::vector<Integer>& cu, int parts) {
-    static_assert(std::is_integral_v<Integer>, "ctxpar::PackedZigzagLayout: cu_seqlens must be integers");
-    if (parts < 1) return impl::LayoutViolation{"the number of ranks must be positive", ">= 1", impl::to_text(parts)};
+    static_assert(std::is_integral_v<Integer>,
+                  "ctxpar::PackedZigzagLayout: cu_seqlens must be integers");
+    if (parts < 1)
+      return impl::LayoutViolation{"the number of ranks must be positive", ">= 1",
+                                   impl::to_text(parts)};
     if (cu.size() < 2 || cu.front() != 0) {
-      return impl::LayoutViolation{"cu_seqlens must start with 0 and hold at least one sequence",
-                                   "[0, c_1, ..., T]", cu.empty() ? std::string("an empty list")
-                                                                  : "cu_seqlens[0] = " + impl::to_text(+cu.front()) +
-                                                                        " with " + impl::to_text(cu.size()) + " entries"};
+      return impl::LayoutViolation{
+          "cu_seqlens must start with 0 and hold at least one sequence", "[0, c_1, ..., T]",
+          cu.empty() ? std::string("an empty list")
+                     : "cu_seqlens[0] = " + impl::to_text(+cu.front()) + " with " +
+                           impl::to_text(cu.size()) + " entries"};
     }
     const std::int64_t two_p = 2 * static_cast<std::int64_t>(parts);
     for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
       const auto len = static_cast<std::int64_t>(cu[s + 1]) - static_cast<std::int64_t>(cu[s]);
       if (len < 0) {
-        return impl::LayoutViolation{"cu_seqlens must be non-decreasing", "cu_seqlens[" + impl::to_text(s + 1) +
-                                     "] >= " + impl::to_text(+cu[s]), "cu_seqlens[" + impl::to_text(s + 1) +
-                                     "] = " + impl::to_text(+cu[s + 1])};
+        return impl::LayoutViolation{
+            "cu_seqlens must be non-decreasing",
+            "cu_seqlens[" + impl::to_text(s + 1) + "] >= " + impl::to_text(+cu[s]),
+            "cu_seqlens[" + impl::to_text(s + 1) + "] = " + impl::to_text(+cu[s + 1])};
       }
       if (len % two_p != 0) {
-        return impl::LayoutViolation{"every packed sequence length must be divisible by 2P for the zigzag layout "
-                                     "(sequence " + impl::to_text(s) + " has length " + impl::to_text(len) + ")",
-                                     "a multiple of " + impl::to_text(two_p),
-                                     "length " + impl::to_text(len) + " of sequence " + impl::to_text(s)};
+        return impl::LayoutViolation{
+            "every packed sequence length must be divisible by 2P for the zigzag layout "
+            "(sequence " +
+                impl::to_text(s) + " has length " + impl::to_text(len) + ")",
+            "a multiple of " + impl::to_text(two_p),
+            "length " + impl::to_text(len) + " of sequence " + impl::to_text(s)};
       }
     }
     if (cu.back() <= 0) {
-      return impl::LayoutViolation{"packed input must hold at least one token", "T >= 1", impl::to_text(+cu.back())};
+      return impl::LayoutViolation{"packed input must hold at least one token", "T >= 1",
+                                   impl::to_text(+cu.back())};
     }
     return std::nullopt;
   }
 
   template <class Integer>
   PackedZigzagLayout(const std::vector<Integer>& cu, int parts)
-      : cu_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::partition::zigzag_cu_seqlens"), cu.size()),
+      : cu_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::partition::zigzag_cu_seqlens"),
+            cu.size()),
         total_(static_cast<std::int64_t>(cu.back())),
         nparts_(parts) {
     auto host = Kokkos::create_mirror_view(cu_);
@@ -294,7 +331,10 @@ class PackedZigzagLayout {
     std::int64_t lo = 0, hi = num_sequences();  // cu_(lo) <= i < cu_(hi)
     while (hi - lo > 1) {
       const std::int64_t mid = lo + (hi - lo) / 2;
-      if (cu_(mid) <= i) lo = mid; else hi = mid;
+      if (cu_(mid) <= i)
+        lo = mid;
+      else
+        hi = mid;
     }
     return lo;
   }
@@ -329,21 +369,26 @@ void permute_rows(const ExecutionSpace& space, const Layout& layout, const In& i
                   const std::string& api) {
   static_assert(compat::view_rank<In> == compat::view_rank<Out> &&
                     (compat::view_rank<In> == 1 || compat::view_rank<In> == 2),
-                "ctxpar::undo_zigzag/redo_zigzag: in and out must both be rank-1 or both rank-2 views (rows = tokens)");
+                "ctxpar::undo_zigzag/redo_zigzag: in and out must both be rank-1 or both rank-2 "
+                "views (rows = tokens)");
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::undo_zigzag/redo_zigzag", ExecutionSpace, In);
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::undo_zigzag/redo_zigzag", ExecutionSpace, Out);
   const std::int64_t rows = static_cast<std::int64_t>(in.extent(0));
-  const std::int64_t cols = compat::view_rank<In> == 2 ? static_cast<std::int64_t>(in.extent(1)) : 1;
+  const std::int64_t cols =
+      compat::view_rank<In> == 2 ? static_cast<std::int64_t>(in.extent(1)) : 1;
   require_local(rows == layout.length(), api, "the views must hold one row per token of the layout",
                 layout.length(), rows);
-  require_local(out.extent(0) == in.extent(0) && (compat::view_rank<In> == 1 || out.extent(1) == in.extent(1)),
+  require_local(out.extent(0) == in.extent(0) &&
+                    (compat::view_rank<In> == 1 || out.extent(1) == in.extent(1)),
                 api, "out must have the extents of in", impl::to_text(in.extent(0)) + " rows",
                 impl::to_text(out.extent(0)) + " rows");
   require_local(in.data() == nullptr || in.data() != out.data(), api, "in and out must not alias",
                 "distinct views", "the same memory");
   if (rows * cols == 0) return;
-  Kokkos::parallel_for(api, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, rows * cols),
-                       PermuteRows<Layout, In, Out, ToNatural>{layout, in, out, cols});
+  Kokkos::parallel_for(
+      api,
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, rows * cols),
+      PermuteRows<Layout, In, Out, ToNatural>{layout, in, out, cols});
 }
 
 }  // namespace impl
