@@ -39,23 +39,27 @@
 ///    state even when it starts here (the driver folds initial states in). May cache local work
 ///    in `saved`.
 /// 2. `forward_apply(space, inputs, seqs, s_in, initial_states, output, final_states, saved)`:
-///    `s_in [H,K,V]` fp32 is the exact incoming state of local sequence 0 (zeros when none; it
-///    already includes that sequence's initial state). `initial_states [N,H,K,V]` (empty view when
-///    not given) applies to local sequences `i >= 1`. Writes `output [T,H,V]` and, when
-///    `final_states` is non-empty, the rows of the local sequences that end here. Keeps in `saved`
-///    what backward needs.
+///    `s_in [H,K,V]` fp32 is the exact incoming state of local sequence 0 from earlier shards (all
+///    zeros when that sequence starts here). `initial_states [N,H,K,V]` (empty view when not
+///    given) applies to every local sequence that starts here (`seqs.starts_here(i)`), i.e. the
+///    state entering sequence 0 is `s_in + (starts_here(0) ? h0[ordinal] : 0)`. Writes
+///    `output [T,H,V]` and, when `final_states` is non-empty, the rows of the local sequences that
+///    end here (`seqs.ends_here(i)`). Keeps in `saved` what backward needs.
 /// 3. `backward_prepare(space, saved, output_grad, seqs, SummaryViews summary)`: write the backward
 ///    summary `(Mᵀ, γ)` of the **leading fragment** (local sequence 0): `γ = ∂L_local/∂S_in` with
 ///    zero gradient arriving at that fragment's end and without that sequence's own final-state
 ///    gradient (the driver folds it in).
 /// 4. `backward_apply(space, saved, output_grad, seqs, ds_out, final_state_grads, grads,
 ///    initial_state_grads, ds_in)`: `ds_out [H,K,V]` fp32 is the exact gradient arriving at the end
-///    of local sequence `n-1` (it already includes that sequence's final-state gradient);
-///    `final_state_grads [N,H,K,V]` (empty when not given) applies to local sequences `i <= n-2`.
-///    Writes every gradient in `grads`, the `initial_state_grads` rows of the local sequences that
-///    start here (when non-empty), and `ds_in [H,K,V]` = the gradient w.r.t. `s_in` (when
-///    non-empty).
+///    of local sequence `n-1` from later shards (zeros when it ends here);
+///    `final_state_grads [N,H,K,V]` (empty when not given) applies to every local sequence that
+///    ends here. Writes every gradient in `grads`, the `initial_state_grads` rows of the local
+///    sequences that start here (when non-empty), and `ds_in [H,K,V]` = the gradient w.r.t. the
+///    state entering local sequence 0 (when non-empty).
 ///
+/// Initial states and final-state gradients of sequences that *continue* across shards are folded
+/// in by the driver (they travel inside the composed `s_in` / `ds_out`); the shard where such a
+/// sequence starts (ends) applies them itself, so activations in fp64 keep fp64 states locally.
 /// Every user-facing state view (`initial_states`, `final_states` and their gradients) uses the
 /// activation scalar type; summaries, `s_in`, `ds_out` and `ds_in` are fp32.
 #pragma once

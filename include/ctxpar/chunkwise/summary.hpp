@@ -144,10 +144,10 @@ void check_summary_buffer(Preconditions& chk, const std::string& what, const Vie
                           static_cast<std::int64_t>(view.extent(1)) == heads &&
                           static_cast<std::int64_t>(view.extent(2)) == width;
     chk.require(shape_ok, what + " has the wrong shape",
-                "[" + impl::to_text(records) + ", " + impl::to_text(heads) + ", " +
-                    impl::to_text(width) + "]",
-                "[" + impl::to_text(view.extent(0)) + ", " + impl::to_text(view.extent(1)) + ", " +
-                    impl::to_text(view.extent(2)) + "]");
+                "[" + ctxpar::impl::to_text(records) + ", " + ctxpar::impl::to_text(heads) + ", " +
+                    ctxpar::impl::to_text(width) + "]",
+                "[" + ctxpar::impl::to_text(view.extent(0)) + ", " + ctxpar::impl::to_text(view.extent(1)) + ", " +
+                    ctxpar::impl::to_text(view.extent(2)) + "]");
   }
 }
 

@@ -93,7 +93,7 @@ struct ChunkUpdateKernel {
 template <class Scalar, class MemorySpace, bool Diagonal>
 struct ChainForwardKernel {
   using saved = DecaySaved<Scalar, MemorySpace>;
-  typename saved::table seq_chunk, seq_ordinal, seq_ends;
+  typename saved::table seq_chunk, seq_ordinal, seq_starts, seq_ends;
   typename saved::work3 logm;
   typename saved::work4 ds, states;
   const_state_view<MemorySpace> s_in;
@@ -108,11 +108,8 @@ struct ChainForwardKernel {
     const std::int64_t gi = Diagonal ? kk : 0;
     Scalar state = 0;
     if (apply) {
-      if (s == 0) {
-        if (have_s_in) state = static_cast<Scalar>(s_in(h, kk, vv));
-      } else if (have_initial) {
-        state = initial(seq_ordinal(s), h, kk, vv);
-      }
+      if (s == 0 && have_s_in) state = static_cast<Scalar>(s_in(h, kk, vv));
+      if (have_initial && seq_starts(s) != 0) state += initial(seq_ordinal(s), h, kk, vv);
     }
     for (std::int64_t c = seq_chunk(s); c < seq_chunk(s + 1); ++c) {
       if (apply) states(c, h, kk, vv) = state;
@@ -201,7 +198,7 @@ struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
 template <class Scalar, class MemorySpace, bool Diagonal>
 struct ChainBackwardKernel {
   using saved = DecaySaved<Scalar, MemorySpace>;
-  typename saved::table seq_chunk, seq_ordinal, seq_starts;
+  typename saved::table seq_chunk, seq_ordinal, seq_starts, seq_ends;
   typename saved::work3 logm;
   typename saved::work4 dmat, gend;
   const_state_view<MemorySpace> ds_out;
@@ -217,11 +214,8 @@ struct ChainBackwardKernel {
     const std::int64_t gi = Diagonal ? kk : 0;
     Scalar grad = 0;
     if (apply) {
-      if (s == last_seq) {
-        if (have_ds_out) grad = static_cast<Scalar>(ds_out(h, kk, vv));
-      } else if (have_final_grads) {
-        grad = final_grads(seq_ordinal(s), h, kk, vv);
-      }
+      if (s == last_seq && have_ds_out) grad = static_cast<Scalar>(ds_out(h, kk, vv));
+      if (have_final_grads && seq_ends(s) != 0) grad += final_grads(seq_ordinal(s), h, kk, vv);
     }
     for (std::int64_t c = seq_chunk(s + 1) - 1; c >= seq_chunk(s); --c) {
       if (apply) gend(c, h, kk, vv) = grad;
@@ -389,6 +383,7 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
   ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
+  chain.seq_starts = saved.seq_starts;
   chain.seq_ends = saved.seq_ends;
   chain.logm = saved.logm;
   chain.ds = saved.ds;
@@ -416,6 +411,7 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
   ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
+  chain.seq_starts = saved.seq_starts;
   chain.seq_ends = saved.seq_ends;
   chain.logm = saved.logm;
   chain.ds = saved.ds;
@@ -453,6 +449,7 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
   chain.seq_starts = saved.seq_starts;
+  chain.seq_ends = saved.seq_ends;
   chain.logm = saved.logm;
   chain.dmat = saved.dmat;
   chain.summary_state = summary.state;
@@ -485,6 +482,7 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
   chain.seq_starts = saved.seq_starts;
+  chain.seq_ends = saved.seq_ends;
   chain.logm = saved.logm;
   chain.dmat = saved.dmat;
   chain.gend = saved.gend;

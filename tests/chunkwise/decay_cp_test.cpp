@@ -1,0 +1,107 @@
+// Chunkwise CP of the scalar-decay and diagonal-gate families against the fp64 token-by-token
+// recurrence and against the single-rank path, on every rank: forward and backward (dq, dk, dv,
+// dg, dh0, ht), both composition policies, packed and unpacked summaries, contiguous and zigzag,
+// with and without initial states, single and packed sequences (boundaries on and next to rank
+// borders), lengths that are not multiples of the chunk (63, 65, 257), empty shards.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "chunkwise/chunkwise_test_support.hpp"
+#include "chunkwise/decay_oracle.hpp"
+
+namespace cwt = ctxpar::test::chunkwise;
+namespace cw = ctxpar::chunkwise;
+using ctxpar::test::world;
+
+namespace {
+
+using mem = Kokkos::DefaultHostExecutionSpace::memory_space;
+
+std::string describe(const std::string& family, const std::string& scalar, const std::string& policy,
+                     const cwt::CaseOptions& o, const std::vector<std::int64_t>& cu) {
+  std::string s = family + "/" + scalar + "/" + policy + "/" + (o.zigzag ? "zigzag" : "contiguous") + "/" +
+                  cw::to_string(o.form) + (o.initial_states ? "/states" : "") + " chunk " +
+                  std::to_string(o.chunk) + " cu [";
+  for (std::size_t i = 0; i < cu.size(); ++i) s += (i ? "," : "") + std::to_string(cu[i]);
+  return s + "]";
+}
+
+// Runs every (policy, layout, form, states) combination of one family/scalar/problem and checks
+// each against the oracle and the single-rank path. Returns the local verdict.
+template <class Scalar, bool Diagonal>
+bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed, bool full_matrix) {
+  using adapter = cwt::DecayAdapter<Scalar, mem, Diagonal>;
+  const auto& group = world();
+  const auto prob = cwt::make_decay_problem(2, 8, 6, Diagonal, cu, seed, chunk);
+  const ctxpar::Group self(MPI_COMM_SELF);
+  bool ok = true;
+  for (int states = 0; states < 2; ++states) {
+    const bool with = states == 1;
+    const cwt::Result oracle = cwt::decay_oracle(prob, with, with, false).result;
+    cwt::CaseOptions single;
+    single.chunk = chunk;
+    single.initial_states = single.final_state_grads = with;
+    const cwt::Result one_rank = cwt::run_cp<adapter, cw::GatherFold>(self, prob, single);
+    const cwt::Result bound_one = cwt::decay_bounds<Scalar>(prob, with, with, 1);
+    std::vector<cwt::Range> all{{0, prob.T}};
+    ok = cwt::check_against("single-rank vs oracle", one_rank, oracle, bound_one, all, prob.T) && ok;
+    for (int zig = 0; zig < 2; ++zig) {
+      for (int form = 0; form < 2; ++form) {
+        if (!full_matrix && form == 1 && zig == 1) continue;
+        cwt::CaseOptions o = single;
+        o.zigzag = zig == 1;
+        o.form = form == 0 ? cw::SummaryForm::packed : cw::SummaryForm::unpacked;
+        const int shards = group.size() * (o.zigzag ? 2 : 1);
+        const cwt::Result bound = cwt::decay_bounds<Scalar>(prob, with, with, shards);
+        const std::string family = Diagonal ? "diagonal" : "scalar";
+        const std::string scalar = sizeof(Scalar) == 4 ? "float" : "double";
+        std::vector<cwt::Range> rows;
+        const cwt::Result gf = cwt::run_cp<adapter, cw::GatherFold>(group, prob, o, &rows);
+        ok = cwt::check_against(describe(family, scalar, "gather", o, cu) + " vs oracle", gf, oracle, bound, rows, prob.T) && ok;
+        ok = cwt::check_against(describe(family, scalar, "gather", o, cu) + " vs single-rank", gf, one_rank,
+                                cwt::scaled(bound, 2.0), rows, prob.T) && ok;
+        const cwt::Result sc = cwt::run_cp<adapter, cw::ScanCompose>(group, prob, o, &rows);
+        ok = cwt::check_against(describe(family, scalar, "scan", o, cu) + " vs oracle", sc, oracle, bound, rows, prob.T) && ok;
+        ok = cwt::check_against(describe(family, scalar, "scan", o, cu) + " vs gather", sc, gf,
+                                cwt::scaled(bound, 2.0), rows, prob.T) && ok;
+      }
+    }
+  }
+  return ok;
+}
+
+template <bool Diagonal>
+void run_family() {
+  const auto& group = world();
+  const int p = group.size();
+  // One sequence, uneven split, T not a multiple of the chunk.
+  CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>({0, 97}, 16, 11, true)));
+  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 97}, 16, 12, true)));
+  // Packed: boundaries anywhere, one document of a single token, one spanning several ranks.
+  CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>(cwt::cu_from_lengths({30, 1, 17, 45, 4}), 16, 13, true)));
+  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>(cwt::cu_from_lengths({30, 1, 17, 45, 4}), 16, 14, false)));
+  // Boundaries exactly on and next to every rank border (shard length L = 8).
+  std::vector<std::int64_t> lengths;
+  for (int r = 0; r < p; ++r) {
+    lengths.push_back(r % 2 == 0 ? 8 : 7);
+    if (r % 2 == 1) lengths.push_back(1);
+  }
+  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>(cwt::cu_from_lengths(lengths), 4, 15, false)));
+  // Local lengths 63 / 65 / 257 with the default chunk of 64.
+  CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>({0, 63 * p}, 64, 16, false)));
+  CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>({0, 65 * p}, 64, 17, false)));
+  if (p <= 2) CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 257 * p}, 64, 18, false)));
+  // Fewer tokens than ranks: empty shards (and empty zigzag chunks).
+  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 3}, 16, 19, true)));
+  // Empty sequences inside cu_seqlens: their final state is their initial state.
+  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 9, 9, 20}, 16, 20, false)));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(scalar_decay_cp_matches_oracle_and_single_rank) { run_family<false>(); }
+
+BOOST_AUTO_TEST_CASE(diagonal_gate_cp_matches_oracle_and_single_rank) { run_family<true>(); }
