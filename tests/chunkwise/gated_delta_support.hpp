@@ -41,10 +41,10 @@ struct Family;
 
 template <class Scalar, class MemorySpace>
 struct Family<Scalar, MemorySpace, false> {
-  using backend = chunkwise::GatedDeltaRuleBackend<Scalar, MemorySpace>;
-  using inputs = chunkwise::GatedDeltaRuleInputs<Scalar, MemorySpace>;
-  using gradients = chunkwise::GatedDeltaRuleGradients<Scalar, MemorySpace>;
-  static backend make(int /*n_h*/, chunkwise::BackendOptions o) { return backend(o); }
+  using backend = ::ctxpar::chunkwise::GatedDeltaRuleBackend<Scalar, MemorySpace>;
+  using inputs = ::ctxpar::chunkwise::GatedDeltaRuleInputs<Scalar, MemorySpace>;
+  using gradients = ::ctxpar::chunkwise::GatedDeltaRuleGradients<Scalar, MemorySpace>;
+  static backend make(int /*n_h*/, ::ctxpar::chunkwise::BackendOptions o) { return backend(o); }
   static inputs make_inputs(const Problem& p) {
     const std::size_t T = p.tokens, H = p.heads, K = p.key_dim, V = p.value_dim;
     inputs in;
@@ -65,10 +65,10 @@ struct Family<Scalar, MemorySpace, false> {
 
 template <class Scalar, class MemorySpace>
 struct Family<Scalar, MemorySpace, true> {
-  using backend = chunkwise::GatedDeltaProductBackend<Scalar, MemorySpace>;
-  using inputs = chunkwise::GatedDeltaProductInputs<Scalar, MemorySpace>;
-  using gradients = chunkwise::GatedDeltaProductGradients<Scalar, MemorySpace>;
-  static backend make(int n_h, chunkwise::BackendOptions o) { return backend(n_h, o); }
+  using backend = ::ctxpar::chunkwise::GatedDeltaProductBackend<Scalar, MemorySpace>;
+  using inputs = ::ctxpar::chunkwise::GatedDeltaProductInputs<Scalar, MemorySpace>;
+  using gradients = ::ctxpar::chunkwise::GatedDeltaProductGradients<Scalar, MemorySpace>;
+  static backend make(int n_h, ::ctxpar::chunkwise::BackendOptions o) { return backend(n_h, o); }
   static inputs make_inputs(const Problem& p) {
     const std::size_t T = p.tokens, N = p.n_h, H = p.heads, K = p.key_dim, V = p.value_dim;
     inputs in;

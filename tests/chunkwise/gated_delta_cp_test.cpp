@@ -1,0 +1,226 @@
+// Chunkwise CP of the gated delta rule (GDN) and the gated delta product (GDP, n_h = 2, 3)
+// through the shared driver, against the fp64 token-by-token oracle and the single-rank path, on
+// every rank: outputs, final states and every gradient (dq, dk, dv, dg, dβ, dh0); both composition
+// policies, packed and unpacked summaries, contiguous and zigzag ownership, with and without
+// initial states; single and packed sequences with boundaries on and next to rank borders,
+// lengths around the chunk, empty shards.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "chunkwise/chunkwise_test_support.hpp"
+#include "chunkwise/gated_delta_support.hpp"
+
+namespace cwt = ctxpar::test::chunkwise;
+namespace cw = ctxpar::chunkwise;
+namespace gd = ctxpar::test::gated_delta;
+using ctxpar::test::world;
+
+namespace {
+
+using mem = Kokkos::DefaultHostExecutionSpace::memory_space;
+
+// A global problem in the form the generic CP checker expects.
+struct GdCpProblem {
+  std::int64_t T = 0, H = 0, K = 0, V = 0;
+  int n_h = 1, chunk = 16;
+  std::vector<std::int64_t> cu;
+  std::vector<double> h0, dout, dht;
+  gd::Problem p;  // the oracle's view of the same inputs (h0 filled)
+};
+
+GdCpProblem make_cp_problem(std::uint64_t seed, const std::vector<std::int64_t>& cu, int n_h, int H,
+                            int K, int V, int chunk) {
+  GdCpProblem c;
+  c.T = cu.back(), c.H = H, c.K = K, c.V = V, c.n_h = n_h, c.chunk = chunk, c.cu = cu;
+  c.p = gd::make_problem(seed, static_cast<int>(c.T), n_h, H, K, V,
+                         std::vector<int>(cu.begin(), cu.end()), true);
+  c.h0 = c.p.h0;
+  const std::size_t N = cu.size() - 1;
+  c.dout.resize(std::size_t(c.T) * H * V);
+  c.dht.resize(N * H * K * V);
+  for (std::size_t i = 0; i < c.dout.size(); ++i) c.dout[i] = ctxpar::test::uniform(seed + 21, i);
+  for (std::size_t i = 0; i < c.dht.size(); ++i)
+    c.dht[i] = 0.5 * ctxpar::test::uniform(seed + 22, i);
+  return c;
+}
+
+template <class Scalar, bool Product>
+struct GdAdapter {
+  using family = gd::Family<Scalar, mem, Product>;
+  using backend = typename family::backend;
+  using problem = GdCpProblem;
+
+  static backend make_backend(const problem& p, cw::BackendOptions o) {
+    return family::make(p.n_h, o);
+  }
+
+  static typename backend::inputs_type inputs(const problem& p,
+                                              const std::vector<cwt::Range>& rows) {
+    using in_t = typename backend::inputs_type;
+    in_t in;
+    const std::size_t H = p.H, K = p.K, V = p.V, N = p.n_h;
+    in.q = cwt::upload_rows<decltype(in.q)>(p.p.q, H * K, rows, "q", H, K);
+    in.g = cwt::upload_rows<decltype(in.g)>(p.p.g, H, rows, "g", H);
+    if constexpr (Product) {
+      in.k = cwt::upload_rows<decltype(in.k)>(p.p.k, N * H * K, rows, "k", N, H, K);
+      in.v = cwt::upload_rows<decltype(in.v)>(p.p.v, N * H * V, rows, "v", N, H, V);
+      in.beta = cwt::upload_rows<decltype(in.beta)>(p.p.beta, N * H, rows, "beta", N, H);
+    } else {
+      in.k = cwt::upload_rows<decltype(in.k)>(p.p.k, H * K, rows, "k", H, K);
+      in.v = cwt::upload_rows<decltype(in.v)>(p.p.v, H * V, rows, "v", H, V);
+      in.beta = cwt::upload_rows<decltype(in.beta)>(p.p.beta, H, rows, "beta", H);
+    }
+    return in;
+  }
+
+  static typename backend::gradients_type gradients(const problem& p, std::int64_t local) {
+    gd::Problem shape = p.p;
+    shape.tokens = static_cast<int>(local);
+    return family::make_gradients(shape);
+  }
+
+  static std::vector<cwt::Array> gradient_arrays(const typename backend::gradients_type& g) {
+    return {{"dq", cwt::to_host(g.dq)},
+            {"dk", cwt::to_host(g.dk)},
+            {"dv", cwt::to_host(g.dv)},
+            {"dg", cwt::to_host(g.dg)},
+            {"dbeta", cwt::to_host(g.dbeta)}};
+  }
+};
+
+// The fp64 recurrence on the whole problem, in the checker's Result form.
+cwt::Result oracle(const GdCpProblem& c, bool with_h0, bool with_dht) {
+  gd::Problem p = c.p;
+  if (!with_h0) p.h0.assign(p.h0.size(), 0.0);
+  const gd::Forward f = gd::forward(p);
+  const gd::Gradients g = gd::backward(p, c.dout, with_dht ? c.dht : std::vector<double>{});
+  cwt::Result r;
+  r.output = f.o;
+  r.final_states = f.ht;
+  r.initial_state_grads = g.dh0;
+  r.grads = {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dbeta", g.dbeta}};
+  return r;
+}
+
+// Per-element bounds. The gated delta recurrence has no useful componentwise bound (the
+// I − βkkᵀ factors cancel signs), so each element gets the normwise bound of its tensor:
+// ‖err‖₂ ≤ ε‖x‖₂ implies |err_i| ≤ ε‖x‖₂, with ε = 8 (C·n_h + K + V) u forward and twice that
+// backward (see gated_delta_support.hpp), plus (16 + 4·shards) u_fp32 for the fp32 summaries and
+// fold across shards.
+template <class Scalar>
+cwt::Result bounds(const GdCpProblem& c, const cwt::Result& want, int shards) {
+  const double fp32 = (16.0 + 4.0 * shards) * ctxpar::test::unit_roundoff<float>();
+  const int rows = c.chunk * c.n_h;
+  const double ef = gd::rel_bound<Scalar>(rows, int(c.K), int(c.V), 8) + fp32;
+  const double eb = gd::rel_bound<Scalar>(rows, int(c.K), int(c.V), 16) + fp32;
+  auto fill = [](std::vector<double>& v, double eps) {
+    double n2 = 0;
+    for (double x : v) n2 += x * x;
+    const double b = eps * std::sqrt(n2) + 1e-300;
+    for (auto& x : v) x = b;
+  };
+  cwt::Result b = want;
+  fill(b.output, ef);
+  fill(b.final_states, ef);
+  fill(b.initial_state_grads, eb);
+  for (auto& a : b.grads) fill(a.values, eb);
+  return b;
+}
+
+std::string describe(const std::string& family, const std::string& policy,
+                     const cwt::CaseOptions& o, const std::vector<std::int64_t>& cu) {
+  std::string s = family + "/" + policy + "/" + (o.zigzag ? "zigzag" : "contiguous") + "/" +
+                  cw::to_string(o.form) + (o.initial_states ? "/states" : "") + " chunk " +
+                  std::to_string(o.chunk) + " cu [";
+  for (std::size_t i = 0; i < cu.size(); ++i) s += (i ? "," : "") + std::to_string(cu[i]);
+  return s + "]";
+}
+
+template <class Scalar, bool Product>
+bool check_problem(const std::vector<std::int64_t>& cu, int n_h, int chunk, std::uint64_t seed,
+                   bool full_matrix) {
+  using adapter = GdAdapter<Scalar, Product>;
+  const auto& group = world();
+  const GdCpProblem prob = make_cp_problem(seed, cu, n_h, 2, 8, 6, chunk);
+  const ctxpar::Group self(MPI_COMM_SELF);
+  const std::string family = std::string(Product ? "gdp n_h=" + std::to_string(n_h) : "gdn") + "/" +
+                             (sizeof(Scalar) == 4 ? "float" : "double");
+  bool ok = true;
+  for (int states = 0; states < 2; ++states) {
+    const bool with = states == 1;
+    const cwt::Result want = oracle(prob, with, with);
+    cwt::CaseOptions single;
+    single.chunk = chunk;
+    single.initial_states = single.final_state_grads = with;
+    const cwt::Result one_rank = cwt::run_cp<adapter, cw::GatherFold>(self, prob, single);
+    const std::vector<cwt::Range> all{{0, prob.T}};
+    ok = cwt::check_against(family + " single-rank vs oracle", one_rank, want,
+                            bounds<Scalar>(prob, want, 1), all, prob.T) &&
+         ok;
+    for (int zig = 0; zig < 2; ++zig) {
+      for (int form = 0; form < 2; ++form) {
+        if (!full_matrix && form == 1) continue;
+        cwt::CaseOptions o = single;
+        o.zigzag = zig == 1;
+        o.form = form == 0 ? cw::SummaryForm::packed : cw::SummaryForm::unpacked;
+        const int shards = group.size() * (o.zigzag ? 2 : 1);
+        const cwt::Result bound = bounds<Scalar>(prob, want, shards);
+        std::vector<cwt::Range> rows;
+        const cwt::Result gf = cwt::run_cp<adapter, cw::GatherFold>(group, prob, o, &rows);
+        ok = cwt::check_against(describe(family, "gather", o, cu) + " vs oracle", gf, want, bound,
+                                rows, prob.T) &&
+             ok;
+        ok = cwt::check_against(describe(family, "gather", o, cu) + " vs single-rank", gf, one_rank,
+                                cwt::scaled(bound, 2.0), rows, prob.T) &&
+             ok;
+        const cwt::Result sc = cwt::run_cp<adapter, cw::ScanCompose>(group, prob, o, &rows);
+        ok = cwt::check_against(describe(family, "scan", o, cu) + " vs oracle", sc, want, bound,
+                                rows, prob.T) &&
+             ok;
+        ok = cwt::check_against(describe(family, "scan", o, cu) + " vs gather", sc, gf,
+                                cwt::scaled(bound, 2.0), rows, prob.T) &&
+             ok;
+      }
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(gated_delta_rule_cp_matches_oracle_and_single_rank) {
+  const auto& group = world();
+  const int p = group.size();
+  // One sequence, uneven split, T not a multiple of the chunk.
+  CTXPAR_TEST_ALL(group, (check_problem<float, false>({0, 97}, 1, 16, 11, true)));
+  CTXPAR_TEST_ALL(group, (check_problem<double, false>({0, 97}, 1, 16, 12, false)));
+  // Packed: a single-token document, one spanning several ranks.
+  CTXPAR_TEST_ALL(group, (check_problem<float, false>(cwt::cu_from_lengths({30, 1, 17, 45, 4}), 1,
+                                                      16, 13, true)));
+  // Boundaries exactly on and next to every rank border (shard length 8).
+  std::vector<std::int64_t> lengths;
+  for (int r = 0; r < p; ++r) {
+    lengths.push_back(r % 2 == 0 ? 8 : 7);
+    if (r % 2 == 1) lengths.push_back(1);
+  }
+  CTXPAR_TEST_ALL(group,
+                  (check_problem<double, false>(cwt::cu_from_lengths(lengths), 1, 4, 15, false)));
+  // Local lengths 63 / 65 with the default chunk of 64 (257 in the local test).
+  CTXPAR_TEST_ALL(group, (check_problem<float, false>({0, 63 * p}, 1, 64, 16, false)));
+  CTXPAR_TEST_ALL(group, (check_problem<float, false>({0, 65 * p}, 1, 64, 17, false)));
+  // Fewer tokens than ranks (empty shards) and an empty document.
+  CTXPAR_TEST_ALL(group, (check_problem<double, false>({0, 3}, 1, 16, 19, false)));
+  CTXPAR_TEST_ALL(group, (check_problem<double, false>({0, 9, 9, 20}, 1, 16, 20, false)));
+}
+
+BOOST_AUTO_TEST_CASE(gated_delta_product_cp_matches_oracle_and_single_rank) {
+  const auto& group = world();
+  for (int n_h = 2; n_h <= 3; ++n_h) {
+    CTXPAR_TEST_ALL(group, (check_problem<float, true>({0, 41}, n_h, 8, 30 + n_h, n_h == 2)));
+    CTXPAR_TEST_ALL(group, (check_problem<double, true>(cwt::cu_from_lengths({13, 1, 9, 20}), n_h,
+                                                        4, 40 + n_h, false)));
+  }
+}
