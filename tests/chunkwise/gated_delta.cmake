@@ -4,3 +4,4 @@ ctxpar_add_mpi_test(NAME chunkwise_gated_delta_oracle SOURCES gated_delta_oracle
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_local SOURCES gated_delta_local_test.cpp
   LABELS chunkwise RANKS 1 2 NO_EXTENDED TIMEOUT 300)
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_cp SOURCES gated_delta_cp_test.cpp LABELS chunkwise TIMEOUT 300)
+ctxpar_add_mpi_test(NAME chunkwise_gated_delta_errors SOURCES gated_delta_errors_test.cpp LABELS chunkwise TIMEOUT 120)

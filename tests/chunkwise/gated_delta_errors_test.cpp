@@ -1,0 +1,114 @@
+// Bad input to the gated delta backends through the CP driver, each on ONE rank only at every rank
+// count: every rank must throw the same ctxpar::Error naming the operator, the failing rank and
+// the expected and actual values, without hanging. Covers q/k/v/g/β shape mismatches, n_h < 1 and
+// K or V of zero.
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+#include <vector>
+
+#include "ctxpar/chunkwise/driver.hpp"
+#include "ctxpar/chunkwise/gated_delta_product.hpp"
+#include "ctxpar/chunkwise/gated_delta_rule.hpp"
+#include "ctxpar_test/harness.hpp"
+
+namespace cw = ctxpar::chunkwise;
+using ctxpar::test::world;
+
+namespace {
+
+using exec = Kokkos::DefaultHostExecutionSpace;
+using mem = exec::memory_space;
+
+struct Shape {
+  std::size_t tq, hq, kq;  // q
+  std::size_t tk, hk, kk;  // k (GDN) / per-sub-step shape (GDP)
+  std::size_t tv, hv, vv;  // v
+  std::size_t tg, hg;      // g
+  std::size_t tb, hb;      // beta
+  int n_h = 1;
+};
+
+Shape good(std::size_t T, int n_h = 1) {
+  return {T, 2, 4, T, 2, 4, T, 2, 3, T, 2, T, 2, n_h};
+}
+
+// Runs a GDN forward with views of the given shapes; every view is filled with small values.
+void run_gdn(const Shape& s, const cw::ChunkwisePlan& plan) {
+  cw::GatedDeltaRuleInputs<float, mem> in;
+  in.q = cw::token_view<float, mem>("q", s.tq, s.hq, s.kq);
+  in.k = cw::token_view<float, mem>("k", s.tk, s.hk, s.kk);
+  in.v = cw::token_view<float, mem>("v", s.tv, s.hv, s.vv);
+  in.g = cw::head_view<float, mem>("g", s.tg, s.hg);
+  in.beta = cw::head_view<float, mem>("beta", s.tb, s.hb);
+  cw::token_view<float, mem> out("o", s.tq, s.hq, s.vv);
+  const cw::GatedDeltaRuleBackend<float, mem> backend;
+  cw::chunkwise_cp_forward(exec(), world(), backend, plan, in, out);
+}
+
+void run_gdp(const Shape& s, const cw::ChunkwisePlan& plan) {
+  cw::GatedDeltaProductInputs<float, mem> in;
+  const std::size_t n = s.n_h >= 1 ? std::size_t(s.n_h) : 1;
+  in.q = cw::token_view<float, mem>("q", s.tq, s.hq, s.kq);
+  in.k = cw::substep_view<float, mem>("k", s.tk, n, s.hk, s.kk);
+  in.v = cw::substep_view<float, mem>("v", s.tv, n, s.hv, s.vv);
+  in.g = cw::head_view<float, mem>("g", s.tg, s.hg);
+  in.beta = cw::token_view<float, mem>("beta", s.tb, n, s.hb);
+  cw::token_view<float, mem> out("o", s.tq, s.hq, s.vv);
+  const cw::GatedDeltaProductBackend<float, mem> backend(s.n_h);
+  cw::chunkwise_cp_forward(exec(), world(), backend, plan, in, out);
+}
+
+template <class Run, class Break>
+bool refused(Run run, Break corrupt, const std::string& needle, int n_h = 1) {
+  const auto& group = world();
+  const int bad = group.size() - 1;
+  const auto plan =
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 8 * std::int64_t(group.size())});
+  Shape s = good(static_cast<std::size_t>(plan.local_length()), n_h);
+  if (group.rank() == bad) corrupt(s);
+  return ctxpar::test::throws_everywhere(
+      group, [&] { run(s, plan); }, needle, bad);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(gdn_shape_mismatches_are_refused_on_every_rank) {
+  const auto& group = world();
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdn, [](Shape& s) { s.kk = 5; }, "k must be [T, H, K]"));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdn, [](Shape& s) { s.hk = 3; }, "k must be [T, H, K]"));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdn, [](Shape& s) { s.tv += 1; }, "v must be [T, H, V]"));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdn, [](Shape& s) { s.tg -= 1; }, "g must be [T, H]"));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdn, [](Shape& s) { s.hb = 1; }, "beta must be [T, H]"));
+  CTXPAR_TEST_ALL(
+      group, refused(
+                 run_gdn, [](Shape& s) { s.kq = s.kk = 0; }, "key dimension K must be positive"));
+  CTXPAR_TEST_ALL(group,
+                  refused(
+                      run_gdn, [](Shape& s) { s.vv = 0; }, "value dimension V must be positive"));
+}
+
+BOOST_AUTO_TEST_CASE(gdp_bad_householder_steps_and_shapes_are_refused_on_every_rank) {
+  const auto& group = world();
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdp, [](Shape& s) { s.n_h = 0; }, "n_h must be at least 1", 2));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdp, [](Shape& s) { s.n_h = -1; }, "n_h must be at least 1", 2));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdp, [](Shape& s) { s.kk = 3; }, "k must be [T, n_h, H, K]", 2));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdp, [](Shape& s) { s.hv = 1; }, "v must be [T, n_h, H, V]", 3));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdp, [](Shape& s) { s.tb += 2; }, "beta must be [T, n_h, H]", 2));
+  CTXPAR_TEST_ALL(group, refused(
+                             run_gdp, [](Shape& s) { s.kq = s.kk = 0; },
+                             "key dimension K must be positive", 2));
+  CTXPAR_TEST_ALL(
+      group, refused(
+                 run_gdp, [](Shape& s) { s.vv = 0; }, "value dimension V must be positive", 3));
+}
