@@ -88,14 +88,18 @@ void assign(const ExecutionSpace& space, const Dst& dst, const E& e) {
   const Node node = expr::impl::as_expression<value_type>(e);
   const expr::Shape dst_shape = expr::Shape::of_view(dst);
   const expr::Shape src_shape = node.shape();
-  require_local(src_shape.rank == 0 || src_shape == dst_shape, "ctxpar::assign",
-                "the expression's extents must equal the destination's", dst_shape.text(),
-                src_shape.text());
-  require_local(node.alias_safe(expr::Footprint::of_view(dst), true), "ctxpar::assign",
+  // Messages are built only on failure: assign sits in every step of a model's forward pass.
+  if (!(src_shape.rank == 0 || src_shape == dst_shape)) {
+    throw Error("ctxpar::assign", -1, "the expression's extents must equal the destination's",
+                dst_shape.text(), src_shape.text());
+  }
+  if (!node.alias_safe(expr::Footprint::of_view(dst), true)) {
+    throw Error("ctxpar::assign", -1,
                 "the expression must read the destination's memory only at the element being "
-                "written (no broadcast of it, no shifted or reshaped view of it); evaluate into "
-                "a temporary first",
+                "written (no broadcast of it, no shifted or reshaped view of it); evaluate into a "
+                "temporary first",
                 "no such read", "an overlapping read");
+  }
   for (int d = 0; d < rank; ++d)
     if (dst_shape.extent[d] == 0) return;
 

@@ -119,8 +119,11 @@ auto make_binary(const A& a, const B& b) {
   auto right = as_expression<value>(b);
   using Node = Binary<Op, decltype(left), decltype(right)>;
   const Shape ls = left.shape(), rs = right.shape();
-  require_local(ls.rank == 0 || rs.rank == 0 || ls == rs, Op::name,
-                "operands must have the same extents (or one be a scalar)", ls.text(), rs.text());
+  // Messages are built only on failure: this runs every time an expression is written.
+  if (!(ls.rank == 0 || rs.rank == 0 || ls == rs)) {
+    throw Error(Op::name, -1, "operands must have the same extents (or one be a scalar)",
+                ls.text(), rs.text());
+  }
   return Node{left, right};
 }
 }  // namespace impl

@@ -18,6 +18,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -81,6 +82,9 @@ struct Shape {
     return out.str();
   }
 };
+
+/// Prints a shape as `[e0, e1, ...]`.
+inline std::ostream& operator<<(std::ostream& out, const Shape& shape) { return out << shape.text(); }
 
 /// Where a view's elements live: the byte range its span covers, and its index map (data pointer,
 /// extents, strides), so a reader can tell "same element" from "overlapping memory".
