@@ -443,6 +443,20 @@ BOOST_AUTO_TEST_CASE(negative_count_is_refused, *boost::unit_test::expected_fail
   CTXPAR_TEST_ALL(world(), refused);
 }
 
+// KNOWN BUG, marked as an expected failure (comm/sendrecv.hpp belongs to the lead):
+// Group documents that byte counters count payload to and from OTHER ranks only, but sendrecv
+// records a message to itself (e.g. a periodic ring at np 1) as traffic. Every rank sends to itself
+// here, so the bug shows at every np. Fix: record
+// `dest == no_rank || dest == group.rank() ? 0 : bytes` (and the same for source).
+BOOST_AUTO_TEST_CASE(sendrecv_to_self_is_not_traffic, *boost::unit_test::expected_failures(1)) {
+  const auto& g = world();
+  const int me = g.rank();
+  Kokkos::View<double*, Kokkos::HostSpace> send("send", 3), recv("recv", 3);
+  g.reset_traffic();
+  ctxpar::sendrecv(Kokkos::DefaultHostExecutionSpace(), g, send, me, recv, me, 5);
+  CTXPAR_TEST_ALL(g, traffic_is(CollectiveKind::sendrecv, 1, 0, 0));
+}
+
 BOOST_AUTO_TEST_CASE(mismatched_buffers_give_clear_errors) {
   // Wrong sizes on every rank: each rank refuses locally before any MPI call, so none hangs.
   const auto& g = world();
