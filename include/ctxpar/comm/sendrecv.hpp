@@ -37,8 +37,11 @@ void sendrecv(const ExecutionSpace& space, const Group& group, const SendView& s
                group.mpi_comm(), MPI_STATUS_IGNORE);
   if (source != no_rank) r.copy_out();
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
-  group.record(CollectiveKind::sendrecv, dest == no_rank ? 0 : s.size() * elem,
-               source == no_rank ? 0 : r.size() * elem);
+  // A message to this rank itself (a ring at np 1) is not traffic.
+  const bool to_other = dest != no_rank && dest != group.rank();
+  const bool from_other = source != no_rank && source != group.rank();
+  group.record(CollectiveKind::sendrecv, to_other ? s.size() * elem : 0,
+               from_other ? r.size() * elem : 0);
 }
 
 }  // namespace ctxpar

@@ -87,7 +87,7 @@ inline std::vector<int> displacements(const std::vector<int>& counts, const std:
   std::int64_t running = 0;
   for (std::size_t i = 0; i < counts.size(); ++i) {
     displs[i] = mpi_count(running, op);
-    running += counts[i];
+    running += mpi_count(counts[i], op);
   }
   mpi_count(running, op);
   return displs;
