@@ -76,10 +76,15 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c) {
   auto gr = ctxpar::swa::backward(space, group, r.state, dout);
   const std::int64_t q0 = sh.chunk_from - c, tr = sh.chunk.length();
   auto slice = [&](const auto& v, std::int64_t from, std::int64_t n) { return ctxpar::swa::impl::tokens(v, from, n); };
+  auto bitwise = [&](const char* what, const auto& a, const auto& e) {
+    const bool same = ts::bitwise_equal(a, e);
+    if (!same) std::cerr << "[rank " << group.rank() << "] " << what << " differs bitwise from the single-rank step\n";
+    return same;
+  };
   bool ok = ts::close_to("out", r.out, f.out, b.out, sh.chunk_from);
-  ok = ts::bitwise_equal(r.out, slice(single.out, q0, tr)) && ok;
+  ok = bitwise("out", r.out, slice(single.out, q0, tr)) && ok;
   ok = ts::close_to("dq", gr.dq, g.dq, b.dq, sh.chunk_from) && ok;
-  ok = ts::bitwise_equal(gr.dq, slice(single_g.dq, q0, tr)) && ok;
+  ok = bitwise("dq", gr.dq, slice(single_g.dq, q0, tr)) && ok;
   ok = ts::close_to("dk", gr.dk, g.dk, b.dk, sh.chunk_from) && ok;
   ok = ts::close_to("dv", gr.dv, g.dv, b.dv, sh.chunk_from) && ok;
   ok = ts::close_to("dk_cache", gr.dk_cache, g.dk, b.dk, sh.cache_from) && ok;
@@ -87,13 +92,18 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c) {
   // The next cache shard is the raw tail of the axis, split by BalancedChunks(n, P).
   const std::int64_t n = ctxpar::swa::next_cache_length(spec.window, spec.tokens);
   const BalancedChunks ns{n, group.size()};
-  ok = ok && r.next_cache.length() == ns.size(group.rank());
-  ok = ok && ts::bitwise_equal(r.next_cache.k, slice(single.next_cache.k, ns.begin(group.rank()), ns.size(group.rank())));
-  ok = ok && ts::bitwise_equal(r.next_cache.v, slice(single.next_cache.v, ns.begin(group.rank()), ns.size(group.rank())));
-  ok = ok && ts::bitwise_equal(r.next_cache.pos, slice(single.next_cache.pos, ns.begin(group.rank()), ns.size(group.rank())));
+  const auto nb = ns.begin(group.rank()), nn = ns.size(group.rank());
+  if (r.next_cache.length() != nn) {
+    std::cerr << "[rank " << group.rank() << "] next cache shard has " << r.next_cache.length() << " keys, expected " << nn << "\n";
+    ok = false;
+  } else {
+    ok = bitwise("next cache k", r.next_cache.k, slice(single.next_cache.k, nb, nn)) && ok;
+    ok = bitwise("next cache v", r.next_cache.v, slice(single.next_cache.v, nb, nn)) && ok;
+    ok = bitwise("next cache pos", r.next_cache.pos, slice(single.next_cache.pos, nb, nn)) && ok;
+  }
   // Gathered rotated keys: bit-identical to rotating the whole axis at once.
   const std::int64_t origin = r.state.key_origin, nk = r.state.axis.length();
-  ok = ok && ts::bitwise_equal(r.state.axis.k, slice(single.state.axis.k, origin, nk));
+  ok = bitwise("rotated keys", r.state.axis.k, slice(single.state.axis.k, origin, nk)) && ok;
   if (!ok)
     std::cerr << "  [rank " << group.rank() << "] " << name_of<Policy>() << " c=" << c << " t=" << t
               << " W=" << spec.window << " Hq=" << spec.hq << " Hkv=" << spec.hkv << "\n";

@@ -1,0 +1,150 @@
+// Exact byte counters of each policy, forward and backward, against formulas computed here from
+// the sharding rule alone (an independent owner function, not the library's plans).
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <iostream>
+
+#include "ctxpar/swa/distributed_step.hpp"
+#include "ctxpar_test/harness.hpp"
+#include "fixtures.hpp"
+
+namespace ts = ctxpar::test::swa;
+using ctxpar::BalancedChunks;
+using ctxpar::CollectiveKind;
+using ctxpar::test::world;
+
+namespace {
+
+using Exec = Kokkos::DefaultExecutionSpace;
+using Mem = Exec::memory_space;
+using Scalar = float;
+
+/// The sharding rule in plain words: cache keys [0, c) split like torch.chunk(c, P), then chunk
+/// tokens split like torch.chunk(t, P).
+struct Rule {
+  std::int64_t c, t;
+  int p;
+  static int owner_in(std::int64_t i, std::int64_t n, int p) {
+    const std::int64_t s = (n + p - 1) / p;
+    return static_cast<int>(i / s);
+  }
+  int owner(std::int64_t a) const { return a < c ? owner_in(a, c, p) : owner_in(a - c, t, p); }
+  std::int64_t records(int r) const { return BalancedChunks{c, p}.size(r) + BalancedChunks{t, p}.size(r); }
+};
+
+struct Expected {
+  std::int64_t sent = 0, received = 0;
+};
+
+bool counters_match(const char* what, const ctxpar::Traffic& got, const Expected& e, bool expect_calls) {
+  const bool ok = got.bytes_sent == e.sent && got.bytes_received == e.received && (expect_calls || got.calls == 0);
+  if (!ok)
+    std::cerr << "[rank " << world().rank() << "] " << what << ": sent " << got.bytes_sent << " (formula " << e.sent
+              << "), received " << got.bytes_received << " (formula " << e.received << "), calls " << got.calls << "\n";
+  return ok;
+}
+
+template <class Policy>
+bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  Exec space;
+  ts::StreamSpec spec;
+  spec.tokens = c + t;
+  spec.window = window;
+  spec.hq = 4;
+  spec.hkv = 2;
+  spec.dim = 8;
+  spec.document_starts = {3};
+  auto s = ts::make_stream<Scalar>(spec);
+  const BalancedChunks cs{c, p}, tc{t, p};
+  auto cache = ts::block_of<Scalar, Mem>(s.problem, cs.begin(me), cs.size(me));
+  auto chunk = ts::chunk_of<Scalar, Mem>(s.problem, c + tc.begin(me), tc.size(me));
+  ctxpar::swa::Options o;
+  o.window = window;
+
+  const Rule rule{c, t, p};
+  const std::int64_t length = c + t, hd = spec.hkv * spec.dim;
+  const std::int64_t record = 2 * hd * sizeof(Scalar) + 16, grad = 2 * hd * sizeof(Scalar);
+  const std::int64_t n = window > 0 ? std::min(window - 1, length) : length;
+  const BalancedChunks next{n, p};
+  auto new_owner = [&](std::int64_t a) { return Rule::owner_in(a - (length - n), n, p); };
+  // Next-cache re-sharding: records that change owner.
+  Expected reshard;
+  for (std::int64_t a = length - n; a < length; ++a) {
+    if (rule.owner(a) == me && new_owner(a) != me) reshard.sent += 1;
+    if (rule.owner(a) != me && new_owner(a) == me) reshard.received += 1;
+  }
+  // Halo: the W - 1 axis tokens before each rank's first query, from their owners.
+  Expected halo;
+  for (int r = 0; r < p; ++r) {
+    if (tc.size(r) == 0) continue;
+    const std::int64_t first = c + tc.begin(r);
+    const std::int64_t lo = window > 0 ? std::max<std::int64_t>(0, first - (window - 1)) : 0;
+    for (std::int64_t a = lo; a < first; ++a) {
+      if (r == me && rule.owner(a) != me) halo.received += 1;
+      if (r != me && rule.owner(a) == me) halo.sent += 1;
+    }
+  }
+  const std::int64_t own = rule.records(me);
+  constexpr bool gather = !std::is_same_v<Policy, ctxpar::swa::HaloKV>;
+  constexpr bool after = std::is_same_v<Policy, ctxpar::swa::RopeAfterGather>;
+
+  g.reset_traffic();
+  auto r = ctxpar::swa::forward<Policy>(space, g, chunk, t, cache, o);
+  bool ok = true;
+  if (gather) {
+    ok = counters_match("forward allgather", g.traffic(CollectiveKind::allgather),
+                        {own * record * (p - 1), (length - own) * record}, true) && ok;
+    ok = g.traffic(CollectiveKind::allgather).calls == 1 && ok;
+    ok = counters_match("forward sendrecv", g.traffic(CollectiveKind::sendrecv), {}, false) && ok;
+  } else {
+    ok = counters_match("forward allgather", g.traffic(CollectiveKind::allgather), {}, false) && ok;
+    ok = counters_match("forward halo", g.traffic(CollectiveKind::sendrecv),
+                        {halo.sent * record, halo.received * record}, true) && ok;
+  }
+  if (after) {
+    ok = counters_match("forward next cache", g.traffic(CollectiveKind::alltoall), {}, false) && ok;
+  } else {
+    ok = counters_match("forward next cache", g.traffic(CollectiveKind::alltoall),
+                        {reshard.sent * record, reshard.received * record}, true) && ok;
+    ok = g.traffic(CollectiveKind::alltoall).calls == 1 && ok;
+  }
+
+  ctxpar::swa::CacheGradient<Scalar, Mem> d_next;
+  d_next.dk = ctxpar::swa::Tensor<Scalar, Mem>("dk_next", next.size(me), spec.hkv, spec.dim);
+  d_next.dv = ctxpar::swa::Tensor<Scalar, Mem>("dv_next", next.size(me), spec.hkv, spec.dim);
+  g.reset_traffic();
+  ctxpar::swa::backward(space, g, r.state, ts::to_view<Scalar, Mem>(s.dout, c + tc.begin(me), tc.size(me)), d_next);
+  if (gather) {
+    const std::int64_t total = length * grad;
+    ok = counters_match("backward reduce_scatter", g.traffic(CollectiveKind::reduce_scatter),
+                        {total - own * grad, own * grad * (p - 1)}, true) && ok;
+  } else {
+    ok = counters_match("backward halo", g.traffic(CollectiveKind::sendrecv),
+                        {halo.received * grad, halo.sent * grad}, true) && ok;
+  }
+  ok = counters_match("backward next cache", g.traffic(CollectiveKind::alltoall),
+                      {reshard.received * grad, reshard.sent * grad}, true) && ok;
+  return ok;
+}
+
+template <class Policy>
+bool traffic_cases() {
+  bool ok = true;
+  ok = traffic_case<Policy>(7, 30, 8) && ok;    // small shards: halos span several ranks
+  ok = traffic_case<Policy>(0, 25, 4) && ok;    // first step
+  ok = traffic_case<Policy>(15, 48, 0) && ok;   // unlimited window: the halo is everything before
+  ok = traffic_case<Policy>(2, 1, 4) && ok;     // L < P
+  return ok;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(byte_counters_equal_their_formulas) {
+  bool ok = traffic_cases<ctxpar::swa::RopeBeforeGather>();
+  ok = traffic_cases<ctxpar::swa::RopeAfterGather>() && ok;
+  ok = traffic_cases<ctxpar::swa::HaloKV>() && ok;
+  CTXPAR_TEST_ALL(world(), ok);
+}
