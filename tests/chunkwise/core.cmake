@@ -1,3 +1,5 @@
 # Summaries, composition, driver and the scalar-decay / diagonal-gate backends (included by
 # tests/chunkwise/CMakeLists.txt).
 ctxpar_add_mpi_test(NAME chunkwise_decay_cp SOURCES decay_cp_test.cpp LABELS chunkwise TIMEOUT 300)
+ctxpar_add_mpi_test(NAME chunkwise_summary SOURCES summary_test.cpp LABELS chunkwise TIMEOUT 300)
+ctxpar_add_mpi_test(NAME chunkwise_errors SOURCES errors_test.cpp LABELS chunkwise TIMEOUT 300)

@@ -1,0 +1,199 @@
+// Bad input to the chunkwise driver, summaries and plans, each violated on ONE rank only: every
+// rank must throw the same ctxpar::Error naming that rank (no hang, no partial output).
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "chunkwise/chunkwise_test_support.hpp"
+#include "chunkwise/decay_oracle.hpp"
+#include "ctxpar/partition/packed_metadata.hpp"
+
+namespace cwt = ctxpar::test::chunkwise;
+namespace cw = ctxpar::chunkwise;
+using ctxpar::test::throws_everywhere;
+using ctxpar::test::world;
+
+namespace {
+
+using exec = Kokkos::DefaultHostExecutionSpace;
+using mem = exec::memory_space;
+using adapter = cwt::DecayAdapter<float, mem, false>;
+
+enum class Fault { none, k_shape, k_zero, v_zero, heads, chunk, family, nan, output_shape, tokens, dout_shape };
+
+// One forward + backward where the last rank applies `fault`.
+void run(Fault fault, bool bad) {
+  const auto& group = world();
+  const std::int64_t T = 24, H = 2, K = 4, V = 3;
+  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 10, T});
+  const std::int64_t local = plan.local_length();
+  const std::int64_t k_dim = bad && fault == Fault::k_zero ? 0 : K;
+  const std::int64_t v_dim = bad && fault == Fault::v_zero ? 0 : V;
+  const std::int64_t heads = bad && fault == Fault::heads ? H + 1 : H;
+  const std::int64_t rows = bad && fault == Fault::tokens ? local + 1 : local;
+  cw::token_view<float, mem> q("q", rows, heads, k_dim), k("k", rows, heads, bad && fault == Fault::k_shape ? K + 1 : k_dim),
+      v("v", rows, heads, v_dim), o("o", bad && fault == Fault::output_shape ? rows + 2 : rows, heads, v_dim);
+  cw::head_view<float, mem> g("g", rows, heads);
+  Kokkos::deep_copy(q, 0.5f);
+  Kokkos::deep_copy(k, 0.25f);
+  Kokkos::deep_copy(v, 1.0f);
+  Kokkos::deep_copy(g, -0.1f);
+  if (bad && fault == Fault::nan && rows > 0) q(0, 0, 0) = std::numeric_limits<float>::quiet_NaN();
+  cw::DriverOptions options;
+  options.check_finite = fault == Fault::nan;
+  const int chunk = bad && fault == Fault::chunk ? 8 : 16;
+  if (bad && fault == Fault::family) {
+    cw::DiagonalGateBackend<float, mem> backend(cw::BackendOptions{chunk, 0.0});
+    cw::DiagonalGateInputs<float, mem> in{q, k, v, cw::token_view<float, mem>("g", rows, heads, k_dim)};
+    cw::chunkwise_cp_forward(exec(), group, backend, plan, in, o, {}, options);
+    return;
+  }
+  cw::ScalarDecayBackend<float, mem> backend(cw::BackendOptions{chunk, 0.0});
+  cw::ScalarDecayInputs<float, mem> in{q, k, v, g};
+  auto ctx = cw::chunkwise_cp_forward(exec(), group, backend, plan, in, o, {}, options);
+  cw::token_view<float, mem> dout("dout", bad && fault == Fault::dout_shape ? rows + 1 : rows, heads, v_dim);
+  cw::ScalarDecayGradients<float, mem> grads{cw::token_view<float, mem>("dq", rows, heads, k_dim),
+                                             cw::token_view<float, mem>("dk", rows, heads, k_dim),
+                                             cw::token_view<float, mem>("dv", rows, heads, v_dim),
+                                             cw::head_view<float, mem>("dg", rows, heads)};
+  cw::chunkwise_cp_backward(exec(), group, backend, ctx, dout, grads);
+}
+
+// The rank an agreement failure names: the bad rank for local checks; for "every rank must agree"
+// checks, the lowest rank that differs from rank 0 (rank 1 when rank 0 is the odd one out).
+int named(int bad_rank, bool agreement) {
+  const int p = world().size();
+  if (agreement && bad_rank == 0) return p > 1 ? 1 : -1;
+  return bad_rank;
+}
+
+void expect(Fault fault, const std::string& needle, bool agreement = false) {
+  const auto& group = world();
+  for (int bad_rank : {group.size() - 1, 0}) {
+    if (agreement && group.size() == 1) return;  // one rank always agrees with itself
+    const bool bad = group.rank() == bad_rank;
+    BOOST_TEST_CONTEXT("fault " << static_cast<int>(fault) << " on rank " << bad_rank) {
+      CTXPAR_TEST_ALL(group, throws_everywhere(group, [&] { run(fault, bad); }, needle, named(bad_rank, agreement)));
+    }
+    if (group.size() == 1) break;
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(valid_input_runs) {
+  const auto& group = world();
+  bool ok = true;
+  try {
+    run(Fault::none, false);
+  } catch (const std::exception& e) {
+    ok = false;
+    std::cerr << e.what() << "\n";
+  }
+  CTXPAR_TEST_ALL(group, ok);
+}
+
+BOOST_AUTO_TEST_CASE(shape_errors_on_one_rank) {
+  expect(Fault::k_shape, "k must have the shape of q");
+  expect(Fault::k_zero, "the key dimension K must be positive");
+  expect(Fault::v_zero, "the value dimension V must be positive");
+  expect(Fault::output_shape, "the output must be [T, H, V]");
+  expect(Fault::tokens, "the local token count must match");
+  expect(Fault::dout_shape, "the output gradient must be [T, H, V]");
+}
+
+BOOST_AUTO_TEST_CASE(plan_fingerprint_disagreement_on_one_rank) {
+  expect(Fault::heads, "every rank must agree on the head count H", true);
+  expect(Fault::chunk, "every rank must agree on the chunk size", true);
+  expect(Fault::family, "every rank must agree on the model family", true);
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_input_behind_the_check_flag) { expect(Fault::nan, "the inputs must be finite"); }
+
+BOOST_AUTO_TEST_CASE(summary_buffer_errors_on_one_rank) {
+  const auto& group = world();
+  const std::int64_t H = 2, K = 3, V = 2, width = K * V + 1;
+  for (int bad_rank : {group.size() - 1, 0}) {
+    const bool bad = group.rank() == bad_rank;
+    Kokkos::View<float***, Kokkos::LayoutRight, mem> good("good", 1, H, width), all("all", group.size(), H, width);
+    // Non-fp32 summaries.
+    auto f64 = [&] {
+      if (bad) {
+        Kokkos::View<double***, Kokkos::LayoutRight, mem> d("d", 1, H, width);
+        Kokkos::View<double***, Kokkos::LayoutRight, mem> da("da", group.size(), H, width);
+        cw::gather_summaries<cw::ScalarTransition>(exec(), group, d, da, H, K, V);
+      } else {
+        cw::gather_summaries<cw::ScalarTransition>(exec(), group, good, all, H, K, V);
+      }
+    };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, f64, "must hold fp32 summaries", bad_rank));
+    // Non-contiguous summaries.
+    auto strided = [&] {
+      Kokkos::View<float***, Kokkos::LayoutRight, mem> wide("wide", 1, H, width + 1);
+      Kokkos::View<float***, Kokkos::LayoutStride, mem> s =
+          Kokkos::subview(wide, Kokkos::ALL, Kokkos::ALL, std::make_pair(std::int64_t{0}, width));
+      if (bad) {
+        cw::gather_summaries<cw::ScalarTransition>(exec(), group, s, all, H, K, V);
+      } else {
+        cw::gather_summaries<cw::ScalarTransition>(exec(), group, good, all, H, K, V);
+      }
+    };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, strided, "must be contiguous", bad_rank));
+    // Wrong width for the structure (a diagonal summary's M is K floats, not 1).
+    auto shape = [&] {
+      Kokkos::View<float***, Kokkos::LayoutRight, mem> w("w", 1, H, width + (bad ? K - 1 : 0));
+      cw::gather_summaries<cw::ScalarTransition>(exec(), group, w, all, H, K, V);
+    };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, shape, "has the wrong shape", bad_rank));
+    if (group.size() == 1) break;
+  }
+}
+
+BOOST_AUTO_TEST_CASE(metadata_errors_on_one_rank) {
+  const auto& group = world();
+  const int p = group.size();
+  for (int bad_rank : {p - 1, 0}) {
+    const bool bad = group.rank() == bad_rank;
+    // Decreasing cu_seqlens.
+    auto decreasing = [&] {
+      std::vector<std::int64_t> cu{0, 5, bad ? 3 : 9, 12};
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
+    };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, decreasing, "cu_seqlens must be non-decreasing", bad_rank));
+    // Decreasing sequence ids.
+    auto ids_decreasing = [&] {
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(4 * p), 0);
+      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i / 3);
+      if (bad) ids[1] = 5;
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, ctxpar::PackedMetadata::from_seq_idx(group, ids));
+    };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, ids_decreasing, "non-decreasing", bad_rank));
+    // Ids that are not int32 values.
+    auto ids_wide = [&] {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(4 * p), 0);
+      if (bad) ids.back() = std::int64_t{1} << 40;
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, ctxpar::PackedMetadata::from_seq_idx(group, ids));
+    };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, ids_wide, "int32", bad_rank));
+    // Metadata over the wrong number of parts (zigzag needs 2P virtual shards).
+    auto parts = [&] {
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(4 * p), 0);
+      const auto meta = ctxpar::PackedMetadata::from_seq_idx(ids, bad ? p : 2 * p);
+      cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, meta);
+    };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, parts, "zigzag needs packed metadata built over 2P parts", bad_rank));
+    // A token count the metadata cannot split (T % P != 0) on one rank.
+    if (p > 1) {
+      auto indivisible = [&] {
+        std::vector<std::int32_t> ids(static_cast<std::size_t>(4 * p + (bad ? 1 : 0)), 0);
+        ctxpar::PackedMetadata::from_seq_idx(group, ids);
+      };
+      CTXPAR_TEST_ALL(group, throws_everywhere(group, indivisible, "divisible", bad_rank));
+    }
+    if (p == 1) break;
+  }
+}
