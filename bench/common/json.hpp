@@ -81,6 +81,8 @@ struct Machine {
   int ranks = 1;
   /// Whether the benchmark binary was compiled with -march=native.
   bool native = false;
+  /// 1-minute load average when the run started (a shared machine's noise, for the record).
+  double load_average = -1;
 };
 
 /// Reads the CPU model name ("model name" in /proc/cpuinfo), or "unknown".
@@ -98,6 +100,14 @@ inline std::string cpu_model() {
   return "unknown";
 }
 
+/// The 1-minute load average from /proc/loadavg, or -1.
+inline double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double value = -1;
+  in >> value;
+  return in ? value : -1;
+}
+
 /// Describes this run. Needs Kokkos initialised; reads the rank count when MPI is initialised.
 inline Machine this_machine(MPI_Comm comm = MPI_COMM_WORLD) {
   Machine m;
@@ -109,6 +119,7 @@ inline Machine this_machine(MPI_Comm comm = MPI_COMM_WORLD) {
   MPI_Initialized(&initialised);
   if (initialised) MPI_Comm_size(comm, &m.ranks);
   m.native = CTXPAR_BENCH_NATIVE != 0;
+  m.load_average = load_average();
   return m;
 }
 
@@ -151,7 +162,8 @@ class Record {
     out << "\"machine\": {\"cpu\": " << json_string(m.cpu)
         << ", \"build_type\": " << json_string(m.build_type)
         << ", \"backend\": " << json_string(m.backend) << ", \"threads\": " << m.threads
-        << ", \"ranks\": " << m.ranks << ", \"native\": " << (m.native ? "true" : "false") << "}}";
+        << ", \"ranks\": " << m.ranks << ", \"native\": " << (m.native ? "true" : "false")
+        << ", \"load_average\": " << json_number(m.load_average) << "}}";
     return out.str();
   }
 

@@ -198,19 +198,32 @@ template <class Case>
 ctxpar::bench::Record time_case(const Case& c, const char* size, int repeats) {
   const Exec space;
   std::vector<double> fused, hand;
-  for (int r = 0; r < repeats + 2; ++r) {
-    const auto tf = ctxpar::bench::time_it(
+  auto run_fused = [&] {
+    return ctxpar::bench::time_it(
         [&] {
           c.fused(space);
           space.fence();
         },
         0, 1);
-    const auto th = ctxpar::bench::time_it(
+  };
+  auto run_hand = [&] {
+    return ctxpar::bench::time_it(
         [&] {
           c.by_hand(space);
           space.fence();
         },
         0, 1);
+  };
+  for (int r = 0; r < repeats + 2; ++r) {
+    // Alternate which variant runs first, so an order effect (cache, frequency) cancels.
+    ctxpar::bench::Timing tf, th;
+    if (r % 2 == 0) {
+      tf = run_fused();
+      th = run_hand();
+    } else {
+      th = run_hand();
+      tf = run_fused();
+    }
     if (r >= 2) {  // the first two rounds warm up
       fused.push_back(tf.median_s);
       hand.push_back(th.median_s);
@@ -266,7 +279,7 @@ void count_case(const Case& c, int repeats, const char* fused_label, const char*
 int main(int argc, char* argv[]) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   std::string mode = "time", out_path;
-  int repeats = 15;
+  int repeats = 31;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--mode") && i + 1 < argc) {
       mode = argv[++i];
