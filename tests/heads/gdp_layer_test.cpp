@@ -57,7 +57,8 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group, c
                                                    const std::vector<std::int64_t>& natural) {
   using mem = typename Exec::memory_space;
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
-  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, t_total, cu, l2_eps);
+  // A small chunk so that every sequence spans several chunks of the recurrence kernel.
+  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, t_total, cu, ch::GdpOptions{l2_eps, 4});
   const std::int64_t rows = natural.size(), c = s.input_layout().channels(), di = s.d_inner();
   matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di), dz("dz", rows, di), dx("dx", rows, c);
   fill(x, rows_of(d.x, c, natural));

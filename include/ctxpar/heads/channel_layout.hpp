@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ctxpar/comm/preconditions.hpp"
-#include "ctxpar/heads/impl/head_blocks.hpp"
+#include "ctxpar/partition/head_partition.hpp"
 
 namespace ctxpar::heads {
 
@@ -74,23 +74,23 @@ class ChannelLayout {
   }
 
   /// Units of section `s` that rank `j` of `blocks` owns: its head block or the groups its heads use.
-  std::pair<int, int> unit_range(std::size_t s, const impl::HeadBlocks& blocks, int j) const {
-    if (sections_[s].kind == SectionKind::heads) return {blocks.begin(j), blocks.end(j)};
-    return {blocks.group_begin(j), blocks.group_end(j)};
+  std::pair<int, int> unit_range(std::size_t s, const KeyGroupPartition& blocks, int j) const {
+    if (sections_[s].kind == SectionKind::heads) return {blocks.heads.begin(j), blocks.heads.end(j)};
+    return {blocks.begin(j), blocks.end(j)};
   }
   /// Channels of section `s` on rank `j`.
-  std::int64_t local_channels(std::size_t s, const impl::HeadBlocks& blocks, int j) const {
+  std::int64_t local_channels(std::size_t s, const KeyGroupPartition& blocks, int j) const {
     const auto [b, e] = unit_range(s, blocks, j);
     return std::int64_t{sections_[s].copies} * (e - b) * sections_[s].width;
   }
   /// Channels on rank `j`, all sections.
-  std::int64_t local_channels(const impl::HeadBlocks& blocks, int j) const {
+  std::int64_t local_channels(const KeyGroupPartition& blocks, int j) const {
     std::int64_t c = 0;
     for (std::size_t s = 0; s < sections_.size(); ++s) c += local_channels(s, blocks, j);
     return c;
   }
   /// First local channel of section `s` on rank `j`.
-  std::int64_t local_offset(std::size_t s, const impl::HeadBlocks& blocks, int j) const {
+  std::int64_t local_offset(std::size_t s, const KeyGroupPartition& blocks, int j) const {
     std::int64_t c = 0;
     for (std::size_t i = 0; i < s; ++i) c += local_channels(i, blocks, j);
     return c;
@@ -98,7 +98,7 @@ class ChannelLayout {
 
   /// For every channel rank `j` holds after the transpose, in local order (section, copy, unit,
   /// channel), the `P = 1` channel it comes from: the index map of the partition and the fold.
-  std::vector<std::int64_t> channel_map(const impl::HeadBlocks& blocks, int j) const {
+  std::vector<std::int64_t> channel_map(const KeyGroupPartition& blocks, int j) const {
     std::vector<std::int64_t> map;
     std::int64_t base = 0;
     for (std::size_t s = 0; s < sections_.size(); ++s) {

@@ -89,7 +89,7 @@ class GdpContextParallel {
 
   /// Collective. `tokens` = `T`; `cu_seqlens` (global, identical on every rank) for packed input.
   GdpContextParallel(const Group& group, const GdpShape& shape, std::int64_t tokens,
-                     std::vector<std::int64_t> cu_seqlens = {}, double l2_eps = 1e-6)
+                     std::vector<std::int64_t> cu_seqlens = {}, const GdpOptions& options = {})
       : shape_(shape),
         pre_(group, shape.input_layout(), tokens, cu_seqlens),
         post_(group, shape.output_layout(), tokens, cu_seqlens) {
@@ -101,21 +101,21 @@ class GdpContextParallel {
                     std::to_string(shape.headdim));
     chk.agree();
     const int me = group.rank();
-    const impl::HeadBlocks& b = pre_.blocks();
+    const KeyGroupPartition& b = pre_.blocks();
     const ChannelLayout in = shape.input_layout();
-    dims_.heads = b.count(me);
-    dims_.groups = b.group_count(me);
+    dims_.heads = b.heads.size(me);
+    dims_.groups = b.size(me);
     dims_.headdim = shape.headdim;
     dims_.d_state = shape.d_state;
     dims_.copies = shape.householder;
     dims_.width = shape.conv_width;
-    dims_.head_begin = b.begin(me);
-    dims_.group_begin = b.group_begin(me);
+    dims_.head_begin = b.heads.begin(me);
+    dims_.group_begin = b.begin(me);
     dims_.heads_per_group = b.heads_per_group();
     dims_.off_v = in.local_offset(in.find("V"), b, me);
     dims_.off_b = in.local_offset(in.find("b"), b, me);
     dims_.off_a = in.local_offset(in.find("a"), b, me);
-    core_ = GdpLayerCore<Scalar, MemorySpace>(dims_, pre_.cu_seqlens(), l2_eps);
+    core_ = GdpLayerCore<Scalar, MemorySpace>(dims_, pre_.cu_seqlens(), options);
 
     conv_map_ = to_device("ctxpar::heads::conv_map", shape.conv_layout().channel_map(b, me));
     std::vector<std::int64_t> heads(dims_.heads), channels(dims_.d_inner());

@@ -2,7 +2,8 @@
 /// `GdpLayerCore`: the Gated Delta Product layer core on head-sharded data — causal depthwise conv
 /// (zero initial state per sequence) → SiLU → split V, K, Q, b, a → β = sigmoid(b),
 /// g = −exp(A_log)·softplus(a + dt_bias) → L2-normalised q, k → the gated delta product
-/// recurrence per head over the whole sequence → y — forward and backward. No communication:
+/// recurrence per head over the whole sequence (the chunkwise GDP backend of mechanism B, called
+/// on the rank's whole sequence) → y — forward and backward. No communication:
 /// every rank runs it on the heads it owns.
 #pragma once
 
@@ -16,9 +17,16 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/heads/impl/layer_kernels.hpp"
-#include "ctxpar/heads/impl/token_recurrence.hpp"
+#include "ctxpar/chunkwise/gated_delta_product.hpp"
+#include "ctxpar/chunkwise/local_sequences.hpp"
 
 namespace ctxpar::heads {
+
+/// Numerical options of the GDP layer core.
+struct GdpOptions {
+  double l2_eps = 1e-6;  ///< added to the squared norm of q and k before the square root
+  int chunk_size = 64;   ///< tokens per chunk of the chunkwise recurrence kernel
+};
 
 /// The layer core of one rank. Holds its work buffers (allocated once, labelled) and what the
 /// backward pass needs from the last `forward`. Views are token-major, natural order, LayoutRight.
@@ -33,9 +41,9 @@ class GdpLayerCore {
 
   GdpLayerCore() = default;
   /// `dims`: this rank's heads and groups; `cu_seqlens`: natural-order sequence boundaries over
-  /// `T = cu_seqlens.back()` tokens; `l2_eps` is added to the squared norm before the square root.
-  GdpLayerCore(const impl::LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens, double l2_eps = 1e-6)
-      : dims_(dims), tokens_(cu_seqlens.back()), eps_(l2_eps) {
+  /// `T = cu_seqlens.back()` tokens.
+  GdpLayerCore(const impl::LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens, const GdpOptions& options = {})
+      : dims_(dims), tokens_(cu_seqlens.back()), eps_(options.l2_eps) {
     const std::int64_t t = tokens_, m = dims.copies, h = dims.heads;
     seq_start_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_start", t);
     seq_end_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_end", t);
@@ -56,11 +64,15 @@ class GdpLayerCore {
     rec_.v = tensor3("ctxpar::heads::v", t * m, h, dims.headdim);
     rec_.beta = matrix("ctxpar::heads::beta", t * m, h);
     rec_.g = matrix("ctxpar::heads::g", t, h);
-    rec_.seq_start = seq_start_;
-    rec_.copies = dims.copies;
-    rec_.scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(dims.d_state)));
-    states_ = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>("ctxpar::heads::recurrence_states", t * m, h,
-                                                                         dims.d_state, dims.headdim);
+    // Whole sequences, empty ones dropped (the backend wants non-empty local sequences); the
+    // scale is the backend's default d_state^(-1/2).
+    std::vector<std::int64_t> cu{0};
+    for (std::size_t q = 1; q < cu_seqlens.size(); ++q)
+      if (cu_seqlens[q] > cu.back()) cu.push_back(cu_seqlens[q]);
+    if (t > 0) seqs_ = chunkwise::LocalSequences::from_cu_seqlens(cu);
+    chunkwise::BackendOptions bo;
+    bo.chunk_size = options.chunk_size;
+    backend_ = backend_type(dims.copies, bo);
   }
 
   /// Local sizes.
@@ -150,25 +162,50 @@ class GdpLayerCore {
   }
 
  private:
-  // The recurrence over the whole local sequence for every local head: one call forward, one
-  // backward, so swapping the kernel touches only these two functions.
+  // The recurrence over the whole local sequence for every local head: the chunkwise GDP backend
+  // of mechanism B called with one rank's worth of sequence, zero incoming state and zero
+  // incoming state gradient, so no communication is involved.
+  using backend_type = chunkwise::GatedDeltaProductBackend<Scalar, MemorySpace>;
+  using inputs_type = typename backend_type::inputs_type;
+
+  inputs_type recurrence_inputs() const {
+    const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
+    inputs_type in;
+    in.q = rec_.q;
+    in.k = chunkwise::const_substep_view<Scalar, MemorySpace>(rec_.k.data(), t, m, h, dims_.d_state);
+    in.v = chunkwise::const_substep_view<Scalar, MemorySpace>(rec_.v.data(), t, m, h, dims_.headdim);
+    in.g = rec_.g;
+    in.beta = chunkwise::const_token_view<Scalar, MemorySpace>(rec_.beta.data(), t, m, h);
+    return in;
+  }
+
   template <class ExecutionSpace>
   void recurrence_forward(const ExecutionSpace& space) {
-    Kokkos::parallel_for("ctxpar::heads::gdp_recurrence_forward", Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
-                         impl::TokenRecurrenceForward<Scalar, MemorySpace>{rec_, states_});
+    if (dims_.heads == 0) return;
+    const inputs_type in = recurrence_inputs();
+    chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state", dims_.heads, dims_.d_state, dims_.headdim);
+    backend_.forward_apply(space, in, seqs_, zero, {}, rec_.o, {}, saved_);
   }
   template <class ExecutionSpace>
   void recurrence_backward(const ExecutionSpace& space, const tensor3& dout) {
-    const int h = dims_.heads;
-    Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> ds("ctxpar::heads::ds", h, dims_.d_state, dims_.headdim);
-    matrix e("ctxpar::heads::e", h, dims_.headdim), kds("ctxpar::heads::kds", h, dims_.headdim);
-    Kokkos::parallel_for("ctxpar::heads::gdp_recurrence_backward", Kokkos::RangePolicy<ExecutionSpace>(space, 0, h),
-                         impl::TokenRecurrenceBackward<Scalar, MemorySpace>{rec_, states_, ds, e, kds, dout, grads_.q,
-                                                                            grads_.k, grads_.v, grads_.beta, grads_.g});
+    if (dims_.heads == 0) return;
+    const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
+    typename backend_type::gradients_type g;
+    g.dq = grads_.q;
+    g.dk = chunkwise::substep_view<Scalar, MemorySpace>(grads_.k.data(), t, m, h, dims_.d_state);
+    g.dv = chunkwise::substep_view<Scalar, MemorySpace>(grads_.v.data(), t, m, h, dims_.headdim);
+    g.dg = grads_.g;
+    g.dbeta = chunkwise::token_view<Scalar, MemorySpace>(grads_.beta.data(), t, m, h);
+    chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state_grad", h, dims_.d_state, dims_.headdim);
+    backend_.backward_apply(space, saved_, dout, seqs_, zero, {}, g, {}, {});
   }
 
   struct Grads {
-    tensor3 q, k, v;
+    tensor3 q, k, v;  // [T, H, N], [T·M, H, N], [T·M, H, d]
+    matrix beta, g;   // [T·M, H], [T, H]
+  };
+  struct Recurrence {
+    tensor3 q, k, v, o;  // as Grads, and the output [T, H, d]
     matrix beta, g;
   };
 
@@ -179,9 +216,11 @@ class GdpLayerCore {
   matrix pre_, act_, dact_, u_, conv_w_;
   vector dt_bias_, a_log_;
   tensor3 rnorm_;
-  impl::RecurrenceViews<Scalar, MemorySpace> rec_;
-  Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace> states_;
+  Recurrence rec_;
   Grads grads_;
+  chunkwise::LocalSequences seqs_;
+  backend_type backend_{1};
+  typename backend_type::saved_type saved_;
 };
 
 }  // namespace ctxpar::heads

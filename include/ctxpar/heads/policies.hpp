@@ -4,24 +4,19 @@
 
 #include <type_traits>
 
+#include "ctxpar/partition/head_partition.hpp"
+#include "ctxpar/partition/zigzag.hpp"
+
 namespace ctxpar::heads {
 
-/// Every rank gets `nheads / P` heads; the transposes use one `MPI_Alltoall`. Requires
-/// `nheads % P == 0`, `T % P == 0`, and `P % ngroups == 0` (when `ngroups < P`) or
-/// `ngroups % P == 0`.
-struct EvenHeads {};
-
-/// Head blocks as even as possible (the first `nheads % P` ranks get one more head, a rank may get
-/// none); key groups follow the heads that use them. The transposes use one `MPI_Alltoallv`; under
-/// `Contiguous` the token shards may be uneven too (the `torch.chunk` rule).
-struct UnevenHeads {};
-
-/// Sequence-parallel shards hold contiguous token ranges in natural order.
-struct Contiguous {};
-
-/// Sequence-parallel shards hold the load-balanced zigzag order: the sequence (every packed
-/// sequence on its own) is cut into `2P` chunks and rank `r` holds chunks `r` and `2P - 1 - r`.
-struct Zigzag {};
+// The policy tags are the partition layer's (`ctxpar::EvenHeads`, `ctxpar::UnevenHeads` from
+// head_partition.hpp; `ctxpar::Contiguous`, `ctxpar::Zigzag` from zigzag.hpp), re-exported here.
+// Under mechanism C, `EvenHeads` also means one `MPI_Alltoall` (so `T % P == 0`), and
+// `UnevenHeads` one `MPI_Alltoallv`, with uneven token shards allowed under `Contiguous`.
+using ::ctxpar::Contiguous;
+using ::ctxpar::EvenHeads;
+using ::ctxpar::UnevenHeads;
+using ::ctxpar::Zigzag;
 
 /// True for the head-split policies.
 template <class T>

@@ -17,10 +17,10 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/heads/channel_layout.hpp"
-#include "ctxpar/heads/impl/head_blocks.hpp"
-#include "ctxpar/heads/impl/row_order.hpp"
 #include "ctxpar/heads/impl/transpose_kernels.hpp"
 #include "ctxpar/heads/policies.hpp"
+#include "ctxpar/partition/head_partition.hpp"
+#include "ctxpar/partition/zigzag.hpp"
 
 namespace ctxpar::heads {
 
@@ -83,8 +83,8 @@ class TransposePlan {
         }
       }
     } else if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
-      chk.require(tokens_ % (2 * p) == 0, "T % 2P == 0 under Zigzag",
-                  "a multiple of " + std::to_string(2 * p), tokens_);
+      chk.require(tokens_ % (2 * p) == 0 && tokens_ > 0, "T % 2P == 0 (and T > 0) under Zigzag",
+                  "a positive multiple of " + std::to_string(2 * p), tokens_);
     }
     std::int64_t cu_hash = ctxpar::fingerprint({static_cast<std::int64_t>(cu_.size())});
     for (std::int64_t c : cu_) cu_hash = ctxpar::fingerprint({cu_hash, c});
@@ -95,8 +95,7 @@ class TransposePlan {
     chk.agree();
     if (!packed) cu_ = {0, tokens_};
 
-    blocks_ = impl::HeadBlocks{layout_.nheads(), layout_.ngroups(), p,
-                               std::is_same_v<HeadPolicy, UnevenHeads>};
+    blocks_ = KeyGroupPartition{HeadPartition{layout_.nheads(), p}, layout_.ngroups()};
     row_begin_.resize(p + 1);
     const std::int64_t chunk = std::is_same_v<TokenOrder, Zigzag> || std::is_same_v<HeadPolicy, EvenHeads>
                                    ? tokens_ / p
@@ -131,16 +130,11 @@ class TransposePlan {
     inv_position_ = to_device<std::int64_t>("ctxpar::heads::inverse_position", inv_position);
     inv_owner_ = to_device<int>("ctxpar::heads::inverse_owner", inv_owner);
 
-    order_.zigzag = std::is_same_v<TokenOrder, Zigzag>;
-    order_.parts = p;
-    order_.rows_per_rank = tokens_ / p;
-    order_.starts = to_device<std::int64_t>("ctxpar::heads::cu_seqlens", cu_);
-    order_host_.zigzag = order_.zigzag;
-    order_host_.parts = p;
-    order_host_.rows_per_rank = order_.rows_per_rank;
-    Kokkos::View<std::int64_t*, Kokkos::HostSpace> cu_host("ctxpar::heads::cu_seqlens_host", cu_.size());
-    for (std::size_t s = 0; s < cu_.size(); ++s) cu_host(s) = cu_[s];
-    order_host_.starts = cu_host;
+    if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
+      // A dense sequence is one packed sequence: the same closed form covers both.
+      order_ = PackedZigzagLayout<MemorySpace>::create(cu_, p, op);
+      order_host_ = PackedZigzagLayout<Kokkos::HostSpace>::create(cu_, p, op);
+    }
 
     for (int j = 0; j < p; ++j) {
       send_seq_.push_back(checked_count(local_rows() * (offset[j + 1] - offset[j])));
@@ -160,7 +154,7 @@ class TransposePlan {
   /// The channel layout.
   const ChannelLayout& layout() const { return layout_; }
   /// Heads and key groups per rank.
-  const impl::HeadBlocks& blocks() const { return blocks_; }
+  const KeyGroupPartition& blocks() const { return blocks_; }
   /// Global token count `T`.
   std::int64_t tokens() const { return tokens_; }
   /// `cu_seqlens` of the packed sequences (`{0, T}` for a dense sequence).
@@ -178,7 +172,13 @@ class TransposePlan {
   /// Sequence-parallel rows of this rank.
   std::int64_t local_rows() const { return rows(group_.rank()); }
   /// The natural token index of row `t` of rank `i`'s sequence-parallel shard (host).
-  std::int64_t natural_row(int i, std::int64_t t) const { return order_host_.natural(row_begin_[i] + t); }
+  std::int64_t natural_row(int i, std::int64_t t) const {
+    if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
+      return order_host_.to_natural(row_begin_[i] + t);
+    } else {
+      return row_begin_[i] + t;
+    }
+  }
   /// Payload bytes this rank sends to other ranks in one `to_head_parallel`.
   std::int64_t bytes_per_transpose() const {
     return local_rows() * (offset_host_.back() - local_channels()) * std::int64_t(sizeof(Scalar));
@@ -203,7 +203,7 @@ class TransposePlan {
       exchange(space, buf_seq_, send_seq_, buf_head_, recv_head_);
       Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo",
                            policy(space, {0, 0}, {tokens_, local_channels()}),
-                           impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView, MemorySpace>{
+                           impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView, PackedZigzagLayout<MemorySpace>>{
                                buf_head_, y, order_, local_channels()});
     }
   }
@@ -261,7 +261,7 @@ class TransposePlan {
     } else {
       Kokkos::parallel_for("ctxpar::heads::pack_head_zigzag_redo",
                            policy(space, {0, 0}, {tokens_, local_channels()}),
-                           impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace>{
+                           impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>, PackedZigzagLayout<MemorySpace>>{
                                y, buf_head_, order_, local_channels()});
       exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
     }
@@ -336,13 +336,13 @@ class TransposePlan {
   ChannelLayout layout_;
   std::int64_t tokens_;
   std::vector<std::int64_t> cu_;
-  impl::HeadBlocks blocks_;
+  KeyGroupPartition blocks_;
   std::vector<std::int64_t> row_begin_, offset_host_;
   std::vector<int> send_seq_, recv_head_;
   Kokkos::View<std::int64_t*, MemorySpace> map_, offset_, inv_offset_, inv_position_;
   Kokkos::View<int*, MemorySpace> owner_, inv_owner_;
-  impl::RowOrder<MemorySpace> order_;
-  impl::RowOrder<Kokkos::HostSpace> order_host_;
+  PackedZigzagLayout<MemorySpace> order_;
+  PackedZigzagLayout<Kokkos::HostSpace> order_host_;
   Kokkos::View<Scalar*, MemorySpace> buf_seq_, buf_head_;
 };
 

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "ctxpar/heads/impl/row_order.hpp"
 
 namespace ctxpar::heads::impl {
 
@@ -28,29 +27,30 @@ struct PackSequence {
   }
 };
 
-/// Receive buffer (sequence-parallel order) → head-parallel rows in natural order.
-template <class Buf, class Dst, class MemorySpace>
+/// Receive buffer (sequence-parallel order) → head-parallel rows in natural order (zigzag undo;
+/// `Layout::to_natural` maps a sequence-parallel position to its natural token).
+template <class Buf, class Dst, class Layout>
 struct UnpackHead {
   Buf buf;
   Dst y;
-  RowOrder<MemorySpace> order;
+  Layout order;
   std::int64_t channels;
 
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t q, std::int64_t c) const {
-    y(order.natural(q), c) = buf(q * channels + c);
+    y(order.to_natural(q), c) = buf(q * channels + c);
   }
 };
 
 /// Head-parallel rows in natural order → send buffer in sequence-parallel order (zigzag redo).
-template <class Src, class Buf, class MemorySpace>
+template <class Src, class Buf, class Layout>
 struct PackHead {
   Src y;
   Buf buf;
-  RowOrder<MemorySpace> order;
+  Layout order;
   std::int64_t channels;
 
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t q, std::int64_t c) const {
-    buf(q * channels + c) = y(order.natural(q), c);
+    buf(q * channels + c) = y(order.to_natural(q), c);
   }
 };
 
