@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ctxpar/comm/preconditions.hpp"
@@ -208,11 +209,14 @@ class GdpContextParallel {
 
   /// Collective. The layer forward: `x [T/P, C]` sequence-parallel and the full parameters →
   /// `y [T/P, d_inner]` and `z [T/P, d_inner]` sequence-parallel (same token order as `x`).
+  /// `cu_seqlens` is the packed metadata of this batch (empty for a dense batch); it must be the
+  /// plan's. Packed input under `Zigzag` on a plan built without its metadata is refused: the
+  /// dense zigzag pattern would scramble tokens across documents.
   template <class ExecutionSpace>
   void forward(const ExecutionSpace& space, const matrix& x, const parameters& full, const matrix& y,
-               const matrix& z) {
+               const matrix& z, const std::vector<std::int64_t>& cu_seqlens = {}) {
     compat::ScopedRegion region("ctxpar::heads::gdp_forward");
-    check_parameters(full);
+    check_parameters(full, cu_seqlens);
     slice_parameters(space, full, local_);
     pre_conv_ssm(space, x, u_);
     core_.forward(space, u_, local_.conv_weight, local_.conv_bias, local_.dt_bias, local_.a_log, y_, z_);
@@ -226,7 +230,7 @@ class GdpContextParallel {
   void backward(const ExecutionSpace& space, const matrix& dy, const matrix& dz, const matrix& dx,
                 const parameters& grads) {
     compat::ScopedRegion region("ctxpar::heads::gdp_backward");
-    check_parameters(grads);
+    check_parameters(grads, {});
     post_conv_ssm_backward(space, dy, dy_);
     post_conv_ssm_backward(space, dz, dz_);
     core_.backward(space, dy_, dz_, du_, local_grad_.conv_weight, local_grad_.conv_bias, local_grad_.dt_bias,
@@ -238,8 +242,19 @@ class GdpContextParallel {
  private:
   using index_view = Kokkos::View<std::int64_t*, MemorySpace>;
 
-  void check_parameters(const parameters& p) const {
+  void check_parameters(const parameters& p, const std::vector<std::int64_t>& batch_cu) const {
     Preconditions chk(pre_.group(), "ctxpar::heads::GdpContextParallel");
+    if (!batch_cu.empty()) {
+      const bool plan_dense = pre_.cu_seqlens().size() == 2;
+      const bool batch_packed = batch_cu.size() > 2;
+      chk.require(!(plan_dense && batch_packed && std::is_same_v<TokenOrder, Zigzag>),
+                  "packed input under Zigzag needs its sequence metadata in the plan (the dense zigzag "
+                  "pattern would scramble tokens across sequence boundaries)",
+                  "a plan built with cu_seqlens", "a dense plan and " + std::to_string(batch_cu.size() - 1) + " sequences");
+      chk.require(batch_cu == pre_.cu_seqlens() || (plan_dense && !batch_packed),
+                  "the batch's cu_seqlens must be the plan's", pre_.cu_seqlens().size() - 1,
+                  std::to_string(batch_cu.size() - 1) + " sequences");
+    }
     chk.require(static_cast<std::int64_t>(p.conv_weight.extent(0)) == shape_.conv_channels() &&
                     static_cast<std::int64_t>(p.conv_weight.extent(1)) == shape_.conv_width,
                 "conv_weight must be [C_conv, w]",
