@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
@@ -61,7 +62,7 @@ auto assign_policy(const ExecutionSpace& space, const expr::Shape& shape) {
 /// memory only index-locally through the same index map (`assign(s, a, 2 * a)` is fine); a
 /// broadcast of, or a shifted or reshaped view onto, `dst`'s memory throws `ctxpar::Error`.
 template <class ExecutionSpace, class Dst, class E>
-void assign(const ExecutionSpace& space, const Dst& dst, const E& e) {
+void assign(const ExecutionSpace& space, const Dst& dst, E&& e) {
   static_assert(Kokkos::is_execution_space<ExecutionSpace>::value,
                 "ctxpar::assign: the first argument must be a Kokkos execution space instance");
   static_assert(expr::is_view_v<Dst>, "ctxpar::assign: the destination must be a Kokkos::View");
@@ -74,7 +75,7 @@ void assign(const ExecutionSpace& space, const Dst& dst, const E& e) {
   static_assert(expr::is_operand_v<E>,
                 "ctxpar::assign: the source must be an expression, a Kokkos::View or a number");
   using value_type = typename Dst::non_const_value_type;
-  using Node = decltype(expr::impl::as_expression<value_type>(e));
+  using Node = decltype(expr::impl::as_expression<value_type>(std::forward<E>(e)));
   static_assert(std::is_same_v<typename Node::value_type, value_type>,
                 "ctxpar::assign: the expression's value type must equal the destination's; "
                 "convert explicitly with ctxpar::expr::cast<T>(...)");
@@ -85,7 +86,7 @@ void assign(const ExecutionSpace& space, const Dst& dst, const E& e) {
                 "ctxpar::assign: every view the expression reads must be accessible from the "
                 "execution space");
 
-  const Node node = expr::impl::as_expression<value_type>(e);
+  Node node = expr::impl::as_expression<value_type>(std::forward<E>(e));
   const expr::Shape dst_shape = expr::Shape::of_view(dst);
   const expr::Shape src_shape = node.shape();
   // Messages are built only on failure: assign sits in every step of a model's forward pass.
@@ -106,7 +107,7 @@ void assign(const ExecutionSpace& space, const Dst& dst, const E& e) {
   compat::ScopedRegion region("ctxpar::assign");
   Kokkos::parallel_for("ctxpar::expr::assign",
                        impl::assign_policy<ExecutionSpace, rank>(space, dst_shape),
-                       impl::ExprAssign<Dst, Node>{dst, node});
+                       impl::ExprAssign<Dst, Node>{dst, std::move(node)});
 }
 
 }  // namespace ctxpar

@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <type_traits>
+#include <utility>
 
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/expr/expression.hpp"
@@ -111,42 +112,42 @@ using enable_if_binary_t = std::enable_if_t<(is_expression_v<A> || is_view_v<A> 
 /// Builds `Binary<Op, ...>`, turning views into leaves and numbers into scalars of the other
 /// operand's value type, and checks the extents.
 template <class Op, class A, class B>
-auto make_binary(const A& a, const B& b) {
-  using va = typename operand_value<A>::type;
-  using vb = typename operand_value<B>::type;
+auto make_binary(A&& a, B&& b) {
+  using va = typename operand_value<remove_cvref_t<A>>::type;
+  using vb = typename operand_value<remove_cvref_t<B>>::type;
   using value = std::conditional_t<std::is_void_v<va>, vb, va>;
-  auto left = as_expression<value>(a);
-  auto right = as_expression<value>(b);
+  auto left = as_expression<value>(std::forward<A>(a));
+  auto right = as_expression<value>(std::forward<B>(b));
   using Node = Binary<Op, decltype(left), decltype(right)>;
   const Shape ls = left.shape(), rs = right.shape();
   // Messages are built only on failure: this runs every time an expression is written.
   if (!(ls.rank == 0 || rs.rank == 0 || ls == rs)) {
-    throw Error(Op::name, -1, "operands must have the same extents (or one be a scalar)",
-                ls.text(), rs.text());
+    throw Error(Op::name, -1, "operands must have the same extents (or one be a scalar)", ls.text(),
+                rs.text());
   }
-  return Node{left, right};
+  return Node{std::move(left), std::move(right)};
 }
 }  // namespace impl
 
 /// Element-wise sum.
 template <class A, class B, impl::enable_if_binary_t<A, B> = 0>
-auto operator+(const A& a, const B& b) {
-  return impl::make_binary<op::Plus>(a, b);
+auto operator+(A&& a, B&& b) {
+  return impl::make_binary<op::Plus>(std::forward<A>(a), std::forward<B>(b));
 }
 /// Element-wise difference.
 template <class A, class B, impl::enable_if_binary_t<A, B> = 0>
-auto operator-(const A& a, const B& b) {
-  return impl::make_binary<op::Minus>(a, b);
+auto operator-(A&& a, B&& b) {
+  return impl::make_binary<op::Minus>(std::forward<A>(a), std::forward<B>(b));
 }
 /// Element-wise product.
 template <class A, class B, impl::enable_if_binary_t<A, B> = 0>
-auto operator*(const A& a, const B& b) {
-  return impl::make_binary<op::Multiplies>(a, b);
+auto operator*(A&& a, B&& b) {
+  return impl::make_binary<op::Multiplies>(std::forward<A>(a), std::forward<B>(b));
 }
 /// Element-wise quotient.
 template <class A, class B, impl::enable_if_binary_t<A, B> = 0>
-auto operator/(const A& a, const B& b) {
-  return impl::make_binary<op::Divides>(a, b);
+auto operator/(A&& a, B&& b) {
+  return impl::make_binary<op::Divides>(std::forward<A>(a), std::forward<B>(b));
 }
 
 }  // namespace ctxpar::expr

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/expr/expression.hpp"
@@ -80,14 +81,14 @@ struct Broadcast {
 
 /// Repeats `x` (a node or a view of rank 1 or 2) `extent` times along a new axis `Axis`.
 template <int Axis, class T, std::enable_if_t<is_expression_v<T> || is_view_v<T>, int> = 0>
-auto broadcast(const T& x, std::int64_t extent) {
+auto broadcast(T&& x, std::int64_t extent) {
   if (extent < 0) {
     throw Error("ctxpar::expr::broadcast", -1, "the new axis' extent must be non-negative", ">= 0",
                 std::to_string(extent));
   }
-  using value = typename impl::operand_value<T>::type;
-  auto child = impl::as_expression<value>(x);
-  return Broadcast<Axis, decltype(child)>{child, extent};
+  using value = typename impl::operand_value<impl::remove_cvref_t<T>>::type;
+  auto child = impl::as_expression<value>(std::forward<T>(x));
+  return Broadcast<Axis, decltype(child)>{std::move(child), extent};
 }
 
 }  // namespace ctxpar::expr

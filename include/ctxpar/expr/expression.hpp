@@ -48,6 +48,12 @@ template <class T>
 inline constexpr bool is_view_v =
     Kokkos::is_view<std::remove_cv_t<std::remove_reference_t<T>>>::value;
 
+namespace impl {
+/// `T` without references and cv-qualifiers (std::remove_cvref_t is C++20).
+template <class T>
+using remove_cvref_t = std::remove_cv_t<std::remove_reference_t<T>>;
+}  // namespace impl
+
 /// The largest rank an expression may have (ctxpar tensors are at most `[tokens, heads, dim]`).
 inline constexpr int max_rank = 3;
 
@@ -84,7 +90,9 @@ struct Shape {
 };
 
 /// Prints a shape as `[e0, e1, ...]`.
-inline std::ostream& operator<<(std::ostream& out, const Shape& shape) { return out << shape.text(); }
+inline std::ostream& operator<<(std::ostream& out, const Shape& shape) {
+  return out << shape.text();
+}
 
 /// Where a view's elements live: the byte range its span covers, and its index map (data pointer,
 /// extents, strides), so a reader can tell "same element" from "overlapping memory".

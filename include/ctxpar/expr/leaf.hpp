@@ -6,6 +6,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <type_traits>
+#include <utility>
 
 #include "ctxpar/expr/expression.hpp"
 
@@ -100,12 +101,15 @@ inline constexpr bool is_operand_v =
 namespace impl {
 /// Turns an operand into a node: nodes pass through, views become leaves, and an arithmetic value
 /// becomes a scalar of `Scalar` (the other operand's type), so `x * 2.0` on floats stays float.
+/// Temporaries are moved, not copied: a view copy costs an atomic reference-count update, and
+/// expressions are typically written inline, once per call.
 template <class Scalar, class T>
-auto as_expression(const T& x) {
-  if constexpr (is_expression_v<T>) {
-    return x;
-  } else if constexpr (is_view_v<T>) {
-    return ViewLeaf<T>{x};
+auto as_expression(T&& x) {
+  using D = remove_cvref_t<T>;
+  if constexpr (is_expression_v<D>) {
+    return D(std::forward<T>(x));
+  } else if constexpr (is_view_v<D>) {
+    return ViewLeaf<D>{std::forward<T>(x)};
   } else {
     return ScalarLeaf<Scalar>{static_cast<Scalar>(x)};
   }

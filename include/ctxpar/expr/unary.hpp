@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <type_traits>
+#include <utility>
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/expr/expression.hpp"
@@ -149,53 +150,53 @@ using enable_if_tensor_t = std::enable_if_t<is_expression_v<T> || is_view_v<T>, 
 
 /// Builds `Unary<Op, ...>` from a node or a view.
 template <class Op, class T>
-auto make_unary(const T& x) {
-  using value = typename operand_value<T>::type;
-  auto child = as_expression<value>(x);
-  return Unary<Op, decltype(child)>{child};
+auto make_unary(T&& x) {
+  using value = typename operand_value<remove_cvref_t<T>>::type;
+  auto child = as_expression<value>(std::forward<T>(x));
+  return Unary<Op, decltype(child)>{std::move(child)};
 }
 }  // namespace impl
 
 /// Element-wise negation.
 template <class T, impl::enable_if_tensor_t<T> = 0>
-auto operator-(const T& x) {
-  return impl::make_unary<op::Negate>(x);
+auto operator-(T&& x) {
+  return impl::make_unary<op::Negate>(std::forward<T>(x));
 }
 /// Element-wise `exp`.
 template <class T, impl::enable_if_tensor_t<T> = 0>
-auto exp(const T& x) {
-  return impl::make_unary<op::Exp>(x);
+auto exp(T&& x) {
+  return impl::make_unary<op::Exp>(std::forward<T>(x));
 }
 /// Element-wise `log1p`.
 template <class T, impl::enable_if_tensor_t<T> = 0>
-auto log1p(const T& x) {
-  return impl::make_unary<op::Log1p>(x);
+auto log1p(T&& x) {
+  return impl::make_unary<op::Log1p>(std::forward<T>(x));
 }
 /// Element-wise logistic sigmoid `1 / (1 + exp(-x))`.
 template <class T, impl::enable_if_tensor_t<T> = 0>
-auto sigmoid(const T& x) {
-  return impl::make_unary<op::Sigmoid>(x);
+auto sigmoid(T&& x) {
+  return impl::make_unary<op::Sigmoid>(std::forward<T>(x));
 }
 /// Element-wise `softplus(x) = log(1 + exp(x))` (overflow-free form).
 template <class T, impl::enable_if_tensor_t<T> = 0>
-auto softplus(const T& x) {
-  return impl::make_unary<op::Softplus>(x);
+auto softplus(T&& x) {
+  return impl::make_unary<op::Softplus>(std::forward<T>(x));
 }
 /// Element-wise SiLU `x * sigmoid(x)`.
 template <class T, impl::enable_if_tensor_t<T> = 0>
-auto silu(const T& x) {
-  return impl::make_unary<op::Silu>(x);
+auto silu(T&& x) {
+  return impl::make_unary<op::Silu>(std::forward<T>(x));
 }
 /// Element-wise `1 / sqrt(x)`.
 template <class T, impl::enable_if_tensor_t<T> = 0>
-auto rsqrt(const T& x) {
-  return impl::make_unary<op::Rsqrt>(x);
+auto rsqrt(T&& x) {
+  return impl::make_unary<op::Rsqrt>(std::forward<T>(x));
 }
 /// Element-wise conversion to `U` (operands of a binary node must share a value type).
 template <class U, class T, impl::enable_if_tensor_t<T> = 0>
-auto cast(const T& x) {
+auto cast(T&& x) {
   static_assert(std::is_arithmetic_v<U>, "ctxpar::expr::cast: the target type must be arithmetic");
-  return impl::make_unary<op::Cast<U>>(x);
+  return impl::make_unary<op::Cast<U>>(std::forward<T>(x));
 }
 
 }  // namespace ctxpar::expr
