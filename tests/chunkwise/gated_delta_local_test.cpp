@@ -57,23 +57,33 @@ bool run_case(std::uint64_t seed, std::vector<int> cu, int n_h, int H, int K, in
   const int T = cu.back(), N = static_cast<int>(cu.size()) - 1;
   const std::size_t KV = std::size_t(K) * V, HKV = std::size_t(H) * KV;
   gd::Problem p = gd::make_problem(seed, T, n_h, H, K, V, cu, true);
-  // Sequence 0 starts from s_in (fp32 on the wire), the others from their initial states.
-  for (std::size_t i = 0; i < HKV; ++i) p.h0[i] = with_sin ? round_to<float>(p.h0[i]) : 0.0;
-  if (!with_h0)
-    for (std::size_t i = HKV; i < p.h0.size(); ++i) p.h0[i] = 0.0;
+  for (auto& x : p.h0) x = round_to<Scalar>(x);
+  const std::vector<double> h0_rows = p.h0;
+  // The state entering sequence 0 is s_in (fp32, from other shards) plus its own initial state;
+  // the other sequences start from their initial states.
+  std::vector<double> sin_vals(HKV);
+  for (std::size_t i = 0; i < HKV; ++i)
+    sin_vals[i] = with_sin ? round_to<float>(0.5 * ctxpar::test::uniform(seed + 9, i)) : 0.0;
+  for (std::size_t i = 0; i < p.h0.size(); ++i) p.h0[i] = with_h0 ? h0_rows[i] : 0.0;
+  for (std::size_t i = 0; i < HKV; ++i) p.h0[i] += sin_vals[i];
   for (auto& x : p.q) x = round_to<Scalar>(x);
   for (auto& x : p.k) x = round_to<Scalar>(x);
   for (auto& x : p.v) x = round_to<Scalar>(x);
   for (auto& x : p.g) x = round_to<Scalar>(x);
   for (auto& x : p.beta) x = round_to<Scalar>(x);
-  std::vector<double> dout(std::size_t(T) * H * V), dht(std::size_t(N) * HKV);
+  std::vector<double> dout(std::size_t(T) * H * V), dht(std::size_t(N) * HKV), ds_out_vals(HKV);
   for (std::size_t i = 0; i < dout.size(); ++i)
     dout[i] = round_to<Scalar>(ctxpar::test::uniform(seed + 7, i));
   for (std::size_t i = 0; i < dht.size(); ++i)
-    dht[i] = round_to<float>(0.5 * ctxpar::test::uniform(seed + 8, i));
+    dht[i] = round_to<Scalar>(0.5 * ctxpar::test::uniform(seed + 8, i));
+  for (std::size_t i = 0; i < HKV; ++i)
+    ds_out_vals[i] = round_to<float>(0.5 * ctxpar::test::uniform(seed + 10, i));
+  // The gradient arriving at the end of the last sequence: ds_out plus its own final-state grad.
+  std::vector<double> dht_total = dht;
+  for (std::size_t i = 0; i < HKV; ++i) dht_total[std::size_t(N - 1) * HKV + i] += ds_out_vals[i];
 
   const gd::Forward f = gd::forward(p);
-  const gd::Gradients gr = gd::backward(p, dout, dht);
+  const gd::Gradients gr = gd::backward(p, dout, dht_total);
   const gd::Gradients gr0 = gd::backward(p, dout, {});  // no gradient at any sequence end
 
   Exec space;
@@ -89,11 +99,11 @@ bool run_case(std::uint64_t seed, std::vector<int> cu, int n_h, int H, int K, in
   cw::state_view<memory_space> s_in("s_in", H, K, V);
   {
     auto h = Kokkos::create_mirror_view(s_in);
-    for (std::size_t i = 0; i < HKV; ++i) h.data()[i] = static_cast<float>(p.h0[i]);
+    for (std::size_t i = 0; i < HKV; ++i) h.data()[i] = static_cast<float>(sin_vals[i]);
     Kokkos::deep_copy(s_in, h);
   }
   cw::sequence_states_view<Scalar, memory_space> h0;
-  if (with_h0) h0 = gd::to_view<Scalar, memory_space, decltype(h0)>(p.h0, "h0", N, H, K, V);
+  if (with_h0) h0 = gd::to_view<Scalar, memory_space, decltype(h0)>(h0_rows, "h0", N, H, K, V);
   cw::token_view<Scalar, memory_space> o("o", T, H, V);
   cw::sequence_states_view<Scalar, memory_space> ht("ht", N, H, K, V);
   backend.forward_apply(space, in, seqs, s_in, h0, o, ht, saved);
@@ -105,8 +115,7 @@ bool run_case(std::uint64_t seed, std::vector<int> cu, int n_h, int H, int K, in
   cw::state_view<memory_space> ds_out("ds_out", H, K, V), ds_in("ds_in", H, K, V);
   {
     auto h = Kokkos::create_mirror_view(ds_out);
-    for (std::size_t i = 0; i < HKV; ++i)
-      h.data()[i] = static_cast<float>(dht[std::size_t(N - 1) * HKV + i]);
+    for (std::size_t i = 0; i < HKV; ++i) h.data()[i] = static_cast<float>(ds_out_vals[i]);
     Kokkos::deep_copy(ds_out, h);
   }
   const auto dht_view =

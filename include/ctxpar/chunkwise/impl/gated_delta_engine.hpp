@@ -114,20 +114,23 @@ void run_pass(const ExecutionSpace& space, const Saved<Scalar, MemorySpace, Inpu
               const Problem<Scalar>& pb, PassTargets<Scalar> tg, int begin, int end) {
   tg.first_chunk = sv.first_chunk.data();
   tg.seq_begin = begin;
-  const int blocks_v = (pb.value_dim + pass_block - 1) / pass_block;
-  const int blocks = blocks_v + (tg.m_out ? (pb.key_dim + pass_block - 1) / pass_block : 0);
+  const int nb = pass_block<ExecutionSpace>();
+  const int blocks_v = (pb.value_dim + nb - 1) / nb;
+  const int blocks = blocks_v + (tg.m_out ? (pb.key_dim + nb - 1) / nb : 0);
   const int league = (end - begin) * pb.heads * blocks;
   if (league <= 0) return;
   if constexpr (Reverse) {
     using functor = ReversePass<Scalar, ExecutionSpace, MemorySpace>;
-    Kokkos::parallel_for("ctxpar::chunkwise::gated_delta::reverse_pass",
-                         team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim)),
-                         functor{pb, sv.cd, tg, blocks_v, blocks});
+    Kokkos::parallel_for(
+        "ctxpar::chunkwise::gated_delta::reverse_pass",
+        team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
+        functor{pb, sv.cd, tg, blocks_v, blocks, nb});
   } else {
     using functor = ForwardPass<Scalar, ExecutionSpace, MemorySpace>;
-    Kokkos::parallel_for("ctxpar::chunkwise::gated_delta::forward_pass",
-                         team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim)),
-                         functor{pb, sv.cd, tg, blocks_v, blocks});
+    Kokkos::parallel_for(
+        "ctxpar::chunkwise::gated_delta::forward_pass",
+        team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
+        functor{pb, sv.cd, tg, blocks_v, blocks, nb});
   }
 }
 
@@ -164,8 +167,9 @@ void store_summary_transition(const ExecutionSpace& space, const Dst& dst,
 template <class Scalar, class MemorySpace>
 using states_buffer = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
 
-/// Fills `buf` row `i` from `first` (fp32, for row `pick_first`) or from `rows(ordinals[i])`
-/// (when given and `use_row[i]`), zero otherwise.
+/// Fills `buf` row `i` with `(i == pick_first ? first : 0) + (use_row[i] ? rows(ordinals[i]) : 0)`
+/// (each term only when its view is given): the composed fp32 state from other shards plus the
+/// user's own state of a sequence that starts (ends) here.
 template <class ExecutionSpace, class Scalar, class MemorySpace, class Rows>
 void fill_states(const ExecutionSpace& space, const states_buffer<Scalar, MemorySpace>& buf,
                  const chunkwise::const_state_view<MemorySpace>& first, int pick_first,
@@ -173,27 +177,23 @@ void fill_states(const ExecutionSpace& space, const states_buffer<Scalar, Memory
                  const std::vector<bool>& use_row) {
   const int n = static_cast<int>(buf.extent(0)), H = static_cast<int>(buf.extent(1)),
             K = static_cast<int>(buf.extent(2)), V = static_cast<int>(buf.extent(3));
-  Kokkos::View<int*, MemorySpace> source("ctxpar::chunkwise::gated_delta::state_rows", n);
+  Kokkos::View<int* [2], MemorySpace> source("ctxpar::chunkwise::gated_delta::state_rows", n);
   auto host = Kokkos::create_mirror_view(source);
   const bool rows_given = chunkwise::is_given(rows_view);
+  const bool first_given = chunkwise::is_given(first);
   for (int i = 0; i < n; ++i) {
-    host(i) = -1;
-    if (i == pick_first)
-      host(i) = chunkwise::is_given(first) ? -2 : -1;
-    else if (rows_given && use_row[std::size_t(i)])
-      host(i) = ordinals[std::size_t(i)];
+    host(i, 0) = (i == pick_first && first_given) ? 1 : 0;
+    host(i, 1) = (rows_given && use_row[std::size_t(i)]) ? ordinals[std::size_t(i)] : -1;
   }
   Kokkos::deep_copy(source, host);
   Kokkos::parallel_for(
       "ctxpar::chunkwise::gated_delta::fill_states",
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<4>>(space, {0, 0, 0, 0}, {n, H, K, V}),
       KOKKOS_LAMBDA(int i, int h, int a, int b) {
-        const int src = source(i);
         Scalar x = Scalar(0);
-        if (src == -2)
-          x = static_cast<Scalar>(first(h, a, b));
-        else if (src >= 0)
-          x = rows_view(src, h, a, b);
+        if (source(i, 0) == 1) x = static_cast<Scalar>(first(h, a, b));
+        const int row = source(i, 1);
+        if (row >= 0) x += rows_view(row, h, a, b);
         buf(i, h, a, b) = x;
       });
 }
@@ -328,10 +328,10 @@ struct Engine {
     buffer start(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dstart"),
         n, pb.heads, pb.key_dim, pb.value_dim);
-    std::vector<bool> not_last(static_cast<std::size_t>(n)), starts(static_cast<std::size_t>(n));
+    std::vector<bool> ends_here(static_cast<std::size_t>(n)), starts(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i)
-      not_last[std::size_t(i)] = i + 1 < n, starts[std::size_t(i)] = seqs.starts_here(i);
-    fill_states(space, init, ds_out, n - 1, final_grads, seqs.ordinals, not_last);
+      ends_here[std::size_t(i)] = seqs.ends_here(i), starts[std::size_t(i)] = seqs.starts_here(i);
+    fill_states(space, init, ds_out, n - 1, final_grads, seqs.ordinals, ends_here);
     PassTargets<Scalar> tg;
     tg.init = init.data();
     tg.final_state = start.data();

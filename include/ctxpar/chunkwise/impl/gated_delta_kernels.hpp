@@ -167,8 +167,13 @@ struct PassTargets {
   bool save = false;                 ///< forward: S0 and U per chunk; reverse: dSend and dU
 };
 
-/// Number of state columns one team of a pass owns.
-inline constexpr int pass_block = 32;
+/// Widest column block one team of a state pass owns. On a host one team should sweep a chunk's
+/// saved matrices once for all its columns (they are read from cache once per block); on a device
+/// narrower blocks give more teams.
+template <class ExecutionSpace>
+int pass_block() {
+  return Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible ? 256 : 32;
+}
 
 /// Forward state pass, sequential over the chunks of each sequence, independent per (sequence,
 /// head, block of state columns). Columns `[0, V)` are the state `S`; with `m_out`, columns
@@ -181,15 +186,14 @@ struct ForwardPass {
   Problem<Scalar> pb;
   ChunkData<Scalar, MemorySpace> cd;
   PassTargets<Scalar> tg;
-  int blocks_v = 0, blocks = 0;
+  int blocks_v = 0, blocks = 0, block = 32;
 
-  static std::size_t scratch_bytes(int C, int K) {
-    return scratch::shmem_size(std::size_t(K) * pass_block) +
-           2 * scratch::shmem_size(std::size_t(C) * pass_block);
+  static std::size_t scratch_bytes(int C, int K, int NB) {
+    return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(C) * NB);
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = pass_block;
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
     const int b = team.league_rank() % blocks;
     const int h = (team.league_rank() / blocks) % H;
     const int s = tg.seq_begin + team.league_rank() / (blocks * H);
@@ -280,15 +284,14 @@ struct ReversePass {
   Problem<Scalar> pb;
   ChunkData<Scalar, MemorySpace> cd;
   PassTargets<Scalar> tg;
-  int blocks_v = 0, blocks = 0;
+  int blocks_v = 0, blocks = 0, block = 32;
 
-  static std::size_t scratch_bytes(int C, int K) {
-    return scratch::shmem_size(std::size_t(K) * pass_block) +
-           2 * scratch::shmem_size(std::size_t(C) * pass_block);
+  static std::size_t scratch_bytes(int C, int K, int NB) {
+    return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(C) * NB);
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = pass_block;
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
     const int b = team.league_rank() % blocks;
     const int h = (team.league_rank() / blocks) % H;
     const int s = tg.seq_begin + team.league_rank() / (blocks * H);
