@@ -1,0 +1,673 @@
+// The three layers of the `ctxpar hybrid` stack. Each takes this rank's rows of the residual
+// stream in the shared token plan, runs its context-parallel operator, adds its output to the
+// residual, and on the way back returns the input gradient and accumulates its weight gradients.
+// The glue (projections, gates, norms) is token-local fp64 host code; the operators run on the
+// default Kokkos execution space.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctxpar/chunkwise/driver.hpp"
+#include "ctxpar/chunkwise/gated_delta_rule.hpp"
+#include "ctxpar/chunkwise/plan.hpp"
+#include "ctxpar/comm/group.hpp"
+#include "ctxpar/heads/gdp_context_parallel.hpp"
+#include "ctxpar/partition/balanced_chunks.hpp"
+#include "ctxpar/swa/distributed_step.hpp"
+#include "hybrid/host_math.hpp"
+#include "hybrid/token_plan.hpp"
+
+namespace ctxpar::cli::hybrid {
+
+using execution_space = Kokkos::DefaultExecutionSpace;  ///< where the operators run
+using memory_space = execution_space::memory_space;     ///< where their views live
+using Params = std::map<std::string, Matrix>;           ///< named weights (or their gradients)
+
+/// Sizes and policies of the stack, the same on every rank.
+struct StackConfig {
+  std::int64_t length = 2048;     ///< tokens `L`
+  std::int64_t model_dim = 32;    ///< residual width
+  std::int64_t heads = 4;         ///< query heads (SWA), heads (GDN, GDP)
+  std::int64_t kv_heads = 2;      ///< SWA key/value heads
+  std::int64_t head_dim = 16;     ///< SWA `D`, GDN `K = V`, GDP `d = N`
+  std::int64_t window = 256;      ///< SWA window `W`
+  std::int64_t chunk = 512;       ///< SWA stream chunk `t`
+  int swa_policy = 0;             ///< 0 RopeBeforeGather, 1 RopeAfterGather, 2 HaloKV
+  int gdn_policy = 0;             ///< 0 GatherFold, 1 ScanCompose
+  bool uneven_heads = true;       ///< GDP: UnevenHeads (else EvenHeads)
+  int householder = 2;            ///< GDP householder copies `M`
+  int groups = 1;                 ///< GDP key groups
+  int conv_width = 4;             ///< GDP conv width
+  int gdn_chunk = 64;             ///< chunk of the chunkwise kernels
+};
+
+/// What one layer did on this rank in one forward + backward.
+struct LayerStats {
+  std::string name, mechanism, policy;   ///< for the report
+  double forward_seconds = 0;            ///< the operator's forward calls
+  double backward_seconds = 0;           ///< the operator's backward calls
+  Traffic measured;                      ///< data traffic of the operator, forward + backward
+  std::int64_t formula_sent = -1;        ///< the same from the formula (-1: none)
+  std::int64_t formula_received = -1;    ///< the same from the formula (-1: none)
+  Traffic relayout;                      ///< traffic of the demo's own re-layout (SWA streaming)
+  std::string note;                      ///< what is not there yet
+};
+
+namespace detail {
+
+using Tensor3 = Kokkos::View<double***, Kokkos::LayoutRight, memory_space>;
+using Tensor2 = Kokkos::View<double**, Kokkos::LayoutRight, memory_space>;
+using Tensor1 = Kokkos::View<double*, memory_space>;
+
+/// Rows `[row0, row0 + rows)` of `m` as a `[rows, h, d]` view (`m.cols == h·d`).
+inline Tensor3 upload3(const Matrix& m, std::int64_t row0, std::int64_t rows, std::int64_t h, std::int64_t d,
+                       const std::string& label) {
+  Tensor3 v(label, rows, h, d);
+  auto hv = Kokkos::create_mirror_view(v);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < h * d; ++j) hv.data()[i * h * d + j] = m(row0 + i, j);
+  Kokkos::deep_copy(v, hv);
+  return v;
+}
+
+/// `m` as a `[rows, cols]` view.
+inline Tensor2 upload2(const Matrix& m, const std::string& label) {
+  Tensor2 v(label, m.rows, m.cols);
+  auto hv = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < m.data.size(); ++i) hv.data()[i] = m.data[i];
+  Kokkos::deep_copy(v, hv);
+  return v;
+}
+
+/// `m` (any shape) as a flat view.
+inline Tensor1 upload1(const Matrix& m, const std::string& label) {
+  Tensor1 v(label, m.data.size());
+  auto hv = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < m.data.size(); ++i) hv(i) = m.data[i];
+  Kokkos::deep_copy(v, hv);
+  return v;
+}
+
+/// Copies a contiguous view's values into rows `[row0, …)` of `m`.
+template <class View>
+void download(const View& v, Matrix& m, std::int64_t row0) {
+  auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  const std::size_t n = hv.span();
+  for (std::size_t i = 0; i < n; ++i) m.data[static_cast<std::size_t>(row0 * m.cols) + i] = hv.data()[i];
+}
+
+inline Traffic minus(const Traffic& a, const Traffic& b) {
+  return Traffic{a.calls - b.calls, a.bytes_sent - b.bytes_sent, a.bytes_received - b.bytes_received};
+}
+
+inline double now_fenced(const Kokkos::Timer& t) {
+  Kokkos::fence();
+  return t.seconds();
+}
+
+}  // namespace detail
+
+/// Sliding-window attention, streamed in chunks of `t` tokens with its carried (sharded) cache.
+/// The shared plan holds whole-sequence shards; the streaming step wants each chunk split by
+/// `BalancedChunks(t, P)`, so the rows move to that layout and back (one all-to-all each way,
+/// reported separately as re-layout traffic).
+class SwaLayer {
+ public:
+  /// Collective. `relayout_group` carries the re-layout so its bytes stay out of the operator's.
+  SwaLayer(const Group& group, const Group& relayout_group, const TokenPlan& plan, const StackConfig& cfg)
+      : group_(group), cfg_(cfg), plan_(plan) {
+    const int p = group.size();
+    std::vector<std::vector<std::int64_t>> from(p), to(p);
+    for (int r = 0; r < p; ++r) from[r] = plan.tokens_of(r);
+    for (std::int64_t s0 = 0; s0 < plan.length; s0 += cfg.chunk) {
+      const std::int64_t t = std::min(cfg.chunk, plan.length - s0);
+      const BalancedChunks c{t, p};
+      step_begin_.push_back(s0);
+      step_length_.push_back(t);
+      for (int r = 0; r < p; ++r)
+        for (std::int64_t i = c.begin(r); i < c.end(r); ++i) to[r].push_back(s0 + i);
+    }
+    stream_tokens_ = to[group.rank()];
+    relayout_ = Relayout(relayout_group, from, to, plan.length);
+    relayout_group_ = &relayout_group;
+  }
+
+  /// Adds the layer's weights to `w`.
+  static void init(Params& w, const StackConfig& c, std::uint64_t seed) {
+    w["swa.Wq"] = init_weight(seed + 1, c.model_dim, c.heads * c.head_dim);
+    w["swa.Wk"] = init_weight(seed + 2, c.model_dim, c.kv_heads * c.head_dim);
+    w["swa.Wv"] = init_weight(seed + 3, c.model_dim, c.kv_heads * c.head_dim);
+    w["swa.Wo"] = init_weight(seed + 4, c.heads * c.head_dim, c.model_dim, 0.5);
+  }
+
+  /// `x → x + SWA(x Wq, x Wk, x Wv) Wo` on this rank's rows. Collective.
+  Matrix forward(const Matrix& x, const Params& w, LayerStats& stats) {
+    x_ = x;
+    const std::int64_t hq = cfg_.heads, hkv = cfg_.kv_heads, d = cfg_.head_dim;
+    Matrix qkv(x.rows, (hq + 2 * hkv) * d);
+    set_columns(qkv, 0, matmul(x, w.at("swa.Wq")));
+    set_columns(qkv, hq * d, matmul(x, w.at("swa.Wk")));
+    set_columns(qkv, (hq + hkv) * d, matmul(x, w.at("swa.Wv")));
+    const Traffic r0 = relayout_group_->total_data_traffic();
+    const Matrix s = relayout_.forward(qkv);
+    const std::vector<std::int32_t> ids = plan_.document_ids();
+    const bool packed = plan_.cu_seqlens.size() > 2;
+    swa::Options opt;
+    opt.window = cfg_.window;
+    auto cache = swa::empty_cache<double, memory_space>(hkv, d);
+    Matrix o_stream(s.rows, hq * d);
+    states_.clear();
+    std::int64_t row = 0;
+    const Traffic t0 = group_.total_data_traffic();
+    Kokkos::Timer timer;
+    for (std::size_t k = 0; k < step_begin_.size(); ++k) {
+      const BalancedChunks c{step_length_[k], group_.size()};
+      const std::int64_t n = c.size(group_.rank());
+      swa::Chunk<double, memory_space> chunk;
+      chunk.q = detail::upload3(columns(s, 0, hq * d), row, n, hq, d, "ctxpar::hybrid::q");
+      chunk.k = detail::upload3(columns(s, hq * d, hkv * d), row, n, hkv, d, "ctxpar::hybrid::k");
+      chunk.v = detail::upload3(columns(s, (hq + hkv) * d, hkv * d), row, n, hkv, d, "ctxpar::hybrid::v");
+      chunk.pos = swa::Positions<memory_space>("ctxpar::hybrid::pos", n);
+      chunk.ids = swa::Ids<memory_space>("ctxpar::hybrid::ids", packed ? n : 0);
+      auto hp = Kokkos::create_mirror_view(chunk.pos);
+      auto hi = Kokkos::create_mirror_view(chunk.ids);
+      for (std::int64_t i = 0; i < n; ++i) {
+        hp(i) = stream_tokens_[static_cast<std::size_t>(row + i)];
+        if (packed) hi(i) = ids[static_cast<std::size_t>(hp(i))];
+      }
+      Kokkos::deep_copy(chunk.pos, hp);
+      Kokkos::deep_copy(chunk.ids, hi);
+      auto res = run_forward(chunk, step_length_[k], cache, opt);
+      detail::download(res.out, o_stream, row);
+      cache = res.next_cache;
+      states_.push_back(res.state);
+      row += n;
+    }
+    stats.forward_seconds = detail::now_fenced(timer);
+    fwd_traffic_ = detail::minus(group_.total_data_traffic(), t0);
+    o_ = relayout_.backward(o_stream);
+    relayout_fwd_ = detail::minus(relayout_group_->total_data_traffic(), r0);
+    Matrix out = matmul(o_, w.at("swa.Wo"));
+    add_into(out, x);
+    return out;
+  }
+
+  /// Backward: `dy` (gradient of the output rows) → gradient of `x`; weight gradients into `g`.
+  Matrix backward(const Matrix& dy, const Params& w, Params& g, LayerStats& stats) {
+    const std::int64_t hq = cfg_.heads, hkv = cfg_.kv_heads, d = cfg_.head_dim;
+    add_matmul_at(o_, dy, g["swa.Wo"]);
+    Matrix dout(dy.rows, hq * d);
+    add_matmul_bt(dy, w.at("swa.Wo"), dout);
+    const Traffic r0 = relayout_group_->total_data_traffic();
+    const Matrix ds = relayout_.forward(dout);
+    Matrix dqkv_stream(ds.rows, (hq + 2 * hkv) * d);
+    // Row offsets of every step in the streaming layout.
+    std::vector<std::int64_t> offset{0};
+    for (std::size_t k = 0; k < step_begin_.size(); ++k)
+      offset.push_back(offset.back() + BalancedChunks{step_length_[k], group_.size()}.size(group_.rank()));
+    swa::CacheGradient<double, memory_space> carried;
+    const Traffic t0 = group_.total_data_traffic();
+    Kokkos::Timer timer;
+    for (std::size_t k = states_.size(); k-- > 0;) {
+      const std::int64_t n = offset[k + 1] - offset[k];
+      auto dv = detail::upload3(ds, offset[k], n, hq, d, "ctxpar::hybrid::dout");
+      auto gr = swa::backward(execution_space(), group_, states_[k], dv, carried);
+      Matrix part(n, (hq + 2 * hkv) * d), piece(n, hq * d), kv(n, hkv * d);
+      detail::download(gr.dq, piece, 0);
+      set_columns(part, 0, piece);
+      detail::download(gr.dk, kv, 0);
+      set_columns(part, hq * d, kv);
+      detail::download(gr.dv, kv, 0);
+      set_columns(part, (hq + hkv) * d, kv);
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t j = 0; j < part.cols; ++j) dqkv_stream(offset[k] + i, j) = part(i, j);
+      carried.dk = gr.dk_cache;
+      carried.dv = gr.dv_cache;
+    }
+    stats.backward_seconds = detail::now_fenced(timer);
+    stats.measured = detail::minus(group_.total_data_traffic(), t0);
+    stats.measured.calls += fwd_traffic_.calls;
+    stats.measured.bytes_sent += fwd_traffic_.bytes_sent;
+    stats.measured.bytes_received += fwd_traffic_.bytes_received;
+    const Matrix dqkv = relayout_.backward(dqkv_stream);
+    stats.relayout = detail::minus(relayout_group_->total_data_traffic(), r0);
+    stats.relayout.calls += relayout_fwd_.calls;
+    stats.relayout.bytes_sent += relayout_fwd_.bytes_sent;
+    stats.relayout.bytes_received += relayout_fwd_.bytes_received;
+    const Matrix dq = columns(dqkv, 0, hq * d), dk = columns(dqkv, hq * d, hkv * d),
+                 dvv = columns(dqkv, (hq + hkv) * d, hkv * d);
+    add_matmul_at(x_, dq, g["swa.Wq"]);
+    add_matmul_at(x_, dk, g["swa.Wk"]);
+    add_matmul_at(x_, dvv, g["swa.Wv"]);
+    Matrix dx = dy;
+    add_matmul_bt(dq, w.at("swa.Wq"), dx);
+    add_matmul_bt(dk, w.at("swa.Wk"), dx);
+    add_matmul_bt(dvv, w.at("swa.Wv"), dx);
+    formula(stats);
+    return dx;
+  }
+
+  /// Policy name.
+  static const char* policy_name(int p) { return p == 0 ? "RopeBeforeGather" : p == 1 ? "RopeAfterGather" : "HaloKV"; }
+
+ private:
+  swa::DistributedResult<double, memory_space> run_forward(const swa::Chunk<double, memory_space>& chunk,
+                                                           std::int64_t t, const swa::Cache<double, memory_space>& cache,
+                                                           const swa::Options& opt) const {
+    const execution_space space;
+    if (cfg_.swa_policy == 1) return swa::forward<swa::RopeAfterGather>(space, group_, chunk, t, cache, opt);
+    if (cfg_.swa_policy == 2) return swa::forward<swa::HaloKV>(space, group_, chunk, t, cache, opt);
+    return swa::forward<swa::RopeBeforeGather>(space, group_, chunk, t, cache, opt);
+  }
+
+  // Bytes every rank sends and receives per the design (10-swa.md): per step, the all-gather of
+  // `c + t` records (or the halo of `W - 1` records before the rank's first query), the next
+  // cache's re-shard, and in the backward the reduce-scatter (or halo return) of `2·Hkv·D`-wide
+  // gradients and the cache-gradient return.
+  void formula(LayerStats& stats) const {
+    const int p = group_.size(), me = group_.rank();
+    const std::int64_t per = cfg_.kv_heads * cfg_.head_dim, rb = 2 * per * 8 + 16, gb = 2 * per * 8;
+    std::int64_t sent = 0, recv = 0, c = 0;
+    for (std::size_t k = 0; k < step_length_.size(); ++k) {
+      const std::int64_t t = step_length_[k];
+      const BalancedChunks cs{c, p}, ts{t, p};
+      auto owner = [&](std::int64_t a) { return a < c ? static_cast<int>(cs.owner(a)) : static_cast<int>(ts.owner(a - c)); };
+      auto records = [&](int r) { return cs.size(r) + ts.size(r); };
+      const std::int64_t len = c + t, mine = records(me);
+      // Records in [lo, hi) owned by `r` / not owned by `r`.
+      auto owned_in = [&](int r, std::int64_t lo, std::int64_t hi) {
+        std::int64_t n = 0;
+        for (std::int64_t a = lo; a < hi; ++a) n += owner(a) == r ? 1 : 0;
+        return n;
+      };
+      if (cfg_.swa_policy != 2) {
+        sent += mine * rb * (p - 1) + (len - mine) * gb;  // all-gather, reduce-scatter
+        recv += (len - mine) * rb + mine * gb * (p - 1);
+      } else {
+        for (int q = 0; q < p; ++q) {
+          if (ts.size(q) == 0) continue;
+          const std::int64_t first = c + ts.begin(q);
+          const std::int64_t lo = cfg_.window > 0 ? std::max<std::int64_t>(0, first - (cfg_.window - 1)) : 0;
+          if (q == me) {
+            const std::int64_t n = (first - lo) - owned_in(me, lo, first);
+            recv += n * rb;  // halo in
+            sent += n * gb;  // its gradient back
+          } else {
+            const std::int64_t n = owned_in(me, lo, first);
+            sent += n * rb;
+            recv += n * gb;
+          }
+        }
+      }
+      const std::int64_t next = swa::next_cache_length(cfg_.window, len);
+      const BalancedChunks ns{next, p};
+      const std::int64_t base = len - next;
+      const bool has_next = k + 1 < step_length_.size();
+      for (int q = 0; q < p; ++q) {
+        const std::int64_t lo = base + ns.begin(q), hi = base + ns.end(q);
+        const std::int64_t n = q == me ? (hi - lo) - owned_in(me, lo, hi) : owned_in(me, lo, hi);
+        if (q == me) {
+          if (cfg_.swa_policy != 1) recv += n * rb;  // re-shard of the next cache
+          if (has_next) sent += n * gb;              // its gradient back to the owners
+        } else {
+          if (cfg_.swa_policy != 1) sent += n * rb;
+          if (has_next) recv += n * gb;
+        }
+      }
+      c = next;
+    }
+    stats.formula_sent = sent;
+    stats.formula_received = recv;
+  }
+
+  const Group& group_;
+  StackConfig cfg_;
+  TokenPlan plan_;
+  const Group* relayout_group_ = nullptr;
+  std::vector<std::int64_t> step_begin_, step_length_, stream_tokens_;
+  Relayout relayout_;
+  Matrix x_, o_;
+  std::vector<swa::DistributedState<double, memory_space>> states_;
+  Traffic fwd_traffic_, relayout_fwd_;
+};
+
+/// Gated DeltaNet with chunkwise summary context parallelism: `q, k` L2-normalised per head,
+/// `α = sigmoid(x·Wa)` (so `g = log α`), `β = sigmoid(x·Wb)`; one call of the CP driver per pass.
+class GdnLayer {
+ public:
+  using backend_type = chunkwise::GatedDeltaRuleBackend<double, memory_space>;
+
+  /// Collective (the plan is agreed).
+  GdnLayer(const Group& group, const TokenPlan& plan, const StackConfig& cfg)
+      : group_(group), cfg_(cfg),
+        plan_(plan.zigzag ? chunkwise::ChunkwisePlan::create(group, Zigzag{}, plan.cu_seqlens)
+                          : chunkwise::ChunkwisePlan::create(group, Contiguous{}, plan.cu_seqlens)),
+        backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}) {}
+
+  /// Adds the layer's weights to `w`.
+  static void init(Params& w, const StackConfig& c, std::uint64_t seed) {
+    const std::int64_t hk = c.heads * c.head_dim;
+    w["gdn.Wq"] = init_weight(seed + 11, c.model_dim, hk);
+    w["gdn.Wk"] = init_weight(seed + 12, c.model_dim, hk);
+    w["gdn.Wv"] = init_weight(seed + 13, c.model_dim, hk);
+    w["gdn.Wa"] = init_weight(seed + 14, c.model_dim, c.heads, 2.0);
+    w["gdn.Wb"] = init_weight(seed + 15, c.model_dim, c.heads);
+    w["gdn.Wo"] = init_weight(seed + 16, hk, c.model_dim, 0.5);
+  }
+
+  /// `x → x + GDN(x) Wo`. Collective.
+  Matrix forward(const Matrix& x, const Params& w, LayerStats& stats) {
+    x_ = x;
+    const std::int64_t h = cfg_.heads, d = cfg_.head_dim, t = x.rows;
+    q_ = l2_normalize(matmul(x, w.at("gdn.Wq")), d, 1e-6, qn_);
+    k_ = l2_normalize(matmul(x, w.at("gdn.Wk")), d, 1e-6, kn_);
+    const Matrix v = matmul(x, w.at("gdn.Wv"));
+    a_ = matmul(x, w.at("gdn.Wa"));
+    b_ = matmul(x, w.at("gdn.Wb"));
+    Matrix g(t, h), beta(t, h);
+    for (std::size_t i = 0; i < g.data.size(); ++i) {
+      g.data[i] = log_sigmoid(a_.data[i]);
+      beta.data[i] = sigmoid(b_.data[i]);
+    }
+    chunkwise::GatedDeltaRuleInputs<double, memory_space> in;
+    in.q = detail::upload3(q_, 0, t, h, d, "ctxpar::hybrid::gdn_q");
+    in.k = detail::upload3(k_, 0, t, h, d, "ctxpar::hybrid::gdn_k");
+    in.v = detail::upload3(v, 0, t, h, d, "ctxpar::hybrid::gdn_v");
+    g_keep_ = detail::upload2(g, "ctxpar::hybrid::gdn_g");
+    beta_keep_ = detail::upload2(beta, "ctxpar::hybrid::gdn_beta");
+    in.g = g_keep_;
+    in.beta = beta_keep_;
+    chunkwise::token_view<double, memory_space> out("ctxpar::hybrid::gdn_out", t, h, d);
+    const Traffic t0 = group_.total_data_traffic();
+    Kokkos::Timer timer;
+    if (cfg_.gdn_policy == 1) {
+      ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::ScanCompose>(execution_space(), group_, backend_, plan_, in, out);
+    } else {
+      ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::GatherFold>(execution_space(), group_, backend_, plan_, in, out);
+    }
+    stats.forward_seconds = detail::now_fenced(timer);
+    fwd_traffic_ = detail::minus(group_.total_data_traffic(), t0);
+    o_ = Matrix(t, h * d);
+    detail::download(out, o_, 0);
+    Matrix y = matmul(o_, w.at("gdn.Wo"));
+    add_into(y, x);
+    return y;
+  }
+
+  /// Backward. Collective.
+  Matrix backward(const Matrix& dy, const Params& w, Params& grads, LayerStats& stats) {
+    const std::int64_t h = cfg_.heads, d = cfg_.head_dim, t = dy.rows;
+    add_matmul_at(o_, dy, grads["gdn.Wo"]);
+    Matrix dout(t, h * d);
+    add_matmul_bt(dy, w.at("gdn.Wo"), dout);
+    auto dout_v = detail::upload3(dout, 0, t, h, d, "ctxpar::hybrid::gdn_dout");
+    chunkwise::GatedDeltaRuleGradients<double, memory_space> gr;
+    gr.dq = chunkwise::token_view<double, memory_space>("ctxpar::hybrid::gdn_dq", t, h, d);
+    gr.dk = chunkwise::token_view<double, memory_space>("ctxpar::hybrid::gdn_dk", t, h, d);
+    gr.dv = chunkwise::token_view<double, memory_space>("ctxpar::hybrid::gdn_dv", t, h, d);
+    gr.dg = chunkwise::head_view<double, memory_space>("ctxpar::hybrid::gdn_dg", t, h);
+    gr.dbeta = chunkwise::head_view<double, memory_space>("ctxpar::hybrid::gdn_dbeta", t, h);
+    const Traffic t0 = group_.total_data_traffic();
+    Kokkos::Timer timer;
+    if (cfg_.gdn_policy == 1) {
+      chunkwise::chunkwise_cp_backward<chunkwise::ScanCompose>(execution_space(), group_, backend_, ctx_, dout_v, gr);
+    } else {
+      chunkwise::chunkwise_cp_backward<chunkwise::GatherFold>(execution_space(), group_, backend_, ctx_, dout_v, gr);
+    }
+    stats.backward_seconds = detail::now_fenced(timer);
+    stats.measured = detail::minus(group_.total_data_traffic(), t0);
+    stats.measured.calls += fwd_traffic_.calls;
+    stats.measured.bytes_sent += fwd_traffic_.bytes_sent;
+    stats.measured.bytes_received += fwd_traffic_.bytes_received;
+    Matrix dq(t, h * d), dk(t, h * d), dv(t, h * d), dg(t, h), dbeta(t, h);
+    detail::download(gr.dq, dq, 0);
+    detail::download(gr.dk, dk, 0);
+    detail::download(gr.dv, dv, 0);
+    detail::download(gr.dg, dg, 0);
+    detail::download(gr.dbeta, dbeta, 0);
+    const Matrix dqr = l2_normalize_backward(q_, dq, d, qn_), dkr = l2_normalize_backward(k_, dk, d, kn_);
+    Matrix da(t, h), db(t, h);
+    for (std::size_t i = 0; i < da.data.size(); ++i) {
+      da.data[i] = dg.data[i] * (1.0 - sigmoid(a_.data[i]));
+      const double s = sigmoid(b_.data[i]);
+      db.data[i] = dbeta.data[i] * s * (1.0 - s);
+    }
+    add_matmul_at(x_, dqr, grads["gdn.Wq"]);
+    add_matmul_at(x_, dkr, grads["gdn.Wk"]);
+    add_matmul_at(x_, dv, grads["gdn.Wv"]);
+    add_matmul_at(x_, da, grads["gdn.Wa"]);
+    add_matmul_at(x_, db, grads["gdn.Wb"]);
+    Matrix dx = dy;
+    add_matmul_bt(dqr, w.at("gdn.Wq"), dx);
+    add_matmul_bt(dkr, w.at("gdn.Wk"), dx);
+    add_matmul_bt(dv, w.at("gdn.Wv"), dx);
+    add_matmul_bt(da, w.at("gdn.Wa"), dx);
+    add_matmul_bt(db, w.at("gdn.Wb"), dx);
+    formula(stats);
+    return dx;
+  }
+
+  /// Policy name.
+  static const char* policy_name(int p) { return p == 0 ? "GatherFold" : "ScanCompose"; }
+
+ private:
+  // One fp32 summary record per virtual shard: `H·(K·V + K·K)` floats (dense transition), once
+  // forward and once backward. GatherFold all-gathers every shard's record; ScanCompose moves one
+  // record per Hillis-Steele round in scan order (forward: rank order, backward: reversed).
+  void formula(LayerStats& stats) const {
+    const int p = group_.size(), me = group_.rank();
+    const std::int64_t rec = cfg_.heads * (cfg_.head_dim * cfg_.head_dim * 2) * 4;
+    if (cfg_.gdn_policy == 0) {
+      const std::int64_t mine = plan_.slots();
+      stats.formula_sent = 2 * mine * rec * (p - 1);
+      stats.formula_received = 2 * (plan_.virtual_count() - mine) * rec;
+      return;
+    }
+    if (plan_.zigzag()) return;  // the scan over 2P virtual shards: no closed form here
+    std::int64_t sent = 0, recv = 0;
+    for (int ordinal : {me, p - 1 - me})
+      for (int d = 1; d < p; d *= 2) {
+        if (ordinal + d < p) sent += rec;
+        if (ordinal - d >= 0) recv += rec;
+      }
+    stats.formula_sent = sent;
+    stats.formula_received = recv;
+  }
+
+  const Group& group_;
+  StackConfig cfg_;
+  chunkwise::ChunkwisePlan plan_;
+  backend_type backend_;
+  chunkwise::ChunkwiseContext<backend_type> ctx_;
+  detail::Tensor2 g_keep_, beta_keep_;
+  Matrix x_, q_, k_, a_, b_, o_;
+  std::vector<double> qn_, kn_;
+  Traffic fwd_traffic_;
+};
+
+/// Gated Delta Product with head-partitioned context parallelism: `u = x·Win` is the layer's
+/// input projection `[z | V | K | Q | b | a]`; the layer returns `y` and `z`, and the residual
+/// gets `(y ⊙ z)·Wo`.
+class GdpLayer {
+ public:
+  /// Collective (the transpose plans are agreed).
+  GdpLayer(const Group& group, const TokenPlan& plan, const StackConfig& cfg) : group_(group), cfg_(cfg) {
+    const heads::GdpShape s = shape(cfg);
+    const std::vector<std::int64_t> cu = plan.cu_seqlens.size() > 2 ? plan.cu_seqlens : std::vector<std::int64_t>{};
+    if (cfg.uneven_heads) {
+      if (plan.zigzag)
+        impl_ = std::make_unique<Impl<UnevenHeads, Zigzag>>(group, s, plan.length, cu);
+      else
+        impl_ = std::make_unique<Impl<UnevenHeads, Contiguous>>(group, s, plan.length, cu);
+    } else {
+      if (plan.zigzag)
+        impl_ = std::make_unique<Impl<EvenHeads, Zigzag>>(group, s, plan.length, cu);
+      else
+        impl_ = std::make_unique<Impl<EvenHeads, Contiguous>>(group, s, plan.length, cu);
+    }
+  }
+
+  /// The layer shape.
+  static heads::GdpShape shape(const StackConfig& c) {
+    heads::GdpShape s;
+    s.nheads = static_cast<int>(c.heads);
+    s.headdim = static_cast<int>(c.head_dim);
+    s.ngroups = c.groups;
+    s.d_state = static_cast<int>(c.head_dim);
+    s.householder = c.householder;
+    s.conv_width = c.conv_width;
+    return s;
+  }
+
+  /// Adds the layer's weights to `w`.
+  static void init(Params& w, const StackConfig& c, std::uint64_t seed) {
+    const heads::GdpShape s = shape(c);
+    w["gdp.Win"] = init_weight(seed + 21, c.model_dim, s.input_layout().channels());
+    w["gdp.Wo"] = init_weight(seed + 22, s.d_inner(), c.model_dim, 0.5);
+    w["gdp.conv_weight"] = init_weight(seed + 23, s.conv_channels(), s.conv_width, 1.0);
+    w["gdp.conv_bias"] = init_weight(seed + 24, 1, s.conv_channels(), 0.1);
+    w["gdp.dt_bias"] = init_weight(seed + 25, 1, s.nheads, 0.5);
+    Matrix a_log(1, s.nheads);
+    for (int h = 0; h < s.nheads; ++h) a_log(0, h) = -1.0 + 0.5 * uniform(seed + 26, h);
+    w["gdp.a_log"] = a_log;
+  }
+
+  /// Names of the weights whose gradients the operator already sums over ranks.
+  static bool reduced_by_operator(const std::string& name) {
+    return name == "gdp.conv_weight" || name == "gdp.conv_bias" || name == "gdp.dt_bias" || name == "gdp.a_log";
+  }
+
+  /// `x → x + (y ⊙ z)·Wo`. Collective.
+  Matrix forward(const Matrix& x, const Params& w, LayerStats& stats) {
+    x_ = x;
+    const heads::GdpShape s = shape(cfg_);
+    const Matrix u = matmul(x, w.at("gdp.Win"));
+    auto uv = detail::upload2(u, "ctxpar::hybrid::gdp_u");
+    detail::Tensor2 y("ctxpar::hybrid::gdp_y", x.rows, s.d_inner()), z("ctxpar::hybrid::gdp_z", x.rows, s.d_inner());
+    heads::GdpParameters<double, memory_space> p;
+    p.conv_weight = detail::upload2(w.at("gdp.conv_weight"), "ctxpar::hybrid::conv_weight");
+    p.conv_bias = detail::upload1(w.at("gdp.conv_bias"), "ctxpar::hybrid::conv_bias");
+    p.dt_bias = detail::upload1(w.at("gdp.dt_bias"), "ctxpar::hybrid::dt_bias");
+    p.a_log = detail::upload1(w.at("gdp.a_log"), "ctxpar::hybrid::a_log");
+    const Traffic t0 = group_.total_data_traffic();
+    Kokkos::Timer timer;
+    impl_->forward(uv, p, y, z);
+    stats.forward_seconds = detail::now_fenced(timer);
+    fwd_traffic_ = detail::minus(group_.total_data_traffic(), t0);
+    y_ = Matrix(x.rows, s.d_inner());
+    z_ = Matrix(x.rows, s.d_inner());
+    detail::download(y, y_, 0);
+    detail::download(z, z_, 0);
+    h_ = y_;
+    for (std::size_t i = 0; i < h_.data.size(); ++i) h_.data[i] *= z_.data[i];
+    Matrix out = matmul(h_, w.at("gdp.Wo"));
+    add_into(out, x);
+    return out;
+  }
+
+  /// Backward. Collective.
+  Matrix backward(const Matrix& dy, const Params& w, Params& grads, LayerStats& stats) {
+    const heads::GdpShape s = shape(cfg_);
+    add_matmul_at(h_, dy, grads["gdp.Wo"]);
+    Matrix dh(dy.rows, s.d_inner());
+    add_matmul_bt(dy, w.at("gdp.Wo"), dh);
+    Matrix dyy = dh, dz = dh;
+    for (std::size_t i = 0; i < dh.data.size(); ++i) {
+      dyy.data[i] *= z_.data[i];
+      dz.data[i] *= y_.data[i];
+    }
+    auto dyv = detail::upload2(dyy, "ctxpar::hybrid::gdp_dy"), dzv = detail::upload2(dz, "ctxpar::hybrid::gdp_dz");
+    detail::Tensor2 du("ctxpar::hybrid::gdp_du", dy.rows, s.input_layout().channels());
+    auto pg = heads::GdpParameters<double, memory_space>::allocate(s, "hybrid_grads");
+    const Traffic t0 = group_.total_data_traffic();
+    Kokkos::Timer timer;
+    impl_->backward(dyv, dzv, du, pg);
+    stats.backward_seconds = detail::now_fenced(timer);
+    stats.measured = detail::minus(group_.total_data_traffic(), t0);
+    stats.measured.calls += fwd_traffic_.calls;
+    stats.measured.bytes_sent += fwd_traffic_.bytes_sent;
+    stats.measured.bytes_received += fwd_traffic_.bytes_received;
+    Matrix dum(dy.rows, s.input_layout().channels());
+    detail::download(du, dum, 0);
+    Matrix cw(s.conv_channels(), s.conv_width), cb(1, s.conv_channels()), dt(1, s.nheads), al(1, s.nheads);
+    detail::download(pg.conv_weight, cw, 0);
+    detail::download(pg.conv_bias, cb, 0);
+    detail::download(pg.dt_bias, dt, 0);
+    detail::download(pg.a_log, al, 0);
+    add_into(grads["gdp.conv_weight"], cw);
+    add_into(grads["gdp.conv_bias"], cb);
+    add_into(grads["gdp.dt_bias"], dt);
+    add_into(grads["gdp.a_log"], al);
+    add_matmul_at(x_, dum, grads["gdp.Win"]);
+    Matrix dx = dy;
+    add_matmul_bt(dum, w.at("gdp.Win"), dx);
+    formula(stats, s, dy.rows);
+    return dx;
+  }
+
+  /// Policy name.
+  static std::string policy_name(const StackConfig& c, bool zigzag) {
+    return std::string(c.uneven_heads ? "UnevenHeads" : "EvenHeads") + "+" + (zigzag ? "Zigzag" : "Contiguous");
+  }
+
+ private:
+  struct Base {
+    virtual ~Base() = default;
+    virtual void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p,
+                         const detail::Tensor2& y, const detail::Tensor2& z) = 0;
+    virtual void backward(const detail::Tensor2& dy, const detail::Tensor2& dz, const detail::Tensor2& du,
+                          const heads::GdpParameters<double, memory_space>& g) = 0;
+    virtual std::int64_t input_channels(int r) const = 0;
+    virtual std::int64_t output_channels(int r) const = 0;
+  };
+  template <class HeadPolicy, class TokenOrder>
+  struct Impl : Base {
+    heads::GdpContextParallel<double, memory_space, HeadPolicy, TokenOrder> layer;
+    Impl(const Group& g, const heads::GdpShape& s, std::int64_t t, const std::vector<std::int64_t>& cu)
+        : layer(g, s, t, cu) {}
+    void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p, const detail::Tensor2& y,
+                 const detail::Tensor2& z) override {
+      layer.forward(execution_space(), u, p, y, z);
+    }
+    void backward(const detail::Tensor2& dy, const detail::Tensor2& dz, const detail::Tensor2& du,
+                  const heads::GdpParameters<double, memory_space>& g) override {
+      layer.backward(execution_space(), dy, dz, du, g);
+    }
+    std::int64_t input_channels(int r) const override { return layer.input_plan().local_channels(r); }
+    std::int64_t output_channels(int r) const override { return layer.output_plan().local_channels(r); }
+  };
+
+  // Per rank with `t_r` rows and `C_r` (`d_r`) head-parallel input (output) channels, the input
+  // transpose sends `t_me·Σ_{q≠me} C_q` and receives `(T − t_me)·C_me` values; each of the two
+  // output transposes (y, z) sends `(T − t_me)·d_me` and receives `t_me·(d_inner − d_me)`; the
+  // backward mirrors all three; the parameter gradients are all-reduced (`n·(P−1)` each way).
+  void formula(LayerStats& stats, const heads::GdpShape& s, std::int64_t rows) const {
+    const int p = group_.size(), me = group_.rank();
+    std::int64_t total_rows = 0;
+    MPI_Allreduce(&rows, &total_rows, 1, MPI_INT64_T, MPI_SUM, group_.mpi_comm());
+    std::int64_t c_others = 0;
+    for (int q = 0; q < p; ++q)
+      if (q != me) c_others += impl_->input_channels(q);
+    const std::int64_t c_me = impl_->input_channels(me), d_me = impl_->output_channels(me);
+    const std::int64_t in_sent = rows * c_others, in_recv = (total_rows - rows) * c_me;
+    const std::int64_t out_sent = (total_rows - rows) * d_me, out_recv = rows * (s.d_inner() - d_me);
+    const std::int64_t params = s.conv_channels() * (s.conv_width + 1) + 2 * s.nheads;
+    const std::int64_t allreduce = params * (p - 1);
+    stats.formula_sent = 8 * (in_sent + in_recv + 2 * out_sent + 2 * out_recv + allreduce);
+    stats.formula_received = 8 * (in_recv + in_sent + 2 * out_recv + 2 * out_sent + allreduce);
+  }
+
+  const Group& group_;
+  StackConfig cfg_;
+  std::unique_ptr<Base> impl_;
+  Matrix x_, y_, z_, h_;
+  Traffic fwd_traffic_;
+};
+
+}  // namespace ctxpar::cli::hybrid
