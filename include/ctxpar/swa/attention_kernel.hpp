@@ -23,7 +23,7 @@ template <class Scalar>
 using accumulator_t = std::conditional_t<(sizeof(Scalar) > sizeof(float)), double, float>;
 
 /// Queries per tile of the kernels.
-inline constexpr int query_tile = 16;
+inline constexpr int query_tile = 32;
 /// Keys per tile of the kernels. Key tiles start at multiples of `key_tile` on the whole key axis
 /// (see `AttentionInputs::key_origin`), so every query sums its keys in the same groups whatever
 /// part of the axis a rank holds.
@@ -105,6 +105,23 @@ template <class Scalar, class MemorySpace, class T>
 KOKKOS_INLINE_FUNCTION void load_key_tile(const AttentionInputs<Scalar, MemorySpace>& in, int hk, int dim,
                                           std::int64_t j0, std::int64_t lo, std::int64_t hi, T* kt, T* vs,
                                           T* vt, T* ks, mask::Token* tok, bool* valid) {
+  if (j0 >= lo && j0 + key_tile <= hi) {
+    // Interior tile: every key valid, rows read straight from contiguous memory.
+    for (int j = 0; j < key_tile; ++j) {
+      valid[j] = true;
+      tok[j] = key_token(in, j0 + j);
+      const Scalar* kr = &in.k(j0 + j, hk, 0);
+      const Scalar* vr = &in.v(j0 + j, hk, 0);
+      for (int d = 0; d < dim; ++d) kt[d * key_tile + j] = static_cast<T>(kr[d]);
+      if (ks)
+        for (int d = 0; d < dim; ++d) ks[j * dim + d] = static_cast<T>(kr[d]);
+      if (vs)
+        for (int d = 0; d < dim; ++d) vs[j * dim + d] = static_cast<T>(vr[d]);
+      if (vt)
+        for (int d = 0; d < dim; ++d) vt[d * key_tile + j] = static_cast<T>(vr[d]);
+    }
+    return;
+  }
   for (int j = 0; j < key_tile; ++j) {
     const std::int64_t g = j0 + j;
     valid[j] = g >= lo && g < hi;
@@ -132,7 +149,7 @@ struct ForwardKernel {
   std::int64_t tiles;
   int level;
 
-  static std::size_t scratch_bytes(int dim) {
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
     return sizeof(acc) * (3 * std::size_t(query_tile) * dim + 2 * std::size_t(key_tile) * dim +
                           std::size_t(query_tile) * key_tile + 2 * query_tile) + 64;
   }
@@ -180,10 +197,10 @@ struct ForwardKernel {
             rowmax = rowmax > s[r][j] ? rowmax : s[r][j];
           }
           const acc mnew = ms[row] > rowmax ? ms[row] : rowmax;
-          const acc alpha = compat::exp(ms[row] - mnew);
+          const acc alpha = softmax_exp(ms[row] - mnew);
           acc sum = 0;
           for (int j = 0; j < key_tile; ++j) {
-            const acc p = s[r][j] == masked_score<acc>() ? acc(0) : compat::exp(s[r][j] - mnew);
+            const acc p = s[r][j] == masked_score<acc>() ? acc(0) : softmax_exp(s[r][j] - mnew);
             ps[row * key_tile + j] = p;
             sum += p;
           }
@@ -232,7 +249,7 @@ KOKKOS_INLINE_FUNCTION void weights_and_gradients(const AttentionInputs<Scalar, 
   for (int r = 0; r < block_rows; ++r)
     for (int j = 0; j < key_tile; ++j) {
       const bool vis = qvalid[r] && kvalid[j] && mask(qtok[r], ktok[j]);
-      const T p = vis ? compat::exp(s[r][j] - lse[r]) : T(0);
+      const T p = vis ? softmax_exp(s[r][j] - lse[r]) : T(0);
       if (ps) ps[r * key_tile + j] = p;
       dss[r * key_tile + j] = p * (dp[r][j] - delta[r]);
     }
@@ -252,7 +269,7 @@ struct QueryGradientKernel {
   std::int64_t tiles;
   int level;
 
-  static std::size_t scratch_bytes(int dim) {
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
     return sizeof(acc) * (3 * std::size_t(query_tile) * dim + 3 * std::size_t(key_tile) * dim +
                           std::size_t(query_tile) * key_tile + 2 * query_tile) + 64;
   }
@@ -316,7 +333,7 @@ struct KeyGradientKernel {
   std::int64_t tiles;
   int level;
 
-  static std::size_t scratch_bytes(int dim) {
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
     return sizeof(acc) * (2 * std::size_t(query_tile) * dim + 4 * std::size_t(key_tile) * dim +
                           2 * std::size_t(query_tile) * key_tile + 2 * query_tile) + 64;
   }

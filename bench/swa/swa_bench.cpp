@@ -1,0 +1,319 @@
+// Sliding-window attention benchmark (mechanism A), every figure a same-run ratio:
+//  1. local kernel GFLOP/s (forward, backward; fp32, one thread) / Eigen SGEMM GFLOP/s measured
+//     in this run, D = 64, 128 and W = 512 ... 4096 with a full cache (every query sees W keys);
+//  2. CP efficiency T(1) / (2 T(2)) of the distributed step (forward + backward) at 2 ranks;
+//  3. bytes per rank of the all-gather and halo policies from the counters, next to the formulas,
+//     for several stream lengths and windows.
+// FLOP counts (from the formula, not a profiler): a query that sees n keys costs 4 D n per head in
+// the forward (scores and weighted values, 2 flops per multiply-add) and 10 D n in the backward
+// (the usual 2.5x: score recompute, dP, dV, dQ, dK); the causal triangle is excluded by counting
+// visible pairs exactly (with a full cache every query sees exactly W keys, so pairs = t W).
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <boost/mpi/environment.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/json.hpp"
+#include "common/sgemm.hpp"
+#include "common/timing.hpp"
+#include "ctxpar/swa/swa.hpp"
+
+namespace {
+
+using Exec = Kokkos::DefaultExecutionSpace;
+using Mem = Exec::memory_space;
+using Tensor = ctxpar::swa::Tensor<float, Mem>;
+
+float value(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
+}
+
+Tensor random_tensor(std::uint64_t seed, std::int64_t n, std::int64_t h, std::int64_t d, std::int64_t first = 0) {
+  Tensor t("bench", n, h, d);
+  auto m = Kokkos::create_mirror_view(t);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t a = 0; a < h; ++a)
+      for (std::int64_t e = 0; e < d; ++e) m(i, a, e) = value(seed, ((first + i) * h + a) * d + e);
+  Kokkos::deep_copy(t, m);
+  return t;
+}
+
+ctxpar::swa::Positions<Mem> iota(std::int64_t n, std::int64_t first) {
+  ctxpar::swa::Positions<Mem> p("pos", n);
+  auto m = Kokkos::create_mirror_view(p);
+  for (std::int64_t i = 0; i < n; ++i) m(i) = first + i;
+  Kokkos::deep_copy(p, m);
+  return p;
+}
+
+/// Largest relative error of a few output rows against a plain fp64 evaluation.
+double check_rows(const ctxpar::swa::AttentionInputs<float, Mem>& in, const Tensor& out, std::int64_t window) {
+  auto q = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.q);
+  auto k = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.k);
+  auto v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.v);
+  auto qp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.q_pos);
+  auto kp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.k_pos);
+  auto o = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
+  const std::int64_t t = q.extent(0), hq = q.extent(1), d = q.extent(2), group = hq / k.extent(1);
+  double worst = 0;
+  for (std::int64_t i : {std::int64_t(0), t / 2, t - 1})
+    for (std::int64_t h = 0; h < hq; h += hq - 1 > 0 ? hq - 1 : 1) {
+      std::vector<double> s;
+      std::vector<std::int64_t> js;
+      double m = -1e300;
+      for (std::int64_t j = 0; j < static_cast<std::int64_t>(k.extent(0)); ++j) {
+        if (kp(j) > qp(i) || qp(i) - kp(j) >= window) continue;
+        double x = 0;
+        for (std::int64_t e = 0; e < d; ++e) x += double(q(i, h, e)) * double(k(j, h / group, e));
+        s.push_back(x * in.scale);
+        js.push_back(j);
+        m = std::max(m, x * in.scale);
+      }
+      double l = 0;
+      for (double& x : s) l += (x = std::exp(x - m));
+      for (std::int64_t e = 0; e < d; ++e) {
+        double r = 0;
+        for (std::size_t a = 0; a < s.size(); ++a) r += s[a] / l * double(v(js[a], h / group, e));
+        worst = std::max(worst, std::fabs(r - double(o(i, h, e))) / (1e-3 + std::fabs(r)));
+      }
+    }
+  return worst;
+}
+
+ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::int64_t t, std::int64_t hq,
+                                  std::int64_t hkv, double sgemm, int repeats) {
+  Exec space;
+  const std::int64_t length = window - 1 + t;
+  ctxpar::swa::AttentionInputs<float, Mem> in;
+  const Tensor q = random_tensor(1, t, hq, dim), k = random_tensor(2, length, hkv, dim), v = random_tensor(3, length, hkv, dim);
+  in.q = q;
+  in.k = k;
+  in.v = v;
+  in.q_pos = iota(t, window - 1);
+  in.k_pos = iota(length, 0);
+  in.window = window;
+  in.scale = 1.0 / std::sqrt(double(dim));
+  Tensor out("out", t, hq, dim), dout = random_tensor(4, t, hq, dim);
+  Tensor dq("dq", t, hq, dim), dk("dk", length, hkv, dim), dv("dv", length, hkv, dim);
+  Kokkos::View<float**, Kokkos::LayoutRight, Mem> lse("lse", t, hq);
+  const auto mask = ctxpar::swa::window_mask(window);
+  const auto tf = ctxpar::bench::time_it(
+      [&] {
+        ctxpar::swa::attention_forward(space, mask, in, out, lse);
+        space.fence();
+      },
+      1, repeats);
+  const double err = check_rows(in, out, window);
+  if (!(err < 1e-3)) throw std::runtime_error("swa bench: wrong forward result, relative error " + std::to_string(err));
+  const auto tb = ctxpar::bench::time_it(
+      [&] {
+        ctxpar::swa::attention_backward(space, mask, in, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(out),
+                                        Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(lse),
+                                        Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv);
+        space.fence();
+      },
+      1, repeats);
+  const double pairs = double(t) * double(window);
+  const double ffwd = 4.0 * dim * hq * pairs, fbwd = 10.0 * dim * hq * pairs;
+  const double gf = ffwd / tf.median_s * 1e-9, gb = fbwd / tb.median_s * 1e-9;
+  std::printf("kernel D=%3lld W=%5lld t=%lld Hq=%lld Hkv=%lld: forward %6.2f GFLOP/s (%.3f of SGEMM), backward %6.2f "
+              "GFLOP/s (%.3f of SGEMM), max rel err %.1e\n",
+              (long long)dim, (long long)window, (long long)t, (long long)hq, (long long)hkv, gf, gf / sgemm, gb,
+              gb / sgemm, err);
+  std::fflush(stdout);
+  return ctxpar::bench::Record("swa", "kernel D=" + std::to_string(dim) + " W=" + std::to_string(window))
+      .set("kind", "local_kernel")
+      .set("dim", dim)
+      .set("window", window)
+      .set("queries", t)
+      .set("q_heads", hq)
+      .set("kv_heads", hkv)
+      .set("forward", tf)
+      .set("backward", tb)
+      .set("forward_gflops", gf)
+      .set("backward_gflops", gb)
+      .set("sgemm_gflops", sgemm)
+      .set("forward_ratio", gf / sgemm)
+      .set("backward_ratio", gb / sgemm)
+      .set("forward_flop_formula", "4*D*Hq*t*W")
+      .set("backward_flop_formula", "10*D*Hq*t*W")
+      .set("check_max_relative_error", err);
+}
+
+/// One rank's shards of a step: cache of W-1 keys, chunk of t tokens, both split by BalancedChunks.
+struct StepInputs {
+  ctxpar::swa::Chunk<float, Mem> chunk;
+  ctxpar::swa::Cache<float, Mem> cache;
+};
+
+StepInputs step_inputs(int rank, int ranks, std::int64_t c, std::int64_t t, std::int64_t hq, std::int64_t hkv,
+                       std::int64_t dim) {
+  const ctxpar::BalancedChunks cs{c, ranks}, ts{t, ranks};
+  StepInputs s;
+  s.cache.k = random_tensor(2, cs.size(rank), hkv, dim, cs.begin(rank));
+  s.cache.v = random_tensor(3, cs.size(rank), hkv, dim, cs.begin(rank));
+  s.cache.pos = iota(cs.size(rank), cs.begin(rank));
+  s.cache.ids = ctxpar::swa::Ids<Mem>("ids", 0);
+  s.chunk.q = random_tensor(1, ts.size(rank), hq, dim, ts.begin(rank));
+  s.chunk.k = random_tensor(2, ts.size(rank), hkv, dim, c + ts.begin(rank));
+  s.chunk.v = random_tensor(3, ts.size(rank), hkv, dim, c + ts.begin(rank));
+  s.chunk.pos = iota(ts.size(rank), c + ts.begin(rank));
+  s.chunk.ids = ctxpar::swa::Ids<Mem>("ids", 0);
+  return s;
+}
+
+template <class Policy>
+ctxpar::bench::Timing time_step(const ctxpar::Group& group, std::int64_t c, std::int64_t t, std::int64_t window,
+                                std::int64_t hq, std::int64_t hkv, std::int64_t dim, int repeats) {
+  Exec space;
+  const auto in = step_inputs(group.rank(), group.size(), c, t, hq, hkv, dim);
+  ctxpar::swa::Options o;
+  o.window = window;
+  const Tensor dout = random_tensor(4, in.chunk.length(), hq, dim);
+  return ctxpar::bench::time_collective(
+      group.mpi_comm(),
+      [&] {
+        auto r = ctxpar::swa::forward<Policy>(space, group, in.chunk, t, in.cache, o);
+        ctxpar::swa::backward(space, group, r.state, dout);
+        space.fence();
+      },
+      1, repeats);
+}
+
+template <class Policy>
+ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std::int64_t t, std::int64_t window,
+                              std::int64_t dim, int repeats) {
+  const std::int64_t hq = 4, hkv = 1, c = window - 1;
+  // T(1): rank 0 alone (the other rank waits); T(2): both ranks.
+  MPI_Comm solo_comm;
+  MPI_Comm_split(world.mpi_comm(), world.rank() == 0 ? 0 : MPI_UNDEFINED, 0, &solo_comm);
+  double t1 = 0;
+  if (world.rank() == 0) {
+    ctxpar::Group solo(solo_comm);
+    t1 = time_step<Policy>(solo, c, t, window, hq, hkv, dim, repeats).median_s;
+    MPI_Comm_free(&solo_comm);
+  }
+  MPI_Bcast(&t1, 1, MPI_DOUBLE, 0, world.mpi_comm());
+  const auto t2 = time_step<Policy>(world, c, t, window, hq, hkv, dim, repeats);
+  const double eff = t1 / (world.size() * t2.median_s);
+  if (world.rank() == 0)
+    std::printf("CP %-16s t=%lld W=%lld D=%lld: T(1) %.3f s, T(%d) %.3f s, efficiency T(1)/(P T(P)) %.3f\n", name,
+                (long long)t, (long long)window, (long long)dim, t1, world.size(), t2.median_s, eff);
+  return ctxpar::bench::Record("swa", std::string("cp ") + name)
+      .set("kind", "cp_efficiency")
+      .set("policy", name)
+      .set("queries", t)
+      .set("window", window)
+      .set("dim", dim)
+      .set("q_heads", hq)
+      .set("kv_heads", hkv)
+      .set("t1_median_s", t1)
+      .set("tp", t2)
+      .set("ranks", world.size())
+      .set("efficiency", eff);
+}
+
+/// Bytes received per rank (forward data collectives) of both policies vs the formulas:
+/// all-gather: (L - n_r) R; halo: min(W - 1, first query index) R per rank with queries (minus what
+/// it owns itself), with R = 2 Hkv D sizeof(float) + 16.
+ctxpar::bench::Record bytes_case(const ctxpar::Group& group, std::int64_t t, std::int64_t window, std::int64_t dim) {
+  Exec space;
+  const std::int64_t hq = 4, hkv = 1, c = window - 1, length = c + t;
+  const auto in = step_inputs(group.rank(), group.size(), c, t, hq, hkv, dim);
+  ctxpar::swa::Options o;
+  o.window = window;
+  const std::int64_t record = 2 * hkv * dim * 4 + 16;
+  group.reset_traffic();
+  ctxpar::swa::forward<ctxpar::swa::RopeBeforeGather>(space, group, in.chunk, t, in.cache, o);
+  const auto ag = group.traffic(ctxpar::CollectiveKind::allgather).bytes_received;
+  group.reset_traffic();
+  ctxpar::swa::forward<ctxpar::swa::HaloKV>(space, group, in.chunk, t, in.cache, o);
+  const auto halo = group.traffic(ctxpar::CollectiveKind::sendrecv).bytes_received;
+  const ctxpar::BalancedChunks cs{c, group.size()}, ts{t, group.size()};
+  const std::int64_t own = cs.size(group.rank()) + ts.size(group.rank());
+  std::int64_t halo_formula = 0;
+  if (ts.size(group.rank()) > 0) {
+    const std::int64_t first = c + ts.begin(group.rank());
+    for (std::int64_t a = std::max<std::int64_t>(0, first - (window - 1)); a < first; ++a) {
+      const int owner = a < c ? static_cast<int>(a / cs.chunk()) : static_cast<int>((a - c) / ts.chunk());
+      if (owner != group.rank()) halo_formula += record;
+    }
+  }
+  std::int64_t max_ag = 0, max_halo = 0, vals[2] = {ag, halo}, maxes[2];
+  MPI_Allreduce(vals, maxes, 2, MPI_INT64_T, MPI_MAX, group.mpi_comm());
+  max_ag = maxes[0];
+  max_halo = maxes[1];
+  if (group.rank() == 0)
+    std::printf("bytes L=%lld W=%lld P=%d: all-gather %lld B/rank (formula %lld), halo %lld B/rank (formula %lld), "
+                "halo/all-gather %.4f (max over ranks %.4f; (W-1+s)/L = %.4f)\n",
+                (long long)length, (long long)window, group.size(), (long long)ag, (long long)((length - own) * record),
+                (long long)halo, (long long)halo_formula, double(halo) / double(ag), double(max_halo) / double(max_ag),
+                double(window - 1 + ts.chunk()) / double(length));
+  return ctxpar::bench::Record("swa", "bytes L=" + std::to_string(length) + " W=" + std::to_string(window))
+      .set("kind", "bytes_per_rank")
+      .set("length", length)
+      .set("window", window)
+      .set("dim", dim)
+      .set("ranks", group.size())
+      .set("rank", group.rank())
+      .set("allgather_bytes_received", ag)
+      .set("allgather_formula", (length - own) * record)
+      .set("halo_bytes_received", halo)
+      .set("halo_formula", halo_formula)
+      .set("max_allgather_bytes_over_ranks", max_ag)
+      .set("max_halo_bytes_over_ranks", max_halo);
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  boost::mpi::environment env(argc, argv, boost::mpi::threading::funneled);
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  std::string out_path;
+  int repeats = 5;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--out") && i + 1 < argc) {
+      out_path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) {
+      repeats = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: mpirun -np 2 ctxpar_bench_swa [--out FILE.json] [--repeats N] [--quick]\n");
+      return 2;
+    }
+  }
+  const ctxpar::Group world(MPI_COMM_WORLD);
+  ctxpar::bench::Report report(ctxpar::bench::this_machine());
+  if (world.rank() == 0) {
+    const auto ceiling = ctxpar::bench::sgemm_ceiling(1024, repeats);
+    std::printf("Eigen SGEMM (n=1024, 1 thread): %.2f GFLOP/s\n", ceiling.gflops);
+    report.add(ctxpar::bench::Record("swa", "sgemm ceiling").set("kind", "ceiling").set("n", 1024).set("sgemm", ceiling.timing).set("gflops", ceiling.gflops));
+    const std::vector<std::int64_t> windows = quick ? std::vector<std::int64_t>{512} : std::vector<std::int64_t>{512, 1024, 2048, 4096};
+    for (std::int64_t dim : {64, 128})
+      for (std::int64_t w : windows) report.add(kernel_case(dim, w, quick ? 256 : 1024, 4, 1, ceiling.gflops, repeats));
+  }
+  MPI_Barrier(world.mpi_comm());
+  if (world.size() >= 2) {
+    const std::int64_t t = quick ? 512 : 4096;
+    report.add(cp_case<ctxpar::swa::RopeBeforeGather>(world, "RopeBeforeGather", t, 1024, 64, repeats));
+    report.add(cp_case<ctxpar::swa::HaloKV>(world, "HaloKV", t, 1024, 64, repeats));
+  }
+  for (std::int64_t t : {4096, 16384, 65536})
+    for (std::int64_t w : {512, 4096}) {
+      if (quick && t > 4096) continue;
+      report.add(bytes_case(world, t, w, 64));
+    }
+  if (world.rank() == 0 && !out_path.empty()) report.write(out_path);
+  return 0;
+}

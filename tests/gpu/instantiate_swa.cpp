@@ -1,0 +1,46 @@
+// GPU compile check of sliding-window attention (mechanism A): instantiates RoPE, the attention
+// kernels, the single-rank step and the distributed step with each policy, for float and double,
+// on Kokkos::DefaultExecutionSpace (CUDA or HIP in the compile-check presets). Nothing here runs.
+#include <Kokkos_Core.hpp>
+
+#include "ctxpar/swa/swa.hpp"
+
+namespace ctxpar::gpu_check::swa {
+
+using exec = Kokkos::DefaultExecutionSpace;
+using memory = exec::memory_space;
+
+template <class Scalar, class Policy>
+void distributed(const Group& group, const ctxpar::swa::Chunk<Scalar, memory>& chunk,
+                 const ctxpar::swa::Cache<Scalar, memory>& cache, const ctxpar::swa::Options& options) {
+  auto r = ctxpar::swa::forward<Policy>(exec(), group, chunk, chunk.length(), cache, options);
+  ctxpar::swa::CacheGradient<Scalar, memory> d_next{r.next_cache.k, r.next_cache.v};
+  ctxpar::swa::backward(exec(), group, r.state, r.out, d_next);
+}
+
+template <class Scalar>
+void all(const Group& group) {
+  ctxpar::swa::Chunk<Scalar, memory> chunk;
+  chunk.q = ctxpar::swa::Tensor<Scalar, memory>("q", 4, 2, 8);
+  chunk.k = ctxpar::swa::Tensor<Scalar, memory>("k", 4, 1, 8);
+  chunk.v = ctxpar::swa::Tensor<Scalar, memory>("v", 4, 1, 8);
+  chunk.pos = ctxpar::swa::Positions<memory>("pos", 4);
+  chunk.ids = ctxpar::swa::Ids<memory>("ids", 4);
+  auto cache = ctxpar::swa::empty_cache<Scalar, memory>(1, 8);
+  ctxpar::swa::Options options;
+  options.window = 3;
+  ctxpar::swa::rope_forward(exec(), chunk.q, chunk.pos, options.rope_base, chunk.q);
+  ctxpar::swa::rope_backward(exec(), chunk.q, chunk.pos, options.rope_base, chunk.q);
+  auto r = ctxpar::swa::step_forward(exec(), chunk, cache, options);
+  ctxpar::swa::step_backward(exec(), r.state, r.out, ctxpar::swa::CacheGradient<Scalar, memory>{r.next_cache.k, r.next_cache.v});
+  distributed<Scalar, ctxpar::swa::RopeBeforeGather>(group, chunk, cache, options);
+  distributed<Scalar, ctxpar::swa::RopeAfterGather>(group, chunk, cache, options);
+  distributed<Scalar, ctxpar::swa::HaloKV>(group, chunk, cache, options);
+}
+
+void instantiate(const Group& group) {
+  all<float>(group);
+  all<double>(group);
+}
+
+}  // namespace ctxpar::gpu_check::swa
