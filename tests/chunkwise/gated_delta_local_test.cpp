@@ -207,3 +207,54 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gdp_householder_steps, Case, ctxpar::test::cases) 
   }
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
 }
+
+// The benchmark entry points: the local chunkwise forward (with and without the summary) and the
+// token-by-token baseline give the oracle's outputs.
+template <bool Product>
+bool entry_points_match(int n_h) {
+  using exec = Kokkos::DefaultHostExecutionSpace;
+  using memory_space = exec::memory_space;
+  using family = gd::Family<float, memory_space, Product>;
+  const int T = 70, H = 2, K = 16, V = 12;
+  gd::Problem p = gd::make_problem(55 + n_h, T, n_h, H, K, V, {0, T}, false);
+  for (auto* a : {&p.q, &p.k, &p.v, &p.g, &p.beta})
+    for (auto& x : *a) x = round_to<float>(x);
+  const gd::Forward f = gd::forward(p);
+  const auto backend = family::make(n_h, ctxpar::chunkwise::BackendOptions{32, 0.0});
+  const auto in = family::make_inputs(p);
+  ctxpar::chunkwise::token_view<float, memory_space> o("o", T, H, V);
+  const double bound = gd::rel_bound<float>(32 * n_h, K, V, 8);
+  bool ok = true;
+  for (bool summary : {true, false}) {
+    Kokkos::deep_copy(o, 0.0f);
+    ctxpar::chunkwise::gated_delta_local_forward(exec(), backend, in, o, summary);
+    ok = gd::rel_l2_close("gated_delta_local_forward", gd::to_vector(o), f.o, bound) && ok;
+  }
+  Kokkos::deep_copy(o, 0.0f);
+  ctxpar::chunkwise::gated_delta_recurrence_forward(exec(), backend, in, o);
+  // The recurrence rounds once per sub-step: T·n_h chained updates of K-term sums.
+  ok = gd::rel_l2_close("gated_delta_recurrence_forward", gd::to_vector(o), f.o,
+                        8.0 * (T * n_h + K + V) * ctxpar::test::unit_roundoff<float>()) &&
+       ok;
+  return ok;
+}
+
+BOOST_AUTO_TEST_CASE(benchmark_entry_points_match_the_oracle) {
+  bool ok = entry_points_match<false>(1);
+  for (int n_h = 1; n_h <= 3; ++n_h) ok = entry_points_match<true>(n_h) && ok;
+  CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE(flop_model_is_the_documented_sum) {
+  // 21-chunkwise-kernels.md §5 term by term at C = 64, K = V = 128, for 2 heads and 130 tokens
+  // (two full chunks and a ragged chunk of 2).
+  auto model = [](double C, double K, double V) {
+    const double A = C * C * K, T = C * C * C / 3, UW = 2 * C * C * V + 2 * C * C * K,
+                 QK = 2 * C * C * K, U = 2 * C * K * V, O = 2 * C * K * V + 2 * C * C * V,
+                 SM = 2 * C * K * V + 2 * C * K * K, chain = 2 * K * K * K;
+    return A + T + UW + QK + U + O + SM + chain;
+  };
+  const double expected = 2 * (2 * model(64, 128, 128) + model(2, 128, 128));
+  const double got = ctxpar::chunkwise::gated_delta_forward_flops(130, 2, 128, 128, 64);
+  CTXPAR_TEST_ALL(ctxpar::test::world(), std::fabs(got - expected) <= 1e-12 * expected);
+}

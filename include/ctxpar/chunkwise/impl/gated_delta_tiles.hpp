@@ -8,9 +8,12 @@
 
 namespace ctxpar::impl::gated_delta {
 
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__) || defined(__clang__)
+// Unrolling hint for the fixed-size tile loops (nvcc's host pass gets none: its front end
+// rejects the GCC spelling).
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__) || \
+    (defined(__clang__) && !defined(__NVCC__))
 #define CTXPAR_GD_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
+#elif defined(__GNUC__) && !defined(__NVCC__)
 #define CTXPAR_GD_UNROLL _Pragma("GCC unroll 16")
 #else
 #define CTXPAR_GD_UNROLL
