@@ -224,3 +224,55 @@ BOOST_AUTO_TEST_CASE(gated_delta_product_cp_matches_oracle_and_single_rank) {
                                                         4, 40 + n_h, false)));
   }
 }
+
+// Packed isolation: perturbing document 1 leaves every other document's outputs bit-identical on
+// every rank, and with the output gradient zero outside document 1 every gradient outside it is
+// exactly zero.
+BOOST_AUTO_TEST_CASE(gated_delta_packed_documents_are_isolated) {
+  using adapter = GdAdapter<float, false>;
+  const auto& group = world();
+  const std::vector<std::int64_t> cu = cwt::cu_from_lengths({11, 23, 1, 17});
+  GdCpProblem prob = make_cp_problem(77, cu, 1, 2, 8, 6, 8);
+  cwt::CaseOptions o;
+  o.chunk = 8;
+  std::vector<cwt::Range> rows;
+  const cwt::Result base = cwt::run_cp<adapter, cw::ScanCompose>(group, prob, o, &rows);
+  GdCpProblem changed = prob;
+  const std::int64_t b = cu[1], e = cu[2], H = prob.H, K = prob.K, V = prob.V;
+  for (std::int64_t i = b * H * K; i < e * H * K; ++i)
+    changed.p.q[i] *= 0.5, changed.p.k[i] = -changed.p.k[i];
+  for (std::int64_t i = b * H * V; i < e * H * V; ++i) changed.p.v[i] += 0.25;
+  for (std::int64_t i = b * H; i < e * H; ++i) changed.p.beta[i] *= 0.5;
+  const cwt::Result moved = cwt::run_cp<adapter, cw::ScanCompose>(group, changed, o, &rows);
+  bool ok = true, differs = false;
+  for (const auto& r : rows) {
+    for (std::int64_t t = r.first; t < r.second; ++t) {
+      for (std::int64_t i = t * H * V; i < (t + 1) * H * V; ++i) {
+        if (t >= b && t < e)
+          differs = differs || base.output[i] != moved.output[i];
+        else
+          ok = ok && base.output[i] == moved.output[i];
+      }
+    }
+  }
+  // Gradients with the output gradient confined to document 1.
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(prob.dout.size()); ++i)
+    if (i < b * H * V || i >= e * H * V) prob.dout[i] = 0.0;
+  const cwt::Result confined = cwt::run_cp<adapter, cw::GatherFold>(group, prob, o, &rows);
+  bool nonzero_inside = false;
+  for (const auto& g : confined.grads) {
+    const std::int64_t per = static_cast<std::int64_t>(g.values.size()) / prob.T;
+    for (const auto& r : rows)
+      for (std::int64_t t = r.first; t < r.second; ++t)
+        for (std::int64_t j = t * per; j < (t + 1) * per; ++j) {
+          if (t >= b && t < e)
+            nonzero_inside = nonzero_inside || g.values[j] != 0.0;
+          else
+            ok = ok && g.values[j] == 0.0;
+        }
+  }
+  CTXPAR_TEST_ALL(group, ok);
+  // Somebody owns document 1, so the perturbation and its gradients are visible somewhere.
+  BOOST_TEST(!ctxpar::test::all_ranks(group, !differs));
+  BOOST_TEST(!ctxpar::test::all_ranks(group, !nonzero_inside));
+}
