@@ -9,7 +9,9 @@
 
 #include "ctxpar/ctxpar.hpp"
 #include "ctxpar/expr/mask.hpp"
+#include "ctxpar/partition/head_partition.hpp"
 #include "ctxpar/partition/packed_metadata.hpp"
+#include "ctxpar/partition/zigzag.hpp"
 
 namespace ctxpar::gpu_check {
 
@@ -79,7 +81,42 @@ std::int64_t masks_and_plans() {
   return count + meta.local_length();
 }
 
+// Every token layout and the head/key-group plans evaluated inside a device kernel: each index map
+// must be device code, and the packed layout's cu_seqlens must live in device memory.
+template <class Layout>
+struct LayoutRoundTrip {
+  Layout layout;
+  HeadPartition heads;
+  KeyGroupPartition groups;
+  KOKKOS_INLINE_FUNCTION void operator()(int i, std::int64_t& wrong) const {
+    const int r = layout.owner(i);
+    const std::int64_t back = layout.global_index(r, layout.local_index(i));
+    wrong += (back != i || layout.to_natural(layout.to_layout(i)) != i) ? 1 : 0;
+    const int h = i % heads.nheads;
+    wrong += heads.owner(h) < heads.parts() ? 0 : 1;
+    wrong += groups.group_of(h) < groups.ngroups ? 0 : groups.repeat();
+  }
+};
+
+template <class Layout>
+std::int64_t round_trip(const Layout& layout) {
+  std::int64_t wrong = 0;
+  const auto heads = HeadPartition::create(8, 4);
+  const auto groups = KeyGroupPartition::create(8, 2, 4);
+  Kokkos::parallel_reduce("ctxpar::gpu_check::layouts",
+                          Kokkos::RangePolicy<exec>(0, static_cast<int>(layout.length())),
+                          LayoutRoundTrip<Layout>{layout, heads, groups}, wrong);
+  return wrong;
+}
+
+std::int64_t layouts(const Group& group) {
+  return round_trip(ContiguousLayout::create(13, 4)) + round_trip(ZigzagLayout::create(16, 4)) +
+         round_trip(ZigzagLayout::create(group, 16)) +
+         round_trip(PackedZigzagLayout<memory>::create(std::vector<std::int32_t>{0, 8, 24}, 4));
+}
+
 void instantiate(const Group& group) {
+  layouts(group);
   collectives<float>(group);
   collectives<double>(group);
   collectives<std::int32_t>(group);
