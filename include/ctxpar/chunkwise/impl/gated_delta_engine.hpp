@@ -115,8 +115,7 @@ void run_pass(const ExecutionSpace& space, const Saved<Scalar, MemorySpace, Inpu
   tg.first_chunk = sv.first_chunk.data();
   tg.seq_begin = begin;
   const int nb = pass_block<ExecutionSpace>();
-  const int blocks_v = (pb.value_dim + nb - 1) / nb;
-  const int blocks = blocks_v + (tg.m_out ? (pb.key_dim + nb - 1) / nb : 0);
+  const int blocks = (pb.value_dim + (tg.m_out ? pb.key_dim : 0) + nb - 1) / nb;
   const int league = (end - begin) * pb.heads * blocks;
   if (league <= 0) return;
   if constexpr (Reverse) {
@@ -124,13 +123,13 @@ void run_pass(const ExecutionSpace& space, const Saved<Scalar, MemorySpace, Inpu
     Kokkos::parallel_for(
         "ctxpar::chunkwise::gated_delta::reverse_pass",
         team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
-        functor{pb, sv.cd, tg, blocks_v, blocks, nb});
+        functor{pb, sv.cd, tg, blocks, nb});
   } else {
     using functor = ForwardPass<Scalar, ExecutionSpace, MemorySpace>;
     Kokkos::parallel_for(
         "ctxpar::chunkwise::gated_delta::forward_pass",
         team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
-        functor{pb, sv.cd, tg, blocks_v, blocks, nb});
+        functor{pb, sv.cd, tg, blocks, nb});
   }
 }
 

@@ -186,7 +186,7 @@ struct ForwardPass {
   Problem<Scalar> pb;
   ChunkData<Scalar, MemorySpace> cd;
   PassTargets<Scalar> tg;
-  int blocks_v = 0, blocks = 0, block = 32;
+  int blocks = 0, block = 32;
 
   static std::size_t scratch_bytes(int C, int K, int NB) {
     return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(C) * NB);
@@ -197,9 +197,12 @@ struct ForwardPass {
     const int b = team.league_rank() % blocks;
     const int h = (team.league_rank() / blocks) % H;
     const int s = tg.seq_begin + team.league_rank() / (blocks * H);
-    const bool m_cols = b >= blocks_v;
-    const int j0 = m_cols ? (b - blocks_v) * NB : b * NB;
-    const int width = m_cols ? (K - j0 < NB ? K - j0 : NB) : (V - j0 < NB ? V - j0 : NB);
+    // The block is columns [j0, j0 + width) of [S | M]: its first state_w columns are state.
+    const int total = V + (tg.m_out ? K : 0);
+    const int j0 = b * NB;
+    const int width = total - j0 < NB ? total - j0 : NB;
+    const int state_w = V - j0 <= 0 ? 0 : (V - j0 < width ? V - j0 : width);
+    const bool m_cols = state_w == 0;
     scratch Z(team.team_scratch(1), std::size_t(K) * NB),
         U(team.team_scratch(1), std::size_t(C) * NB), O(team.team_scratch(1), std::size_t(C) * NB);
     const long sh = (static_cast<long>(s - tg.row_base) * H + h) * K * V;
@@ -207,8 +210,8 @@ struct ForwardPass {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int j = 0; j < width; ++j) {
         Scalar z;
-        if (m_cols)
-          z = p == j0 + j ? Scalar(1) : Scalar(0);
+        if (j >= state_w)
+          z = p == j0 + j - V ? Scalar(1) : Scalar(0);
         else
           z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
         Z[p * NB + j] = z;
@@ -221,12 +224,12 @@ struct ForwardPass {
       const Scalar* Ut = cd.ut.data() + blk * C * V;
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
         for (int j = 0; j < width; ++j)
-          U[i * NB + j] = m_cols ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
+          U[i * NB + j] = j >= state_w ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
       });
       if (tg.save && !m_cols) {
         Scalar* S0 = cd.s0.data() + blk * K * V;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-          for (int j = 0; j < width; ++j) S0[static_cast<long>(p) * V + j0 + j] = Z[p * NB + j];
+          for (int j = 0; j < state_w; ++j) S0[static_cast<long>(p) * V + j0 + j] = Z[p * NB + j];
         });
       }
       team.team_barrier();
@@ -243,13 +246,13 @@ struct ForwardPass {
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
           if (!pb.has_query(r0 + i)) return;
           Scalar* orow = tg.out + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0;
-          for (int j = 0; j < width; ++j) orow[j] = O[i * NB + j];
+          for (int j = 0; j < state_w; ++j) orow[j] = O[i * NB + j];
         });
       }
       if (tg.save && !m_cols) {
         Scalar* Us = cd.u.data() + blk * C * V;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-          for (int j = 0; j < width; ++j) Us[static_cast<long>(i) * V + j0 + j] = U[i * NB + j];
+          for (int j = 0; j < state_w; ++j) Us[static_cast<long>(i) * V + j0 + j] = U[i * NB + j];
         });
       }
       const Scalar last = compat::exp(cd.gamma(blk * C + C - 1));
@@ -263,9 +266,9 @@ struct ForwardPass {
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int j = 0; j < width; ++j) {
-        if (m_cols) {
+        if (j >= state_w) {
           if (tg.m_out)
-            tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j] =
+            tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j - V] =
                 static_cast<float>(Z[p * NB + j]);
         } else if (tg.final_state) {
           tg.final_state[sh + static_cast<long>(p) * V + j0 + j] = Z[p * NB + j];
@@ -284,7 +287,7 @@ struct ReversePass {
   Problem<Scalar> pb;
   ChunkData<Scalar, MemorySpace> cd;
   PassTargets<Scalar> tg;
-  int blocks_v = 0, blocks = 0, block = 32;
+  int blocks = 0, block = 32;
 
   static std::size_t scratch_bytes(int C, int K, int NB) {
     return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(C) * NB);
@@ -295,9 +298,12 @@ struct ReversePass {
     const int b = team.league_rank() % blocks;
     const int h = (team.league_rank() / blocks) % H;
     const int s = tg.seq_begin + team.league_rank() / (blocks * H);
-    const bool m_cols = b >= blocks_v;
-    const int j0 = m_cols ? (b - blocks_v) * NB : b * NB;
-    const int width = m_cols ? (K - j0 < NB ? K - j0 : NB) : (V - j0 < NB ? V - j0 : NB);
+    // The block is columns [j0, j0 + width) of [S | M]: its first state_w columns are state.
+    const int total = V + (tg.m_out ? K : 0);
+    const int j0 = b * NB;
+    const int width = total - j0 < NB ? total - j0 : NB;
+    const int state_w = V - j0 <= 0 ? 0 : (V - j0 < width ? V - j0 : width);
+    const bool m_cols = state_w == 0;
     scratch D(team.team_scratch(1), std::size_t(K) * NB),
         dU(team.team_scratch(1), std::size_t(C) * NB),
         dO(team.team_scratch(1), std::size_t(C) * NB);
@@ -306,8 +312,8 @@ struct ReversePass {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int j = 0; j < width; ++j) {
         Scalar z;
-        if (m_cols)
-          z = p == j0 + j ? Scalar(1) : Scalar(0);
+        if (j >= state_w)
+          z = p == j0 + j - V ? Scalar(1) : Scalar(0);
         else
           z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
         D[p * NB + j] = z;
@@ -321,12 +327,13 @@ struct ReversePass {
         const bool read = !m_cols && tg.dout && i < n && pb.has_query(r0 + i);
         const Scalar* drow =
             read ? tg.dout + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0 : nullptr;
-        for (int j = 0; j < width; ++j) dO[i * NB + j] = read ? drow[j] : Scalar(0);
+        for (int j = 0; j < width; ++j)
+          dO[i * NB + j] = (read && j < state_w) ? drow[j] : Scalar(0);
       });
       if (tg.save && !m_cols) {
         Scalar* dS = cd.dse.data() + blk * K * V;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-          for (int j = 0; j < width; ++j) dS[static_cast<long>(p) * V + j0 + j] = D[p * NB + j];
+          for (int j = 0; j < state_w; ++j) dS[static_cast<long>(p) * V + j0 + j] = D[p * NB + j];
         });
       }
       team.team_barrier();
@@ -342,7 +349,7 @@ struct ReversePass {
       if (tg.save && !m_cols) {
         Scalar* dUs = cd.du.data() + blk * C * V;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-          for (int j = 0; j < width; ++j) dUs[static_cast<long>(i) * V + j0 + j] = dU[i * NB + j];
+          for (int j = 0; j < state_w; ++j) dUs[static_cast<long>(i) * V + j0 + j] = dU[i * NB + j];
         });
       }
       const Scalar last = compat::exp(cd.gamma(blk * C + C - 1));
@@ -361,9 +368,9 @@ struct ReversePass {
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int j = 0; j < width; ++j) {
-        if (m_cols) {
+        if (j >= state_w) {
           if (tg.m_out)
-            tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j] =
+            tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j - V] =
                 static_cast<float>(D[p * NB + j]);
         } else if (tg.final_state) {
           tg.final_state[sh + static_cast<long>(p) * V + j0 + j] = D[p * NB + j];
