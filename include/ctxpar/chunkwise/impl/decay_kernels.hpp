@@ -79,10 +79,12 @@ struct ChunkUpdateKernel {
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t kk = i % kdim, h = (i / kdim) % heads, c = i / (kdim * heads);
     const std::int64_t gi = Diagonal ? kk : 0, last = chunk_end(c) - 1;
-    for (std::int64_t vv = 0; vv < vdim; ++vv) ds(c, h, kk, vv) = 0;
+    Scalar* row = &ds(c, h, kk, 0);  // LayoutRight: the V entries are contiguous
+    for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] = 0;
     for (std::int64_t j = chunk_begin(c); j <= last; ++j) {
       const Scalar w = compat::exp(gamma(last, h, gi) - gamma(j, h, gi)) * k(j, h, kk);
-      for (std::int64_t vv = 0; vv < vdim; ++vv) ds(c, h, kk, vv) += w * v(j, h, vv);
+      const Scalar* vj = &v(j, h, 0);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] += w * vj[vv];
     }
   }
 };
@@ -151,24 +153,30 @@ struct OutputKernel {
   std::int64_t heads, kdim, vdim;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t h = i % heads, t = i / heads, c = token_chunk(t);
-    for (std::int64_t vv = 0; vv < vdim; ++vv) out(t, h, vv) = 0;
+    // Rows are contiguous (LayoutRight), so the inner loops run over plain pointers and vectorise.
+    Scalar* o = &out(t, h, 0);
+    const Scalar* qt = &q(t, h, 0);
+    for (std::int64_t vv = 0; vv < vdim; ++vv) o[vv] = 0;
     for (std::int64_t kk = 0; kk < kdim; ++kk) {
-      const Scalar w = q(t, h, kk) * compat::exp(gamma(t, h, Diagonal ? kk : 0));
-      for (std::int64_t vv = 0; vv < vdim; ++vv) out(t, h, vv) += w * states(c, h, kk, vv);
+      const Scalar w = qt[kk] * compat::exp(gamma(t, h, Diagonal ? kk : 0));
+      const Scalar* srow = &states(c, h, kk, 0);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) o[vv] += w * srow[vv];
     }
     for (std::int64_t j = chunk_begin(c); j <= t; ++j) {
+      const Scalar* kj = &k(j, h, 0);
       Scalar score = 0;
       if (Diagonal) {
         for (std::int64_t kk = 0; kk < kdim; ++kk) {
-          score += q(t, h, kk) * k(j, h, kk) * compat::exp(gamma(t, h, kk) - gamma(j, h, kk));
+          score += qt[kk] * kj[kk] * compat::exp(gamma(t, h, kk) - gamma(j, h, kk));
         }
       } else {
-        for (std::int64_t kk = 0; kk < kdim; ++kk) score += q(t, h, kk) * k(j, h, kk);
+        for (std::int64_t kk = 0; kk < kdim; ++kk) score += qt[kk] * kj[kk];
         score *= compat::exp(gamma(t, h, 0) - gamma(j, h, 0));
       }
-      for (std::int64_t vv = 0; vv < vdim; ++vv) out(t, h, vv) += score * v(j, h, vv);
+      const Scalar* vj = &v(j, h, 0);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) o[vv] += score * vj[vv];
     }
-    for (std::int64_t vv = 0; vv < vdim; ++vv) out(t, h, vv) *= scale;
+    for (std::int64_t vv = 0; vv < vdim; ++vv) o[vv] *= scale;
   }
 };
 
@@ -184,10 +192,12 @@ struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
   std::int64_t heads, kdim, vdim;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t kk = i % kdim, h = (i / kdim) % heads, c = i / (kdim * heads);
-    for (std::int64_t vv = 0; vv < vdim; ++vv) dmat(c, h, kk, vv) = 0;
+    Scalar* row = &dmat(c, h, kk, 0);
+    for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] = 0;
     for (std::int64_t t = chunk_begin(c); t < chunk_end(c); ++t) {
       const Scalar w = scale * q(t, h, kk) * compat::exp(gamma(t, h, Diagonal ? kk : 0));
-      for (std::int64_t vv = 0; vv < vdim; ++vv) dmat(c, h, kk, vv) += w * dout(t, h, vv);
+      const Scalar* d = &dout(t, h, 0);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] += w * d[vv];
     }
   }
 };
@@ -251,40 +261,51 @@ struct GradientRowKernel {
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t h = i % heads, t = i / heads, c = token_chunk(t);
     const std::int64_t b = chunk_begin(c), last = chunk_end(c) - 1;
+    Scalar* dqt = &dq(t, h, 0);
+    Scalar* dkt = &dk(t, h, 0);
+    Scalar* dvt = &dv(t, h, 0);
+    const Scalar* dot = &dout(t, h, 0);
+    const Scalar* kt = &k(t, h, 0);
+    const Scalar* vt = &v(t, h, 0);
     // dq_t = scale·(exp(γ_t) ⊙ S_c do_t + Σ_{j≤t} exp(γ_t − γ_j) ⊙ k_j (do_t·v_j))
     for (std::int64_t kk = 0; kk < kdim; ++kk) {
+      const Scalar* srow = &states(c, h, kk, 0);
       Scalar acc = 0;
-      for (std::int64_t vv = 0; vv < vdim; ++vv) acc += states(c, h, kk, vv) * dout(t, h, vv);
-      dq(t, h, kk) = acc * compat::exp(gamma(t, h, Diagonal ? kk : 0));
+      for (std::int64_t vv = 0; vv < vdim; ++vv) acc += srow[vv] * dot[vv];
+      dqt[kk] = acc * compat::exp(gamma(t, h, Diagonal ? kk : 0));
     }
     for (std::int64_t j = b; j <= t; ++j) {
+      const Scalar* vj = &v(j, h, 0);
+      const Scalar* kj = &k(j, h, 0);
       Scalar dov = 0;
-      for (std::int64_t vv = 0; vv < vdim; ++vv) dov += dout(t, h, vv) * v(j, h, vv);
-      for (std::int64_t kk = 0; kk < kdim; ++kk) dq(t, h, kk) += decay(t, j, h, kk) * k(j, h, kk) * dov;
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dov += dot[vv] * vj[vv];
+      for (std::int64_t kk = 0; kk < kdim; ++kk) dqt[kk] += decay(t, j, h, kk) * kj[kk] * dov;
     }
-    for (std::int64_t kk = 0; kk < kdim; ++kk) dq(t, h, kk) *= scale;
+    for (std::int64_t kk = 0; kk < kdim; ++kk) dqt[kk] *= scale;
     // dk_t = Σ_{i≥t} exp(γ_i − γ_t) ⊙ q'_i (do_i·v_t) + exp(γ_last − γ_t) ⊙ G_c v_t
     // dv_t = Σ_{i≥t} (Σ_k q'_ik k_tk exp(γ_ik − γ_tk)) do_i + Σ_k exp(γ_last,k − γ_t,k) k_tk G_c[k]
+    for (std::int64_t vv = 0; vv < vdim; ++vv) dvt[vv] = 0;
     for (std::int64_t kk = 0; kk < kdim; ++kk) {
+      const Scalar* grow = &gend(c, h, kk, 0);
+      const Scalar d = decay(last, t, h, kk);
       Scalar acc = 0;
-      for (std::int64_t vv = 0; vv < vdim; ++vv) acc += gend(c, h, kk, vv) * v(t, h, vv);
-      dk(t, h, kk) = acc * decay(last, t, h, kk);
-    }
-    for (std::int64_t vv = 0; vv < vdim; ++vv) dv(t, h, vv) = 0;
-    for (std::int64_t kk = 0; kk < kdim; ++kk) {
-      const Scalar w = decay(last, t, h, kk) * k(t, h, kk);
-      for (std::int64_t vv = 0; vv < vdim; ++vv) dv(t, h, vv) += w * gend(c, h, kk, vv);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) acc += grow[vv] * vt[vv];
+      dkt[kk] = acc * d;
+      const Scalar w = d * kt[kk];
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dvt[vv] += w * grow[vv];
     }
     for (std::int64_t ii = t; ii <= last; ++ii) {
+      const Scalar* di = &dout(ii, h, 0);
+      const Scalar* qi = &q(ii, h, 0);
       Scalar dov = 0;
-      for (std::int64_t vv = 0; vv < vdim; ++vv) dov += dout(ii, h, vv) * v(t, h, vv);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dov += di[vv] * vt[vv];
       Scalar score = 0;
       for (std::int64_t kk = 0; kk < kdim; ++kk) {
-        const Scalar qd = scale * q(ii, h, kk) * decay(ii, t, h, kk);
-        dk(t, h, kk) += qd * dov;
-        score += qd * k(t, h, kk);
+        const Scalar qd = scale * qi[kk] * decay(ii, t, h, kk);
+        dkt[kk] += qd * dov;
+        score += qd * kt[kk];
       }
-      for (std::int64_t vv = 0; vv < vdim; ++vv) dv(t, h, vv) += score * dout(ii, h, vv);
+      for (std::int64_t vv = 0; vv < vdim; ++vv) dvt[vv] += score * di[vv];
     }
   }
 };

@@ -1,0 +1,316 @@
+// Chunkwise CP benchmark (mechanism B). Run once per rank count, e.g.
+//   OMP_NUM_THREADS=1 mpirun -np P ctxpar_bench_chunkwise --out bench/results/chunkwise_P<P>.json
+// Every figure is a same-run ratio or an exact count:
+// - local kernels (P = 1 only, one thread): chunkwise forward GFLOP/s of the gated delta rule and
+//   of scalar decay ÷ the same-run Eigen SGEMM rate, and the speed-up over a plain token-by-token
+//   fp32 recurrence of the same family on the same data (checked to agree first);
+// - CP efficiency at P = 2: T(1)/(2·T(2)) of the GDN forward+backward on a compute-bound size, both
+//   measured in this run (T(1): each rank runs the whole sequence alone, at the same time);
+// - summary bytes per rank (group counters) against the formula of each transition structure;
+// - GatherFold vs ScanCompose: time of a latency-bound forward+backward and summary memory per
+//   rank (buffers the driver allocates: P·slots records vs a constant number), for this P.
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/json.hpp"
+#include "common/sgemm.hpp"
+#include "common/timing.hpp"
+#include "ctxpar/chunkwise/diagonal_gate.hpp"
+#include "ctxpar/chunkwise/driver.hpp"
+#include "ctxpar/chunkwise/gated_delta_rule.hpp"
+#include "ctxpar/chunkwise/scalar_decay.hpp"
+
+namespace {
+
+namespace cw = ctxpar::chunkwise;
+namespace bench = ctxpar::bench;
+using exec = Kokkos::DefaultExecutionSpace;
+using mem = exec::memory_space;
+
+double value(std::uint64_t seed, std::int64_t i) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1.0;
+}
+
+// Global GDN-style inputs (unit-norm keys, β in (0.05, 0.95), log-gates in [-0.1, -0.02]).
+struct Data {
+  std::int64_t T, H, K, V;
+  std::vector<float> q, k, v, g, beta, dout;
+  Data(std::int64_t t, std::int64_t h, std::int64_t kd, std::int64_t vd) : T(t), H(h), K(kd), V(vd) {
+    q.resize(T * H * K);
+    k.resize(T * H * K);
+    v.resize(T * H * V);
+    dout.resize(T * H * V);
+    g.resize(T * H);
+    beta.resize(T * H);
+    for (std::int64_t i = 0; i < T * H * K; ++i) q[i] = static_cast<float>(value(1, i));
+    for (std::int64_t r = 0; r < T * H; ++r) {
+      double n = 0;
+      for (std::int64_t j = 0; j < K; ++j) n += value(2, r * K + j) * value(2, r * K + j);
+      for (std::int64_t j = 0; j < K; ++j) k[r * K + j] = static_cast<float>(value(2, r * K + j) / std::sqrt(n));
+      g[r] = static_cast<float>(-0.06 + 0.04 * value(3, r));
+      beta[r] = static_cast<float>(0.5 + 0.45 * value(4, r));
+    }
+    for (std::int64_t i = 0; i < T * H * V; ++i) {
+      v[i] = static_cast<float>(value(5, i));
+      dout[i] = static_cast<float>(value(6, i));
+    }
+  }
+};
+
+template <class View>
+View rows_of(const std::vector<float>& x, std::int64_t per, std::int64_t b, std::int64_t e, std::size_t e1,
+             std::size_t e2 = KOKKOS_INVALID_INDEX) {
+  typename View::non_const_type out("in", e - b, e1, e2);
+  auto h = Kokkos::create_mirror_view(out);
+  for (std::int64_t i = 0; i < (e - b) * per; ++i) h.data()[i] = x[static_cast<std::size_t>(b * per + i)];
+  Kokkos::deep_copy(out, h);
+  return out;
+}
+
+// The rank's inputs and a runnable forward(+backward) of family `B` over `group`.
+template <class B>
+struct Runner {
+  const ctxpar::Group& group;
+  B backend;
+  cw::ChunkwisePlan plan;
+  typename B::inputs_type in;
+  typename B::gradients_type grads;
+  cw::token_view<float, mem> o;
+  cw::const_token_view<float, mem> dout;
+
+  Runner(const ctxpar::Group& g, const Data& d, int chunk, bool diagonal_gates = false)
+      : group(g), backend(cw::BackendOptions{chunk, 0.0}),
+        plan(cw::ChunkwisePlan::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, d.T})) {
+    const int v = g.rank();
+    const std::int64_t b = plan.shard_begin(v), e = b + plan.shard_length(v);
+    const std::size_t H = d.H, K = d.K, V = d.V;
+    in.q = rows_of<cw::const_token_view<float, mem>>(d.q, H * K, b, e, H, K);
+    in.k = rows_of<cw::const_token_view<float, mem>>(d.k, H * K, b, e, H, K);
+    in.v = rows_of<cw::const_token_view<float, mem>>(d.v, H * V, b, e, H, V);
+    grads.dq = decltype(grads.dq)("dq", e - b, H, K);
+    grads.dk = decltype(grads.dk)("dk", e - b, H, K);
+    grads.dv = decltype(grads.dv)("dv", e - b, H, V);
+    if constexpr (std::is_same_v<typename B::transition_type, cw::DiagonalTransition>) {
+      std::vector<float> gk(static_cast<std::size_t>(d.T * H * K));
+      for (std::size_t i = 0; i < gk.size(); ++i) gk[i] = d.g[i / K];
+      in.g = rows_of<cw::const_token_view<float, mem>>(gk, H * K, b, e, H, K);
+      grads.dg = decltype(grads.dg)("dg", e - b, H, K);
+    } else {
+      in.g = rows_of<cw::const_head_view<float, mem>>(d.g, H, b, e, H);
+      grads.dg = decltype(grads.dg)("dg", e - b, H);
+    }
+    if constexpr (std::is_same_v<typename B::transition_type, cw::DenseTransition>) {
+      in.beta = rows_of<cw::const_head_view<float, mem>>(d.beta, H, b, e, H);
+      grads.dbeta = decltype(grads.dbeta)("dbeta", e - b, H);
+    }
+    (void)diagonal_gates;
+    o = cw::token_view<float, mem>("o", e - b, H, V);
+    dout = rows_of<cw::const_token_view<float, mem>>(d.dout, H * V, b, e, H, V);
+  }
+
+  template <class Policy = cw::GatherFold>
+  void forward() {
+    cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o);
+    exec().fence();
+  }
+  template <class Policy = cw::GatherFold>
+  void both() {
+    auto ctx = cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o);
+    cw::chunkwise_cp_backward<Policy>(exec(), group, backend, ctx, dout, grads);
+    exec().fence();
+  }
+};
+
+// Token-by-token fp32 recurrence (the oracle's algorithm, written for speed: contiguous rows,
+// inner loops over V). `gated_delta`: S = αS + β k (v − α Sᵀk)ᵀ; else S = αS + k vᵀ.
+std::vector<float> recurrence(const Data& d, bool gated_delta) {
+  const std::int64_t H = d.H, K = d.K, V = d.V;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(K));
+  std::vector<float> out(static_cast<std::size_t>(d.T * H * V)), S(static_cast<std::size_t>(K * V)),
+      pred(static_cast<std::size_t>(V));
+  for (std::int64_t h = 0; h < H; ++h) {
+    std::fill(S.begin(), S.end(), 0.0f);
+    for (std::int64_t t = 0; t < d.T; ++t) {
+      const float* k = &d.k[static_cast<std::size_t>((t * H + h) * K)];
+      const float* q = &d.q[static_cast<std::size_t>((t * H + h) * K)];
+      const float* v = &d.v[static_cast<std::size_t>((t * H + h) * V)];
+      const float a = std::exp(d.g[static_cast<std::size_t>(t * H + h)]);
+      const float b = d.beta[static_cast<std::size_t>(t * H + h)];
+      if (gated_delta) {
+        std::fill(pred.begin(), pred.end(), 0.0f);
+        for (std::int64_t i = 0; i < K; ++i)
+          for (std::int64_t j = 0; j < V; ++j) pred[j] += S[i * V + j] * k[i];
+        for (std::int64_t j = 0; j < V; ++j) pred[j] = b * (v[j] - a * pred[j]);
+        for (std::int64_t i = 0; i < K; ++i)
+          for (std::int64_t j = 0; j < V; ++j) S[i * V + j] = a * S[i * V + j] + k[i] * pred[j];
+      } else {
+        for (std::int64_t i = 0; i < K; ++i)
+          for (std::int64_t j = 0; j < V; ++j) S[i * V + j] = a * S[i * V + j] + k[i] * v[j];
+      }
+      float* o = &out[static_cast<std::size_t>((t * H + h) * V)];
+      std::fill(o, o + V, 0.0f);
+      for (std::int64_t i = 0; i < K; ++i)
+        for (std::int64_t j = 0; j < V; ++j) o[j] += scale * S[i * V + j] * q[i];
+    }
+  }
+  return out;
+}
+
+double rel_l2(const std::vector<float>& a, const cw::token_view<float, mem>& b) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - h.data()[i]) * (a[i] - h.data()[i]);
+    den += a[i] * a[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Useful flops of the scalar-decay chunkwise forward per head and chunk of c tokens (the model of
+// 21-chunkwise-kernels.md §3 for this family): scores QKᵀ⊙L C²K, their product with V 2·C²V/2·2,
+// the inter-chunk read Γ Q S 2CKV, the chunk update dS = K̃ᵀV 2CKV.
+double scalar_chunk_flops(double c, double k, double v) { return c * c * k + c * c * v + 2 * c * k * v + 2 * c * k * v; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  Kokkos::initialize(argc, argv);
+  {
+    std::string out_path = "chunkwise.json";
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--out" && i + 1 < argc) out_path = argv[++i];
+      if (a == "--quick") quick = true;
+    }
+    const ctxpar::Group world(MPI_COMM_WORLD);
+    const ctxpar::Group self(MPI_COMM_SELF);
+    const int p = world.size(), rank = world.rank();
+    bench::Report report(bench::this_machine());
+    const int repeats = quick ? 3 : 5;
+
+    if (p == 1) {
+      // Local kernels against the same-run SGEMM ceiling and the recurrence.
+      const auto sgemm = bench::sgemm_ceiling(quick ? 512 : 1024, 3);
+      const std::int64_t K = 128, V = 128, C = 64, H = 1, T = quick ? 512 : 2048;
+      const Data d(T, H, K, V);
+      {
+        Runner<cw::GatedDeltaRuleBackend<float, mem>> gdn(self, d, static_cast<int>(C));
+        gdn.forward();
+        const auto rec = recurrence(d, true);
+        const double err = rel_l2(rec, gdn.o);
+        const auto t_chunk = bench::time_it([&] { gdn.forward(); }, 1, repeats);
+        const auto t_rec = bench::time_it([&] { recurrence(d, true); }, 1, repeats);
+        const double flops = cw::gated_delta_chunk_flops(C, K, V) * (T / C) * H;
+        const double gflops = flops / t_chunk.median_s * 1e-9;
+        bench::Record r("chunkwise", "gdn_local_forward");
+        r.set("kind", "local_kernel").set("family", "gdn").set("tokens", T).set("heads", H).set("key_dim", K);
+        r.set("value_dim", V).set("chunk", C).set("flop_model", "21-chunkwise-kernels.md section 5");
+        r.set("chunkwise", t_chunk).set("recurrence", t_rec).set("gflops", gflops);
+        r.set("sgemm_gflops", sgemm.gflops).set("sgemm_n", sgemm.n).set("forward_ratio", gflops / sgemm.gflops);
+        r.set("speedup_vs_recurrence", t_rec.median_s / t_chunk.median_s).set("rel_l2_vs_recurrence", err);
+        report.add(r);
+        std::cout << "gdn local forward: " << gflops << " GFLOP/s, SGEMM " << sgemm.gflops << " (ratio "
+                  << gflops / sgemm.gflops << "), vs recurrence x" << t_rec.median_s / t_chunk.median_s
+                  << " (rel L2 " << err << ")\n";
+      }
+      {
+        Runner<cw::ScalarDecayBackend<float, mem>> sd(self, d, static_cast<int>(C));
+        sd.forward();
+        const auto rec = recurrence(d, false);
+        const double err = rel_l2(rec, sd.o);
+        const auto t_chunk = bench::time_it([&] { sd.forward(); }, 1, repeats);
+        const auto t_rec = bench::time_it([&] { recurrence(d, false); }, 1, repeats);
+        const double flops = scalar_chunk_flops(C, K, V) * (T / C) * H;
+        const double gflops = flops / t_chunk.median_s * 1e-9;
+        bench::Record r("chunkwise", "scalar_local_forward");
+        r.set("kind", "local_kernel_scalar").set("family", "scalar").set("tokens", T).set("heads", H);
+        r.set("key_dim", K).set("value_dim", V).set("chunk", C).set("flop_model", "C^2K + C^2V + 4CKV per chunk");
+        r.set("chunkwise", t_chunk).set("recurrence", t_rec).set("gflops", gflops).set("sgemm_gflops", sgemm.gflops);
+        r.set("scalar_ratio_to_sgemm", gflops / sgemm.gflops);
+        r.set("scalar_speedup_vs_recurrence", t_rec.median_s / t_chunk.median_s).set("rel_l2_vs_recurrence", err);
+        report.add(r);
+        std::cout << "scalar local forward: " << gflops << " GFLOP/s (ratio " << gflops / sgemm.gflops
+                  << "), vs recurrence x" << t_rec.median_s / t_chunk.median_s << " (rel L2 " << err << ")\n";
+      }
+    }
+
+    if (p == 2) {
+      // CP efficiency on a compute-bound size: T(1) with each rank running the whole sequence
+      // alone at the same time, T(2) the CP run.
+      const std::int64_t T = quick ? 1024 : 4096;
+      const Data d(T, 2, 64, 64);
+      Runner<cw::GatedDeltaRuleBackend<float, mem>> one(self, d, 64);
+      Runner<cw::GatedDeltaRuleBackend<float, mem>> two(world, d, 64);
+      const auto t1 = bench::time_collective(world.mpi_comm(), [&] { one.both(); }, 1, repeats);
+      const auto t2 = bench::time_collective(world.mpi_comm(), [&] { two.both(); }, 1, repeats);
+      bench::Record r("chunkwise", "cp_efficiency_gdn");
+      r.set("kind", "cp_efficiency").set("family", "gdn").set("tokens", T).set("heads", 2).set("key_dim", 64);
+      r.set("value_dim", 64).set("single_rank", t1).set("two_ranks", t2);
+      r.set("cp_efficiency", t1.median_s / (2 * t2.median_s));
+      report.add(r);
+      if (rank == 0) std::cout << "cp efficiency (gdn fwd+bwd, T=" << T << "): " << t1.median_s / (2 * t2.median_s) << "\n";
+    }
+
+    if (p >= 2) {
+      // Summary bytes per structure vs formula, and GatherFold vs ScanCompose on a latency-bound
+      // size (few tokens per rank).
+      const std::int64_t H = 2, K = 32, V = 32, L = 32;
+      const Data d(L * p, H, K, V);
+      auto measure = [&](auto& runner, const char* family, std::int64_t m) {
+        using R = std::decay_t<decltype(runner)>;
+        (void)sizeof(R);
+        const std::int64_t record = H * (K * V + m) * 4;
+        world.reset_traffic();
+        runner.template both<cw::GatherFold>();
+        const auto& ag = world.traffic(ctxpar::CollectiveKind::allgather);
+        const std::int64_t formula = 2 * record * (p - 1);  // forward + backward, one record each
+        const auto t_gather = bench::time_collective(world.mpi_comm(), [&] { runner.template both<cw::GatherFold>(); }, 2, repeats);
+        world.reset_traffic();
+        runner.template both<cw::ScanCompose>();
+        const auto& sc = world.traffic(ctxpar::CollectiveKind::scan);
+        const std::int64_t scan_sent = sc.bytes_sent;
+        const auto t_scan = bench::time_collective(world.mpi_comm(), [&] { runner.template both<cw::ScanCompose>(); }, 2, repeats);
+        bench::Record r("chunkwise", std::string("summaries_") + family + "_P" + std::to_string(p));
+        r.set("kind", "summaries").set("family", family).set("ranks", p).set("heads", H).set("key_dim", K);
+        r.set("value_dim", V).set("tokens_per_rank", L).set("m_floats_per_head", m);
+        r.set("bytes_received", ag.bytes_received).set("bytes_formula_value", formula);
+        r.set("bytes_formula", "2 directions * H*(K*V+m)*4 * (P-1)");
+        r.set("scan_bytes_sent", scan_sent);
+        r.set("gather", t_gather).set("scan", t_scan).set("scan_over_gather", t_scan.median_s / t_gather.median_s);
+        // Summary buffers the driver allocates per direction (fp32): GatherFold keeps the local and
+        // the P gathered records plus a fold temporary; ScanCompose keeps the record and four
+        // temporaries (the scan's inclusive/received/exclusive parts and the composition output).
+        const std::int64_t scan_record = H * (K * V + std::max<std::int64_t>(m, 1)) * 4;
+        r.set("gather_summary_memory_bytes", (1 + p) * record + H * K * V * 4);
+        r.set("scan_summary_memory_bytes", 5 * scan_record);
+        report.add(r);
+        if (rank == 0) {
+          std::cout << family << " P=" << p << ": allgather bytes received " << ag.bytes_received << " (formula "
+                    << formula << "), gather " << t_gather.median_s * 1e6 << " us, scan " << t_scan.median_s * 1e6
+                    << " us\n";
+        }
+      };
+      Runner<cw::ScalarDecayBackend<float, mem>> sd(world, d, 16);
+      measure(sd, "scalar", 1);
+      Runner<cw::DiagonalGateBackend<float, mem>> dg(world, d, 16, true);
+      measure(dg, "diagonal", K);
+      Runner<cw::GatedDeltaRuleBackend<float, mem>> gdn(world, d, 16);
+      measure(gdn, "gdn", K * K);
+    }
+    if (rank == 0) report.write(out_path);
+  }
+  Kokkos::finalize();
+  MPI_Finalize();
+  return 0;
+}
