@@ -273,12 +273,12 @@ int main(int argc, char** argv) {
         const std::int64_t record = H * (K * V + m) * 4;
         world.reset_traffic();
         runner.template both<cw::GatherFold>();
-        const auto& ag = world.traffic(ctxpar::CollectiveKind::allgather);
+        const ctxpar::Traffic ag = world.traffic(ctxpar::CollectiveKind::allgather);  // a copy: counters are reset below
         const std::int64_t formula = 2 * record * (p - 1);  // forward + backward, one record each
         const auto t_gather = bench::time_collective(world.mpi_comm(), [&] { runner.template both<cw::GatherFold>(); }, 2, repeats);
         world.reset_traffic();
         runner.template both<cw::ScanCompose>();
-        const auto& sc = world.traffic(ctxpar::CollectiveKind::scan);
+        const ctxpar::Traffic sc = world.traffic(ctxpar::CollectiveKind::scan);
         const std::int64_t scan_sent = sc.bytes_sent;
         const auto t_scan = bench::time_collective(world.mpi_comm(), [&] { runner.template both<cw::ScanCompose>(); }, 2, repeats);
         bench::Record r("chunkwise", std::string("summaries_") + family + "_P" + std::to_string(p));
