@@ -326,7 +326,9 @@ int run_demo(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
     std::ostringstream report;
     group.reset_traffic();
     Kokkos::Timer timer;
+    ctxpar::cli::current_demo_args() = &args;
     const bool mine = part.fn(group, report);
+    ctxpar::cli::current_demo_args() = nullptr;
     const double seconds = timer.seconds();
     const bool ok = all_ranks(group, mine);
     if (root) std::cout << report.str();

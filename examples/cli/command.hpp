@@ -45,7 +45,13 @@
 //     prints `PASS`/`FAIL` per part; `ctxpar demo` exits non-zero if any part fails.
 //   * Write the readable report to `report`: rank 0's report is printed; another rank's report is
 //     printed (prefixed with its rank) only when that rank's verdict is false.
-//   * Keep each part to a few seconds on 2 ranks of a 2-core machine.
+//   * Keep each part to a few seconds on 2 ranks of a 2-core machine (ctest runs the demo at
+//     np 1..4, and 5..8 under the `extended` label).
+//   * Options for the parts: declare them once with `CTXPAR_CLI_DEMO_OPTIONS("[--seq-len N]")`
+//     (they join `ctxpar demo --help` and the allowed options) and read them inside the part with
+//     `ctxpar::cli::demo_args().get<std::int64_t>("seq-len", 4096)` — on every rank, before the
+//     part's first collective. Parts share one option namespace: reuse a name only with the same
+//     meaning.
 #pragma once
 
 #include <algorithm>
@@ -263,7 +269,30 @@ inline std::vector<DemoPart>& demo_parts() {
   return all;
 }
 
-/// Registers a subcommand or a demo part from a static object's constructor.
+/// Extra options of `ctxpar demo` declared by demo parts (usage fragments such as
+/// `"[--seq-len N] [--heads H]"`), appended to the demo's own usage.
+inline std::vector<std::string>& demo_option_usages() {
+  static std::vector<std::string> all;
+  return all;
+}
+
+/// The options of the running `ctxpar demo`, set by the demo while its parts run.
+inline const Args*& current_demo_args() {
+  static const Args* args = nullptr;
+  return args;
+}
+
+/// The options `ctxpar demo` was given, for a demo part (read them on every rank, before the
+/// part's first collective). Only valid while a demo part runs.
+inline const Args& demo_args() {
+  if (current_demo_args() == nullptr) {
+    throw Error("ctxpar::cli::demo_args", -1, "only available while a demo part runs",
+                "a call from a CTXPAR_CLI_DEMO_PART function", "a call outside the demo");
+  }
+  return *current_demo_args();
+}
+
+/// Registers a subcommand, a demo part or demo options from a static object's constructor.
 struct Registrar {
   /// Registers the subcommand `name`.
   Registrar(const char* name, const char* summary, const char* usage, CommandFn fn) {
@@ -271,6 +300,8 @@ struct Registrar {
   }
   /// Registers the demo part `name`.
   Registrar(const char* name, DemoFn fn) { demo_parts().push_back(DemoPart{name, fn}); }
+  /// Declares extra options of `ctxpar demo` (a usage fragment).
+  explicit Registrar(const char* demo_options) { demo_option_usages().push_back(demo_options); }
 };
 
 /// The option names spelled `--name` in a usage string.
@@ -286,6 +317,15 @@ inline std::set<std::string> options_in_usage(const std::string& usage) {
     i = j;
   }
   return out;
+}
+
+/// A subcommand's whole usage: its own, plus the demo options the demo parts declared for `demo`.
+inline std::string full_usage(const Command& c) {
+  std::string usage = c.usage;
+  if (c.name == "demo") {
+    for (const auto& extra : demo_option_usages()) usage += " " + extra;
+  }
+  return usage;
 }
 
 /// Looks up a registered subcommand; nullptr when there is none.
@@ -313,7 +353,8 @@ inline void print_help(std::ostream& out) {
 
 /// Writes one subcommand's usage.
 inline void print_usage(std::ostream& out, const Command& c) {
-  out << "usage: mpirun -np P ctxpar " << c.name << " " << c.usage << "\n\n" << c.summary << "\n";
+  out << "usage: mpirun -np P ctxpar " << c.name << " " << full_usage(c) << "\n\n"
+      << c.summary << "\n";
 }
 
 /// What the tool was asked to do: show help (`command == nullptr` or `help`), or run `command`.
@@ -346,7 +387,8 @@ inline Invocation parse_invocation(const std::vector<std::string>& tokens) {
     inv.help = true;
     return inv;
   }
-  inv.args = std::make_unique<Args>(inv.command->name, rest, options_in_usage(inv.command->usage));
+  inv.args =
+      std::make_unique<Args>(inv.command->name, rest, options_in_usage(full_usage(*inv.command)));
   return inv;
 }
 
@@ -361,6 +403,14 @@ inline Invocation parse_invocation(const std::vector<std::string>& tokens) {
   [[maybe_unused]] const ::ctxpar::cli::Registrar CTXPAR_CLI_CONCAT(ctxpar_cli_command_,     \
                                                                     __LINE__){name, summary, \
                                                                               usage, fn};    \
+  }
+
+/// Declares extra options of `ctxpar demo` for the demo parts, e.g. `"[--seq-len N] [--zigzag]"`;
+/// a part reads them with `ctxpar::cli::demo_args()`.
+#define CTXPAR_CLI_DEMO_OPTIONS(usage)                                                        \
+  namespace {                                                                                 \
+  [[maybe_unused]] const ::ctxpar::cli::Registrar CTXPAR_CLI_CONCAT(ctxpar_cli_demo_options_, \
+                                                                    __LINE__){usage};         \
   }
 
 /// Registers the demo part `name` (a string literal) run by `fn` (a `ctxpar::cli::DemoFn`).

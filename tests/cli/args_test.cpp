@@ -46,6 +46,9 @@ bool fake_part(const ctxpar::Group&, std::ostream& report) {
 CTXPAR_CLI_COMMAND("zz-test", "a command registered by the test", "--n N [--verbose]",
                    fake_command);
 CTXPAR_CLI_DEMO_PART("zz-test-part", fake_part);
+// This executable is not the tool: it registers its own `demo` to test the demo-option hook.
+CTXPAR_CLI_COMMAND("demo", "the test's demo", "[--length N]", fake_command);
+CTXPAR_CLI_DEMO_OPTIONS("[--zz-seq-len N] [--zz-zigzag]");
 
 BOOST_AUTO_TEST_CASE(values_flags_and_spellings) {
   const Args a("t", {"--n", "12", "--x=2.5", "--flag", "--shift", "-3", "--name", "abc", "--big",
@@ -127,4 +130,32 @@ BOOST_AUTO_TEST_CASE(registry_dispatch_and_help) {
     }
   }
   BOOST_TEST(found);
+}
+
+BOOST_AUTO_TEST_CASE(demo_parts_declare_options) {
+  auto inv =
+      ctxpar::cli::parse_invocation({"demo", "--zz-seq-len", "64", "--zz-zigzag", "--length", "3"});
+  BOOST_TEST(inv.args->get<int>("zz-seq-len") == 64);
+  BOOST_TEST(inv.args->has("zz-zigzag"));
+  std::ostringstream usage;
+  ctxpar::cli::print_usage(usage, *inv.command);
+  BOOST_TEST(usage.str().find("[--length N] [--zz-seq-len N] [--zz-zigzag]") != std::string::npos);
+  BOOST_TEST(usage_error(
+      [] {
+        ctxpar::cli::parse_invocation({"demo", "--zz-other", "1"});
+      },
+      {"unknown option --zz-other"}));
+  // Another command does not accept the demo's options.
+  BOOST_TEST(usage_error(
+      [] {
+        ctxpar::cli::parse_invocation({"zz-test", "--zz-zigzag"});
+      },
+      {"unknown option --zz-zigzag"}));
+  bool threw = false;
+  try {
+    ctxpar::cli::demo_args();
+  } catch (const ctxpar::Error&) {
+    threw = true;
+  }
+  BOOST_TEST(threw);
 }
