@@ -1,0 +1,368 @@
+// `ctxpar swa`: streamed sliding-window attention over a whole stream of .npy tensors, context
+// parallel across the ranks, checked against the single-rank step; and the `swa` part of
+// `ctxpar demo`.
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "ctxpar/swa/swa.hpp"
+#include "json.hpp"
+#include "npy.hpp"
+
+namespace {
+
+using Exec = Kokkos::DefaultExecutionSpace;
+using Mem = Exec::memory_space;
+
+/// The whole stream on the host, as every rank reads it.
+template <class Scalar>
+struct Stream {
+  std::int64_t tokens = 0, hq = 0, hkv = 0, dim = 0;
+  std::vector<Scalar> q, k, v, dout;
+  std::vector<std::int64_t> pos;
+  std::vector<std::int32_t> ids;
+};
+
+/// Everything a streamed run produces, assembled on rank 0.
+template <class Scalar>
+struct StreamOutput {
+  std::vector<Scalar> out, dq, dk, dv;
+  std::vector<double> step_seconds;
+};
+
+template <class Scalar>
+ctxpar::swa::Tensor<Scalar, Mem> rows(const std::vector<Scalar>& x, std::int64_t from, std::int64_t n,
+                                      std::int64_t heads, std::int64_t dim) {
+  ctxpar::swa::Tensor<Scalar, Mem> t(std::string("ctxpar::cli::swa"), n, heads, dim);
+  auto h = Kokkos::create_mirror_view(t);
+  std::copy(x.begin() + from * heads * dim, x.begin() + (from + n) * heads * dim, h.data());
+  Kokkos::deep_copy(t, h);
+  return t;
+}
+
+template <class T, class View>
+View vec(const std::vector<T>& x, std::int64_t from, std::int64_t n) {
+  View v(std::string("ctxpar::cli::swa"), x.empty() ? 0 : n);
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(v.extent(0)); ++i) h(i) = x[from + i];
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+template <class Scalar>
+ctxpar::swa::Chunk<Scalar, Mem> chunk_of(const Stream<Scalar>& s, std::int64_t from, std::int64_t n) {
+  ctxpar::swa::Chunk<Scalar, Mem> c;
+  c.q = rows(s.q, from, n, s.hq, s.dim);
+  c.k = rows(s.k, from, n, s.hkv, s.dim);
+  c.v = rows(s.v, from, n, s.hkv, s.dim);
+  c.pos = vec<std::int64_t, ctxpar::swa::Positions<Mem>>(s.pos, from, n);
+  c.ids = vec<std::int32_t, ctxpar::swa::Ids<Mem>>(s.ids, from, n);
+  return c;
+}
+
+/// Writes rows of `view` into `dst` at token `from` (host copy).
+template <class Scalar, class View>
+void place(std::vector<Scalar>& dst, const View& view, std::int64_t from) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  if (h.span() > 0) std::copy(h.data(), h.data() + h.span(), dst.begin() + from * view.extent(1) * view.extent(2));
+}
+
+/// Sums every rank's partial (disjoint rows, zeros elsewhere) onto rank 0: exact, x + 0 = x.
+template <class Scalar>
+void reduce_rows(const ctxpar::Group& group, std::vector<Scalar>& x) {
+  MPI_Datatype type = sizeof(Scalar) == 4 ? MPI_FLOAT : MPI_DOUBLE;
+  if (group.rank() == 0)
+    MPI_Reduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), type, MPI_SUM, 0, group.mpi_comm());
+  else
+    MPI_Reduce(x.data(), nullptr, static_cast<int>(x.size()), type, MPI_SUM, 0, group.mpi_comm());
+}
+
+/// Streams the whole input in steps of `step` tokens with the carried cache, sharded across
+/// `group`, forward (and backward through every step when asked). Collective.
+template <class Scalar, class Policy>
+StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>& s, std::int64_t step,
+                                const ctxpar::swa::Options& options, bool backward) {
+  Exec space;
+  const int p = group.size(), me = group.rank();
+  const std::int64_t qsize = s.tokens * s.hq * s.dim, ksize = s.tokens * s.hkv * s.dim;
+  StreamOutput<Scalar> o;
+  o.out.assign(qsize, Scalar(0));
+  auto cache = ctxpar::swa::empty_cache<Scalar, Mem>(s.hkv, s.dim);
+  std::vector<ctxpar::swa::DistributedState<Scalar, Mem>> states;
+  std::vector<std::int64_t> froms;
+  for (std::int64_t from = 0; from < s.tokens; from += step) {
+    const std::int64_t t = std::min(step, s.tokens - from);
+    const ctxpar::BalancedChunks split{t, p};
+    const auto chunk = chunk_of(s, from + split.begin(me), split.size(me));
+    MPI_Barrier(group.mpi_comm());
+    const double start = MPI_Wtime();
+    auto r = ctxpar::swa::forward<Policy>(space, group, chunk, t, cache, options);
+    space.fence();
+    double mine = MPI_Wtime() - start, slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
+    o.step_seconds.push_back(slowest);
+    place(o.out, r.out, from + split.begin(me));
+    cache = r.next_cache;
+    if (backward) {
+      states.push_back(r.state);
+      froms.push_back(from + split.begin(me));
+    }
+  }
+  reduce_rows(group, o.out);
+  if (!backward) return o;
+  o.dq.assign(qsize, Scalar(0));
+  o.dk.assign(ksize, Scalar(0));
+  o.dv.assign(ksize, Scalar(0));
+  ctxpar::swa::CacheGradient<Scalar, Mem> carried;
+  for (std::size_t k = states.size(); k-- > 0;) {
+    const auto n = static_cast<std::int64_t>(states[k].q_rot.extent(0));
+    auto g = ctxpar::swa::backward(space, group, states[k], rows(s.dout, froms[k], n, s.hq, s.dim), carried);
+    place(o.dq, g.dq, froms[k]);
+    place(o.dk, g.dk, froms[k]);
+    place(o.dv, g.dv, froms[k]);
+    carried.dk = g.dk_cache;
+    carried.dv = g.dv_cache;
+  }
+  reduce_rows(group, o.dq);
+  reduce_rows(group, o.dk);
+  reduce_rows(group, o.dv);
+  return o;
+}
+
+/// The same stream through the single-rank step on this rank alone.
+template <class Scalar>
+StreamOutput<Scalar> single_run(const Stream<Scalar>& s, std::int64_t step, const ctxpar::swa::Options& options,
+                                bool backward) {
+  Exec space;
+  StreamOutput<Scalar> o;
+  o.out.assign(s.tokens * s.hq * s.dim, Scalar(0));
+  auto cache = ctxpar::swa::empty_cache<Scalar, Mem>(s.hkv, s.dim);
+  std::vector<ctxpar::swa::StepState<Scalar, Mem>> states;
+  for (std::int64_t from = 0; from < s.tokens; from += step) {
+    const std::int64_t t = std::min(step, s.tokens - from);
+    auto r = ctxpar::swa::step_forward(space, chunk_of(s, from, t), cache, options);
+    place(o.out, r.out, from);
+    cache = r.next_cache;
+    states.push_back(r.state);
+  }
+  if (!backward) return o;
+  o.dq.assign(o.out.size(), Scalar(0));
+  o.dk.assign(s.tokens * s.hkv * s.dim, Scalar(0));
+  o.dv.assign(o.dk.size(), Scalar(0));
+  ctxpar::swa::CacheGradient<Scalar, Mem> carried;
+  std::int64_t from = s.tokens;
+  for (std::size_t k = states.size(); k-- > 0;) {
+    const auto n = static_cast<std::int64_t>(states[k].q_rot.extent(0));
+    from -= n;
+    auto g = ctxpar::swa::step_backward(space, states[k], rows(s.dout, from, n, s.hq, s.dim), carried);
+    place(o.dq, g.dq, from);
+    place(o.dk, g.dk, from);
+    place(o.dv, g.dv, from);
+    carried.dk = g.dk_cache;
+    carried.dv = g.dv_cache;
+  }
+  return o;
+}
+
+/// Largest |a - b| / (1 + |b|) over two arrays (0 for empty ones).
+template <class Scalar>
+double max_relative(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])) / (1.0 + std::fabs(double(b[i]))));
+  return worst;
+}
+
+template <class Scalar>
+bool bitwise(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Scalar)) == 0);
+}
+
+template <class Scalar>
+StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& group, const Stream<Scalar>& s,
+                                std::int64_t step, const ctxpar::swa::Options& o, bool backward) {
+  if (policy == "allgather") return stream_run<Scalar, ctxpar::swa::RopeBeforeGather>(group, s, step, o, backward);
+  if (policy == "rope-after") return stream_run<Scalar, ctxpar::swa::RopeAfterGather>(group, s, step, o, backward);
+  return stream_run<Scalar, ctxpar::swa::HaloKV>(group, s, step, o, backward);
+}
+
+template <class Scalar>
+int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const std::string& in, const std::string& out,
+              std::int64_t window, std::int64_t step, const std::string& policy, double base, bool backward,
+              bool check) {
+  using ctxpar::cli::read_npy;
+  Stream<Scalar> s;
+  const auto q = read_npy(in + "/q.npy"), k = read_npy(in + "/k.npy"), v = read_npy(in + "/v.npy");
+  ctxpar::require_local(q.rank() == 3 && k.rank() == 3, "ctxpar swa", "q.npy and k.npy must be [T, heads, D]", 3,
+                        q.rank());
+  s.tokens = q.extent(0);
+  s.hq = q.extent(1);
+  s.hkv = k.extent(1);
+  s.dim = q.extent(2);
+  k.require_shape({s.tokens, s.hkv, s.dim}, in + "/k.npy");
+  v.require_shape({s.tokens, s.hkv, s.dim}, in + "/v.npy");
+  s.q = q.values<Scalar>(in + "/q.npy");
+  s.k = k.values<Scalar>(in + "/k.npy");
+  s.v = v.values<Scalar>(in + "/v.npy");
+  namespace fs = std::filesystem;
+  if (fs::exists(in + "/pos.npy")) {
+    const auto pos = read_npy(in + "/pos.npy");
+    pos.require_shape({s.tokens}, in + "/pos.npy");
+    for (auto x : pos.values<std::int32_t>(in + "/pos.npy")) s.pos.push_back(x);
+  } else {
+    for (std::int64_t i = 0; i < s.tokens; ++i) s.pos.push_back(i);
+  }
+  if (fs::exists(in + "/seq.npy")) {
+    const auto seq = read_npy(in + "/seq.npy");
+    seq.require_shape({s.tokens}, in + "/seq.npy");
+    s.ids = seq.values<std::int32_t>(in + "/seq.npy");
+  }
+  const bool given_dout = fs::exists(in + "/dout.npy");
+  if (given_dout) {
+    const auto d = read_npy(in + "/dout.npy");
+    d.require_shape({s.tokens, s.hq, s.dim}, in + "/dout.npy");
+    s.dout = d.values<Scalar>(in + "/dout.npy");
+  } else {
+    s.dout.assign(s.q.size(), Scalar(1));
+  }
+  (void)args;
+  if (step <= 0) step = std::max<std::int64_t>(s.tokens, 1);
+  ctxpar::swa::Options o;
+  o.window = window;
+  o.rope_base = base;
+  group.reset_traffic();
+  const auto result = run_policy(policy, group, s, step, o, backward);
+  const ctxpar::cli::Json traffic = ctxpar::cli::gather_traffic(group);
+  if (group.rank() == 0) {
+    fs::create_directories(out);
+    ctxpar::cli::write_npy(out + "/out.npy", result.out.data(), {s.tokens, s.hq, s.dim});
+    if (backward) {
+      ctxpar::cli::write_npy(out + "/dq.npy", result.dq.data(), {s.tokens, s.hq, s.dim});
+      ctxpar::cli::write_npy(out + "/dk.npy", result.dk.data(), {s.tokens, s.hkv, s.dim});
+      ctxpar::cli::write_npy(out + "/dv.npy", result.dv.data(), {s.tokens, s.hkv, s.dim});
+    }
+  }
+  ctxpar::cli::Json summary = ctxpar::cli::Json::object();
+  summary["command"] = "swa";
+  summary["ranks"] = group.size();
+  summary["tokens"] = s.tokens;
+  summary["q_heads"] = s.hq;
+  summary["kv_heads"] = s.hkv;
+  summary["head_dim"] = s.dim;
+  summary["window"] = window;
+  summary["chunk"] = step;
+  summary["policy"] = policy;
+  summary["rope_base"] = base;
+  summary["dtype"] = sizeof(Scalar) == 4 ? "float32" : "float64";
+  summary["backward"] = backward;
+  summary["dout"] = given_dout ? "dout.npy" : "ones";
+  ctxpar::cli::Json seconds = ctxpar::cli::Json::array();
+  double total = 0;
+  for (double x : result.step_seconds) {
+    seconds.push_back(x);
+    total += x;
+  }
+  summary["steps"] = static_cast<std::int64_t>(result.step_seconds.size());
+  summary["forward_seconds_per_step"] = seconds;
+  summary["forward_seconds_total"] = total;
+  summary["traffic_per_rank"] = traffic;
+  bool ok = true;
+  if (check && group.rank() == 0) {
+    const auto single = single_run(s, step, o, backward);
+    ctxpar::cli::Json c = ctxpar::cli::Json::object();
+    c["out_bitwise_equal"] = bitwise(result.out, single.out);
+    c["out_max_relative_difference"] = max_relative(result.out, single.out);
+    if (backward) {
+      c["dq_max_relative_difference"] = max_relative(result.dq, single.dq);
+      c["dk_max_relative_difference"] = max_relative(result.dk, single.dk);
+      c["dv_max_relative_difference"] = max_relative(result.dv, single.dv);
+    }
+    summary["check_against_single_rank"] = c;
+    ok = bitwise(result.out, single.out);
+  }
+  if (group.rank() == 0) {
+    ctxpar::cli::write_json(group, out + "/summary.json", summary);
+    summary.dump(std::cout, 2);
+    std::cout << "\n";
+  }
+  int verdict = ok ? 0 : 1;
+  MPI_Bcast(&verdict, 1, MPI_INT, 0, group.mpi_comm());
+  return verdict;
+}
+
+int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
+  const auto in = args.get<std::string>("in");
+  const auto out = args.get<std::string>("out");
+  const auto window = args.get<std::int64_t>("window", 0);
+  const auto step = args.get<std::int64_t>("chunk", 0);
+  const auto policy = args.get("policy", "allgather");
+  const auto base = args.get<double>("rope-base", 10000.0);
+  const bool backward = args.has("backward");
+  const bool check = !args.has("no-check");
+  if (policy != "allgather" && policy != "rope-after" && policy != "halo")
+    throw ctxpar::cli::UsageError("ctxpar swa", -1, "unknown --policy", "allgather, rope-after or halo", policy);
+  if (window < 0) throw ctxpar::cli::UsageError("ctxpar swa", -1, "--window must be >= 0", ">= 0", std::to_string(window));
+  const auto q = ctxpar::cli::read_npy(in + "/q.npy");
+  if (q.dtype() == ctxpar::cli::Dtype::float64)
+    return run_typed<double>(args, group, in, out, window, step, policy, base, backward, check);
+  return run_typed<float>(args, group, in, out, window, step, policy, base, backward, check);
+}
+
+/// The demo: a packed stream of 64 tokens (two documents, positions with gaps) in 13 steps of
+/// 5 with a window of 9, through each policy across the ranks, against the single-rank stream:
+/// the forward bitwise, the gradients of the whole stream within a few ulps of fp64.
+bool demo_swa(const ctxpar::Group& group, std::ostream& report) {
+  Stream<double> s;
+  s.tokens = 64;
+  s.hq = 4;
+  s.hkv = 2;
+  s.dim = 16;
+  auto fill = [](std::vector<double>& x, std::size_t n, double seed) {
+    for (std::size_t i = 0; i < n; ++i) x.push_back(std::sin(seed * (i + 1) + 0.3 * seed));
+  };
+  fill(s.q, s.tokens * s.hq * s.dim, 1.3);
+  fill(s.k, s.tokens * s.hkv * s.dim, 2.1);
+  fill(s.v, s.tokens * s.hkv * s.dim, 0.7);
+  fill(s.dout, s.tokens * s.hq * s.dim, 1.9);
+  for (std::int64_t i = 0; i < s.tokens; ++i) {
+    s.pos.push_back(3 + 2 * i);
+    s.ids.push_back(i < 40 ? 1 : 2);
+  }
+  ctxpar::swa::Options o;
+  o.window = 9;
+  const std::int64_t step = 5;
+  const auto single = single_run(s, step, o, true);
+  bool ok = true;
+  for (const std::string policy : {"allgather", "rope-after", "halo"}) {
+    const auto r = run_policy(policy, group, s, step, o, true);
+    if (group.rank() != 0) continue;
+    const bool same = bitwise(r.out, single.out);
+    const double dg = std::max({max_relative(r.dq, single.dq), max_relative(r.dk, single.dk),
+                                max_relative(r.dv, single.dv)});
+    const bool good = same && dg < 1e-12;
+    ok = ok && good;
+    report << "swa " << policy << ": 64 tokens in 13 streamed steps on " << group.size()
+           << " rank(s), W = 9, 2 documents: forward " << (same ? "bitwise equal to" : "DIFFERS from")
+           << " the single-rank stream, gradients max relative difference " << dg << (good ? " (ok)" : " (FAIL)")
+           << "\n";
+  }
+  return ok;
+}
+
+}  // namespace
+
+CTXPAR_CLI_COMMAND("swa", "streamed sliding-window attention over .npy tensors, context parallel across the ranks",
+                   "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo] "
+                   "[--rope-base B] [--backward] [--no-check]",
+                   run_swa)
+CTXPAR_CLI_DEMO_PART("swa", demo_swa)
