@@ -315,3 +315,78 @@ BOOST_AUTO_TEST_CASE(metadata_worked_example_end_to_end) {
     CTXPAR_TEST_ALL(group, cwt::check_against("worked example", got, oracle, bound, rows, prob.T));
   }
 }
+
+namespace {
+
+// Streaming: three consecutive CP calls carrying the state (ht → h0 forward, dh0 → dht backward)
+// equal one pass over the whole stream, on every rank.
+template <class Policy>
+bool check_streaming(bool zigzag) {
+  using adapter = cwt::DecayAdapter<double, mem, true>;
+  const auto& group = world();
+  const std::int64_t T = 75, seg = 25;
+  const auto full = cwt::make_decay_problem(2, 4, 3, true, {0, T}, 51, 8);
+  const std::int64_t H = full.H, K = full.K, V = full.V, G = full.G;
+  auto slice = [&](std::int64_t b) {
+    cwt::DecayProblem p = full;
+    p.T = seg;
+    p.cu = {0, seg};
+    auto cut = [&](std::vector<double>& x, const std::vector<double>& src, std::int64_t per) {
+      x.assign(src.begin() + b * per, src.begin() + (b + seg) * per);
+    };
+    cut(p.q, full.q, H * K);
+    cut(p.k, full.k, H * K);
+    cut(p.v, full.v, H * V);
+    cut(p.g, full.g, H * G);
+    cut(p.dout, full.dout, H * V);
+    p.h0.assign(static_cast<std::size_t>(H * K * V), 0.0);
+    p.dht.assign(static_cast<std::size_t>(H * K * V), 0.0);
+    return p;
+  };
+  cwt::CaseOptions o;
+  o.chunk = 8;
+  o.zigzag = zigzag;
+  o.initial_states = o.final_state_grads = true;
+  std::vector<cwt::DecayProblem> parts;
+  for (std::int64_t b = 0; b < T; b += seg) parts.push_back(slice(b));
+  for (std::size_t i = 1; i < parts.size(); ++i) {  // forward sweep: carry the final state
+    parts[i].h0 = cwt::run_cp<adapter, Policy>(group, parts[i - 1], o).final_states;
+  }
+  cwt::Result streamed;
+  streamed.output.assign(static_cast<std::size_t>(T * H * V), 0.0);
+  for (const char* n : {"dq", "dk", "dv", "dg"}) streamed.grads.push_back({n, {}});
+  streamed.grads[0].values.assign(static_cast<std::size_t>(T * H * K), 0.0);
+  streamed.grads[1].values = streamed.grads[0].values;
+  streamed.grads[2].values.assign(static_cast<std::size_t>(T * H * V), 0.0);
+  streamed.grads[3].values.assign(static_cast<std::size_t>(T * H * G), 0.0);
+  std::vector<cwt::Range> rows;
+  for (std::size_t i = parts.size(); i-- > 0;) {  // backward sweep: carry the initial-state gradient
+    std::vector<cwt::Range> local;
+    const auto r = cwt::run_cp<adapter, Policy>(group, parts[i], o, &local);
+    if (i > 0) parts[i - 1].dht = r.initial_state_grads;
+    const std::int64_t b = static_cast<std::int64_t>(i) * seg;
+    for (auto lr : local) rows.emplace_back(lr.first + b, lr.second + b);
+    auto place = [&](std::vector<double>& dst, const std::vector<double>& src, std::int64_t per) {
+      for (auto lr : local)
+        for (std::int64_t t = lr.first; t < lr.second; ++t)
+          for (std::int64_t j = 0; j < per; ++j)
+            dst[static_cast<std::size_t>((t + b) * per + j)] = src[static_cast<std::size_t>(t * per + j)];
+    };
+    place(streamed.output, r.output, H * V);
+    place(streamed.grads[0].values, r.grads[0].values, H * K);
+    place(streamed.grads[1].values, r.grads[1].values, H * K);
+    place(streamed.grads[2].values, r.grads[2].values, H * V);
+    place(streamed.grads[3].values, r.grads[3].values, H * G);
+  }
+  const auto oracle = cwt::decay_oracle(full, false, false, false).result;
+  const auto bound = cwt::decay_bounds<double>(full, false, false, 2 * group.size() * 3);
+  return cwt::check_against("streaming", streamed, oracle, bound, rows, T);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(streaming_with_carried_states_equals_one_pass) {
+  const auto& group = world();
+  CTXPAR_TEST_ALL(group, check_streaming<cw::GatherFold>(false));
+  CTXPAR_TEST_ALL(group, check_streaming<cw::ScanCompose>(true));
+}
