@@ -104,7 +104,7 @@ class TransposePlan {
     row_begin_[p] = tokens_;
 
     std::vector<std::int64_t> map, offset(p + 1, 0);
-    std::vector<int> owner;
+    std::vector<int> owner;  // destination rank of every map entry
     for (int j = 0; j < p; ++j) {
       std::vector<std::int64_t> mj = layout_.channel_map(blocks_, j);
       map.insert(map.end(), mj.begin(), mj.end());
@@ -112,23 +112,29 @@ class TransposePlan {
       offset[j + 1] = static_cast<std::int64_t>(map.size());
     }
     offset_host_ = offset;
-    const std::int64_t c_all = layout_.channels();
-    std::vector<std::int64_t> inv_offset(c_all + 1, 0), inv_position(map.size());
-    std::vector<int> inv_owner(map.size());
-    for (std::int64_t k : map) ++inv_offset[k + 1];
-    for (std::int64_t c = 0; c < c_all; ++c) inv_offset[c + 1] += inv_offset[c];
-    std::vector<std::int64_t> fill(inv_offset.begin(), inv_offset.end() - 1);
-    for (std::size_t k = 0; k < map.size(); ++k) {  // k ascends, so copies stay in rank order
-      const std::int64_t e = fill[map[k]]++;
-      inv_owner[e] = owner[k];
-      inv_position[e] = static_cast<std::int64_t>(k) - offset[owner[k]];
+    // Contiguous runs of the map, split where the owner changes, the source jumps, or a channel
+    // switches between its first appearance and a repeat (a key group held by several ranks).
+    std::vector<char> seen(layout_.channels(), 0);
+    std::vector<impl::ChannelRun> runs;
+    for (std::size_t k = 0; k < map.size(); ++k) {
+      const int first = seen[map[k]] ? 0 : 1;
+      seen[map[k]] = 1;
+      if (!runs.empty()) {
+        impl::ChannelRun& last = runs.back();
+        if (last.owner == owner[k] && last.first == first && last.source + last.length == map[k] &&
+            last.target + last.length == static_cast<std::int64_t>(k)) {
+          ++last.length;
+          continue;
+        }
+      }
+      runs.push_back(impl::ChannelRun{map[k], static_cast<std::int64_t>(k), 1, owner[k], first});
     }
-    map_ = to_device<std::int64_t>("ctxpar::heads::channel_map", map);
+    bool covered = true;
+    for (char c : seen) covered = covered && c;
+    require_local(covered, op, "every channel of the layout must reach some rank", "a covering partition",
+                  "a channel no rank holds");
+    runs_ = to_device<impl::ChannelRun>("ctxpar::heads::channel_runs", runs);
     offset_ = to_device<std::int64_t>("ctxpar::heads::channel_offset", offset);
-    owner_ = to_device<int>("ctxpar::heads::channel_owner", owner);
-    inv_offset_ = to_device<std::int64_t>("ctxpar::heads::inverse_offset", inv_offset);
-    inv_position_ = to_device<std::int64_t>("ctxpar::heads::inverse_position", inv_position);
-    inv_owner_ = to_device<int>("ctxpar::heads::inverse_owner", inv_owner);
 
     if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
       // A dense sequence is one packed sequence: the same closed form covers both.
@@ -192,20 +198,41 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region("ctxpar::heads::to_head_parallel");
     check_views("ctxpar::heads::to_head_parallel", x, y);
-    using policy = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
-    Kokkos::parallel_for("ctxpar::heads::pack_sequence",
-                         policy(space, {0, 0}, {local_rows(), offset_host_.back()}),
-                         impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace>{
-                             x, buf_seq_, map_, offset_, owner_, local_rows()});
+    using team = Kokkos::TeamPolicy<ExecutionSpace>;
+    if (local_rows() > 0)
+      Kokkos::parallel_for("ctxpar::heads::pack_sequence", team(space, local_rows(), Kokkos::AUTO),
+                           impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace, ExecutionSpace>{
+                               x, buf_seq_, runs_, offset_, local_rows()});
     if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
       exchange(space, buf_seq_, send_seq_, flat(y), recv_head_);
     } else {
       exchange(space, buf_seq_, send_seq_, buf_head_, recv_head_);
-      Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo",
-                           policy(space, {0, 0}, {tokens_, local_channels()}),
-                           impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView, PackedZigzagLayout<MemorySpace>>{
-                               buf_head_, y, order_, local_channels()});
+      if (tokens_ > 0)
+        Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo", team(space, tokens_, Kokkos::AUTO),
+                             impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
+                                              PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+                                 buf_head_, y, order_, local_channels()});
     }
+  }
+
+  /// The local first half of `to_head_parallel` alone: packs `x` into the plan's send buffer (no
+  /// communication). For measuring the pack bandwidth; `to_head_parallel` does this itself.
+  template <class ExecutionSpace, class SeqView>
+  void pack(const ExecutionSpace& space, const SeqView& x) const {
+    if (local_rows() > 0)
+      Kokkos::parallel_for("ctxpar::heads::pack_sequence", Kokkos::TeamPolicy<ExecutionSpace>(space, local_rows(), Kokkos::AUTO),
+                           impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace, ExecutionSpace>{
+                               x, buf_seq_, runs_, offset_, local_rows()});
+  }
+  /// The local second half of `to_head_parallel` under `Zigzag` alone: unpacks the plan's receive
+  /// buffer into `y` with the zigzag undo (no communication). For measuring the unpack bandwidth.
+  template <class ExecutionSpace, class HeadView>
+  void unpack(const ExecutionSpace& space, const HeadView& y) const {
+    if (tokens_ > 0)
+      Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo", Kokkos::TeamPolicy<ExecutionSpace>(space, tokens_, Kokkos::AUTO),
+                           impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
+                                            PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+                               buf_head_, y, order_, local_channels()});
   }
 
   /// Collective. The inverse of `to_head_parallel`: `y [tokens(), local_channels()]` →
@@ -255,21 +282,21 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region(op);
     check_views(op, x, y);
-    using policy = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    using team = Kokkos::TeamPolicy<ExecutionSpace>;
     if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
       exchange(space, flat(y), recv_head_, buf_seq_, send_seq_);
     } else {
-      Kokkos::parallel_for("ctxpar::heads::pack_head_zigzag_redo",
-                           policy(space, {0, 0}, {tokens_, local_channels()}),
-                           impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>, PackedZigzagLayout<MemorySpace>>{
-                               y, buf_head_, order_, local_channels()});
+      if (tokens_ > 0)
+        Kokkos::parallel_for("ctxpar::heads::pack_head_zigzag_redo", team(space, tokens_, Kokkos::AUTO),
+                             impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>,
+                                            PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+                                 y, buf_head_, order_, local_channels()});
       exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
     }
-    Kokkos::parallel_for("ctxpar::heads::unpack_sequence",
-                         policy(space, {0, 0}, {local_rows(), channels()}),
-                         impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView, MemorySpace>{
-                             buf_seq_, x, inv_offset_, inv_position_, offset_, inv_owner_,
-                             local_rows(), sum_repeats});
+    if (local_rows() > 0)
+      Kokkos::parallel_for("ctxpar::heads::unpack_sequence", team(space, local_rows(), Kokkos::AUTO),
+                           impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView, MemorySpace, ExecutionSpace>{
+                               buf_seq_, x, runs_, offset_, local_rows(), sum_repeats});
   }
 
   template <class SeqView, class HeadView>
@@ -339,8 +366,8 @@ class TransposePlan {
   KeyGroupPartition blocks_;
   std::vector<std::int64_t> row_begin_, offset_host_;
   std::vector<int> send_seq_, recv_head_;
-  Kokkos::View<std::int64_t*, MemorySpace> map_, offset_, inv_offset_, inv_position_;
-  Kokkos::View<int*, MemorySpace> owner_, inv_owner_;
+  Kokkos::View<impl::ChannelRun*, MemorySpace> runs_;
+  Kokkos::View<std::int64_t*, MemorySpace> offset_;
   PackedZigzagLayout<MemorySpace> order_;
   PackedZigzagLayout<Kokkos::HostSpace> order_host_;
   Kokkos::View<Scalar*, MemorySpace> buf_seq_, buf_head_;
