@@ -53,7 +53,7 @@ void allgatherv(const ExecutionSpace& space, const Group& group, const SendView&
   impl::MpiBuffer<RecvView> r(recv, false, op);
   MPI_Allgatherv(s.data(), counts[group.rank()], impl::mpi_datatype_of<SendView>(), r.data(),
                  counts.data(), displs.data(), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
-  r.copy_out();
+  r.copy_out(total);
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
   const std::int64_t own = counts[group.rank()];
   group.record(CollectiveKind::allgather, own * elem * (group.size() - 1), (total - own) * elem);

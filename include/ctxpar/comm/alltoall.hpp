@@ -63,7 +63,7 @@ void alltoallv(const ExecutionSpace& space, const Group& group, const SendView& 
   MPI_Alltoallv(s.data(), send_counts.data(), sdispl.data(), impl::mpi_datatype_of<SendView>(),
                 r.data(), recv_counts.data(), rdispl.data(), impl::mpi_datatype_of<RecvView>(),
                 group.mpi_comm());
-  r.copy_out();
+  r.copy_out(rtotal);
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
   const int me = group.rank();
   group.record(CollectiveKind::alltoall, (stotal - send_counts[me]) * elem,

@@ -27,7 +27,7 @@ template <class ExecutionSpace, class View, class Combine>
 bool scan_records(const ExecutionSpace& space, const Group& group, const View& record,
                   Combine&& combine, ScanDirection direction, bool inclusive) {
   const std::string op = "ctxpar::scan";
-  static_assert(compat::view_rank<View> == 1, "ctxpar::exclusive_scan: the record must be a rank-1 view");
+  static_assert(compat::view_rank<View> == 1, "ctxpar::exclusive_scan / inclusive_scan: the record must be a rank-1 view");
   const int p = group.size();
   const int me = direction == ScanDirection::forward ? group.rank() : p - 1 - group.rank();
   auto to_rank = [&](int ordinal) { return direction == ScanDirection::forward ? ordinal : p - 1 - ordinal; };
@@ -64,10 +64,12 @@ bool scan_records(const ExecutionSpace& space, const Group& group, const View& r
   group.record(CollectiveKind::scan, sent, got);
   if (inclusive) {
     Kokkos::deep_copy(space, record, inclusive_part);
-    return true;
+  } else if (have_exclusive) {
+    Kokkos::deep_copy(space, record, exclusive_part);
   }
-  if (have_exclusive) Kokkos::deep_copy(space, record, exclusive_part);
-  return have_exclusive;
+  // The temporaries die here; the copy must finish before the caller reads `record`.
+  compat::fence(space, "ctxpar::comm::scan::after");
+  return inclusive || have_exclusive;
 }
 
 }  // namespace impl

@@ -30,12 +30,18 @@ void sendrecv(const ExecutionSpace& space, const Group& group, const SendView& s
   compat::fence(space, "ctxpar::comm::sendrecv::before");
   impl::MpiBuffer<SendView> s(send, dest != no_rank, op);
   impl::MpiBuffer<RecvView> r(recv, false, op);
+  MPI_Status status;
   MPI_Sendrecv(s.data(), impl::mpi_count(dest == no_rank ? 0 : s.size(), op),
                impl::mpi_datatype_of<SendView>(), dest == no_rank ? MPI_PROC_NULL : dest, tag,
                r.data(), impl::mpi_count(source == no_rank ? 0 : r.size(), op),
                impl::mpi_datatype_of<RecvView>(), source == no_rank ? MPI_PROC_NULL : source, tag,
-               group.mpi_comm(), MPI_STATUS_IGNORE);
-  if (source != no_rank) r.copy_out();
+               group.mpi_comm(), &status);
+  if (source != no_rank) {
+    // The message may be shorter than `recv`: copy back only what arrived.
+    int received = 0;
+    MPI_Get_count(&status, impl::mpi_datatype_of<RecvView>(), &received);
+    r.copy_out(received);
+  }
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
   // A message to this rank itself (a ring at np 1) is not traffic.
   const bool to_other = dest != no_rank && dest != group.rank();

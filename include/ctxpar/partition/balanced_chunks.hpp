@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ctxpar/comm/impl/mpi_buffer.hpp"
+
 namespace ctxpar {
 
 /// Splits `[0, length)` into `parts` contiguous shards the way `torch.chunk(length, parts)` does:
@@ -40,7 +42,9 @@ struct BalancedChunks {
   /// v-collectives.
   std::vector<int> counts(std::int64_t per_element = 1) const {
     std::vector<int> c(static_cast<std::size_t>(parts));
-    for (int r = 0; r < parts; ++r) c[static_cast<std::size_t>(r)] = static_cast<int>(size(r) * per_element);
+    for (int r = 0; r < parts; ++r) {
+      c[static_cast<std::size_t>(r)] = impl::mpi_count(size(r) * per_element, "ctxpar::BalancedChunks::counts");
+    }
     return c;
   }
 };

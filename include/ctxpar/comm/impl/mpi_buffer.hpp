@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ctxpar/core/compat.hpp"
@@ -64,10 +65,16 @@ class MpiBuffer {
   /// Elements in the view.
   std::int64_t size() const { return static_cast<std::int64_t>(view_.span()); }
 
-  /// After MPI wrote into `data()`: makes the view hold the received values.
-  void copy_out() const {
+  /// After MPI wrote the first `count` elements of `data()` (all of them when `count < 0`): makes
+  /// the view hold the received values. Only the received prefix is copied, so a receive view
+  /// longer than the message keeps its tail.
+  void copy_out(std::int64_t count = -1) const {
     if constexpr (staged) {
-      Kokkos::deep_copy(device_flat(), host_);
+      const std::size_t n = count < 0 ? view_.span() : static_cast<std::size_t>(count);
+      const std::pair<std::size_t, std::size_t> prefix(0, n);
+      Kokkos::deep_copy(Kokkos::subview(device_flat(), prefix), Kokkos::subview(host_, prefix));
+    } else {
+      (void)count;
     }
   }
 
