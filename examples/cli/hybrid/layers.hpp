@@ -16,6 +16,7 @@
 #include "ctxpar/chunkwise/driver.hpp"
 #include "ctxpar/chunkwise/gated_delta_rule.hpp"
 #include "ctxpar/chunkwise/plan.hpp"
+#include "ctxpar/chunkwise/short_conv.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
@@ -45,6 +46,7 @@ struct StackConfig {
   int groups = 1;                 ///< GDP key groups
   int conv_width = 4;             ///< GDP conv width
   int gdn_chunk = 64;             ///< chunk of the chunkwise kernels
+  bool gdn_conv = true;           ///< GDN short conv (needs contiguous shards)
 };
 
 /// What one layer did on this rank in one forward + backward.
@@ -337,7 +339,10 @@ class SwaLayer {
   Traffic fwd_traffic_, relayout_fwd_;
 };
 
-/// Gated DeltaNet with chunkwise summary context parallelism: `q, k` L2-normalised per head,
+/// Gated DeltaNet with chunkwise summary context parallelism: `[q | k | v] = SiLU(conv(x·Wqkv))`
+/// with the depthwise causal short conv and its halo exchange (`short_conv.hpp`; contiguous
+/// shards only — its ring assumes rank `r-1` holds the tokens before rank `r`'s, which zigzag
+/// shards break, so under zigzag the conv is left out), `q, k` L2-normalised per head,
 /// `α = sigmoid(x·Wa)` (so `g = log α`), `β = sigmoid(x·Wb)`; one call of the CP driver per pass.
 class GdnLayer {
  public:
@@ -348,7 +353,20 @@ class GdnLayer {
       : group_(group), cfg_(cfg),
         plan_(plan.zigzag ? chunkwise::ChunkwisePlan::create(group, Zigzag{}, plan.cu_seqlens)
                           : chunkwise::ChunkwisePlan::create(group, Contiguous{}, plan.cu_seqlens)),
-        backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}) {}
+        backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}), conv_(cfg.gdn_conv) {
+    packed_ = plan.cu_seqlens.size() > 2;
+    if (packed_) {
+      const std::vector<std::int32_t> all = plan.document_ids();
+      const std::vector<std::int64_t> mine = plan.tokens_of(group.rank());
+      ids_ = Kokkos::View<std::int32_t*, memory_space>("ctxpar::hybrid::gdn_ids", mine.size());
+      auto h = Kokkos::create_mirror_view(ids_);
+      for (std::size_t j = 0; j < mine.size(); ++j) h(j) = all[static_cast<std::size_t>(mine[j])];
+      Kokkos::deep_copy(ids_, h);
+    }
+  }
+
+  /// Whether the short conv runs (contiguous shards).
+  bool has_conv() const { return conv_; }
 
   /// Adds the layer's weights to `w`.
   static void init(Params& w, const StackConfig& c, std::uint64_t seed) {
@@ -359,15 +377,39 @@ class GdnLayer {
     w["gdn.Wa"] = init_weight(seed + 14, c.model_dim, c.heads, 2.0);
     w["gdn.Wb"] = init_weight(seed + 15, c.model_dim, c.heads);
     w["gdn.Wo"] = init_weight(seed + 16, hk, c.model_dim, 0.5);
+    w["gdn.conv_weight"] = init_weight(seed + 17, 3 * hk, c.conv_width, 1.0);
+    w["gdn.conv_bias"] = init_weight(seed + 18, 1, 3 * hk, 0.1);
   }
 
   /// `x → x + GDN(x) Wo`. Collective.
   Matrix forward(const Matrix& x, const Params& w, LayerStats& stats) {
     x_ = x;
     const std::int64_t h = cfg_.heads, d = cfg_.head_dim, t = x.rows;
-    q_ = l2_normalize(matmul(x, w.at("gdn.Wq")), d, 1e-6, qn_);
-    k_ = l2_normalize(matmul(x, w.at("gdn.Wk")), d, 1e-6, kn_);
-    const Matrix v = matmul(x, w.at("gdn.Wv"));
+    const std::int64_t hk = h * d;
+    Matrix pre(t, 3 * hk);
+    set_columns(pre, 0, matmul(x, w.at("gdn.Wq")));
+    set_columns(pre, hk, matmul(x, w.at("gdn.Wk")));
+    set_columns(pre, 2 * hk, matmul(x, w.at("gdn.Wv")));
+    conv_out_ = pre;
+    Kokkos::Timer conv_timer;
+    const Traffic c0 = group_.total_data_traffic();
+    if (conv_) {
+      pre_v_ = detail::upload2(pre, "ctxpar::hybrid::gdn_conv_in");
+      conv_w_ = detail::upload2(w.at("gdn.conv_weight"), "ctxpar::hybrid::gdn_conv_weight");
+      auto bias = detail::upload1(w.at("gdn.conv_bias"), "ctxpar::hybrid::gdn_conv_bias");
+      detail::Tensor2 y("ctxpar::hybrid::gdn_conv_out", t, 3 * hk);
+      chunkwise::short_conv_forward(execution_space(), group_, const2(pre_v_), const2(conv_w_),
+                                    Kokkos::View<const double*, memory_space>(bias), const_ids(), y);
+      detail::download(y, conv_out_, 0);
+    }
+    conv_seconds_ = detail::now_fenced(conv_timer);
+    conv_fwd_traffic_ = detail::minus(group_.total_data_traffic(), c0);
+    Matrix act = conv_out_;
+    if (conv_)
+      for (double& v : act.data) v = v * sigmoid(v);
+    q_ = l2_normalize(columns(act, 0, hk), d, 1e-6, qn_);
+    k_ = l2_normalize(columns(act, hk, hk), d, 1e-6, kn_);
+    const Matrix v = columns(act, 2 * hk, hk);
     a_ = matmul(x, w.at("gdn.Wa"));
     b_ = matmul(x, w.at("gdn.Wb"));
     Matrix g(t, h), beta(t, h);
@@ -391,8 +433,11 @@ class GdnLayer {
     } else {
       ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::GatherFold>(execution_space(), group_, backend_, plan_, in, out);
     }
-    stats.forward_seconds = detail::now_fenced(timer);
+    stats.forward_seconds = detail::now_fenced(timer) + conv_seconds_;
     fwd_traffic_ = detail::minus(group_.total_data_traffic(), t0);
+    fwd_traffic_.calls += conv_fwd_traffic_.calls;
+    fwd_traffic_.bytes_sent += conv_fwd_traffic_.bytes_sent;
+    fwd_traffic_.bytes_received += conv_fwd_traffic_.bytes_received;
     o_ = Matrix(t, h * d);
     detail::download(out, o_, 0);
     Matrix y = matmul(o_, w.at("gdn.Wo"));
@@ -431,7 +476,37 @@ class GdnLayer {
     detail::download(gr.dv, dv, 0);
     detail::download(gr.dg, dg, 0);
     detail::download(gr.dbeta, dbeta, 0);
-    const Matrix dqr = l2_normalize_backward(q_, dq, d, qn_), dkr = l2_normalize_backward(k_, dk, d, kn_);
+    const std::int64_t hk = h * d;
+    Matrix dact(t, 3 * hk);
+    set_columns(dact, 0, l2_normalize_backward(q_, dq, d, qn_));
+    set_columns(dact, hk, l2_normalize_backward(k_, dk, d, kn_));
+    set_columns(dact, 2 * hk, dv);
+    Matrix dpre = dact;
+    if (conv_) {
+      for (std::size_t i = 0; i < dact.data.size(); ++i) {  // SiLU'(u) = σ(u)(1 + u(1 − σ(u)))
+        const double u = conv_out_.data[i], sg = sigmoid(u);
+        dact.data[i] *= sg * (1 + u * (1 - sg));
+      }
+      auto dy_v = detail::upload2(dact, "ctxpar::hybrid::gdn_conv_dy");
+      detail::Tensor2 dx_v("ctxpar::hybrid::gdn_conv_dx", t, 3 * hk), dw("ctxpar::hybrid::gdn_conv_dweight", 3 * hk, cfg_.conv_width);
+      detail::Tensor1 db("ctxpar::hybrid::gdn_conv_dbias", 3 * hk);
+      const Traffic c0 = group_.total_data_traffic();
+      Kokkos::Timer conv_timer;
+      chunkwise::short_conv_backward(execution_space(), group_, const2(pre_v_), const2(conv_w_), const_ids(),
+                                     const2(dy_v), dx_v, dw, db);
+      stats.backward_seconds += detail::now_fenced(conv_timer);
+      const Traffic c = detail::minus(group_.total_data_traffic(), c0);
+      stats.measured.calls += c.calls;
+      stats.measured.bytes_sent += c.bytes_sent;
+      stats.measured.bytes_received += c.bytes_received;
+      detail::download(dx_v, dpre, 0);
+      Matrix gw(3 * hk, cfg_.conv_width), gb(1, 3 * hk);
+      detail::download(dw, gw, 0);
+      detail::download(db, gb, 0);
+      add_into(grads["gdn.conv_weight"], gw);
+      add_into(grads["gdn.conv_bias"], gb);
+    }
+    const Matrix dqr = columns(dpre, 0, hk), dkr = columns(dpre, hk, hk), dvr = columns(dpre, 2 * hk, hk);
     Matrix da(t, h), db(t, h);
     for (std::size_t i = 0; i < da.data.size(); ++i) {
       da.data[i] = dg.data[i] * (1.0 - sigmoid(a_.data[i]));
@@ -440,13 +515,13 @@ class GdnLayer {
     }
     add_matmul_at(x_, dqr, grads["gdn.Wq"]);
     add_matmul_at(x_, dkr, grads["gdn.Wk"]);
-    add_matmul_at(x_, dv, grads["gdn.Wv"]);
+    add_matmul_at(x_, dvr, grads["gdn.Wv"]);
     add_matmul_at(x_, da, grads["gdn.Wa"]);
     add_matmul_at(x_, db, grads["gdn.Wb"]);
     Matrix dx = dy;
     add_matmul_bt(dqr, w.at("gdn.Wq"), dx);
     add_matmul_bt(dkr, w.at("gdn.Wk"), dx);
-    add_matmul_bt(dv, w.at("gdn.Wv"), dx);
+    add_matmul_bt(dvr, w.at("gdn.Wv"), dx);
     add_matmul_bt(da, w.at("gdn.Wa"), dx);
     add_matmul_bt(db, w.at("gdn.Wb"), dx);
     formula(stats);
@@ -460,17 +535,28 @@ class GdnLayer {
   // One fp32 summary record per virtual shard: `H·(K·V + K·K)` floats (dense transition), once
   // forward and once backward. GatherFold all-gathers every shard's record; ScanCompose moves one
   // record per Hillis-Steele round in scan order (forward: rank order, backward: reversed).
+  //
+  // The short conv (C = 3·H·D channels, width w): the forward sends its last w − 1 rows to the
+  // next rank (and their ids when packed) and receives w − 1 from the previous one; the backward
+  // repeats that halo, returns the halo's gradient to its owner, and all-reduces the weight and
+  // bias gradients (C·(w + 1) values, (P − 1) times each way).
   void formula(LayerStats& stats) const {
     const int p = group_.size(), me = group_.rank();
     const std::int64_t rec = cfg_.heads * (cfg_.head_dim * cfg_.head_dim * 2) * 4;
+    std::int64_t sent = 0, recv = 0;
+    if (conv_) {
+      const std::int64_t c = 3 * cfg_.heads * cfg_.head_dim, halo = (cfg_.conv_width - 1) * (c * 8 + (packed_ ? 4 : 0));
+      const bool prev = me > 0, next = me + 1 < p;
+      sent += (next ? 2 * halo : 0) + (prev ? (cfg_.conv_width - 1) * c * 8 : 0) + c * (cfg_.conv_width + 1) * 8 * (p - 1);
+      recv += (prev ? 2 * halo : 0) + (next ? (cfg_.conv_width - 1) * c * 8 : 0) + c * (cfg_.conv_width + 1) * 8 * (p - 1);
+    }
     if (cfg_.gdn_policy == 0) {
       const std::int64_t mine = plan_.slots();
-      stats.formula_sent = 2 * mine * rec * (p - 1);
-      stats.formula_received = 2 * (plan_.virtual_count() - mine) * rec;
+      stats.formula_sent = sent + 2 * mine * rec * (p - 1);
+      stats.formula_received = recv + 2 * (plan_.virtual_count() - mine) * rec;
       return;
     }
     if (plan_.zigzag()) return;  // the scan over 2P virtual shards: no closed form here
-    std::int64_t sent = 0, recv = 0;
     for (int ordinal : {me, p - 1 - me})
       for (int d = 1; d < p; d *= 2) {
         if (ordinal + d < p) sent += rec;
@@ -480,10 +566,23 @@ class GdnLayer {
     stats.formula_received = recv;
   }
 
+  using const_matrix = Kokkos::View<const double**, Kokkos::LayoutRight, memory_space>;
+  static const_matrix const2(const detail::Tensor2& v) { return const_matrix(v); }
+  Kokkos::View<const std::int32_t*, memory_space> const_ids() const {
+    return packed_ ? Kokkos::View<const std::int32_t*, memory_space>(ids_)
+                   : Kokkos::View<const std::int32_t*, memory_space>();
+  }
+
   const Group& group_;
   StackConfig cfg_;
   chunkwise::ChunkwisePlan plan_;
   backend_type backend_;
+  bool conv_ = true, packed_ = false;
+  Kokkos::View<std::int32_t*, memory_space> ids_;
+  detail::Tensor2 pre_v_, conv_w_;
+  Matrix conv_out_;
+  double conv_seconds_ = 0;
+  Traffic conv_fwd_traffic_;
   chunkwise::ChunkwiseContext<backend_type> ctx_;
   detail::Tensor2 g_keep_, beta_keep_;
   Matrix x_, q_, k_, a_, b_, o_;
@@ -540,7 +639,7 @@ class GdpLayer {
 
   /// Names of the weights whose gradients the operator already sums over ranks.
   static bool reduced_by_operator(const std::string& name) {
-    return name == "gdp.conv_weight" || name == "gdp.conv_bias" || name == "gdp.dt_bias" || name == "gdp.a_log";
+    return name == "gdn.conv_weight" || name == "gdn.conv_bias" || name == "gdp.conv_weight" || name == "gdp.conv_bias" || name == "gdp.dt_bias" || name == "gdp.a_log";
   }
 
   /// `x → x + (y ⊙ z)·Wo`. Collective.
