@@ -9,7 +9,8 @@ void operation(const ExecutionSpace&, const View&) {
 
 void use() {
 #ifdef SHOULD_FAIL
-  operation(Kokkos::DefaultHostExecutionSpace(), Kokkos::View<double*, ctxpar::test::FakeDeviceSpace>());
+  operation(Kokkos::DefaultHostExecutionSpace(),
+            Kokkos::View<double*, ctxpar::test::FakeDeviceSpace>());
 #else
   operation(Kokkos::DefaultHostExecutionSpace(), Kokkos::View<double*, Kokkos::HostSpace>());
 #endif

@@ -7,6 +7,7 @@ void use() {
 #ifdef SHOULD_FAIL
   ctxpar::assign(Kokkos::DefaultHostExecutionSpace(), out, ctxpar::expr::exp(in));
 #else
-  ctxpar::assign(Kokkos::DefaultHostExecutionSpace(), out, ctxpar::expr::cast<double>(ctxpar::expr::exp(in)));
+  ctxpar::assign(Kokkos::DefaultHostExecutionSpace(), out,
+                 ctxpar::expr::cast<double>(ctxpar::expr::exp(in)));
 #endif
 }
