@@ -1,6 +1,6 @@
 # Gated delta rule / gated delta product backends (included by tests/chunkwise/CMakeLists.txt).
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_oracle SOURCES gated_delta_oracle_test.cpp
-  LABELS chunkwise RANKS 1 2 NO_EXTENDED TIMEOUT 120)
+  LABELS chunkwise RANKS 1 NO_EXTENDED TIMEOUT 300)
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_local SOURCES gated_delta_local_test.cpp
   LABELS chunkwise RANKS 1 2 NO_EXTENDED TIMEOUT 300)
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_cp SOURCES gated_delta_cp_test.cpp LABELS chunkwise TIMEOUT 300)
