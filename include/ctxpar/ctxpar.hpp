@@ -7,4 +7,27 @@
 #include "ctxpar/core/config.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/expr/expr.hpp"
+#include "ctxpar/expr/mask.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
+#include "ctxpar/partition/head_partition.hpp"
+#include "ctxpar/partition/packed_metadata.hpp"
+#include "ctxpar/partition/zigzag.hpp"
+
+// Mechanism A: sliding-window attention.
+#include "ctxpar/swa/swa.hpp"
+
+// Mechanism B: chunkwise linear attention / SSM.
+#include "ctxpar/chunkwise/backend.hpp"
+#include "ctxpar/chunkwise/diagonal_gate.hpp"
+#include "ctxpar/chunkwise/driver.hpp"
+#include "ctxpar/chunkwise/gated_delta_product.hpp"
+#include "ctxpar/chunkwise/gated_delta_rule.hpp"
+#include "ctxpar/chunkwise/scalar_decay.hpp"
+#include "ctxpar/chunkwise/short_conv.hpp"
+
+// Mechanism C: head partitioning by all-to-all.
+#include "ctxpar/heads/channel_layout.hpp"
+#include "ctxpar/heads/gdp_context_parallel.hpp"
+#include "ctxpar/heads/gdp_layer.hpp"
+#include "ctxpar/heads/transpose_plan.hpp"
