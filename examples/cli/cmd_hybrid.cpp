@@ -419,9 +419,10 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
 
 bool demo_hybrid(const Group& group, std::ostream& report) {
   Settings s;
-  s.stack.length = 512;
-  s.stack.window = 64;
-  s.stack.chunk = 128;
+  // Small enough for `ctxpar demo` at 8 oversubscribed ranks; `ctxpar hybrid` runs the larger default.
+  s.stack.length = 320;
+  s.stack.window = 48;
+  s.stack.chunk = 80;
   s.steps = 2;
   s.progress = false;
   s.documents = 1;
