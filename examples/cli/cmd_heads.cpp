@@ -12,16 +12,16 @@
 // rank reads the files and keeps its own rows in the chosen layout. Rank 0 writes y.npy and z.npy
 // (natural order), with --backward dx.npy, dconv_w.npy, dconv_b.npy, ddt_bias.npy, dA_log.npy, and
 // heads.json (shape, layout, bytes per rank against the formula, times, max |diff| against P = 1).
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
 #include "command.hpp"
@@ -40,7 +40,7 @@ using ctxpar::cli::NpyArray;
 struct Inputs {
   ch::GdpShape shape;
   std::int64_t tokens = 0;
-  std::vector<std::int64_t> cu;                  // empty: dense
+  std::vector<std::int64_t> cu;                         // empty: dense
   std::vector<double> x, conv_w, conv_b, dt, alog, dy;  // natural order, as doubles
 };
 
@@ -53,7 +53,8 @@ struct Outputs {
 template <class View>
 void fill(const View& v, const std::vector<double>& values) {
   auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < values.size(); ++i) h.data()[i] = static_cast<typename View::value_type>(values[i]);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    h.data()[i] = static_cast<typename View::value_type>(values[i]);
   Kokkos::deep_copy(v, h);
 }
 template <class View>
@@ -65,23 +66,27 @@ std::vector<double> read(const View& v) {
 // Collective: the natural-order [T, cols] array on rank 0 from every rank's rows and their
 // natural indices.
 std::vector<double> gather_natural(const ctxpar::Group& group, const std::vector<double>& local,
-                                   const std::vector<std::int64_t>& natural, std::int64_t cols, std::int64_t tokens) {
+                                   const std::vector<std::int64_t>& natural, std::int64_t cols,
+                                   std::int64_t tokens) {
   const int p = group.size();
   int n = static_cast<int>(natural.size());
   std::vector<int> counts(p), displs(p, 0);
   MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, group.mpi_comm());
   for (int i = 1; i < p; ++i) displs[i] = displs[i - 1] + counts[i - 1];
   std::vector<std::int64_t> all_idx(group.rank() == 0 ? tokens : 0);
-  MPI_Gatherv(natural.data(), n, MPI_INT64_T, all_idx.data(), counts.data(), displs.data(), MPI_INT64_T, 0,
-              group.mpi_comm());
+  MPI_Gatherv(natural.data(), n, MPI_INT64_T, all_idx.data(), counts.data(), displs.data(),
+              MPI_INT64_T, 0, group.mpi_comm());
   std::vector<int> vcounts(p), vdispls(p);
-  for (int i = 0; i < p; ++i) vcounts[i] = static_cast<int>(counts[i] * cols), vdispls[i] = static_cast<int>(displs[i] * cols);
+  for (int i = 0; i < p; ++i)
+    vcounts[i] = static_cast<int>(counts[i] * cols),
+    vdispls[i] = static_cast<int>(displs[i] * cols);
   std::vector<double> all(group.rank() == 0 ? tokens * cols : 0);
-  MPI_Gatherv(local.data(), static_cast<int>(local.size()), MPI_DOUBLE, all.data(), vcounts.data(), vdispls.data(),
-              MPI_DOUBLE, 0, group.mpi_comm());
+  MPI_Gatherv(local.data(), static_cast<int>(local.size()), MPI_DOUBLE, all.data(), vcounts.data(),
+              vdispls.data(), MPI_DOUBLE, 0, group.mpi_comm());
   std::vector<double> out(group.rank() == 0 ? tokens * cols : 0);
   for (std::size_t r = 0; r < all_idx.size(); ++r)
-    std::copy(all.begin() + r * cols, all.begin() + (r + 1) * cols, out.begin() + all_idx[r] * cols);
+    std::copy(all.begin() + r * cols, all.begin() + (r + 1) * cols,
+              out.begin() + all_idx[r] * cols);
   return out;
 }
 
@@ -89,20 +94,24 @@ template <class Scalar, class HeadPolicy, class TokenOrder>
 Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, int chunk) {
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
   const ch::GdpShape& s = in.shape;
-  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, in.tokens, in.cu, ch::GdpOptions{1e-6, chunk});
+  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, in.tokens, in.cu,
+                                                                 ch::GdpOptions{1e-6, chunk});
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows(), c = s.input_layout().channels(), di = s.d_inner();
   std::vector<std::int64_t> natural(rows);
   for (std::int64_t t = 0; t < rows; ++t) natural[t] = plan.natural_row(group.rank(), t);
   auto take = [&](const std::vector<double>& a, std::int64_t cols) {
     std::vector<double> out;
-    for (std::int64_t n : natural) out.insert(out.end(), a.begin() + n * cols, a.begin() + (n + 1) * cols);
+    for (std::int64_t n : natural)
+      out.insert(out.end(), a.begin() + n * cols, a.begin() + (n + 1) * cols);
     return out;
   };
-  matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di), dz("dz", rows, di), dx("dx", rows, c);
+  matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
+      dz("dz", rows, di), dx("dx", rows, c);
   fill(x, take(in.x, c));
   fill(dy, take(in.dy, di));
-  auto params = ch::GdpParameters<Scalar, mem>::allocate(s), grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
+  auto params = ch::GdpParameters<Scalar, mem>::allocate(s),
+       grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
   fill(params.conv_weight, in.conv_w);
   fill(params.conv_bias, in.conv_b);
   fill(params.dt_bias, in.dt);
@@ -113,12 +122,14 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   auto t0 = std::chrono::steady_clock::now();
   cp.forward(exec(), x, params, y, z, in.cu);
   exec().fence();
-  out.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.forward_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (backward) {
     t0 = std::chrono::steady_clock::now();
     cp.backward(exec(), dy, dz, dx, grads);
     exec().fence();
-    out.backward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.backward_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   // Per transpose: rows · (channels sent to other ranks) · sizeof; the forward has one input and
   // two output transposes.
@@ -134,7 +145,8 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
 }
 
 template <class Scalar>
-Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag, bool backward, int chunk) {
+Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag,
+                 bool backward, int chunk) {
   if (uneven) {
     return zigzag ? run_layer<Scalar, ch::UnevenHeads, ch::Zigzag>(group, in, backward, chunk)
                   : run_layer<Scalar, ch::UnevenHeads, ch::Contiguous>(group, in, backward, chunk);
@@ -145,7 +157,8 @@ Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, bool
 
 double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double m = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
 }
 
@@ -166,8 +179,8 @@ bool file_exists(const std::string& path) {
 
 // Runs the distributed layer and, on rank 0, the P = 1 layer; returns the JSON check record.
 template <class Scalar>
-Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag, bool backward, int chunk,
-                   Outputs& dist, std::map<std::string, double>& diffs) {
+Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag,
+                   bool backward, int chunk, Outputs& dist, std::map<std::string, double>& diffs) {
   dist = dispatch<Scalar>(group, in, uneven, zigzag, backward, chunk);
   const Json traffic = ctxpar::cli::gather_traffic(group);
   std::int64_t formula = dist.formula_bytes;
@@ -212,7 +225,8 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const bool uneven = args.has("uneven"), backward = args.has("backward");
   const int chunk = args.get<int>("chunk", 64);
   if (layout != "contiguous" && layout != "zigzag")
-    throw ctxpar::cli::UsageError("ctxpar heads", -1, "--layout must be contiguous or zigzag", "contiguous|zigzag", layout);
+    throw ctxpar::cli::UsageError("ctxpar heads", -1, "--layout must be contiguous or zigzag",
+                                  "contiguous|zigzag", layout);
 
   const ch::GdpShape& s = in.shape;
   const NpyArray x = ctxpar::cli::read_npy(in_dir + "/x.npy");
@@ -221,7 +235,8 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   in.tokens = x.extent(0);
   const std::int64_t c = s.input_layout().channels();
   ctxpar::require_local(x.extent(1) == c, "ctxpar heads",
-                        "x.npy's channel count must match the layout [z | V | K | Q | b | a]", c, x.extent(1));
+                        "x.npy's channel count must match the layout [z | V | K | Q | b | a]", c,
+                        x.extent(1));
   in.x = as_doubles(x, f32, "x.npy");
   const NpyArray w = ctxpar::cli::read_npy(in_dir + "/conv_w.npy");
   w.require_shape({s.conv_channels(), s.conv_width}, "conv_w.npy");
@@ -236,7 +251,8 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   al.require_shape({s.nheads}, "A_log.npy");
   in.alog = as_doubles(al, f32, "A_log.npy");
   if (file_exists(in_dir + "/cu_seqlens.npy")) {
-    for (std::int32_t v : ctxpar::cli::read_npy(in_dir + "/cu_seqlens.npy").values<std::int32_t>("cu_seqlens.npy"))
+    for (std::int32_t v :
+         ctxpar::cli::read_npy(in_dir + "/cu_seqlens.npy").values<std::int32_t>("cu_seqlens.npy"))
       in.cu.push_back(v);
   }
   if (file_exists(in_dir + "/dy.npy")) {
@@ -249,10 +265,13 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
 
   Outputs dist;
   std::map<std::string, double> diffs;
-  Json check = f32 ? run_and_check<float>(group, in, uneven, layout == "zigzag", backward, chunk, dist, diffs)
-                   : run_and_check<double>(group, in, uneven, layout == "zigzag", backward, chunk, dist, diffs);
+  Json check = f32 ? run_and_check<float>(group, in, uneven, layout == "zigzag", backward, chunk,
+                                          dist, diffs)
+                   : run_and_check<double>(group, in, uneven, layout == "zigzag", backward, chunk,
+                                           dist, diffs);
   if (group.rank() == 0) {
-    auto write = [&](const std::string& name, const std::vector<double>& v, std::vector<std::int64_t> shape) {
+    auto write = [&](const std::string& name, const std::vector<double>& v,
+                     std::vector<std::int64_t> shape) {
       if (f32) {
         std::vector<float> f(v.begin(), v.end());
         ctxpar::cli::write_npy(out_dir + "/" + name, f.data(), shape);
@@ -298,7 +317,8 @@ bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
   in.cu = {0, 8 * p, 20 * p, 32 * p};
   in.tokens = in.cu.back();
   auto value = [](std::uint64_t seed, std::int64_t i) {
-    std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) + 0x632BE59BD9B4E019ull;
+    std::uint64_t z =
+        seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) + 0x632BE59BD9B4E019ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1.0;
@@ -306,9 +326,11 @@ bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
   const ch::GdpShape& s = in.shape;
   const std::int64_t c = s.input_layout().channels();
   for (std::int64_t i = 0; i < in.tokens * c; ++i) in.x.push_back(value(1, i));
-  for (std::int64_t i = 0; i < s.conv_channels() * s.conv_width; ++i) in.conv_w.push_back(0.5 * value(2, i));
+  for (std::int64_t i = 0; i < s.conv_channels() * s.conv_width; ++i)
+    in.conv_w.push_back(0.5 * value(2, i));
   for (std::int64_t i = 0; i < s.conv_channels(); ++i) in.conv_b.push_back(0.1 * value(3, i));
-  for (int h = 0; h < s.nheads; ++h) in.dt.push_back(value(4, h)), in.alog.push_back(0.5 * value(5, h));
+  for (int h = 0; h < s.nheads; ++h)
+    in.dt.push_back(value(4, h)), in.alog.push_back(0.5 * value(5, h));
   for (std::int64_t i = 0; i < in.tokens * s.d_inner(); ++i) in.dy.push_back(value(6, i));
   Outputs dist;
   std::map<std::string, double> diffs;
@@ -318,18 +340,22 @@ bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
     // Forward: the same per-head arithmetic as P = 1 (bitwise); backward: sums of repeated key
     // groups reassociate, so allow a few ulps of the gradient scale.
     const double fwd = diffs["y"], z = diffs["z"];
-    const double bwd = std::max({diffs["dx"], diffs["dconv_w"], diffs["dconv_b"], diffs["ddt_bias"], diffs["dA_log"]});
+    const double bwd = std::max(
+        {diffs["dx"], diffs["dconv_w"], diffs["dconv_b"], diffs["ddt_bias"], diffs["dA_log"]});
     ok = fwd == 0 && z == 0 && bwd <= 1e-12;
-    report << "heads: GDP M=2, H=" << s.nheads << ", ngroups=1, " << in.cu.size() - 1 << " packed sequences, zigzag, P=" << p
-           << ": max|y - y(P=1)| = " << fwd << ", max|grad - grad(P=1)| = " << bwd << "\n";
+    report << "heads: GDP M=2, H=" << s.nheads << ", ngroups=1, " << in.cu.size() - 1
+           << " packed sequences, zigzag, P=" << p << ": max|y - y(P=1)| = " << fwd
+           << ", max|grad - grad(P=1)| = " << bwd << "\n";
   }
   return ok;
 }
 
 }  // namespace
 
-CTXPAR_CLI_COMMAND("heads", "head-partitioned (all-to-all) context parallelism for a Gated Delta Product layer",
-                   "--in DIR --out DIR --nheads H --headdim d --ngroups G --dstate N --householder M --conv-width w "
-                   "--layout L --uneven --backward --chunk C",
-                   run_heads);
+CTXPAR_CLI_COMMAND(
+    "heads", "head-partitioned (all-to-all) context parallelism for a Gated Delta Product layer",
+    "--in DIR --out DIR --nheads H --headdim d --ngroups G --dstate N --householder M --conv-width "
+    "w "
+    "--layout L --uneven --backward --chunk C",
+    run_heads);
 CTXPAR_CLI_DEMO_PART("heads", demo_heads);

@@ -29,8 +29,10 @@ void instantiate_heads(const Group& group) {
   plan.to_sequence_parallel(space, u, x);
   plan.adjoint_to_head_parallel(space, u, x);
 
-  ch::GdpContextParallel<T, mem, HeadPolicy, TokenOrder> cp(group, s, t, std::vector<std::int64_t>{0, t});
-  auto params = ch::GdpParameters<T, mem>::allocate(s), grads = ch::GdpParameters<T, mem>::allocate(s, "grads");
+  ch::GdpContextParallel<T, mem, HeadPolicy, TokenOrder> cp(group, s, t,
+                                                            std::vector<std::int64_t>{0, t});
+  auto params = ch::GdpParameters<T, mem>::allocate(s),
+       grads = ch::GdpParameters<T, mem>::allocate(s, "grads");
   const std::int64_t rows = cp.input_plan().local_rows();
   matrix y("y", rows, s.d_inner()), z("z", rows, s.d_inner()), dx("dx", rows, plan.channels());
   cp.forward(space, x, params, y, z);

@@ -13,16 +13,19 @@ using matrix = Kokkos::View<double**, Kokkos::LayoutRight, mem>;
 
 template <class HeadPolicy = ch::EvenHeads, class TokenOrder = ch::Contiguous>
 void make_plan(const ch::GdpShape& s, std::int64_t t, std::vector<std::int64_t> cu = {}) {
-  ch::TransposePlan<double, mem, HeadPolicy, TokenOrder> plan(world(), s.input_layout(), t, std::move(cu));
+  ch::TransposePlan<double, mem, HeadPolicy, TokenOrder> plan(world(), s.input_layout(), t,
+                                                              std::move(cu));
 }
 
-// Runs `body(bad_rank)` for every choice of the one bad rank and expects `needle` from `expected(bad)`.
+// Runs `body(bad_rank)` for every choice of the one bad rank and expects `needle` from
+// `expected(bad)`.
 template <class Body, class Expected>
 void each_bad_rank(const std::string& needle, Body body, Expected expected) {
   const auto& group = world();
   for (int bad = 0; bad < group.size(); ++bad) {
     BOOST_TEST_CONTEXT("bad rank " << bad << ": " << needle) {
-      CTXPAR_TEST_ALL(group, throws_everywhere(group, [&] { body(bad); }, needle, expected(bad)));
+      CTXPAR_TEST_ALL(group, throws_everywhere(
+                                 group, [&] { body(bad); }, needle, expected(bad)));
     }
   }
 }
@@ -33,42 +36,59 @@ auto same_rank = [](int bad) { return bad; };
 BOOST_AUTO_TEST_CASE(heads_not_divisible_without_uneven_policy) {
   const int p = world().size(), me = world().rank();
   if (p == 1) return;  // every head count divides 1
-  each_bad_rank("nheads % P == 0", [&](int bad) { make_plan(ch::GdpShape{me == bad ? 2 * p + 1 : 2 * p, 2, 1, 3, 2, 4}, 4 * p); },
-                same_rank);
+  each_bad_rank(
+      "nheads % P == 0",
+      [&](int bad) {
+        make_plan(ch::GdpShape{me == bad ? 2 * p + 1 : 2 * p, 2, 1, 3, 2, 4}, 4 * p);
+      },
+      same_rank);
 }
 
 BOOST_AUTO_TEST_CASE(groups_not_dividing_p) {
   const int p = world().size(), me = world().rank();
   if (p < 3) return;  // needs 1 < ngroups < P with P % ngroups != 0
   const int g = p - 1, h = p * (p - 1);
-  each_bad_rank("P % ngroups == 0", [&](int bad) { make_plan(ch::GdpShape{h, 2, me == bad ? g : 1, 3, 2, 4}, 4 * p); },
-                same_rank);
+  each_bad_rank(
+      "P % ngroups == 0",
+      [&](int bad) {
+        make_plan(ch::GdpShape{h, 2, me == bad ? g : 1, 3, 2, 4}, 4 * p);
+      },
+      same_rank);
 }
 
 BOOST_AUTO_TEST_CASE(groups_not_multiple_of_p) {
   const int p = world().size(), me = world().rank();
   if (p == 1) return;
   const int h = p * (p + 1);
-  each_bad_rank("ngroups % P == 0", [&](int bad) { make_plan(ch::GdpShape{h, 2, me == bad ? p + 1 : p, 3, 2, 4}, 4 * p); },
-                same_rank);
+  each_bad_rank(
+      "ngroups % P == 0",
+      [&](int bad) {
+        make_plan(ch::GdpShape{h, 2, me == bad ? p + 1 : p, 3, 2, 4}, 4 * p);
+      },
+      same_rank);
 }
 
 BOOST_AUTO_TEST_CASE(tokens_not_divisible) {
   const int p = world().size(), me = world().rank();
   if (p == 1) return;
-  each_bad_rank("T % P == 0", [&](int bad) { make_plan(ch::GdpShape{2 * p, 2, 1, 3, 2, 4}, me == bad ? 4 * p + 1 : 4 * p); },
-                same_rank);
+  each_bad_rank(
+      "T % P == 0",
+      [&](int bad) {
+        make_plan(ch::GdpShape{2 * p, 2, 1, 3, 2, 4}, me == bad ? 4 * p + 1 : 4 * p);
+      },
+      same_rank);
 }
 
 BOOST_AUTO_TEST_CASE(packed_lengths_not_divisible_by_2p_under_zigzag) {
   const int p = world().size(), me = world().rank();
-  each_bad_rank("divisible by 2P",
-                [&](int bad) {
-                  std::vector<std::int64_t> cu = me == bad ? std::vector<std::int64_t>{0, 2 * p - 1, 4 * p}
-                                                           : std::vector<std::int64_t>{0, 2 * p, 4 * p};
-                  make_plan<ch::EvenHeads, ch::Zigzag>(ch::GdpShape{2 * p, 2, 1, 3, 2, 4}, 4 * p, cu);
-                },
-                same_rank);
+  each_bad_rank(
+      "divisible by 2P",
+      [&](int bad) {
+        std::vector<std::int64_t> cu = me == bad ? std::vector<std::int64_t>{0, 2 * p - 1, 4 * p}
+                                                 : std::vector<std::int64_t>{0, 2 * p, 4 * p};
+        make_plan<ch::EvenHeads, ch::Zigzag>(ch::GdpShape{2 * p, 2, 1, 3, 2, 4}, 4 * p, cu);
+      },
+      same_rank);
 }
 
 BOOST_AUTO_TEST_CASE(ranks_disagree_on_the_layout) {
@@ -76,9 +96,12 @@ BOOST_AUTO_TEST_CASE(ranks_disagree_on_the_layout) {
   if (p == 1) return;
   // A valid but different layout on one rank: the fingerprint check finds it (rank 0 is the
   // reference, so a bad rank 0 is reported by rank 1).
-  each_bad_rank("every rank must agree on the plan",
-                [&](int bad) { make_plan(ch::GdpShape{2 * p, me == bad ? 3 : 2, 1, 3, 2, 4}, 4 * p); },
-                [](int bad) { return bad == 0 ? 1 : bad; });
+  each_bad_rank(
+      "every rank must agree on the plan",
+      [&](int bad) {
+        make_plan(ch::GdpShape{2 * p, me == bad ? 3 : 2, 1, 3, 2, 4}, 4 * p);
+      },
+      [](int bad) { return bad == 0 ? 1 : bad; });
 }
 
 BOOST_AUTO_TEST_CASE(channel_count_not_matching_the_layout) {
@@ -86,12 +109,13 @@ BOOST_AUTO_TEST_CASE(channel_count_not_matching_the_layout) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   ch::TransposePlan<double, mem> plan(world(), s.input_layout(), 4 * p);
   matrix y("y", 4 * p, plan.local_channels());
-  each_bad_rank("channel count must match the layout",
-                [&](int bad) {
-                  matrix x("x", plan.local_rows(), plan.channels() + (me == bad ? 1 : 0));
-                  plan.to_head_parallel(Kokkos::DefaultExecutionSpace(), x, y);
-                },
-                same_rank);
+  each_bad_rank(
+      "channel count must match the layout",
+      [&](int bad) {
+        matrix x("x", plan.local_rows(), plan.channels() + (me == bad ? 1 : 0));
+        plan.to_head_parallel(Kokkos::DefaultExecutionSpace(), x, y);
+      },
+      same_rank);
 }
 
 BOOST_AUTO_TEST_CASE(packed_input_without_metadata) {
@@ -101,14 +125,16 @@ BOOST_AUTO_TEST_CASE(packed_input_without_metadata) {
   ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(world(), s, t);  // built dense
   auto params = ch::GdpParameters<double, mem>::allocate(s);
   const std::int64_t rows = cp.input_plan().local_rows();
-  matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()), z("z", rows, s.d_inner());
-  each_bad_rank("packed input under Zigzag needs its sequence metadata",
-                [&](int bad) {
-                  const std::vector<std::int64_t> cu = me == bad ? std::vector<std::int64_t>{0, 2 * p, t}
-                                                                 : std::vector<std::int64_t>{};
-                  cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z, cu);
-                },
-                same_rank);
+  matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
+      z("z", rows, s.d_inner());
+  each_bad_rank(
+      "packed input under Zigzag needs its sequence metadata",
+      [&](int bad) {
+        const std::vector<std::int64_t> cu =
+            me == bad ? std::vector<std::int64_t>{0, 2 * p, t} : std::vector<std::int64_t>{};
+        cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z, cu);
+      },
+      same_rank);
 }
 
 BOOST_AUTO_TEST_CASE(parameter_shapes) {
@@ -116,12 +142,14 @@ BOOST_AUTO_TEST_CASE(parameter_shapes) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   ch::GdpContextParallel<double, mem> cp(world(), s, 4 * p);
   const std::int64_t rows = cp.input_plan().local_rows();
-  matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()), z("z", rows, s.d_inner());
-  each_bad_rank("dt_bias and A_log must be [nheads]",
-                [&](int bad) {
-                  auto params = ch::GdpParameters<double, mem>::allocate(s);
-                  if (me == bad) params.a_log = Kokkos::View<double*, mem>("short", s.nheads - 1);
-                  cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z);
-                },
-                same_rank);
+  matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
+      z("z", rows, s.d_inner());
+  each_bad_rank(
+      "dt_bias and A_log must be [nheads]",
+      [&](int bad) {
+        auto params = ch::GdpParameters<double, mem>::allocate(s);
+        if (me == bad) params.a_log = Kokkos::View<double*, mem>("short", s.nheads - 1);
+        cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z);
+      },
+      same_rank);
 }

@@ -18,7 +18,8 @@ heads_test::GdpData make_data(const ch::GdpShape& s, std::int64_t t_total, std::
   heads_test::GdpData d;
   const std::int64_t c = s.input_layout().channels(), cc = s.conv_channels();
   for (std::int64_t i = 0; i < t_total * c; ++i) d.x.push_back(uniform(seed, i));
-  for (std::int64_t i = 0; i < cc * s.conv_width; ++i) d.conv_w.push_back(0.6 * uniform(seed + 1, i));
+  for (std::int64_t i = 0; i < cc * s.conv_width; ++i)
+    d.conv_w.push_back(0.6 * uniform(seed + 1, i));
   for (std::int64_t i = 0; i < cc; ++i) d.conv_b.push_back(0.2 * uniform(seed + 2, i));
   for (int h = 0; h < s.nheads; ++h) d.dt.push_back(uniform(seed + 3, h));
   for (int h = 0; h < s.nheads; ++h) d.alog.push_back(0.5 * uniform(seed + 4, h));
@@ -30,7 +31,8 @@ heads_test::GdpData make_data(const ch::GdpShape& s, std::int64_t t_total, std::
 template <class View>
 void fill(const View& v, const std::vector<double>& values) {
   auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < values.size(); ++i) h.data()[i] = static_cast<typename View::value_type>(values[i]);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    h.data()[i] = static_cast<typename View::value_type>(values[i]);
   Kokkos::deep_copy(v, h);
 }
 template <class View>
@@ -39,9 +41,11 @@ std::vector<double> read(const View& v) {
   return std::vector<double>(h.data(), h.data() + h.span());
 }
 // Rows `natural[t]` of a row-major [T, cols] array.
-std::vector<double> rows_of(const std::vector<double>& a, std::int64_t cols, const std::vector<std::int64_t>& natural) {
+std::vector<double> rows_of(const std::vector<double>& a, std::int64_t cols,
+                            const std::vector<std::int64_t>& natural) {
   std::vector<double> out;
-  for (std::int64_t n : natural) out.insert(out.end(), a.begin() + n * cols, a.begin() + (n + 1) * cols);
+  for (std::int64_t n : natural)
+    out.insert(out.end(), a.begin() + n * cols, a.begin() + (n + 1) * cols);
   return out;
 }
 
@@ -52,19 +56,24 @@ struct Run {
 };
 
 template <class Exec, class Scalar, class HeadPolicy, class TokenOrder>
-Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group, const ch::GdpShape& s, std::int64_t t_total,
-                                                   const std::vector<std::int64_t>& cu, const heads_test::GdpData& d,
+Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group,
+                                                   const ch::GdpShape& s, std::int64_t t_total,
+                                                   const std::vector<std::int64_t>& cu,
+                                                   const heads_test::GdpData& d,
                                                    const std::vector<std::int64_t>& natural) {
   using mem = typename Exec::memory_space;
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
   // A small chunk so that every sequence spans several chunks of the recurrence kernel.
-  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, t_total, cu, ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, t_total, cu,
+                                                                 ch::GdpOptions{l2_eps, 4});
   const std::int64_t rows = natural.size(), c = s.input_layout().channels(), di = s.d_inner();
-  matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di), dz("dz", rows, di), dx("dx", rows, c);
+  matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
+      dz("dz", rows, di), dx("dx", rows, c);
   fill(x, rows_of(d.x, c, natural));
   fill(dy, rows_of(d.dy, di, natural));
   fill(dz, rows_of(d.dz, di, natural));
-  auto params = ch::GdpParameters<Scalar, mem>::allocate(s), grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
+  auto params = ch::GdpParameters<Scalar, mem>::allocate(s),
+       grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
   fill(params.conv_weight, d.conv_w);
   fill(params.conv_bias, d.conv_b);
   fill(params.dt_bias, d.dt);
@@ -73,12 +82,13 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group, c
   cp.backward(Exec(), dy, dz, dx, grads);
   Run<Scalar, mem> r;
   r.y = read(y), r.z = read(z), r.dx = read(dx);
-  r.dw = read(grads.conv_weight), r.db = read(grads.conv_bias), r.ddt = read(grads.dt_bias), r.dalog = read(grads.a_log);
+  r.dw = read(grads.conv_weight), r.db = read(grads.conv_bias), r.ddt = read(grads.dt_bias),
+  r.dalog = read(grads.a_log);
   return r;
 }
 
-bool close(const std::string& what, const std::vector<double>& got, const std::vector<double>& want, double bound_scale,
-           const std::vector<double>* componentwise = nullptr) {
+bool close(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+           double bound_scale, const std::vector<double>* componentwise = nullptr) {
   if (got.size() != want.size()) {
     std::cerr << what << ": size " << got.size() << " vs " << want.size() << "\n";
     return false;
@@ -86,17 +96,22 @@ bool close(const std::string& what, const std::vector<double>& got, const std::v
   double norm = 0;
   for (double v : want) norm = std::max(norm, std::fabs(v));
   return ctxpar::test::all_close(
-      what, got.size(), [&](std::int64_t i) { return got[i]; }, [&](std::int64_t i) { return want[i]; },
-      [&](std::int64_t i) { return bound_scale * (componentwise ? (*componentwise)[i] : norm) + 1e-300; },
+      what, got.size(), [&](std::int64_t i) { return got[i]; },
+      [&](std::int64_t i) { return want[i]; },
+      [&](std::int64_t i) {
+        return bound_scale * (componentwise ? (*componentwise)[i] : norm) + 1e-300;
+      },
       [&](std::int64_t i) { return std::to_string(i); });
 }
 
 template <class Exec, class Scalar, class HeadPolicy, class TokenOrder>
-bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::int64_t>& cu_in, std::uint64_t seed) {
+bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::int64_t>& cu_in,
+           std::uint64_t seed) {
   const auto& group = world();
   const int p = group.size(), me = group.rank();
   constexpr bool zigzag = std::is_same_v<TokenOrder, ch::Zigzag>;
-  const std::vector<std::int64_t> cu = cu_in.empty() ? std::vector<std::int64_t>{0, t_total} : cu_in;
+  const std::vector<std::int64_t> cu =
+      cu_in.empty() ? std::vector<std::int64_t>{0, t_total} : cu_in;
   const auto d = make_data(s, t_total, seed);
   const auto oracle = heads_test::gdp_oracle(s, cu, d, l2_eps, true);
 
@@ -105,7 +120,8 @@ bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::i
   const bool uneven_rows = std::is_same_v<HeadPolicy, ch::UnevenHeads> && !zigzag;
   const std::int64_t chunk = uneven_rows ? (t_total + p - 1) / p : t_total / p;
   const std::int64_t begin = std::min<std::int64_t>(chunk * me, t_total),
-                     end = me + 1 == p ? t_total : std::min<std::int64_t>(chunk * (me + 1), t_total);
+                     end =
+                         me + 1 == p ? t_total : std::min<std::int64_t>(chunk * (me + 1), t_total);
   std::vector<std::int64_t> natural;
   for (std::int64_t q = begin; q < end; ++q)
     for (std::int64_t n = 0; n < t_total; ++n)
@@ -113,9 +129,11 @@ bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::i
   std::vector<std::int64_t> all(t_total);
   for (std::int64_t n = 0; n < t_total; ++n) all[n] = n;
 
-  const auto dist = run_layer<Exec, Scalar, HeadPolicy, TokenOrder>(group, s, t_total, cu_in, d, natural);
+  const auto dist =
+      run_layer<Exec, Scalar, HeadPolicy, TokenOrder>(group, s, t_total, cu_in, d, natural);
   const ctxpar::Group self(MPI_COMM_SELF);
-  const auto single = run_layer<Exec, Scalar, HeadPolicy, ch::Contiguous>(self, s, t_total, cu_in, d, all);
+  const auto single =
+      run_layer<Exec, Scalar, HeadPolicy, ch::Contiguous>(self, s, t_total, cu_in, d, all);
 
   const std::int64_t c = s.input_layout().channels(), di = s.d_inner();
   const double u = ctxpar::test::unit_roundoff<Scalar>();
@@ -123,7 +141,8 @@ bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::i
   for (std::size_t q = 0; q + 1 < cu.size(); ++q) longest = std::max(longest, cu[q + 1] - cu[q]);
   // Forward: each sub-step of the recurrence costs ~ (2N + 6) roundings relative to the
   // magnitude majorant y_mag; conv, SiLU and the norm add O(w + N).
-  const double gamma = double(longest * s.householder + 1) * (2 * s.d_state + 6) + s.conv_width + 2 * s.d_state + 20;
+  const double gamma =
+      double(longest * s.householder + 1) * (2 * s.d_state + 6) + s.conv_width + 2 * s.d_state + 20;
   bool ok = true;
   // The distributed forward is the P = 1 forward, bit for bit (same per-head arithmetic).
   ok = ok && dist.y == rows_of(single.y, di, natural) && dist.z == rows_of(single.z, di, natural);
@@ -132,7 +151,8 @@ bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::i
   // terms, which the componentwise majorant y_mag (built from |v|, |k̂|) does not see.
   double ymag = 0;
   for (double v : oracle.y_mag) ymag = std::max(ymag, v);
-  ok = ok && close("y vs oracle", dist.y, rows_of(oracle.y, di, natural), gamma * u * ymag / std::max(1e-300, [&] {
+  ok = ok && close("y vs oracle", dist.y, rows_of(oracle.y, di, natural),
+                   gamma * u * ymag / std::max(1e-300, [&] {
                      double m = 0;
                      for (double v : oracle.y) m = std::max(m, std::fabs(v));
                      return m;
@@ -168,10 +188,12 @@ void sweep_even(std::uint64_t seed) {
       // Packed: an empty sequence and boundaries just before/after rank borders.
       const std::vector<std::int64_t> packed{0, 2 * p, 2 * p, 6 * p, 8 * p};
       BOOST_TEST_CONTEXT("M=" << m << " G=" << g << " dense") {
-        CTXPAR_TEST_ALL(group, (check<Exec, Scalar, ch::EvenHeads, TokenOrder>(s, t_dense, {}, seed++)));
+        CTXPAR_TEST_ALL(group,
+                        (check<Exec, Scalar, ch::EvenHeads, TokenOrder>(s, t_dense, {}, seed++)));
       }
       BOOST_TEST_CONTEXT("M=" << m << " G=" << g << " packed") {
-        CTXPAR_TEST_ALL(group, (check<Exec, Scalar, ch::EvenHeads, TokenOrder>(s, packed.back(), packed, seed++)));
+        CTXPAR_TEST_ALL(group, (check<Exec, Scalar, ch::EvenHeads, TokenOrder>(s, packed.back(),
+                                                                               packed, seed++)));
       }
     }
   }
@@ -179,10 +201,18 @@ void sweep_even(std::uint64_t seed) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(gdp_even_contiguous_double) { sweep_even<Kokkos::DefaultExecutionSpace, double, ch::Contiguous>(100); }
-BOOST_AUTO_TEST_CASE(gdp_even_zigzag_double) { sweep_even<Kokkos::DefaultExecutionSpace, double, ch::Zigzag>(200); }
-BOOST_AUTO_TEST_CASE(gdp_even_zigzag_float) { sweep_even<Kokkos::DefaultExecutionSpace, float, ch::Zigzag>(300); }
-BOOST_AUTO_TEST_CASE(gdp_even_contiguous_serial_float) { sweep_even<Kokkos::Serial, float, ch::Contiguous>(400); }
+BOOST_AUTO_TEST_CASE(gdp_even_contiguous_double) {
+  sweep_even<Kokkos::DefaultExecutionSpace, double, ch::Contiguous>(100);
+}
+BOOST_AUTO_TEST_CASE(gdp_even_zigzag_double) {
+  sweep_even<Kokkos::DefaultExecutionSpace, double, ch::Zigzag>(200);
+}
+BOOST_AUTO_TEST_CASE(gdp_even_zigzag_float) {
+  sweep_even<Kokkos::DefaultExecutionSpace, float, ch::Zigzag>(300);
+}
+BOOST_AUTO_TEST_CASE(gdp_even_contiguous_serial_float) {
+  sweep_even<Kokkos::Serial, float, ch::Contiguous>(400);
+}
 
 // Uneven heads (2P + 1 heads, and fewer heads than ranks) with uneven token shards.
 BOOST_AUTO_TEST_CASE(gdp_uneven) {
@@ -193,10 +223,12 @@ BOOST_AUTO_TEST_CASE(gdp_uneven) {
     for (int g : {1, h}) {
       ch::GdpShape s{h, 2, g, 3, 2, 4};
       BOOST_TEST_CONTEXT("H=" << h << " G=" << g) {
-        CTXPAR_TEST_ALL(group, (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Contiguous>(
-                                   s, 5 * p + 2, {}, seed++)));
-        CTXPAR_TEST_ALL(group, (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Zigzag>(
-                                   s, 4 * p, {0, 2 * p, 4 * p}, seed++)));
+        CTXPAR_TEST_ALL(
+            group, (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Contiguous>(
+                       s, 5 * p + 2, {}, seed++)));
+        CTXPAR_TEST_ALL(group,
+                        (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Zigzag>(
+                            s, 4 * p, {0, 2 * p, 4 * p}, seed++)));
       }
     }
   }

@@ -12,22 +12,27 @@
 namespace heads_test {
 
 struct GdpData {
-  std::vector<double> x;                      // [T, C]
+  std::vector<double> x;                         // [T, C]
   std::vector<double> conv_w, conv_b, dt, alog;  // [Cc, w], [Cc], [H], [H]
-  std::vector<double> dy, dz;                 // [T, H·d], [T, d_inner]
+  std::vector<double> dy, dz;                    // [T, H·d], [T, d_inner]
 };
 
 struct GdpResult {
-  std::vector<double> y, z, y_mag;             // forward; y_mag bounds |terms| of each y
+  std::vector<double> y, z, y_mag;  // forward; y_mag bounds |terms| of each y
   std::vector<double> dx, dconv_w, dconv_b, ddt, dalog;
 };
 
-inline double sigm(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-inline double softplus(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }
+inline double sigm(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+inline double softplus(double x) {
+  return x > 20 ? x : std::log1p(std::exp(x));
+}
 
 inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<std::int64_t>& cu,
                             const GdpData& in, double eps, bool backward) {
-  const int H = s.nheads, d = s.headdim, G = s.ngroups, N = s.d_state, M = s.householder, W = s.conv_width;
+  const int H = s.nheads, d = s.headdim, G = s.ngroups, N = s.d_state, M = s.householder,
+            W = s.conv_width;
   const std::int64_t T = cu.back(), di = s.d_inner(), Cc = s.conv_channels();
   const std::int64_t C = di + Cc + std::int64_t(H) * M + H;
   const std::int64_t b0 = di + Cc, a0 = b0 + std::int64_t(H) * M;
@@ -50,7 +55,9 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
       act[t * Cc + c] = v * sigm(v);
     }
   auto vidx = [&](std::int64_t t, int m, int h, int j) { return t * Cc + m * di + h * d + j; };
-  auto kidx = [&](std::int64_t t, int m, int g, int n) { return t * Cc + M * di + (std::int64_t(m) * G + g) * N + n; };
+  auto kidx = [&](std::int64_t t, int m, int g, int n) {
+    return t * Cc + M * di + (std::int64_t(m) * G + g) * N + n;
+  };
   // Normalised keys (m < M) and queries (m == M), per group.
   std::vector<double> kn(T * (M + 1) * G * N), rn(T * (M + 1) * G);
   for (std::int64_t t = 0; t < T; ++t)
@@ -60,14 +67,19 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
         for (int n = 0; n < N; ++n) ss += act[kidx(t, m, g, n)] * act[kidx(t, m, g, n)];
         const double r = 1.0 / std::sqrt(ss + eps);
         rn[(t * (M + 1) + m) * G + g] = r;
-        for (int n = 0; n < N; ++n) kn[((t * (M + 1) + m) * G + g) * N + n] = act[kidx(t, m, g, n)] * r;
+        for (int n = 0; n < N; ++n)
+          kn[((t * (M + 1) + m) * G + g) * N + n] = act[kidx(t, m, g, n)] * r;
       }
-  auto K = [&](std::int64_t t, int m, int g, int n) { return kn[((t * (M + 1) + m) * G + g) * N + n]; };
+  auto K = [&](std::int64_t t, int m, int g, int n) {
+    return kn[((t * (M + 1) + m) * G + g) * N + n];
+  };
   std::vector<double> beta(T * M * H), gate(T * H);
   for (std::int64_t t = 0; t < T; ++t) {
     for (int m = 0; m < M; ++m)
-      for (int h = 0; h < H; ++h) beta[(t * M + m) * H + h] = sigm(X(t, b0 + std::int64_t(m) * H + h));
-    for (int h = 0; h < H; ++h) gate[t * H + h] = -std::exp(in.alog[h]) * softplus(X(t, a0 + h) + in.dt[h]);
+      for (int h = 0; h < H; ++h)
+        beta[(t * M + m) * H + h] = sigm(X(t, b0 + std::int64_t(m) * H + h));
+    for (int h = 0; h < H; ++h)
+      gate[t * H + h] = -std::exp(in.alog[h]) * softplus(X(t, a0 + h) + in.dt[h]);
   }
 
   GdpResult out;
@@ -80,7 +92,9 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
   // Recurrence: states after every sub-step, per head, state S[n][j] (N × d).
   const int hpg = H / G;
   std::vector<double> after(T * M * H * N * d, 0.0);
-  auto S = [&](std::int64_t r, int h, int n, int j) -> double& { return after[((r * H + h) * N + n) * d + j]; };
+  auto S = [&](std::int64_t r, int h, int n, int j) -> double& {
+    return after[((r * H + h) * N + n) * d + j];
+  };
   for (int h = 0; h < H; ++h) {
     const int gh = h / hpg;
     std::vector<double> mag(N * d, 0.0);
@@ -95,18 +109,22 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
           for (int n = 0; n < N; ++n)
             prev[n] = m > 0 ? S(r - 1, h, n, j) : (start[t] == t ? 0.0 : alpha * S(r - 1, h, n, j));
           double ks = 0, kmag = 0;
-          for (int n = 0; n < N; ++n) ks += K(t, m, gh, n) * prev[n], kmag += std::fabs(K(t, m, gh, n)) * mag[n * d + j];
+          for (int n = 0; n < N; ++n)
+            ks += K(t, m, gh, n) * prev[n], kmag += std::fabs(K(t, m, gh, n)) * mag[n * d + j];
           const double e = act[vidx(t, m, h, j)] - ks;
           const double emag = std::fabs(act[vidx(t, m, h, j)]) + kmag;
           for (int n = 0; n < N; ++n) {
             S(r, h, n, j) = prev[n] + b * K(t, m, gh, n) * e;
-            mag[n * d + j] = mag[n * d + j] * (m == 0 ? alpha : 1.0) + b * std::fabs(K(t, m, gh, n)) * emag;
+            mag[n * d + j] =
+                mag[n * d + j] * (m == 0 ? alpha : 1.0) + b * std::fabs(K(t, m, gh, n)) * emag;
           }
         }
       }
       for (int j = 0; j < d; ++j) {
         double o = 0, om = 0;
-        for (int n = 0; n < N; ++n) o += K(t, M, gh, n) * S(t * M + M - 1, h, n, j), om += std::fabs(K(t, M, gh, n)) * mag[n * d + j];
+        for (int n = 0; n < N; ++n)
+          o += K(t, M, gh, n) * S(t * M + M - 1, h, n, j),
+              om += std::fabs(K(t, M, gh, n)) * mag[n * d + j];
         out.y[t * di + h * d + j] = scale * o;
         out.y_mag[t * di + h * d + j] = scale * om;
       }
@@ -115,7 +133,8 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
   if (!backward) return out;
 
   // Backward through the recurrence.
-  std::vector<double> dkn(kn.size(), 0.0), dv(T * M * H * d, 0.0), dbeta(T * M * H, 0.0), dgate(T * H, 0.0);
+  std::vector<double> dkn(kn.size(), 0.0), dv(T * M * H * d, 0.0), dbeta(T * M * H, 0.0),
+      dgate(T * H, 0.0);
   for (int h = 0; h < H; ++h) {
     const int gh = h / hpg;
     std::vector<double> ds(N * d, 0.0);
@@ -139,7 +158,8 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
         std::vector<double> e(d), kd(d);
         for (int j = 0; j < d; ++j) {
           double ks = 0, k2 = 0;
-          for (int n = 0; n < N; ++n) ks += K(t, m, gh, n) * before(n, j), k2 += K(t, m, gh, n) * ds[n * d + j];
+          for (int n = 0; n < N; ++n)
+            ks += K(t, m, gh, n) * before(n, j), k2 += K(t, m, gh, n) * ds[n * d + j];
           e[j] = act[vidx(t, m, h, j)] - ks;
           kd[j] = k2;
           dv[(r * H + h) * d + j] = b * k2;
@@ -175,7 +195,8 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
         double dot = 0;
         for (int n = 0; n < N; ++n) dot += dkn[((t * (M + 1) + m) * G + g) * N + n] * K(t, m, g, n);
         for (int n = 0; n < N; ++n)
-          dact[kidx(t, m, g, n)] = r * (dkn[((t * (M + 1) + m) * G + g) * N + n] - K(t, m, g, n) * dot);
+          dact[kidx(t, m, g, n)] =
+              r * (dkn[((t * (M + 1) + m) * G + g) * N + n] - K(t, m, g, n) * dot);
       }
   }
   out.dx.assign(T * C, 0.0);
@@ -215,7 +236,8 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
 }
 
 /// L = Σ dy·y + Σ dz·z of the oracle's forward, for finite differences.
-inline double gdp_loss(const ctxpar::heads::GdpShape& s, const std::vector<std::int64_t>& cu, const GdpData& in, double eps) {
+inline double gdp_loss(const ctxpar::heads::GdpShape& s, const std::vector<std::int64_t>& cu,
+                       const GdpData& in, double eps) {
   const GdpResult r = gdp_oracle(s, cu, in, eps, false);
   double l = 0;
   for (std::size_t i = 0; i < r.y.size(); ++i) l += in.dy[i] * r.y[i] + in.dz[i] * r.z[i];

@@ -25,18 +25,22 @@ inline std::pair<int, int> group_range(int h, int g, int p, int j, bool uneven) 
   for (int x = hb; x < he; ++x) used[x / per] = true;
   int lo = g, hi = 0;
   for (int x = 0; x < g; ++x)
-    if (used[x]) { lo = std::min(lo, x); hi = x + 1; }
+    if (used[x]) {
+      lo = std::min(lo, x);
+      hi = x + 1;
+    }
   return {lo, hi};
 }
 
 /// GDP input channels on rank j: [z | V | K | Q | b | a], copies slowest inside V, K, b.
-inline std::vector<std::int64_t> gdp_channels(int h, int d, int g, int n, int m_copies, int p, int j,
-                                              bool uneven) {
+inline std::vector<std::int64_t> gdp_channels(int h, int d, int g, int n, int m_copies, int p,
+                                              int j, bool uneven) {
   const auto [hb, he] = head_range(h, p, j, uneven);
   const auto [gb, ge] = group_range(h, g, p, j, uneven);
   const std::int64_t di = std::int64_t(h) * d;
-  const std::int64_t z0 = 0, v0 = di, k0 = v0 + di * m_copies, q0 = k0 + std::int64_t(g) * n * m_copies,
-                     b0 = q0 + std::int64_t(g) * n, a0 = b0 + std::int64_t(h) * m_copies;
+  const std::int64_t z0 = 0, v0 = di, k0 = v0 + di * m_copies,
+                     q0 = k0 + std::int64_t(g) * n * m_copies, b0 = q0 + std::int64_t(g) * n,
+                     a0 = b0 + std::int64_t(h) * m_copies;
   std::vector<std::int64_t> out;
   for (std::int64_t c = hb * d; c < he * d; ++c) out.push_back(z0 + c);
   for (int m = 0; m < m_copies; ++m)

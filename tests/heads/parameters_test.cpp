@@ -12,7 +12,8 @@ namespace ch = ctxpar::heads;
 
 // Conv rows of rank j at P = 1: the V, K and Q channels of the input layout, shifted by d_inner.
 std::vector<std::int64_t> conv_rows(const ch::GdpShape& s, int p, int j, bool uneven) {
-  const auto in = heads_test::gdp_channels(s.nheads, s.headdim, s.ngroups, s.d_state, s.householder, p, j, uneven);
+  const auto in = heads_test::gdp_channels(s.nheads, s.headdim, s.ngroups, s.d_state, s.householder,
+                                           p, j, uneven);
   std::vector<std::int64_t> rows;
   for (std::int64_t c : in)
     if (c >= s.d_inner() && c < s.d_inner() + s.conv_channels()) rows.push_back(c - s.d_inner());
@@ -55,7 +56,8 @@ bool check(const ch::GdpShape& s) {
   auto la = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local.a_log);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     ok = ok && lb(i) == value(1, rows[i]);
-    for (int k = 0; k < s.conv_width; ++k) ok = ok && lw(i, k) == value(0, rows[i] * s.conv_width + k);
+    for (int k = 0; k < s.conv_width; ++k)
+      ok = ok && lw(i, k) == value(0, rows[i] * s.conv_width + k);
   }
   for (int h = hb; h < he; ++h) ok = ok && ldt(h - hb) == value(2, h) && la(h - hb) == value(3, h);
 
@@ -97,7 +99,8 @@ bool check(const ch::GdpShape& s) {
     const auto rr = conv_rows(s, p, r, uneven);
     for (std::size_t i = 0; i < rr.size(); ++i) {
       want_b[rr[i]] += g(r, i);
-      for (int k = 0; k < s.conv_width; ++k) want_w[rr[i] * s.conv_width + k] += g(r, i * s.conv_width + k);
+      for (int k = 0; k < s.conv_width; ++k)
+        want_w[rr[i] * s.conv_width + k] += g(r, i * s.conv_width + k);
     }
     const auto [b, e] = heads_test::head_range(s.nheads, p, r, uneven);
     for (int h = b; h < e; ++h) want_h[h] += g(r, h - b);
@@ -106,12 +109,15 @@ bool check(const ch::GdpShape& s) {
   auto gb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grads.conv_bias);
   auto gdt = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grads.dt_bias);
   auto ga = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grads.a_log);
-  const double bound = p * 4 * ctxpar::test::unit_roundoff<double>() * (p + 2);  // sums of <= P terms of size <= P+1
+  const double bound =
+      p * 4 * ctxpar::test::unit_roundoff<double>() * (p + 2);  // sums of <= P terms of size <= P+1
   for (std::int64_t c = 0; c < s.conv_channels(); ++c) {
     ok = ok && std::fabs(gb(c) - want_b[c]) <= bound;
-    for (int k = 0; k < s.conv_width; ++k) ok = ok && std::fabs(gw(c, k) - want_w[c * s.conv_width + k]) <= bound;
+    for (int k = 0; k < s.conv_width; ++k)
+      ok = ok && std::fabs(gw(c, k) - want_w[c * s.conv_width + k]) <= bound;
   }
-  for (int h = 0; h < s.nheads; ++h) ok = ok && std::fabs(gdt(h) - want_h[h]) <= bound && std::fabs(ga(h) - want_h[h]) <= bound;
+  for (int h = 0; h < s.nheads; ++h)
+    ok = ok && std::fabs(gdt(h) - want_h[h]) <= bound && std::fabs(ga(h) - want_h[h]) <= bound;
   if (!ok) std::cerr << "[rank " << me << "] parameter slice/fold mismatch\n";
   return ok;
 }

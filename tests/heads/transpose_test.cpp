@@ -17,7 +17,7 @@ struct Case {
   std::string name;
   ch::ChannelLayout layout;
   std::int64_t tokens;
-  std::vector<std::int64_t> cu;  // empty: dense
+  std::vector<std::int64_t> cu;                                     // empty: dense
   std::function<std::vector<std::int64_t>(int, bool)> channels_of;  // rank, uneven → P=1 channels
   bool repeats;
 };
@@ -25,7 +25,10 @@ struct Case {
 std::vector<Case> cases(int p) {
   std::vector<Case> out;
   const int hd = 3;
-  out.push_back({"heads_only", ch::ChannelLayout::heads_only(2 * p, hd), 6 * p, {},
+  out.push_back({"heads_only",
+                 ch::ChannelLayout::heads_only(2 * p, hd),
+                 6 * p,
+                 {},
                  [=](int j, bool uneven) {
                    const auto [b, e] = heads_test::head_range(2 * p, p, j, uneven);
                    std::vector<std::int64_t> c;
@@ -36,10 +39,13 @@ std::vector<Case> cases(int p) {
   for (int m : {1, 2, 3}) {
     for (int g : {1, p, 2 * p}) {
       ch::GdpShape s{4 * p, 2, g, 3, m, 4};
-      out.push_back({"gdp_M" + std::to_string(m) + "_G" + std::to_string(g), s.input_layout(), 4 * p,
+      out.push_back({"gdp_M" + std::to_string(m) + "_G" + std::to_string(g),
+                     s.input_layout(),
+                     4 * p,
                      {0, 2 * p, 2 * p, 4 * p},
                      [=](int j, bool uneven) {
-                       return heads_test::gdp_channels(s.nheads, s.headdim, g, s.d_state, m, p, j, uneven);
+                       return heads_test::gdp_channels(s.nheads, s.headdim, g, s.d_state, m, p, j,
+                                                       uneven);
                      },
                      g < p});
     }
@@ -83,7 +89,8 @@ bool check(const Case& c, std::uint64_t seed) {
   // Gather-then-slice oracle: all shards gathered, reordered, sliced to this rank's channels.
   Kokkos::View<Scalar*, Kokkos::HostSpace> all("all", t_total * ch_all);
   std::vector<int> counts(p);
-  for (int i = 0; i < p; ++i) counts[i] = int(((i + 1 == p ? t_total : row_begin(i + 1)) - row_begin(i)) * ch_all);
+  for (int i = 0; i < p; ++i)
+    counts[i] = int(((i + 1 == p ? t_total : row_begin(i + 1)) - row_begin(i)) * ch_all);
   Kokkos::View<Scalar*, Kokkos::HostSpace> mine(xh.data(), rows * ch_all);
   ctxpar::allgatherv(Kokkos::DefaultHostExecutionSpace(), group, mine, all, counts);
   const auto chans = c.channels_of(me, uneven);
@@ -98,8 +105,8 @@ bool check(const Case& c, std::uint64_t seed) {
     for (std::size_t k = 0; k < chans.size(); ++k) {
       const Scalar expected = all(pos[n] * ch_all + chans[k]);
       if (std::memcmp(&expected, &yh(n, k), sizeof(Scalar)) != 0) {
-        std::cerr << "[rank " << me << "] " << c.name << " y(" << n << "," << k << ") = " << yh(n, k)
-                  << ", expected " << expected << "\n";
+        std::cerr << "[rank " << me << "] " << c.name << " y(" << n << "," << k
+                  << ") = " << yh(n, k) << ", expected " << expected << "\n";
         ok = false;
         break;
       }
@@ -110,9 +117,13 @@ bool check(const Case& c, std::uint64_t seed) {
   for (int j = 0; j < p; ++j)
     if (j != me) others += static_cast<std::int64_t>(c.channels_of(j, uneven).size());
   const std::int64_t bytes = rows * others * std::int64_t(sizeof(Scalar));
-  ok = ok && traffic.calls == 1 && traffic.bytes_sent == bytes && plan.bytes_per_transpose() == bytes;
-  if (!uneven && !c.repeats) ok = ok && bytes * p * p == (p - 1) * t_total * ch_all * std::int64_t(sizeof(Scalar));
-  if (!ok) std::cerr << "[rank " << me << "] " << c.name << " bytes " << traffic.bytes_sent << " vs " << bytes << "\n";
+  ok = ok && traffic.calls == 1 && traffic.bytes_sent == bytes &&
+       plan.bytes_per_transpose() == bytes;
+  if (!uneven && !c.repeats)
+    ok = ok && bytes * p * p == (p - 1) * t_total * ch_all * std::int64_t(sizeof(Scalar));
+  if (!ok)
+    std::cerr << "[rank " << me << "] " << c.name << " bytes " << traffic.bytes_sent << " vs "
+              << bytes << "\n";
 
   // Round trip: bit for bit.
   plan.to_sequence_parallel(Exec(), y, back);
@@ -139,11 +150,14 @@ bool check(const Case& c, std::uint64_t seed) {
         magnitude[t * ch_all + cj[k]] += std::fabs(v);
       }
   }
-  ok = ok && ctxpar::test::all_close(
-                 c.name + " adjoint", rows * ch_all, [&](std::int64_t i) { return bh.data()[i]; },
-                 [&](std::int64_t i) { return expected[i]; },
-                 [&](std::int64_t i) { return p * ctxpar::test::unit_roundoff<Scalar>() * magnitude[i]; },
-                 [&](std::int64_t i) { return std::to_string(i / ch_all) + "," + std::to_string(i % ch_all); });
+  ok = ok &&
+       ctxpar::test::all_close(
+           c.name + " adjoint", rows * ch_all, [&](std::int64_t i) { return bh.data()[i]; },
+           [&](std::int64_t i) { return expected[i]; },
+           [&](std::int64_t i) { return p * ctxpar::test::unit_roundoff<Scalar>() * magnitude[i]; },
+           [&](std::int64_t i) {
+             return std::to_string(i / ch_all) + "," + std::to_string(i % ch_all);
+           });
   return ok;
 }
 
@@ -156,8 +170,10 @@ void run_all(bool packed_too) {
     variants[0].cu.clear();
     if (packed_too && !c.cu.empty()) variants.push_back(c);
     for (const Case& v : variants) {
-      if (std::is_same_v<HeadPolicy, ch::UnevenHeads> && std::is_same_v<TokenOrder, ch::Contiguous> && v.cu.empty())
-        const_cast<Case&>(v).tokens = 5 * group.size() + (group.size() > 1 ? 1 : 0);  // uneven token shards
+      if (std::is_same_v<HeadPolicy, ch::UnevenHeads> &&
+          std::is_same_v<TokenOrder, ch::Contiguous> && v.cu.empty())
+        const_cast<Case&>(v).tokens =
+            5 * group.size() + (group.size() > 1 ? 1 : 0);  // uneven token shards
       BOOST_TEST_CONTEXT(v.name << (v.cu.empty() ? " dense" : " packed") << " T=" << v.tokens) {
         CTXPAR_TEST_ALL(group, (check<Exec, Scalar, HeadPolicy, TokenOrder>(v, seed++)));
       }
@@ -189,10 +205,19 @@ BOOST_AUTO_TEST_CASE(uneven_head_counts) {
   const int p = group.size();
   for (int h : {2 * p + 1, std::max(1, p - 1)}) {
     ch::GdpShape s{h, 2, 1, 3, 2, 4};
-    Case c{"gdp_H" + std::to_string(h), s.input_layout(), 4 * p, {},
-           [=](int j, bool uneven) { return heads_test::gdp_channels(h, 2, 1, 3, 2, p, j, uneven); }, p > 1};
-    CTXPAR_TEST_ALL(group, (check<Kokkos::DefaultHostExecutionSpace, double, ch::UnevenHeads, ch::Zigzag>(c, 99)));
+    Case c{
+        "gdp_H" + std::to_string(h),
+        s.input_layout(),
+        4 * p,
+        {},
+        [=](int j, bool uneven) { return heads_test::gdp_channels(h, 2, 1, 3, 2, p, j, uneven); },
+        p > 1};
+    CTXPAR_TEST_ALL(
+        group,
+        (check<Kokkos::DefaultHostExecutionSpace, double, ch::UnevenHeads, ch::Zigzag>(c, 99)));
     c.tokens = 3 * p + 2;
-    CTXPAR_TEST_ALL(group, (check<Kokkos::DefaultHostExecutionSpace, double, ch::UnevenHeads, ch::Contiguous>(c, 98)));
+    CTXPAR_TEST_ALL(
+        group,
+        (check<Kokkos::DefaultHostExecutionSpace, double, ch::UnevenHeads, ch::Contiguous>(c, 98)));
   }
 }

@@ -23,11 +23,11 @@ enum class SectionKind : int {
 /// `units` heads or key groups of `width` channels. Rank `j` receives, from every copy, the same
 /// unit range — the householder fold — so each copy is partitioned identically.
 struct Section {
-  std::string name;                      ///< for messages and reports, e.g. "V"
-  int copies = 1;                        ///< householder copies M (1 for unreplicated sections)
-  int units = 1;                         ///< heads or key groups in one copy
-  int width = 1;                         ///< channels per unit (headdim, d_state or 1)
-  SectionKind kind = SectionKind::heads; ///< split by heads or by key groups
+  std::string name;                       ///< for messages and reports, e.g. "V"
+  int copies = 1;                         ///< householder copies M (1 for unreplicated sections)
+  int units = 1;                          ///< heads or key groups in one copy
+  int width = 1;                          ///< channels per unit (headdim, d_state or 1)
+  SectionKind kind = SectionKind::heads;  ///< split by heads or by key groups
 
   /// Channels of the whole section at `P = 1`.
   std::int64_t channels() const { return std::int64_t{copies} * units * width; }
@@ -49,8 +49,11 @@ class ChannelLayout {
     return ChannelLayout(nheads, 1, {Section{name, 1, nheads, headdim, SectionKind::heads}});
   }
 
+  /// Heads `H` of the layer.
   int nheads() const { return nheads_; }
+  /// Key groups `G` (divides `H`).
   int ngroups() const { return ngroups_; }
+  /// The sections, in channel order.
   const std::vector<Section>& sections() const { return sections_; }
 
   /// Channels at `P = 1`.
@@ -73,9 +76,11 @@ class ChannelLayout {
                 "no such section");
   }
 
-  /// Units of section `s` that rank `j` of `blocks` owns: its head block or the groups its heads use.
+  /// Units of section `s` that rank `j` of `blocks` owns: its head block or the groups its heads
+  /// use.
   std::pair<int, int> unit_range(std::size_t s, const KeyGroupPartition& blocks, int j) const {
-    if (sections_[s].kind == SectionKind::heads) return {blocks.heads.begin(j), blocks.heads.end(j)};
+    if (sections_[s].kind == SectionKind::heads)
+      return {blocks.heads.begin(j), blocks.heads.end(j)};
     return {blocks.begin(j), blocks.end(j)};
   }
   /// Channels of section `s` on rank `j`.
@@ -115,7 +120,8 @@ class ChannelLayout {
 
   /// A fingerprint of the whole layout, for `Preconditions::require_same`.
   std::int64_t fingerprint_value() const {
-    std::int64_t h = ctxpar::fingerprint({nheads_, ngroups_, static_cast<std::int64_t>(sections_.size())});
+    std::int64_t h =
+        ctxpar::fingerprint({nheads_, ngroups_, static_cast<std::int64_t>(sections_.size())});
     for (const Section& s : sections_)
       h = ctxpar::fingerprint({h, s.copies, s.units, s.width, static_cast<std::int64_t>(s.kind)});
     return h;
@@ -161,7 +167,9 @@ struct GdpShape {
                           Section{"Q", 1, ngroups, d_state, SectionKind::groups}});
   }
   /// The output layout (y or z): `d_inner` channels split by heads, no householder copies.
-  ChannelLayout output_layout() const { return ChannelLayout(nheads, ngroups, {Section{"y", 1, nheads, headdim, SectionKind::heads}}); }
+  ChannelLayout output_layout() const {
+    return ChannelLayout(nheads, ngroups, {Section{"y", 1, nheads, headdim, SectionKind::heads}});
+  }
 };
 
 }  // namespace ctxpar::heads

@@ -32,8 +32,10 @@ struct GdpParameters {
   /// Zero-initialised parameters of `shape` (labels `ctxpar::heads::<what>`).
   static GdpParameters allocate(const GdpShape& shape, const std::string& what = "parameters") {
     GdpParameters p;
-    p.conv_weight = decltype(p.conv_weight)("ctxpar::heads::" + what + "::conv_weight", shape.conv_channels(), shape.conv_width);
-    p.conv_bias = decltype(p.conv_bias)("ctxpar::heads::" + what + "::conv_bias", shape.conv_channels());
+    p.conv_weight = decltype(p.conv_weight)("ctxpar::heads::" + what + "::conv_weight",
+                                            shape.conv_channels(), shape.conv_width);
+    p.conv_bias =
+        decltype(p.conv_bias)("ctxpar::heads::" + what + "::conv_bias", shape.conv_channels());
     p.dt_bias = decltype(p.dt_bias)("ctxpar::heads::" + what + "::dt_bias", shape.nheads);
     p.a_log = decltype(p.a_log)("ctxpar::heads::" + what + "::a_log", shape.nheads);
     return p;
@@ -47,7 +49,9 @@ struct GatherRows {
   Src src;
   Dst dst;
   Map map;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t k) const { dst(i, k) = src(map(i), k); }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t k) const {
+    dst(i, k) = src(map(i), k);
+  }
 };
 /// dst(map(i), k) = src(i, k) (rows not in `map` untouched; `map` is injective on a rank).
 template <class Src, class Dst, class Map>
@@ -55,7 +59,9 @@ struct ScatterRows {
   Src src;
   Dst dst;
   Map map;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t k) const { dst(map(i), k) = src(i, k); }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t k) const {
+    dst(map(i), k) = src(i, k);
+  }
 };
 /// dst(i) = src(map(i)).
 template <class Src, class Dst, class Map>
@@ -78,15 +84,17 @@ struct Scatter1 {
 /// Head-parallel GDP for one layer shape, one sequence layout and one communicator. Construction
 /// is collective (see `TransposePlan`). The policies are `EvenHeads`/`UnevenHeads` and
 /// `Contiguous`/`Zigzag`.
-template <class Scalar, class MemorySpace, class HeadPolicy = EvenHeads, class TokenOrder = Contiguous>
+template <class Scalar, class MemorySpace, class HeadPolicy = EvenHeads,
+          class TokenOrder = Contiguous>
 class GdpContextParallel {
  public:
   using value_type = Scalar;         ///< activation type
   using memory_space = MemorySpace;  ///< where everything lives
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, channels]`
-  using vector = Kokkos::View<Scalar*, MemorySpace>;                         ///< parameters
-  using plan_type = TransposePlan<Scalar, MemorySpace, HeadPolicy, TokenOrder>;  ///< both transposes
-  using parameters = GdpParameters<Scalar, MemorySpace>;                         ///< full parameters
+  using vector = Kokkos::View<Scalar*, MemorySpace>;                        ///< parameters
+  using plan_type =
+      TransposePlan<Scalar, MemorySpace, HeadPolicy, TokenOrder>;  ///< both transposes
+  using parameters = GdpParameters<Scalar, MemorySpace>;           ///< full parameters
 
   /// Collective. `tokens` = `T`; `cu_seqlens` (global, identical on every rank) for packed input.
   GdpContextParallel(const Group& group, const GdpShape& shape, std::int64_t tokens,
@@ -98,8 +106,8 @@ class GdpContextParallel {
     chk.require(shape.conv_width >= 1, "the conv width must be positive", ">= 1", shape.conv_width);
     chk.require(shape.householder >= 1 && shape.d_state >= 1 && shape.headdim >= 1,
                 "householder, d_state and headdim must be positive", ">= 1",
-                "M " + std::to_string(shape.householder) + ", N " + std::to_string(shape.d_state) + ", d " +
-                    std::to_string(shape.headdim));
+                "M " + std::to_string(shape.householder) + ", N " + std::to_string(shape.d_state) +
+                    ", d " + std::to_string(shape.headdim));
     chk.agree();
     const int me = group.rank();
     const KeyGroupPartition& b = pre_.blocks();
@@ -121,7 +129,8 @@ class GdpContextParallel {
     conv_map_ = to_device("ctxpar::heads::conv_map", shape.conv_layout().channel_map(b, me));
     std::vector<std::int64_t> heads(dims_.heads), channels(dims_.d_inner());
     for (int h = 0; h < dims_.heads; ++h) heads[h] = dims_.head_begin + h;
-    for (std::int64_t c = 0; c < dims_.d_inner(); ++c) channels[c] = std::int64_t(dims_.head_begin) * shape.headdim + c;
+    for (std::int64_t c = 0; c < dims_.d_inner(); ++c)
+      channels[c] = std::int64_t(dims_.head_begin) * shape.headdim + c;
     head_map_ = to_device("ctxpar::heads::head_map", heads);
     channel_map_ = to_device("ctxpar::heads::d_inner_map", channels);
     local_ = allocate_local("local_parameters");
@@ -145,9 +154,12 @@ class GdpContextParallel {
   /// Conv channels on this rank: `d_inner/P·M + ngroups_local·d_state·(M + 1)`.
   std::int64_t conv1d_channels() const { return dims_.conv_channels(); }
 
-  /// Collective. `x [T/P, C]` (sequence-parallel) → `u [T, C_local]` (head-parallel, natural order).
+  /// Collective. `x [T/P, C]` (sequence-parallel) → `u [T, C_local]` (head-parallel, natural
+  /// order).
   template <class ExecutionSpace, class X, class U>
-  void pre_conv_ssm(const ExecutionSpace& space, const X& x, const U& u) const { pre_.to_head_parallel(space, x, u); }
+  void pre_conv_ssm(const ExecutionSpace& space, const X& x, const U& u) const {
+    pre_.to_head_parallel(space, x, u);
+  }
   /// Collective. Backward of `pre_conv_ssm`: sums the gradients of repeated key groups.
   template <class ExecutionSpace, class U, class X>
   void pre_conv_ssm_backward(const ExecutionSpace& space, const U& du, const X& dx) const {
@@ -155,7 +167,9 @@ class GdpContextParallel {
   }
   /// Collective. `y [T, d_inner_local]` (head-parallel) → `[T/P, d_inner]`; use for `y` and `z`.
   template <class ExecutionSpace, class Y, class X>
-  void post_conv_ssm(const ExecutionSpace& space, const Y& y, const X& out) const { post_.to_sequence_parallel(space, y, out); }
+  void post_conv_ssm(const ExecutionSpace& space, const Y& y, const X& out) const {
+    post_.to_sequence_parallel(space, y, out);
+  }
   /// Collective. Backward of `post_conv_ssm`.
   template <class ExecutionSpace, class X, class Y>
   void post_conv_ssm_backward(const ExecutionSpace& space, const X& dout, const Y& dy) const {
@@ -165,37 +179,45 @@ class GdpContextParallel {
   /// This rank's slices of the full parameters (conv rows per householder copy: V by head block,
   /// K and Q by key group with the repeat; `dt_bias`, `a_log` by head block).
   template <class ExecutionSpace>
-  void slice_parameters(const ExecutionSpace& space, const parameters& full, const parameters& local) const {
-    using p2 = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+  void slice_parameters(const ExecutionSpace& space, const parameters& full,
+                        const parameters& local) const {
+    using p2 =
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
     const std::int64_t cc = conv1d_channels();
     if (cc > 0) {
-      Kokkos::parallel_for("ctxpar::heads::slice_conv_weight", p2(space, {0, 0}, {cc, shape_.conv_width}),
-                           impl::GatherRows<decltype(full.conv_weight), decltype(local.conv_weight), index_view>{
-                               full.conv_weight, local.conv_weight, conv_map_});
+      Kokkos::parallel_for(
+          "ctxpar::heads::slice_conv_weight", p2(space, {0, 0}, {cc, shape_.conv_width}),
+          impl::GatherRows<decltype(full.conv_weight), decltype(local.conv_weight), index_view>{
+              full.conv_weight, local.conv_weight, conv_map_});
       gather1(space, "ctxpar::heads::slice_conv_bias", full.conv_bias, local.conv_bias, conv_map_);
     }
     gather1(space, "ctxpar::heads::slice_dt_bias", full.dt_bias, local.dt_bias, head_map_);
     gather1(space, "ctxpar::heads::slice_a_log", full.a_log, local.a_log, head_map_);
   }
-  /// Slice of a per-head (`has_hdim == false`, `[H]`) or per-channel (`[d_inner]`) vector such as `D`.
+  /// Slice of a per-head (`has_hdim == false`, `[H]`) or per-channel (`[d_inner]`) vector such as
+  /// `D`.
   template <class ExecutionSpace>
-  void slice_vector(const ExecutionSpace& space, const vector& full, const vector& local, bool has_hdim) const {
+  void slice_vector(const ExecutionSpace& space, const vector& full, const vector& local,
+                    bool has_hdim) const {
     gather1(space, "ctxpar::heads::slice_vector", full, local, has_hdim ? channel_map_ : head_map_);
   }
   /// Collective. Folds this rank's slice gradients into full-size gradients (zero elsewhere) and
   /// sums them over ranks: every rank ends with the gradient of the full parameters.
   template <class ExecutionSpace>
-  void accumulate_gradients(const ExecutionSpace& space, const parameters& local, const parameters& full) const {
-    using p2 = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+  void accumulate_gradients(const ExecutionSpace& space, const parameters& local,
+                            const parameters& full) const {
+    using p2 =
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
     Kokkos::deep_copy(space, full.conv_weight, Scalar(0));
     Kokkos::deep_copy(space, full.conv_bias, Scalar(0));
     Kokkos::deep_copy(space, full.dt_bias, Scalar(0));
     Kokkos::deep_copy(space, full.a_log, Scalar(0));
     const std::int64_t cc = conv1d_channels();
     if (cc > 0) {
-      Kokkos::parallel_for("ctxpar::heads::fold_conv_weight", p2(space, {0, 0}, {cc, shape_.conv_width}),
-                           impl::ScatterRows<decltype(local.conv_weight), decltype(full.conv_weight), index_view>{
-                               local.conv_weight, full.conv_weight, conv_map_});
+      Kokkos::parallel_for(
+          "ctxpar::heads::fold_conv_weight", p2(space, {0, 0}, {cc, shape_.conv_width}),
+          impl::ScatterRows<decltype(local.conv_weight), decltype(full.conv_weight), index_view>{
+              local.conv_weight, full.conv_weight, conv_map_});
       scatter1(space, "ctxpar::heads::fold_conv_bias", local.conv_bias, full.conv_bias, conv_map_);
     }
     scatter1(space, "ctxpar::heads::fold_dt_bias", local.dt_bias, full.dt_bias, head_map_);
@@ -213,13 +235,14 @@ class GdpContextParallel {
   /// plan's. Packed input under `Zigzag` on a plan built without its metadata is refused: the
   /// dense zigzag pattern would scramble tokens across documents.
   template <class ExecutionSpace>
-  void forward(const ExecutionSpace& space, const matrix& x, const parameters& full, const matrix& y,
-               const matrix& z, const std::vector<std::int64_t>& cu_seqlens = {}) {
+  void forward(const ExecutionSpace& space, const matrix& x, const parameters& full,
+               const matrix& y, const matrix& z, const std::vector<std::int64_t>& cu_seqlens = {}) {
     compat::ScopedRegion region("ctxpar::heads::gdp_forward");
     check_parameters(full, cu_seqlens);
     slice_parameters(space, full, local_);
     pre_conv_ssm(space, x, u_);
-    core_.forward(space, u_, local_.conv_weight, local_.conv_bias, local_.dt_bias, local_.a_log, y_, z_);
+    core_.forward(space, u_, local_.conv_weight, local_.conv_bias, local_.dt_bias, local_.a_log, y_,
+                  z_);
     post_conv_ssm(space, y_, y);
     post_conv_ssm(space, z_, z);
   }
@@ -233,8 +256,8 @@ class GdpContextParallel {
     check_parameters(grads, {});
     post_conv_ssm_backward(space, dy, dy_);
     post_conv_ssm_backward(space, dz, dz_);
-    core_.backward(space, dy_, dz_, du_, local_grad_.conv_weight, local_grad_.conv_bias, local_grad_.dt_bias,
-                   local_grad_.a_log);
+    core_.backward(space, dy_, dz_, du_, local_grad_.conv_weight, local_grad_.conv_bias,
+                   local_grad_.dt_bias, local_grad_.a_log);
     pre_conv_ssm_backward(space, du_, dx);
     accumulate_gradients(space, local_grad_, grads);
   }
@@ -247,22 +270,26 @@ class GdpContextParallel {
     if (!batch_cu.empty()) {
       const bool plan_dense = pre_.cu_seqlens().size() == 2;
       const bool batch_packed = batch_cu.size() > 2;
-      chk.require(!(plan_dense && batch_packed && std::is_same_v<TokenOrder, Zigzag>),
-                  "packed input under Zigzag needs its sequence metadata in the plan (the dense zigzag "
-                  "pattern would scramble tokens across sequence boundaries)",
-                  "a plan built with cu_seqlens", "a dense plan and " + std::to_string(batch_cu.size() - 1) + " sequences");
+      chk.require(
+          !(plan_dense && batch_packed && std::is_same_v<TokenOrder, Zigzag>),
+          "packed input under Zigzag needs its sequence metadata in the plan (the dense zigzag "
+          "pattern would scramble tokens across sequence boundaries)",
+          "a plan built with cu_seqlens",
+          "a dense plan and " + std::to_string(batch_cu.size() - 1) + " sequences");
       chk.require(batch_cu == pre_.cu_seqlens() || (plan_dense && !batch_packed),
                   "the batch's cu_seqlens must be the plan's", pre_.cu_seqlens().size() - 1,
                   std::to_string(batch_cu.size() - 1) + " sequences");
     }
-    chk.require(static_cast<std::int64_t>(p.conv_weight.extent(0)) == shape_.conv_channels() &&
-                    static_cast<std::int64_t>(p.conv_weight.extent(1)) == shape_.conv_width,
-                "conv_weight must be [C_conv, w]",
-                std::to_string(shape_.conv_channels()) + " x " + std::to_string(shape_.conv_width),
-                std::to_string(p.conv_weight.extent(0)) + " x " + std::to_string(p.conv_weight.extent(1)));
+    chk.require(
+        static_cast<std::int64_t>(p.conv_weight.extent(0)) == shape_.conv_channels() &&
+            static_cast<std::int64_t>(p.conv_weight.extent(1)) == shape_.conv_width,
+        "conv_weight must be [C_conv, w]",
+        std::to_string(shape_.conv_channels()) + " x " + std::to_string(shape_.conv_width),
+        std::to_string(p.conv_weight.extent(0)) + " x " + std::to_string(p.conv_weight.extent(1)));
     chk.require(static_cast<std::int64_t>(p.conv_bias.extent(0)) == shape_.conv_channels(),
                 "conv_bias must be [C_conv]", shape_.conv_channels(), p.conv_bias.extent(0));
-    chk.require(static_cast<int>(p.dt_bias.extent(0)) == shape_.nheads && static_cast<int>(p.a_log.extent(0)) == shape_.nheads,
+    chk.require(static_cast<int>(p.dt_bias.extent(0)) == shape_.nheads &&
+                    static_cast<int>(p.a_log.extent(0)) == shape_.nheads,
                 "dt_bias and A_log must be [nheads]", shape_.nheads,
                 std::to_string(p.dt_bias.extent(0)) + " and " + std::to_string(p.a_log.extent(0)));
     chk.agree();
@@ -270,7 +297,8 @@ class GdpContextParallel {
 
   parameters allocate_local(const std::string& what) const {
     parameters p;
-    p.conv_weight = decltype(p.conv_weight)("ctxpar::heads::" + what + "::conv_weight", dims_.conv_channels(), shape_.conv_width);
+    p.conv_weight = decltype(p.conv_weight)("ctxpar::heads::" + what + "::conv_weight",
+                                            dims_.conv_channels(), shape_.conv_width);
     p.conv_bias = vector("ctxpar::heads::" + what + "::conv_bias", dims_.conv_channels());
     p.dt_bias = vector("ctxpar::heads::" + what + "::dt_bias", dims_.heads);
     p.a_log = vector("ctxpar::heads::" + what + "::a_log", dims_.heads);
@@ -278,18 +306,20 @@ class GdpContextParallel {
   }
 
   template <class ExecutionSpace, class Src, class Dst>
-  static void gather1(const ExecutionSpace& space, const char* label, const Src& src, const Dst& dst,
-                      const index_view& map) {
+  static void gather1(const ExecutionSpace& space, const char* label, const Src& src,
+                      const Dst& dst, const index_view& map) {
     const std::int64_t n = map.extent(0);
-    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n),
-                         impl::Gather1<Src, Dst, index_view>{src, dst, map});
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n),
+        impl::Gather1<Src, Dst, index_view>{src, dst, map});
   }
   template <class ExecutionSpace, class Src, class Dst>
-  static void scatter1(const ExecutionSpace& space, const char* label, const Src& src, const Dst& dst,
-                       const index_view& map) {
+  static void scatter1(const ExecutionSpace& space, const char* label, const Src& src,
+                       const Dst& dst, const index_view& map) {
     const std::int64_t n = map.extent(0);
-    Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n),
-                         impl::Scatter1<Src, Dst, index_view>{src, dst, map});
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n),
+        impl::Scatter1<Src, Dst, index_view>{src, dst, map});
   }
 
   static index_view to_device(const std::string& label, const std::vector<std::int64_t>& host) {

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "ctxpar/chunkwise/gated_delta_product.hpp"
+#include "ctxpar/chunkwise/local_sequences.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/heads/impl/layer_kernels.hpp"
-#include "ctxpar/chunkwise/gated_delta_product.hpp"
-#include "ctxpar/chunkwise/local_sequences.hpp"
 
 namespace ctxpar::heads {
 
@@ -33,16 +33,17 @@ struct GdpOptions {
 template <class Scalar, class MemorySpace>
 class GdpLayerCore {
  public:
-  using value_type = Scalar;          ///< activation type
-  using memory_space = MemorySpace;   ///< where buffers live
-  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;   ///< `[rows, cols]`
-  using vector = Kokkos::View<Scalar*, MemorySpace>;                          ///< per channel/head
+  using value_type = Scalar;                                                ///< activation type
+  using memory_space = MemorySpace;                                         ///< where buffers live
+  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, cols]`
+  using vector = Kokkos::View<Scalar*, MemorySpace>;                        ///< per channel/head
   using tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, H, D]`
 
   GdpLayerCore() = default;
   /// `dims`: this rank's heads and groups; `cu_seqlens`: natural-order sequence boundaries over
   /// `T = cu_seqlens.back()` tokens.
-  GdpLayerCore(const impl::LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens, const GdpOptions& options = {})
+  GdpLayerCore(const impl::LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens,
+               const GdpOptions& options = {})
       : dims_(dims), tokens_(cu_seqlens.back()), eps_(options.l2_eps) {
     const std::int64_t t = tokens_, m = dims.copies, h = dims.heads;
     seq_start_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_start", t);
@@ -84,8 +85,9 @@ class GdpLayerCore {
   /// slices `conv_w [C_conv, w]`, `conv_b [C_conv]`, `dt_bias [H]`, `a_log [H]` → `y [T, H·d]` and
   /// `z [T, d_inner]` (the z section, contiguous). Keeps what `backward` needs.
   template <class ExecutionSpace>
-  void forward(const ExecutionSpace& space, const matrix& u, const matrix& conv_w, const vector& conv_b,
-               const vector& dt_bias, const vector& a_log, const matrix& y, const matrix& z) {
+  void forward(const ExecutionSpace& space, const matrix& u, const matrix& conv_w,
+               const vector& conv_b, const vector& dt_bias, const vector& a_log, const matrix& y,
+               const matrix& z) {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::GdpLayerCore::forward", ExecutionSpace, matrix);
     compat::ScopedRegion region("ctxpar::heads::layer_forward");
     u_ = u;
@@ -93,18 +95,22 @@ class GdpLayerCore {
     dt_bias_ = dt_bias;
     a_log_ = a_log;
     const std::int64_t t = tokens_;
-    using p2 = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    using p2 =
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
     using p1 = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
     if (t == 0) return;
     if (dims_.conv_channels() > 0)
-      Kokkos::parallel_for("ctxpar::heads::conv_silu", p2(space, {0, 0}, {t, dims_.conv_channels()}),
-                           impl::ConvForward<matrix, matrix, vector, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
-                               u, conv_w, conv_b, pre_, act_, seq_start_, dims_.off_v, dims_.width});
+      Kokkos::parallel_for(
+          "ctxpar::heads::conv_silu", p2(space, {0, 0}, {t, dims_.conv_channels()}),
+          impl::ConvForward<matrix, matrix, vector, matrix,
+                            Kokkos::View<std::int64_t*, MemorySpace>>{
+              u, conv_w, conv_b, pre_, act_, seq_start_, dims_.off_v, dims_.width});
     Kokkos::parallel_for("ctxpar::heads::split_l2norm", p1(space, 0, t),
-                         impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>{act_, rnorm_, rec_.k, rec_.q, rec_.v,
-                                                                                 dims_, eps_});
-    Kokkos::parallel_for("ctxpar::heads::gates", p1(space, 0, t),
-                         impl::Gates<matrix, vector, matrix>{u, a_log, dt_bias, rec_.beta, rec_.g, dims_});
+                         impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>{
+                             act_, rnorm_, rec_.k, rec_.q, rec_.v, dims_, eps_});
+    Kokkos::parallel_for(
+        "ctxpar::heads::gates", p1(space, 0, t),
+        impl::Gates<matrix, vector, matrix>{u, a_log, dt_bias, rec_.beta, rec_.g, dims_});
     if (dims_.d_inner() > 0)
       Kokkos::parallel_for("ctxpar::heads::copy_z", p2(space, {0, 0}, {t, dims_.d_inner()}),
                            impl::CopyColumns<matrix, matrix>{u, z, 0});
@@ -116,10 +122,12 @@ class GdpLayerCore {
   /// rank's parameter-slice gradients (overwritten).
   template <class ExecutionSpace>
   void backward(const ExecutionSpace& space, const matrix& dy, const matrix& dz, const matrix& du,
-                const matrix& dconv_w, const vector& dconv_b, const vector& ddt_bias, const vector& da_log) {
+                const matrix& dconv_w, const vector& dconv_b, const vector& ddt_bias,
+                const vector& da_log) {
     compat::ScopedRegion region("ctxpar::heads::layer_backward");
     const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
-    using p2 = Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+    using p2 =
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
     using p1 = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
     if (grads_.q.extent(0) != static_cast<std::size_t>(t) || t == 0) {
       grads_.q = tensor3("ctxpar::heads::dq", t, h, dims_.d_state);
@@ -144,18 +152,23 @@ class GdpLayerCore {
     if (cc > 0) {
       Kokkos::parallel_for("ctxpar::heads::silu_backward", p2(space, {0, 0}, {t, cc}),
                            impl::SiluBackward<matrix, matrix>{pre_, dact_});
-      Kokkos::parallel_for("ctxpar::heads::conv_backward_input", p2(space, {0, 0}, {t, cc}),
-                           impl::ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
-                               dact_, conv_w_, du, seq_end_, dims_.off_v, dims_.width});
-      Kokkos::parallel_for("ctxpar::heads::conv_backward_weights", p1(space, 0, cc),
-                           impl::ConvBackwardWeights<matrix, matrix, matrix, vector, Kokkos::View<std::int64_t*, MemorySpace>>{
-                               dact_, u_, dconv_w, dconv_b, seq_start_, dims_.off_v, t, dims_.width});
+      Kokkos::parallel_for(
+          "ctxpar::heads::conv_backward_input", p2(space, {0, 0}, {t, cc}),
+          impl::ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
+              dact_, conv_w_, du, seq_end_, dims_.off_v, dims_.width});
+      Kokkos::parallel_for(
+          "ctxpar::heads::conv_backward_weights", p1(space, 0, cc),
+          impl::ConvBackwardWeights<matrix, matrix, matrix, vector,
+                                    Kokkos::View<std::int64_t*, MemorySpace>>{
+              dact_, u_, dconv_w, dconv_b, seq_start_, dims_.off_v, t, dims_.width});
     }
     Kokkos::parallel_for("ctxpar::heads::gates_backward", p1(space, 0, t),
-                         impl::GatesBackward<matrix, vector, matrix, matrix>{u_, a_log_, dt_bias_, rec_.beta,
-                                                                             grads_.beta, grads_.g, du, dims_});
-    Kokkos::parallel_for("ctxpar::heads::gate_param_grads", Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
-                         impl::GateParamGrads<matrix, matrix, vector>{du, grads_.g, rec_.g, ddt_bias, da_log, dims_, t});
+                         impl::GatesBackward<matrix, vector, matrix, matrix>{
+                             u_, a_log_, dt_bias_, rec_.beta, grads_.beta, grads_.g, du, dims_});
+    Kokkos::parallel_for("ctxpar::heads::gate_param_grads",
+                         Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
+                         impl::GateParamGrads<matrix, matrix, vector>{du, grads_.g, rec_.g,
+                                                                      ddt_bias, da_log, dims_, t});
     if (dims_.d_inner() > 0)
       Kokkos::parallel_for("ctxpar::heads::copy_dz", p2(space, {0, 0}, {t, dims_.d_inner()}),
                            impl::CopyIntoColumns<matrix, matrix>{dz, du, 0});
@@ -172,8 +185,10 @@ class GdpLayerCore {
     const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
     inputs_type in;
     in.q = rec_.q;
-    in.k = chunkwise::const_substep_view<Scalar, MemorySpace>(rec_.k.data(), t, m, h, dims_.d_state);
-    in.v = chunkwise::const_substep_view<Scalar, MemorySpace>(rec_.v.data(), t, m, h, dims_.headdim);
+    in.k =
+        chunkwise::const_substep_view<Scalar, MemorySpace>(rec_.k.data(), t, m, h, dims_.d_state);
+    in.v =
+        chunkwise::const_substep_view<Scalar, MemorySpace>(rec_.v.data(), t, m, h, dims_.headdim);
     in.g = rec_.g;
     in.beta = chunkwise::const_token_view<Scalar, MemorySpace>(rec_.beta.data(), t, m, h);
     return in;
@@ -183,7 +198,8 @@ class GdpLayerCore {
   void recurrence_forward(const ExecutionSpace& space) {
     if (dims_.heads == 0) return;
     const inputs_type in = recurrence_inputs();
-    chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state", dims_.heads, dims_.d_state, dims_.headdim);
+    chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state", dims_.heads, dims_.d_state,
+                                            dims_.headdim);
     backend_.forward_apply(space, in, seqs_, zero, {}, rec_.o, {}, saved_);
   }
   template <class ExecutionSpace>
@@ -196,7 +212,8 @@ class GdpLayerCore {
     g.dv = chunkwise::substep_view<Scalar, MemorySpace>(grads_.v.data(), t, m, h, dims_.headdim);
     g.dg = grads_.g;
     g.dbeta = chunkwise::token_view<Scalar, MemorySpace>(grads_.beta.data(), t, m, h);
-    chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state_grad", h, dims_.d_state, dims_.headdim);
+    chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state_grad", h, dims_.d_state,
+                                            dims_.headdim);
     backend_.backward_apply(space, saved_, dout, seqs_, zero, {}, g, {}, {});
   }
 

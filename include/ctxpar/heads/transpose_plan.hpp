@@ -34,7 +34,8 @@ namespace ctxpar::heads {
 /// `channels()` channels. Head-parallel side: every rank holds all `tokens()` rows in natural
 /// order and its `local_channels()` channels (section by section, copy by copy, its head block or
 /// its key groups; see `ChannelLayout::channel_map`).
-template <class Scalar, class MemorySpace, class HeadPolicy = EvenHeads, class TokenOrder = Contiguous>
+template <class Scalar, class MemorySpace, class HeadPolicy = EvenHeads,
+          class TokenOrder = Contiguous>
 class TransposePlan {
   static_assert(std::is_floating_point_v<Scalar> || std::is_integral_v<Scalar>,
                 "ctxpar::heads::TransposePlan: Scalar must be an arithmetic type");
@@ -44,15 +45,15 @@ class TransposePlan {
                 "ctxpar::heads::TransposePlan: TokenOrder must be Contiguous or Zigzag");
 
  public:
-  using value_type = Scalar;               ///< element type of the activations
-  using memory_space = MemorySpace;        ///< where the buffers live
-  using head_policy = HeadPolicy;          ///< EvenHeads or UnevenHeads
-  using token_order = TokenOrder;          ///< Contiguous or Zigzag
+  using value_type = Scalar;         ///< element type of the activations
+  using memory_space = MemorySpace;  ///< where the buffers live
+  using head_policy = HeadPolicy;    ///< EvenHeads or UnevenHeads
+  using token_order = TokenOrder;    ///< Contiguous or Zigzag
   /// Sequence-sharded or head-sharded activations, `[rows, channels]`.
   using view_type = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
 
-  /// Collective. `tokens` is the global token count `T`; `cu_seqlens` (optional, global, the same on
-  /// every rank) describes packed sequences: starts at 0, non-decreasing, ends at `T`. Under
+  /// Collective. `tokens` is the global token count `T`; `cu_seqlens` (optional, global, the same
+  /// on every rank) describes packed sequences: starts at 0, non-decreasing, ends at `T`. Under
   /// `Zigzag` every sequence is zigzagged on its own, so packed input needs it.
   TransposePlan(const Group& group, ChannelLayout layout, std::int64_t tokens,
                 std::vector<std::int64_t> cu_seqlens = {})
@@ -63,8 +64,7 @@ class TransposePlan {
     check_layout(chk, layout_, p);
     chk.require(tokens_ >= 0, "the token count must be non-negative", ">= 0", tokens_);
     if constexpr (std::is_same_v<HeadPolicy, EvenHeads> || std::is_same_v<TokenOrder, Zigzag>) {
-      chk.require(tokens_ % p == 0,
-                  "T % P == 0 (EvenHeads and Zigzag need equal token shards)",
+      chk.require(tokens_ % p == 0, "T % P == 0 (EvenHeads and Zigzag need equal token shards)",
                   "a multiple of " + std::to_string(p), tokens_);
     }
     const bool packed = !cu_.empty();
@@ -78,7 +78,8 @@ class TransposePlan {
           const std::int64_t len = cu_[s] - cu_[s - 1];
           chk.require(len % (2 * p) == 0,
                       "every packed sequence length must be divisible by 2P under Zigzag "
-                      "(sequence " + std::to_string(s - 1) + ")",
+                      "(sequence " +
+                          std::to_string(s - 1) + ")",
                       "a multiple of " + std::to_string(2 * p), len);
         }
       }
@@ -97,9 +98,10 @@ class TransposePlan {
 
     blocks_ = KeyGroupPartition{HeadPartition{layout_.nheads(), p}, layout_.ngroups()};
     row_begin_.resize(p + 1);
-    const std::int64_t chunk = std::is_same_v<TokenOrder, Zigzag> || std::is_same_v<HeadPolicy, EvenHeads>
-                                   ? tokens_ / p
-                                   : (tokens_ + p - 1) / p;  // the torch.chunk rule
+    const std::int64_t chunk =
+        std::is_same_v<TokenOrder, Zigzag> || std::is_same_v<HeadPolicy, EvenHeads>
+            ? tokens_ / p
+            : (tokens_ + p - 1) / p;  // the torch.chunk rule
     for (int i = 0; i <= p; ++i) row_begin_[i] = std::min<std::int64_t>(chunk * i, tokens_);
     row_begin_[p] = tokens_;
 
@@ -131,8 +133,8 @@ class TransposePlan {
     }
     bool covered = true;
     for (char c : seen) covered = covered && c;
-    require_local(covered, op, "every channel of the layout must reach some rank", "a covering partition",
-                  "a channel no rank holds");
+    require_local(covered, op, "every channel of the layout must reach some rank",
+                  "a covering partition", "a channel no rank holds");
     runs_ = to_device<impl::ChannelRun>("ctxpar::heads::channel_runs", runs);
     offset_ = to_device<std::int64_t>("ctxpar::heads::channel_offset", offset);
 
@@ -190,8 +192,8 @@ class TransposePlan {
     return local_rows() * (offset_host_.back() - local_channels()) * std::int64_t(sizeof(Scalar));
   }
 
-  /// Collective. `x [local_rows(), channels()]` (sequence-parallel) → `y [tokens(), local_channels()]`
-  /// (head-parallel, natural order).
+  /// Collective. `x [local_rows(), channels()]` (sequence-parallel) → `y [tokens(),
+  /// local_channels()]` (head-parallel, natural order).
   template <class ExecutionSpace, class SeqView, class HeadView>
   void to_head_parallel(const ExecutionSpace& space, const SeqView& x, const HeadView& y) const {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, SeqView);
@@ -200,15 +202,17 @@ class TransposePlan {
     check_views("ctxpar::heads::to_head_parallel", x, y);
     using team = Kokkos::TeamPolicy<ExecutionSpace>;
     if (local_rows() > 0)
-      Kokkos::parallel_for("ctxpar::heads::pack_sequence", team(space, local_rows(), Kokkos::AUTO),
-                           impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace, ExecutionSpace>{
-                               x, buf_seq_, runs_, offset_, local_rows()});
+      Kokkos::parallel_for(
+          "ctxpar::heads::pack_sequence", team(space, local_rows(), Kokkos::AUTO),
+          impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace,
+                             ExecutionSpace>{x, buf_seq_, runs_, offset_, local_rows()});
     if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
       exchange(space, buf_seq_, send_seq_, flat(y), recv_head_);
     } else {
       exchange(space, buf_seq_, send_seq_, buf_head_, recv_head_);
       if (tokens_ > 0)
-        Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo", team(space, tokens_, Kokkos::AUTO),
+        Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo",
+                             team(space, tokens_, Kokkos::AUTO),
                              impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
                                               PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
                                  buf_head_, y, order_, local_channels()});
@@ -220,16 +224,19 @@ class TransposePlan {
   template <class ExecutionSpace, class SeqView>
   void pack(const ExecutionSpace& space, const SeqView& x) const {
     if (local_rows() > 0)
-      Kokkos::parallel_for("ctxpar::heads::pack_sequence", Kokkos::TeamPolicy<ExecutionSpace>(space, local_rows(), Kokkos::AUTO),
-                           impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace, ExecutionSpace>{
-                               x, buf_seq_, runs_, offset_, local_rows()});
+      Kokkos::parallel_for(
+          "ctxpar::heads::pack_sequence",
+          Kokkos::TeamPolicy<ExecutionSpace>(space, local_rows(), Kokkos::AUTO),
+          impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace,
+                             ExecutionSpace>{x, buf_seq_, runs_, offset_, local_rows()});
   }
   /// The local second half of `to_head_parallel` under `Zigzag` alone: unpacks the plan's receive
   /// buffer into `y` with the zigzag undo (no communication). For measuring the unpack bandwidth.
   template <class ExecutionSpace, class HeadView>
   void unpack(const ExecutionSpace& space, const HeadView& y) const {
     if (tokens_ > 0)
-      Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo", Kokkos::TeamPolicy<ExecutionSpace>(space, tokens_, Kokkos::AUTO),
+      Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo",
+                           Kokkos::TeamPolicy<ExecutionSpace>(space, tokens_, Kokkos::AUTO),
                            impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
                                             PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
                                buf_head_, y, order_, local_channels()});
@@ -239,14 +246,16 @@ class TransposePlan {
   /// `x [local_rows(), channels()]`; a channel repeated on several ranks takes the copy of the
   /// lowest rank. Without repeats it is also the adjoint (the backward of `to_head_parallel`).
   template <class ExecutionSpace, class HeadView, class SeqView>
-  void to_sequence_parallel(const ExecutionSpace& space, const HeadView& y, const SeqView& x) const {
+  void to_sequence_parallel(const ExecutionSpace& space, const HeadView& y,
+                            const SeqView& x) const {
     reverse("ctxpar::heads::to_sequence_parallel", space, y, x, false);
   }
 
   /// Collective. The adjoint of `to_head_parallel` (its backward): like `to_sequence_parallel`, but
   /// the copies of a repeated channel are summed in rank order.
   template <class ExecutionSpace, class HeadView, class SeqView>
-  void adjoint_to_head_parallel(const ExecutionSpace& space, const HeadView& dy, const SeqView& dx) const {
+  void adjoint_to_head_parallel(const ExecutionSpace& space, const HeadView& dy,
+                                const SeqView& dx) const {
     reverse("ctxpar::heads::adjoint_to_head_parallel", space, dy, dx, true);
   }
 
@@ -254,23 +263,28 @@ class TransposePlan {
   static void check_layout(Preconditions& chk, const ChannelLayout& layout, int p) {
     const int h = layout.nheads(), g = layout.ngroups();
     chk.require(h >= 1 && g >= 1 && h % g == 0, "nheads must be a positive multiple of ngroups",
-                "ngroups | nheads", "nheads " + std::to_string(h) + ", ngroups " + std::to_string(g));
+                "ngroups | nheads",
+                "nheads " + std::to_string(h) + ", ngroups " + std::to_string(g));
     bool sections_ok = !layout.sections().empty();
     for (const Section& s : layout.sections())
       sections_ok = sections_ok && s.copies >= 1 && s.width >= 1 &&
                     s.units == (s.kind == SectionKind::heads ? h : g);
-    chk.require(sections_ok, "every section must have copies, width >= 1 and units = nheads or ngroups",
+    chk.require(sections_ok,
+                "every section must have copies, width >= 1 and units = nheads or ngroups",
                 "valid sections", "an inconsistent section");
     if constexpr (std::is_same_v<HeadPolicy, EvenHeads>) {
       chk.require(h % p == 0, "nheads % P == 0 (choose UnevenHeads for other head counts)",
                   "a multiple of " + std::to_string(p), h);
       bool has_groups = false;
-      for (const Section& s : layout.sections()) has_groups = has_groups || s.kind == SectionKind::groups;
+      for (const Section& s : layout.sections())
+        has_groups = has_groups || s.kind == SectionKind::groups;
       if (has_groups && g < p) {
-        chk.require(p % g == 0, "P % ngroups == 0 when ngroups < P (each group is repeated P/ngroups times)",
+        chk.require(p % g == 0,
+                    "P % ngroups == 0 when ngroups < P (each group is repeated P/ngroups times)",
                     "a divisor of " + std::to_string(p), g);
       } else if (has_groups) {
-        chk.require(g % p == 0, "ngroups % P == 0 when ngroups >= P", "a multiple of " + std::to_string(p), g);
+        chk.require(g % p == 0, "ngroups % P == 0 when ngroups >= P",
+                    "a multiple of " + std::to_string(p), g);
       }
     }
   }
@@ -287,15 +301,18 @@ class TransposePlan {
       exchange(space, flat(y), recv_head_, buf_seq_, send_seq_);
     } else {
       if (tokens_ > 0)
-        Kokkos::parallel_for("ctxpar::heads::pack_head_zigzag_redo", team(space, tokens_, Kokkos::AUTO),
+        Kokkos::parallel_for("ctxpar::heads::pack_head_zigzag_redo",
+                             team(space, tokens_, Kokkos::AUTO),
                              impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>,
                                             PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
                                  y, buf_head_, order_, local_channels()});
       exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
     }
     if (local_rows() > 0)
-      Kokkos::parallel_for("ctxpar::heads::unpack_sequence", team(space, local_rows(), Kokkos::AUTO),
-                           impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView, MemorySpace, ExecutionSpace>{
+      Kokkos::parallel_for("ctxpar::heads::unpack_sequence",
+                           team(space, local_rows(), Kokkos::AUTO),
+                           impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView,
+                                                MemorySpace, ExecutionSpace>{
                                buf_seq_, x, runs_, offset_, local_rows(), sum_repeats});
   }
 
@@ -310,15 +327,18 @@ class TransposePlan {
                   "ctxpar::heads transposes: the head-parallel view must be LayoutRight");
     Preconditions chk(group_, op);
     chk.require(static_cast<std::int64_t>(x.extent(1)) == channels(),
-                "the sequence-parallel channel count must match the layout", channels(), x.extent(1));
+                "the sequence-parallel channel count must match the layout", channels(),
+                x.extent(1));
     chk.require(static_cast<std::int64_t>(x.extent(0)) == local_rows(),
-                "the sequence-parallel shard must hold this rank's rows", local_rows(), x.extent(0));
+                "the sequence-parallel shard must hold this rank's rows", local_rows(),
+                x.extent(0));
     chk.require(static_cast<std::int64_t>(y.extent(0)) == tokens_,
                 "the head-parallel view must hold every token", tokens_, y.extent(0));
     chk.require(static_cast<std::int64_t>(y.extent(1)) == local_channels(),
                 "the head-parallel channel count must match this rank's share of the layout",
                 local_channels(), y.extent(1));
-    chk.require(y.span_is_contiguous(), "the head-parallel view must be contiguous", "contiguous", "strided");
+    chk.require(y.span_is_contiguous(), "the head-parallel view must be contiguous", "contiguous",
+                "strided");
     chk.agree();
   }
 
@@ -334,12 +354,13 @@ class TransposePlan {
 
   template <class View>
   static auto flat(const View& v) {
-    return Kokkos::View<typename View::value_type*, typename View::memory_space, Kokkos::MemoryUnmanaged>(
-        v.data(), v.span());
+    return Kokkos::View<typename View::value_type*, typename View::memory_space,
+                        Kokkos::MemoryUnmanaged>(v.data(), v.span());
   }
 
   template <class T>
-  static Kokkos::View<T*, MemorySpace> to_device(const std::string& label, const std::vector<T>& host) {
+  static Kokkos::View<T*, MemorySpace> to_device(const std::string& label,
+                                                 const std::vector<T>& host) {
     Kokkos::View<T*, MemorySpace> d(label, host.size());
     auto h = Kokkos::create_mirror_view(d);
     for (std::size_t i = 0; i < host.size(); ++i) h(i) = host[i];
@@ -348,14 +369,15 @@ class TransposePlan {
   }
 
   static int checked_count(std::int64_t n) {
-    require_local(n <= INT32_MAX, "ctxpar::heads::TransposePlan", "an all-to-all block must fit an MPI int count",
-                  INT32_MAX, n);
+    require_local(n <= INT32_MAX, "ctxpar::heads::TransposePlan",
+                  "an all-to-all block must fit an MPI int count", INT32_MAX, n);
     return static_cast<int>(n);
   }
 
   static std::string describe(const std::vector<std::int64_t>& cu) {
     std::string s;
-    for (std::size_t i = 0; i < cu.size() && i < 8; ++i) s += (i ? "," : "") + std::to_string(cu[i]);
+    for (std::size_t i = 0; i < cu.size() && i < 8; ++i)
+      s += (i ? "," : "") + std::to_string(cu[i]);
     return s + (cu.size() > 8 ? ",..." : "");
   }
 
@@ -375,13 +397,15 @@ class TransposePlan {
 
 /// Collective: `plan.to_head_parallel(space, x, y)`. The plan carries the group.
 template <class ExecutionSpace, class Plan, class SeqView, class HeadView>
-void to_head_parallel(const ExecutionSpace& space, const Plan& plan, const SeqView& x, const HeadView& y) {
+void to_head_parallel(const ExecutionSpace& space, const Plan& plan, const SeqView& x,
+                      const HeadView& y) {
   plan.to_head_parallel(space, x, y);
 }
 
 /// Collective: `plan.to_sequence_parallel(space, y, x)`. The plan carries the group.
 template <class ExecutionSpace, class Plan, class HeadView, class SeqView>
-void to_sequence_parallel(const ExecutionSpace& space, const Plan& plan, const HeadView& y, const SeqView& x) {
+void to_sequence_parallel(const ExecutionSpace& space, const Plan& plan, const HeadView& y,
+                          const SeqView& x) {
   plan.to_sequence_parallel(space, y, x);
 }
 

@@ -35,7 +35,9 @@ struct LocalDims {
     return d_inner() * copies + k_channels() * (copies + 1);
   }
   /// Local group of local head `h`.
-  KOKKOS_INLINE_FUNCTION int group_of(int h) const { return (head_begin + h) / heads_per_group - group_begin; }
+  KOKKOS_INLINE_FUNCTION int group_of(int h) const {
+    return (head_begin + h) / heads_per_group - group_begin;
+  }
 };
 
 /// pre(t, c) = bias(c) + Σ_k w(c, k)·u(t − w + 1 + k, off_v + c) within the token's sequence;
@@ -146,14 +148,17 @@ struct SplitNormalize {
       for (int h = 0; h < dims.heads; ++h) {
         const int g = dims.group_of(h);
         const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * dims.d_state;
-        for (int n = 0; n < dims.d_state; ++n) k(t * dims.copies + m, h, n) = act(t, base + n) * rk(t, m, g);
+        for (int n = 0; n < dims.d_state; ++n)
+          k(t * dims.copies + m, h, n) = act(t, base + n) * rk(t, m, g);
         for (int j = 0; j < dims.headdim; ++j)
-          v(t * dims.copies + m, h, j) = act(t, (std::int64_t(m) * dims.heads + h) * dims.headdim + j);
+          v(t * dims.copies + m, h, j) =
+              act(t, (std::int64_t(m) * dims.heads + h) * dims.headdim + j);
       }
     }
     for (int h = 0; h < dims.heads; ++h) {
       const int g = dims.group_of(h);
-      const std::int64_t base = off_k + (std::int64_t(dims.copies) * dims.groups + g) * dims.d_state;
+      const std::int64_t base =
+          off_k + (std::int64_t(dims.copies) * dims.groups + g) * dims.d_state;
       for (int n = 0; n < dims.d_state; ++n) q(t, h, n) = act(t, base + n) * rk(t, dims.copies, g);
     }
   }
@@ -175,7 +180,8 @@ struct SplitNormalizeBackward {
     for (int m = 0; m < dims.copies; ++m)
       for (int h = 0; h < dims.heads; ++h)
         for (int j = 0; j < dims.headdim; ++j)
-          dact(t, (std::int64_t(m) * dims.heads + h) * dims.headdim + j) = dv(t * dims.copies + m, h, j);
+          dact(t, (std::int64_t(m) * dims.heads + h) * dims.headdim + j) =
+              dv(t * dims.copies + m, h, j);
     for (int m = 0; m <= dims.copies; ++m) {
       for (int g = 0; g < dims.groups; ++g) {
         const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * dims.d_state;
@@ -185,7 +191,8 @@ struct SplitNormalizeBackward {
         for (int n = 0; n < dims.d_state; ++n) {
           T s = 0;
           for (int h = 0; h < dims.heads; ++h)
-            if (dims.group_of(h) == g) s += m < dims.copies ? dk(t * dims.copies + m, h, n) : dq(t, h, n);
+            if (dims.group_of(h) == g)
+              s += m < dims.copies ? dk(t * dims.copies + m, h, n) : dq(t, h, n);
           dact(t, base + n) = s;
           dot += s * act(t, base + n) * r;
         }
@@ -196,7 +203,8 @@ struct SplitNormalizeBackward {
   }
 };
 
-/// β(t·M + m, h) = sigmoid(u(t, off_b + m·H + h)); g(t, h) = −exp(A_log(h))·softplus(u(t, off_a + h) + dt_bias(h)).
+/// β(t·M + m, h) = sigmoid(u(t, off_b + m·H + h)); g(t, h) = −exp(A_log(h))·softplus(u(t, off_a +
+/// h) + dt_bias(h)).
 template <class U, class P, class B2>
 struct Gates {
   U u;
@@ -225,10 +233,12 @@ struct GatesBackward {
     for (int m = 0; m < dims.copies; ++m)
       for (int h = 0; h < dims.heads; ++h) {
         const T b = beta(t * dims.copies + m, h);
-        du(t, dims.off_b + std::int64_t(m) * dims.heads + h) = dbeta(t * dims.copies + m, h) * b * (T(1) - b);
+        du(t, dims.off_b + std::int64_t(m) * dims.heads + h) =
+            dbeta(t * dims.copies + m, h) * b * (T(1) - b);
       }
     for (int h = 0; h < dims.heads; ++h)
-      du(t, dims.off_a + h) = -dg(t, h) * compat::exp(a_log(h)) * sigmoid(u(t, dims.off_a + h) + dt_bias(h));
+      du(t, dims.off_a + h) =
+          -dg(t, h) * compat::exp(a_log(h)) * sigmoid(u(t, dims.off_a + h) + dt_bias(h));
   }
 };
 
@@ -258,14 +268,18 @@ struct CopyColumns {
   Src src;
   Dst dst;
   std::int64_t off;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const { dst(t, c) = src(t, off + c); }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const {
+    dst(t, c) = src(t, off + c);
+  }
 };
 template <class Src, class Dst>
 struct CopyIntoColumns {
   Src src;
   Dst dst;
   std::int64_t off;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const { dst(t, off + c) = src(t, c); }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const {
+    dst(t, off + c) = src(t, c);
+  }
 };
 
 }  // namespace ctxpar::heads::impl

@@ -32,13 +32,14 @@ struct PackSequence {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
     const std::int64_t t = m.league_rank();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, static_cast<std::int64_t>(runs.extent(0))), [&](std::int64_t r) {
-      const ChannelRun run = runs(r);
-      const std::int64_t o = offset(run.owner), cj = offset(run.owner + 1) - o;
-      const std::int64_t dst = rows * o + t * cj + (run.target - o);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, run.length),
-                           [&](std::int64_t i) { buf(dst + i) = x(t, run.source + i); });
-    });
+    Kokkos::parallel_for(
+        Kokkos::TeamThreadRange(m, static_cast<std::int64_t>(runs.extent(0))), [&](std::int64_t r) {
+          const ChannelRun run = runs(r);
+          const std::int64_t o = offset(run.owner), cj = offset(run.owner + 1) - o;
+          const std::int64_t dst = rows * o + t * cj + (run.target - o);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, run.length),
+                               [&](std::int64_t i) { buf(dst + i) = x(t, run.source + i); });
+        });
   }
 };
 
@@ -55,7 +56,8 @@ struct UnpackHead {
   KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
     const std::int64_t q = m.league_rank();
     const std::int64_t n = order.to_natural(q);
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(m, channels), [&](std::int64_t c) { y(n, c) = buf(q * channels + c); });
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(m, channels),
+                         [&](std::int64_t c) { y(n, c) = buf(q * channels + c); });
   }
 };
 
@@ -71,7 +73,8 @@ struct PackHead {
   KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
     const std::int64_t q = m.league_rank();
     const std::int64_t n = order.to_natural(q);
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(m, channels), [&](std::int64_t c) { buf(q * channels + c) = y(n, c); });
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(m, channels),
+                         [&](std::int64_t c) { buf(q * channels + c) = y(n, c); });
   }
 };
 
