@@ -177,3 +177,84 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass, Case, ctxpar:
   BOOST_TEST(states.size() >= 20u);
   CTXPAR_TEST_ALL(world(), ok);
 }
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(queries_without_visible_keys_give_zeros_not_nan, Case, ctxpar::test::cases) {
+  using Scalar = typename Case::scalar_type;
+  using Mem = typename Case::memory_space;
+  typename Case::execution_space space;
+  // Queries of document 1 against keys of document 0 only: no query sees any key.
+  ts::StreamSpec spec;
+  spec.tokens = 40;
+  spec.dim = 8;
+  spec.window = 0;
+  spec.document_starts = {20};
+  auto s = ts::make_stream<Scalar>(spec);
+  ctxpar::swa::AttentionInputs<Scalar, Mem> in;
+  auto q = ts::to_view<Scalar, Mem>(s.problem.q, 20, 20);
+  auto k = ts::to_view<Scalar, Mem>(s.problem.k, 0, 20);
+  auto v = ts::to_view<Scalar, Mem>(s.problem.v, 0, 20);
+  in.q = q;
+  in.k = k;
+  in.v = v;
+  in.q_pos = ts::vector_view<Mem, std::int64_t, ctxpar::swa::Positions<Mem>>(s.problem.pos, 20, 20);
+  in.q_ids = ts::vector_view<Mem, std::int32_t, ctxpar::swa::Ids<Mem>>(s.problem.ids, 20, 20);
+  in.k_pos = ts::vector_view<Mem, std::int64_t, ctxpar::swa::Positions<Mem>>(s.problem.pos, 0, 20);
+  in.k_ids = ts::vector_view<Mem, std::int32_t, ctxpar::swa::Ids<Mem>>(s.problem.ids, 0, 20);
+  in.scale = 0.5;
+  ctxpar::swa::Tensor<Scalar, Mem> out("out", 20, 2, 8), dq("dq", 20, 2, 8), dk("dk", 20, 1, 8), dv("dv", 20, 1, 8);
+  Kokkos::View<ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem> lse("lse", 20, 2);
+  Kokkos::deep_copy(out, Scalar(7));
+  const auto mask = ctxpar::swa::window_mask(0);
+  ctxpar::swa::attention_forward(space, mask, in, out, lse);
+  auto dout = ts::to_view<Scalar, Mem>(s.dout, 20, 20);
+  ctxpar::swa::attention_backward(space, mask, in, Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(out),
+                                  Kokkos::View<const ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem>(lse),
+                                  Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv);
+  bool ok = true;
+  for (const auto& view : {out, dq, dk, dv}) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+    for (std::size_t i = 0; i < h.span(); ++i) ok = ok && h.data()[i] == Scalar(0);
+  }
+  CTXPAR_TEST_ALL(world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(documents_are_isolated, Case, ctxpar::test::cases) {
+  using Scalar = typename Case::scalar_type;
+  using Mem = typename Case::memory_space;
+  typename Case::execution_space space;
+  // Perturbing document 1 leaves document 0's outputs bit-identical, and document 0's gradients
+  // are exactly zero when only document 1 has an upstream gradient.
+  ts::StreamSpec spec;
+  spec.tokens = 45;
+  spec.dim = 8;
+  spec.window = 0;
+  spec.document_starts = {17, 30};
+  auto s = ts::make_stream<Scalar>(spec);
+  ctxpar::swa::Options o;
+  auto a = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, 0, 45),
+                                     ts::block_of<Scalar, Mem>(s.problem, 0, 0), o);
+  ts::Problem p = s.problem;
+  for (std::int64_t i = 17; i < 30; ++i)
+    for (std::int64_t d = 0; d < spec.dim; ++d) {
+      p.v(i, 0, d) += 0.25;
+      p.k(i, 0, d) -= 0.5;
+      p.q(i, 1, d) *= 2;
+    }
+  auto b = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(p, 0, 45), ts::block_of<Scalar, Mem>(p, 0, 0), o);
+  bool ok = ts::bitwise_equal(ctxpar::swa::impl::tokens(a.out, 0, 17), ctxpar::swa::impl::tokens(b.out, 0, 17));
+  ok = ts::bitwise_equal(ctxpar::swa::impl::tokens(a.out, 30, 15), ctxpar::swa::impl::tokens(b.out, 30, 15)) && ok;
+  ts::Tensor dout(45, spec.hq, spec.dim);
+  for (std::int64_t i = 17; i < 30; ++i)
+    for (std::int64_t h = 0; h < spec.hq; ++h)
+      for (std::int64_t d = 0; d < spec.dim; ++d) dout(i, h, d) = s.dout(i, h, d);
+  auto g = ctxpar::swa::step_backward(space, a.state, ts::to_view<Scalar, Mem>(dout, 0, 45));
+  for (const auto& view : {g.dq, g.dk, g.dv}) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+    const std::size_t per = h.extent(1) * h.extent(2);
+    for (std::size_t i = 0; i < h.span(); ++i) {
+      const std::size_t token = i / per;
+      if (token < 17 || token >= 30) ok = ok && h.data()[i] == Scalar(0);
+    }
+  }
+  CTXPAR_TEST_ALL(world(), ok);
+}
