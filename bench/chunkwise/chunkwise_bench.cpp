@@ -9,8 +9,8 @@
 // - summary bytes per rank (group counters) against the formula of each transition structure;
 // - GatherFold vs ScanCompose: time of a latency-bound forward+backward and summary memory per
 //   rank (buffers the driver allocates: P·slots records vs a constant number), for this P.
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -34,7 +34,8 @@ using exec = Kokkos::DefaultExecutionSpace;
 using mem = exec::memory_space;
 
 double value(std::uint64_t seed, std::int64_t i) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) + 0x632BE59BD9B4E019ull;
+  std::uint64_t z =
+      seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) + 0x632BE59BD9B4E019ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1.0;
@@ -44,7 +45,8 @@ double value(std::uint64_t seed, std::int64_t i) {
 struct Data {
   std::int64_t T, H, K, V;
   std::vector<float> q, k, v, g, beta, dout;
-  Data(std::int64_t t, std::int64_t h, std::int64_t kd, std::int64_t vd) : T(t), H(h), K(kd), V(vd) {
+  Data(std::int64_t t, std::int64_t h, std::int64_t kd, std::int64_t vd)
+      : T(t), H(h), K(kd), V(vd) {
     q.resize(T * H * K);
     k.resize(T * H * K);
     v.resize(T * H * V);
@@ -55,7 +57,8 @@ struct Data {
     for (std::int64_t r = 0; r < T * H; ++r) {
       double n = 0;
       for (std::int64_t j = 0; j < K; ++j) n += value(2, r * K + j) * value(2, r * K + j);
-      for (std::int64_t j = 0; j < K; ++j) k[r * K + j] = static_cast<float>(value(2, r * K + j) / std::sqrt(n));
+      for (std::int64_t j = 0; j < K; ++j)
+        k[r * K + j] = static_cast<float>(value(2, r * K + j) / std::sqrt(n));
       g[r] = static_cast<float>(-0.06 + 0.04 * value(3, r));
       beta[r] = static_cast<float>(0.5 + 0.45 * value(4, r));
     }
@@ -67,11 +70,12 @@ struct Data {
 };
 
 template <class View>
-View rows_of(const std::vector<float>& x, std::int64_t per, std::int64_t b, std::int64_t e, std::size_t e1,
-             std::size_t e2 = KOKKOS_INVALID_INDEX) {
+View rows_of(const std::vector<float>& x, std::int64_t per, std::int64_t b, std::int64_t e,
+             std::size_t e1, std::size_t e2 = KOKKOS_INVALID_INDEX) {
   typename View::non_const_type out("in", e - b, e1, e2);
   auto h = Kokkos::create_mirror_view(out);
-  for (std::int64_t i = 0; i < (e - b) * per; ++i) h.data()[i] = x[static_cast<std::size_t>(b * per + i)];
+  for (std::int64_t i = 0; i < (e - b) * per; ++i)
+    h.data()[i] = x[static_cast<std::size_t>(b * per + i)];
   Kokkos::deep_copy(out, h);
   return out;
 }
@@ -88,8 +92,10 @@ struct Runner {
   cw::const_token_view<float, mem> dout;
 
   Runner(const ctxpar::Group& g, const Data& d, int chunk, bool diagonal_gates = false)
-      : group(g), backend(cw::BackendOptions{chunk, 0.0}),
-        plan(cw::ChunkwisePlan::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, d.T})) {
+      : group(g),
+        backend(cw::BackendOptions{chunk, 0.0}),
+        plan(
+            cw::ChunkwisePlan::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, d.T})) {
     const int v = g.rank();
     const std::int64_t b = plan.shard_begin(v), e = b + plan.shard_length(v);
     const std::size_t H = d.H, K = d.K, V = d.V;
@@ -178,7 +184,9 @@ double rel_l2(const std::vector<float>& a, const cw::token_view<float, mem>& b) 
 // Useful flops of the scalar-decay chunkwise forward per head and chunk of c tokens (the model of
 // 21-chunkwise-kernels.md §3 for this family): scores QKᵀ⊙L C²K, their product with V 2·C²V/2·2,
 // the inter-chunk read Γ Q S 2CKV, the chunk update dS = K̃ᵀV 2CKV.
-double scalar_chunk_flops(double c, double k, double v) { return c * c * k + c * c * v + 2 * c * k * v + 2 * c * k * v; }
+double scalar_chunk_flops(double c, double k, double v) {
+  return c * c * k + c * c * v + 2 * c * k * v + 2 * c * k * v;
+}
 
 }  // namespace
 
@@ -214,15 +222,24 @@ int main(int argc, char** argv) {
         const double flops = cw::gated_delta_chunk_flops(C, K, V) * (T / C) * H;
         const double gflops = flops / t_chunk.median_s * 1e-9;
         bench::Record r("chunkwise", "gdn_local_forward");
-        r.set("kind", "local_kernel").set("family", "gdn").set("tokens", T).set("heads", H).set("key_dim", K);
-        r.set("value_dim", V).set("chunk", C).set("flop_model", "21-chunkwise-kernels.md section 5");
+        r.set("kind", "local_kernel")
+            .set("family", "gdn")
+            .set("tokens", T)
+            .set("heads", H)
+            .set("key_dim", K);
+        r.set("value_dim", V)
+            .set("chunk", C)
+            .set("flop_model", "21-chunkwise-kernels.md section 5");
         r.set("chunkwise", t_chunk).set("recurrence", t_rec).set("gflops", gflops);
-        r.set("sgemm_gflops", sgemm.gflops).set("sgemm_n", sgemm.n).set("forward_ratio", gflops / sgemm.gflops);
-        r.set("speedup_vs_recurrence", t_rec.median_s / t_chunk.median_s).set("rel_l2_vs_recurrence", err);
+        r.set("sgemm_gflops", sgemm.gflops)
+            .set("sgemm_n", sgemm.n)
+            .set("forward_ratio", gflops / sgemm.gflops);
+        r.set("speedup_vs_recurrence", t_rec.median_s / t_chunk.median_s)
+            .set("rel_l2_vs_recurrence", err);
         report.add(r);
-        std::cout << "gdn local forward: " << gflops << " GFLOP/s, SGEMM " << sgemm.gflops << " (ratio "
-                  << gflops / sgemm.gflops << "), vs recurrence x" << t_rec.median_s / t_chunk.median_s
-                  << " (rel L2 " << err << ")\n";
+        std::cout << "gdn local forward: " << gflops << " GFLOP/s, SGEMM " << sgemm.gflops
+                  << " (ratio " << gflops / sgemm.gflops << "), vs recurrence x"
+                  << t_rec.median_s / t_chunk.median_s << " (rel L2 " << err << ")\n";
       }
       {
         Runner<cw::ScalarDecayBackend<float, mem>> sd(self, d, static_cast<int>(C));
@@ -234,14 +251,25 @@ int main(int argc, char** argv) {
         const double flops = scalar_chunk_flops(C, K, V) * (T / C) * H;
         const double gflops = flops / t_chunk.median_s * 1e-9;
         bench::Record r("chunkwise", "scalar_local_forward");
-        r.set("kind", "local_kernel_scalar").set("family", "scalar").set("tokens", T).set("heads", H);
-        r.set("key_dim", K).set("value_dim", V).set("chunk", C).set("flop_model", "C^2K + C^2V + 4CKV per chunk");
-        r.set("chunkwise", t_chunk).set("recurrence", t_rec).set("gflops", gflops).set("sgemm_gflops", sgemm.gflops);
+        r.set("kind", "local_kernel_scalar")
+            .set("family", "scalar")
+            .set("tokens", T)
+            .set("heads", H);
+        r.set("key_dim", K)
+            .set("value_dim", V)
+            .set("chunk", C)
+            .set("flop_model", "C^2K + C^2V + 4CKV per chunk");
+        r.set("chunkwise", t_chunk)
+            .set("recurrence", t_rec)
+            .set("gflops", gflops)
+            .set("sgemm_gflops", sgemm.gflops);
         r.set("scalar_ratio_to_sgemm", gflops / sgemm.gflops);
-        r.set("scalar_speedup_vs_recurrence", t_rec.median_s / t_chunk.median_s).set("rel_l2_vs_recurrence", err);
+        r.set("scalar_speedup_vs_recurrence", t_rec.median_s / t_chunk.median_s)
+            .set("rel_l2_vs_recurrence", err);
         report.add(r);
-        std::cout << "scalar local forward: " << gflops << " GFLOP/s (ratio " << gflops / sgemm.gflops
-                  << "), vs recurrence x" << t_rec.median_s / t_chunk.median_s << " (rel L2 " << err << ")\n";
+        std::cout << "scalar local forward: " << gflops << " GFLOP/s (ratio "
+                  << gflops / sgemm.gflops << "), vs recurrence x"
+                  << t_rec.median_s / t_chunk.median_s << " (rel L2 " << err << ")\n";
       }
     }
 
@@ -252,14 +280,22 @@ int main(int argc, char** argv) {
       const Data d(T, 2, 64, 64);
       Runner<cw::GatedDeltaRuleBackend<float, mem>> one(self, d, 64);
       Runner<cw::GatedDeltaRuleBackend<float, mem>> two(world, d, 64);
-      const auto t1 = bench::time_collective(world.mpi_comm(), [&] { one.both(); }, 1, repeats);
-      const auto t2 = bench::time_collective(world.mpi_comm(), [&] { two.both(); }, 1, repeats);
+      const auto t1 = bench::time_collective(
+          world.mpi_comm(), [&] { one.both(); }, 1, repeats);
+      const auto t2 = bench::time_collective(
+          world.mpi_comm(), [&] { two.both(); }, 1, repeats);
       bench::Record r("chunkwise", "cp_efficiency_gdn");
-      r.set("kind", "cp_efficiency").set("family", "gdn").set("tokens", T).set("heads", 2).set("key_dim", 64);
+      r.set("kind", "cp_efficiency")
+          .set("family", "gdn")
+          .set("tokens", T)
+          .set("heads", 2)
+          .set("key_dim", 64);
       r.set("value_dim", 64).set("single_rank", t1).set("two_ranks", t2);
       r.set("cp_efficiency", t1.median_s / (2 * t2.median_s));
       report.add(r);
-      if (rank == 0) std::cout << "cp efficiency (gdn fwd+bwd, T=" << T << "): " << t1.median_s / (2 * t2.median_s) << "\n";
+      if (rank == 0)
+        std::cout << "cp efficiency (gdn fwd+bwd, T=" << T
+                  << "): " << t1.median_s / (2 * t2.median_s) << "\n";
     }
 
     if (p >= 2) {
@@ -273,21 +309,30 @@ int main(int argc, char** argv) {
         const std::int64_t record = H * (K * V + m) * 4;
         world.reset_traffic();
         runner.template both<cw::GatherFold>();
-        const ctxpar::Traffic ag = world.traffic(ctxpar::CollectiveKind::allgather);  // a copy: counters are reset below
+        const ctxpar::Traffic ag =
+            world.traffic(ctxpar::CollectiveKind::allgather);  // a copy: counters are reset below
         const std::int64_t formula = 2 * record * (p - 1);  // forward + backward, one record each
-        const auto t_gather = bench::time_collective(world.mpi_comm(), [&] { runner.template both<cw::GatherFold>(); }, 2, repeats);
+        const auto t_gather = bench::time_collective(
+            world.mpi_comm(), [&] { runner.template both<cw::GatherFold>(); }, 2, repeats);
         world.reset_traffic();
         runner.template both<cw::ScanCompose>();
         const ctxpar::Traffic sc = world.traffic(ctxpar::CollectiveKind::scan);
         const std::int64_t scan_sent = sc.bytes_sent;
-        const auto t_scan = bench::time_collective(world.mpi_comm(), [&] { runner.template both<cw::ScanCompose>(); }, 2, repeats);
+        const auto t_scan = bench::time_collective(
+            world.mpi_comm(), [&] { runner.template both<cw::ScanCompose>(); }, 2, repeats);
         bench::Record r("chunkwise", std::string("summaries_") + family + "_P" + std::to_string(p));
-        r.set("kind", "summaries").set("family", family).set("ranks", p).set("heads", H).set("key_dim", K);
+        r.set("kind", "summaries")
+            .set("family", family)
+            .set("ranks", p)
+            .set("heads", H)
+            .set("key_dim", K);
         r.set("value_dim", V).set("tokens_per_rank", L).set("m_floats_per_head", m);
         r.set("bytes_received", ag.bytes_received).set("bytes_formula_value", formula);
         r.set("bytes_formula", "2 directions * H*(K*V+m)*4 * (P-1)");
         r.set("scan_bytes_sent", scan_sent);
-        r.set("gather", t_gather).set("scan", t_scan).set("scan_over_gather", t_scan.median_s / t_gather.median_s);
+        r.set("gather", t_gather)
+            .set("scan", t_scan)
+            .set("scan_over_gather", t_scan.median_s / t_gather.median_s);
         // Summary buffers the driver allocates per direction (fp32): GatherFold keeps the local and
         // the P gathered records plus a fold temporary; ScanCompose keeps the record and four
         // temporaries (the scan's inclusive/received/exclusive parts and the composition output).
@@ -296,9 +341,9 @@ int main(int argc, char** argv) {
         r.set("scan_summary_memory_bytes", 5 * scan_record);
         report.add(r);
         if (rank == 0) {
-          std::cout << family << " P=" << p << ": allgather bytes received " << ag.bytes_received << " (formula "
-                    << formula << "), gather " << t_gather.median_s * 1e6 << " us, scan " << t_scan.median_s * 1e6
-                    << " us\n";
+          std::cout << family << " P=" << p << ": allgather bytes received " << ag.bytes_received
+                    << " (formula " << formula << "), gather " << t_gather.median_s * 1e6
+                    << " us, scan " << t_scan.median_s * 1e6 << " us\n";
         }
       };
       Runner<cw::ScalarDecayBackend<float, mem>> sd(world, d, 16);

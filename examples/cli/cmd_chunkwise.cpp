@@ -11,16 +11,16 @@
 // (int32), h0.npy [N,H,K,V], dout.npy [T,H,V] (ones when absent), dht.npy [N,H,K,V]. Every rank
 // reads the files and keeps its own rows; rank 0 writes o.npy, ht.npy and with --backward dq, dk,
 // dv, dg, dbeta, dh0 (.npy, shapes of their inputs) plus chunkwise.json.
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
+#include <sys/stat.h>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <sstream>
 #include <string>
-#include <sys/stat.h>
 #include <utility>
 #include <vector>
 
@@ -51,11 +51,12 @@ template <class View>
 View take_rows(const NpyArray& a, const Rows& rows, const std::string& label) {
   using T = typename View::non_const_value_type;
   constexpr int rank = static_cast<int>(View::rank);
-  ctxpar::require_local(a.rank() == rank, "ctxpar chunkwise", label + " has the wrong number of dimensions", rank,
-                        a.rank());
+  ctxpar::require_local(a.rank() == rank, "ctxpar chunkwise",
+                        label + " has the wrong number of dimensions", rank, a.rank());
   std::int64_t local = 0;
   for (auto r : rows) local += r.second - r.first;
-  std::size_t e[4] = {static_cast<std::size_t>(local), KOKKOS_INVALID_INDEX, KOKKOS_INVALID_INDEX, KOKKOS_INVALID_INDEX};
+  std::size_t e[4] = {static_cast<std::size_t>(local), KOKKOS_INVALID_INDEX, KOKKOS_INVALID_INDEX,
+                      KOKKOS_INVALID_INDEX};
   std::int64_t per = 1;
   for (int d = 1; d < rank; ++d) {
     e[d] = static_cast<std::size_t>(a.extent(d));
@@ -76,13 +77,15 @@ View take_rows(const NpyArray& a, const Rows& rows, const std::string& label) {
 
 // Collective: the global array (rank 0) assembled from every rank's rows of a token-major view.
 template <class View>
-std::vector<double> gather_rows(const ctxpar::Group& group, const View& local, const Rows& rows, std::int64_t T) {
+std::vector<double> gather_rows(const ctxpar::Group& group, const View& local, const Rows& rows,
+                                std::int64_t T) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local);
   const std::int64_t n = static_cast<std::int64_t>(local.span());
   std::int64_t count = 0;
   for (auto r : rows) count += r.second - r.first;
   std::int64_t per = 1;
-  for (int d = 1; d < static_cast<int>(View::rank); ++d) per *= static_cast<std::int64_t>(local.extent(d));
+  for (int d = 1; d < static_cast<int>(View::rank); ++d)
+    per *= static_cast<std::int64_t>(local.extent(d));
   std::vector<double> mine(static_cast<std::size_t>(T * per), 0.0), all(mine.size(), 0.0);
   std::int64_t at = 0;
   for (auto r : rows) {
@@ -93,12 +96,14 @@ std::vector<double> gather_rows(const ctxpar::Group& group, const View& local, c
     }
   }
   (void)count;
-  MPI_Reduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM, 0, group.mpi_comm());
+  MPI_Reduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM, 0,
+             group.mpi_comm());
   return all;
 }
 
 template <class T>
-void write_values(const std::string& path, const std::vector<double>& values, std::vector<std::int64_t> shape) {
+void write_values(const std::string& path, const std::vector<double>& values,
+                  std::vector<std::int64_t> shape) {
   std::vector<T> cast(values.begin(), values.end());
   ctxpar::cli::write_npy(path, NpyArray::from_values(std::move(shape), cast));
 }
@@ -109,7 +114,8 @@ struct Family;
 
 template <class Scalar>
 struct Family<Scalar, cw::ScalarDecayBackend<Scalar, mem>> {
-  static typename cw::ScalarDecayBackend<Scalar, mem>::inputs_type inputs(std::map<std::string, NpyArray>& f, const Rows& r) {
+  static typename cw::ScalarDecayBackend<Scalar, mem>::inputs_type inputs(
+      std::map<std::string, NpyArray>& f, const Rows& r) {
     return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"),
             take_rows<cw::const_token_view<Scalar, mem>>(f["k"], r, "k.npy"),
             take_rows<cw::const_token_view<Scalar, mem>>(f["v"], r, "v.npy"),
@@ -134,7 +140,8 @@ struct Family<Scalar, cw::ScalarDecayBackend<Scalar, mem>> {
 
 template <class Scalar>
 struct Family<Scalar, cw::DiagonalGateBackend<Scalar, mem>> {
-  static typename cw::DiagonalGateBackend<Scalar, mem>::inputs_type inputs(std::map<std::string, NpyArray>& f, const Rows& r) {
+  static typename cw::DiagonalGateBackend<Scalar, mem>::inputs_type inputs(
+      std::map<std::string, NpyArray>& f, const Rows& r) {
     return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"),
             take_rows<cw::const_token_view<Scalar, mem>>(f["k"], r, "k.npy"),
             take_rows<cw::const_token_view<Scalar, mem>>(f["v"], r, "v.npy"),
@@ -159,7 +166,8 @@ struct Family<Scalar, cw::DiagonalGateBackend<Scalar, mem>> {
 
 template <class Scalar>
 struct Family<Scalar, cw::GatedDeltaRuleBackend<Scalar, mem>> {
-  static typename cw::GatedDeltaRuleBackend<Scalar, mem>::inputs_type inputs(std::map<std::string, NpyArray>& f, const Rows& r) {
+  static typename cw::GatedDeltaRuleBackend<Scalar, mem>::inputs_type inputs(
+      std::map<std::string, NpyArray>& f, const Rows& r) {
     return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"),
             take_rows<cw::const_token_view<Scalar, mem>>(f["k"], r, "k.npy"),
             take_rows<cw::const_token_view<Scalar, mem>>(f["v"], r, "v.npy"),
@@ -188,9 +196,11 @@ struct Family<Scalar, cw::GatedDeltaRuleBackend<Scalar, mem>> {
 template <class Scalar>
 struct Family<Scalar, cw::GatedDeltaProductBackend<Scalar, mem>> {
   using four = Kokkos::View<const Scalar****, Kokkos::LayoutRight, mem>;
-  static typename cw::GatedDeltaProductBackend<Scalar, mem>::inputs_type inputs(std::map<std::string, NpyArray>& f, const Rows& r) {
-    return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"), take_rows<four>(f["k"], r, "k.npy"),
-            take_rows<four>(f["v"], r, "v.npy"), take_rows<cw::const_head_view<Scalar, mem>>(f["g"], r, "g.npy"),
+  static typename cw::GatedDeltaProductBackend<Scalar, mem>::inputs_type inputs(
+      std::map<std::string, NpyArray>& f, const Rows& r) {
+    return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"),
+            take_rows<four>(f["k"], r, "k.npy"), take_rows<four>(f["v"], r, "v.npy"),
+            take_rows<cw::const_head_view<Scalar, mem>>(f["g"], r, "g.npy"),
             take_rows<cw::const_token_view<Scalar, mem>>(f["beta"], r, "beta.npy")};
   }
   template <class In>
@@ -201,7 +211,8 @@ struct Family<Scalar, cw::GatedDeltaProductBackend<Scalar, mem>> {
         four_out("dk", in.k.extent(0), in.k.extent(1), in.k.extent(2), in.k.extent(3)),
         four_out("dv", in.v.extent(0), in.v.extent(1), in.v.extent(2), in.v.extent(3)),
         cw::head_view<Scalar, mem>("dg", in.g.extent(0), in.g.extent(1)),
-        cw::token_view<Scalar, mem>("dbeta", in.beta.extent(0), in.beta.extent(1), in.beta.extent(2))};
+        cw::token_view<Scalar, mem>("dbeta", in.beta.extent(0), in.beta.extent(1),
+                                    in.beta.extent(2))};
   }
   template <class G, class F>
   static void each_gradient(const G& g, F&& f) {
@@ -230,11 +241,12 @@ struct Pass {
   Rows rows;
   double forward_seconds = 0, backward_seconds = 0;
 
-  void run(const ctxpar::Group& group, const Backend& backend, const Settings& s, std::map<std::string, NpyArray>& f,
-           const std::vector<std::int64_t>& cu) {
+  void run(const ctxpar::Group& group, const Backend& backend, const Settings& s,
+           std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
     using F = Family<Scalar, Backend>;
-    const auto plan = s.layout == "zigzag" ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, cu)
-                                           : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
+    const auto plan = s.layout == "zigzag"
+                          ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, cu)
+                          : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
     rows.clear();
     for (int slot = 0; slot < plan.slots(); ++slot) {
       const int v = plan.virtual_shard(group.rank(), slot);
@@ -244,10 +256,13 @@ struct Pass {
     const auto shape = backend.shape(in);
     const std::int64_t N = plan.sequence_count();
     o = cw::token_view<Scalar, mem>("o", shape.tokens, shape.heads, shape.value_dim);
-    ht = cw::sequence_states_view<Scalar, mem>("ht", N, shape.heads, shape.key_dim, shape.value_dim);
+    ht =
+        cw::sequence_states_view<Scalar, mem>("ht", N, shape.heads, shape.key_dim, shape.value_dim);
     cw::ForwardStates<Scalar, mem> fs;
     fs.final_states = ht;
-    if (f.count("h0")) fs.initial_states = take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["h0"], {{0, N}}, "h0.npy");
+    if (f.count("h0"))
+      fs.initial_states =
+          take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["h0"], {{0, N}}, "h0.npy");
     MPI_Barrier(group.mpi_comm());
     auto t0 = std::chrono::steady_clock::now();
     auto ctx = cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o, fs);
@@ -263,10 +278,13 @@ struct Pass {
       dout = ones;
     }
     grads = F::gradients(in);
-    dh0 = cw::sequence_states_view<Scalar, mem>("dh0", N, shape.heads, shape.key_dim, shape.value_dim);
+    dh0 = cw::sequence_states_view<Scalar, mem>("dh0", N, shape.heads, shape.key_dim,
+                                                shape.value_dim);
     cw::BackwardStates<Scalar, mem> bs;
     bs.initial_state_grads = dh0;
-    if (f.count("dht")) bs.final_state_grads = take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["dht"], {{0, N}}, "dht.npy");
+    if (f.count("dht"))
+      bs.final_state_grads =
+          take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["dht"], {{0, N}}, "dht.npy");
     MPI_Barrier(group.mpi_comm());
     t0 = std::chrono::steady_clock::now();
     cw::chunkwise_cp_backward<Policy>(exec(), group, backend, ctx, dout, grads, bs);
@@ -284,7 +302,9 @@ struct Compare {
       ref_norm += b[i] * b[i];
     }
   }
-  double relative_l2() const { return ref_norm > 0 ? std::sqrt(diff_norm / ref_norm) : std::sqrt(diff_norm); }
+  double relative_l2() const {
+    return ref_norm > 0 ? std::sqrt(diff_norm / ref_norm) : std::sqrt(diff_norm);
+  }
 };
 
 template <class View>
@@ -294,8 +314,8 @@ std::vector<double> host_values(const View& v) {
 }
 
 template <class Policy, class Scalar, class Backend>
-int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings& s, std::map<std::string, NpyArray>& f,
-              const std::vector<std::int64_t>& cu) {
+int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings& s,
+              std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
   const std::int64_t T = cu.back();
   group.reset_traffic();
   Pass<Policy, Scalar, Backend> cp;
@@ -304,9 +324,10 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
   const auto o = gather_rows(group, cp.o, cp.rows, T);
   std::map<std::string, std::vector<double>> grads;
   if (s.backward) {
-    Family<Scalar, Backend>::each_gradient(cp.grads, [&](const char* name, const char*, const auto& view) {
-      grads[name] = gather_rows(group, view, cp.rows, T);
-    });
+    Family<Scalar, Backend>::each_gradient(cp.grads,
+                                           [&](const char* name, const char*, const auto& view) {
+                                             grads[name] = gather_rows(group, view, cp.rows, T);
+                                           });
   }
   auto fwd = ctxpar::cli::gather_seconds(group, cp.forward_seconds);
   auto bwd = ctxpar::cli::gather_seconds(group, cp.backward_seconds);
@@ -324,20 +345,24 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
   out_check.add(ht, host_values(one.ht));
   const auto shape_of = [&](const std::string& input) { return f[input].shape(); };
   const std::string dir = s.out + "/";
-  write_values<Scalar>(dir + "o.npy", o, {T, f["v"].extent(f["v"].rank() - 2), f["v"].extent(f["v"].rank() - 1)});
-  write_values<Scalar>(dir + "ht.npy", ht,
-                       {static_cast<std::int64_t>(cu.size()) - 1, static_cast<std::int64_t>(cp.ht.extent(1)),
-                        static_cast<std::int64_t>(cp.ht.extent(2)), static_cast<std::int64_t>(cp.ht.extent(3))});
+  write_values<Scalar>(dir + "o.npy", o,
+                       {T, f["v"].extent(f["v"].rank() - 2), f["v"].extent(f["v"].rank() - 1)});
+  write_values<Scalar>(
+      dir + "ht.npy", ht,
+      {static_cast<std::int64_t>(cu.size()) - 1, static_cast<std::int64_t>(cp.ht.extent(1)),
+       static_cast<std::int64_t>(cp.ht.extent(2)), static_cast<std::int64_t>(cp.ht.extent(3))});
   if (s.backward) {
-    Family<Scalar, Backend>::each_gradient(one.grads, [&](const char* name, const char* input, const auto& view) {
-      grad_check.add(grads[name], host_values(view));
-      write_values<Scalar>(dir + name + ".npy", grads[name], shape_of(input));
-    });
+    Family<Scalar, Backend>::each_gradient(
+        one.grads, [&](const char* name, const char* input, const auto& view) {
+          grad_check.add(grads[name], host_values(view));
+          write_values<Scalar>(dir + name + ".npy", grads[name], shape_of(input));
+        });
     const auto dh0 = host_values(cp.dh0);
     grad_check.add(dh0, host_values(one.dh0));
-    write_values<Scalar>(dir + "dh0.npy", dh0,
-                         {static_cast<std::int64_t>(cu.size()) - 1, static_cast<std::int64_t>(cp.dh0.extent(1)),
-                          static_cast<std::int64_t>(cp.dh0.extent(2)), static_cast<std::int64_t>(cp.dh0.extent(3))});
+    write_values<Scalar>(
+        dir + "dh0.npy", dh0,
+        {static_cast<std::int64_t>(cu.size()) - 1, static_cast<std::int64_t>(cp.dh0.extent(1)),
+         static_cast<std::int64_t>(cp.dh0.extent(2)), static_cast<std::int64_t>(cp.dh0.extent(3))});
   }
   ctxpar::cli::Json j = ctxpar::cli::Json::object();
   j["command"] = "chunkwise";
@@ -369,8 +394,8 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
 }
 
 template <class Scalar>
-int dispatch_policy(const ctxpar::Group& group, const Settings& s, std::map<std::string, NpyArray>& f,
-                    const std::vector<std::int64_t>& cu) {
+int dispatch_policy(const ctxpar::Group& group, const Settings& s,
+                    std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
   const cw::BackendOptions options{s.chunk, s.scale};
   auto go = [&](const auto& backend) {
     using B = std::decay_t<decltype(backend)>;
@@ -394,19 +419,24 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   s.chunk = args.get<int>("chunk", 64);
   s.scale = args.get<double>("scale", 0.0);
   s.backward = args.has("backward");
-  auto usage = [](bool ok, const std::string& what, const std::string& expected, const std::string& got) {
+  auto usage = [](bool ok, const std::string& what, const std::string& expected,
+                  const std::string& got) {
     if (!ok) throw ctxpar::cli::UsageError("ctxpar chunkwise", -1, what, expected, got);
   };
-  usage(s.family == "scalar" || s.family == "diagonal" || s.family == "gdn" || s.family == "gdp", "unknown --family",
-        "scalar, diagonal, gdn or gdp", s.family);
-  usage(s.compose == "gather" || s.compose == "scan", "unknown --compose", "gather or scan", s.compose);
-  usage(s.layout == "contiguous" || s.layout == "zigzag", "unknown --layout", "contiguous or zigzag", s.layout);
-  usage(s.householder >= 1 && s.householder <= 3, "--householder must be 1, 2 or 3", "1..3", std::to_string(s.householder));
+  usage(s.family == "scalar" || s.family == "diagonal" || s.family == "gdn" || s.family == "gdp",
+        "unknown --family", "scalar, diagonal, gdn or gdp", s.family);
+  usage(s.compose == "gather" || s.compose == "scan", "unknown --compose", "gather or scan",
+        s.compose);
+  usage(s.layout == "contiguous" || s.layout == "zigzag", "unknown --layout",
+        "contiguous or zigzag", s.layout);
+  usage(s.householder >= 1 && s.householder <= 3, "--householder must be 1, 2 or 3", "1..3",
+        std::to_string(s.householder));
   usage(s.chunk >= 1, "--chunk must be positive", ">= 1", std::to_string(s.chunk));
 
   std::map<std::string, NpyArray> f;
   const std::string dir = s.in + "/";
-  for (const char* name : {"q", "k", "v", "g"}) f[name] = ctxpar::cli::read_npy(dir + name + ".npy");
+  for (const char* name : {"q", "k", "v", "g"})
+    f[name] = ctxpar::cli::read_npy(dir + name + ".npy");
   if (s.family == "gdn" || s.family == "gdp") f["beta"] = ctxpar::cli::read_npy(dir + "beta.npy");
   for (const char* name : {"h0", "dout", "dht"}) {
     if (file_exists(dir + name + ".npy")) f[name] = ctxpar::cli::read_npy(dir + name + ".npy");
@@ -414,13 +444,16 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const std::int64_t T = f["q"].rank() >= 1 ? f["q"].extent(0) : 0;
   std::vector<std::int64_t> cu{0, T};
   if (file_exists(dir + "cu_seqlens.npy")) {
-    const auto c = ctxpar::cli::read_npy(dir + "cu_seqlens.npy").values<std::int32_t>("cu_seqlens.npy");
+    const auto c =
+        ctxpar::cli::read_npy(dir + "cu_seqlens.npy").values<std::int32_t>("cu_seqlens.npy");
     cu.assign(c.begin(), c.end());
   }
   if (::mkdir(s.out.c_str(), 0755) != 0 && !file_exists(s.out)) {
-    throw ctxpar::Error("ctxpar chunkwise", group.rank(), "cannot create --out", "a writable folder", s.out);
+    throw ctxpar::Error("ctxpar chunkwise", group.rank(), "cannot create --out",
+                        "a writable folder", s.out);
   }
-  if (f["q"].dtype() == ctxpar::cli::Dtype::float64) return dispatch_policy<double>(group, s, f, cu);
+  if (f["q"].dtype() == ctxpar::cli::Dtype::float64)
+    return dispatch_policy<double>(group, s, f, cu);
   return dispatch_policy<float>(group, s, f, cu);
 }
 
@@ -431,18 +464,21 @@ bool demo_run(const ctxpar::Group& group, bool zigzag, std::ostream& report) {
   const std::int64_t T = 192, H = 2, K = 16, V = 16;
   const std::vector<std::int64_t> cu{0, 70, 71, 150, T};
   auto value = [](std::uint64_t seed, std::int64_t i) {
-    std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) + 0x632BE59BD9B4E019ull;
+    std::uint64_t z =
+        seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) + 0x632BE59BD9B4E019ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1.0;
   };
   std::map<std::string, NpyArray> f;
-  std::vector<float> q(T * H * K), k(T * H * K), v(T * H * V), g(T * H), beta(T * H), dout(T * H * V);
+  std::vector<float> q(T * H * K), k(T * H * K), v(T * H * V), g(T * H), beta(T * H),
+      dout(T * H * V);
   for (std::int64_t i = 0; i < T * H * K; ++i) q[i] = static_cast<float>(value(1, i));
   for (std::int64_t t = 0; t < T * H; ++t) {
     double norm = 0;
     for (std::int64_t j = 0; j < K; ++j) norm += value(2, t * K + j) * value(2, t * K + j);
-    for (std::int64_t j = 0; j < K; ++j) k[t * K + j] = static_cast<float>(value(2, t * K + j) / std::sqrt(norm));
+    for (std::int64_t j = 0; j < K; ++j)
+      k[t * K + j] = static_cast<float>(value(2, t * K + j) / std::sqrt(norm));
     g[t] = static_cast<float>(-0.02 - 0.05 * (value(4, t) + 1));
     beta[t] = static_cast<float>(0.5 + 0.45 * value(5, t));
   }
@@ -487,8 +523,9 @@ bool demo_run(const ctxpar::Group& group, bool zigzag, std::ostream& report) {
   at = 0;
   for (auto r : cp.rows) {
     for (std::int64_t t = r.first; t < r.second; ++t, ++at) {
-      grad_check.add(std::vector<double>(dq_cp.begin() + at * H * K, dq_cp.begin() + (at + 1) * H * K),
-                     std::vector<double>(dq_one.begin() + t * H * K, dq_one.begin() + (t + 1) * H * K));
+      grad_check.add(
+          std::vector<double>(dq_cp.begin() + at * H * K, dq_cp.begin() + (at + 1) * H * K),
+          std::vector<double>(dq_one.begin() + t * H * K, dq_one.begin() + (t + 1) * H * K));
     }
   }
   grad_check.add(host_values(cp.ht), host_values(one.ht));
@@ -497,8 +534,8 @@ bool demo_run(const ctxpar::Group& group, bool zigzag, std::ostream& report) {
   const bool ok = out_check.relative_l2() < 1e-4 && grad_check.relative_l2() < 1e-4;
   report << "  gdn chunkwise CP (" << Policy::name << ", " << s.layout << ", " << group.size()
          << " ranks, T=" << T << ", 4 packed sequences): rel L2 vs single-rank outputs "
-         << out_check.relative_l2() << ", dq+ht " << grad_check.relative_l2() << ", summary bytes sent "
-         << summary_bytes << (ok ? "  ok" : "  MISMATCH") << "\n";
+         << out_check.relative_l2() << ", dq+ht " << grad_check.relative_l2()
+         << ", summary bytes sent " << summary_bytes << (ok ? "  ok" : "  MISMATCH") << "\n";
   return ok;
 }
 
@@ -510,7 +547,9 @@ bool demo_chunkwise(const ctxpar::Group& group, std::ostream& report) {
 
 }  // namespace
 
-CTXPAR_CLI_COMMAND("chunkwise", "chunkwise linear-attention / SSM context parallelism on .npy tensors",
-                   "--family F --in DIR --out DIR --householder M --compose C --layout L --chunk N --scale S --backward",
+CTXPAR_CLI_COMMAND("chunkwise",
+                   "chunkwise linear-attention / SSM context parallelism on .npy tensors",
+                   "--family F --in DIR --out DIR --householder M --compose C --layout L --chunk N "
+                   "--scale S --backward",
                    run_chunkwise);
 CTXPAR_CLI_DEMO_PART("chunkwise", demo_chunkwise);

@@ -11,9 +11,10 @@
 //   static backend make_backend(const problem&, chunkwise::BackendOptions);
 //   static typename backend::inputs_type inputs(const problem&, const std::vector<Range>& rows);
 //   static typename backend::gradients_type gradients(const problem&, std::int64_t local_tokens);
-//   static std::vector<Array> gradient_arrays(const typename backend::gradients_type&);  // token-major
-//   static Result oracle(const problem&);            // fp64 recurrence, every field filled
-//   static Result bounds(const problem&, const Tolerance&);  // per-element absolute error bounds
+//   static std::vector<Array> gradient_arrays(const typename backend::gradients_type&);  //
+//   token-major static Result oracle(const problem&);            // fp64 recurrence, every field
+//   filled static Result bounds(const problem&, const Tolerance&);  // per-element absolute error
+//   bounds
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -55,8 +56,8 @@ struct Result {
 struct CaseOptions {
   bool zigzag = false;
   cw::SummaryForm form = cw::SummaryForm::packed;
-  bool initial_states = false;      ///< pass h0 and ask for dh0
-  bool final_state_grads = false;   ///< pass dht and ask for ht
+  bool initial_states = false;     ///< pass h0 and ask for dh0
+  bool final_state_grads = false;  ///< pass dht and ask for ht
   int chunk = 16;
 };
 
@@ -72,9 +73,9 @@ std::vector<double> to_host(const View& v) {
 /// A view `[rows of ranges…, rest…]` holding the rows `ranges` of a token-major host array with
 /// `per_token` values per token.
 template <class View>
-View upload_rows(const std::vector<double>& global, std::int64_t per_token, const std::vector<Range>& ranges,
-                 const std::string& label, std::size_t e1, std::size_t e2 = KOKKOS_INVALID_INDEX,
-                 std::size_t e3 = KOKKOS_INVALID_INDEX) {
+View upload_rows(const std::vector<double>& global, std::int64_t per_token,
+                 const std::vector<Range>& ranges, const std::string& label, std::size_t e1,
+                 std::size_t e2 = KOKKOS_INVALID_INDEX, std::size_t e3 = KOKKOS_INVALID_INDEX) {
   std::int64_t rows = 0;
   for (auto r : ranges) rows += r.second - r.first;
   typename View::non_const_type v(label, static_cast<std::size_t>(rows), e1, e2, e3);
@@ -136,7 +137,8 @@ Result run_cp(const Group& group, const typename A::problem& prob, const CaseOpt
   cw::DriverOptions dopt;
   dopt.form = opt.form;
   auto ctx = cw::chunkwise_cp_forward<Policy>(space, group, backend, plan, in, out, fs, dopt);
-  const auto dout = upload_rows<cw::const_token_view<scalar, mem>>(prob.dout, H * V, rows, "dout", H, V);
+  const auto dout =
+      upload_rows<cw::const_token_view<scalar, mem>>(prob.dout, H * V, rows, "dout", H, V);
   const auto grads = A::gradients(prob, local);
   cw::chunkwise_cp_backward<Policy>(space, group, backend, ctx, dout, grads, bs, dopt);
 
@@ -148,7 +150,8 @@ Result run_cp(const Group& group, const typename A::problem& prob, const CaseOpt
     for (auto r : rows) {
       for (std::int64_t t = r.first; t < r.second; ++t, ++at) {
         for (std::int64_t j = 0; j < per_token; ++j) {
-          global[static_cast<std::size_t>(t * per_token + j)] = local_vals[static_cast<std::size_t>(at * per_token + j)];
+          global[static_cast<std::size_t>(t * per_token + j)] =
+              local_vals[static_cast<std::size_t>(at * per_token + j)];
         }
       }
     }
@@ -157,7 +160,8 @@ Result run_cp(const Group& group, const typename A::problem& prob, const CaseOpt
   res.output = scatter(to_host(out), H * V);
   for (auto& a : A::gradient_arrays(grads)) {
     const std::int64_t per = local > 0 ? static_cast<std::int64_t>(a.values.size()) / local : 0;
-    res.grads.push_back({a.name, local > 0 ? scatter(a.values, per) : std::vector<double>(static_cast<std::size_t>(T) * 0)});
+    res.grads.push_back({a.name, local > 0 ? scatter(a.values, per)
+                                           : std::vector<double>(static_cast<std::size_t>(T) * 0)});
   }
   if (opt.final_state_grads) res.final_states = to_host(fs.final_states);
   if (opt.initial_states) res.initial_state_grads = to_host(bs.initial_state_grads);
@@ -166,17 +170,18 @@ Result run_cp(const Group& group, const typename A::problem& prob, const CaseOpt
 
 /// Compares `got` with `want` under `bound` on the rows listed (token-major arrays) and on every
 /// state row. Local verdict; report through CTXPAR_TEST_ALL.
-inline bool check_against(const std::string& what, const Result& got, const Result& want, const Result& bound,
-                          const std::vector<Range>& rows, std::int64_t T) {
+inline bool check_against(const std::string& what, const Result& got, const Result& want,
+                          const Result& bound, const std::vector<Range>& rows, std::int64_t T) {
   bool ok = true;
-  auto check_rows = [&](const std::string& name, const std::vector<double>& a, const std::vector<double>& e,
-                        const std::vector<double>& b) {
+  auto check_rows = [&](const std::string& name, const std::vector<double>& a,
+                        const std::vector<double>& e, const std::vector<double>& b) {
     if (e.empty() || T == 0) return;
     const std::int64_t per = static_cast<std::int64_t>(e.size()) / T;
     for (auto r : rows) {
       const std::int64_t n = (r.second - r.first) * per, base = r.first * per;
       ok = all_close(
-               what + " " + name, n, [&](std::int64_t i) { return a[static_cast<std::size_t>(base + i)]; },
+               what + " " + name, n,
+               [&](std::int64_t i) { return a[static_cast<std::size_t>(base + i)]; },
                [&](std::int64_t i) { return e[static_cast<std::size_t>(base + i)]; },
                [&](std::int64_t i) { return b[static_cast<std::size_t>(base + i)]; },
                [&](std::int64_t i) {
@@ -187,8 +192,8 @@ inline bool check_against(const std::string& what, const Result& got, const Resu
            ok;
     }
   };
-  auto check_all = [&](const std::string& name, const std::vector<double>& a, const std::vector<double>& e,
-                       const std::vector<double>& b) {
+  auto check_all = [&](const std::string& name, const std::vector<double>& a,
+                       const std::vector<double>& e, const std::vector<double>& b) {
     if (e.empty()) return;
     ok = all_close(
              what + " " + name, static_cast<std::int64_t>(e.size()),
@@ -200,11 +205,14 @@ inline bool check_against(const std::string& what, const Result& got, const Resu
   };
   check_rows("output", got.output, want.output, bound.output);
   for (std::size_t g = 0; g < want.grads.size() && g < got.grads.size(); ++g) {
-    check_rows(want.grads[g].name, got.grads[g].values, want.grads[g].values, bound.grads[g].values);
+    check_rows(want.grads[g].name, got.grads[g].values, want.grads[g].values,
+               bound.grads[g].values);
   }
-  if (!got.final_states.empty()) check_all("final states", got.final_states, want.final_states, bound.final_states);
+  if (!got.final_states.empty())
+    check_all("final states", got.final_states, want.final_states, bound.final_states);
   if (!got.initial_state_grads.empty()) {
-    check_all("initial-state gradients", got.initial_state_grads, want.initial_state_grads, bound.initial_state_grads);
+    check_all("initial-state gradients", got.initial_state_grads, want.initial_state_grads,
+              bound.initial_state_grads);
   }
   return ok;
 }

@@ -20,11 +20,13 @@ namespace {
 
 using mem = Kokkos::DefaultHostExecutionSpace::memory_space;
 
-std::string describe(const std::string& family, const std::string& scalar, const std::string& policy,
-                     const cwt::CaseOptions& o, const std::vector<std::int64_t>& cu) {
-  std::string s = family + "/" + scalar + "/" + policy + "/" + (o.zigzag ? "zigzag" : "contiguous") + "/" +
-                  cw::to_string(o.form) + (o.initial_states ? "/states" : "") + " chunk " +
-                  std::to_string(o.chunk) + " cu [";
+std::string describe(const std::string& family, const std::string& scalar,
+                     const std::string& policy, const cwt::CaseOptions& o,
+                     const std::vector<std::int64_t>& cu) {
+  std::string s = family + "/" + scalar + "/" + policy + "/" +
+                  (o.zigzag ? "zigzag" : "contiguous") + "/" + cw::to_string(o.form) +
+                  (o.initial_states ? "/states" : "") + " chunk " + std::to_string(o.chunk) +
+                  " cu [";
   for (std::size_t i = 0; i < cu.size(); ++i) s += (i ? "," : "") + std::to_string(cu[i]);
   return s + "]";
 }
@@ -32,7 +34,8 @@ std::string describe(const std::string& family, const std::string& scalar, const
 // Runs every (policy, layout, form, states) combination of one family/scalar/problem and checks
 // each against the oracle and the single-rank path. Returns the local verdict.
 template <class Scalar, bool Diagonal>
-bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed, bool full_matrix) {
+bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed,
+                   bool full_matrix) {
   using adapter = cwt::DecayAdapter<Scalar, mem, Diagonal>;
   const auto& group = world();
   const auto prob = cwt::make_decay_problem(2, 8, 6, Diagonal, cu, seed, chunk);
@@ -47,7 +50,8 @@ bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t
     const cwt::Result one_rank = cwt::run_cp<adapter, cw::GatherFold>(self, prob, single);
     const cwt::Result bound_one = cwt::decay_bounds<Scalar>(prob, with, with, 1);
     std::vector<cwt::Range> all{{0, prob.T}};
-    ok = cwt::check_against("single-rank vs oracle", one_rank, oracle, bound_one, all, prob.T) && ok;
+    ok =
+        cwt::check_against("single-rank vs oracle", one_rank, oracle, bound_one, all, prob.T) && ok;
     for (int zig = 0; zig < 2; ++zig) {
       for (int form = 0; form < 2; ++form) {
         if (!full_matrix && form == 1 && zig == 1) continue;
@@ -60,13 +64,19 @@ bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t
         const std::string scalar = sizeof(Scalar) == 4 ? "float" : "double";
         std::vector<cwt::Range> rows;
         const cwt::Result gf = cwt::run_cp<adapter, cw::GatherFold>(group, prob, o, &rows);
-        ok = cwt::check_against(describe(family, scalar, "gather", o, cu) + " vs oracle", gf, oracle, bound, rows, prob.T) && ok;
-        ok = cwt::check_against(describe(family, scalar, "gather", o, cu) + " vs single-rank", gf, one_rank,
-                                cwt::scaled(bound, 2.0), rows, prob.T) && ok;
+        ok = cwt::check_against(describe(family, scalar, "gather", o, cu) + " vs oracle", gf,
+                                oracle, bound, rows, prob.T) &&
+             ok;
+        ok = cwt::check_against(describe(family, scalar, "gather", o, cu) + " vs single-rank", gf,
+                                one_rank, cwt::scaled(bound, 2.0), rows, prob.T) &&
+             ok;
         const cwt::Result sc = cwt::run_cp<adapter, cw::ScanCompose>(group, prob, o, &rows);
-        ok = cwt::check_against(describe(family, scalar, "scan", o, cu) + " vs oracle", sc, oracle, bound, rows, prob.T) && ok;
+        ok = cwt::check_against(describe(family, scalar, "scan", o, cu) + " vs oracle", sc, oracle,
+                                bound, rows, prob.T) &&
+             ok;
         ok = cwt::check_against(describe(family, scalar, "scan", o, cu) + " vs gather", sc, gf,
-                                cwt::scaled(bound, 2.0), rows, prob.T) && ok;
+                                cwt::scaled(bound, 2.0), rows, prob.T) &&
+             ok;
       }
     }
   }
@@ -81,19 +91,23 @@ void run_family() {
   CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>({0, 97}, 16, 11, true)));
   CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 97}, 16, 12, true)));
   // Packed: boundaries anywhere, one document of a single token, one spanning several ranks.
-  CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>(cwt::cu_from_lengths({30, 1, 17, 45, 4}), 16, 13, true)));
-  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>(cwt::cu_from_lengths({30, 1, 17, 45, 4}), 16, 14, false)));
+  CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>(cwt::cu_from_lengths({30, 1, 17, 45, 4}),
+                                                         16, 13, true)));
+  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>(cwt::cu_from_lengths({30, 1, 17, 45, 4}),
+                                                          16, 14, false)));
   // Boundaries exactly on and next to every rank border (shard length L = 8).
   std::vector<std::int64_t> lengths;
   for (int r = 0; r < p; ++r) {
     lengths.push_back(r % 2 == 0 ? 8 : 7);
     if (r % 2 == 1) lengths.push_back(1);
   }
-  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>(cwt::cu_from_lengths(lengths), 4, 15, false)));
+  CTXPAR_TEST_ALL(group,
+                  (check_problem<double, Diagonal>(cwt::cu_from_lengths(lengths), 4, 15, false)));
   // Local lengths 63 / 65 / 257 with the default chunk of 64.
   CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>({0, 63 * p}, 64, 16, false)));
   CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>({0, 65 * p}, 64, 17, false)));
-  if (p <= 2) CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 257 * p}, 64, 18, false)));
+  if (p <= 2)
+    CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 257 * p}, 64, 18, false)));
   // Fewer tokens than ranks: empty shards (and empty zigzag chunks).
   CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 3}, 16, 19, true)));
   // Empty sequences inside cu_seqlens: their final state is their initial state.
@@ -102,9 +116,13 @@ void run_family() {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(scalar_decay_cp_matches_oracle_and_single_rank) { run_family<false>(); }
+BOOST_AUTO_TEST_CASE(scalar_decay_cp_matches_oracle_and_single_rank) {
+  run_family<false>();
+}
 
-BOOST_AUTO_TEST_CASE(diagonal_gate_cp_matches_oracle_and_single_rank) { run_family<true>(); }
+BOOST_AUTO_TEST_CASE(diagonal_gate_cp_matches_oracle_and_single_rank) {
+  run_family<true>();
+}
 
 namespace {
 
@@ -124,7 +142,8 @@ bool oracle_matches_finite_differences(bool diagonal) {
   const auto analytic = cwt::decay_oracle(p, true, true, false).result;
   const double h = 1e-5, bound = 1e-7;
   bool ok = true;
-  auto check = [&](std::vector<double> cwt::DecayProblem::*field, const std::vector<double>& grad, const char* name) {
+  auto check = [&](std::vector<double> cwt::DecayProblem::*field, const std::vector<double>& grad,
+                   const char* name) {
     for (std::size_t i = 0; i < (p.*field).size(); ++i) {
       const double x = (p.*field)[i];
       (p.*field)[i] = x + h;
@@ -134,7 +153,8 @@ bool oracle_matches_finite_differences(bool diagonal) {
       (p.*field)[i] = x;
       const double fd = (up - down) / (2 * h);
       if (!(std::fabs(fd - grad[i]) <= bound * (1 + std::fabs(fd)))) {
-        std::cerr << "oracle " << name << "[" << i << "]: analytic " << grad[i] << ", finite difference " << fd << "\n";
+        std::cerr << "oracle " << name << "[" << i << "]: analytic " << grad[i]
+                  << ", finite difference " << fd << "\n";
         ok = false;
       }
     }
@@ -153,3 +173,21 @@ BOOST_AUTO_TEST_CASE(oracle_gradients_match_finite_differences) {
   CTXPAR_TEST_ALL(world(), oracle_matches_finite_differences(false));
   CTXPAR_TEST_ALL(world(), oracle_matches_finite_differences(true));
 }
+
+#ifdef KOKKOS_ENABLE_SERIAL
+// The same driver on the Serial backend (the other tests run on the default host space).
+BOOST_AUTO_TEST_CASE(serial_execution_space) {
+  using adapter = cwt::DecayAdapter<double, Kokkos::Serial::memory_space, true>;
+  const auto& group = world();
+  const auto prob = cwt::make_decay_problem(2, 5, 3, true, cwt::cu_from_lengths({20, 7, 30}), 61, 8);
+  cwt::CaseOptions o;
+  o.chunk = 8;
+  o.zigzag = true;
+  o.initial_states = o.final_state_grads = true;
+  std::vector<cwt::Range> rows;
+  const auto got = cwt::run_cp<adapter, cw::ScanCompose, Kokkos::Serial>(group, prob, o, &rows);
+  const auto oracle = cwt::decay_oracle(prob, true, true, false).result;
+  const auto bound = cwt::decay_bounds<double>(prob, true, true, 2 * group.size());
+  CTXPAR_TEST_ALL(group, cwt::check_against("serial", got, oracle, bound, rows, prob.T));
+}
+#endif

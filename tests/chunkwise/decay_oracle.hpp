@@ -29,8 +29,9 @@ struct DecayProblem {
 };
 
 /// Deterministic problem: q, k, v, dout, h0, dht in [-1, 1); log-gates in [-0.065, -0.005].
-inline DecayProblem make_decay_problem(std::int64_t H, std::int64_t K, std::int64_t V, bool diagonal,
-                                       std::vector<std::int64_t> cu, std::uint64_t seed, int chunk) {
+inline DecayProblem make_decay_problem(std::int64_t H, std::int64_t K, std::int64_t V,
+                                       bool diagonal, std::vector<std::int64_t> cu,
+                                       std::uint64_t seed, int chunk) {
   DecayProblem p;
   p.T = cu.back();
   p.H = H;
@@ -73,15 +74,16 @@ inline DecayOracle decay_oracle(const DecayProblem& p, bool use_h0, bool use_dht
   r.output.assign(static_cast<std::size_t>(T * H * V), 0.0);
   r.final_states.assign(static_cast<std::size_t>(N * H * K * V), 0.0);
   r.initial_state_grads.assign(static_cast<std::size_t>(N * H * K * V), 0.0);
-  std::vector<double> dq(static_cast<std::size_t>(T * H * K)), dk(dq.size()), dv(static_cast<std::size_t>(T * H * V)),
-      dg(static_cast<std::size_t>(T * H * G), 0.0);
+  std::vector<double> dq(static_cast<std::size_t>(T * H * K)), dk(dq.size()),
+      dv(static_cast<std::size_t>(T * H * V)), dg(static_cast<std::size_t>(T * H * G), 0.0);
   out.end_term.assign(static_cast<std::size_t>(T * H * G), 0.0);
   auto at = [](std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t nb, std::int64_t nc) {
     return static_cast<std::size_t>((a * nb + b) * nc + c);
   };
   std::vector<double> states;  // S_t for every token of the sequence, [len + 1, K, V]
   for (std::int64_t n = 0; n < N; ++n) {
-    const std::int64_t b = p.cu[static_cast<std::size_t>(n)], e = p.cu[static_cast<std::size_t>(n) + 1];
+    const std::int64_t b = p.cu[static_cast<std::size_t>(n)],
+                       e = p.cu[static_cast<std::size_t>(n) + 1];
     for (std::int64_t h = 0; h < H; ++h) {
       states.assign(static_cast<std::size_t>((e - b + 1) * K * V), 0.0);
       auto S = [&](std::int64_t t, std::int64_t kk, std::int64_t vv) -> double& {
@@ -89,12 +91,14 @@ inline DecayOracle decay_oracle(const DecayProblem& p, bool use_h0, bool use_dht
       };
       for (std::int64_t kk = 0; kk < K; ++kk)
         for (std::int64_t vv = 0; vv < V; ++vv)
-          S(b - 1, kk, vv) = use_h0 ? val(p.h0[static_cast<std::size_t>(((n * H + h) * K + kk) * V + vv)]) : 0.0;
+          S(b - 1, kk, vv) =
+              use_h0 ? val(p.h0[static_cast<std::size_t>(((n * H + h) * K + kk) * V + vv)]) : 0.0;
       for (std::int64_t t = b; t < e; ++t) {
         for (std::int64_t kk = 0; kk < K; ++kk) {
           const double a = std::exp(p.g[at(t, h, p.diagonal ? kk : 0, H, G)]);
           for (std::int64_t vv = 0; vv < V; ++vv) {
-            S(t, kk, vv) = a * S(t - 1, kk, vv) + val(p.k[at(t, h, kk, H, K)]) * val(p.v[at(t, h, vv, H, V)]);
+            S(t, kk, vv) =
+                a * S(t - 1, kk, vv) + val(p.k[at(t, h, kk, H, K)]) * val(p.v[at(t, h, vv, H, V)]);
           }
         }
         for (std::int64_t vv = 0; vv < V; ++vv) {
@@ -105,16 +109,20 @@ inline DecayOracle decay_oracle(const DecayProblem& p, bool use_h0, bool use_dht
       }
       for (std::int64_t kk = 0; kk < K; ++kk)
         for (std::int64_t vv = 0; vv < V; ++vv)
-          r.final_states[static_cast<std::size_t>(((n * H + h) * K + kk) * V + vv)] = S(e - 1, kk, vv);
+          r.final_states[static_cast<std::size_t>(((n * H + h) * K + kk) * V + vv)] =
+              S(e - 1, kk, vv);
       // Backward: dS is the gradient w.r.t. S_t.
       std::vector<double> dS(static_cast<std::size_t>(K * V), 0.0);
       if (use_dht) {
-        for (std::int64_t i = 0; i < K * V; ++i) dS[static_cast<std::size_t>(i)] = val(p.dht[static_cast<std::size_t>((n * H + h) * K * V + i)]);
+        for (std::int64_t i = 0; i < K * V; ++i)
+          dS[static_cast<std::size_t>(i)] =
+              val(p.dht[static_cast<std::size_t>((n * H + h) * K * V + i)]);
       }
       for (std::int64_t t = e - 1; t >= b; --t) {
         for (std::int64_t kk = 0; kk < K; ++kk)
           for (std::int64_t vv = 0; vv < V; ++vv)
-            dS[static_cast<std::size_t>(kk * V + vv)] += p.scale * val(p.q[at(t, h, kk, H, K)]) * val(p.dout[at(t, h, vv, H, V)]);
+            dS[static_cast<std::size_t>(kk * V + vv)] +=
+                p.scale * val(p.q[at(t, h, kk, H, K)]) * val(p.dout[at(t, h, vv, H, V)]);
         for (std::int64_t kk = 0; kk < K; ++kk) {
           double acc = 0, acck = 0;
           for (std::int64_t vv = 0; vv < V; ++vv) {
@@ -126,7 +134,8 @@ inline DecayOracle decay_oracle(const DecayProblem& p, bool use_h0, bool use_dht
         }
         for (std::int64_t vv = 0; vv < V; ++vv) {
           double acc = 0;
-          for (std::int64_t kk = 0; kk < K; ++kk) acc += dS[static_cast<std::size_t>(kk * V + vv)] * val(p.k[at(t, h, kk, H, K)]);
+          for (std::int64_t kk = 0; kk < K; ++kk)
+            acc += dS[static_cast<std::size_t>(kk * V + vv)] * val(p.k[at(t, h, kk, H, K)]);
           dv[at(t, h, vv, H, V)] = acc;
         }
         for (std::int64_t kk = 0; kk < K; ++kk) {
@@ -142,7 +151,9 @@ inline DecayOracle decay_oracle(const DecayProblem& p, bool use_h0, bool use_dht
           for (std::int64_t vv = 0; vv < V; ++vv) dS[static_cast<std::size_t>(kk * V + vv)] *= a;
         }
       }
-      for (std::int64_t i = 0; i < K * V; ++i) r.initial_state_grads[static_cast<std::size_t>((n * H + h) * K * V + i)] = dS[static_cast<std::size_t>(i)];
+      for (std::int64_t i = 0; i < K * V; ++i)
+        r.initial_state_grads[static_cast<std::size_t>((n * H + h) * K * V + i)] =
+            dS[static_cast<std::size_t>(i)];
     }
   }
   r.grads = {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dg", dg}};
@@ -159,7 +170,8 @@ Result decay_bounds(const DecayProblem& p, bool use_h0, bool use_dht, int shards
   double gmax = 0;
   for (double x : p.g) gmax = std::max(gmax, std::fabs(x));
   const double C = p.chunk;
-  const double c = 2.0 * (p.K + p.V + C) + 4.0 * (static_cast<double>(p.T) / C + 2.0 * shards) + C * C * gmax + 32.0;
+  const double c = 2.0 * (p.K + p.V + C) + 4.0 * (static_cast<double>(p.T) / C + 2.0 * shards) +
+                   C * C * gmax + 32.0;
   const double u = unit_roundoff<Scalar>();
   const double e = c * u + (shards > 1 ? 16.0 * unit_roundoff<float>() : 0.0);
   Result b = mag.result;
@@ -177,7 +189,8 @@ Result decay_bounds(const DecayProblem& p, bool use_h0, bool use_dht, int shards
   auto& dg = b.grads[3].values;
   const std::int64_t H = p.H, K = p.K, G = p.G;
   for (std::int64_t n = 0; n < p.N(); ++n) {
-    const std::int64_t sb = p.cu[static_cast<std::size_t>(n)], se = p.cu[static_cast<std::size_t>(n) + 1];
+    const std::int64_t sb = p.cu[static_cast<std::size_t>(n)],
+                       se = p.cu[static_cast<std::size_t>(n) + 1];
     for (std::int64_t t = sb; t < se; ++t) {
       const std::int64_t we = std::min<std::int64_t>(se, t + p.chunk);
       for (std::int64_t h = 0; h < H; ++h) {
@@ -238,7 +251,10 @@ struct DecayAdapter {
   }
 
   static std::vector<Array> gradient_arrays(const gradients_type& gr) {
-    return {{"dq", to_host(gr.dq)}, {"dk", to_host(gr.dk)}, {"dv", to_host(gr.dv)}, {"dg", to_host(gr.dg)}};
+    return {{"dq", to_host(gr.dq)},
+            {"dk", to_host(gr.dk)},
+            {"dv", to_host(gr.dv)},
+            {"dg", to_host(gr.dg)}};
   }
 };
 

@@ -23,7 +23,19 @@ using exec = Kokkos::DefaultHostExecutionSpace;
 using mem = exec::memory_space;
 using adapter = cwt::DecayAdapter<float, mem, false>;
 
-enum class Fault { none, k_shape, k_zero, v_zero, heads, chunk, family, nan, output_shape, tokens, dout_shape };
+enum class Fault {
+  none,
+  k_shape,
+  k_zero,
+  v_zero,
+  heads,
+  chunk,
+  family,
+  nan,
+  output_shape,
+  tokens,
+  dout_shape
+};
 
 // One forward + backward where the last rank applies `fault`.
 void run(Fault fault, bool bad) {
@@ -35,8 +47,10 @@ void run(Fault fault, bool bad) {
   const std::int64_t v_dim = bad && fault == Fault::v_zero ? 0 : V;
   const std::int64_t heads = bad && fault == Fault::heads ? H + 1 : H;
   const std::int64_t rows = bad && fault == Fault::tokens ? local + 1 : local;
-  cw::token_view<float, mem> q("q", rows, heads, k_dim), k("k", rows, heads, bad && fault == Fault::k_shape ? K + 1 : k_dim),
-      v("v", rows, heads, v_dim), o("o", bad && fault == Fault::output_shape ? rows + 2 : rows, heads, v_dim);
+  cw::token_view<float, mem> q("q", rows, heads, k_dim),
+      k("k", rows, heads, bad && fault == Fault::k_shape ? K + 1 : k_dim),
+      v("v", rows, heads, v_dim),
+      o("o", bad && fault == Fault::output_shape ? rows + 2 : rows, heads, v_dim);
   cw::head_view<float, mem> g("g", rows, heads);
   Kokkos::deep_copy(q, 0.5f);
   Kokkos::deep_copy(k, 0.25f);
@@ -48,14 +62,16 @@ void run(Fault fault, bool bad) {
   const int chunk = bad && fault == Fault::chunk ? 8 : 16;
   if (bad && fault == Fault::family) {
     cw::DiagonalGateBackend<float, mem> backend(cw::BackendOptions{chunk, 0.0});
-    cw::DiagonalGateInputs<float, mem> in{q, k, v, cw::token_view<float, mem>("g", rows, heads, k_dim)};
+    cw::DiagonalGateInputs<float, mem> in{q, k, v,
+                                          cw::token_view<float, mem>("g", rows, heads, k_dim)};
     cw::chunkwise_cp_forward(exec(), group, backend, plan, in, o, {}, options);
     return;
   }
   cw::ScalarDecayBackend<float, mem> backend(cw::BackendOptions{chunk, 0.0});
   cw::ScalarDecayInputs<float, mem> in{q, k, v, g};
   auto ctx = cw::chunkwise_cp_forward(exec(), group, backend, plan, in, o, {}, options);
-  cw::token_view<float, mem> dout("dout", bad && fault == Fault::dout_shape ? rows + 1 : rows, heads, v_dim);
+  cw::token_view<float, mem> dout("dout", bad && fault == Fault::dout_shape ? rows + 1 : rows,
+                                  heads, v_dim);
   cw::ScalarDecayGradients<float, mem> grads{cw::token_view<float, mem>("dq", rows, heads, k_dim),
                                              cw::token_view<float, mem>("dk", rows, heads, k_dim),
                                              cw::token_view<float, mem>("dv", rows, heads, v_dim),
@@ -77,7 +93,9 @@ void expect(Fault fault, const std::string& needle, bool agreement = false) {
     if (agreement && group.size() == 1) return;  // one rank always agrees with itself
     const bool bad = group.rank() == bad_rank;
     BOOST_TEST_CONTEXT("fault " << static_cast<int>(fault) << " on rank " << bad_rank) {
-      CTXPAR_TEST_ALL(group, throws_everywhere(group, [&] { run(fault, bad); }, needle, named(bad_rank, agreement)));
+      CTXPAR_TEST_ALL(group,
+                      throws_everywhere(
+                          group, [&] { run(fault, bad); }, needle, named(bad_rank, agreement)));
     }
     if (group.size() == 1) break;
   }
@@ -112,14 +130,17 @@ BOOST_AUTO_TEST_CASE(plan_fingerprint_disagreement_on_one_rank) {
   expect(Fault::family, "every rank must agree on the model family", true);
 }
 
-BOOST_AUTO_TEST_CASE(non_finite_input_behind_the_check_flag) { expect(Fault::nan, "the inputs must be finite"); }
+BOOST_AUTO_TEST_CASE(non_finite_input_behind_the_check_flag) {
+  expect(Fault::nan, "the inputs must be finite");
+}
 
 BOOST_AUTO_TEST_CASE(summary_buffer_errors_on_one_rank) {
   const auto& group = world();
   const std::int64_t H = 2, K = 3, V = 2, width = K * V + 1;
   for (int bad_rank : {group.size() - 1, 0}) {
     const bool bad = group.rank() == bad_rank;
-    Kokkos::View<float***, Kokkos::LayoutRight, mem> good("good", 1, H, width), all("all", group.size(), H, width);
+    Kokkos::View<float***, Kokkos::LayoutRight, mem> good("good", 1, H, width),
+        all("all", group.size(), H, width);
     // Non-fp32 summaries.
     auto f64 = [&] {
       if (bad) {
@@ -163,20 +184,23 @@ BOOST_AUTO_TEST_CASE(metadata_errors_on_one_rank) {
       std::vector<std::int64_t> cu{0, 5, bad ? 3 : 9, 12};
       cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
     };
-    CTXPAR_TEST_ALL(group, throws_everywhere(group, decreasing, "cu_seqlens must be non-decreasing", bad_rank));
+    CTXPAR_TEST_ALL(
+        group, throws_everywhere(group, decreasing, "cu_seqlens must be non-decreasing", bad_rank));
     // Decreasing sequence ids.
     auto ids_decreasing = [&] {
       std::vector<std::int32_t> ids(static_cast<std::size_t>(4 * p), 0);
       for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i / 3);
       if (bad) ids[1] = 5;
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, ctxpar::PackedMetadata::from_seq_idx(group, ids));
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{},
+                                ctxpar::PackedMetadata::from_seq_idx(group, ids));
     };
     CTXPAR_TEST_ALL(group, throws_everywhere(group, ids_decreasing, "non-decreasing", bad_rank));
     // Ids that are not int32 values.
     auto ids_wide = [&] {
       std::vector<std::int64_t> ids(static_cast<std::size_t>(4 * p), 0);
       if (bad) ids.back() = std::int64_t{1} << 40;
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, ctxpar::PackedMetadata::from_seq_idx(group, ids));
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{},
+                                ctxpar::PackedMetadata::from_seq_idx(group, ids));
     };
     CTXPAR_TEST_ALL(group, throws_everywhere(group, ids_wide, "int32", bad_rank));
     // Metadata over the wrong number of parts (zigzag needs 2P virtual shards).
@@ -185,7 +209,9 @@ BOOST_AUTO_TEST_CASE(metadata_errors_on_one_rank) {
       const auto meta = ctxpar::PackedMetadata::from_seq_idx(ids, bad ? p : 2 * p);
       cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, meta);
     };
-    CTXPAR_TEST_ALL(group, throws_everywhere(group, parts, "zigzag needs packed metadata built over 2P parts", bad_rank));
+    CTXPAR_TEST_ALL(
+        group, throws_everywhere(group, parts, "zigzag needs packed metadata built over 2P parts",
+                                 bad_rank));
     // A token count the metadata cannot split (T % P != 0) on one rank.
     if (p > 1) {
       auto indivisible = [&] {

@@ -34,7 +34,8 @@ cw::SummaryStore<T, mem> random_summary(std::uint64_t seed) {
   for (std::int64_t h = 0; h < H; ++h) {
     for (std::int64_t j = 0; j < K * V + T::m_size(K); ++j) {
       const double x = uniform(seed, static_cast<std::uint64_t>(h * 1000 + j));
-      p(0, h, j) = static_cast<float>(j < K * V ? x : (std::is_same_v<T, cw::DenseTransition> ? 0.4 * x : 0.9 + 0.1 * x));
+      p(0, h, j) = static_cast<float>(
+          j < K * V ? x : (std::is_same_v<T, cw::DenseTransition> ? 0.4 * x : 0.9 + 0.1 * x));
     }
   }
   return s;
@@ -62,7 +63,8 @@ cw::SummaryStore<cw::DenseTransition, mem> to_dense(const cw::SummaryStore<T, me
 }
 
 template <class T>
-cw::SummaryStore<T, mem> compose(const cw::SummaryStore<T, mem>& later, const cw::SummaryStore<T, mem>& earlier) {
+cw::SummaryStore<T, mem> compose(const cw::SummaryStore<T, mem>& later,
+                                 const cw::SummaryStore<T, mem>& earlier) {
   cw::SummaryStore<T, mem> out(cw::SummaryForm::packed, 1, H, K, V);
   cw::compose_summaries<T>(exec(), later[0], earlier[0], out[0], K, V);
   exec().fence();
@@ -72,7 +74,8 @@ cw::SummaryStore<T, mem> compose(const cw::SummaryStore<T, mem>& later, const cw
 // Magnitude of the composition of three summaries, for the bound: (|M3||M2|+...) done with abs.
 template <class T>
 bool check_associativity(std::uint64_t seed) {
-  const auto a = random_summary<T>(seed), b = random_summary<T>(seed + 1), c = random_summary<T>(seed + 2);
+  const auto a = random_summary<T>(seed), b = random_summary<T>(seed + 1),
+             c = random_summary<T>(seed + 2);
   const auto left = compose<T>(compose<T>(c, b), a);
   const auto right = compose<T>(c, compose<T>(b, a));
   // Each entry is a sum of at most 3·K products of three factors of magnitude <= 1 (plus the d
@@ -84,8 +87,11 @@ bool check_associativity(std::uint64_t seed) {
     ok = ctxpar::test::all_close(
              std::string("associativity ") + T::name, width,
              [&](std::int64_t j) { return left.packed()(0, h, j); },
-             [&](std::int64_t j) { return right.packed()(0, h, j); }, [&](std::int64_t) { return bound; },
-             [&](std::int64_t j) { return "head " + std::to_string(h) + " entry " + std::to_string(j); }) &&
+             [&](std::int64_t j) { return right.packed()(0, h, j); },
+             [&](std::int64_t) { return bound; },
+             [&](std::int64_t j) {
+               return "head " + std::to_string(h) + " entry " + std::to_string(j);
+             }) &&
          ok;
   }
   // And the composed map applied to a state equals applying the three in order.
@@ -104,8 +110,11 @@ bool check_structured_equals_dense(std::uint64_t seed) {
     ok = ctxpar::test::all_close(
              std::string("structured vs dense ") + T::name, K * V + K * K,
              [&](std::int64_t j) { return structured.packed()(0, h, j); },
-             [&](std::int64_t j) { return dense.packed()(0, h, j); }, [&](std::int64_t) { return bound; },
-             [&](std::int64_t j) { return "head " + std::to_string(h) + " entry " + std::to_string(j); }) &&
+             [&](std::int64_t j) { return dense.packed()(0, h, j); },
+             [&](std::int64_t) { return bound; },
+             [&](std::int64_t j) {
+               return "head " + std::to_string(h) + " entry " + std::to_string(j);
+             }) &&
          ok;
   }
   return ok;
@@ -130,8 +139,9 @@ BOOST_AUTO_TEST_CASE(structured_composition_equals_dense) {
 
 BOOST_AUTO_TEST_CASE(m_sizes_per_structure) {
   const auto& group = world();
-  CTXPAR_TEST_ALL(group, cw::IdentityTransition::m_size(7) == 0 && cw::ScalarTransition::m_size(7) == 1 &&
-                             cw::DiagonalTransition::m_size(7) == 7 && cw::DenseTransition::m_size(7) == 49);
+  CTXPAR_TEST_ALL(
+      group, cw::IdentityTransition::m_size(7) == 0 && cw::ScalarTransition::m_size(7) == 1 &&
+                 cw::DiagonalTransition::m_size(7) == 7 && cw::DenseTransition::m_size(7) == 49);
 }
 
 namespace {
@@ -157,7 +167,8 @@ bool check_bytes(cw::SummaryForm form, bool zigzag) {
   const auto& ag = group.traffic(ctxpar::CollectiveKind::allgather);
   const std::int64_t want = 2 * slots * record * (p - 1);  // forward + backward
   const int calls_per_direction = form == cw::SummaryForm::packed ? 1 : 2;
-  bool ok = ag.bytes_sent == want && ag.bytes_received == want && ag.calls == 2 * calls_per_direction;
+  bool ok =
+      ag.bytes_sent == want && ag.bytes_received == want && ag.calls == 2 * calls_per_direction;
   if (!ok) {
     std::cerr << "[rank " << group.rank() << "] gather bytes sent " << ag.bytes_sent << " received "
               << ag.bytes_received << " calls " << ag.calls << ", formula " << want << " in "
@@ -166,7 +177,8 @@ bool check_bytes(cw::SummaryForm form, bool zigzag) {
   group.reset_traffic();
   cwt::run_cp<adapter, cw::ScanCompose>(group, prob, o);
   const auto& sc = group.traffic(ctxpar::CollectiveKind::scan);
-  const std::int64_t scan_record = prob.H * (prob.K * prob.V + std::max<std::int64_t>(1, T::m_size(prob.K))) * 4;
+  const std::int64_t scan_record =
+      prob.H * (prob.K * prob.V + std::max<std::int64_t>(1, T::m_size(prob.K))) * 4;
   auto rounds_sent = [p](int position) {
     int n = 0;
     for (int d = 1; d < p; d <<= 1) n += position + d < p ? 1 : 0;
@@ -176,10 +188,13 @@ bool check_bytes(cw::SummaryForm form, bool zigzag) {
   // Contiguous: forward scan (position r), backward reverse scan (position P-1-r). Zigzag: each
   // direction runs one forward-order and one reverse-order chain.
   const std::int64_t scan_want =
-      scan_record * (zigzag ? 2 * (rounds_sent(r) + rounds_sent(p - 1 - r)) : rounds_sent(r) + rounds_sent(p - 1 - r));
-  const bool scan_ok = sc.bytes_sent == scan_want && group.traffic(ctxpar::CollectiveKind::allgather).calls == 0;
+      scan_record * (zigzag ? 2 * (rounds_sent(r) + rounds_sent(p - 1 - r))
+                            : rounds_sent(r) + rounds_sent(p - 1 - r));
+  const bool scan_ok =
+      sc.bytes_sent == scan_want && group.traffic(ctxpar::CollectiveKind::allgather).calls == 0;
   if (!scan_ok) {
-    std::cerr << "[rank " << r << "] scan bytes sent " << sc.bytes_sent << ", formula " << scan_want << "\n";
+    std::cerr << "[rank " << r << "] scan bytes sent " << sc.bytes_sent << ", formula " << scan_want
+              << "\n";
   }
   return ok && scan_ok;
 }
@@ -215,12 +230,14 @@ bool check_isolation(bool zigzag) {
   auto perturbed = prob;
   const std::int64_t b = cu[doc], e = cu[doc + 1];
   auto bump = [&](std::vector<double>& x, std::int64_t per) {
-    for (std::int64_t i = b * per; i < e * per; ++i) x[static_cast<std::size_t>(i)] = 0.5 * x[static_cast<std::size_t>(i)] + 0.25;
+    for (std::int64_t i = b * per; i < e * per; ++i)
+      x[static_cast<std::size_t>(i)] = 0.5 * x[static_cast<std::size_t>(i)] + 0.25;
   };
   bump(perturbed.q, prob.H * prob.K);
   bump(perturbed.k, prob.H * prob.K);
   bump(perturbed.v, prob.H * prob.V);
-  for (std::int64_t i = b * prob.H * prob.G; i < e * prob.H * prob.G; ++i) perturbed.g[static_cast<std::size_t>(i)] *= 0.5;
+  for (std::int64_t i = b * prob.H * prob.G; i < e * prob.H * prob.G; ++i)
+    perturbed.g[static_cast<std::size_t>(i)] *= 0.5;
   const cwt::Result moved = cwt::run_cp<adapter, Policy>(group, perturbed, o);
   bool ok = true;
   bool changed = false;
@@ -231,7 +248,8 @@ bool check_isolation(bool zigzag) {
         const std::size_t i = static_cast<std::size_t>(t * per + j);
         const bool inside = t >= b && t < e;
         if (!inside && base.output[i] != moved.output[i]) {
-          if (ok) std::cerr << "[rank " << group.rank() << "] output of token " << t << " changed\n";
+          if (ok)
+            std::cerr << "[rank " << group.rank() << "] output of token " << t << " changed\n";
           ok = false;
         }
         changed = changed || (inside && base.output[i] != moved.output[i]);
@@ -253,7 +271,9 @@ bool check_isolation(bool zigzag) {
         for (std::int64_t j = 0; j < per_t; ++j) {
           const double x = a.values[static_cast<std::size_t>(t * per_t + j)];
           if ((t < b || t >= e) && x != 0.0) {
-            if (ok) std::cerr << "[rank " << group.rank() << "] " << a.name << " of token " << t << " is " << x << "\n";
+            if (ok)
+              std::cerr << "[rank " << group.rank() << "] " << a.name << " of token " << t << " is "
+                        << x << "\n";
             ok = false;
           }
           nonzero_inside = nonzero_inside || (t >= b && t < e && x != 0.0);
@@ -264,7 +284,8 @@ bool check_isolation(bool zigzag) {
   // A test that cannot fail is no test: the perturbation and the gradient must show somewhere.
   int any = changed && nonzero_inside ? 1 : 0, some_rank = 0;
   MPI_Allreduce(&any, &some_rank, 1, MPI_INT, MPI_LOR, group.mpi_comm());
-  if (some_rank == 0 && group.rank() == 0) std::cerr << "isolation test saw no effect inside the document\n";
+  if (some_rank == 0 && group.rank() == 0)
+    std::cerr << "isolation test saw no effect inside the document\n";
   return ok && some_rank != 0;
 }
 
@@ -290,14 +311,17 @@ BOOST_AUTO_TEST_CASE(metadata_worked_example_end_to_end) {
     const int want_start[] = {0, 0, 1, 2}, want_stop_minus_1[] = {1, 2, 3, 3};
     const std::vector<std::vector<std::int64_t>> want_cu = {{0, 4}, {0, 1, 4}, {0, 1, 4}, {0, 4}};
     const auto seqs = plan.local_sequences(r);
-    bool ok = plan.preceding_start(r) == want_start[r] && plan.following_stop(r) - 1 == want_stop_minus_1[r] &&
+    bool ok = plan.preceding_start(r) == want_start[r] &&
+              plan.following_stop(r) - 1 == want_stop_minus_1[r] &&
               seqs.cu_seqlens == want_cu[static_cast<std::size_t>(r)];
     // The same plan through the foundation's packed metadata.
     const auto meta = ctxpar::PackedMetadata::from_cu_seqlens(group, cu);
     const auto plan2 = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, meta);
-    ok = ok && plan2.preceding_start(r) == want_start[r] && plan2.following_stop(r) - 1 == want_stop_minus_1[r] &&
+    ok = ok && plan2.preceding_start(r) == want_start[r] &&
+         plan2.following_stop(r) - 1 == want_stop_minus_1[r] &&
          plan2.local_sequences(r).cu_seqlens == want_cu[static_cast<std::size_t>(r)];
-    if (!ok) std::cerr << "[rank " << r << "] worked-example metadata differs from the design table\n";
+    if (!ok)
+      std::cerr << "[rank " << r << "] worked-example metadata differs from the design table\n";
     CTXPAR_TEST_ALL(group, ok);
   }
   // End to end at every P: CP == oracle, with initial states and final-state gradients.
@@ -311,7 +335,8 @@ BOOST_AUTO_TEST_CASE(metadata_worked_example_end_to_end) {
     std::vector<cwt::Range> rows;
     const auto got = cwt::run_cp<adapter, cw::GatherFold>(group, prob, o, &rows);
     const auto oracle = cwt::decay_oracle(prob, true, true, false).result;
-    const auto bound = cwt::decay_bounds<double>(prob, true, true, group.size() * (o.zigzag ? 2 : 1));
+    const auto bound =
+        cwt::decay_bounds<double>(prob, true, true, group.size() * (o.zigzag ? 2 : 1));
     CTXPAR_TEST_ALL(group, cwt::check_against("worked example", got, oracle, bound, rows, prob.T));
   }
 }
@@ -360,7 +385,8 @@ bool check_streaming(bool zigzag) {
   streamed.grads[2].values.assign(static_cast<std::size_t>(T * H * V), 0.0);
   streamed.grads[3].values.assign(static_cast<std::size_t>(T * H * G), 0.0);
   std::vector<cwt::Range> rows;
-  for (std::size_t i = parts.size(); i-- > 0;) {  // backward sweep: carry the initial-state gradient
+  for (std::size_t i = parts.size();
+       i-- > 0;) {  // backward sweep: carry the initial-state gradient
     std::vector<cwt::Range> local;
     const auto r = cwt::run_cp<adapter, Policy>(group, parts[i], o, &local);
     if (i > 0) parts[i - 1].dht = r.initial_state_grads;
@@ -370,7 +396,8 @@ bool check_streaming(bool zigzag) {
       for (auto lr : local)
         for (std::int64_t t = lr.first; t < lr.second; ++t)
           for (std::int64_t j = 0; j < per; ++j)
-            dst[static_cast<std::size_t>((t + b) * per + j)] = src[static_cast<std::size_t>(t * per + j)];
+            dst[static_cast<std::size_t>((t + b) * per + j)] =
+                src[static_cast<std::size_t>(t * per + j)];
     };
     place(streamed.output, r.output, H * V);
     place(streamed.grads[0].values, r.grads[0].values, H * K);

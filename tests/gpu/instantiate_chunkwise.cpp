@@ -26,8 +26,8 @@ template <class Transition>
 void instantiate_algebra(const Group& group) {
   const exec space;
   const std::int64_t h = 2, k = 4, v = 3;
-  cw::SummaryStore<Transition, mem> a(cw::SummaryForm::packed, 1, h, k, v), b(cw::SummaryForm::unpacked, 1, h, k, v),
-      out(cw::SummaryForm::packed, 1, h, k, v);
+  cw::SummaryStore<Transition, mem> a(cw::SummaryForm::packed, 1, h, k, v),
+      b(cw::SummaryForm::unpacked, 1, h, k, v), out(cw::SummaryForm::packed, 1, h, k, v);
   cw::identity_summary<Transition>(space, a[0], k, v);
   cw::compose_summaries<Transition>(space, a[0], b[0], out[0], k, v);
   Kokkos::View<float**, Kokkos::LayoutRight, mem> s("s", h, k * v), t("t", h, k * v);
@@ -37,19 +37,22 @@ void instantiate_algebra(const Group& group) {
 }
 
 template <class Policy, class Backend, class Inputs, class Gradients>
-void instantiate_driver(const Group& group, const Backend& backend, const Inputs& in, const Gradients& grads,
-                        std::int64_t t, std::int64_t h, std::int64_t k, std::int64_t v) {
+void instantiate_driver(const Group& group, const Backend& backend, const Inputs& in,
+                        const Gradients& grads, std::int64_t t, std::int64_t h, std::int64_t k,
+                        std::int64_t v) {
   using scalar = typename Backend::scalar_type;
   const exec space;
-  const auto plan = cw::ChunkwisePlan::create(group, Contiguous{}, std::vector<std::int64_t>{0, t * group.size()});
+  const auto plan = cw::ChunkwisePlan::create(group, Contiguous{},
+                                              std::vector<std::int64_t>{0, t * group.size()});
   cw::token_view<scalar, mem> o("o", t, h, v);
   cw::ForwardStates<scalar, mem> fs{cw::const_sequence_states_view<scalar, mem>(
-                                         cw::sequence_states_view<scalar, mem>("h0", 1, h, k, v)),
-                                     cw::sequence_states_view<scalar, mem>("ht", 1, h, k, v)};
+                                        cw::sequence_states_view<scalar, mem>("h0", 1, h, k, v)),
+                                    cw::sequence_states_view<scalar, mem>("ht", 1, h, k, v)};
   auto ctx = cw::chunkwise_cp_forward<Policy>(space, group, backend, plan, in, o, fs);
   cw::BackwardStates<scalar, mem> bs{cw::const_sequence_states_view<scalar, mem>(fs.final_states),
                                      cw::sequence_states_view<scalar, mem>("dh0", 1, h, k, v)};
-  cw::chunkwise_cp_backward<Policy>(space, group, backend, ctx, cw::const_token_view<scalar, mem>(o), grads, bs);
+  cw::chunkwise_cp_backward<Policy>(space, group, backend, ctx,
+                                    cw::const_token_view<scalar, mem>(o), grads, bs);
 }
 
 template <class T>
@@ -57,7 +60,8 @@ void instantiate_backends(const Group& group) {
   const std::int64_t t = 8, h = 2, k = 4, v = 3, nh = 2;
   cw::token_view<T, mem> q("q", t, h, k), key("k", t, h, k), val("v", t, h, v), gk("g", t, h, k);
   cw::head_view<T, mem> g("g", t, h), beta("beta", t, h);
-  cw::token_view<T, mem> dq("dq", t, h, k), dk("dk", t, h, k), dv("dv", t, h, v), dgk("dg", t, h, k);
+  cw::token_view<T, mem> dq("dq", t, h, k), dk("dk", t, h, k), dv("dv", t, h, v),
+      dgk("dg", t, h, k);
   cw::head_view<T, mem> dg("dg", t, h), dbeta("dbeta", t, h);
   const cw::BackendOptions options{4, 0.0};
 
@@ -80,8 +84,8 @@ void instantiate_backends(const Group& group) {
   instantiate_driver<cw::ScanCompose>(group, gdn, gin, ggr, t, h, k, v);
 
   const cw::GatedDeltaProductBackend<T, mem> gdp(static_cast<int>(nh), options);
-  Kokkos::View<T****, Kokkos::LayoutRight, mem> pk("k", t, nh, h, k), pv("v", t, nh, h, v), pdk("dk", t, nh, h, k),
-      pdv("dv", t, nh, h, v);
+  Kokkos::View<T****, Kokkos::LayoutRight, mem> pk("k", t, nh, h, k), pv("v", t, nh, h, v),
+      pdk("dk", t, nh, h, k), pdv("dv", t, nh, h, v);
   cw::token_view<T, mem> pbeta("beta", t, nh, h), pdbeta("dbeta", t, nh, h);
   const cw::GatedDeltaProductInputs<T, mem> pin{q, pk, pv, g, pbeta};
   const cw::GatedDeltaProductGradients<T, mem> pgr{dq, pdk, pdv, dg, pdbeta};
@@ -91,13 +95,15 @@ void instantiate_backends(const Group& group) {
   // Short-conv halo, forward and backward, with and without sequence ids.
   const exec space;
   const std::int64_t c = 6, w = 4;
-  Kokkos::View<T**, Kokkos::LayoutRight, mem> x("x", t, c), y("y", t, c), wt("w", c, w), dx("dx", t, c), dw("dw", c, w);
+  Kokkos::View<T**, Kokkos::LayoutRight, mem> x("x", t, c), y("y", t, c), wt("w", c, w),
+      dx("dx", t, c), dw("dw", c, w);
   Kokkos::View<T*, mem> bias("b", c), dbias("db", c);
   Kokkos::View<std::int32_t*, mem> ids("ids", t);
   using cx = Kokkos::View<const T**, Kokkos::LayoutRight, mem>;
   cw::short_conv_forward(space, group, cx(x), cx(wt), Kokkos::View<const T*, mem>(bias),
                          Kokkos::View<const std::int32_t*, mem>(ids), y);
-  cw::short_conv_backward(space, group, cx(x), cx(wt), Kokkos::View<const std::int32_t*, mem>(ids), cx(y), dx, dw, dbias);
+  cw::short_conv_backward(space, group, cx(x), cx(wt), Kokkos::View<const std::int32_t*, mem>(ids),
+                          cx(y), dx, dw, dbias);
 }
 
 }  // namespace ctxpar::gpu_check

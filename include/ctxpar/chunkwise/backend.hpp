@@ -145,18 +145,19 @@ template <class B, class = void>
 struct has_plan_queries : std::false_type {};
 template <class B>
 struct has_plan_queries<
-    B, void_t<decltype(B::family_name), decltype(B::family_id),
-              decltype(std::declval<const B&>().chunk_size()),
-              decltype(std::declval<const B&>().shape(std::declval<const typename B::inputs_type&>())),
-              decltype(std::declval<const B&>().check(std::declval<Preconditions&>(),
-                                                      std::declval<const typename B::inputs_type&>())),
-              decltype(std::declval<const B&>().check_gradients(
-                  std::declval<Preconditions&>(), std::declval<const typename B::inputs_type&>(),
-                  std::declval<const typename B::gradients_type&>())),
-              decltype(std::declval<const B&>().slice(std::declval<const typename B::inputs_type&>(),
-                                                      std::int64_t{}, std::int64_t{})),
-              decltype(std::declval<const B&>().slice(
-                  std::declval<const typename B::gradients_type&>(), std::int64_t{}, std::int64_t{}))>>
+    B,
+    void_t<decltype(B::family_name), decltype(B::family_id),
+           decltype(std::declval<const B&>().chunk_size()),
+           decltype(std::declval<const B&>().shape(std::declval<const typename B::inputs_type&>())),
+           decltype(std::declval<const B&>().check(std::declval<Preconditions&>(),
+                                                   std::declval<const typename B::inputs_type&>())),
+           decltype(std::declval<const B&>().check_gradients(
+               std::declval<Preconditions&>(), std::declval<const typename B::inputs_type&>(),
+               std::declval<const typename B::gradients_type&>())),
+           decltype(std::declval<const B&>().slice(std::declval<const typename B::inputs_type&>(),
+                                                   std::int64_t{}, std::int64_t{})),
+           decltype(std::declval<const B&>().slice(
+               std::declval<const typename B::gradients_type&>(), std::int64_t{}, std::int64_t{}))>>
     : std::true_type {};
 
 template <class B, class E, class = void>
@@ -179,9 +180,11 @@ struct has_forward_apply<
         std::declval<const E&>(), std::declval<const typename B::inputs_type&>(),
         std::declval<const LocalSequences&>(),
         std::declval<const const_state_view<typename B::memory_space>&>(),
-        std::declval<const const_sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<
+            const const_sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
         std::declval<const token_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<const sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<
+            const sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
         std::declval<typename B::saved_type&>()))>> : std::true_type {};
 
 template <class B, class E, class = void>
@@ -205,9 +208,11 @@ struct has_backward_apply<
         std::declval<const const_token_view<typename B::scalar_type, typename B::memory_space>&>(),
         std::declval<const LocalSequences&>(),
         std::declval<const const_state_view<typename B::memory_space>&>(),
-        std::declval<const const_sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<
+            const const_sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
         std::declval<const typename B::gradients_type&>(),
-        std::declval<const sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<
+            const sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
         std::declval<const state_view<typename B::memory_space>&>()))>> : std::true_type {};
 
 }  // namespace impl

@@ -47,7 +47,8 @@ struct ComposeKernel {
       } else if constexpr (std::is_same_v<Transition, DiagonalTransition>) {
         acc += later_m(h, row) * earlier_d(h, e);
       } else {
-        for (std::int64_t l = 0; l < k; ++l) acc += later_m(h, row * k + l) * earlier_d(h, l * v + col);
+        for (std::int64_t l = 0; l < k; ++l)
+          acc += later_m(h, row * k + l) * earlier_d(h, l * v + col);
       }
       out_d(h, e) = acc;
     } else {
@@ -101,7 +102,8 @@ struct BakeInitialKernel {
     } else if constexpr (std::is_same_v<Transition, DiagonalTransition>) {
       acc += m(h, row) * static_cast<float>(h0(h, row, col));
     } else {
-      for (std::int64_t l = 0; l < k; ++l) acc += m(h, row * k + l) * static_cast<float>(h0(h, l, col));
+      for (std::int64_t l = 0; l < k; ++l)
+        acc += m(h, row * k + l) * static_cast<float>(h0(h, l, col));
     }
     d(h, e) = acc;
   }
@@ -122,13 +124,14 @@ struct CopyPartKernel {
 };
 
 template <class ExecutionSpace, class MemorySpace>
-void copy_part(const ExecutionSpace& space, const const_part<MemorySpace>& in, const part<MemorySpace>& out,
-               float value = 0.0f) {
+void copy_part(const ExecutionSpace& space, const const_part<MemorySpace>& in,
+               const part<MemorySpace>& out, float value = 0.0f) {
   const std::int64_t heads = out.extent(0), width = out.extent(1);
   if (heads * width == 0) return;
-  Kokkos::parallel_for("ctxpar::chunkwise::copy_summary_part",
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
-                       CopyPartKernel<MemorySpace>{in, out, value, width});
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::copy_summary_part",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
+      CopyPartKernel<MemorySpace>{in, out, value, width});
 }
 
 }  // namespace impl
@@ -138,29 +141,33 @@ void copy_part(const ExecutionSpace& space, const const_part<MemorySpace>& in, c
 /// kernel.
 template <class Transition, class ExecutionSpace, class MemorySpace>
 void compose_summaries(const ExecutionSpace& space, const SummaryViews<MemorySpace>& later,
-                       const SummaryViews<MemorySpace>& earlier, const SummaryViews<MemorySpace>& out,
-                       std::int64_t k, std::int64_t v) {
+                       const SummaryViews<MemorySpace>& earlier,
+                       const SummaryViews<MemorySpace>& out, std::int64_t k, std::int64_t v) {
   const std::int64_t heads = later.state.extent(0), width = k * v + Transition::m_size(k);
-  Kokkos::parallel_for("ctxpar::chunkwise::compose",
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
-                       impl::ComposeKernel<Transition, MemorySpace>{later.state, later.transition, earlier.state,
-                                                                    earlier.transition, out.state, out.transition,
-                                                                    k, v, width});
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::compose",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
+      impl::ComposeKernel<Transition, MemorySpace>{later.state, later.transition, earlier.state,
+                                                   earlier.transition, out.state, out.transition, k,
+                                                   v, width});
 }
 
 /// `out = M·state + d` for the summary `(M, d)` and a state `[H, K·V]` (both as rank-2 views of
 /// fp32). `out` must not alias `state`. One kernel.
 template <class Transition, class ExecutionSpace, class MemorySpace>
-void apply_summary(const ExecutionSpace& space, const SummaryViews<MemorySpace>& summary,
-                   const Kokkos::View<const float**, Kokkos::LayoutStride, typename ExecutionSpace::memory_space>& state,
-                   const Kokkos::View<float**, Kokkos::LayoutStride, typename ExecutionSpace::memory_space>& out,
-                   std::int64_t k, std::int64_t v) {
+void apply_summary(
+    const ExecutionSpace& space, const SummaryViews<MemorySpace>& summary,
+    const Kokkos::View<const float**, Kokkos::LayoutStride, typename ExecutionSpace::memory_space>&
+        state,
+    const Kokkos::View<float**, Kokkos::LayoutStride, typename ExecutionSpace::memory_space>& out,
+    std::int64_t k, std::int64_t v) {
   const std::int64_t heads = summary.state.extent(0), width = k * v;
-  Kokkos::parallel_for("ctxpar::chunkwise::apply",
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
-                       impl::ComposeKernel<Transition, MemorySpace>{summary.state, summary.transition, state,
-                                                                    impl::const_part<MemorySpace>(), out,
-                                                                    impl::part<MemorySpace>(), k, v, width});
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::apply",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
+      impl::ComposeKernel<Transition, MemorySpace>{summary.state, summary.transition, state,
+                                                   impl::const_part<MemorySpace>(), out,
+                                                   impl::part<MemorySpace>(), k, v, width});
 }
 
 /// Writes the identity summary `(I, 0)` into `out`. One kernel.
@@ -168,9 +175,10 @@ template <class Transition, class ExecutionSpace, class MemorySpace>
 void identity_summary(const ExecutionSpace& space, const SummaryViews<MemorySpace>& out,
                       std::int64_t k, std::int64_t v) {
   const std::int64_t heads = out.state.extent(0), width = k * v + Transition::m_size(k);
-  Kokkos::parallel_for("ctxpar::chunkwise::identity",
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
-                       impl::IdentityKernel<Transition, MemorySpace>{out.state, out.transition, k, v, width});
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::identity",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
+      impl::IdentityKernel<Transition, MemorySpace>{out.state, out.transition, k, v, width});
 }
 
 }  // namespace ctxpar::chunkwise

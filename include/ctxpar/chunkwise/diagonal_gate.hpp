@@ -34,8 +34,9 @@ template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memor
 class DiagonalGateBackend
     : public impl::DecayBackend<Scalar, MemorySpace, true, DiagonalGateInputs<Scalar, MemorySpace>,
                                 DiagonalGateGradients<Scalar, MemorySpace>> {
-  using base = impl::DecayBackend<Scalar, MemorySpace, true, DiagonalGateInputs<Scalar, MemorySpace>,
-                                  DiagonalGateGradients<Scalar, MemorySpace>>;
+  using base =
+      impl::DecayBackend<Scalar, MemorySpace, true, DiagonalGateInputs<Scalar, MemorySpace>,
+                         DiagonalGateGradients<Scalar, MemorySpace>>;
 
  public:
   using base::base;

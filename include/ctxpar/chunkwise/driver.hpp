@@ -77,8 +77,10 @@ part<MemorySpace> flat_state(const state_view<MemorySpace>& s) {
 }
 
 template <class MemorySpace>
-SummaryViews<MemorySpace> record_views(float* data, std::int64_t heads, std::int64_t kv, std::int64_t m) {
-  Kokkos::View<float**, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> all(data, heads, kv + m);
+SummaryViews<MemorySpace> record_views(float* data, std::int64_t heads, std::int64_t kv,
+                                       std::int64_t m) {
+  Kokkos::View<float**, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> all(data, heads,
+                                                                                       kv + m);
   SummaryViews<MemorySpace> out;
   out.state = Kokkos::subview(all, Kokkos::ALL, std::make_pair(std::int64_t{0}, kv));
   out.transition = Kokkos::subview(all, Kokkos::ALL, std::make_pair(kv, kv + m));
@@ -93,9 +95,15 @@ class Composer {
   using scan_t = scan_transition_t<Transition>;
   using flat_record = Kokkos::View<float*, memory_space>;
 
-  Composer(const ExecutionSpace& space, const Group& group, const ChunkwisePlan& plan, std::int64_t heads,
-           std::int64_t k, std::int64_t v, bool backward)
-      : space_(space), group_(group), plan_(plan), heads_(heads), k_(k), v_(v), backward_(backward) {}
+  Composer(const ExecutionSpace& space, const Group& group, const ChunkwisePlan& plan,
+           std::int64_t heads, std::int64_t k, std::int64_t v, bool backward)
+      : space_(space),
+        group_(group),
+        plan_(plan),
+        heads_(heads),
+        k_(k),
+        v_(v),
+        backward_(backward) {}
 
   // The boundary value of slot `slot`'s sequence: its initial state (forward, first local sequence)
   // or its final-state gradient (backward, last local sequence); zero when `states` is empty.
@@ -169,22 +177,25 @@ class Composer {
       const int a = backward_ ? 1 : 0, b = 1 - a;
       flat_record own_a("ctxpar::chunkwise::scan_own", n);
       Kokkos::deep_copy(space_, own_a, records[static_cast<std::size_t>(a)]);
-      have[static_cast<std::size_t>(a)] =
-          exclusive_scan(space_, group_, records[static_cast<std::size_t>(a)], combine, ScanDirection::forward);
+      have[static_cast<std::size_t>(a)] = exclusive_scan(
+          space_, group_, records[static_cast<std::size_t>(a)], combine, ScanDirection::forward);
       prefix[static_cast<std::size_t>(a)] = records[static_cast<std::size_t>(a)];
       flat_record total("ctxpar::chunkwise::scan_total", n);
       if (me == p - 1) {
         if (have[static_cast<std::size_t>(a)]) {
-          compose_summaries<scan_t>(space_, view(own_a), view(records[static_cast<std::size_t>(a)]), view(total), k_, v_);
+          compose_summaries<scan_t>(space_, view(own_a), view(records[static_cast<std::size_t>(a)]),
+                                    view(total), k_, v_);
         } else {
           Kokkos::deep_copy(space_, total, own_a);
         }
-        compose_summaries<scan_t>(space_, view(records[static_cast<std::size_t>(b)]), view(total), view(tmp), k_, v_);
+        compose_summaries<scan_t>(space_, view(records[static_cast<std::size_t>(b)]), view(total),
+                                  view(tmp), k_, v_);
         Kokkos::deep_copy(space_, records[static_cast<std::size_t>(b)], tmp);
       }
       const bool got = exclusive_scan(space_, group_, records[static_cast<std::size_t>(b)], combine,
                                       ScanDirection::reverse);
-      prefix[static_cast<std::size_t>(b)] = me == p - 1 ? total : records[static_cast<std::size_t>(b)];
+      prefix[static_cast<std::size_t>(b)] =
+          me == p - 1 ? total : records[static_cast<std::size_t>(b)];
       have[static_cast<std::size_t>(b)] = me == p - 1 ? true : got;
     }
     for (int slot = 0; slot < slots; ++slot) {
@@ -196,7 +207,9 @@ class Composer {
       // A sequence continuing from another shard always has a prefix (its first shard resets
       // the scan); one starting here gets zero and the backend applies its boundary value.
       if (continues && have[static_cast<std::size_t>(slot)]) {
-        copy_part(space_, const_part<memory_space>(view(prefix[static_cast<std::size_t>(slot)]).state), flat_state(h));
+        copy_part(space_,
+                  const_part<memory_space>(view(prefix[static_cast<std::size_t>(slot)]).state),
+                  flat_state(h));
       }
     }
   }
@@ -228,8 +241,9 @@ class Composer {
       const int row = backward_ ? seqs.ordinals.front() : seqs.ordinals.back();
       Kokkos::View<const Scalar***, Kokkos::LayoutStride, memory_space> b =
           Kokkos::subview(boundary, row, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
-      Kokkos::parallel_for("ctxpar::chunkwise::scan_reset", range(heads_ * k_ * v_),
-                           BakeInitialKernel<scan_t, Scalar, memory_space>{rec.state, rec.transition, b, k_, v_});
+      Kokkos::parallel_for(
+          "ctxpar::chunkwise::scan_reset", range(heads_ * k_ * v_),
+          BakeInitialKernel<scan_t, Scalar, memory_space>{rec.state, rec.transition, b, k_, v_});
     }
     copy_part(space_, const_part<memory_space>(), rec.transition, 0.0f);
   }
@@ -245,7 +259,8 @@ template <class Backend, class Policy>
 void common_checks(Preconditions& chk, const Backend& backend, const ChunkwisePlan& plan,
                    const ChunkwiseShape& shape, const DriverOptions& options) {
   chk.require(shape.tokens == plan.local_length(),
-              "the local token count must match the plan's shard(s)", plan.local_length(), shape.tokens);
+              "the local token count must match the plan's shard(s)", plan.local_length(),
+              shape.tokens);
   chk.require_same("the model family (backend)", Backend::family_id);
   chk.require_same("the head count H", shape.heads);
   chk.require_same("the key dimension K", shape.key_dim);
@@ -264,11 +279,13 @@ void check_states(Preconditions& chk, const View& states, const char* what, std:
                   static_cast<std::int64_t>(states.extent(1)) == s.heads &&
                   static_cast<std::int64_t>(states.extent(2)) == s.key_dim &&
                   static_cast<std::int64_t>(states.extent(3)) == s.value_dim;
-  chk.require(ok, std::string(what) + " must be [N, H, K, V]",
-              "[" + ctxpar::impl::to_text(n) + ", " + ctxpar::impl::to_text(s.heads) + ", " + ctxpar::impl::to_text(s.key_dim) + ", " +
-                  ctxpar::impl::to_text(s.value_dim) + "]",
-              "[" + ctxpar::impl::to_text(states.extent(0)) + ", " + ctxpar::impl::to_text(states.extent(1)) + ", " +
-                  ctxpar::impl::to_text(states.extent(2)) + ", " + ctxpar::impl::to_text(states.extent(3)) + "]");
+  chk.require(
+      ok, std::string(what) + " must be [N, H, K, V]",
+      "[" + ctxpar::impl::to_text(n) + ", " + ctxpar::impl::to_text(s.heads) + ", " +
+          ctxpar::impl::to_text(s.key_dim) + ", " + ctxpar::impl::to_text(s.value_dim) + "]",
+      "[" + ctxpar::impl::to_text(states.extent(0)) + ", " +
+          ctxpar::impl::to_text(states.extent(1)) + ", " + ctxpar::impl::to_text(states.extent(2)) +
+          ", " + ctxpar::impl::to_text(states.extent(3)) + "]");
 }
 
 }  // namespace impl
@@ -280,13 +297,14 @@ void check_states(Preconditions& chk, const View& states, const char* what, std:
 /// is `GatherFold` or `ScanCompose`. Returns what `chunkwise_cp_backward` needs.
 template <class Policy = GatherFold, class ExecutionSpace, class Backend>
 ChunkwiseContext<Backend> chunkwise_cp_forward(
-    const ExecutionSpace& space, const Group& group, const Backend& backend, const ChunkwisePlan& plan,
-    const typename Backend::inputs_type& inputs,
+    const ExecutionSpace& space, const Group& group, const Backend& backend,
+    const ChunkwisePlan& plan, const typename Backend::inputs_type& inputs,
     const token_view<typename Backend::scalar_type, typename Backend::memory_space>& output,
     const ForwardStates<typename Backend::scalar_type, typename Backend::memory_space>& states = {},
     const DriverOptions& options = {}) {
-  static_assert(is_composition_policy_v<Policy>,
-                "ctxpar::chunkwise::chunkwise_cp_forward: Policy must be GatherFold or ScanCompose");
+  static_assert(
+      is_composition_policy_v<Policy>,
+      "ctxpar::chunkwise::chunkwise_cp_forward: Policy must be GatherFold or ScanCompose");
   static_assert(check_chunkwise_backend<Backend, ExecutionSpace>(),
                 "ctxpar::chunkwise::chunkwise_cp_forward: Backend does not satisfy the contract");
   using memory_space = typename Backend::memory_space;
@@ -305,11 +323,14 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
                   static_cast<std::int64_t>(output.extent(1)) == shape.heads &&
                   static_cast<std::int64_t>(output.extent(2)) == shape.value_dim,
               "the output must be [T, H, V]",
-              "[" + ctxpar::impl::to_text(shape.tokens) + ", " + ctxpar::impl::to_text(shape.heads) + ", " +
+              "[" + ctxpar::impl::to_text(shape.tokens) + ", " +
+                  ctxpar::impl::to_text(shape.heads) + ", " +
                   ctxpar::impl::to_text(shape.value_dim) + "]",
-              "[" + ctxpar::impl::to_text(output.extent(0)) + ", " + ctxpar::impl::to_text(output.extent(1)) + ", " +
+              "[" + ctxpar::impl::to_text(output.extent(0)) + ", " +
+                  ctxpar::impl::to_text(output.extent(1)) + ", " +
                   ctxpar::impl::to_text(output.extent(2)) + "]");
-  impl::check_states(chk, states.initial_states, "the initial states", plan.sequence_count(), shape);
+  impl::check_states(chk, states.initial_states, "the initial states", plan.sequence_count(),
+                     shape);
   impl::check_states(chk, states.final_states, "the final states", plan.sequence_count(), shape);
   if (options.check_finite && chk.locally_ok()) {
     chk.require(!backend.has_non_finite(space, inputs), "the inputs must be finite (check_finite)",
@@ -328,7 +349,8 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
   ctx.saved.resize(static_cast<std::size_t>(slots));
 
   SummaryStore<transition, memory_space> local(options.form, slots, shape.heads, shape.key_dim,
-                                               shape.value_dim, "ctxpar::chunkwise::forward_summary");
+                                               shape.value_dim,
+                                               "ctxpar::chunkwise::forward_summary");
   std::vector<state_view<memory_space>> s_in;
   for (int slot = 0; slot < slots; ++slot) {
     const int v = plan.virtual_shard(group.rank(), slot);
@@ -341,8 +363,8 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
                               local[slot], ctx.saved[static_cast<std::size_t>(slot)]);
     }
   }
-  impl::Composer<transition, ExecutionSpace, scalar> composer(space, group, plan, shape.heads,
-                                                              shape.key_dim, shape.value_dim, false);
+  impl::Composer<transition, ExecutionSpace, scalar> composer(
+      space, group, plan, shape.heads, shape.key_dim, shape.value_dim, false);
   if constexpr (std::is_same_v<Policy, GatherFold>) {
     composer.gather_fold(local, options.form, states.initial_states, s_in);
   } else {
@@ -363,8 +385,9 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
     // A sequence without tokens ends where it starts: its final state is its initial state.
     if (group.rank() == 0 && is_given(states.initial_states)) {
       for (int n : plan.empty_sequences()) {
-        Kokkos::deep_copy(space, Kokkos::subview(states.final_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
-                          Kokkos::subview(states.initial_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+        Kokkos::deep_copy(
+            space, Kokkos::subview(states.final_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
+            Kokkos::subview(states.initial_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
       }
     }
     allreduce_sum(space, group, states.final_states);
@@ -377,14 +400,17 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
 /// every sequence's initial-state gradient on every rank. Same policy and options as the forward.
 /// Collective.
 template <class Policy = GatherFold, class ExecutionSpace, class Backend>
-void chunkwise_cp_backward(
-    const ExecutionSpace& space, const Group& group, const Backend& backend, ChunkwiseContext<Backend>& ctx,
-    const const_token_view<typename Backend::scalar_type, typename Backend::memory_space>& output_grad,
-    const typename Backend::gradients_type& grads,
-    const BackwardStates<typename Backend::scalar_type, typename Backend::memory_space>& states = {},
-    const DriverOptions& options = {}) {
-  static_assert(is_composition_policy_v<Policy>,
-                "ctxpar::chunkwise::chunkwise_cp_backward: Policy must be GatherFold or ScanCompose");
+void chunkwise_cp_backward(const ExecutionSpace& space, const Group& group, const Backend& backend,
+                           ChunkwiseContext<Backend>& ctx,
+                           const const_token_view<typename Backend::scalar_type,
+                                                  typename Backend::memory_space>& output_grad,
+                           const typename Backend::gradients_type& grads,
+                           const BackwardStates<typename Backend::scalar_type,
+                                                typename Backend::memory_space>& states = {},
+                           const DriverOptions& options = {}) {
+  static_assert(
+      is_composition_policy_v<Policy>,
+      "ctxpar::chunkwise::chunkwise_cp_backward: Policy must be GatherFold or ScanCompose");
   static_assert(check_chunkwise_backend<Backend, ExecutionSpace>(),
                 "ctxpar::chunkwise::chunkwise_cp_backward: Backend does not satisfy the contract");
   using memory_space = typename Backend::memory_space;
@@ -404,19 +430,24 @@ void chunkwise_cp_backward(
                   static_cast<std::int64_t>(output_grad.extent(1)) == shape.heads &&
                   static_cast<std::int64_t>(output_grad.extent(2)) == shape.value_dim,
               "the output gradient must be [T, H, V]",
-              "[" + ctxpar::impl::to_text(shape.tokens) + ", " + ctxpar::impl::to_text(shape.heads) + ", " +
+              "[" + ctxpar::impl::to_text(shape.tokens) + ", " +
+                  ctxpar::impl::to_text(shape.heads) + ", " +
                   ctxpar::impl::to_text(shape.value_dim) + "]",
-              "[" + ctxpar::impl::to_text(output_grad.extent(0)) + ", " + ctxpar::impl::to_text(output_grad.extent(1)) +
-                  ", " + ctxpar::impl::to_text(output_grad.extent(2)) + "]");
+              "[" + ctxpar::impl::to_text(output_grad.extent(0)) + ", " +
+                  ctxpar::impl::to_text(output_grad.extent(1)) + ", " +
+                  ctxpar::impl::to_text(output_grad.extent(2)) + "]");
   chk.require(static_cast<int>(ctx.saved.size()) == plan.slots(),
               "the context must come from chunkwise_cp_forward", plan.slots(), ctx.saved.size());
-  impl::check_states(chk, states.final_state_grads, "the final-state gradients", plan.sequence_count(), shape);
-  impl::check_states(chk, states.initial_state_grads, "the initial-state gradients", plan.sequence_count(), shape);
+  impl::check_states(chk, states.final_state_grads, "the final-state gradients",
+                     plan.sequence_count(), shape);
+  impl::check_states(chk, states.initial_state_grads, "the initial-state gradients",
+                     plan.sequence_count(), shape);
   chk.agree();
 
   const int slots = plan.slots();
   SummaryStore<transition, memory_space> local(options.form, slots, shape.heads, shape.key_dim,
-                                               shape.value_dim, "ctxpar::chunkwise::backward_summary");
+                                               shape.value_dim,
+                                               "ctxpar::chunkwise::backward_summary");
   std::vector<state_view<memory_space>> ds_out;
   for (int slot = 0; slot < slots; ++slot) {
     const int v = plan.virtual_shard(group.rank(), slot);
@@ -438,23 +469,26 @@ void chunkwise_cp_backward(
   } else {
     composer.scan_compose(local, states.final_state_grads, ds_out);
   }
-  if (is_given(states.initial_state_grads)) Kokkos::deep_copy(space, states.initial_state_grads, scalar(0));
+  if (is_given(states.initial_state_grads))
+    Kokkos::deep_copy(space, states.initial_state_grads, scalar(0));
   for (int slot = 0; slot < slots; ++slot) {
     const int v = plan.virtual_shard(group.rank(), slot);
     const std::int64_t off = plan.local_offset(slot), len = plan.shard_length(v);
     if (len == 0) continue;
     const_token_view<scalar, memory_space> dout =
         Kokkos::subview(output_grad, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL);
-    backend.backward_apply(space, ctx.saved[static_cast<std::size_t>(slot)], dout, plan.local_sequences(v),
-                           ds_out[static_cast<std::size_t>(slot)], states.final_state_grads,
-                           backend.slice(grads, off, off + len), states.initial_state_grads,
-                           state_view<memory_space>());
+    backend.backward_apply(space, ctx.saved[static_cast<std::size_t>(slot)], dout,
+                           plan.local_sequences(v), ds_out[static_cast<std::size_t>(slot)],
+                           states.final_state_grads, backend.slice(grads, off, off + len),
+                           states.initial_state_grads, state_view<memory_space>());
   }
   if (is_given(states.initial_state_grads)) {
     if (group.rank() == 0 && is_given(states.final_state_grads)) {
       for (int n : plan.empty_sequences()) {
-        Kokkos::deep_copy(space, Kokkos::subview(states.initial_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
-                          Kokkos::subview(states.final_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+        Kokkos::deep_copy(
+            space,
+            Kokkos::subview(states.initial_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
+            Kokkos::subview(states.final_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
       }
     }
     allreduce_sum(space, group, states.initial_state_grads);

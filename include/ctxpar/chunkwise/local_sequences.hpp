@@ -81,11 +81,13 @@ struct LocalSequences {
   void validate(const std::string& op) const {
     require_local(!cu_seqlens.empty() && cu_seqlens.front() == 0, op,
                   "local cu_seqlens must start with 0", 0,
-                  cu_seqlens.empty() ? std::string("an empty vector") : ctxpar::impl::to_text(cu_seqlens.front()));
+                  cu_seqlens.empty() ? std::string("an empty vector")
+                                     : ctxpar::impl::to_text(cu_seqlens.front()));
     for (int i = 0; i < count(); ++i) {
-      require_local(end(i) > begin(i), op, "local sequences must be non-empty and increasing",
-                    "cu_seqlens[" + ctxpar::impl::to_text(i + 1) + "] > " + ctxpar::impl::to_text(begin(i)),
-                    end(i));
+      require_local(
+          end(i) > begin(i), op, "local sequences must be non-empty and increasing",
+          "cu_seqlens[" + ctxpar::impl::to_text(i + 1) + "] > " + ctxpar::impl::to_text(begin(i)),
+          end(i));
     }
     require_local(static_cast<int>(ordinals.size()) == count(), op,
                   "one ordinal per local sequence", count(), ordinals.size());

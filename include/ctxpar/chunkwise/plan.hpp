@@ -34,13 +34,15 @@ class ChunkwisePlan {
   /// with global boundaries `cu_seqlens` (`[0, …, T]`, non-decreasing; one sequence when
   /// `{0, T}`). Sequence ordinals (rows of `[N, H, K, V]` state arrays) are the positions in
   /// `cu_seqlens`, empty sequences included. Collective: ranks must pass the same boundaries.
-  static ChunkwisePlan create(const Group& group, Contiguous, const std::vector<std::int64_t>& cu_seqlens) {
+  static ChunkwisePlan create(const Group& group, Contiguous,
+                              const std::vector<std::int64_t>& cu_seqlens) {
     return agreed(group, false, cu_seqlens, 1);
   }
 
   /// Zigzag shards: the token stream is cut into `2P` chunks (`torch.chunk` rule) and rank `r`
   /// holds chunks `r` and `2P-1-r`, concatenated in that order. Collective.
-  static ChunkwisePlan create(const Group& group, Zigzag, const std::vector<std::int64_t>& cu_seqlens) {
+  static ChunkwisePlan create(const Group& group, Zigzag,
+                              const std::vector<std::int64_t>& cu_seqlens) {
     return agreed(group, true, cu_seqlens, 2);
   }
 
@@ -74,9 +76,7 @@ class ChunkwisePlan {
   const std::vector<std::int64_t>& cu_seqlens() const noexcept { return cu_; }
 
   /// Virtual shard held by rank `r` in local slot `slot`.
-  int virtual_shard(int r, int slot) const noexcept {
-    return slot == 0 ? r : 2 * parts_ - 1 - r;
-  }
+  int virtual_shard(int r, int slot) const noexcept { return slot == 0 ? r : 2 * parts_ - 1 - r; }
   /// (rank, slot) of virtual shard `v`.
   std::pair<int, int> holder(int v) const noexcept {
     if (!zigzag_ || v < parts_) return {v, 0};
@@ -179,7 +179,8 @@ class ChunkwisePlan {
     const std::string op = "ctxpar::chunkwise::ChunkwisePlan";
     Preconditions chk(group, op);
     chk.require(!cu.empty() && cu.front() == 0, "cu_seqlens must start with 0", "cu_seqlens[0] = 0",
-                cu.empty() ? std::string("an empty cu_seqlens") : "cu_seqlens[0] = " + ctxpar::impl::to_text(cu.front()));
+                cu.empty() ? std::string("an empty cu_seqlens")
+                           : "cu_seqlens[0] = " + ctxpar::impl::to_text(cu.front()));
     bool sorted = true;
     std::size_t bad = 0;
     for (std::size_t i = 1; i < cu.size() && sorted; ++i) {
@@ -189,8 +190,12 @@ class ChunkwisePlan {
       }
     }
     chk.require(sorted, "cu_seqlens must be non-decreasing",
-                sorted ? std::string() : "cu_seqlens[" + ctxpar::impl::to_text(bad) + "] >= " + ctxpar::impl::to_text(cu[bad - 1]),
-                sorted ? std::string() : "cu_seqlens[" + ctxpar::impl::to_text(bad) + "] = " + ctxpar::impl::to_text(cu[bad]));
+                sorted ? std::string()
+                       : "cu_seqlens[" + ctxpar::impl::to_text(bad) +
+                             "] >= " + ctxpar::impl::to_text(cu[bad - 1]),
+                sorted ? std::string()
+                       : "cu_seqlens[" + ctxpar::impl::to_text(bad) +
+                             "] = " + ctxpar::impl::to_text(cu[bad]));
     chk.require(cu.size() >= 2 && cu.back() >= 1, "the input must hold at least one token (T >= 1)",
                 ">= 1", cu.empty() ? 0 : cu.back());
     ChunkwisePlan plan;
@@ -201,7 +206,8 @@ class ChunkwisePlan {
     const std::int64_t total = cu.empty() ? 0 : cu.back();
     const BalancedChunks chunks{total, group.size() * per_rank};
     plan.offsets_.clear();
-    for (int v = 0; v <= chunks.parts; ++v) plan.offsets_.push_back(v < chunks.parts ? chunks.begin(v) : total);
+    for (int v = 0; v <= chunks.parts; ++v)
+      plan.offsets_.push_back(v < chunks.parts ? chunks.begin(v) : total);
     chk.require_same("the chunkwise sequence layout (T, cu_seqlens, zigzag)", plan.fingerprint());
     chk.agree();
     return plan;

@@ -35,8 +35,9 @@ template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memor
 class ScalarDecayBackend
     : public impl::DecayBackend<Scalar, MemorySpace, false, ScalarDecayInputs<Scalar, MemorySpace>,
                                 ScalarDecayGradients<Scalar, MemorySpace>> {
-  using base = impl::DecayBackend<Scalar, MemorySpace, false, ScalarDecayInputs<Scalar, MemorySpace>,
-                                  ScalarDecayGradients<Scalar, MemorySpace>>;
+  using base =
+      impl::DecayBackend<Scalar, MemorySpace, false, ScalarDecayInputs<Scalar, MemorySpace>,
+                         ScalarDecayGradients<Scalar, MemorySpace>>;
 
  public:
   using base::base;

@@ -130,15 +130,15 @@ auto conv_range(const ExecutionSpace& space, std::int64_t n) {
 
 // Shared checks and the forward halo exchange of x (and ids).
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-ConvSource<Scalar, MemorySpace> conv_halo(const ExecutionSpace& space, const Group& group, const std::string& op,
-                                          const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-                                          const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-                                          const Kokkos::View<const std::int32_t*, MemorySpace>& ids,
-                                          Preconditions& chk) {
+ConvSource<Scalar, MemorySpace> conv_halo(
+    const ExecutionSpace& space, const Group& group, const std::string& op,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+    const Kokkos::View<const std::int32_t*, MemorySpace>& ids, Preconditions& chk) {
   const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
   chk.require(w >= 1, "the conv width w must be positive", ">= 1", w);
-  chk.require(static_cast<std::int64_t>(weight.extent(0)) == channels, "weight must be [C, w] with the C of x",
-              channels, weight.extent(0));
+  chk.require(static_cast<std::int64_t>(weight.extent(0)) == channels,
+              "weight must be [C, w] with the C of x", channels, weight.extent(0));
   chk.require(ids.data() == nullptr || static_cast<std::int64_t>(ids.extent(0)) == tokens,
               "sequence ids must hold one id per local token", tokens, ids.extent(0));
   const bool sends = group.rank() + 1 < group.size();
@@ -151,21 +151,25 @@ ConvSource<Scalar, MemorySpace> conv_halo(const ExecutionSpace& space, const Gro
   chk.agree();
 
   const std::int64_t halo_rows = w - 1;
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> halo("ctxpar::chunkwise::conv::halo", halo_rows, channels);
+  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> halo("ctxpar::chunkwise::conv::halo",
+                                                                halo_rows, channels);
   Kokkos::View<std::int32_t*, MemorySpace> halo_ids("ctxpar::chunkwise::conv::halo_ids", halo_rows);
   const int next = sends ? group.rank() + 1 : no_rank;
   const int prev = group.rank() > 0 ? group.rank() - 1 : no_rank;
   const std::int64_t first = tokens >= halo_rows ? tokens - halo_rows : 0;
   auto tail = Kokkos::subview(x, std::make_pair(first, tokens), Kokkos::ALL);
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> send("ctxpar::chunkwise::conv::send", tokens - first, channels);
+  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> send("ctxpar::chunkwise::conv::send",
+                                                                tokens - first, channels);
   Kokkos::deep_copy(space, send, tail);
   sendrecv(space, group, send, next, halo, prev, 41);
   if (ids.data()) {
-    Kokkos::View<std::int32_t*, MemorySpace> send_ids("ctxpar::chunkwise::conv::send_ids", tokens - first);
+    Kokkos::View<std::int32_t*, MemorySpace> send_ids("ctxpar::chunkwise::conv::send_ids",
+                                                      tokens - first);
     Kokkos::deep_copy(space, send_ids, Kokkos::subview(ids, std::make_pair(first, tokens)));
     sendrecv(space, group, send_ids, next, halo_ids, prev, 42);
   }
-  if (prev == no_rank) Kokkos::deep_copy(space, halo_ids, -1);  // rank 0: zero halo, never same sequence
+  if (prev == no_rank)
+    Kokkos::deep_copy(space, halo_ids, -1);  // rank 0: zero halo, never same sequence
   ConvSource<Scalar, MemorySpace> s;
   s.x = x;
   s.halo = halo;
@@ -184,67 +188,80 @@ ConvSource<Scalar, MemorySpace> conv_halo(const ExecutionSpace& space, const Gro
 /// `seq_ids [T]` int32 (empty view: one sequence), `y [T, C]`. Collective (one `sendrecv`, two
 /// with ids); bad input on any rank makes every rank throw the same `Error`.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-void short_conv_forward(const ExecutionSpace& space, const Group& group,
-                        const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-                        const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-                        const Kokkos::View<const Scalar*, MemorySpace>& bias,
-                        const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-                        const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+void short_conv_forward(
+    const ExecutionSpace& space, const Group& group,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+    const Kokkos::View<const Scalar*, MemorySpace>& bias,
+    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
   using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_forward", ExecutionSpace, x_view);
   compat::ScopedRegion region("ctxpar::chunkwise::short_conv_forward");
   const std::string op = "ctxpar::chunkwise::short_conv_forward";
   Preconditions chk(group, op);
-  chk.require(y.extent(0) == x.extent(0) && y.extent(1) == x.extent(1), "y must have the shape of x [T, C]",
+  chk.require(y.extent(0) == x.extent(0) && y.extent(1) == x.extent(1),
+              "y must have the shape of x [T, C]",
               ctxpar::impl::to_text(x.extent(0)) + " x " + ctxpar::impl::to_text(x.extent(1)),
               ctxpar::impl::to_text(y.extent(0)) + " x " + ctxpar::impl::to_text(y.extent(1)));
-  chk.require(bias.data() == nullptr || bias.extent(0) == x.extent(1), "bias must be [C]", x.extent(1), bias.extent(0));
+  chk.require(bias.data() == nullptr || bias.extent(0) == x.extent(1), "bias must be [C]",
+              x.extent(1), bias.extent(0));
   const auto src = impl::conv_halo(space, group, op, x, weight, seq_ids, chk);
   const std::int64_t channels = x.extent(1);
-  Kokkos::parallel_for("ctxpar::chunkwise::conv::forward", impl::conv_range(space, x.extent(0) * channels),
-                       impl::ConvForwardKernel<Scalar, MemorySpace>{src, weight, bias, y, channels});
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::conv::forward", impl::conv_range(space, x.extent(0) * channels),
+      impl::ConvForwardKernel<Scalar, MemorySpace>{src, weight, bias, y, channels});
 }
 
 /// Backward of `short_conv_forward`: `dx [T, C]` (including the gradient that other ranks' halos
 /// send back), `dweight [C, w]` and `dbias [C]` (optional) summed over all ranks. Collective.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-void short_conv_backward(const ExecutionSpace& space, const Group& group,
-                         const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-                         const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-                         const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-                         const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
-                         const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
-                         const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
-                         const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+void short_conv_backward(
+    const ExecutionSpace& space, const Group& group,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
+    const Kokkos::View<Scalar*, MemorySpace>& dbias) {
   using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_backward", ExecutionSpace, x_view);
   compat::ScopedRegion region("ctxpar::chunkwise::short_conv_backward");
   const std::string op = "ctxpar::chunkwise::short_conv_backward";
   Preconditions chk(group, op);
-  chk.require(dy.extent(0) == x.extent(0) && dy.extent(1) == x.extent(1) && dx.extent(0) == x.extent(0) &&
-                  dx.extent(1) == x.extent(1),
-              "dy and dx must have the shape of x [T, C]", ctxpar::impl::to_text(x.extent(0)), dy.extent(0));
+  chk.require(dy.extent(0) == x.extent(0) && dy.extent(1) == x.extent(1) &&
+                  dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1),
+              "dy and dx must have the shape of x [T, C]", ctxpar::impl::to_text(x.extent(0)),
+              dy.extent(0));
   chk.require(dweight.extent(0) == weight.extent(0) && dweight.extent(1) == weight.extent(1),
               "dweight must have the shape of weight", weight.extent(0), dweight.extent(0));
   const auto src = impl::conv_halo(space, group, op, x, weight, seq_ids, chk);
   const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> dhalo("ctxpar::chunkwise::conv::dhalo", w - 1, channels);
-  Kokkos::parallel_for("ctxpar::chunkwise::conv::input_grad", impl::conv_range(space, (tokens + w - 1) * channels),
-                       impl::ConvInputGradKernel<Scalar, MemorySpace>{src, weight, dy, dx, dhalo, channels, tokens});
-  Kokkos::parallel_for("ctxpar::chunkwise::conv::weight_grad", impl::conv_range(space, channels * w),
-                       impl::ConvWeightGradKernel<Scalar, MemorySpace>{src, dy, dweight, dbias, tokens});
+  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> dhalo("ctxpar::chunkwise::conv::dhalo",
+                                                                 w - 1, channels);
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::conv::input_grad", impl::conv_range(space, (tokens + w - 1) * channels),
+      impl::ConvInputGradKernel<Scalar, MemorySpace>{src, weight, dy, dx, dhalo, channels, tokens});
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::conv::weight_grad", impl::conv_range(space, channels * w),
+      impl::ConvWeightGradKernel<Scalar, MemorySpace>{src, dy, dweight, dbias, tokens});
   // The halo came from rank r-1's last rows: their gradient goes back there.
   const int prev = group.rank() > 0 ? group.rank() - 1 : no_rank;
   const int next = group.rank() + 1 < group.size() ? group.rank() + 1 : no_rank;
   const std::int64_t back_rows = next != no_rank ? (tokens < w - 1 ? tokens : w - 1) : 0;
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> back("ctxpar::chunkwise::conv::halo_grad", back_rows, channels);
-  auto halo_part = Kokkos::subview(dhalo, std::make_pair(w - 1 - (prev != no_rank ? w - 1 : 0), w - 1), Kokkos::ALL);
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> send("ctxpar::chunkwise::conv::halo_send", halo_part.extent(0), channels);
+  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> back(
+      "ctxpar::chunkwise::conv::halo_grad", back_rows, channels);
+  auto halo_part = Kokkos::subview(
+      dhalo, std::make_pair(w - 1 - (prev != no_rank ? w - 1 : 0), w - 1), Kokkos::ALL);
+  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> send(
+      "ctxpar::chunkwise::conv::halo_send", halo_part.extent(0), channels);
   Kokkos::deep_copy(space, send, halo_part);
   sendrecv(space, group, send, prev, back, next, 43);
   if (back_rows > 0) {
-    Kokkos::parallel_for("ctxpar::chunkwise::conv::add_halo_grad", impl::conv_range(space, back_rows * channels),
-                         impl::AddRowsKernel<Scalar, MemorySpace>{dx, back, channels, tokens - back_rows});
+    Kokkos::parallel_for(
+        "ctxpar::chunkwise::conv::add_halo_grad", impl::conv_range(space, back_rows * channels),
+        impl::AddRowsKernel<Scalar, MemorySpace>{dx, back, channels, tokens - back_rows});
   }
   allreduce_sum(space, group, dweight);
   if (dbias.data()) allreduce_sum(space, group, dbias);

@@ -146,7 +146,8 @@ void check_summary_buffer(Preconditions& chk, const std::string& what, const Vie
     chk.require(shape_ok, what + " has the wrong shape",
                 "[" + ctxpar::impl::to_text(records) + ", " + ctxpar::impl::to_text(heads) + ", " +
                     ctxpar::impl::to_text(width) + "]",
-                "[" + ctxpar::impl::to_text(view.extent(0)) + ", " + ctxpar::impl::to_text(view.extent(1)) + ", " +
+                "[" + ctxpar::impl::to_text(view.extent(0)) + ", " +
+                    ctxpar::impl::to_text(view.extent(1)) + ", " +
                     ctxpar::impl::to_text(view.extent(2)) + "]");
   }
 }

@@ -65,7 +65,7 @@ KOKKOS_INLINE_FUNCTION constexpr std::int64_t scan_m_size(std::int64_t k) {
 
 /// The structure used for scan records: identity travels as scalar, the rest as themselves.
 template <class Transition>
-using scan_transition_t =
-    std::conditional_t<std::is_same_v<Transition, IdentityTransition>, ScalarTransition, Transition>;
+using scan_transition_t = std::conditional_t<std::is_same_v<Transition, IdentityTransition>,
+                                             ScalarTransition, Transition>;
 
 }  // namespace ctxpar::chunkwise

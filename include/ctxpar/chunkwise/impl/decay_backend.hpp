@@ -19,10 +19,10 @@ namespace ctxpar::chunkwise::impl {
 template <class Scalar, class MemorySpace, bool Diagonal, class Inputs, class Gradients>
 class DecayBackend {
  public:
-  using scalar_type = Scalar;            ///< activation type
-  using memory_space = MemorySpace;      ///< where the views live
-  using inputs_type = Inputs;            ///< q, k, v, g
-  using gradients_type = Gradients;      ///< dq, dk, dv, dg
+  using scalar_type = Scalar;                          ///< activation type
+  using memory_space = MemorySpace;                    ///< where the views live
+  using inputs_type = Inputs;                          ///< q, k, v, g
+  using gradients_type = Gradients;                    ///< dq, dk, dv, dg
   using saved_type = DecaySaved<Scalar, MemorySpace>;  ///< kept between the four methods
   /// `M` is a scalar or a `K`-vector per head.
   using transition_type = std::conditional_t<Diagonal, DiagonalTransition, ScalarTransition>;
@@ -48,7 +48,8 @@ class DecayBackend {
   /// Records shape violations of `in` (local; no communication).
   void check(Preconditions& chk, const inputs_type& in) const {
     const auto s = shape(in);
-    chk.require(options_.chunk_size >= 1, "the chunk size must be positive", ">= 1", options_.chunk_size);
+    chk.require(options_.chunk_size >= 1, "the chunk size must be positive", ">= 1",
+                options_.chunk_size);
     chk.require(s.key_dim > 0, "the key dimension K must be positive", "K > 0", s.key_dim);
     chk.require(s.value_dim > 0, "the value dimension V must be positive", "V > 0", s.value_dim);
     chk.require(s.heads > 0, "the head count H must be positive", "H > 0", s.heads);
@@ -58,18 +59,20 @@ class DecayBackend {
                 "v must be [T, H, V] with the T and H of q", dims(s.tokens, s.heads, s.value_dim),
                 dims(in.v));
     const auto gate_ok = gate_shape_ok(in.g, s);
-    chk.require(gate_ok.first, Diagonal ? "g must be [T, H, K]" : "g must be [T, H]", gate_ok.second,
-                dims(in.g));
+    chk.require(gate_ok.first, Diagonal ? "g must be [T, H, K]" : "g must be [T, H]",
+                gate_ok.second, dims(in.g));
     chk.require(in.q.span_is_contiguous() && in.k.span_is_contiguous() &&
                     in.v.span_is_contiguous() && in.g.span_is_contiguous(),
                 "q, k, v and g must be contiguous", "contiguous views", "a strided view");
   }
 
   /// Records shape violations of `grads` against `in`.
-  void check_gradients(Preconditions& chk, const inputs_type& in, const gradients_type& grads) const {
+  void check_gradients(Preconditions& chk, const inputs_type& in,
+                       const gradients_type& grads) const {
     chk.require(same_extents(grads.dq, in.q) && same_extents(grads.dk, in.k) &&
                     same_extents(grads.dv, in.v) && same_extents(grads.dg, in.g),
-                "dq, dk, dv and dg must have the shapes of q, k, v and g", dims(in.q), dims(grads.dq));
+                "dq, dk, dv and dg must have the shapes of q, k, v and g", dims(in.q),
+                dims(grads.dq));
     chk.require(grads.dg.span_is_contiguous(), "dg must be contiguous", "a contiguous view",
                 "a strided view");
   }
@@ -100,26 +103,29 @@ class DecayBackend {
   template <class ExecutionSpace>
   bool has_non_finite(const ExecutionSpace& space, const inputs_type& in) const {
     return count_non_finite(space, in.q) + count_non_finite(space, in.k) +
-               count_non_finite(space, in.v) + count_non_finite(space, in.g) > 0;
+               count_non_finite(space, in.v) + count_non_finite(space, in.g) >
+           0;
   }
 
   /// Contract method 1: summary `(M, dS)` of the trailing local sequence, zero incoming state.
   template <class ExecutionSpace>
-  void forward_prepare(const ExecutionSpace& space, const inputs_type& in, const LocalSequences& seqs,
-                       const SummaryViews<memory_space>& summary, saved_type& saved) const {
+  void forward_prepare(const ExecutionSpace& space, const inputs_type& in,
+                       const LocalSequences& seqs, const SummaryViews<memory_space>& summary,
+                       saved_type& saved) const {
     const auto s = shape(in);
     saved.q = in.q;
     saved.k = in.k;
     saved.v = in.v;
-    saved.g = typename saved_type::input_view(in.g.data(), s.tokens, s.heads, Diagonal ? s.key_dim : 1);
+    saved.g =
+        typename saved_type::input_view(in.g.data(), s.tokens, s.heads, Diagonal ? s.key_dim : 1);
     saved.scale = scale(s.key_dim);
     decay_forward_prepare<Diagonal>(space, saved, seqs, options_.chunk_size, summary);
   }
 
   /// Contract method 2: outputs (and final states) from the composed `s_in`.
   template <class ExecutionSpace>
-  void forward_apply(const ExecutionSpace& space, const inputs_type& /*in*/, const LocalSequences& seqs,
-                     const const_state_view<memory_space>& s_in,
+  void forward_apply(const ExecutionSpace& space, const inputs_type& /*in*/,
+                     const LocalSequences& seqs, const const_state_view<memory_space>& s_in,
                      const const_sequence_states_view<Scalar, memory_space>& initial_states,
                      const token_view<Scalar, memory_space>& output,
                      const sequence_states_view<Scalar, memory_space>& final_states,
@@ -131,7 +137,8 @@ class DecayBackend {
   template <class ExecutionSpace>
   void backward_prepare(const ExecutionSpace& space, saved_type& saved,
                         const const_token_view<Scalar, memory_space>& output_grad,
-                        const LocalSequences& seqs, const SummaryViews<memory_space>& summary) const {
+                        const LocalSequences& seqs,
+                        const SummaryViews<memory_space>& summary) const {
     decay_backward_prepare<Diagonal>(space, saved, output_grad, seqs, summary);
   }
 
@@ -163,7 +170,8 @@ class DecayBackend {
   }
   template <class View>
   static bool same3(const View& v, std::int64_t a, std::int64_t b, std::int64_t c) {
-    return static_cast<std::int64_t>(v.extent(0)) == a && static_cast<std::int64_t>(v.extent(1)) == b &&
+    return static_cast<std::int64_t>(v.extent(0)) == a &&
+           static_cast<std::int64_t>(v.extent(1)) == b &&
            static_cast<std::int64_t>(v.extent(2)) == c;
   }
   template <class A, class B>

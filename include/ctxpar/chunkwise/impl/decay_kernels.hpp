@@ -335,14 +335,16 @@ struct GateGradientKernel {
     Scalar run = end_term;
     for (std::int64_t t = last; t >= chunk_begin(c); --t) {
       Scalar dgamma = 0;
-      for (std::int64_t kk = k_lo; kk < k_hi; ++kk) dgamma += q(t, h, kk) * dq(t, h, kk) - k(t, h, kk) * dk(t, h, kk);
+      for (std::int64_t kk = k_lo; kk < k_hi; ++kk)
+        dgamma += q(t, h, kk) * dq(t, h, kk) - k(t, h, kk) * dk(t, h, kk);
       run += dgamma;
       dg(t, h, gi) = run;
     }
   }
 };
 
-// ---- the four methods, shared by both decay families ---------------------------------------------
+// ---- the four methods, shared by both decay families
+// ---------------------------------------------
 
 template <class ExecutionSpace>
 auto range(const ExecutionSpace& space, std::int64_t n) {
@@ -361,7 +363,8 @@ void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSeque
     se.push_back(seqs.ends_here(s) ? 1 : 0);
     for (std::int64_t b = seqs.begin(s); b < seqs.end(s); b += chunk) {
       const std::int64_t e = b + chunk < seqs.end(s) ? b + chunk : seqs.end(s);
-      for (std::int64_t t = b; t < e; ++t) tc[static_cast<std::size_t>(t)] = static_cast<std::int64_t>(cb.size());
+      for (std::int64_t t = b; t < e; ++t)
+        tc[static_cast<std::size_t>(t)] = static_cast<std::int64_t>(cb.size());
       cb.push_back(b);
       ce.push_back(e);
     }
@@ -371,7 +374,8 @@ void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSeque
   saved.host_seq_chunk = sc;
   auto upload = [](const std::vector<std::int64_t>& host, const std::string& label) {
     Kokkos::View<std::int64_t*, MemorySpace> d(label, host.size());
-    Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> h(host.data(), host.size());
+    Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> h(host.data(),
+                                                                                    host.size());
     Kokkos::deep_copy(d, h);
     return d;
   };
@@ -391,15 +395,19 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
   build_chunk_tables(saved, seqs, chunk);
   const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
                      V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
-  saved.gamma = typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::gamma", T, H, G);
-  saved.logm = typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::logm", C, H, G);
-  saved.ds = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::ds", C, H, K, V);
+  saved.gamma =
+      typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::gamma", T, H, G);
+  saved.logm =
+      typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::logm", C, H, G);
+  saved.ds =
+      typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::ds", C, H, K, V);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::gamma", range(space, C * H * G),
                        GammaKernel<Scalar, MemorySpace>{saved.g, saved.chunk_begin, saved.chunk_end,
                                                         saved.gamma, saved.logm, H, G});
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::chunk_update", range(space, C * H * K),
-                       ChunkUpdateKernel<Scalar, MemorySpace, Diagonal>{
-                           saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.ds, H, K, V});
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::decay::chunk_update", range(space, C * H * K),
+      ChunkUpdateKernel<Scalar, MemorySpace, Diagonal>{
+          saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.ds, H, K, V});
   const std::int64_t last = seqs.count() - 1;
   ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
@@ -428,7 +436,8 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
                          const sequence_states_view<Scalar, MemorySpace>& finals) {
   const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
                      V = saved.v.extent(2), C = saved.chunks;
-  saved.states = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::states", C, H, K, V);
+  saved.states = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::states",
+                                                                 C, H, K, V);
   ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
@@ -448,24 +457,28 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
   chain.have_s_in = is_given(s_in);
   chain.have_initial = is_given(initial);
   chain.have_finals = is_given(finals);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_forward", range(space, seqs.count() * H * K * V), chain);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::output", range(space, T * H),
-                       OutputKernel<Scalar, MemorySpace, Diagonal>{
-                           saved.q, saved.k, saved.v, saved.chunk_begin, saved.token_chunk, saved.gamma,
-                           saved.states, out, static_cast<Scalar>(saved.scale), H, K, V});
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_forward",
+                       range(space, seqs.count() * H * K * V), chain);
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::decay::output", range(space, T * H),
+      OutputKernel<Scalar, MemorySpace, Diagonal>{saved.q, saved.k, saved.v, saved.chunk_begin,
+                                                  saved.token_chunk, saved.gamma, saved.states, out,
+                                                  static_cast<Scalar>(saved.scale), H, K, V});
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
 void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, MemorySpace>& saved,
                             const const_token_view<Scalar, MemorySpace>& dout,
-                            const LocalSequences& /*seqs*/, const SummaryViews<MemorySpace>& summary) {
+                            const LocalSequences& /*seqs*/,
+                            const SummaryViews<MemorySpace>& summary) {
   const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
                      G = saved.g.extent(2), C = saved.chunks;
-  saved.dmat = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::dmat", C, H, K, V);
+  saved.dmat =
+      typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::dmat", C, H, K, V);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::query_output", range(space, C * H * K),
                        QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
-                           saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.dmat,
-                           static_cast<Scalar>(saved.scale), H, K, V});
+                           saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma,
+                           saved.dmat, static_cast<Scalar>(saved.scale), H, K, V});
   ChainBackwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
@@ -488,8 +501,8 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
 void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemorySpace>& saved,
-                          const const_token_view<Scalar, MemorySpace>& dout, const LocalSequences& seqs,
-                          const const_state_view<MemorySpace>& ds_out,
+                          const const_token_view<Scalar, MemorySpace>& dout,
+                          const LocalSequences& seqs, const const_state_view<MemorySpace>& ds_out,
                           const const_sequence_states_view<Scalar, MemorySpace>& final_grads,
                           const token_view<Scalar, MemorySpace>& dq,
                           const token_view<Scalar, MemorySpace>& dk,
@@ -498,7 +511,8 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
                           const state_view<MemorySpace>& ds_in) {
   const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
                      V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
-  saved.gend = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::gend", C, H, K, V);
+  saved.gend =
+      typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::gend", C, H, K, V);
   ChainBackwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
@@ -521,7 +535,8 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   chain.have_final_grads = is_given(final_grads);
   chain.have_initial_grads = is_given(initial_grads);
   chain.have_ds_in = is_given(ds_in);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_backward", range(space, seqs.count() * H * K * V), chain);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_backward",
+                       range(space, seqs.count() * H * K * V), chain);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::gradients", range(space, T * H),
                        GradientRowKernel<Scalar, MemorySpace, Diagonal>{
                            saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
@@ -554,8 +569,11 @@ std::int64_t count_non_finite(const ExecutionSpace& space, const View& view) {
       view.data(), view.span());
   std::int64_t bad = 0;
   Kokkos::parallel_reduce(
-      "ctxpar::chunkwise::count_non_finite", range(space, static_cast<std::int64_t>(flat.extent(0))),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t & sum) { sum += compat::isfinite(flat(i)) ? 0 : 1; },
+      "ctxpar::chunkwise::count_non_finite",
+      range(space, static_cast<std::int64_t>(flat.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t & sum) {
+        sum += compat::isfinite(flat(i)) ? 0 : 1;
+      },
       bad);
   return bad;
 }
