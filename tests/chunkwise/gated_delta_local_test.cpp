@@ -181,6 +181,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gdn_lengths_around_the_chunk, Case, ctxpar::test::
   for (int T : {1, 63, 64, 65, 257})
     ok = run_case<exec, scalar, false>(100 + T, {0, T}, 1, 2, 16, 8, 64, true, false) && ok;
   ok = run_case<exec, scalar, false>(7, {0, 65}, 1, 1, 12, 10, 16, false, false) && ok;
+  // Wide enough for full register tiles of every host vector width (NR up to 32, MR up to 8).
+  ok = run_case<exec, scalar, false>(8, {0, 100}, 1, 1, 64, 40, 64, true, false) && ok;
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
 }
 

@@ -52,7 +52,9 @@ KOKKOS_INLINE_FUNCTION Left<T> transposed(const T* p, int ld, Band band = Band::
 // does not vectorise the scalar accumulator tile below on its own. Device passes keep the
 // portable scalar tile (one tile per GPU thread).
 #define CTXPAR_GD_HOST_SIMD 1
-#if defined(__AVX__)
+#if defined(__AVX512F__)
+inline constexpr int simd_bytes = 64;
+#elif defined(__AVX__)
 inline constexpr int simd_bytes = 32;
 #else
 inline constexpr int simd_bytes = 16;
@@ -72,10 +74,15 @@ struct Simd<double> {
 #endif
 
 /// The register tile of a scalar type: `MR` rows × `NR` columns of `C`. On hosts with vector
-/// extensions `NR` is two vector registers, so 4 rows need 8 accumulators (SSE/AVX have 16).
+/// extensions `NR` is two vector registers, so 4 rows need 8 accumulators (SSE/AVX have 16
+/// registers) and 8 rows 16 (AVX-512 has 32).
 template <class T>
 struct TileShape {
+#if CTXPAR_GD_HOST_SIMD
+  static constexpr int mr = simd_bytes == 64 ? 8 : 4;
+#else
   static constexpr int mr = 4;
+#endif
 #if CTXPAR_GD_HOST_SIMD
   static constexpr int nr = 2 * simd_bytes / static_cast<int>(sizeof(T));
 #else
