@@ -479,7 +479,7 @@ def main():
         for w in sorted({r["window"] for r in by}):
             f = f"{args.img}/grow_{w}.dat"
             plots.append(f"'{f}' u 1:2 w lp pt 7 t 'all-gather W={w}', '{f}' u 1:3 w lp pt 5 t 'halo W={w}'")
-        ok = gnuplot(f"""set terminal pngcairo size 560,360 font ',9'
+        ok = gnuplot(f"""set terminal pngcairo noenhanced size 560,360 font ',9'
 set output '{args.img}/swa_bytes_growth.png'
 set logscale xy
 set xlabel 'axis length L (tokens)'
@@ -527,6 +527,14 @@ plot {", ".join(plots)}
                 rows.append([l1["layer"], human_seconds(t1), human_seconds(t2), fmt(t1 / (2 * t2))])
             md.append(f"\nCP efficiency of each layer in the stack, `T(1) / (2·T(2))`, from two consecutive runs of the command (load average at the end of each: P = 1 {fmt(p1.get('load_average'))}, P = 2 {fmt(p2.get('load_average'))}; 2 cores):\n\n")
             md.append(table(["layer", "T(1)", "T(2)", "efficiency"], rows))
+            effs = [float(r[3]) for r in rows]
+            if effs and min(effs) < 0.9:
+                md.append("\nBelow the 0.9 bar of the mechanism benchmarks (their own CP-efficiency figures are in the "
+                          "bar table above). The stack's layer times include the copies between its host-side glue "
+                          "and the operators' views and, for the sliding-window layer, one distributed step per "
+                          "streamed chunk; with two ranks on two cores shared with other jobs (load averages above), "
+                          "a rank waiting in MPI also competes for the core its peer needs. This run does not "
+                          "separate those causes.\n")
 
     # α–β
     net = pick(recs, "network")
@@ -541,7 +549,7 @@ plot {", ".join(plots)}
                       f"{len(pp)} sizes from {human_bytes(pp[0][0])} to {human_bytes(pp[-1][0])}): "
                       f"**α = {human_seconds(a)}**, **1/β = {fmt(1 / b / 1e9)} GB/s** (shared-memory transport).\n")
             write_data(os.path.join(args.img, "pingpong.dat"), [(n, t, a + n * b) for n, t in pp])
-            ok = gnuplot(f"""set terminal pngcairo size 560,360 font ',9'
+            ok = gnuplot(f"""set terminal pngcairo noenhanced size 560,360 font ',9'
 set output '{args.img}/alpha_beta.png'
 set logscale xy
 set xlabel 'message bytes'
@@ -578,7 +586,7 @@ plot '{args.img}/pingpong.dat' u 1:2 w p pt 7 t 'measured (median)', '' u 1:3 w 
             for kind in ("allgather", "alltoall"):
                 write_data(os.path.join(args.img, f"valid_{kind}.dat"),
                            sorted((x[0], x[1], x[3]) for x in vdat if x[2] == kind))
-            ok = gnuplot(f"""set terminal pngcairo size 560,360 font ',9'
+            ok = gnuplot(f"""set terminal pngcairo noenhanced size 560,360 font ',9'
 set output '{args.img}/model_validation.png'
 set logscale y
 set xlabel 'ranks P (2 cores: P > 2 oversubscribed)'
@@ -699,8 +707,8 @@ plot '{args.img}/valid_allgather.dat' u 1:2 w p pt 7 t 'all-gather', '{args.img}
     # Which policy wins where
     md.append("\n### Which policy wins where (least communication time, cluster model)\n")
     wrows = []
-    for L in Ls:
-        for P in Ps:
+    for L in [2048, 8192, 32768, 131072, 1048576]:
+        for P in [2, 4, 8, 16, 64, 1024]:
             best = {}
             for fam, keys in (("A", ["swa_ag", "swa_ra", "swa_halo"]), ("GDN: B vs C", ["gdn_gf", "gdn_sc", "gdn_a2a"])):
                 cands = [(project(k, L, P, cluster_ab(P))["time"], k) for k in keys if project(k, L, P, cluster_ab(P))["ok"]]
@@ -727,15 +735,16 @@ plot '{args.img}/valid_allgather.dat' u 1:2 w p pt 7 t 'all-gather', '{args.img}
                 v = next((t for p, t, _ in plot_rows[k] if p == P), None)
                 line.append(str(v) if v else "?")
             comp_swa = next((c for p, _, c in plot_rows["swa_ag"] if p == P), None)
-            comp_gdn = next((c for p, _, c in plot_rows["gdn_gf"] if p == P), None)
+            comp_gdn = next((c for p, _, c in plot_rows["gdn_sc"] if p == P), None)
             line += [str(comp_swa or "?"), str(comp_gdn or "?")]
             f.write(" ".join(line) + "\n")
     titles = [p for _, _, p in mechanisms()]
     plots = ", ".join(f"'{dat}' u 1:{i + 2} w lp t '{k}: {titles[i]}'" for i, k in enumerate(cols))
-    ok = gnuplot(f"""set terminal pngcairo size 640,420 font ',8'
+    ok = gnuplot(f"""set terminal pngcairo noenhanced size 640,420 font ',8'
 set output '{args.img}/projection.png'
 set datafile missing '?'
 set logscale xy
+set xrange [6:1400]
 set xlabel 'ranks P'
 set ylabel 'seconds per rank per layer (fwd+bwd)'
 set key outside right font ',7'
