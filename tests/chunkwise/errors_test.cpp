@@ -40,8 +40,9 @@ enum class Fault {
 // One forward + backward where the last rank applies `fault`.
 void run(Fault fault, bool bad) {
   const auto& group = world();
-  const std::int64_t T = 24, H = 2, K = 4, V = 3;
-  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 10, T});
+  // 6 tokens per rank (so the faulty rank always has a token to poison), two sequences.
+  const std::int64_t p = group.size(), T = 6 * p, H = 2, K = 4, V = 3;
+  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 3 * p + 1, T});
   const std::int64_t local = plan.local_length();
   const std::int64_t k_dim = bad && fault == Fault::k_zero ? 0 : K;
   const std::int64_t v_dim = bad && fault == Fault::v_zero ? 0 : V;
