@@ -8,8 +8,8 @@
 // the forward (scores and weighted values, 2 flops per multiply-add) and 10 D n in the backward
 // (the usual 2.5x: score recompute, dP, dV, dQ, dK); the causal triangle is excluded by counting
 // visible pairs exactly (with a full cache every query sees exactly W keys, so pairs = t W).
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #include <boost/mpi/environment.hpp>
 #include <cmath>
@@ -37,7 +37,8 @@ float value(std::uint64_t seed, std::uint64_t i) {
   return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
 }
 
-Tensor random_tensor(std::uint64_t seed, std::int64_t n, std::int64_t h, std::int64_t d, std::int64_t first = 0) {
+Tensor random_tensor(std::uint64_t seed, std::int64_t n, std::int64_t h, std::int64_t d,
+                     std::int64_t first = 0) {
   Tensor t("bench", n, h, d);
   auto m = Kokkos::create_mirror_view(t);
   for (std::int64_t i = 0; i < n; ++i)
@@ -56,7 +57,8 @@ ctxpar::swa::Positions<Mem> iota(std::int64_t n, std::int64_t first) {
 }
 
 /// Largest relative error of a few output rows against a plain fp64 evaluation.
-double check_rows(const ctxpar::swa::AttentionInputs<float, Mem>& in, const Tensor& out, std::int64_t window) {
+double check_rows(const ctxpar::swa::AttentionInputs<float, Mem>& in, const Tensor& out,
+                  std::int64_t window) {
   auto q = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.q);
   auto k = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.k);
   auto v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.v);
@@ -66,7 +68,7 @@ double check_rows(const ctxpar::swa::AttentionInputs<float, Mem>& in, const Tens
   const std::int64_t t = q.extent(0), hq = q.extent(1), d = q.extent(2), group = hq / k.extent(1);
   double worst = 0;
   for (std::int64_t i : {std::int64_t(0), t / 2, t - 1})
-    for (std::int64_t h = 0; h < hq; h += hq - 1 > 0 ? hq - 1 : 1) {
+    for (std::int64_t h = 0; h<hq; h += hq - 1> 0 ? hq - 1 : 1) {
       std::vector<double> s;
       std::vector<std::int64_t> js;
       double m = -1e300;
@@ -89,12 +91,13 @@ double check_rows(const ctxpar::swa::AttentionInputs<float, Mem>& in, const Tens
   return worst;
 }
 
-ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::int64_t t, std::int64_t hq,
-                                  std::int64_t hkv, double sgemm, int repeats) {
+ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::int64_t t,
+                                  std::int64_t hq, std::int64_t hkv, double sgemm, int repeats) {
   Exec space;
   const std::int64_t length = window - 1 + t;
   ctxpar::swa::AttentionInputs<float, Mem> in;
-  const Tensor q = random_tensor(1, t, hq, dim), k = random_tensor(2, length, hkv, dim), v = random_tensor(3, length, hkv, dim);
+  const Tensor q = random_tensor(1, t, hq, dim), k = random_tensor(2, length, hkv, dim),
+               v = random_tensor(3, length, hkv, dim);
   in.q = q;
   in.k = k;
   in.v = v;
@@ -113,24 +116,30 @@ ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::in
       },
       1, repeats);
   const double err = check_rows(in, out, window);
-  if (!(err < 1e-3)) throw std::runtime_error("swa bench: wrong forward result, relative error " + std::to_string(err));
+  if (!(err < 1e-3))
+    throw std::runtime_error("swa bench: wrong forward result, relative error " +
+                             std::to_string(err));
   const auto tb = ctxpar::bench::time_it(
       [&] {
-        ctxpar::swa::attention_backward(space, mask, in, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(out),
-                                        Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(lse),
-                                        Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv);
+        ctxpar::swa::attention_backward(
+            space, mask, in, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(out),
+            Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(lse),
+            Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv);
         space.fence();
       },
       1, repeats);
   const double pairs = double(t) * double(window);
   const double ffwd = 4.0 * dim * hq * pairs, fbwd = 10.0 * dim * hq * pairs;
   const double gf = ffwd / tf.median_s * 1e-9, gb = fbwd / tb.median_s * 1e-9;
-  std::printf("kernel D=%3lld W=%5lld t=%lld Hq=%lld Hkv=%lld: forward %6.2f GFLOP/s (%.3f of SGEMM), backward %6.2f "
-              "GFLOP/s (%.3f of SGEMM), max rel err %.1e\n",
-              (long long)dim, (long long)window, (long long)t, (long long)hq, (long long)hkv, gf, gf / sgemm, gb,
-              gb / sgemm, err);
+  std::printf(
+      "kernel D=%3lld W=%5lld t=%lld Hq=%lld Hkv=%lld: forward %6.2f GFLOP/s (%.3f of SGEMM), "
+      "backward %6.2f "
+      "GFLOP/s (%.3f of SGEMM), max rel err %.1e\n",
+      (long long)dim, (long long)window, (long long)t, (long long)hq, (long long)hkv, gf,
+      gf / sgemm, gb, gb / sgemm, err);
   std::fflush(stdout);
-  return ctxpar::bench::Record("swa", "kernel D=" + std::to_string(dim) + " W=" + std::to_string(window))
+  return ctxpar::bench::Record("swa",
+                               "kernel D=" + std::to_string(dim) + " W=" + std::to_string(window))
       .set("kind", "local_kernel")
       .set("dim", dim)
       .set("window", window)
@@ -155,8 +164,8 @@ struct StepInputs {
   ctxpar::swa::Cache<float, Mem> cache;
 };
 
-StepInputs step_inputs(int rank, int ranks, std::int64_t c, std::int64_t t, std::int64_t hq, std::int64_t hkv,
-                       std::int64_t dim) {
+StepInputs step_inputs(int rank, int ranks, std::int64_t c, std::int64_t t, std::int64_t hq,
+                       std::int64_t hkv, std::int64_t dim) {
   const ctxpar::BalancedChunks cs{c, ranks}, ts{t, ranks};
   StepInputs s;
   s.cache.k = random_tensor(2, cs.size(rank), hkv, dim, cs.begin(rank));
@@ -172,8 +181,9 @@ StepInputs step_inputs(int rank, int ranks, std::int64_t c, std::int64_t t, std:
 }
 
 template <class Policy>
-ctxpar::bench::Timing time_step(const ctxpar::Group& group, std::int64_t c, std::int64_t t, std::int64_t window,
-                                std::int64_t hq, std::int64_t hkv, std::int64_t dim, int repeats) {
+ctxpar::bench::Timing time_step(const ctxpar::Group& group, std::int64_t c, std::int64_t t,
+                                std::int64_t window, std::int64_t hq, std::int64_t hkv,
+                                std::int64_t dim, int repeats) {
   Exec space;
   const auto in = step_inputs(group.rank(), group.size(), c, t, hq, hkv, dim);
   ctxpar::swa::Options o;
@@ -190,8 +200,8 @@ ctxpar::bench::Timing time_step(const ctxpar::Group& group, std::int64_t c, std:
 }
 
 template <class Policy>
-ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std::int64_t t, std::int64_t window,
-                              std::int64_t dim, int repeats) {
+ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std::int64_t t,
+                              std::int64_t window, std::int64_t dim, int repeats) {
   const std::int64_t hq = 4, hkv = 1, c = window - 1;
   // T(1): rank 0 alone (the other rank waits); T(2): both ranks.
   MPI_Comm solo_comm;
@@ -206,8 +216,9 @@ ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std:
   const auto t2 = time_step<Policy>(world, c, t, window, hq, hkv, dim, repeats);
   const double eff = t1 / (world.size() * t2.median_s);
   if (world.rank() == 0)
-    std::printf("CP %-16s t=%lld W=%lld D=%lld: T(1) %.3f s, T(%d) %.3f s, efficiency T(1)/(P T(P)) %.3f\n", name,
-                (long long)t, (long long)window, (long long)dim, t1, world.size(), t2.median_s, eff);
+    std::printf(
+        "CP %-16s t=%lld W=%lld D=%lld: T(1) %.3f s, T(%d) %.3f s, efficiency T(1)/(P T(P)) %.3f\n",
+        name, (long long)t, (long long)window, (long long)dim, t1, world.size(), t2.median_s, eff);
   return ctxpar::bench::Record("swa", std::string("cp ") + name)
       .set("kind", "cp_efficiency")
       .set("policy", name)
@@ -225,7 +236,8 @@ ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std:
 /// Bytes received per rank (forward data collectives) of both policies vs the formulas:
 /// all-gather: (L - n_r) R; halo: min(W - 1, first query index) R per rank with queries (minus what
 /// it owns itself), with R = 2 Hkv D sizeof(float) + 16.
-ctxpar::bench::Record bytes_case(const ctxpar::Group& group, std::int64_t t, std::int64_t window, std::int64_t dim) {
+ctxpar::bench::Record bytes_case(const ctxpar::Group& group, std::int64_t t, std::int64_t window,
+                                 std::int64_t dim) {
   Exec space;
   // One query head: the bytes depend on the key/value heads only, and the step stays cheap.
   const std::int64_t hq = 1, hkv = 1, c = window - 1, length = c + t;
@@ -245,7 +257,8 @@ ctxpar::bench::Record bytes_case(const ctxpar::Group& group, std::int64_t t, std
   if (ts.size(group.rank()) > 0) {
     const std::int64_t first = c + ts.begin(group.rank());
     for (std::int64_t a = std::max<std::int64_t>(0, first - (window - 1)); a < first; ++a) {
-      const int owner = a < c ? static_cast<int>(a / cs.chunk()) : static_cast<int>((a - c) / ts.chunk());
+      const int owner =
+          a < c ? static_cast<int>(a / cs.chunk()) : static_cast<int>((a - c) / ts.chunk());
       if (owner != group.rank()) halo_formula += record;
     }
   }
@@ -254,12 +267,16 @@ ctxpar::bench::Record bytes_case(const ctxpar::Group& group, std::int64_t t, std
   max_ag = maxes[0];
   max_halo = maxes[1];
   if (group.rank() == 0)
-    std::printf("bytes L=%lld W=%lld P=%d: all-gather %lld B/rank (formula %lld), halo %lld B/rank (formula %lld), "
-                "halo/all-gather %.4f (max over ranks %.4f; (W-1+s)/L = %.4f)\n",
-                (long long)length, (long long)window, group.size(), (long long)ag, (long long)((length - own) * record),
-                (long long)halo, (long long)halo_formula, double(halo) / double(ag), double(max_halo) / double(max_ag),
-                double(window - 1 + ts.chunk()) / double(length));
-  return ctxpar::bench::Record("swa", "bytes L=" + std::to_string(length) + " W=" + std::to_string(window))
+    std::printf(
+        "bytes L=%lld W=%lld P=%d: all-gather %lld B/rank (formula %lld), halo %lld B/rank "
+        "(formula %lld), "
+        "halo/all-gather %.4f (max over ranks %.4f; (W-1+s)/L = %.4f)\n",
+        (long long)length, (long long)window, group.size(), (long long)ag,
+        (long long)((length - own) * record), (long long)halo, (long long)halo_formula,
+        double(halo) / double(ag), double(max_halo) / double(max_ag),
+        double(window - 1 + ts.chunk()) / double(length));
+  return ctxpar::bench::Record("swa",
+                               "bytes L=" + std::to_string(length) + " W=" + std::to_string(window))
       .set("kind", "bytes_per_rank")
       .set("length", length)
       .set("window", window)
@@ -290,7 +307,9 @@ int main(int argc, char* argv[]) {
     } else if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
     } else {
-      std::fprintf(stderr, "usage: mpirun -np 2 ctxpar_bench_swa [--out FILE.json] [--repeats N] [--quick]\n");
+      std::fprintf(
+          stderr,
+          "usage: mpirun -np 2 ctxpar_bench_swa [--out FILE.json] [--repeats N] [--quick]\n");
       return 2;
     }
   }
@@ -299,15 +318,22 @@ int main(int argc, char* argv[]) {
   if (world.rank() == 0) {
     const auto ceiling = ctxpar::bench::sgemm_ceiling(1024, repeats);
     std::printf("Eigen SGEMM (n=1024, 1 thread): %.2f GFLOP/s\n", ceiling.gflops);
-    report.add(ctxpar::bench::Record("swa", "sgemm ceiling").set("kind", "ceiling").set("n", 1024).set("sgemm", ceiling.timing).set("gflops", ceiling.gflops));
-    const std::vector<std::int64_t> windows = quick ? std::vector<std::int64_t>{512} : std::vector<std::int64_t>{512, 1024, 2048, 4096};
+    report.add(ctxpar::bench::Record("swa", "sgemm ceiling")
+                   .set("kind", "ceiling")
+                   .set("n", 1024)
+                   .set("sgemm", ceiling.timing)
+                   .set("gflops", ceiling.gflops));
+    const std::vector<std::int64_t> windows =
+        quick ? std::vector<std::int64_t>{512} : std::vector<std::int64_t>{512, 1024, 2048, 4096};
     for (std::int64_t dim : {64, 128})
-      for (std::int64_t w : windows) report.add(kernel_case(dim, w, quick ? 256 : 1024, 4, 1, ceiling.gflops, repeats));
+      for (std::int64_t w : windows)
+        report.add(kernel_case(dim, w, quick ? 256 : 1024, 4, 1, ceiling.gflops, repeats));
   }
   MPI_Barrier(world.mpi_comm());
   if (world.size() >= 2) {
     const std::int64_t t = quick ? 512 : 4096;
-    report.add(cp_case<ctxpar::swa::RopeBeforeGather>(world, "RopeBeforeGather", t, 1024, 64, repeats));
+    report.add(
+        cp_case<ctxpar::swa::RopeBeforeGather>(world, "RopeBeforeGather", t, 1024, 64, repeats));
     report.add(cp_case<ctxpar::swa::HaloKV>(world, "HaloKV", t, 1024, 64, repeats));
   }
   for (std::int64_t t : {4096, 16384, 65536})

@@ -1,8 +1,8 @@
 // `ctxpar swa`: streamed sliding-window attention over a whole stream of .npy tensors, context
 // parallel across the ranks, checked against the single-rank step; and the `swa` part of
 // `ctxpar demo`.
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -41,8 +41,8 @@ struct StreamOutput {
 };
 
 template <class Scalar>
-ctxpar::swa::Tensor<Scalar, Mem> rows(const std::vector<Scalar>& x, std::int64_t from, std::int64_t n,
-                                      std::int64_t heads, std::int64_t dim) {
+ctxpar::swa::Tensor<Scalar, Mem> rows(const std::vector<Scalar>& x, std::int64_t from,
+                                      std::int64_t n, std::int64_t heads, std::int64_t dim) {
   ctxpar::swa::Tensor<Scalar, Mem> t(std::string("ctxpar::cli::swa"), n, heads, dim);
   auto h = Kokkos::create_mirror_view(t);
   std::copy(x.begin() + from * heads * dim, x.begin() + (from + n) * heads * dim, h.data());
@@ -60,7 +60,8 @@ View vec(const std::vector<T>& x, std::int64_t from, std::int64_t n) {
 }
 
 template <class Scalar>
-ctxpar::swa::Chunk<Scalar, Mem> chunk_of(const Stream<Scalar>& s, std::int64_t from, std::int64_t n) {
+ctxpar::swa::Chunk<Scalar, Mem> chunk_of(const Stream<Scalar>& s, std::int64_t from,
+                                         std::int64_t n) {
   ctxpar::swa::Chunk<Scalar, Mem> c;
   c.q = rows(s.q, from, n, s.hq, s.dim);
   c.k = rows(s.k, from, n, s.hkv, s.dim);
@@ -74,7 +75,8 @@ ctxpar::swa::Chunk<Scalar, Mem> chunk_of(const Stream<Scalar>& s, std::int64_t f
 template <class Scalar, class View>
 void place(std::vector<Scalar>& dst, const View& view, std::int64_t from) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  if (h.span() > 0) std::copy(h.data(), h.data() + h.span(), dst.begin() + from * view.extent(1) * view.extent(2));
+  if (h.span() > 0)
+    std::copy(h.data(), h.data() + h.span(), dst.begin() + from * view.extent(1) * view.extent(2));
 }
 
 /// Sums every rank's partial (disjoint rows, zeros elsewhere) onto rank 0: exact, x + 0 = x.
@@ -82,7 +84,8 @@ template <class Scalar>
 void reduce_rows(const ctxpar::Group& group, std::vector<Scalar>& x) {
   MPI_Datatype type = sizeof(Scalar) == 4 ? MPI_FLOAT : MPI_DOUBLE;
   if (group.rank() == 0)
-    MPI_Reduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), type, MPI_SUM, 0, group.mpi_comm());
+    MPI_Reduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), type, MPI_SUM, 0,
+               group.mpi_comm());
   else
     MPI_Reduce(x.data(), nullptr, static_cast<int>(x.size()), type, MPI_SUM, 0, group.mpi_comm());
 }
@@ -90,8 +93,9 @@ void reduce_rows(const ctxpar::Group& group, std::vector<Scalar>& x) {
 /// Streams the whole input in steps of `step` tokens with the carried cache, sharded across
 /// `group`, forward (and backward through every step when asked). Collective.
 template <class Scalar, class Policy>
-StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>& s, std::int64_t step,
-                                const ctxpar::swa::Options& options, bool backward) {
+StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>& s,
+                                std::int64_t step, const ctxpar::swa::Options& options,
+                                bool backward) {
   Exec space;
   const int p = group.size(), me = group.rank();
   const std::int64_t qsize = s.tokens * s.hq * s.dim, ksize = s.tokens * s.hkv * s.dim;
@@ -126,7 +130,8 @@ StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>
   ctxpar::swa::CacheGradient<Scalar, Mem> carried;
   for (std::size_t k = states.size(); k-- > 0;) {
     const auto n = static_cast<std::int64_t>(states[k].q_rot.extent(0));
-    auto g = ctxpar::swa::backward(space, group, states[k], rows(s.dout, froms[k], n, s.hq, s.dim), carried);
+    auto g = ctxpar::swa::backward(space, group, states[k], rows(s.dout, froms[k], n, s.hq, s.dim),
+                                   carried);
     place(o.dq, g.dq, froms[k]);
     place(o.dk, g.dk, froms[k]);
     place(o.dv, g.dv, froms[k]);
@@ -141,8 +146,8 @@ StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>
 
 /// The same stream through the single-rank step on this rank alone.
 template <class Scalar>
-StreamOutput<Scalar> single_run(const Stream<Scalar>& s, std::int64_t step, const ctxpar::swa::Options& options,
-                                bool backward) {
+StreamOutput<Scalar> single_run(const Stream<Scalar>& s, std::int64_t step,
+                                const ctxpar::swa::Options& options, bool backward) {
   Exec space;
   StreamOutput<Scalar> o;
   o.out.assign(s.tokens * s.hq * s.dim, Scalar(0));
@@ -164,7 +169,8 @@ StreamOutput<Scalar> single_run(const Stream<Scalar>& s, std::int64_t step, cons
   for (std::size_t k = states.size(); k-- > 0;) {
     const auto n = static_cast<std::int64_t>(states[k].q_rot.extent(0));
     from -= n;
-    auto g = ctxpar::swa::step_backward(space, states[k], rows(s.dout, from, n, s.hq, s.dim), carried);
+    auto g =
+        ctxpar::swa::step_backward(space, states[k], rows(s.dout, from, n, s.hq, s.dim), carried);
     place(o.dq, g.dq, from);
     place(o.dk, g.dk, from);
     place(o.dv, g.dv, from);
@@ -179,32 +185,37 @@ template <class Scalar>
 double max_relative(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
   double worst = 0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])) / (1.0 + std::fabs(double(b[i]))));
+    worst =
+        std::max(worst, std::fabs(double(a[i]) - double(b[i])) / (1.0 + std::fabs(double(b[i]))));
   return worst;
 }
 
 template <class Scalar>
 bool bitwise(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Scalar)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Scalar)) == 0);
 }
 
 template <class Scalar>
-StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& group, const Stream<Scalar>& s,
-                                std::int64_t step, const ctxpar::swa::Options& o, bool backward) {
-  if (policy == "allgather") return stream_run<Scalar, ctxpar::swa::RopeBeforeGather>(group, s, step, o, backward);
-  if (policy == "rope-after") return stream_run<Scalar, ctxpar::swa::RopeAfterGather>(group, s, step, o, backward);
+StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& group,
+                                const Stream<Scalar>& s, std::int64_t step,
+                                const ctxpar::swa::Options& o, bool backward) {
+  if (policy == "allgather")
+    return stream_run<Scalar, ctxpar::swa::RopeBeforeGather>(group, s, step, o, backward);
+  if (policy == "rope-after")
+    return stream_run<Scalar, ctxpar::swa::RopeAfterGather>(group, s, step, o, backward);
   return stream_run<Scalar, ctxpar::swa::HaloKV>(group, s, step, o, backward);
 }
 
 template <class Scalar>
-int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const std::string& in, const std::string& out,
-              std::int64_t window, std::int64_t step, const std::string& policy, double base, bool backward,
-              bool check) {
+int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const std::string& in,
+              const std::string& out, std::int64_t window, std::int64_t step,
+              const std::string& policy, double base, bool backward, bool check) {
   using ctxpar::cli::read_npy;
   Stream<Scalar> s;
   const auto q = read_npy(in + "/q.npy"), k = read_npy(in + "/k.npy"), v = read_npy(in + "/v.npy");
-  ctxpar::require_local(q.rank() == 3 && k.rank() == 3, "ctxpar swa", "q.npy and k.npy must be [T, heads, D]", 3,
-                        q.rank());
+  ctxpar::require_local(q.rank() == 3 && k.rank() == 3, "ctxpar swa",
+                        "q.npy and k.npy must be [T, heads, D]", 3, q.rank());
   s.tokens = q.extent(0);
   s.hq = q.extent(1);
   s.hkv = k.extent(1);
@@ -310,8 +321,11 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const bool backward = args.has("backward");
   const bool check = !args.has("no-check");
   if (policy != "allgather" && policy != "rope-after" && policy != "halo")
-    throw ctxpar::cli::UsageError("ctxpar swa", -1, "unknown --policy", "allgather, rope-after or halo", policy);
-  if (window < 0) throw ctxpar::cli::UsageError("ctxpar swa", -1, "--window must be >= 0", ">= 0", std::to_string(window));
+    throw ctxpar::cli::UsageError("ctxpar swa", -1, "unknown --policy",
+                                  "allgather, rope-after or halo", policy);
+  if (window < 0)
+    throw ctxpar::cli::UsageError("ctxpar swa", -1, "--window must be >= 0", ">= 0",
+                                  std::to_string(window));
   const auto q = ctxpar::cli::read_npy(in + "/q.npy");
   if (q.dtype() == ctxpar::cli::Dtype::float64)
     return run_typed<double>(args, group, in, out, window, step, policy, base, backward, check);
@@ -352,17 +366,19 @@ bool demo_swa(const ctxpar::Group& group, std::ostream& report) {
     const bool good = same && dg < 1e-12;
     ok = ok && good;
     report << "swa " << policy << ": 64 tokens in 13 streamed steps on " << group.size()
-           << " rank(s), W = 9, 2 documents: forward " << (same ? "bitwise equal to" : "DIFFERS from")
-           << " the single-rank stream, gradients max relative difference " << dg << (good ? " (ok)" : " (FAIL)")
-           << "\n";
+           << " rank(s), W = 9, 2 documents: forward "
+           << (same ? "bitwise equal to" : "DIFFERS from")
+           << " the single-rank stream, gradients max relative difference " << dg
+           << (good ? " (ok)" : " (FAIL)") << "\n";
   }
   return ok;
 }
 
 }  // namespace
 
-CTXPAR_CLI_COMMAND("swa", "streamed sliding-window attention over .npy tensors, context parallel across the ranks",
-                   "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo] "
-                   "[--rope-base B] [--backward] [--no-check]",
-                   run_swa)
+CTXPAR_CLI_COMMAND(
+    "swa", "streamed sliding-window attention over .npy tensors, context parallel across the ranks",
+    "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo] "
+    "[--rope-base B] [--backward] [--no-check]",
+    run_swa)
 CTXPAR_CLI_DEMO_PART("swa", demo_swa)

@@ -12,7 +12,8 @@ using memory = exec::memory_space;
 
 template <class Scalar, class Policy>
 void distributed(const Group& group, const ctxpar::swa::Chunk<Scalar, memory>& chunk,
-                 const ctxpar::swa::Cache<Scalar, memory>& cache, const ctxpar::swa::Options& options) {
+                 const ctxpar::swa::Cache<Scalar, memory>& cache,
+                 const ctxpar::swa::Options& options) {
   auto r = ctxpar::swa::forward<Policy>(exec(), group, chunk, chunk.length(), cache, options);
   ctxpar::swa::CacheGradient<Scalar, memory> d_next{r.next_cache.k, r.next_cache.v};
   ctxpar::swa::backward(exec(), group, r.state, r.out, d_next);
@@ -32,7 +33,9 @@ void all(const Group& group) {
   ctxpar::swa::rope_forward(exec(), chunk.q, chunk.pos, options.rope_base, chunk.q);
   ctxpar::swa::rope_backward(exec(), chunk.q, chunk.pos, options.rope_base, chunk.q);
   auto r = ctxpar::swa::step_forward(exec(), chunk, cache, options);
-  ctxpar::swa::step_backward(exec(), r.state, r.out, ctxpar::swa::CacheGradient<Scalar, memory>{r.next_cache.k, r.next_cache.v});
+  ctxpar::swa::step_backward(
+      exec(), r.state, r.out,
+      ctxpar::swa::CacheGradient<Scalar, memory>{r.next_cache.k, r.next_cache.v});
   distributed<Scalar, ctxpar::swa::RopeBeforeGather>(group, chunk, cache, options);
   distributed<Scalar, ctxpar::swa::RopeAfterGather>(group, chunk, cache, options);
   distributed<Scalar, ctxpar::swa::HaloKV>(group, chunk, cache, options);

@@ -22,7 +22,8 @@ using Exec = Kokkos::DefaultExecutionSpace;
 using Mem = Exec::memory_space;
 using scalars = std::tuple<float, double>;
 
-/// One rank's shards of a step whose cache is stream tokens [c0, c0 + c) and chunk [c0 + c, c0 + c + t).
+/// One rank's shards of a step whose cache is stream tokens [c0, c0 + c) and chunk [c0 + c, c0 + c
+/// + t).
 template <class Scalar>
 struct Shards {
   ctxpar::swa::Chunk<Scalar, Mem> chunk;
@@ -31,7 +32,8 @@ struct Shards {
 };
 
 template <class Scalar>
-Shards<Scalar> shards_of(const ts::Problem& p, std::int64_t c0, std::int64_t c, std::int64_t t, int rank, int ranks) {
+Shards<Scalar> shards_of(const ts::Problem& p, std::int64_t c0, std::int64_t c, std::int64_t t,
+                         int rank, int ranks) {
   const BalancedChunks cs{c, ranks}, ts_{t, ranks};
   Shards<Scalar> s;
   s.cache_from = c0 + cs.begin(rank);
@@ -68,17 +70,22 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c) {
   // Single-rank reference.
   auto single = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, c, t),
                                           ts::block_of<Scalar, Mem>(s.problem, 0, c), o);
-  auto single_g = ctxpar::swa::step_backward(space, single.state, ts::to_view<Scalar, Mem>(s.dout, c, t));
+  auto single_g =
+      ctxpar::swa::step_backward(space, single.state, ts::to_view<Scalar, Mem>(s.dout, c, t));
   // Distributed.
   auto sh = shards_of<Scalar>(s.problem, 0, c, t, group.rank(), group.size());
   auto r = ctxpar::swa::forward<Policy>(space, group, sh.chunk, t, sh.cache, o);
   auto dout = ts::to_view<Scalar, Mem>(s.dout, sh.chunk_from, sh.chunk.length());
   auto gr = ctxpar::swa::backward(space, group, r.state, dout);
   const std::int64_t q0 = sh.chunk_from - c, tr = sh.chunk.length();
-  auto slice = [&](const auto& v, std::int64_t from, std::int64_t n) { return ctxpar::swa::impl::tokens(v, from, n); };
+  auto slice = [&](const auto& v, std::int64_t from, std::int64_t n) {
+    return ctxpar::swa::impl::tokens(v, from, n);
+  };
   auto bitwise = [&](const char* what, const auto& a, const auto& e) {
     const bool same = ts::bitwise_equal(a, e);
-    if (!same) std::cerr << "[rank " << group.rank() << "] " << what << " differs bitwise from the single-rank step\n";
+    if (!same)
+      std::cerr << "[rank " << group.rank() << "] " << what
+                << " differs bitwise from the single-rank step\n";
     return same;
   };
   bool ok = ts::close_to("out", r.out, f.out, b.out, sh.chunk_from);
@@ -94,7 +101,8 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c) {
   const BalancedChunks ns{n, group.size()};
   const auto nb = ns.begin(group.rank()), nn = ns.size(group.rank());
   if (r.next_cache.length() != nn) {
-    std::cerr << "[rank " << group.rank() << "] next cache shard has " << r.next_cache.length() << " keys, expected " << nn << "\n";
+    std::cerr << "[rank " << group.rank() << "] next cache shard has " << r.next_cache.length()
+              << " keys, expected " << nn << "\n";
     ok = false;
   } else {
     ok = bitwise("next cache k", r.next_cache.k, slice(single.next_cache.k, nb, nn)) && ok;
@@ -117,13 +125,14 @@ struct Variant {
 
 const std::vector<Variant>& variants() {
   static const std::vector<Variant> v = {
-      {37, 0, 8, 4, 1, 16, 0, 1, {}},           // c = 0, Hq = 4 Hkv
-      {20, 7, 8, 2, 1, 8, 100, 2, {3, 12}},     // positions from 100 with gaps, documents in cache and chunk
-      {2, 1, 3, 2, 2, 8, 5, 1, {}},             // L < P
-      {10, 9, 10, 2, 1, 8, 0, 1, {}},           // t = 1 (decode)
-      {20, 0, 1, 2, 2, 8, 0, 1, {}},            // W = 1
-      {35, 10, 100, 2, 1, 8, 0, 1, {}},         // W >= L
-      {42, 12, 0, 2, 1, 8, 0, 1, {20}},         // unlimited window
+      {37, 0, 8, 4, 1, 16, 0, 1, {}},        // c = 0, Hq = 4 Hkv
+      {20, 7, 8, 2, 1, 8, 100, 2, {3, 12}},  // positions from 100 with gaps, documents in cache and
+                                             // chunk
+      {2, 1, 3, 2, 2, 8, 5, 1, {}},          // L < P
+      {10, 9, 10, 2, 1, 8, 0, 1, {}},        // t = 1 (decode)
+      {20, 0, 1, 2, 2, 8, 0, 1, {}},         // W = 1
+      {35, 10, 100, 2, 1, 8, 0, 1, {}},      // W >= L
+      {42, 12, 0, 2, 1, 8, 0, 1, {20}},      // unlimited window
       {101, 31, 32, 4, 2, 16, 3, 1, {40, 41}},  // halos spanning several ranks, several key tiles
   };
   return v;
@@ -199,9 +208,12 @@ bool stream_case() {
     const std::int64_t t = std::min(step, spec.tokens - from);
     auto sh = shards_of<Scalar>(s.problem, from - c, c, t, group.rank(), group.size());
     auto r = ctxpar::swa::forward<Policy>(space, group, sh.chunk, t, cache, o);
-    auto single = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t), single_cache, o);
+    auto single = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t),
+                                            single_cache, o);
     ok = ts::close_to("streamed out", r.out, f.out, b.out, sh.chunk_from) && ok;
-    ok = ts::bitwise_equal(r.out, ctxpar::swa::impl::tokens(single.out, sh.chunk_from - from, sh.chunk.length())) && ok;
+    ok = ts::bitwise_equal(r.out, ctxpar::swa::impl::tokens(single.out, sh.chunk_from - from,
+                                                            sh.chunk.length())) &&
+         ok;
     cache = r.next_cache;
     single_cache = single.next_cache;
     c = ctxpar::swa::next_cache_length(spec.window, c + t);
@@ -211,8 +223,8 @@ bool stream_case() {
   ctxpar::swa::CacheGradient<Scalar, Mem> carried;
   for (std::size_t k = states.size(); k-- > 0;) {
     const auto& st = states[k];
-    auto gr = ctxpar::swa::backward(space, group, st, ts::to_view<Scalar, Mem>(s.dout, froms[k], st.q_rot.extent(0)),
-                                    carried);
+    auto gr = ctxpar::swa::backward(
+        space, group, st, ts::to_view<Scalar, Mem>(s.dout, froms[k], st.q_rot.extent(0)), carried);
     ok = ts::close_to("streamed dq", gr.dq, g.dq, b.dq, froms[k]) && ok;
     ok = ts::close_to("streamed dk", gr.dk, g.dk, b.dk, froms[k]) && ok;
     ok = ts::close_to("streamed dv", gr.dv, g.dv, b.dv, froms[k]) && ok;

@@ -30,7 +30,8 @@ struct Inputs {
 
 /// A valid step for this rank: window 2P + 1, a full cache of 2P keys, a chunk of 3P tokens (every
 /// rank holds 2 cache keys and 3 chunk tokens).
-Inputs good_inputs(std::int64_t hq = 4, std::int64_t hkv = 2, std::int64_t dim = 8, bool ids = true) {
+Inputs good_inputs(std::int64_t hq = 4, std::int64_t hkv = 2, std::int64_t dim = 8,
+                   bool ids = true) {
   const auto& g = world();
   const int p = g.size(), r = g.rank();
   ts::StreamSpec spec;
@@ -55,9 +56,12 @@ bool expect_error(const std::string& needle, int bad, const std::function<void(I
   const auto& g = world();
   Inputs in = good_inputs();
   if (g.rank() == bad) spoil(in);
-  auto call = [&] { ctxpar::swa::forward(Exec(), g, in.chunk, in.chunk_length, in.cache, in.options); };
+  auto call = [&] {
+    ctxpar::swa::forward(Exec(), g, in.chunk, in.chunk_length, in.cache, in.options);
+  };
   const bool ok = ctxpar::test::throws_everywhere(g, call, needle, bad);
-  if (!ok && g.rank() == 0) std::cerr << "  (expected '" << needle << "' from rank " << bad << ")\n";
+  if (!ok && g.rank() == 0)
+    std::cerr << "  (expected '" << needle << "' from rank " << bad << ")\n";
   return ok;
 }
 
@@ -73,61 +77,82 @@ BOOST_AUTO_TEST_CASE(each_bad_input_on_one_rank_gives_the_same_error_everywhere)
   const int last = g.size() - 1;
   bool ok = true;
   for (int bad : {0, last}) {
-    ok = expect_error("query heads must be a multiple of key/value heads", bad, [](Inputs& in) {
-      in.chunk.q = resized(in.chunk.q, in.chunk.length(), 3, 8);
-    }) && ok;
-    ok = expect_error("the head dimension must be even", bad, [](Inputs& in) {
-      const auto t = in.chunk.length();
-      in.chunk.q = resized(in.chunk.q, t, 4, 7);
-      in.chunk.k = resized(in.chunk.k, t, 2, 7);
-      in.chunk.v = resized(in.chunk.v, t, 2, 7);
-    }) && ok;
-    ok = expect_error("q, k and v must have the same tokens", bad, [](Inputs& in) {
-      in.chunk.v = resized(in.chunk.v, in.chunk.length(), 2, 6);
-    }) && ok;
-    ok = expect_error("ids must be absent or one per chunk token", bad, [](Inputs& in) {
-      in.chunk.ids = ctxpar::swa::Ids<Mem>("bad", in.chunk.length() + 1);
-    }) && ok;
-    ok = expect_error("strictly increasing", bad, [](Inputs& in) {
-      // The first chunk position repeats the previous token's position on the axis (within this
-      // shard's cache, or across the border to the previous rank).
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.chunk.pos);
-      h(0) -= 1;
-      Kokkos::deep_copy(in.chunk.pos, h);
-    }) && ok;
-    ok = expect_error("inputs must be finite", bad, [](Inputs& in) {
-      in.options.check_finite = true;
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.chunk.k);
-      h(0, 1, 3) = std::numeric_limits<Scalar>::quiet_NaN();
-      Kokkos::deep_copy(in.chunk.k, h);
-    }) && ok;
+    ok = expect_error(
+             "query heads must be a multiple of key/value heads", bad,
+             [](Inputs& in) { in.chunk.q = resized(in.chunk.q, in.chunk.length(), 3, 8); }) &&
+         ok;
+    ok = expect_error("the head dimension must be even", bad,
+                      [](Inputs& in) {
+                        const auto t = in.chunk.length();
+                        in.chunk.q = resized(in.chunk.q, t, 4, 7);
+                        in.chunk.k = resized(in.chunk.k, t, 2, 7);
+                        in.chunk.v = resized(in.chunk.v, t, 2, 7);
+                      }) &&
+         ok;
+    ok = expect_error(
+             "q, k and v must have the same tokens", bad,
+             [](Inputs& in) { in.chunk.v = resized(in.chunk.v, in.chunk.length(), 2, 6); }) &&
+         ok;
+    ok = expect_error("ids must be absent or one per chunk token", bad,
+                      [](Inputs& in) {
+                        in.chunk.ids = ctxpar::swa::Ids<Mem>("bad", in.chunk.length() + 1);
+                      }) &&
+         ok;
+    ok = expect_error("strictly increasing", bad,
+                      [](Inputs& in) {
+                        // The first chunk position repeats the previous token's position on the
+                        // axis (within this shard's cache, or across the border to the previous
+                        // rank).
+                        auto h =
+                            Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.chunk.pos);
+                        h(0) -= 1;
+                        Kokkos::deep_copy(in.chunk.pos, h);
+                      }) &&
+         ok;
+    ok = expect_error("inputs must be finite", bad,
+                      [](Inputs& in) {
+                        in.options.check_finite = true;
+                        auto h =
+                            Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.chunk.k);
+                        h(0, 1, 3) = std::numeric_limits<Scalar>::quiet_NaN();
+                        Kokkos::deep_copy(in.chunk.k, h);
+                      }) &&
+         ok;
   }
   // A cache longer than W - 1 (one extra key on one rank) is a property of the whole axis: every
   // rank sees it, and the lowest rank reports it.
-  ok = expect_error("the cache must not be longer than W - 1", 0, [](Inputs& in) {
-         in.options.window = in.options.window;
-         auto longer = ctxpar::swa::allocate_block<Scalar, Mem>(in.cache.length() + 1, 2, 8, true, "bad");
-         Kokkos::deep_copy(ctxpar::swa::impl::tokens(longer.pos, 1, in.cache.length()), in.cache.pos);
-         auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), longer.pos);
-         h(0) = in.cache.length() > 0 ? h(1) - 1000 : -1000;
-         Kokkos::deep_copy(longer.pos, h);
-         in.cache = longer;
-       }) &&
+  ok = expect_error("the cache must not be longer than W - 1", 0,
+                    [](Inputs& in) {
+                      in.options.window = in.options.window;
+                      auto longer = ctxpar::swa::allocate_block<Scalar, Mem>(in.cache.length() + 1,
+                                                                             2, 8, true, "bad");
+                      Kokkos::deep_copy(ctxpar::swa::impl::tokens(longer.pos, 1, in.cache.length()),
+                                        in.cache.pos);
+                      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), longer.pos);
+                      h(0) = in.cache.length() > 0 ? h(1) - 1000 : -1000;
+                      Kokkos::deep_copy(longer.pos, h);
+                      in.cache = longer;
+                    }) &&
        ok;
   if (g.size() > 1) {
     // Disagreements on the plan: the odd rank out (the last) is named.
-    ok = expect_error("every rank must agree on the window", last, [](Inputs& in) { in.options.window += 1; }) && ok;
-    ok = expect_error("every rank must agree on the head dimension", last, [](Inputs& in) {
-      const auto t = in.chunk.length(), c = in.cache.length();
-      in.chunk.q = resized(in.chunk.q, t, 4, 10);
-      in.chunk.k = resized(in.chunk.k, t, 2, 10);
-      in.chunk.v = resized(in.chunk.v, t, 2, 10);
-      in.cache.k = resized(in.cache.k, c, 2, 10);
-      in.cache.v = resized(in.cache.v, c, 2, 10);
-    }) && ok;
-    ok = expect_error("every rank must agree on the query head count", last, [](Inputs& in) {
-      in.chunk.q = resized(in.chunk.q, in.chunk.length(), 6, 8);
-    }) && ok;
+    ok = expect_error("every rank must agree on the window", last,
+                      [](Inputs& in) { in.options.window += 1; }) &&
+         ok;
+    ok = expect_error("every rank must agree on the head dimension", last,
+                      [](Inputs& in) {
+                        const auto t = in.chunk.length(), c = in.cache.length();
+                        in.chunk.q = resized(in.chunk.q, t, 4, 10);
+                        in.chunk.k = resized(in.chunk.k, t, 2, 10);
+                        in.chunk.v = resized(in.chunk.v, t, 2, 10);
+                        in.cache.k = resized(in.cache.k, c, 2, 10);
+                        in.cache.v = resized(in.cache.v, c, 2, 10);
+                      }) &&
+         ok;
+    ok = expect_error(
+             "every rank must agree on the query head count", last,
+             [](Inputs& in) { in.chunk.q = resized(in.chunk.q, in.chunk.length(), 6, 8); }) &&
+         ok;
     ok = expect_error("chunk", last, [](Inputs& in) { in.chunk_length += 1; }) && ok;
   }
   // The group is still usable: a good call succeeds on every rank.
@@ -164,12 +189,15 @@ BOOST_AUTO_TEST_CASE(single_rank_step_rejects_bad_input) {
     }
     return false;
   };
-  ok = throws("the head dimension must be even", [](Inputs& x) {
-         const auto t = x.chunk.length();
-         x.chunk.q = resized(x.chunk.q, t, 4, 7);
-         x.chunk.k = resized(x.chunk.k, t, 2, 7);
-         x.chunk.v = resized(x.chunk.v, t, 2, 7);
-       }) && ok;
-  ok = throws("the cache must not be longer than W - 1", [](Inputs& x) { x.options.window = 1; }) && ok;
+  ok = throws("the head dimension must be even",
+              [](Inputs& x) {
+                const auto t = x.chunk.length();
+                x.chunk.q = resized(x.chunk.q, t, 4, 7);
+                x.chunk.k = resized(x.chunk.k, t, 2, 7);
+                x.chunk.v = resized(x.chunk.v, t, 2, 7);
+              }) &&
+       ok;
+  ok = throws("the cache must not be longer than W - 1", [](Inputs& x) { x.options.window = 1; }) &&
+       ok;
   CTXPAR_TEST_ALL(world(), ok);
 }

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <sstream>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ctxpar/swa/cache.hpp"
@@ -24,7 +24,7 @@ struct StreamSpec {
   std::int64_t tokens = 16, hq = 2, hkv = 1, dim = 8;
   std::int64_t window = 4;
   std::int64_t first_position = 0;
-  std::int64_t position_step = 1;  // > 1 leaves gaps between positions
+  std::int64_t position_step = 1;             // > 1 leaves gaps between positions
   std::vector<std::int64_t> document_starts;  // token indices where a new document starts
   std::uint64_t seed = 1;
   double base = 10000.0;
@@ -39,7 +39,8 @@ struct Stream {
 template <class Scalar>
 Tensor random_tensor(std::uint64_t seed, std::int64_t t, std::int64_t h, std::int64_t d) {
   Tensor x(t, h, d);
-  for (std::size_t i = 0; i < x.data.size(); ++i) x.data[i] = static_cast<double>(static_cast<Scalar>(uniform(seed, i)));
+  for (std::size_t i = 0; i < x.data.size(); ++i)
+    x.data[i] = static_cast<double>(static_cast<Scalar>(uniform(seed, i)));
   return x;
 }
 
@@ -51,7 +52,8 @@ Stream make_stream(const StreamSpec& s) {
   p.k = random_tensor<Scalar>(s.seed * 16 + 2, s.tokens, s.hkv, s.dim);
   p.v = random_tensor<Scalar>(s.seed * 16 + 3, s.tokens, s.hkv, s.dim);
   st.dout = random_tensor<Scalar>(s.seed * 16 + 4, s.tokens, s.hq, s.dim);
-  for (std::int64_t i = 0; i < s.tokens; ++i) p.pos.push_back(s.first_position + i * s.position_step);
+  for (std::int64_t i = 0; i < s.tokens; ++i)
+    p.pos.push_back(s.first_position + i * s.position_step);
   if (!s.document_starts.empty()) {
     std::int32_t id = 0;
     for (std::int64_t i = 0; i < s.tokens; ++i) {
@@ -89,23 +91,27 @@ ViewT vector_view(const std::vector<T>& x, std::int64_t from, std::int64_t n) {
 
 /// Tokens [from, from + n) of the stream as a chunk.
 template <class Scalar, class MemorySpace>
-ctxpar::swa::Chunk<Scalar, MemorySpace> chunk_of(const Problem& p, std::int64_t from, std::int64_t n) {
+ctxpar::swa::Chunk<Scalar, MemorySpace> chunk_of(const Problem& p, std::int64_t from,
+                                                 std::int64_t n) {
   ctxpar::swa::Chunk<Scalar, MemorySpace> c;
   c.q = to_view<Scalar, MemorySpace>(p.q, from, n);
   c.k = to_view<Scalar, MemorySpace>(p.k, from, n);
   c.v = to_view<Scalar, MemorySpace>(p.v, from, n);
-  c.pos = vector_view<MemorySpace, std::int64_t, ctxpar::swa::Positions<MemorySpace>>(p.pos, from, n);
+  c.pos =
+      vector_view<MemorySpace, std::int64_t, ctxpar::swa::Positions<MemorySpace>>(p.pos, from, n);
   c.ids = vector_view<MemorySpace, std::int32_t, ctxpar::swa::Ids<MemorySpace>>(p.ids, from, n);
   return c;
 }
 
 /// Tokens [from, from + n) of the stream as a raw K/V block (a cache).
 template <class Scalar, class MemorySpace>
-ctxpar::swa::KvBlock<Scalar, MemorySpace> block_of(const Problem& p, std::int64_t from, std::int64_t n) {
+ctxpar::swa::KvBlock<Scalar, MemorySpace> block_of(const Problem& p, std::int64_t from,
+                                                   std::int64_t n) {
   ctxpar::swa::KvBlock<Scalar, MemorySpace> c;
   c.k = to_view<Scalar, MemorySpace>(p.k, from, n);
   c.v = to_view<Scalar, MemorySpace>(p.v, from, n);
-  c.pos = vector_view<MemorySpace, std::int64_t, ctxpar::swa::Positions<MemorySpace>>(p.pos, from, n);
+  c.pos =
+      vector_view<MemorySpace, std::int64_t, ctxpar::swa::Positions<MemorySpace>>(p.pos, from, n);
   c.ids = vector_view<MemorySpace, std::int32_t, ctxpar::swa::Ids<MemorySpace>>(p.ids, from, n);
   return c;
 }
@@ -113,16 +119,19 @@ ctxpar::swa::KvBlock<Scalar, MemorySpace> block_of(const Problem& p, std::int64_
 /// Compares `n` tokens of `actual` with tokens [from, from + n) of `expected` within `bound`
 /// (scaled by `factor`), printing the first mismatch with its (token, head, d) index.
 template <class View>
-bool close_to(const std::string& what, const View& actual, const Tensor& expected, const Tensor& bound,
-              std::int64_t from, double factor = 1.0) {
+bool close_to(const std::string& what, const View& actual, const Tensor& expected,
+              const Tensor& bound, std::int64_t from, double factor = 1.0) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), actual);
   const std::int64_t heads = expected.heads, dim = expected.dim;
   const std::int64_t n = static_cast<std::int64_t>(h.extent(0)) * heads * dim;
-  if (static_cast<std::int64_t>(h.extent(1)) != heads || static_cast<std::int64_t>(h.extent(2)) != dim) {
+  if (static_cast<std::int64_t>(h.extent(1)) != heads ||
+      static_cast<std::int64_t>(h.extent(2)) != dim) {
     std::cerr << what << ": shape mismatch\n";
     return false;
   }
-  auto idx = [&](std::int64_t x) { return std::make_tuple(x / (heads * dim), (x / dim) % heads, x % dim); };
+  auto idx = [&](std::int64_t x) {
+    return std::make_tuple(x / (heads * dim), (x / dim) % heads, x % dim);
+  };
   return all_close(
       what, n,
       [&](std::int64_t x) {
@@ -151,7 +160,8 @@ bool bitwise_equal(const A& a, const B& b) {
   auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
   auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
   if (ha.span() != hb.span()) return false;
-  return std::memcmp(ha.data(), hb.data(), ha.span() * sizeof(typename decltype(ha)::value_type)) == 0;
+  return std::memcmp(ha.data(), hb.data(), ha.span() * sizeof(typename decltype(ha)::value_type)) ==
+         0;
 }
 
 }  // namespace ctxpar::test::swa

@@ -17,8 +17,11 @@ struct Tensor {
   std::int64_t tokens = 0, heads = 0, dim = 0;
   std::vector<double> data;
   Tensor() = default;
-  Tensor(std::int64_t t, std::int64_t h, std::int64_t d) : tokens(t), heads(h), dim(d), data(t * h * d, 0.0) {}
-  double& operator()(std::int64_t i, std::int64_t h, std::int64_t d) { return data[(i * heads + h) * dim + d]; }
+  Tensor(std::int64_t t, std::int64_t h, std::int64_t d)
+      : tokens(t), heads(h), dim(d), data(t * h * d, 0.0) {}
+  double& operator()(std::int64_t i, std::int64_t h, std::int64_t d) {
+    return data[(i * heads + h) * dim + d];
+  }
   double operator()(std::int64_t i, std::int64_t h, std::int64_t d) const {
     return data[(i * heads + h) * dim + d];
   }
@@ -53,7 +56,8 @@ inline void rope(double* x, std::int64_t dim, std::int64_t position, double base
   }
 }
 
-inline Tensor rotated(const Tensor& x, const std::vector<std::int64_t>& pos, double base, bool inverse) {
+inline Tensor rotated(const Tensor& x, const std::vector<std::int64_t>& pos, double base,
+                      bool inverse) {
   Tensor y = x;
   for (std::int64_t i = 0; i < x.tokens; ++i)
     for (std::int64_t h = 0; h < x.heads; ++h) rope(&y(i, h, 0), x.dim, pos[i], base, inverse);
@@ -83,7 +87,8 @@ inline Forward forward(const Problem& p) {
   const double scale = p.effective_scale();
   for (std::int64_t h = 0; h < Hq; ++h) {
     const std::int64_t hk = h / (Hq / Hkv);
-    const Eigen::MatrixXd Q = head_matrix(f.q_rot, h), K = head_matrix(f.k_rot, hk), V = head_matrix(p.v, hk);
+    const Eigen::MatrixXd Q = head_matrix(f.q_rot, h), K = head_matrix(f.k_rot, hk),
+                          V = head_matrix(p.v, hk);
     Eigen::MatrixXd S = scale * Q * K.transpose();
     Eigen::MatrixXd P = Eigen::MatrixXd::Zero(T, T);
     for (std::int64_t i = 0; i < T; ++i) {
@@ -116,13 +121,15 @@ inline Backward backward(const Problem& p, const Forward& f, const Tensor& dout)
   Backward b{Tensor(T, Hq, D), Tensor(T, Hkv, D), Tensor(T, Hkv, D)};
   for (std::int64_t h = 0; h < Hq; ++h) {
     const std::int64_t hk = h / (Hq / Hkv);
-    const Eigen::MatrixXd Q = head_matrix(f.q_rot, h), K = head_matrix(f.k_rot, hk), V = head_matrix(p.v, hk);
+    const Eigen::MatrixXd Q = head_matrix(f.q_rot, h), K = head_matrix(f.k_rot, hk),
+                          V = head_matrix(p.v, hk);
     const Eigen::MatrixXd dO = head_matrix(dout, h), O = head_matrix(f.out, h);
     const Eigen::MatrixXd& P = f.probs[static_cast<std::size_t>(h)];
     const Eigen::MatrixXd dP = dO * V.transpose();
     const Eigen::VectorXd delta = (dO.array() * O.array()).rowwise().sum();
     const Eigen::MatrixXd dS = (P.array() * (dP.colwise() - delta).array()).matrix();
-    const Eigen::MatrixXd dQ = scale * dS * K, dK = scale * dS.transpose() * Q, dV = P.transpose() * dO;
+    const Eigen::MatrixXd dQ = scale * dS * K, dK = scale * dS.transpose() * Q,
+                          dV = P.transpose() * dO;
     for (std::int64_t i = 0; i < T; ++i)
       for (std::int64_t d = 0; d < D; ++d) {
         dq_rot(i, h, d) = dQ(i, d);
@@ -137,11 +144,13 @@ inline Backward backward(const Problem& p, const Forward& f, const Tensor& dout)
 
 /// Per-element absolute error bounds for a computation in a type with unit roundoff `u`, from
 /// first-order perturbation (doubled for the second-order terms):
-/// - each score carries at most (D + 4) u scale sum_d |q_d||k_d| (a dot product of length D plus the
+/// - each score carries at most (D + 4) u scale sum_d |q_d||k_d| (a dot product of length D plus
+/// the
 ///   rounding of the rotated inputs); the softmax turns a score error e into a relative weight
 ///   error of at most 2e, and the row sum of n terms adds (n + 8) u: together eps_p per weight;
 /// - every other dot product or sum of length m carries (m + 8) u relative to the sum of |terms|;
-/// - dS = P (dP - delta) inherits eps_p, the error of dP and of delta (including the forward error of
+/// - dS = P (dP - delta) inherits eps_p, the error of dP and of delta (including the forward error
+/// of
 ///   the output it is computed from);
 /// - the inverse rotation adds 4 u of the magnitudes and mixes each pair (d, d + D/2).
 struct Bounds {
@@ -155,7 +164,8 @@ inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout, dou
   Tensor dq_rot(T, Hq, D), dk_rot(T, Hkv, D), dq_mag(T, Hq, D), dk_mag(T, Hkv, D);
   for (std::int64_t h = 0; h < Hq; ++h) {
     const std::int64_t hk = h / (Hq / Hkv);
-    const Eigen::MatrixXd Q = head_matrix(f.q_rot, h).cwiseAbs(), K = head_matrix(f.k_rot, hk).cwiseAbs();
+    const Eigen::MatrixXd Q = head_matrix(f.q_rot, h).cwiseAbs(),
+                          K = head_matrix(f.k_rot, hk).cwiseAbs();
     const Eigen::MatrixXd V = head_matrix(p.v, hk).cwiseAbs(), dO = head_matrix(dout, h).cwiseAbs();
     const Eigen::MatrixXd O = head_matrix(f.out, h).cwiseAbs();
     const Eigen::MatrixXd& P = f.probs[static_cast<std::size_t>(h)];
@@ -182,10 +192,12 @@ inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout, dou
       for (std::int64_t j = 0; j < T; ++j) {
         if (!p.visible(i, j)) continue;
         const double ds = P(i, j) * (dOV(i, j) + delta_abs);
-        const double ds_err = P(i, j) * (eps_p * (dOV(i, j) + delta_abs) + eps_dot * dOV(i, j) + delta_err);
+        const double ds_err =
+            P(i, j) * (eps_p * (dOV(i, j) + delta_abs) + eps_dot * dOV(i, j) + delta_err);
         for (std::int64_t d = 0; d < D; ++d) {
           dq_rot(i, h, d) += 2.0 * scale * (ds_err + ds * eps_dot) * K(j, d);
-          dk_rot(j, hk, d) += 2.0 * scale * (ds_err + ds * (eps_dot + (T * Hq / Hkv + 8) * u)) * Q(i, d);
+          dk_rot(j, hk, d) +=
+              2.0 * scale * (ds_err + ds * (eps_dot + (T * Hq / Hkv + 8) * u)) * Q(i, d);
           dq_mag(i, h, d) += scale * ds * K(j, d);
           dk_mag(j, hk, d) += scale * ds * Q(i, d);
           b.dv(j, hk, d) += 2.0 * P(i, j) * dO(i, d) * (eps_p + eps_dot + (T + 8) * u);
@@ -198,7 +210,8 @@ inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout, dou
       for (std::int64_t h = 0; h < err.heads; ++h)
         for (std::int64_t d = 0; d < D; ++d) {
           const std::int64_t partner = d < D / 2 ? d + D / 2 : d - D / 2;
-          out(i, h, d) = err(i, h, d) + err(i, h, partner) + 4 * u * (mag(i, h, d) + mag(i, h, partner));
+          out(i, h, d) =
+              err(i, h, d) + err(i, h, partner) + 4 * u * (mag(i, h, d) + mag(i, h, partner));
         }
   };
   unrotate(dq_rot, dq_mag, b.dq);

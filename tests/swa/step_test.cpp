@@ -47,7 +47,8 @@ BOOST_AUTO_TEST_CASE(oracle_gradients_match_central_differences) {
       (minus.*member).data[i] -= h;
       const double fd = (loss(plus, s.dout) - loss(minus, s.dout)) / (2 * h);
       if (std::fabs(fd - grad.data[i]) > tol) {
-        std::cerr << name << "[" << i << "]: analytic " << grad.data[i] << " vs finite difference " << fd << "\n";
+        std::cerr << name << "[" << i << "]: analytic " << grad.data[i] << " vs finite difference "
+                  << fd << "\n";
         ok = false;
       }
     }
@@ -61,7 +62,8 @@ BOOST_AUTO_TEST_CASE(oracle_gradients_match_central_differences) {
 namespace {
 
 /// One step with cache = tokens [0, c) and chunk = tokens [c, c + t) of a stream, against the
-/// oracle on the whole stream (dout zero on the cache rows, whose queries the step does not compute).
+/// oracle on the whole stream (dout zero on the cache rows, whose queries the step does not
+/// compute).
 template <class Case>
 bool one_step_matches(ts::StreamSpec spec, std::int64_t c) {
   using Scalar = typename Case::scalar_type;
@@ -92,8 +94,11 @@ bool one_step_matches(ts::StreamSpec spec, std::int64_t c) {
   // The next cache is the raw tail of the axis.
   const std::int64_t n = ctxpar::swa::next_cache_length(spec.window, spec.tokens);
   ok = ok && static_cast<std::int64_t>(r.next_cache.length()) == n;
-  ok = ok && ts::bitwise_equal(r.next_cache.k, ts::to_view<Scalar, Mem>(s.problem.k, spec.tokens - n, n));
-  if (!ok) std::cerr << "  (case: c=" << c << " t=" << t << " W=" << spec.window << " Hq=" << spec.hq << ")\n";
+  ok = ok &&
+       ts::bitwise_equal(r.next_cache.k, ts::to_view<Scalar, Mem>(s.problem.k, spec.tokens - n, n));
+  if (!ok)
+    std::cerr << "  (case: c=" << c << " t=" << t << " W=" << spec.window << " Hq=" << spec.hq
+              << ")\n";
   return ok;
 }
 
@@ -105,13 +110,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(step_matches_oracle_on_edge_cases, Case, ctxpar::t
     std::vector<std::int64_t> docs;
   };
   const std::vector<Variant> variants = {
-      {37, 0, 0, 2, 2, 16, 0, {}},             // c = 0, unlimited window
-      {40, 7, 8, 4, 1, 16, 3, {}},             // Hq = 4 Hkv, positions not starting at 0
-      {41, 10, 11, 2, 1, 8, 100, {4, 20}},     // document boundary inside the cache and the chunk
-      {9, 8, 9, 2, 2, 8, 0, {}},               // t = 1 (decode)
-      {20, 0, 1, 2, 1, 8, 0, {}},              // W = 1: self only
-      {70, 20, 100, 2, 1, 64, 0, {}},          // W >= L
-      {130, 31, 32, 2, 2, 32, 0, {33, 34}},    // a one-token document, several key tiles
+      {37, 0, 0, 2, 2, 16, 0, {}},           // c = 0, unlimited window
+      {40, 7, 8, 4, 1, 16, 3, {}},           // Hq = 4 Hkv, positions not starting at 0
+      {41, 10, 11, 2, 1, 8, 100, {4, 20}},   // document boundary inside the cache and the chunk
+      {9, 8, 9, 2, 2, 8, 0, {}},             // t = 1 (decode)
+      {20, 0, 1, 2, 1, 8, 0, {}},            // W = 1: self only
+      {70, 20, 100, 2, 1, 64, 0, {}},        // W >= L
+      {130, 31, 32, 2, 2, 32, 0, {33, 34}},  // a one-token document, several key tiles
   };
   bool ok = true;
   std::uint64_t seed = 11;
@@ -157,7 +162,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass, Case, ctxpar:
   bool ok = true;
   for (std::int64_t from = 0; from < spec.tokens; from += step) {
     const std::int64_t t = std::min(step, spec.tokens - from);
-    auto r = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t), cache, o);
+    auto r =
+        ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t), cache, o);
     ok = ts::close_to("streamed out", r.out, f.out, b.out, from) && ok;
     cache = r.next_cache;
     states.push_back(r.state);
@@ -167,7 +173,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass, Case, ctxpar:
   for (auto it = states.rbegin(); it != states.rend(); ++it) {
     const std::int64_t t = it->q_rot.extent(0);
     from -= t;
-    auto gr = ctxpar::swa::step_backward(space, *it, ts::to_view<Scalar, Mem>(s.dout, from, t), carried);
+    auto gr =
+        ctxpar::swa::step_backward(space, *it, ts::to_view<Scalar, Mem>(s.dout, from, t), carried);
     ok = ts::close_to("streamed dq", gr.dq, g.dq, b.dq, from) && ok;
     ok = ts::close_to("streamed dk", gr.dk, g.dk, b.dk, from) && ok;
     ok = ts::close_to("streamed dv", gr.dv, g.dv, b.dv, from) && ok;
@@ -178,7 +185,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass, Case, ctxpar:
   CTXPAR_TEST_ALL(world(), ok);
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(queries_without_visible_keys_give_zeros_not_nan, Case, ctxpar::test::cases) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(queries_without_visible_keys_give_zeros_not_nan, Case,
+                              ctxpar::test::cases) {
   using Scalar = typename Case::scalar_type;
   using Mem = typename Case::memory_space;
   typename Case::execution_space space;
@@ -201,15 +209,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(queries_without_visible_keys_give_zeros_not_nan, C
   in.k_pos = ts::vector_view<Mem, std::int64_t, ctxpar::swa::Positions<Mem>>(s.problem.pos, 0, 20);
   in.k_ids = ts::vector_view<Mem, std::int32_t, ctxpar::swa::Ids<Mem>>(s.problem.ids, 0, 20);
   in.scale = 0.5;
-  ctxpar::swa::Tensor<Scalar, Mem> out("out", 20, 2, 8), dq("dq", 20, 2, 8), dk("dk", 20, 1, 8), dv("dv", 20, 1, 8);
+  ctxpar::swa::Tensor<Scalar, Mem> out("out", 20, 2, 8), dq("dq", 20, 2, 8), dk("dk", 20, 1, 8),
+      dv("dv", 20, 1, 8);
   Kokkos::View<ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem> lse("lse", 20, 2);
   Kokkos::deep_copy(out, Scalar(7));
   const auto mask = ctxpar::swa::window_mask(0);
   ctxpar::swa::attention_forward(space, mask, in, out, lse);
   auto dout = ts::to_view<Scalar, Mem>(s.dout, 20, 20);
-  ctxpar::swa::attention_backward(space, mask, in, Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(out),
-                                  Kokkos::View<const ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem>(lse),
-                                  Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv);
+  ctxpar::swa::attention_backward(
+      space, mask, in, Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(out),
+      Kokkos::View<const ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem>(lse),
+      Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv);
   bool ok = true;
   for (const auto& view : {out, dq, dk, dv}) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
@@ -240,9 +250,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(documents_are_isolated, Case, ctxpar::test::cases)
       p.k(i, 0, d) -= 0.5;
       p.q(i, 1, d) *= 2;
     }
-  auto b = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(p, 0, 45), ts::block_of<Scalar, Mem>(p, 0, 0), o);
-  bool ok = ts::bitwise_equal(ctxpar::swa::impl::tokens(a.out, 0, 17), ctxpar::swa::impl::tokens(b.out, 0, 17));
-  ok = ts::bitwise_equal(ctxpar::swa::impl::tokens(a.out, 30, 15), ctxpar::swa::impl::tokens(b.out, 30, 15)) && ok;
+  auto b = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(p, 0, 45),
+                                     ts::block_of<Scalar, Mem>(p, 0, 0), o);
+  bool ok = ts::bitwise_equal(ctxpar::swa::impl::tokens(a.out, 0, 17),
+                              ctxpar::swa::impl::tokens(b.out, 0, 17));
+  ok = ts::bitwise_equal(ctxpar::swa::impl::tokens(a.out, 30, 15),
+                         ctxpar::swa::impl::tokens(b.out, 30, 15)) &&
+       ok;
   ts::Tensor dout(45, spec.hq, spec.dim);
   for (std::int64_t i = 17; i < 30; ++i)
     for (std::int64_t h = 0; h < spec.hq; ++h)

@@ -30,18 +30,23 @@ struct Rule {
     return static_cast<int>(i / s);
   }
   int owner(std::int64_t a) const { return a < c ? owner_in(a, c, p) : owner_in(a - c, t, p); }
-  std::int64_t records(int r) const { return BalancedChunks{c, p}.size(r) + BalancedChunks{t, p}.size(r); }
+  std::int64_t records(int r) const {
+    return BalancedChunks{c, p}.size(r) + BalancedChunks{t, p}.size(r);
+  }
 };
 
 struct Expected {
   std::int64_t sent = 0, received = 0;
 };
 
-bool counters_match(const char* what, const ctxpar::Traffic& got, const Expected& e, bool expect_calls) {
-  const bool ok = got.bytes_sent == e.sent && got.bytes_received == e.received && (expect_calls || got.calls == 0);
+bool counters_match(const char* what, const ctxpar::Traffic& got, const Expected& e,
+                    bool expect_calls) {
+  const bool ok = got.bytes_sent == e.sent && got.bytes_received == e.received &&
+                  (expect_calls || got.calls == 0);
   if (!ok)
-    std::cerr << "[rank " << world().rank() << "] " << what << ": sent " << got.bytes_sent << " (formula " << e.sent
-              << "), received " << got.bytes_received << " (formula " << e.received << "), calls " << got.calls << "\n";
+    std::cerr << "[rank " << world().rank() << "] " << what << ": sent " << got.bytes_sent
+              << " (formula " << e.sent << "), received " << got.bytes_received << " (formula "
+              << e.received << "), calls " << got.calls << "\n";
   return ok;
 }
 
@@ -96,19 +101,22 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
   bool ok = true;
   if (gather) {
     ok = counters_match("forward allgather", g.traffic(CollectiveKind::allgather),
-                        {own * record * (p - 1), (length - own) * record}, true) && ok;
+                        {own * record * (p - 1), (length - own) * record}, true) &&
+         ok;
     ok = g.traffic(CollectiveKind::allgather).calls == 1 && ok;
     ok = counters_match("forward sendrecv", g.traffic(CollectiveKind::sendrecv), {}, false) && ok;
   } else {
     ok = counters_match("forward allgather", g.traffic(CollectiveKind::allgather), {}, false) && ok;
     ok = counters_match("forward halo", g.traffic(CollectiveKind::sendrecv),
-                        {halo.sent * record, halo.received * record}, true) && ok;
+                        {halo.sent * record, halo.received * record}, true) &&
+         ok;
   }
   if (after) {
     ok = counters_match("forward next cache", g.traffic(CollectiveKind::alltoall), {}, false) && ok;
   } else {
     ok = counters_match("forward next cache", g.traffic(CollectiveKind::alltoall),
-                        {reshard.sent * record, reshard.received * record}, true) && ok;
+                        {reshard.sent * record, reshard.received * record}, true) &&
+         ok;
     ok = g.traffic(CollectiveKind::alltoall).calls == 1 && ok;
   }
 
@@ -116,27 +124,31 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
   d_next.dk = ctxpar::swa::Tensor<Scalar, Mem>("dk_next", next.size(me), spec.hkv, spec.dim);
   d_next.dv = ctxpar::swa::Tensor<Scalar, Mem>("dv_next", next.size(me), spec.hkv, spec.dim);
   g.reset_traffic();
-  ctxpar::swa::backward(space, g, r.state, ts::to_view<Scalar, Mem>(s.dout, c + tc.begin(me), tc.size(me)), d_next);
+  ctxpar::swa::backward(space, g, r.state,
+                        ts::to_view<Scalar, Mem>(s.dout, c + tc.begin(me), tc.size(me)), d_next);
   if (gather) {
     const std::int64_t total = length * grad;
     ok = counters_match("backward reduce_scatter", g.traffic(CollectiveKind::reduce_scatter),
-                        {total - own * grad, own * grad * (p - 1)}, true) && ok;
+                        {total - own * grad, own * grad * (p - 1)}, true) &&
+         ok;
   } else {
     ok = counters_match("backward halo", g.traffic(CollectiveKind::sendrecv),
-                        {halo.received * grad, halo.sent * grad}, true) && ok;
+                        {halo.received * grad, halo.sent * grad}, true) &&
+         ok;
   }
   ok = counters_match("backward next cache", g.traffic(CollectiveKind::alltoall),
-                      {reshard.received * grad, reshard.sent * grad}, true) && ok;
+                      {reshard.received * grad, reshard.sent * grad}, true) &&
+       ok;
   return ok;
 }
 
 template <class Policy>
 bool traffic_cases() {
   bool ok = true;
-  ok = traffic_case<Policy>(7, 30, 8) && ok;    // small shards: halos span several ranks
-  ok = traffic_case<Policy>(0, 25, 4) && ok;    // first step
-  ok = traffic_case<Policy>(15, 48, 0) && ok;   // unlimited window: the halo is everything before
-  ok = traffic_case<Policy>(2, 1, 4) && ok;     // L < P
+  ok = traffic_case<Policy>(7, 30, 8) && ok;   // small shards: halos span several ranks
+  ok = traffic_case<Policy>(0, 25, 4) && ok;   // first step
+  ok = traffic_case<Policy>(15, 48, 0) && ok;  // unlimited window: the halo is everything before
+  ok = traffic_case<Policy>(2, 1, 4) && ok;    // L < P
   return ok;
 }
 

@@ -78,20 +78,22 @@ struct KernelShape {
 };
 
 template <class Scalar, class MemorySpace>
-KOKKOS_INLINE_FUNCTION mask::Token query_token(const AttentionInputs<Scalar, MemorySpace>& in, std::int64_t i) {
+KOKKOS_INLINE_FUNCTION mask::Token query_token(const AttentionInputs<Scalar, MemorySpace>& in,
+                                               std::int64_t i) {
   return mask::Token{in.q_pos(i), in.q_ids.extent(0) > 0 ? in.q_ids(i) : 0};
 }
 template <class Scalar, class MemorySpace>
-KOKKOS_INLINE_FUNCTION mask::Token key_token(const AttentionInputs<Scalar, MemorySpace>& in, std::int64_t j) {
+KOKKOS_INLINE_FUNCTION mask::Token key_token(const AttentionInputs<Scalar, MemorySpace>& in,
+                                             std::int64_t j) {
   return mask::Token{in.k_pos(j), in.k_ids.extent(0) > 0 ? in.k_ids(j) : 0};
 }
 
 /// Keys `[lo, hi)` that some query with position in `[first, last]` may see under the window,
 /// and the first key-tile start (local index, possibly negative) of the global tile grid.
 template <class Scalar, class MemorySpace>
-KOKKOS_INLINE_FUNCTION void key_range(const AttentionInputs<Scalar, MemorySpace>& in, std::int64_t nk,
-                                      std::int64_t first, std::int64_t last, std::int64_t& lo,
-                                      std::int64_t& hi, std::int64_t& tile0) {
+KOKKOS_INLINE_FUNCTION void key_range(const AttentionInputs<Scalar, MemorySpace>& in,
+                                      std::int64_t nk, std::int64_t first, std::int64_t last,
+                                      std::int64_t& lo, std::int64_t& hi, std::int64_t& tile0) {
   lo = in.window > 0 ? lower_bound(in.k_pos, nk, first - in.window + 1) : 0;
   hi = upper_bound(in.k_pos, nk, last);
   const std::int64_t g = in.key_origin + lo;
@@ -102,9 +104,10 @@ KOKKOS_INLINE_FUNCTION void key_range(const AttentionInputs<Scalar, MemorySpace>
 /// (`vs[j][d]`) or transposed, and the key tokens; keys outside `[lo, hi)` become zeros and are
 /// marked invalid so they never contribute.
 template <class Scalar, class MemorySpace, class T>
-KOKKOS_INLINE_FUNCTION void load_key_tile(const AttentionInputs<Scalar, MemorySpace>& in, int hk, int dim,
-                                          std::int64_t j0, std::int64_t lo, std::int64_t hi, T* kt, T* vs,
-                                          T* vt, T* ks, mask::Token* tok, bool* valid) {
+KOKKOS_INLINE_FUNCTION void load_key_tile(const AttentionInputs<Scalar, MemorySpace>& in, int hk,
+                                          int dim, std::int64_t j0, std::int64_t lo,
+                                          std::int64_t hi, T* kt, T* vs, T* vt, T* ks,
+                                          mask::Token* tok, bool* valid) {
   if (j0 >= lo && j0 + key_tile <= hi) {
     // Interior tile: every key valid, rows read straight from contiguous memory.
     for (int j = 0; j < key_tile; ++j) {
@@ -151,7 +154,8 @@ struct ForwardKernel {
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
     return sizeof(acc) * (3 * std::size_t(query_tile) * dim + 2 * std::size_t(key_tile) * dim +
-                          std::size_t(query_tile) * key_tile + 2 * query_tile) + 64;
+                          std::size_t(query_tile) * key_tile + 2 * query_tile) +
+           64;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
@@ -183,8 +187,8 @@ struct ForwardKernel {
     std::int64_t lo, hi, j0;
     key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     for (; j0 < hi; j0 += key_tile) {
-      load_key_tile(in, hk, D, j0, lo, hi, kt, vs, static_cast<acc*>(nullptr), static_cast<acc*>(nullptr), ktok,
-                    valid);
+      load_key_tile(in, hk, D, j0, lo, hi, kt, vs, static_cast<acc*>(nullptr),
+                    static_cast<acc*>(nullptr), ktok, valid);
       for (int r0 = 0; r0 < query_tile; r0 += block_rows) {
         acc s[block_rows][key_tile];
         rows_times_tile<key_tile>(qs + r0 * D, kt, D, s);
@@ -231,18 +235,18 @@ struct DeltaKernel {
     const std::int64_t heads = static_cast<std::int64_t>(out.extent(1));
     const std::int64_t i = flat / heads, h = flat % heads;
     acc s = 0;
-    for (std::size_t d = 0; d < out.extent(2); ++d) s += static_cast<acc>(dout(i, h, d)) * static_cast<acc>(out(i, h, d));
+    for (std::size_t d = 0; d < out.extent(2); ++d)
+      s += static_cast<acc>(dout(i, h, d)) * static_cast<acc>(out(i, h, d));
     delta(i, h) = s;
   }
 };
 
 /// Softmax weights and their score gradients of a block of rows against one key tile.
 template <class Scalar, class MemorySpace, class Mask, class T>
-KOKKOS_INLINE_FUNCTION void weights_and_gradients(const AttentionInputs<Scalar, MemorySpace>& in, const Mask& mask,
-                                                  int D, const T* qs, const T* dos, const T* kt, const T* vt,
-                                                  const T* lse, const T* delta, const mask::Token* qtok,
-                                                  const bool* qvalid, const mask::Token* ktok, const bool* kvalid,
-                                                  T* ps, T* dss) {
+KOKKOS_INLINE_FUNCTION void weights_and_gradients(
+    const AttentionInputs<Scalar, MemorySpace>& in, const Mask& mask, int D, const T* qs,
+    const T* dos, const T* kt, const T* vt, const T* lse, const T* delta, const mask::Token* qtok,
+    const bool* qvalid, const mask::Token* ktok, const bool* kvalid, T* ps, T* dss) {
   T s[block_rows][key_tile], dp[block_rows][key_tile];
   rows_times_tile<key_tile>(qs, kt, D, s);
   rows_times_tile<key_tile>(dos, vt, D, dp);
@@ -271,7 +275,8 @@ struct QueryGradientKernel {
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
     return sizeof(acc) * (3 * std::size_t(query_tile) * dim + 3 * std::size_t(key_tile) * dim +
-                          std::size_t(query_tile) * key_tile + 2 * query_tile) + 64;
+                          std::size_t(query_tile) * key_tile + 2 * query_tile) +
+           64;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
@@ -309,8 +314,9 @@ struct QueryGradientKernel {
     for (; j0 < hi; j0 += key_tile) {
       load_key_tile(in, hk, D, j0, lo, hi, kt, static_cast<acc*>(nullptr), vt, ks, ktok, kvalid);
       for (int r0 = 0; r0 < query_tile; r0 += block_rows) {
-        weights_and_gradients(in, mask, D, qs + r0 * D, dos + r0 * D, kt, vt, lses + r0, deltas + r0, qtok + r0,
-                              qvalid + r0, ktok, kvalid, static_cast<acc*>(nullptr), dss + r0 * key_tile);
+        weights_and_gradients(in, mask, D, qs + r0 * D, dos + r0 * D, kt, vt, lses + r0,
+                              deltas + r0, qtok + r0, qvalid + r0, ktok, kvalid,
+                              static_cast<acc*>(nullptr), dss + r0 * key_tile);
         accumulate_rows<key_tile>(dss + r0 * key_tile, ks, D, dqs + r0 * D);
       }
     }
@@ -335,7 +341,8 @@ struct KeyGradientKernel {
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
     return sizeof(acc) * (2 * std::size_t(query_tile) * dim + 4 * std::size_t(key_tile) * dim +
-                          2 * std::size_t(query_tile) * key_tile + 2 * query_tile) + 64;
+                          2 * std::size_t(query_tile) * key_tile + 2 * query_tile) +
+           64;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
@@ -356,8 +363,8 @@ struct KeyGradientKernel {
     mask::Token qtok[query_tile], ktok[key_tile];
     bool qvalid[query_tile], kvalid[key_tile];
     const acc scale = static_cast<acc>(in.scale);
-    load_key_tile(in, hk, D, j0, j0, j0 + nkt, kt, static_cast<acc*>(nullptr), vt, static_cast<acc*>(nullptr), ktok,
-                  kvalid);
+    load_key_tile(in, hk, D, j0, j0, j0 + nkt, kt, static_cast<acc*>(nullptr), vt,
+                  static_cast<acc*>(nullptr), ktok, kvalid);
     for (int x = 0; x < key_tile * D; ++x) {
       dks[x] = acc(0);
       dvs[x] = acc(0);
@@ -365,7 +372,8 @@ struct KeyGradientKernel {
     // Queries that may see a key of this tile: positions in [first key, last key + W - 1].
     const std::int64_t first = in.k_pos(j0), last = in.k_pos(j0 + nkt - 1);
     const std::int64_t qlo = lower_bound(in.q_pos, shape.tq, first);
-    const std::int64_t qhi = in.window > 0 ? upper_bound(in.q_pos, shape.tq, last + in.window - 1) : shape.tq;
+    const std::int64_t qhi =
+        in.window > 0 ? upper_bound(in.q_pos, shape.tq, last + in.window - 1) : shape.tq;
     for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h) {
       for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_tile) {
         for (int r = 0; r < query_tile; ++r) {
@@ -380,8 +388,9 @@ struct KeyGradientKernel {
           }
         }
         for (int r0 = 0; r0 < query_tile; r0 += block_rows)
-          weights_and_gradients(in, mask, D, qs + r0 * D, dos + r0 * D, kt, vt, lses + r0, deltas + r0,
-                                qtok + r0, qvalid + r0, ktok, kvalid, ps + r0 * key_tile, dss + r0 * key_tile);
+          weights_and_gradients(in, mask, D, qs + r0 * D, dos + r0 * D, kt, vt, lses + r0,
+                                deltas + r0, qtok + r0, qvalid + r0, ktok, kvalid,
+                                ps + r0 * key_tile, dss + r0 * key_tile);
         for (int j = 0; j < key_tile; j += block_rows) {
           accumulate_columns<query_tile, key_tile>(ps, dos, D, j, dvs);
           accumulate_columns<query_tile, key_tile>(dss, qs, D, j, dks);
@@ -397,8 +406,8 @@ struct KeyGradientKernel {
 };
 
 template <class ExecutionSpace>
-Kokkos::TeamPolicy<ExecutionSpace> kernel_policy(const ExecutionSpace& space, std::int64_t league, std::size_t bytes,
-                                                 int& level) {
+Kokkos::TeamPolicy<ExecutionSpace> kernel_policy(const ExecutionSpace& space, std::int64_t league,
+                                                 std::size_t bytes, int& level) {
   level = bytes <= 32768 ? 0 : 1;
   return Kokkos::TeamPolicy<ExecutionSpace>(space, static_cast<int>(league), 1)
       .set_scratch_size(level, Kokkos::PerTeam(bytes));
@@ -425,12 +434,15 @@ void check_kernel_shapes(const AttentionInputs<Scalar, MemorySpace>& in, const s
 /// large negative lse, never NaN). Query head `h` reads key head `h / (Hq / Hkv)`; key `j` is
 /// visible to query `i` iff `mask(token_i, token_j)` and `pos_j` lies in `(pos_i - W, pos_i]`.
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void attention_forward(const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-                       const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-                       const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
-  static_assert(mask::is_mask_v<Mask>, "ctxpar::swa::attention_forward: the mask must be a ctxpar::mask expression");
-  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
-                "ctxpar::swa::attention_forward: the views must be accessible from the execution space");
+void attention_forward(
+    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
+    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
+  static_assert(mask::is_mask_v<Mask>,
+                "ctxpar::swa::attention_forward: the mask must be a ctxpar::mask expression");
+  static_assert(
+      Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
+      "ctxpar::swa::attention_forward: the views must be accessible from the execution space");
   impl::check_kernel_shapes(in, "ctxpar::swa::attention_forward");
   const impl::KernelShape<Scalar, MemorySpace> shape(in);
   if (shape.tq == 0 || shape.hq == 0) return;
@@ -438,38 +450,46 @@ void attention_forward(const ExecutionSpace& space, const Mask& mask, const Atte
   using Kernel = impl::ForwardKernel<Scalar, MemorySpace, Mask, Member>;
   const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
   int level = 0;
-  auto policy = impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(shape.dim), level);
-  Kokkos::parallel_for("ctxpar::swa::attention_forward", policy, Kernel{in, out, lse, mask, shape, tiles, level});
+  auto policy =
+      impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(shape.dim), level);
+  Kokkos::parallel_for("ctxpar::swa::attention_forward", policy,
+                       Kernel{in, out, lse, mask, shape, tiles, level});
 }
 
 /// Backward of `attention_forward`: from `dout [tq, Hq, D]`, the forward's `out` and `lse`, writes
 /// the gradients with respect to the rotated queries `dq [tq, Hq, D]`, the rotated keys
 /// `dk [nk, Hkv, D]` and the values `dv [nk, Hkv, D]` (overwritten).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void attention_backward(const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-                        const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-                        const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
-                        const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
-                        const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
-                        const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
-                        const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
-  static_assert(mask::is_mask_v<Mask>, "ctxpar::swa::attention_backward: the mask must be a ctxpar::mask expression");
-  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
-                "ctxpar::swa::attention_backward: the views must be accessible from the execution space");
+void attention_backward(
+    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
+    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
+  static_assert(mask::is_mask_v<Mask>,
+                "ctxpar::swa::attention_backward: the mask must be a ctxpar::mask expression");
+  static_assert(
+      Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
+      "ctxpar::swa::attention_backward: the views must be accessible from the execution space");
   using acc = accumulator_t<Scalar>;
   impl::check_kernel_shapes(in, "ctxpar::swa::attention_backward");
   const impl::KernelShape<Scalar, MemorySpace> shape(in);
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> delta(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::delta")), shape.tq, shape.hq);
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::delta")), shape.tq,
+      shape.hq);
   if (shape.tq > 0 && shape.hq > 0) {
     Kokkos::parallel_for("ctxpar::swa::attention_delta",
-                         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, shape.tq * shape.hq),
+                         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                             space, 0, shape.tq * shape.hq),
                          impl::DeltaKernel<Scalar, MemorySpace>{out, dout, delta});
     using QKernel = impl::QueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
     const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
     int level = 0;
-    auto policy = impl::kernel_policy(space, tiles * shape.hq, QKernel::scratch_bytes(shape.dim), level);
+    auto policy =
+        impl::kernel_policy(space, tiles * shape.hq, QKernel::scratch_bytes(shape.dim), level);
     Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
                          QKernel{in, dout, lse, delta, dq, mask, shape, tiles, level});
   }
@@ -477,7 +497,8 @@ void attention_backward(const ExecutionSpace& space, const Mask& mask, const Att
     using KKernel = impl::KeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
     const std::int64_t tiles = (shape.nk + key_tile - 1) / key_tile;
     int level = 0;
-    auto policy = impl::kernel_policy(space, tiles * shape.hkv, KKernel::scratch_bytes(shape.dim), level);
+    auto policy =
+        impl::kernel_policy(space, tiles * shape.hkv, KKernel::scratch_bytes(shape.dim), level);
     Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", policy,
                          KKernel{in, dout, lse, delta, dk, dv, mask, shape, tiles, level});
   }

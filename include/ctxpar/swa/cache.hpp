@@ -36,13 +36,16 @@ Cache<Scalar, MemorySpace> empty_cache(std::int64_t kv_heads, std::int64_t dim) 
 
 /// Allocates an uninitialised block of `n` tokens (ids only when `with_ids`).
 template <class Scalar, class MemorySpace>
-KvBlock<Scalar, MemorySpace> allocate_block(std::int64_t n, std::int64_t kv_heads, std::int64_t dim, bool with_ids,
-                                            const std::string& label) {
+KvBlock<Scalar, MemorySpace> allocate_block(std::int64_t n, std::int64_t kv_heads, std::int64_t dim,
+                                            bool with_ids, const std::string& label) {
   KvBlock<Scalar, MemorySpace> b;
-  b.k = Tensor<Scalar, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n, kv_heads, dim);
-  b.v = Tensor<Scalar, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n, kv_heads, dim);
+  b.k = Tensor<Scalar, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n,
+                                    kv_heads, dim);
+  b.v = Tensor<Scalar, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n,
+                                    kv_heads, dim);
   b.pos = Positions<MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
-  b.ids = Ids<MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), with_ids ? n : 0);
+  b.ids =
+      Ids<MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), with_ids ? n : 0);
   return b;
 }
 

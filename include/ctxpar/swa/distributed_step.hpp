@@ -4,8 +4,8 @@
 /// queries that need them (`RopeBeforeGather`, `RopeAfterGather`, `HaloKV`).
 #pragma once
 
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -106,7 +106,8 @@ inline std::int64_t bits_of(double x) {
 /// (sending) and `rank - d` (receiving); pairs with nothing to move skip the round.
 template <class ExecutionSpace, class SendView, class RecvView>
 void exchange_pairwise(const ExecutionSpace& space, const Group& group, const SendView& send,
-                       const std::vector<int>& send_counts, const RecvView& recv, const std::vector<int>& recv_counts) {
+                       const std::vector<int>& send_counts, const RecvView& recv,
+                       const std::vector<int>& recv_counts) {
   const int p = group.size(), me = group.rank();
   std::vector<std::int64_t> sd(p, 0), rd(p, 0);
   for (int i = 1; i < p; ++i) {
@@ -132,8 +133,9 @@ inline std::vector<int> scaled(const std::vector<int>& counts, std::int64_t fact
 /// Collective checks of the distributed forward, agreed before any data moves. Returns the
 /// layout of the step.
 template <class Scalar, class MemorySpace>
-AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>& chunk, std::int64_t chunk_length,
-                           const Cache<Scalar, MemorySpace>& cache, const Options& options, int policy, bool& with_ids) {
+AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>& chunk,
+                           std::int64_t chunk_length, const Cache<Scalar, MemorySpace>& cache,
+                           const Options& options, int policy, bool& with_ids) {
   Preconditions chk(group, "ctxpar::swa::forward");
   impl::check_inputs(chk, chunk, cache, options);
   const int p = group.size(), me = group.rank();
@@ -145,9 +147,12 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
     return v;
   };
   constexpr int fields = 7;
-  std::int64_t mine[fields] = {static_cast<std::int64_t>(cache.pos.extent(0)), first(cache.pos, false),
-                               first(cache.pos, true), static_cast<std::int64_t>(chunk.pos.extent(0)),
-                               first(chunk.pos, false), first(chunk.pos, true),
+  std::int64_t mine[fields] = {static_cast<std::int64_t>(cache.pos.extent(0)),
+                               first(cache.pos, false),
+                               first(cache.pos, true),
+                               static_cast<std::int64_t>(chunk.pos.extent(0)),
+                               first(chunk.pos, false),
+                               first(chunk.pos, true),
                                chunk.ids.extent(0) > 0 || cache.ids.extent(0) > 0 ? 1 : 0};
   std::vector<std::int64_t> all(static_cast<std::size_t>(fields * p));
   MPI_Allgather(mine, fields, MPI_INT64_T, all.data(), fields, MPI_INT64_T, group.mpi_comm());
@@ -158,21 +163,28 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
     c += at(r, 0);
     if (at(r, 0) + at(r, 3) > 0) any_ids = any_ids || at(r, 6);
   }
-  chk.require(options.window == 0 || c <= options.window - 1, "the cache must not be longer than W - 1",
-              "at most " + std::to_string(options.window - 1), std::to_string(c) + " keys over all ranks");
+  chk.require(
+      options.window == 0 || c <= options.window - 1, "the cache must not be longer than W - 1",
+      "at most " + std::to_string(options.window - 1), std::to_string(c) + " keys over all ranks");
   const BalancedChunks chunks{chunk_length, p}, caches{c, p};
-  chk.require(at(me, 3) == chunks.size(me), "this rank's chunk shard must hold its BalancedChunks(t, P) share",
-              std::to_string(chunks.size(me)) + " tokens (t = " + std::to_string(chunk_length) + ")",
-              std::to_string(at(me, 3)));
-  chk.require(at(me, 0) == caches.size(me), "this rank's cache shard must hold its BalancedChunks(c, P) share",
-              std::to_string(caches.size(me)) + " keys (c = " + std::to_string(c) + ")", std::to_string(at(me, 0)));
+  chk.require(
+      at(me, 3) == chunks.size(me),
+      "this rank's chunk shard must hold its BalancedChunks(t, P) share",
+      std::to_string(chunks.size(me)) + " tokens (t = " + std::to_string(chunk_length) + ")",
+      std::to_string(at(me, 3)));
+  chk.require(at(me, 0) == caches.size(me),
+              "this rank's cache shard must hold its BalancedChunks(c, P) share",
+              std::to_string(caches.size(me)) + " keys (c = " + std::to_string(c) + ")",
+              std::to_string(at(me, 0)));
   if (at(me, 0) > 0) {
     for (int q = me - 1; q >= 0; --q)
       if (at(q, 0) > 0) {
-        chk.require(at(me, 1) > at(q, 2),
-                    "positions must be strictly increasing along the key/value axis across shard borders",
-                    "first cache position > " + std::to_string(at(q, 2)) + " (rank " + std::to_string(q) + ")",
-                    std::to_string(at(me, 1)));
+        chk.require(
+            at(me, 1) > at(q, 2),
+            "positions must be strictly increasing along the key/value axis across shard borders",
+            "first cache position > " + std::to_string(at(q, 2)) + " (rank " + std::to_string(q) +
+                ")",
+            std::to_string(at(me, 1)));
         break;
       }
   }
@@ -180,26 +192,32 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
     bool found = false;
     for (int q = me - 1; q >= 0 && !found; --q)
       if (at(q, 3) > 0) {
-        chk.require(at(me, 4) > at(q, 5),
-                    "positions must be strictly increasing along the key/value axis across shard borders",
-                    "first chunk position > " + std::to_string(at(q, 5)) + " (rank " + std::to_string(q) + ")",
-                    std::to_string(at(me, 4)));
+        chk.require(
+            at(me, 4) > at(q, 5),
+            "positions must be strictly increasing along the key/value axis across shard borders",
+            "first chunk position > " + std::to_string(at(q, 5)) + " (rank " + std::to_string(q) +
+                ")",
+            std::to_string(at(me, 4)));
         found = true;
       }
     for (int q = p - 1; q >= 0 && !found; --q)
       if (at(q, 0) > 0) {
-        chk.require(at(me, 4) > at(q, 2),
-                    "positions must be strictly increasing along the key/value axis (cache before chunk)",
-                    "first chunk position > last cache position " + std::to_string(at(q, 2)), std::to_string(at(me, 4)));
+        chk.require(
+            at(me, 4) > at(q, 2),
+            "positions must be strictly increasing along the key/value axis (cache before chunk)",
+            "first chunk position > last cache position " + std::to_string(at(q, 2)),
+            std::to_string(at(me, 4)));
         found = true;
       }
   }
-  chk.require(cache.length() == 0 || chunk.length() == 0 || (cache.ids.extent(0) > 0) == (chunk.ids.extent(0) > 0),
+  chk.require(cache.length() == 0 || chunk.length() == 0 ||
+                  (cache.ids.extent(0) > 0) == (chunk.ids.extent(0) > 0),
               "ids must be given for both the cache and the chunk shard, or for neither",
-              chunk.ids.extent(0) > 0 ? "cache ids" : "no cache ids", cache.ids.extent(0) > 0 ? "cache ids" : "none");
+              chunk.ids.extent(0) > 0 ? "cache ids" : "no cache ids",
+              cache.ids.extent(0) > 0 ? "cache ids" : "none");
   if (at(me, 0) + at(me, 3) > 0)
-    chk.require(at(me, 6) == any_ids, "ids must be given on every rank or on none", any_ids ? "ids" : "no ids",
-                at(me, 6) ? "ids" : "no ids");
+    chk.require(at(me, 6) == any_ids, "ids must be given on every rank or on none",
+                any_ids ? "ids" : "no ids", at(me, 6) ? "ids" : "no ids");
   chk.require_same("the window", options.window)
       .require_same("the head dimension", static_cast<std::int64_t>(chunk.q.extent(2)))
       .require_same("the query head count", static_cast<std::int64_t>(chunk.q.extent(1)))
@@ -229,24 +247,30 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
 /// a rank is `O((W + t) / P)`. Communication per call (besides the precondition agreement):
 /// - `RopeBeforeGather`: one all-gather of rotated K | V | pos | id records, and one all-to-all of
 ///   the raw records of the next cache's shards (at most `W - 1` tokens in all);
-/// - `RopeAfterGather`: one all-gather of raw records, nothing else (the next cache is cut locally);
-/// - `HaloKV`: point-to-point messages of the `W - 1` rotated records before each rank's first query
+/// - `RopeAfterGather`: one all-gather of raw records, nothing else (the next cache is cut
+/// locally);
+/// - `HaloKV`: point-to-point messages of the `W - 1` rotated records before each rank's first
+/// query
 ///   (from whichever ranks own them), and the next-cache all-to-all.
 /// Forward outputs are bitwise identical for every rank count and policy (same key tiles and
 /// summation order per query). Bad input on any rank makes every rank throw the same
 /// `ctxpar::Error` before any data moves.
 template <class Policy = RopeBeforeGather, class ExecutionSpace, class Scalar, class MemorySpace>
 DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, const Group& group,
-                                               const Chunk<Scalar, MemorySpace>& chunk, std::int64_t chunk_length,
-                                               const Cache<Scalar, MemorySpace>& cache, const Options& options,
-                                               Policy = Policy{}) {
-  static_assert(is_policy_v<Policy>, "ctxpar::swa::forward: the policy must be RopeBeforeGather, RopeAfterGather or HaloKV");
+                                               const Chunk<Scalar, MemorySpace>& chunk,
+                                               std::int64_t chunk_length,
+                                               const Cache<Scalar, MemorySpace>& cache,
+                                               const Options& options, Policy = Policy{}) {
+  static_assert(
+      is_policy_v<Policy>,
+      "ctxpar::swa::forward: the policy must be RopeBeforeGather, RopeAfterGather or HaloKV");
   using tensor_type = Tensor<Scalar, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::forward", ExecutionSpace, tensor_type);
   compat::ScopedRegion region("ctxpar::swa::forward");
   constexpr int policy = impl::policy_id<Policy>();
   bool with_ids = false;
-  const impl::AxisLayout layout = impl::agree_on_inputs(group, chunk, chunk_length, cache, options, policy, with_ids);
+  const impl::AxisLayout layout =
+      impl::agree_on_inputs(group, chunk, chunk_length, cache, options, policy, with_ids);
   const int me = group.rank();
   const std::int64_t hq = chunk.q.extent(1), hkv = chunk.k.extent(1), dim = chunk.q.extent(2);
   const std::int64_t c_r = cache.length(), t_r = chunk.length(), n_r = c_r + t_r;
@@ -261,7 +285,8 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
   st.next_cache_length = next_cache_length(options.window, layout.length());
 
   // This rank's records: its cache shard then its chunk shard, raw.
-  KvBlock<Scalar, MemorySpace> own = allocate_block<Scalar, MemorySpace>(n_r, hkv, dim, with_ids, "ctxpar::swa::own");
+  KvBlock<Scalar, MemorySpace> own =
+      allocate_block<Scalar, MemorySpace>(n_r, hkv, dim, with_ids, "ctxpar::swa::own");
   impl::copy_tokens(space, own.k, 0, cache.k, 0, c_r);
   impl::copy_tokens(space, own.k, c_r, chunk.k, 0, t_r);
   impl::copy_tokens(space, own.v, 0, cache.v, 0, c_r);
@@ -275,11 +300,15 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
   st.own_pos = own.pos;
   KvBlock<Scalar, MemorySpace> own_rot = own;
   if constexpr (policy != 1) {
-    own_rot.k = tensor_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::own_k_rot")), n_r, hkv, dim);
+    own_rot.k = tensor_type(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::own_k_rot")), n_r,
+        hkv, dim);
     rope_forward(space, own.k, own.pos, options.rope_base, own_rot.k);
   }
 
-  st.q_rot = tensor_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::q_rot")), t_r, hq, dim);
+  st.q_rot = tensor_type(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::q_rot")), t_r, hq,
+      dim);
   rope_forward(space, chunk.q, chunk.pos, options.rope_base, st.q_rot);
   st.q_pos = chunk.pos;
   st.q_ids = with_ids ? chunk.ids : Ids<MemorySpace>("ctxpar::swa::no_ids", 0);
@@ -294,31 +323,42 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
       counts[r] = static_cast<int>(layout.records(r) * bytes);
       if (r > 0) displ[r] = displ[r - 1] + layout.records(r - 1);
     }
-    impl::Bytes<MemorySpace> send(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::send")), n_r * bytes);
-    impl::Bytes<MemorySpace> recv(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::gathered")),
-                                  length * bytes);
+    impl::Bytes<MemorySpace> send(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::send")),
+        n_r * bytes);
+    impl::Bytes<MemorySpace> recv(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::gathered")),
+        length * bytes);
     impl::pack_records(space, own_rot, impl::Index<MemorySpace>(), n_r, send);
     allgatherv(space, group, send, recv, counts);
     std::vector<std::int64_t> source(static_cast<std::size_t>(length));
-    for (std::int64_t a = 0; a < length; ++a) source[a] = displ[layout.owner(a)] + layout.record_of(a);
+    for (std::int64_t a = 0; a < length; ++a)
+      source[a] = displ[layout.owner(a)] + layout.record_of(a);
     st.axis_source = impl::to_device<MemorySpace>(source, "ctxpar::swa::axis_source");
-    KvBlock<Scalar, MemorySpace> gathered = allocate_block<Scalar, MemorySpace>(length, hkv, dim, with_ids, "ctxpar::swa::axis");
+    KvBlock<Scalar, MemorySpace> gathered =
+        allocate_block<Scalar, MemorySpace>(length, hkv, dim, with_ids, "ctxpar::swa::axis");
     impl::unpack_records(space, recv, own_rot, st.axis_source, gathered);
     st.axis = gathered;
     if constexpr (policy == 1) {
       raw_axis = gathered;
-      st.axis.k = tensor_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::k_rot")), length, hkv, dim);
+      st.axis.k = tensor_type(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::k_rot")),
+          length, hkv, dim);
       rope_forward(space, raw_axis.k, raw_axis.pos, options.rope_base, st.axis.k);
     }
     st.key_origin = 0;
   } else {
     // Only the W - 1 records before this rank's first query travel, point to point.
-    st.halo = impl::make_plan(layout, me, [&](int r) { return impl::halo_range(layout, options.window, r); });
-    impl::Bytes<MemorySpace> send(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::halo_send")),
-                                  st.halo.send_total() * bytes);
-    impl::Bytes<MemorySpace> recv(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::halo_recv")),
-                                  st.halo.recv_total() * bytes);
-    st.halo_send_records = impl::to_device<MemorySpace>(st.halo.send_records, "ctxpar::swa::halo_send_records");
+    st.halo = impl::make_plan(layout, me,
+                              [&](int r) { return impl::halo_range(layout, options.window, r); });
+    impl::Bytes<MemorySpace> send(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::halo_send")),
+        st.halo.send_total() * bytes);
+    impl::Bytes<MemorySpace> recv(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::halo_recv")),
+        st.halo.recv_total() * bytes);
+    st.halo_send_records =
+        impl::to_device<MemorySpace>(st.halo.send_records, "ctxpar::swa::halo_send_records");
     impl::pack_records(space, own_rot, st.halo_send_records, st.halo.send_total(), send);
     impl::exchange_pairwise(space, group, send, impl::scaled(st.halo.send_counts, bytes), recv,
                             impl::scaled(st.halo.recv_counts, bytes));
@@ -326,34 +366,42 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
     for (std::int64_t i = 0; i < t_r; ++i) source.push_back(-(c_r + i + 1));
     st.key_origin = t_r > 0 ? st.halo.lo : 0;
     st.axis_source = impl::to_device<MemorySpace>(source, "ctxpar::swa::axis_source");
-    st.axis = allocate_block<Scalar, MemorySpace>(static_cast<std::int64_t>(source.size()), hkv, dim, with_ids,
-                                                  "ctxpar::swa::halo_axis");
+    st.axis = allocate_block<Scalar, MemorySpace>(static_cast<std::int64_t>(source.size()), hkv,
+                                                  dim, with_ids, "ctxpar::swa::halo_axis");
     impl::unpack_records(space, recv, own_rot, st.axis_source, st.axis);
   }
 
   st.out = tensor_type("ctxpar::swa::out", t_r, hq, dim);
   st.lse = decltype(st.lse)("ctxpar::swa::lse", t_r, hq);
-  const auto in = impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, st.key_origin, options.window, st.scale);
+  const auto in = impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, st.key_origin,
+                                         options.window, st.scale);
   attention_forward(space, window_mask(options.window), in, st.out, st.lse);
   result.out = st.out;
 
   // The next cache, re-sharded by BalancedChunks(n, P) over the last n axis tokens.
   const std::int64_t n = st.next_cache_length;
-  st.reshard = impl::make_plan(layout, me, [&](int r) { return impl::next_cache_range(layout, n, r); });
-  st.reshard_source = impl::to_device<MemorySpace>(st.reshard.source, "ctxpar::swa::reshard_source");
-  st.reshard_send_records = impl::to_device<MemorySpace>(st.reshard.send_records, "ctxpar::swa::reshard_send_records");
+  st.reshard =
+      impl::make_plan(layout, me, [&](int r) { return impl::next_cache_range(layout, n, r); });
+  st.reshard_source =
+      impl::to_device<MemorySpace>(st.reshard.source, "ctxpar::swa::reshard_source");
+  st.reshard_send_records =
+      impl::to_device<MemorySpace>(st.reshard.send_records, "ctxpar::swa::reshard_send_records");
   const std::int64_t n_next = st.reshard.hi - st.reshard.lo;
-  result.next_cache = allocate_block<Scalar, MemorySpace>(n_next, hkv, dim, with_ids, "ctxpar::swa::next_cache");
+  result.next_cache =
+      allocate_block<Scalar, MemorySpace>(n_next, hkv, dim, with_ids, "ctxpar::swa::next_cache");
   if constexpr (policy == 1) {
     impl::copy_tokens(space, result.next_cache.k, 0, raw_axis.k, st.reshard.lo, n_next);
     impl::copy_tokens(space, result.next_cache.v, 0, raw_axis.v, st.reshard.lo, n_next);
     impl::copy_tokens(space, result.next_cache.pos, 0, raw_axis.pos, st.reshard.lo, n_next);
-    if (with_ids) impl::copy_tokens(space, result.next_cache.ids, 0, raw_axis.ids, st.reshard.lo, n_next);
+    if (with_ids)
+      impl::copy_tokens(space, result.next_cache.ids, 0, raw_axis.ids, st.reshard.lo, n_next);
   } else {
-    impl::Bytes<MemorySpace> send(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::reshard_send")),
-                                  st.reshard.send_total() * bytes);
-    impl::Bytes<MemorySpace> recv(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::reshard_recv")),
-                                  st.reshard.recv_total() * bytes);
+    impl::Bytes<MemorySpace> send(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::reshard_send")),
+        st.reshard.send_total() * bytes);
+    impl::Bytes<MemorySpace> recv(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::reshard_recv")),
+        st.reshard.recv_total() * bytes);
     impl::pack_records(space, own, st.reshard_send_records, st.reshard.send_total(), send);
     alltoallv(space, group, send, impl::scaled(st.reshard.send_counts, bytes), recv,
               impl::scaled(st.reshard.recv_counts, bytes));
@@ -368,10 +416,10 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
 /// gradients of the gathered axis are reduce-scattered to their owners (all-gather policies) or
 /// sent back point to point (`HaloKV`); RoPE's backward runs per shard on the owners.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-StepGradients<Scalar, MemorySpace> backward(const ExecutionSpace& space, const Group& group,
-                                            const DistributedState<Scalar, MemorySpace>& st,
-                                            const Tensor<Scalar, MemorySpace>& dout,
-                                            const CacheGradient<Scalar, MemorySpace>& d_next_cache = {}) {
+StepGradients<Scalar, MemorySpace> backward(
+    const ExecutionSpace& space, const Group& group,
+    const DistributedState<Scalar, MemorySpace>& st, const Tensor<Scalar, MemorySpace>& dout,
+    const CacheGradient<Scalar, MemorySpace>& d_next_cache = {}) {
   using tensor_type = Tensor<Scalar, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::backward", ExecutionSpace, tensor_type);
   compat::ScopedRegion region("ctxpar::swa::backward");
@@ -383,16 +431,18 @@ StepGradients<Scalar, MemorySpace> backward(const ExecutionSpace& space, const G
   const std::int64_t n_next = st.reshard.hi - st.reshard.lo;
   {
     Preconditions chk(group, "ctxpar::swa::backward");
-    chk.require(dout.extent(0) == static_cast<std::size_t>(t_r) && dout.extent(1) == static_cast<std::size_t>(hq) &&
-                    dout.extent(2) == static_cast<std::size_t>(dim),
-                "dout must have the shape of this rank's output",
-                "[" + std::to_string(t_r) + ", " + std::to_string(hq) + ", " + std::to_string(dim) + "]",
-                "[" + std::to_string(dout.extent(0)) + ", " + std::to_string(dout.extent(1)) + ", " +
-                    std::to_string(dout.extent(2)) + "]");
+    chk.require(
+        dout.extent(0) == static_cast<std::size_t>(t_r) &&
+            dout.extent(1) == static_cast<std::size_t>(hq) &&
+            dout.extent(2) == static_cast<std::size_t>(dim),
+        "dout must have the shape of this rank's output",
+        "[" + std::to_string(t_r) + ", " + std::to_string(hq) + ", " + std::to_string(dim) + "]",
+        "[" + std::to_string(dout.extent(0)) + ", " + std::to_string(dout.extent(1)) + ", " +
+            std::to_string(dout.extent(2)) + "]");
     chk.require(!has_next || (d_next_cache.dk.extent(0) == static_cast<std::size_t>(n_next) &&
                               d_next_cache.dv.extent(0) == static_cast<std::size_t>(n_next)),
-                "the next-cache gradient must match this rank's next-cache shard", std::to_string(n_next),
-                std::to_string(d_next_cache.dk.extent(0)));
+                "the next-cache gradient must match this rank's next-cache shard",
+                std::to_string(n_next), std::to_string(d_next_cache.dk.extent(0)));
     chk.require_same("whether a next-cache gradient is given", has_next ? 1 : 0);
     chk.agree();
   }
@@ -400,34 +450,46 @@ StepGradients<Scalar, MemorySpace> backward(const ExecutionSpace& space, const G
   tensor_type dq_rot("ctxpar::swa::dq_rot", t_r, hq, dim);
   tensor_type dk_axis("ctxpar::swa::dk_axis", st.axis.length(), hkv, dim);
   tensor_type dv_axis("ctxpar::swa::dv_axis", st.axis.length(), hkv, dim);
-  const auto in = impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, st.key_origin, st.options.window, st.scale);
-  attention_backward(space, window_mask(st.options.window), in, Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
-                     Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(st.lse),
-                     Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis, dv_axis);
+  const auto in = impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, st.key_origin,
+                                         st.options.window, st.scale);
+  attention_backward(
+      space, window_mask(st.options.window), in,
+      Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
+      Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(st.lse),
+      Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
+      dv_axis);
 
-  tensor_type own_dk("ctxpar::swa::own_dk", n_r, hkv, dim), own_dv("ctxpar::swa::own_dv", n_r, hkv, dim);
+  tensor_type own_dk("ctxpar::swa::own_dk", n_r, hkv, dim),
+      own_dv("ctxpar::swa::own_dv", n_r, hkv, dim);
   if (st.policy != 2) {
     // Sum every rank's partial gradient of the gathered axis onto the owners.
     const std::int64_t length = st.layout.length();
-    impl::GradientRecords<Scalar, MemorySpace> all("ctxpar::swa::gradient_records", length, 2 * per);
+    impl::GradientRecords<Scalar, MemorySpace> all("ctxpar::swa::gradient_records", length,
+                                                   2 * per);
     impl::route_gradients(space, dk_axis, dv_axis, st.axis_source, all, own_dk, own_dv);
-    impl::GradientRecords<Scalar, MemorySpace> mine(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::own_gradients")),
-                                                    n_r, 2 * per);
+    impl::GradientRecords<Scalar, MemorySpace> mine(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::own_gradients")),
+        n_r, 2 * per);
     std::vector<int> counts(static_cast<std::size_t>(st.layout.ranks));
-    for (int r = 0; r < st.layout.ranks; ++r) counts[r] = static_cast<int>(st.layout.records(r) * 2 * per);
+    for (int r = 0; r < st.layout.ranks; ++r)
+      counts[r] = static_cast<int>(st.layout.records(r) * 2 * per);
     reduce_scatter(space, group, all, mine, counts);
     impl::split_gradient_records(space, mine, own_dk, own_dv);
   } else {
     // Own keys accumulate locally; halo keys go back to their owners, who add them up.
-    impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::halo_gradients", st.halo.recv_total(), 2 * per);
+    impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::halo_gradients",
+                                                    st.halo.recv_total(), 2 * per);
     impl::route_gradients(space, dk_axis, dv_axis, st.axis_source, back, own_dk, own_dv);
-    impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::halo_gradients_in", st.halo.send_total(), 2 * per);
+    impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::halo_gradients_in",
+                                                   st.halo.send_total(), 2 * per);
     using flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
-    impl::exchange_pairwise(space, group, flat(back.data(), back.span()), impl::scaled(st.halo.recv_counts, 2 * per),
-                            flat(got.data(), got.span()), impl::scaled(st.halo.send_counts, 2 * per));
+    impl::exchange_pairwise(
+        space, group, flat(back.data(), back.span()), impl::scaled(st.halo.recv_counts, 2 * per),
+        flat(got.data(), got.span()), impl::scaled(st.halo.send_counts, 2 * per));
     std::int64_t from = 0;
     for (int r = 0; r < st.layout.ranks; ++r) {
-      impl::add_gradient_records(space, got, st.halo_send_records, from, from + st.halo.send_counts[r], own_dk, own_dv);
+      impl::add_gradient_records(space, got, st.halo_send_records, from,
+                                 from + st.halo.send_counts[r], own_dk, own_dv);
       from += st.halo.send_counts[r];
     }
   }
@@ -435,20 +497,26 @@ StepGradients<Scalar, MemorySpace> backward(const ExecutionSpace& space, const G
 
   if (has_next) {
     // The next cache holds raw keys, so its gradient joins after the RoPE backward.
-    impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::cache_gradients", st.reshard.recv_total(), 2 * per);
-    impl::route_gradients(space, d_next_cache.dk, d_next_cache.dv, st.reshard_source, back, own_dk, own_dv);
-    impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::cache_gradients_in", st.reshard.send_total(), 2 * per);
+    impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::cache_gradients",
+                                                    st.reshard.recv_total(), 2 * per);
+    impl::route_gradients(space, d_next_cache.dk, d_next_cache.dv, st.reshard_source, back, own_dk,
+                          own_dv);
+    impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::cache_gradients_in",
+                                                   st.reshard.send_total(), 2 * per);
     alltoallv(space, group, back, impl::scaled(st.reshard.recv_counts, 2 * per), got,
               impl::scaled(st.reshard.send_counts, 2 * per));
     std::int64_t from = 0;
     for (int r = 0; r < st.layout.ranks; ++r) {
-      impl::add_gradient_records(space, got, st.reshard_send_records, from, from + st.reshard.send_counts[r], own_dk, own_dv);
+      impl::add_gradient_records(space, got, st.reshard_send_records, from,
+                                 from + st.reshard.send_counts[r], own_dk, own_dv);
       from += st.reshard.send_counts[r];
     }
   }
 
   StepGradients<Scalar, MemorySpace> g;
-  g.dq = tensor_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::dq")), t_r, hq, dim);
+  g.dq =
+      tensor_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::dq")),
+                  t_r, hq, dim);
   rope_backward(space, dq_rot, st.q_pos, st.options.rope_base, g.dq);
   g.dk = tensor_type("ctxpar::swa::dk", t_r, hkv, dim);
   g.dv = tensor_type("ctxpar::swa::dv", t_r, hkv, dim);

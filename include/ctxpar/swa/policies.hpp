@@ -25,8 +25,8 @@ struct HaloKV {};
 
 /// True for the three policy tags above.
 template <class Policy>
-inline constexpr bool is_policy_v = std::is_same_v<Policy, RopeBeforeGather> ||
-                                    std::is_same_v<Policy, RopeAfterGather> ||
-                                    std::is_same_v<Policy, HaloKV>;
+inline constexpr bool is_policy_v =
+    std::is_same_v<Policy, RopeBeforeGather> || std::is_same_v<Policy, RopeAfterGather> ||
+    std::is_same_v<Policy, HaloKV>;
 
 }  // namespace ctxpar::swa

@@ -33,7 +33,8 @@ struct RopeFunctor {
     const std::int64_t h = (flat / half) % heads;
     const std::int64_t i = flat / (half * heads);
     const double dim = static_cast<double>(2 * half);
-    const double angle = static_cast<double>(pos(i)) * compat::pow(base, -2.0 * static_cast<double>(d) / dim);
+    const double angle =
+        static_cast<double>(pos(i)) * compat::pow(base, -2.0 * static_cast<double>(d) / dim);
     const double c = compat::cos(angle);
     const double s = sign * compat::sin(angle);
     const double a = static_cast<double>(x(i, h, d));
@@ -45,17 +46,23 @@ struct RopeFunctor {
 };
 
 template <class ExecutionSpace, class InView, class OutView, class PosView>
-void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos, double base, double sign,
-                const OutView& y, const char* label) {
+void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos, double base,
+                double sign, const OutView& y, const char* label) {
   const std::string op = "ctxpar::swa::rope";
-  require_local(x.extent(2) % 2 == 0, op, "the head dimension must be even", "an even D", x.extent(2));
-  require_local(x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1) && x.extent(2) == y.extent(2), op,
-                "input and output shapes must match", x.extent(0), y.extent(0));
-  require_local(pos.extent(0) == x.extent(0), op, "one position per token", x.extent(0), pos.extent(0));
-  const std::int64_t n = static_cast<std::int64_t>(x.extent(0)), heads = static_cast<std::int64_t>(x.extent(1));
+  require_local(x.extent(2) % 2 == 0, op, "the head dimension must be even", "an even D",
+                x.extent(2));
+  require_local(
+      x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1) && x.extent(2) == y.extent(2), op,
+      "input and output shapes must match", x.extent(0), y.extent(0));
+  require_local(pos.extent(0) == x.extent(0), op, "one position per token", x.extent(0),
+                pos.extent(0));
+  const std::int64_t n = static_cast<std::int64_t>(x.extent(0)),
+                     heads = static_cast<std::int64_t>(x.extent(1));
   const std::int64_t half = static_cast<std::int64_t>(x.extent(2)) / 2;
   if (n * heads * half == 0) return;
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * heads * half),
+  Kokkos::parallel_for(label,
+                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                           space, 0, n * heads * half),
                        RopeFunctor<InView, OutView, PosView>{x, y, pos, base, sign, heads, half});
 }
 
@@ -66,7 +73,8 @@ void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos
 /// Element-wise, so rotating a shard gives the same bits as rotating the whole axis; `y` may
 /// alias `x`. Throws `ctxpar::Error` for odd `D` or mismatched shapes.
 template <class ExecutionSpace, class InView, class OutView, class PosView>
-void rope_forward(const ExecutionSpace& space, const InView& x, const PosView& pos, double base, const OutView& y) {
+void rope_forward(const ExecutionSpace& space, const InView& x, const PosView& pos, double base,
+                  const OutView& y) {
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, InView);
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, OutView);
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, PosView);
@@ -76,7 +84,8 @@ void rope_forward(const ExecutionSpace& space, const InView& x, const PosView& p
 /// Backward of `rope_forward`: writes into `dx` the inverse rotation of `dy` at the same positions
 /// (the rotation is orthogonal, so its adjoint is its inverse). `dx` may alias `dy`.
 template <class ExecutionSpace, class InView, class OutView, class PosView>
-void rope_backward(const ExecutionSpace& space, const InView& dy, const PosView& pos, double base, const OutView& dx) {
+void rope_backward(const ExecutionSpace& space, const InView& dy, const PosView& pos, double base,
+                   const OutView& dx) {
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, InView);
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, OutView);
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, PosView);

@@ -91,7 +91,8 @@ AttentionInputs<Scalar, MemorySpace> attention_inputs(const Tensor<Scalar, Memor
                                                       const Positions<MemorySpace>& q_pos,
                                                       const Ids<MemorySpace>& q_ids,
                                                       const KvBlock<Scalar, MemorySpace>& axis,
-                                                      std::int64_t key_origin, std::int64_t window, double scale) {
+                                                      std::int64_t key_origin, std::int64_t window,
+                                                      double scale) {
   AttentionInputs<Scalar, MemorySpace> in;
   in.q = q_rot;
   in.q_pos = q_pos;
@@ -113,18 +114,22 @@ AttentionInputs<Scalar, MemorySpace> attention_inputs(const Tensor<Scalar, Memor
 /// `ctxpar::Error` on bad input (odd D, Hq % Hkv != 0, shape or id-length mismatch, positions not
 /// strictly increasing along the axis, a cache longer than W-1, NaN/Inf with `check_finite`).
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space, const Chunk<Scalar, MemorySpace>& chunk,
-                                             const Cache<Scalar, MemorySpace>& cache, const Options& options) {
+StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
+                                             const Chunk<Scalar, MemorySpace>& chunk,
+                                             const Cache<Scalar, MemorySpace>& cache,
+                                             const Options& options) {
   using tensor_type = Tensor<Scalar, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::step_forward", ExecutionSpace, tensor_type);
   compat::ScopedRegion region("ctxpar::swa::step_forward");
   impl::LocalChecker chk{"ctxpar::swa::step_forward"};
   impl::check_inputs(chk, chunk, cache, options);
   const std::int64_t c = cache.length(), t = chunk.length();
-  chk.require(options.window == 0 || c <= options.window - 1, "the cache must not be longer than W - 1",
+  chk.require(options.window == 0 || c <= options.window - 1,
+              "the cache must not be longer than W - 1",
               "at most " + std::to_string(options.window - 1), std::to_string(c));
   const bool with_ids = chunk.ids.extent(0) > 0;
-  chk.require(c == 0 || with_ids == (cache.ids.extent(0) > 0), "ids must be given for both the chunk and the cache, or for neither",
+  chk.require(c == 0 || with_ids == (cache.ids.extent(0) > 0),
+              "ids must be given for both the chunk and the cache, or for neither",
               with_ids ? "cache ids" : "no cache ids", with_ids ? "none" : "cache ids");
   const std::int64_t hq = chunk.q.extent(1), hkv = chunk.k.extent(1), dim = chunk.q.extent(2);
   const std::int64_t length = c + t;
@@ -136,7 +141,8 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space, const 
   st.cache_length = c;
   st.next_cache_length = next_cache_length(options.window, length);
 
-  KvBlock<Scalar, MemorySpace> raw = allocate_block<Scalar, MemorySpace>(length, hkv, dim, with_ids, "ctxpar::swa::axis");
+  KvBlock<Scalar, MemorySpace> raw =
+      allocate_block<Scalar, MemorySpace>(length, hkv, dim, with_ids, "ctxpar::swa::axis");
   impl::copy_tokens(space, raw.k, 0, cache.k, 0, c);
   impl::copy_tokens(space, raw.k, c, chunk.k, 0, t);
   impl::copy_tokens(space, raw.v, 0, cache.v, 0, c);
@@ -149,21 +155,27 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space, const 
   }
 
   st.axis = raw;
-  st.axis.k = Tensor<Scalar, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::k_rot")), length, hkv, dim);
+  st.axis.k = Tensor<Scalar, MemorySpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::k_rot")), length,
+      hkv, dim);
   rope_forward(space, raw.k, raw.pos, options.rope_base, st.axis.k);
-  st.q_rot = Tensor<Scalar, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::q_rot")), t, hq, dim);
+  st.q_rot = Tensor<Scalar, MemorySpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::q_rot")), t, hq,
+      dim);
   rope_forward(space, chunk.q, chunk.pos, options.rope_base, st.q_rot);
   st.q_pos = chunk.pos;
   st.q_ids = chunk.ids;
 
   st.out = Tensor<Scalar, MemorySpace>("ctxpar::swa::out", t, hq, dim);
   st.lse = decltype(st.lse)("ctxpar::swa::lse", t, hq);
-  const auto in = impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, options.window, st.scale);
+  const auto in =
+      impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, options.window, st.scale);
   attention_forward(space, window_mask(options.window), in, st.out, st.lse);
   result.out = st.out;
 
   const std::int64_t n = st.next_cache_length;
-  result.next_cache = allocate_block<Scalar, MemorySpace>(n, hkv, dim, with_ids, "ctxpar::swa::next_cache");
+  result.next_cache =
+      allocate_block<Scalar, MemorySpace>(n, hkv, dim, with_ids, "ctxpar::swa::next_cache");
   impl::copy_tokens(space, result.next_cache.k, 0, raw.k, length - n, n);
   impl::copy_tokens(space, result.next_cache.v, 0, raw.v, length - n, n);
   impl::copy_tokens(space, result.next_cache.pos, 0, raw.pos, length - n, n);
@@ -175,35 +187,43 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space, const 
 /// back from later steps, empty for the last step) returns dq, dk, dv of the chunk and
 /// dK, dV of the input cache.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-StepGradients<Scalar, MemorySpace> step_backward(const ExecutionSpace& space, const StepState<Scalar, MemorySpace>& st,
-                                                 const Tensor<Scalar, MemorySpace>& dout,
-                                                 const CacheGradient<Scalar, MemorySpace>& d_next_cache = {}) {
+StepGradients<Scalar, MemorySpace> step_backward(
+    const ExecutionSpace& space, const StepState<Scalar, MemorySpace>& st,
+    const Tensor<Scalar, MemorySpace>& dout,
+    const CacheGradient<Scalar, MemorySpace>& d_next_cache = {}) {
   using tensor_type = Tensor<Scalar, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::step_backward", ExecutionSpace, tensor_type);
   compat::ScopedRegion region("ctxpar::swa::step_backward");
   const std::string op = "ctxpar::swa::step_backward";
   const std::int64_t t = st.q_rot.extent(0), hq = st.q_rot.extent(1), dim = st.q_rot.extent(2);
   const std::int64_t length = st.axis.length(), hkv = st.axis.k.extent(1), c = st.cache_length;
-  require_local(dout.extent(0) == static_cast<std::size_t>(t) && dout.extent(1) == static_cast<std::size_t>(hq) &&
+  require_local(dout.extent(0) == static_cast<std::size_t>(t) &&
+                    dout.extent(1) == static_cast<std::size_t>(hq) &&
                     dout.extent(2) == static_cast<std::size_t>(dim),
-                op, "dout must have the shape of the output", std::to_string(t), std::to_string(dout.extent(0)));
+                op, "dout must have the shape of the output", std::to_string(t),
+                std::to_string(dout.extent(0)));
   const bool has_next = d_next_cache.dk.data() != nullptr || d_next_cache.dv.data() != nullptr;
-  require_local(!has_next || (d_next_cache.dk.extent(0) == static_cast<std::size_t>(st.next_cache_length) &&
-                              d_next_cache.dv.extent(0) == static_cast<std::size_t>(st.next_cache_length)),
-                op, "the next-cache gradient must have the next cache's length", st.next_cache_length,
-                d_next_cache.dk.extent(0));
+  require_local(
+      !has_next || (d_next_cache.dk.extent(0) == static_cast<std::size_t>(st.next_cache_length) &&
+                    d_next_cache.dv.extent(0) == static_cast<std::size_t>(st.next_cache_length)),
+      op, "the next-cache gradient must have the next cache's length", st.next_cache_length,
+      d_next_cache.dk.extent(0));
 
   Tensor<Scalar, MemorySpace> dq_rot("ctxpar::swa::dq_rot", t, hq, dim);
   Tensor<Scalar, MemorySpace> dk_axis("ctxpar::swa::dk_axis", length, hkv, dim);
   Tensor<Scalar, MemorySpace> dv_axis("ctxpar::swa::dv_axis", length, hkv, dim);
-  const auto in = impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, st.options.window, st.scale);
-  attention_backward(space, window_mask(st.options.window), in,
-                     Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
-                     Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(st.lse),
-                     Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis, dv_axis);
+  const auto in =
+      impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, st.options.window, st.scale);
+  attention_backward(
+      space, window_mask(st.options.window), in,
+      Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
+      Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(st.lse),
+      Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
+      dv_axis);
 
   StepGradients<Scalar, MemorySpace> g;
-  g.dq = Tensor<Scalar, MemorySpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::dq")), t, hq, dim);
+  g.dq = Tensor<Scalar, MemorySpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::dq")), t, hq, dim);
   rope_backward(space, dq_rot, st.q_pos, st.options.rope_base, g.dq);
   rope_backward(space, dk_axis, st.axis.pos, st.options.rope_base, dk_axis);
   if (has_next) {

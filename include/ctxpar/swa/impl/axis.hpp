@@ -35,9 +35,11 @@ void add_tokens(const ExecutionSpace& space, const Dst& dst, std::int64_t dst_fr
   const std::int64_t per = static_cast<std::int64_t>(dst.extent(1) * dst.extent(2));
   auto d = dst;
   auto s = src;
-  const std::int64_t heads = static_cast<std::int64_t>(dst.extent(1)), dim = static_cast<std::int64_t>(dst.extent(2));
+  const std::int64_t heads = static_cast<std::int64_t>(dst.extent(1)),
+                     dim = static_cast<std::int64_t>(dst.extent(2));
   Kokkos::parallel_for(
-      "ctxpar::swa::add_tokens", Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * per),
+      "ctxpar::swa::add_tokens",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * per),
       KOKKOS_LAMBDA(const std::int64_t x) {
         const std::int64_t i = x / per, h = (x / dim) % heads, e = x % dim;
         d(dst_from + i, h, e) += s(src_from + i, h, e);

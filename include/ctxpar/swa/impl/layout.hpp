@@ -23,13 +23,16 @@ struct AxisLayout {
   BalancedChunks chunk_split() const { return BalancedChunks{chunk, ranks}; }
   std::int64_t length() const { return cache + chunk; }
   /// The rank that owns axis index `a`.
-  int owner(std::int64_t a) const { return a < cache ? cache_split().owner(a) : chunk_split().owner(a - cache); }
+  int owner(std::int64_t a) const {
+    return a < cache ? cache_split().owner(a) : chunk_split().owner(a - cache);
+  }
   /// Number of records (cache shard + chunk shard) of rank `r`.
   std::int64_t records(int r) const { return cache_split().size(r) + chunk_split().size(r); }
   /// The record index of axis index `a` on its owner.
   std::int64_t record_of(std::int64_t a) const {
     const int o = owner(a);
-    return a < cache ? a - cache_split().begin(o) : cache_split().size(o) + (a - cache - chunk_split().begin(o));
+    return a < cache ? a - cache_split().begin(o)
+                     : cache_split().size(o) + (a - cache - chunk_split().begin(o));
   }
   /// Axis index of the first query (chunk token) of rank `r`.
   std::int64_t first_query(int r) const { return cache + chunk_split().begin(r); }
@@ -39,11 +42,12 @@ struct AxisLayout {
 /// itself from its own records and receiving the rest from the owners, in axis order per source.
 /// Sends and receives are packed rank-major.
 struct ExchangePlan {
-  std::int64_t lo = 0, hi = 0;          ///< this rank's needed range
-  std::vector<int> send_counts;         ///< records sent to each rank
-  std::vector<int> recv_counts;         ///< records received from each rank
+  std::int64_t lo = 0, hi = 0;             ///< this rank's needed range
+  std::vector<int> send_counts;            ///< records sent to each rank
+  std::vector<int> recv_counts;            ///< records received from each rank
   std::vector<std::int64_t> send_records;  ///< own record index of each send slot
-  /// For each needed axis index `lo + i`: the receive slot (>= 0), or `-(record + 1)` for an own record.
+  /// For each needed axis index `lo + i`: the receive slot (>= 0), or `-(record + 1)` for an own
+  /// record.
   std::vector<std::int64_t> source;
 
   std::int64_t send_total() const { return static_cast<std::int64_t>(send_records.size()); }
@@ -93,7 +97,8 @@ ExchangePlan make_plan(const AxisLayout& layout, int me, Needed needed) {
 
 /// The halo of rank `r`: the `W - 1` axis indices before its first query (everything before it
 /// for an unlimited window), nothing when it has no query.
-inline std::pair<std::int64_t, std::int64_t> halo_range(const AxisLayout& layout, std::int64_t window, int r) {
+inline std::pair<std::int64_t, std::int64_t> halo_range(const AxisLayout& layout,
+                                                        std::int64_t window, int r) {
   if (layout.chunk_split().size(r) == 0) return {0, 0};
   const std::int64_t first = layout.first_query(r);
   const std::int64_t lo = window > 0 && first - (window - 1) > 0 ? first - (window - 1) : 0;
@@ -102,7 +107,8 @@ inline std::pair<std::int64_t, std::int64_t> halo_range(const AxisLayout& layout
 
 /// The axis range that becomes rank `r`'s shard of the next cache (the last `n` axis indices,
 /// split by `BalancedChunks(n, P)`).
-inline std::pair<std::int64_t, std::int64_t> next_cache_range(const AxisLayout& layout, std::int64_t n, int r) {
+inline std::pair<std::int64_t, std::int64_t> next_cache_range(const AxisLayout& layout,
+                                                              std::int64_t n, int r) {
   const BalancedChunks split{n, layout.ranks};
   const std::int64_t base = layout.length() - n;
   return {base + split.begin(r), base + split.end(r)};

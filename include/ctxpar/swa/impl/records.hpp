@@ -62,13 +62,16 @@ struct PackRecords {
 
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void pack_records(const ExecutionSpace& space, const KvBlock<Scalar, MemorySpace>& block,
-                  const Index<MemorySpace>& index, std::int64_t slots, const Bytes<MemorySpace>& out) {
+                  const Index<MemorySpace>& index, std::int64_t slots,
+                  const Bytes<MemorySpace>& out) {
   const std::int64_t per = static_cast<std::int64_t>(block.k.extent(1) * block.k.extent(2));
   if (slots == 0) return;
-  Kokkos::parallel_for("ctxpar::swa::pack_records",
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, slots * (per + 1)),
-                       PackRecords<Scalar, MemorySpace>{block, index, out,
-                                                        per, record_bytes<Scalar>(block.k.extent(1), block.k.extent(2))});
+  Kokkos::parallel_for(
+      "ctxpar::swa::pack_records",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,
+                                                                           slots * (per + 1)),
+      PackRecords<Scalar, MemorySpace>{block, index, out, per,
+                                       record_bytes<Scalar>(block.k.extent(1), block.k.extent(2))});
 }
 
 /// Writes token `i` of `axis` from record `source(i)` of `in` (>= 0) or from token
@@ -91,7 +94,8 @@ struct UnpackRecords {
         axis.k(i, e / dim, e % dim) = kv[e];
         axis.v(i, e / dim, e % dim) = kv[per + e];
       } else {
-        const std::int64_t* p = reinterpret_cast<const std::int64_t*>(base + 2 * per * sizeof(Scalar));
+        const std::int64_t* p =
+            reinterpret_cast<const std::int64_t*>(base + 2 * per * sizeof(Scalar));
         axis.pos(i) = *p;
         if (with_ids) axis.ids(i) = *reinterpret_cast<const std::int32_t*>(p + 1);
       }
@@ -109,15 +113,17 @@ struct UnpackRecords {
 };
 
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-void unpack_records(const ExecutionSpace& space, const Bytes<MemorySpace>& in, const KvBlock<Scalar, MemorySpace>& own,
-                    const Index<MemorySpace>& source, const KvBlock<Scalar, MemorySpace>& axis) {
+void unpack_records(const ExecutionSpace& space, const Bytes<MemorySpace>& in,
+                    const KvBlock<Scalar, MemorySpace>& own, const Index<MemorySpace>& source,
+                    const KvBlock<Scalar, MemorySpace>& axis) {
   const std::int64_t per = static_cast<std::int64_t>(axis.k.extent(1) * axis.k.extent(2));
   const std::int64_t n = static_cast<std::int64_t>(source.extent(0));
   if (n == 0) return;
-  Kokkos::parallel_for("ctxpar::swa::unpack_records",
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * (per + 1)),
-                       UnpackRecords<Scalar, MemorySpace>{in, own, axis, source, per,
-                                                          record_bytes<Scalar>(axis.k.extent(1), axis.k.extent(2))});
+  Kokkos::parallel_for(
+      "ctxpar::swa::unpack_records",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * (per + 1)),
+      UnpackRecords<Scalar, MemorySpace>{in, own, axis, source, per,
+                                         record_bytes<Scalar>(axis.k.extent(1), axis.k.extent(2))});
 }
 
 /// Gradient records are `[slots, 2 * Hkv * D]` scalars: dK then dV.
@@ -158,22 +164,26 @@ struct RouteGradients {
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void route_gradients(const ExecutionSpace& space, const Tensor<Scalar, MemorySpace>& dk,
                      const Tensor<Scalar, MemorySpace>& dv, const Index<MemorySpace>& source,
-                     const GradientRecords<Scalar, MemorySpace>& slots, const Tensor<Scalar, MemorySpace>& own_dk,
+                     const GradientRecords<Scalar, MemorySpace>& slots,
+                     const Tensor<Scalar, MemorySpace>& own_dk,
                      const Tensor<Scalar, MemorySpace>& own_dv) {
   const std::int64_t per = static_cast<std::int64_t>(dk.extent(1) * dk.extent(2));
   const std::int64_t n = static_cast<std::int64_t>(source.extent(0));
   if (n * per == 0) return;
-  Kokkos::parallel_for("ctxpar::swa::route_gradients",
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * per),
-                       RouteGradients<Scalar, MemorySpace>{dk, dv, source, slots, own_dk, own_dv, per, false});
+  Kokkos::parallel_for(
+      "ctxpar::swa::route_gradients",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * per),
+      RouteGradients<Scalar, MemorySpace>{dk, dv, source, slots, own_dk, own_dv, per, false});
 }
 
 /// Adds gradient records `[from, to)` of `slots` into own tokens `index(slot)`; the records of one
 /// block (one peer) name distinct tokens.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-void add_gradient_records(const ExecutionSpace& space, const GradientRecords<Scalar, MemorySpace>& slots,
+void add_gradient_records(const ExecutionSpace& space,
+                          const GradientRecords<Scalar, MemorySpace>& slots,
                           const Index<MemorySpace>& index, std::int64_t from, std::int64_t to,
-                          const Tensor<Scalar, MemorySpace>& own_dk, const Tensor<Scalar, MemorySpace>& own_dv) {
+                          const Tensor<Scalar, MemorySpace>& own_dk,
+                          const Tensor<Scalar, MemorySpace>& own_dv) {
   const std::int64_t per = static_cast<std::int64_t>(own_dk.extent(1) * own_dk.extent(2));
   if (to <= from || per == 0) return;
   const std::int64_t dim = static_cast<std::int64_t>(own_dk.extent(2));
@@ -183,7 +193,8 @@ void add_gradient_records(const ExecutionSpace& space, const GradientRecords<Sca
   auto dv = own_dv;
   Kokkos::parallel_for(
       "ctxpar::swa::add_gradient_records",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, from * per, to * per),
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, from * per,
+                                                                           to * per),
       KOKKOS_LAMBDA(const std::int64_t x) {
         const std::int64_t slot = x / per, e = x % per;
         const std::int64_t j = ix(slot);
@@ -194,8 +205,10 @@ void add_gradient_records(const ExecutionSpace& space, const GradientRecords<Sca
 
 /// Copies `[n, 2 * Hkv * D]` gradient records into separate dK and dV tensors `[n, Hkv, D]`.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-void split_gradient_records(const ExecutionSpace& space, const GradientRecords<Scalar, MemorySpace>& records,
-                            const Tensor<Scalar, MemorySpace>& dk, const Tensor<Scalar, MemorySpace>& dv) {
+void split_gradient_records(const ExecutionSpace& space,
+                            const GradientRecords<Scalar, MemorySpace>& records,
+                            const Tensor<Scalar, MemorySpace>& dk,
+                            const Tensor<Scalar, MemorySpace>& dv) {
   const std::int64_t per = static_cast<std::int64_t>(dk.extent(1) * dk.extent(2));
   const std::int64_t n = static_cast<std::int64_t>(dk.extent(0));
   if (n * per == 0) return;

@@ -22,7 +22,8 @@ inline constexpr int block_cols = 32;
 /// `c[r][j] = sum_d a[r][d] * bt[d][j]` for `block_rows` rows of `a` (row stride `dim`) and the
 /// `Cols` columns of the transposed tile `bt` (row stride `Cols`).
 template <int Cols, class T>
-KOKKOS_INLINE_FUNCTION void rows_times_tile(const T* a, const T* bt, int dim, T (&c)[block_rows][Cols]) {
+KOKKOS_INLINE_FUNCTION void rows_times_tile(const T* a, const T* bt, int dim,
+                                            T (&c)[block_rows][Cols]) {
   for (int r = 0; r < block_rows; ++r)
     for (int j = 0; j < Cols; ++j) c[r][j] = T(0);
   // Four terms per load and store of an accumulator, added one after the other: the same
@@ -110,8 +111,8 @@ KOKKOS_INLINE_FUNCTION void accumulate_columns(const T* p, const T* a, int dim, 
       const T* a2 = a1 + dim;
       const T* a3 = a2 + dim;
       for (int j = 0; j < block_rows; ++j) {
-        const T w0 = p[r * Keys + j0 + j], w1 = p[(r + 1) * Keys + j0 + j], w2 = p[(r + 2) * Keys + j0 + j],
-                w3 = p[(r + 3) * Keys + j0 + j];
+        const T w0 = p[r * Keys + j0 + j], w1 = p[(r + 1) * Keys + j0 + j],
+                w2 = p[(r + 2) * Keys + j0 + j], w3 = p[(r + 3) * Keys + j0 + j];
         for (int c = 0; c < block_cols; ++c) {
           T s = o[j][c];
           s += w0 * a0[c];
@@ -160,11 +161,14 @@ KOKKOS_INLINE_FUNCTION float softmax_exp(float x) {
 }
 
 /// `exp(x)` in double precision.
-KOKKOS_INLINE_FUNCTION double softmax_exp(double x) { return compat::exp(x); }
+KOKKOS_INLINE_FUNCTION double softmax_exp(double x) {
+  return compat::exp(x);
+}
 
 /// First index in the strictly increasing `pos[0, n)` whose value is at least `value`.
 template <class PosView>
-KOKKOS_INLINE_FUNCTION std::int64_t lower_bound(const PosView& pos, std::int64_t n, std::int64_t value) {
+KOKKOS_INLINE_FUNCTION std::int64_t lower_bound(const PosView& pos, std::int64_t n,
+                                                std::int64_t value) {
   std::int64_t lo = 0, hi = n;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo) / 2;
@@ -178,7 +182,8 @@ KOKKOS_INLINE_FUNCTION std::int64_t lower_bound(const PosView& pos, std::int64_t
 
 /// First index in the strictly increasing `pos[0, n)` whose value exceeds `value`.
 template <class PosView>
-KOKKOS_INLINE_FUNCTION std::int64_t upper_bound(const PosView& pos, std::int64_t n, std::int64_t value) {
+KOKKOS_INLINE_FUNCTION std::int64_t upper_bound(const PosView& pos, std::int64_t n,
+                                                std::int64_t value) {
   std::int64_t lo = 0, hi = n;
   while (lo < hi) {
     const std::int64_t mid = lo + (hi - lo) / 2;

@@ -37,8 +37,9 @@ bool all_finite(const View& view) {
 /// Positions of the cache then the chunk on the host, for the ordering checks.
 template <class MemorySpace>
 Kokkos::View<std::int64_t*, Kokkos::HostSpace> host_positions(const Positions<MemorySpace>& a,
-                                                             const Positions<MemorySpace>& b) {
-  Kokkos::View<std::int64_t*, Kokkos::HostSpace> all("ctxpar::swa::host_positions", a.extent(0) + b.extent(0));
+                                                              const Positions<MemorySpace>& b) {
+  Kokkos::View<std::int64_t*, Kokkos::HostSpace> all("ctxpar::swa::host_positions",
+                                                     a.extent(0) + b.extent(0));
   auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
   auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
   for (std::size_t i = 0; i < ha.extent(0); ++i) all(i) = ha(i);
@@ -49,52 +50,62 @@ Kokkos::View<std::int64_t*, Kokkos::HostSpace> host_positions(const Positions<Me
 /// Shape, id, ordering and (optionally) finiteness checks on one rank's chunk and cache. Returns
 /// false when a shape check failed (later checks would index out of range and are skipped).
 template <class Checker, class Scalar, class MemorySpace>
-bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk, const KvBlock<Scalar, MemorySpace>& cache,
-                  const Options& options) {
+bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
+                  const KvBlock<Scalar, MemorySpace>& cache, const Options& options) {
   const auto t = chunk.q.extent(0), hq = chunk.q.extent(1), dim = chunk.q.extent(2);
   const auto hkv = chunk.k.extent(1);
   bool ok = true;
-  auto need = [&](bool cond, const std::string& what, const std::string& expected, const std::string& actual) {
+  auto need = [&](bool cond, const std::string& what, const std::string& expected,
+                  const std::string& actual) {
     chk.require(cond, what, expected, actual);
     ok = ok && cond;
   };
   auto shape = [](const auto& v) {
-    return "[" + std::to_string(v.extent(0)) + ", " + std::to_string(v.extent(1)) + ", " + std::to_string(v.extent(2)) + "]";
+    return "[" + std::to_string(v.extent(0)) + ", " + std::to_string(v.extent(1)) + ", " +
+           std::to_string(v.extent(2)) + "]";
   };
-  need(dim % 2 == 0, "the head dimension must be even (RoPE rotates pairs)", "an even D", std::to_string(dim));
-  need(hkv > 0 && hq % hkv == 0, "query heads must be a multiple of key/value heads (GQA)", "Hq % Hkv == 0",
-       std::to_string(hq) + " % " + std::to_string(hkv));
-  need(chunk.k.extent(0) == t && chunk.v.extent(0) == t && chunk.k.extent(2) == dim && chunk.v.extent(1) == hkv &&
-           chunk.v.extent(2) == dim,
+  need(dim % 2 == 0, "the head dimension must be even (RoPE rotates pairs)", "an even D",
+       std::to_string(dim));
+  need(hkv > 0 && hq % hkv == 0, "query heads must be a multiple of key/value heads (GQA)",
+       "Hq % Hkv == 0", std::to_string(hq) + " % " + std::to_string(hkv));
+  need(chunk.k.extent(0) == t && chunk.v.extent(0) == t && chunk.k.extent(2) == dim &&
+           chunk.v.extent(1) == hkv && chunk.v.extent(2) == dim,
        "q, k and v must have the same tokens and head dimension, k and v the same heads",
-       "k, v = [" + std::to_string(t) + ", Hkv, " + std::to_string(dim) + "]", "q " + shape(chunk.q) + ", k " +
-           shape(chunk.k) + ", v " + shape(chunk.v));
-  need(chunk.pos.extent(0) == t, "one position per chunk token", std::to_string(t), std::to_string(chunk.pos.extent(0)));
+       "k, v = [" + std::to_string(t) + ", Hkv, " + std::to_string(dim) + "]",
+       "q " + shape(chunk.q) + ", k " + shape(chunk.k) + ", v " + shape(chunk.v));
+  need(chunk.pos.extent(0) == t, "one position per chunk token", std::to_string(t),
+       std::to_string(chunk.pos.extent(0)));
   need(cache.k.extent(0) == cache.pos.extent(0) && cache.v.extent(0) == cache.pos.extent(0) &&
            (cache.pos.extent(0) == 0 || (cache.k.extent(1) == hkv && cache.v.extent(1) == hkv &&
                                          cache.k.extent(2) == dim && cache.v.extent(2) == dim)),
        "the cache must hold one position per key and match the chunk's heads and head dimension",
-       "[" + std::to_string(cache.pos.extent(0)) + ", " + std::to_string(hkv) + ", " + std::to_string(dim) + "]",
+       "[" + std::to_string(cache.pos.extent(0)) + ", " + std::to_string(hkv) + ", " +
+           std::to_string(dim) + "]",
        "k " + shape(cache.k) + ", v " + shape(cache.v));
-  need(chunk.ids.extent(0) == 0 || chunk.ids.extent(0) == t, "ids must be absent or one per chunk token",
-       "0 or " + std::to_string(t), std::to_string(chunk.ids.extent(0)));
+  need(chunk.ids.extent(0) == 0 || chunk.ids.extent(0) == t,
+       "ids must be absent or one per chunk token", "0 or " + std::to_string(t),
+       std::to_string(chunk.ids.extent(0)));
   need(cache.ids.extent(0) == 0 || cache.ids.extent(0) == cache.pos.extent(0),
-       "cache ids must be absent or one per cache key", "0 or " + std::to_string(cache.pos.extent(0)),
-       std::to_string(cache.ids.extent(0)));
-  need(options.window >= 0, "the window must be non-negative (0 = unlimited)", ">= 0", std::to_string(options.window));
+       "cache ids must be absent or one per cache key",
+       "0 or " + std::to_string(cache.pos.extent(0)), std::to_string(cache.ids.extent(0)));
+  need(options.window >= 0, "the window must be non-negative (0 = unlimited)", ">= 0",
+       std::to_string(options.window));
   if (!ok) return false;
   const auto pos = host_positions(cache.pos, chunk.pos);
   for (std::size_t i = 1; i < pos.extent(0); ++i) {
     if (!(pos(i) > pos(i - 1))) {
-      chk.require(false, "positions must be strictly increasing along the key/value axis (cache ++ chunk)",
-                  "position " + std::to_string(i) + " > " + std::to_string(pos(i - 1)), std::to_string(pos(i)));
+      chk.require(false,
+                  "positions must be strictly increasing along the key/value axis (cache ++ chunk)",
+                  "position " + std::to_string(i) + " > " + std::to_string(pos(i - 1)),
+                  std::to_string(pos(i)));
       return false;
     }
   }
   if (options.check_finite) {
-    const bool finite = all_finite(chunk.q) && all_finite(chunk.k) && all_finite(chunk.v) && all_finite(cache.k) &&
-                        all_finite(cache.v);
-    chk.require(finite, "inputs must be finite (check_finite is on)", "no NaN or Inf", "a NaN or Inf");
+    const bool finite = all_finite(chunk.q) && all_finite(chunk.k) && all_finite(chunk.v) &&
+                        all_finite(cache.k) && all_finite(cache.v);
+    chk.require(finite, "inputs must be finite (check_finite is on)", "no NaN or Inf",
+                "a NaN or Inf");
     if (!finite) return false;
   }
   return true;
