@@ -260,3 +260,83 @@ BOOST_AUTO_TEST_CASE(flop_model_is_the_documented_sum) {
   const double got = ctxpar::chunkwise::gated_delta_forward_flops(130, 2, 128, 128, 64);
   CTXPAR_TEST_ALL(ctxpar::test::world(), std::fabs(got - expected) <= 1e-12 * expected);
 }
+
+// Streaming: a sequence processed in three consecutive calls, each starting from the previous
+// call's final state (and, backward, handing its initial-state gradient to the previous call as a
+// final-state gradient), equals one pass over the whole stream, forward and backward.
+BOOST_AUTO_TEST_CASE(streaming_with_carried_state_equals_one_pass) {
+  using exec = Kokkos::DefaultHostExecutionSpace;
+  using mem = exec::memory_space;
+  using family = gd::Family<double, mem, false>;
+  namespace cw = ctxpar::chunkwise;
+  const int T = 150, H = 2, K = 16, V = 8, C = 16;
+  const std::vector<int> cuts{0, 37, 101, T};
+  gd::Problem whole = gd::make_problem(91, T, 1, H, K, V, {0, T}, true);
+  std::vector<double> dout(std::size_t(T) * H * V), dht(std::size_t(H) * K * V);
+  for (std::size_t i = 0; i < dout.size(); ++i) dout[i] = ctxpar::test::uniform(92, i);
+  for (std::size_t i = 0; i < dht.size(); ++i) dht[i] = ctxpar::test::uniform(93, i);
+  const gd::Forward f = gd::forward(whole);
+  const gd::Gradients g = gd::backward(whole, dout, dht);
+
+  const auto backend = family::make(1, cw::BackendOptions{C, 0.0});
+  const exec space;
+  const std::size_t HKV = std::size_t(H) * K * V;
+  std::vector<double> o_all, dq_all, dk_all, dv_all, dg_all, db_all;
+  std::vector<double> state = whole.h0;
+  std::vector<typename family::backend::saved_type> saved(3);
+  std::vector<typename family::inputs> ins;
+  for (int piece = 0; piece < 3; ++piece) {
+    gd::Problem p = gd::make_problem(91, cuts[piece + 1] - cuts[piece], 1, H, K, V,
+                                     {0, cuts[piece + 1] - cuts[piece]}, false, cuts[piece]);
+    ins.push_back(family::make_inputs(p));
+    const auto h0 = gd::to_view<double, mem, cw::const_sequence_states_view<double, mem>>(
+        state, "h0", 1, H, K, V);
+    cw::sequence_states_view<double, mem> ht("ht", 1, H, K, V);
+    cw::token_view<double, mem> o("o", p.tokens, H, V);
+    const auto seqs = cw::LocalSequences::single(p.tokens);
+    backend.forward_apply(space, ins.back(), seqs, cw::state_view<mem>("zero", H, K, V), h0, o, ht,
+                          saved[piece]);
+    const auto ov = gd::to_vector(o);
+    o_all.insert(o_all.end(), ov.begin(), ov.end());
+    state = gd::to_vector(ht);
+  }
+  std::vector<double> carried = dht;
+  std::vector<std::vector<double>> parts[5];
+  for (int piece = 2; piece >= 0; --piece) {
+    const int n = cuts[piece + 1] - cuts[piece];
+    gd::Problem shape = whole;
+    shape.tokens = n;
+    auto grads = family::make_gradients(shape);
+    const std::vector<double> piece_dout(dout.begin() + std::size_t(cuts[piece]) * H * V,
+                                         dout.begin() + std::size_t(cuts[piece + 1]) * H * V);
+    const auto dv =
+        gd::to_view<double, mem, cw::const_token_view<double, mem>>(piece_dout, "dout", n, H, V);
+    const auto dh = gd::to_view<double, mem, cw::const_sequence_states_view<double, mem>>(
+        carried, "dht", 1, H, K, V);
+    cw::sequence_states_view<double, mem> dh0("dh0", 1, H, K, V);
+    backend.backward_apply(space, saved[piece], dv, cw::LocalSequences::single(n),
+                           cw::state_view<mem>("zero", H, K, V), dh, grads, dh0,
+                           cw::state_view<mem>());
+    parts[0].insert(parts[0].begin(), gd::to_vector(grads.dq));
+    parts[1].insert(parts[1].begin(), gd::to_vector(grads.dk));
+    parts[2].insert(parts[2].begin(), gd::to_vector(grads.dv));
+    parts[3].insert(parts[3].begin(), gd::to_vector(grads.dg));
+    parts[4].insert(parts[4].begin(), gd::to_vector(grads.dbeta));
+    carried = gd::to_vector(dh0);
+  }
+  auto join = [](const std::vector<std::vector<double>>& v) {
+    std::vector<double> out;
+    for (const auto& x : v) out.insert(out.end(), x.begin(), x.end());
+    return out;
+  };
+  const double fb = gd::rel_bound<double>(C, K, V, 8), bb = gd::rel_bound<double>(C, K, V, 16);
+  bool ok = gd::rel_l2_close("streamed o", o_all, f.o, fb);
+  ok = gd::rel_l2_close("streamed final state", state, f.ht, fb) && ok;
+  ok = gd::rel_l2_close("streamed dq", join(parts[0]), g.dq, bb) && ok;
+  ok = gd::rel_l2_close("streamed dk", join(parts[1]), g.dk, bb) && ok;
+  ok = gd::rel_l2_close("streamed dv", join(parts[2]), g.dv, bb) && ok;
+  ok = gd::rel_l2_close("streamed dg", join(parts[3]), g.dg, bb) && ok;
+  ok = gd::rel_l2_close("streamed dbeta", join(parts[4]), g.dbeta, bb) && ok;
+  ok = gd::rel_l2_close("streamed dh0", carried, g.dh0, bb) && ok;
+  CTXPAR_TEST_ALL(ctxpar::test::world(), ok && HKV == state.size());
+}
