@@ -40,6 +40,7 @@ struct Settings {
   double lr = 0.5;
   std::string json;
   bool progress = true;
+  int perturb_rank = -1;  // test hook: corrupt one GDN output value on this rank (distributed run only)
 };
 
 // Everything one forward + backward of the stack produced on this rank.
@@ -63,7 +64,7 @@ void allreduce_sum(const Group& group, Matrix& m) {
 }
 
 RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& plan, const StackConfig& cfg,
-                    const Params& w) {
+                    const Params& w, int perturb_rank = -1) {
   RunOutput out;
   const Matrix x0 = input_rows(plan.tokens_of(group.rank()), cfg.model_dim);
   SwaLayer swa(group, relayout, plan, cfg);
@@ -71,6 +72,7 @@ RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& 
   GdpLayer gdp(group, plan, cfg);
   out.x1 = swa.forward(x0, w, out.layers[0]);
   out.x2 = gdn.forward(out.x1, w, out.layers[1]);
+  if (group.rank() == perturb_rank && out.x2.rows > 0) out.x2(out.x2.rows - 1, 0) += 1e-3;
   out.x3 = gdp.forward(out.x2, w, out.layers[2]);
   // loss = ½·Σ|x3|² / L over all tokens.
   double local = 0;
@@ -204,7 +206,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   for (int step = 1; step <= s.steps; ++step) {
     Kokkos::Timer wall;
     if (root && s.progress) std::cerr << "[hybrid] step " << step << "/" << s.steps << ": distributed pass… " << std::flush;
-    RunOutput d = run_stack(layers, relayout, plan, cfg, w);
+    RunOutput d = run_stack(layers, relayout, plan, cfg, w, s.perturb_rank);
     const double t_dist = wall.seconds();
     if (root && s.progress) std::cerr << "single-rank reference… " << std::flush;
     RunOutput r = run_stack(self, self_relayout, single, cfg, w_ref);
@@ -390,6 +392,7 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   s.lr = args.get<double>("lr", s.lr);
   s.json = args.get("json", "");
   s.progress = !args.has("quiet");
+  s.perturb_rank = args.get<int>("perturb-rank", -1);
   const std::string op = "ctxpar hybrid";
   auto usage = [&](bool ok, const std::string& what, const std::string& expected, const std::string& actual) {
     if (!ok) throw ctxpar::cli::UsageError(op, -1, what, expected, actual);
@@ -436,6 +439,7 @@ CTXPAR_CLI_COMMAND("hybrid",
                    "[--length L] [--model-dim D] [--heads H] [--kv-heads H] [--head-dim D] [--window W] [--chunk T] "
                    "[--swa-policy allgather|rope-after|halo] [--gdn-policy gather|scan] [--head-policy even|uneven] "
                    "[--householder M] [--groups G] [--layout contiguous|zigzag] [--packed [--documents N]] [--steps S] "
-                   "[--lr X] [--json FILE] [--quiet]",
+                   "[--lr X] [--json FILE] [--quiet] [--perturb-rank R (test hook: corrupts one value of rank R's GDN output, "
+                   "so the checks must fail)]",
                    run_hybrid_command);
 CTXPAR_CLI_DEMO_PART("hybrid", demo_hybrid);
