@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Markdown tables (and a gnuplot PNG of bytes vs tokens per rank) from bench/results/heads.json.
+usage: render_heads.py bench/results/heads.json docs/img   (prints the tables)"""
+import json, os, shutil, subprocess, sys, tempfile
+
+recs = json.load(open(sys.argv[1]))
+img = sys.argv[2] if len(sys.argv) > 2 else None
+P = lambda r: r["machine"]["ranks"]
+
+print("| P | kernel | layer | GB/s | triad GB/s (same run) | ratio | target 0.5 |")
+print("|---|---|---|---|---|---|---|")
+for r in sorted((r for r in recs if r["case"].startswith(("pack_", "unpack_"))), key=lambda r: (P(r), r["case"])):
+    kind, layer = ("pack", r["case"][5:]) if r["case"].startswith("pack_") else ("unpack + zigzag undo", r["case"][14:])
+    print(f"| {P(r)} | {kind} | {layer} | {r['gbps']:.2f} | {r['triad_gbps']:.2f} | {r['ratio_to_triad']:.2f} | "
+          f"{'met' if r['ratio_to_triad'] >= 0.5 else 'missed'} |")
+print()
+print("| P | layer | T/P | C bytes/rank (fwd) | counter ÷ plan | counter ÷ (P−1)/P·(T/P)·C·4 | C time (s, median) | B bytes/rank | B all-gather (s, median) | load avg |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+tr = sorted((r for r in recs if r["case"].startswith("transpose_")), key=lambda r: (P(r), r["case"], r["tokens_per_rank"]))
+for r in tr:
+    f = r["bytes_ratio_formula"]
+    print(f"| {P(r)} | {r['case'][10:]} | {r['tokens_per_rank']} | {r['mechanism_c_bytes_forward']:.0f} | {r['bytes_ratio_plan']:.3f} | "
+          f"{'%.3f' % f if f >= 0 else 'n/a (' + ('uneven' if not r['even_heads'] else 'group repeat') + ')'} | "
+          f"{r['mechanism_c_seconds_forward']:.4f} | {r['mechanism_b_bytes_forward']:.0f} | {r['mechanism_b_allgather_median_s']:.4f} | "
+          f"{r['machine']['load_average']:.1f} |")
+if img and shutil.which("gnuplot"):
+    os.makedirs(img, exist_ok=True)
+    with tempfile.TemporaryDirectory() as d:
+        lines = []
+        for layer in ("gdn_M1", "gdp_M2"):
+            for p in sorted({P(r) for r in tr}):
+                pts = [r for r in tr if P(r) == p and r["case"] == "transpose_" + layer]
+                if not pts:
+                    continue
+                path = os.path.join(d, f"{layer}_{p}.dat")
+                with open(path, "w") as f:
+                    for r in pts:
+                        f.write(f"{r['tokens_per_rank']} {r['mechanism_c_bytes_forward']} {r['mechanism_b_bytes_forward']}\n")
+                if p in (2, 4, 8):
+                    lines.append(f"'{path}' u 1:2 w lp t 'C {layer} P={p}'")
+                    if layer == "gdn_M1":
+                        lines.append(f"'{path}' u 1:3 w l dt 2 t 'B summaries P={p}'")
+        script = ("set terminal pngcairo size 900,560 noenhanced; set output '" + os.path.join(img, "heads_crossover.png") + "';"
+                  "set logscale xy; set xlabel 'tokens per rank'; set ylabel 'bytes sent per rank (forward)';"
+                  "set key left top; set title 'Head all-to-all (C) vs chunkwise summary all-gather (B), H=8, K=V=64';"
+                  "plot " + ", ".join(lines))
+        subprocess.run(["gnuplot", "-e", script], check=True)
