@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -125,6 +126,12 @@ class NpyArray {
   void require_shape(const std::vector<std::int64_t>& expected, const std::string& what) const {
     require_local(shape_ == expected, "ctxpar::cli::npy", what + " has the wrong shape",
                   shape_text(expected), shape_text(shape_));
+  }
+
+  /// Same, for a braced list `{t, h, d}`. This overload exists because nvcc 11.8 mistranslates a
+  /// braced list of a dependent object's members passed as `const std::vector&` inside a template.
+  void require_shape(std::initializer_list<std::int64_t> expected, const std::string& what) const {
+    require_shape(std::vector<std::int64_t>(expected), what);
   }
 
   /// A shape as NumPy prints it, e.g. `(3, 4)`, `(5,)`, `()`.
