@@ -198,6 +198,9 @@ class GdpLayerCore {
   void recurrence_forward(const ExecutionSpace& space) {
     if (dims_.heads == 0) return;
     const inputs_type in = recurrence_inputs();
+    // A fresh bundle: the backend caches its per-chunk work by input pointer, and these buffers
+    // are reused with new values on every forward.
+    saved_ = typename backend_type::saved_type{};
     chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state", dims_.heads, dims_.d_state,
                                             dims_.headdim);
     backend_.forward_apply(space, in, seqs_, zero, {}, rec_.o, {}, saved_);
