@@ -117,6 +117,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(step_matches_oracle_on_edge_cases, Case, ctxpar::t
       {20, 0, 1, 2, 1, 8, 0, {}},            // W = 1: self only
       {70, 20, 100, 2, 1, 64, 0, {}},        // W >= L
       {130, 31, 32, 2, 2, 32, 0, {33, 34}},  // a one-token document, several key tiles
+      {230, 100, 140, 4, 2, 16, 0, {170}},   // key tiles fully visible to query tiles (fast path)
   };
   bool ok = true;
   std::uint64_t seed = 11;

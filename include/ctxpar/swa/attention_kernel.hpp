@@ -15,6 +15,7 @@
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/impl/tiles.hpp"
+#include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa {
 
@@ -140,6 +141,34 @@ KOKKOS_INLINE_FUNCTION void load_key_tile(const AttentionInputs<Scalar, MemorySp
   }
 }
 
+/// True when every (query, key) pair of the tiles is visible under the window mask, so the
+/// kernels may skip evaluating it per pair (the weights are then the same bits either way). Only
+/// for `WindowMask`, whose window is read from the mask itself; any other mask is always
+/// evaluated pair by pair.
+template <class Mask>
+KOKKOS_INLINE_FUNCTION bool tile_fully_visible(const Mask& mask, const mask::Token* qtok, int rows,
+                                               const mask::Token* ktok, const bool* valid) {
+  if constexpr (std::is_same_v<Mask, WindowMask>) {
+    if (!valid[0] || !valid[key_tile - 1]) return false;
+    const std::int64_t window = mask.left.right.window;
+    if (ktok[key_tile - 1].pos > qtok[0].pos) return false;
+    if (window > 0 && qtok[rows - 1].pos - ktok[0].pos >= window) return false;
+    const std::int32_t id = ktok[0].seq;
+    for (int j = 0; j < key_tile; ++j)
+      if (ktok[j].seq != id) return false;
+    for (int r = 0; r < rows; ++r)
+      if (qtok[r].seq != id) return false;
+    return true;
+  } else {
+    (void)mask;
+    (void)qtok;
+    (void)rows;
+    (void)ktok;
+    (void)valid;
+    return false;
+  }
+}
+
 /// Forward: one team per (query head, query tile); online softmax over the key tiles.
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct ForwardKernel {
@@ -189,25 +218,33 @@ struct ForwardKernel {
     for (; j0 < hi; j0 += key_tile) {
       load_key_tile(in, hk, D, j0, lo, hi, kt, vs, static_cast<acc*>(nullptr),
                     static_cast<acc*>(nullptr), ktok, valid);
+      const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, valid);
       for (int r0 = 0; r0 < query_tile; r0 += block_rows) {
         acc s[block_rows][key_tile];
         rows_times_tile<key_tile>(qs + r0 * D, kt, D, s);
         for (int r = 0; r < block_rows; ++r) {
           const int row = r0 + r;
           acc rowmax = masked_score<acc>();
-          for (int j = 0; j < key_tile; ++j) {
-            const bool vis = valid[j] && mask(qtok[row], ktok[j]);
-            s[r][j] = vis ? s[r][j] : masked_score<acc>();
-            rowmax = rowmax > s[r][j] ? rowmax : s[r][j];
+          if (full) {
+            for (int j = 0; j < key_tile; ++j) rowmax = rowmax > s[r][j] ? rowmax : s[r][j];
+          } else {
+            for (int j = 0; j < key_tile; ++j) {
+              const bool vis = valid[j] && mask(qtok[row], ktok[j]);
+              s[r][j] = vis ? s[r][j] : masked_score<acc>();
+              rowmax = rowmax > s[r][j] ? rowmax : s[r][j];
+            }
           }
           const acc mnew = ms[row] > rowmax ? ms[row] : rowmax;
           const acc alpha = softmax_exp(ms[row] - mnew);
           acc sum = 0;
-          for (int j = 0; j < key_tile; ++j) {
-            const acc p = s[r][j] == masked_score<acc>() ? acc(0) : softmax_exp(s[r][j] - mnew);
-            ps[row * key_tile + j] = p;
-            sum += p;
+          if (full) {
+            for (int j = 0; j < key_tile; ++j) ps[row * key_tile + j] = softmax_exp(s[r][j] - mnew);
+          } else {
+            for (int j = 0; j < key_tile; ++j)
+              ps[row * key_tile + j] =
+                  s[r][j] == masked_score<acc>() ? acc(0) : softmax_exp(s[r][j] - mnew);
           }
+          for (int j = 0; j < key_tile; ++j) sum += ps[row * key_tile + j];
           ls[row] = ls[row] * alpha + sum;
           ms[row] = mnew;
           if (alpha != acc(1))
@@ -246,13 +283,13 @@ template <class Scalar, class MemorySpace, class Mask, class T>
 KOKKOS_INLINE_FUNCTION void weights_and_gradients(
     const AttentionInputs<Scalar, MemorySpace>& in, const Mask& mask, int D, const T* qs,
     const T* dos, const T* kt, const T* vt, const T* lse, const T* delta, const mask::Token* qtok,
-    const bool* qvalid, const mask::Token* ktok, const bool* kvalid, T* ps, T* dss) {
+    const bool* qvalid, const mask::Token* ktok, const bool* kvalid, bool full, T* ps, T* dss) {
   T s[block_rows][key_tile], dp[block_rows][key_tile];
   rows_times_tile<key_tile>(qs, kt, D, s);
   rows_times_tile<key_tile>(dos, vt, D, dp);
   for (int r = 0; r < block_rows; ++r)
     for (int j = 0; j < key_tile; ++j) {
-      const bool vis = qvalid[r] && kvalid[j] && mask(qtok[r], ktok[j]);
+      const bool vis = qvalid[r] && (full || (kvalid[j] && mask(qtok[r], ktok[j])));
       const T p = vis ? softmax_exp(s[r][j] - lse[r]) : T(0);
       if (ps) ps[r * key_tile + j] = p;
       dss[r * key_tile + j] = p * (dp[r][j] - delta[r]);
@@ -313,9 +350,10 @@ struct QueryGradientKernel {
     key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     for (; j0 < hi; j0 += key_tile) {
       load_key_tile(in, hk, D, j0, lo, hi, kt, static_cast<acc*>(nullptr), vt, ks, ktok, kvalid);
+      const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
       for (int r0 = 0; r0 < query_tile; r0 += block_rows) {
         weights_and_gradients(in, mask, D, qs + r0 * D, dos + r0 * D, kt, vt, lses + r0,
-                              deltas + r0, qtok + r0, qvalid + r0, ktok, kvalid,
+                              deltas + r0, qtok + r0, qvalid + r0, ktok, kvalid, full,
                               static_cast<acc*>(nullptr), dss + r0 * key_tile);
         accumulate_rows<key_tile>(dss + r0 * key_tile, ks, D, dqs + r0 * D);
       }
@@ -387,9 +425,10 @@ struct KeyGradientKernel {
             dos[r * D + d] = qvalid[r] ? static_cast<acc>(dout(i, h, d)) : acc(0);
           }
         }
+        const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
         for (int r0 = 0; r0 < query_tile; r0 += block_rows)
           weights_and_gradients(in, mask, D, qs + r0 * D, dos + r0 * D, kt, vt, lses + r0,
-                                deltas + r0, qtok + r0, qvalid + r0, ktok, kvalid,
+                                deltas + r0, qtok + r0, qvalid + r0, ktok, kvalid, full,
                                 ps + r0 * key_tile, dss + r0 * key_tile);
         for (int j = 0; j < key_tile; j += block_rows) {
           accumulate_columns<query_tile, key_tile>(ps, dos, D, j, dvs);
