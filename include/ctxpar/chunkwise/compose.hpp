@@ -16,7 +16,6 @@
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/chunkwise/transition.hpp"
 #include "ctxpar/core/compat.hpp"
-#include "ctxpar/expr/expr.hpp"
 
 namespace ctxpar::chunkwise {
 
@@ -153,23 +152,8 @@ void compose_summaries(const ExecutionSpace& space, const SummaryViews<MemorySpa
                                                    v, width});
 }
 
-namespace impl {
-
-// A `[H, K·V]` part (rows contiguous) read as `[H, K, V]`.
-template <class T, class MemorySpace, class Part>
-Kokkos::View<T***, Kokkos::LayoutStride, MemorySpace> as_kv(const Part& p, std::int64_t k,
-                                                            std::int64_t v) {
-  const Kokkos::LayoutStride layout(p.extent(0), p.stride(0), k, v * p.stride(1), v, p.stride(1));
-  return Kokkos::View<T***, Kokkos::LayoutStride, MemorySpace>(p.data(), layout);
-}
-
-}  // namespace impl
-
 /// `out = M·state + d` for the summary `(M, d)` and a state `[H, K·V]` (both as rank-2 views of
-/// fp32). `out` must not alias `state`. One kernel: for the identity, scalar and diagonal
-/// structures an element-wise expression (`ctxpar::assign`, `include/ctxpar/expr/`) with `M`
-/// broadcast over the rows it scales; for the dense structure (a matrix product, which the
-/// expression layer does not fuse) a named functor.
+/// fp32). `out` must not alias `state`. One kernel.
 template <class Transition, class ExecutionSpace, class MemorySpace>
 void apply_summary(
     const ExecutionSpace& space, const SummaryViews<MemorySpace>& summary,
@@ -177,33 +161,13 @@ void apply_summary(
         state,
     const Kokkos::View<float**, Kokkos::LayoutStride, typename ExecutionSpace::memory_space>& out,
     std::int64_t k, std::int64_t v) {
-  namespace ex = ::ctxpar::expr;
   const std::int64_t heads = summary.state.extent(0), width = k * v;
-  if (heads * width == 0) return;
-  if constexpr (std::is_same_v<Transition, DenseTransition>) {
-    Kokkos::parallel_for(
-        "ctxpar::chunkwise::apply",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,
-                                                                             heads * width),
-        impl::ComposeKernel<Transition, MemorySpace>{summary.state, summary.transition, state,
-                                                     impl::const_part<MemorySpace>(), out,
-                                                     impl::part<MemorySpace>(), k, v, width});
-  } else {
-    const auto d = impl::as_kv<const float, MemorySpace>(summary.state, k, v);
-    const auto h = impl::as_kv<const float, MemorySpace>(state, k, v);
-    const auto o = impl::as_kv<float, MemorySpace>(out, k, v);
-    if constexpr (std::is_same_v<Transition, IdentityTransition>) {
-      ::ctxpar::assign(space, o, ex::view(h) + ex::view(d));
-    } else if constexpr (std::is_same_v<Transition, ScalarTransition>) {
-      const Kokkos::View<const float*, Kokkos::LayoutStride, MemorySpace> m =
-          Kokkos::subview(summary.transition, Kokkos::ALL, 0);
-      ::ctxpar::assign(space, o,
-                       ex::broadcast<2>(ex::broadcast<1>(m, k), v) * ex::view(h) + ex::view(d));
-    } else {
-      const Kokkos::View<const float**, Kokkos::LayoutStride, MemorySpace> m = summary.transition;
-      ::ctxpar::assign(space, o, ex::broadcast<2>(m, v) * ex::view(h) + ex::view(d));
-    }
-  }
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::apply",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
+      impl::ComposeKernel<Transition, MemorySpace>{summary.state, summary.transition, state,
+                                                   impl::const_part<MemorySpace>(), out,
+                                                   impl::part<MemorySpace>(), k, v, width});
 }
 
 /// Writes the identity summary `(I, 0)` into `out`. One kernel.
