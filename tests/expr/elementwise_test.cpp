@@ -500,6 +500,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(aliasing_rule, Exec, ctxpar::test::execution_space
   ok = refused(error_of([&] { ctxpar::assign(space, sq, ex::view(sq_t) + 1.0); })) && ok;
   // ... while the destination itself, index-locally, is fine.
   ok = error_of([&] { ctxpar::assign(space, sq, ex::view(sq) + 1.0); }) == "no ctxpar::Error" && ok;
+  // A strided column ends at its last element: memory right after it (here the tail of the same
+  // allocation, as a packed summary record's M column followed by a temporary) is not read.
+  Kokkos::View<double*, M> packed("packed", 4 * 5 + 4);
+  Kokkos::View<double**, Kokkos::LayoutRight, M, Kokkos::MemoryUnmanaged> records(packed.data(), 4, 5);
+  auto column = Kokkos::subview(records, all, 4);  // elements 4, 9, 14, 19
+  Kokkos::View<double*, M, Kokkos::MemoryUnmanaged> after(packed.data() + 20, 4);
+  ctxpar::assign(space, packed, 1.0);
+  ok = error_of([&] { ctxpar::assign(space, after, ex::view(column) + 1.0); }) == "no ctxpar::Error" && ok;
+  space.fence();
+  auto hp = host(packed);
+  for (int i = 20; i < 24; ++i) ok = ok && hp(i) == 2.0;
+  // ... but a column that does reach into the destination is still refused.
+  Kokkos::View<double*, M, Kokkos::MemoryUnmanaged> overlapping(packed.data() + 19, 4);
+  ok = refused(error_of([&] { ctxpar::assign(space, overlapping, ex::view(column) + 1.0); })) && ok;
   space.fence();
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);
 }

@@ -116,12 +116,18 @@ struct Footprint {
     Footprint f;
     f.begin = reinterpret_cast<const char*>(view.data());
     f.element_size = sizeof(typename View::value_type);
-    f.end = f.begin + view.span() * f.element_size;
     f.rank = static_cast<int>(View::rank);
+    // The exact last element from extents and strides: View::span() of a strided view may reach
+    // past it, which would report a false overlap with memory that merely follows the view.
+    std::int64_t last = 0;
+    bool empty = false;
     for (int d = 0; d < f.rank; ++d) {
       f.extent[d] = static_cast<std::int64_t>(view.extent(d));
       f.stride[d] = static_cast<std::int64_t>(view.stride(d));
+      if (f.extent[d] == 0) empty = true;
+      last += (f.extent[d] - 1) * f.stride[d];
     }
+    f.end = empty ? f.begin : f.begin + (last + 1) * static_cast<std::int64_t>(f.element_size);
     return f;
   }
   /// True when the two spans share a byte (empty spans overlap nothing).
