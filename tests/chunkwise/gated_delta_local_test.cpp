@@ -264,6 +264,46 @@ BOOST_AUTO_TEST_CASE(flop_model_is_the_documented_sum) {
 // Streaming: a sequence processed in three consecutive calls, each starting from the previous
 // call's final state (and, backward, handing its initial-state gradient to the previous call as a
 // final-state gradient), equals one pass over the whole stream, forward and backward.
+// A saved bundle reused for a second forward_apply on the same buffers holding new values must
+// not return the first call's per-chunk work (caching by data pointer alone gave stale outputs).
+BOOST_AUTO_TEST_CASE(reused_bundle_sees_new_values_in_old_buffers) {
+  using exec = Kokkos::DefaultHostExecutionSpace;
+  using mem = exec::memory_space;
+  using family = gd::Family<double, mem, false>;
+  namespace cw = ctxpar::chunkwise;
+  const int T = 70, H = 2, K = 8, V = 6, C = 16;
+  const gd::Problem first = gd::make_problem(301, T, 1, H, K, V, {0, T}, false);
+  const gd::Problem second = gd::make_problem(302, T, 1, H, K, V, {0, T}, false);
+  const auto backend = family::make(1, cw::BackendOptions{C, 0.0});
+  const exec space;
+  const auto seqs = cw::LocalSequences::single(T);
+  const cw::state_view<mem> zero("zero", H, K, V);
+  const cw::sequence_states_view<double, mem> no_h0;
+  auto in = family::make_inputs(first);
+  const auto fresh_in = family::make_inputs(second);
+  auto run = [&](const auto& inputs, auto& saved) {
+    cw::token_view<double, mem> o("o", T, H, V);
+    cw::sequence_states_view<double, mem> ht("ht", 1, H, K, V);
+    backend.forward_apply(space, inputs, seqs, zero, no_h0, o, ht, saved);
+    space.fence();
+    return gd::to_vector(o);
+  };
+  typename family::backend::saved_type reused, fresh;
+  run(in, reused);
+  // Overwrite every input in place with the second problem's values.
+  auto overwrite = [](const auto& dst, const auto& src) {
+    std::copy(src.data(), src.data() + src.span(), const_cast<double*>(dst.data()));
+  };
+  overwrite(in.q, fresh_in.q);
+  overwrite(in.k, fresh_in.k);
+  overwrite(in.v, fresh_in.v);
+  overwrite(in.g, fresh_in.g);
+  overwrite(in.beta, fresh_in.beta);
+  const auto again = run(in, reused);
+  const auto expected = run(fresh_in, fresh);
+  CTXPAR_TEST_ALL(ctxpar::test::world(), again == expected);
+}
+
 BOOST_AUTO_TEST_CASE(streaming_with_carried_state_equals_one_pass) {
   using exec = Kokkos::DefaultHostExecutionSpace;
   using mem = exec::memory_space;

@@ -189,6 +189,7 @@ class Backend {
     saved.inputs = in;
     saved.intra_done = false;
     engine::forward_prepare(space, saved, problem(in), seqs, summary);
+    saved.prepared = true;
   }
 
   /// Contract method 2: outputs and final states from the composed `s_in`.
@@ -201,12 +202,15 @@ class Backend {
       const chunkwise::sequence_states_view<Scalar, memory_space>& final_states,
       saved_type& saved) const {
     compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::forward_apply");
-    if (saved.inputs.q.data() != in.q.data() || saved.inputs.k.data() != in.k.data() ||
-        saved.inputs.v.data() != in.v.data() || saved.inputs.g.data() != in.g.data() ||
-        saved.inputs.beta.data() != in.beta.data()) {
+    // The per-chunk phase of forward_prepare is reused only right after it, on the same views;
+    // any other call recomputes it (the caller may have written new values into old buffers).
+    if (!saved.prepared || saved.inputs.q.data() != in.q.data() ||
+        saved.inputs.k.data() != in.k.data() || saved.inputs.v.data() != in.v.data() ||
+        saved.inputs.g.data() != in.g.data() || saved.inputs.beta.data() != in.beta.data()) {
       saved.inputs = in;
       saved.intra_done = false;
     }
+    saved.prepared = false;
     engine::forward_apply(space, saved, problem(in), seqs, s_in, initial_states, output,
                           final_states);
   }

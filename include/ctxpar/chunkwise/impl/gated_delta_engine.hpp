@@ -27,6 +27,9 @@ struct Saved {
   std::vector<std::int64_t> cu_seqlens;         ///< the local token boundaries the layout is for
   Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace> m;  ///< M of the trailing fragment
   bool intra_done = false;    ///< the per-chunk phase ran on `inputs`
+  /// forward_prepare ran and no forward_apply has consumed its per-chunk phase yet. Only then may
+  /// forward_apply reuse it: matching data pointers alone cannot tell new values in old buffers.
+  bool prepared = false;
   bool m_ready = false;       ///< `m` holds M of the trailing fragment
   bool forward_done = false;  ///< chunk-start states and U are saved
 };
