@@ -211,9 +211,12 @@ template <class Scalar>
 int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const std::string& in,
               const std::string& out, std::int64_t window, std::int64_t step,
               const std::string& policy, double base, bool backward, bool check) {
-  using ctxpar::cli::read_npy;
   Stream<Scalar> s;
-  const auto q = read_npy(in + "/q.npy"), k = read_npy(in + "/k.npy"), v = read_npy(in + "/v.npy");
+  // Qualified calls, no block-scope using-declaration: hipcc (clang) otherwise treats the results
+  // as dependent inside this template and rejects `q.values<Scalar>`.
+  const auto q = ctxpar::cli::read_npy(in + "/q.npy");
+  const auto k = ctxpar::cli::read_npy(in + "/k.npy");
+  const auto v = ctxpar::cli::read_npy(in + "/v.npy");
   ctxpar::require_local(q.rank() == 3 && k.rank() == 3, "ctxpar swa",
                         "q.npy and k.npy must be [T, heads, D]", 3, q.rank());
   s.tokens = q.extent(0);
@@ -227,20 +230,20 @@ int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const s
   s.v = v.values<Scalar>(in + "/v.npy");
   namespace fs = std::filesystem;
   if (fs::exists(in + "/pos.npy")) {
-    const auto pos = read_npy(in + "/pos.npy");
+    const auto pos = ctxpar::cli::read_npy(in + "/pos.npy");
     pos.require_shape({s.tokens}, in + "/pos.npy");
     for (auto x : pos.values<std::int32_t>(in + "/pos.npy")) s.pos.push_back(x);
   } else {
     for (std::int64_t i = 0; i < s.tokens; ++i) s.pos.push_back(i);
   }
   if (fs::exists(in + "/seq.npy")) {
-    const auto seq = read_npy(in + "/seq.npy");
+    const auto seq = ctxpar::cli::read_npy(in + "/seq.npy");
     seq.require_shape({s.tokens}, in + "/seq.npy");
     s.ids = seq.values<std::int32_t>(in + "/seq.npy");
   }
   const bool given_dout = fs::exists(in + "/dout.npy");
   if (given_dout) {
-    const auto d = read_npy(in + "/dout.npy");
+    const auto d = ctxpar::cli::read_npy(in + "/dout.npy");
     d.require_shape({s.tokens, s.hq, s.dim}, in + "/dout.npy");
     s.dout = d.values<Scalar>(in + "/dout.npy");
   } else {

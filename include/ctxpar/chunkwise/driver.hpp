@@ -52,7 +52,9 @@ struct ChunkwiseContext {
   ChunkwisePlan plan;                                  ///< the sequence layout
   typename Backend::inputs_type inputs;                ///< the rank's inputs (views)
   std::vector<typename Backend::saved_type> saved;     ///< one per local slot
-  std::int64_t heads = 0, key_dim = 0, value_dim = 0;  ///< `H, K, V`
+  std::int64_t heads = 0;                              ///< `H`
+  std::int64_t key_dim = 0;                            ///< `K`
+  std::int64_t value_dim = 0;                          ///< `V`
   bool initial_states_given = false;                   ///< forward got `h0`
 };
 

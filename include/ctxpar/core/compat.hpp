@@ -7,6 +7,7 @@
 
 #include <string>
 
+/// 1 when compiled against Kokkos 4.x, 0 against Kokkos 3.x (the only version switch in ctxpar).
 #if KOKKOS_VERSION >= 40000
 #define CTXPAR_KOKKOS_4 1
 #else

@@ -133,7 +133,7 @@ KOKKOS_INLINE_FUNCTION constexpr All all() {
 namespace impl {
 /// Checks every mask type the combinators build, so a misuse is reported where it is written.
 template <class L, class R>
-constexpr bool check_operands() {
+KOKKOS_INLINE_FUNCTION constexpr bool check_operands() {
   static_assert(is_mask_v<L> && is_mask_v<R>,
                 "ctxpar::mask: && and || combine two mask expressions (causal(), "
                 "sliding_window(W), same_sequence(), all() or their compositions); one operand "

@@ -67,10 +67,16 @@ struct DistributedState {
   Positions<MemorySpace> own_pos;
   /// Axis token -> gathered record (all-gather) or halo slot / own record (`HaloKV`).
   impl::Index<MemorySpace> axis_source;
-  /// The halo exchange (`HaloKV`) and the next-cache exchange.
-  impl::ExchangePlan halo, reshard;
-  /// Device copies of the plans' index lists.
-  impl::Index<MemorySpace> halo_send_records, reshard_source, reshard_send_records;
+  /// The halo exchange (`HaloKV`).
+  impl::ExchangePlan halo;
+  /// The next-cache exchange.
+  impl::ExchangePlan reshard;
+  /// Device copy of the halo plan's records to send.
+  impl::Index<MemorySpace> halo_send_records;
+  /// Device copy of the next-cache plan's source records.
+  impl::Index<MemorySpace> reshard_source;
+  /// Device copy of the next-cache plan's records to send.
+  impl::Index<MemorySpace> reshard_send_records;
   /// 0: RopeBeforeGather, 1: RopeAfterGather, 2: HaloKV.
   int policy = 0;
 };
