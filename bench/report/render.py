@@ -381,10 +381,12 @@ def target_rows(recs, sgemm):
         threads = sorted({str(r.get("threads")) for r in allr if r.get("threads") is not None})
         rates = [f"{k} {span(rs, k)}" for k in sorted({k for r in rs for k in r if k.endswith("gflops")
                                                          and k != "sgemm_gflops"}) if span(rs, k)]
-        detail = (f"torch {', '.join(versions) or '?'}, {', '.join(threads) or '?'} thread(s)"
-                  + (f", torch SGEMM {span(ceiling, 'gflops')} GFLOP/s in the same run" if ceiling else "")
-                  + (f"; torch rates (GFLOP/s): {', '.join(rates)}" if rates else "")
-                  + "; per case: " + ", ".join(f"{r.get('case')}: {fmt(r[key])}" for r in rs))
+        detail = ", ".join(([f"torch {', '.join(versions)}"] if versions else []) +
+                           ([f"{', '.join(threads)} thread(s)"] if threads else []) +
+                           ([f"torch SGEMM {span(ceiling, 'gflops')} GFLOP/s in the same run"] if ceiling else []))
+        parts = ([detail] if detail else []) + ([f"torch rates (GFLOP/s): {', '.join(rates)}"] if rates else [])
+        parts.append("per case: " + ", ".join(f"{r.get('case')}: {fmt(r[key])}" for r in rs))
+        detail = "; ".join(parts)
         add(f"vs PyTorch CPU — {mech} ({key})", "speed-up of ctxpar over torch", "≥ 2×",
             [r[key] for r in rs], lambda v: median(v) >= 2, f"bench/{mech}", rs, detail)
     eff_rs = [r for r in recs if r.get("benchmark") in ("swa", "chunkwise", "heads", "hybrid")
@@ -495,7 +497,7 @@ def log_crossing(points):
 def crossover_section(recs, img, img_rel):
     md = ["\n## Mechanism B vs C: the chunkwise-summary vs head-all-to-all crossover, measured\n"]
     cx = [r for r in recs if r.get("benchmark") == "crossover" and isnum(r.get("tokens_per_rank"))
-          and isnum(r.get("ranks")) and r.get("mechanism") in ("B", "C")]
+          and isnum(r.get("ranks")) and r.get("mechanism") in ("B", "C") and isinstance(r.get("family"), str)]
     if not cx:
         md.append("_No records (bench/results/crossover.json; `bench/crossover/run.sh BUILD_DIR`)._\n")
         return md
@@ -693,6 +695,12 @@ plot {', '.join(plots)}
 # ----------------------------------------------------------------------------------------------
 
 
+def section_failed(md, name, e):
+    print(f"render.py: section '{name}' skipped: {type(e).__name__}: {e}", file=sys.stderr)
+    md.append(f"\n_The {name} section could not be rendered from the records in this run "
+              f"({type(e).__name__}: {e}); the other sections are unaffected._\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default="bench/results")
@@ -710,356 +718,383 @@ def main():
               "is a ratio measured side by side in one run, or a model fitted to those measurements. "
               "The machine is shared and noisy: absolute times drift run to run, ratios much less.\n")
 
-    # Machine and ceilings
-    ceil = pick(recs, "ceilings")
-    machine = next((r.get("machine") for r in ceil if r.get("machine")), None) or \
-        next((r.get("machine") for r in recs if r.get("machine")), {})
-    md.append("## Machine and ceilings\n")
-    if machine:
-        md.append(f"CPU `{machine.get('cpu')}`, build `{machine.get('build_type')}`, Kokkos backend "
-                  f"`{machine.get('backend')}`, {machine.get('threads')} thread(s) per rank, "
-                  f"{machine.get('ranks')} rank(s), `-march=native`: {fmt(machine.get('native'))}; load average "
-                  f"during the ceilings run: {fmt(machine.get('load_average'))}.\n")
-    rows = []
-    sgemm = None
-    for r in ceil:
-        c = r.get("case", "")
-        if c.startswith("sgemm"):
-            rows.append([c, f"{fmt(r.get('gflops'))} GFLOP/s (best {fmt(r.get('best_gflops'))})", r.get("flops_formula", "")])
-            sgemm = max(sgemm or 0, r.get("gflops", 0))
-        elif c == "triad":
-            rows.append([c, f"{fmt(r.get('gbps'))} GB/s (best {fmt(r.get('best_gbps'))})", r.get("bytes_formula", "")])
-        elif c.startswith("pingpong"):
-            rows.append([c, f"one way {human_seconds(r.get('one_way_us', 0) * 1e-6)}, {fmt(r.get('gbps'))} GB/s", ""])
-        elif c.startswith("allgather"):
-            rows.append([c, f"{fmt(r.get('gbps'))} GB/s, median {human_seconds(r.get('time_median_s'))}",
-                         r.get("bytes_formula", "")])
-    md.append(table(["ceiling", "measured (median of repeats)", "formula"], rows) if rows else
-              "_No ceilings record (bench/results/ceilings.json)._\n")
-
-    # Targets
-    md.append("\n## The bar: each target of 50-performance.md next to its measured ratio\n")
-    md.append(table(["what", "measure", "target", "measured", "verdict", "reason / note"], target_rows(recs, sgemm)))
-    md.append("\n\"Not measured\" means no benchmark in this run wrote that figure; the mechanism benchmark "
-              "that should write it is named in the last column.\n")
-
-    # Per-benchmark detail (every record, compact)
-    md.append("\n## Every benchmark record\n")
-    for bench_name in sorted({r.get("benchmark") for r in recs if r.get("benchmark") not in (None, "network", "hybrid")}):
-        br = pick(recs, bench_name)
-        keys = []
-        for r in br:
-            for k, v in r.items():
-                if k in ("benchmark", "machine", "_file") or isinstance(v, (dict, list)):
-                    continue
-                if k.endswith(("_min_s", "_max_s", "_repeats")):
-                    continue
-                if k not in keys:
-                    keys.append(k)
-        keys = keys[:12]
-        md.append(f"\n### `{bench_name}` ({len(br)} records, `{br[0]['_file']}`; first 12 fields)\n")
-        md.append(table(keys, [[fmt(r.get(k)) if not isinstance(r.get(k), str) else r.get(k) for k in keys] for r in br]))
-
-    # How cost grows (from the mechanism benchmarks' records)
-    by = [r for r in pick(recs, "swa", kind="bytes_per_rank") if r.get("length")]
-    if by:
-        md.append("\n## How cost grows\n")
-        md.append("Bytes received per rank (slowest rank) of one sliding-window step against the axis length, "
-                  "for both policies (`bench/swa`): the all-gather grows with `L`, the halo stays at `W − 1` "
-                  "records.\n\n")
+    try:
+        # Machine and ceilings
+        ceil = pick(recs, "ceilings")
+        machine = next((r.get("machine") for r in ceil if r.get("machine")), None) or \
+            next((r.get("machine") for r in recs if r.get("machine")), {})
+        md.append("## Machine and ceilings\n")
+        if machine:
+            md.append(f"CPU `{machine.get('cpu')}`, build `{machine.get('build_type')}`, Kokkos backend "
+                      f"`{machine.get('backend')}`, {machine.get('threads')} thread(s) per rank, "
+                      f"{machine.get('ranks')} rank(s), `-march=native`: {fmt(machine.get('native'))}; load average "
+                      f"during the ceilings run: {fmt(machine.get('load_average'))}.\n")
         rows = []
-        for r in sorted(by, key=lambda r: (r["window"], r["length"])):
-            rows.append([r["length"], r["window"], r.get("ranks"),
-                         human_bytes(r.get("max_allgather_bytes_over_ranks", r.get("allgather_bytes_received"))),
-                         human_bytes(r.get("max_halo_bytes_over_ranks", r.get("halo_bytes_received")))])
-        md.append(table(["L", "W", "P", "all-gather recv/rank", "halo recv/rank"], rows))
-        for w in sorted({r["window"] for r in by}):
-            write_data(os.path.join(args.img, f"grow_{w}.dat"),
-                       [(r["length"], r.get("max_allgather_bytes_over_ranks", r["allgather_bytes_received"]),
-                         r.get("max_halo_bytes_over_ranks", r["halo_bytes_received"]))
-                        for r in sorted(by, key=lambda r: r["length"]) if r["window"] == w])
-        plots = []
-        for w in sorted({r["window"] for r in by}):
-            f = f"{args.img}/grow_{w}.dat"
-            plots.append(f"'{f}' u 1:2 w lp pt 7 t 'all-gather W={w}', '{f}' u 1:3 w lp pt 5 t 'halo W={w}'")
-        ok = gnuplot(f"""set terminal pngcairo noenhanced size 560,360 font ',9'
-set output '{args.img}/swa_bytes_growth.png'
-set logscale xy
-set xlabel 'axis length L (tokens)'
-set ylabel 'bytes received per rank'
-set key top left
-set title 'sliding-window step: bytes per rank vs L (measured counters)'
-plot {", ".join(plots)}
-""", os.path.join(args.img, "swa_bytes_growth.png"))
-        for w in sorted({r["window"] for r in by}):
-            os.remove(os.path.join(args.img, f"grow_{w}.dat"))
-        if ok:
-            md.append(f"\n![bytes growth]({img_rel}/swa_bytes_growth.png)\n")
-    kern = pick(recs, "swa", kind="local_kernel")
-    if kern:
-        md.append("\nSliding-window local kernel rate against the window (same-run SGEMM ratio), `bench/swa`:\n\n")
-        md.append(table(["D", "W", "forward GFLOP/s", "÷ SGEMM", "backward GFLOP/s", "÷ SGEMM"],
-                        [[r.get("dim"), r.get("window"), fmt(r.get("forward_gflops")), fmt(r.get("forward_ratio")),
-                          fmt(r.get("backward_gflops")), fmt(r.get("backward_ratio"))]
-                         for r in sorted(kern, key=lambda r: (r.get("dim"), r.get("window")))]))
+        sgemm = None
+        for r in ceil:
+            c = r.get("case", "")
+            if c.startswith("sgemm"):
+                rows.append([c, f"{fmt(r.get('gflops'))} GFLOP/s (best {fmt(r.get('best_gflops'))})", r.get("flops_formula", "")])
+                sgemm = max(sgemm or 0, r.get("gflops", 0))
+            elif c == "triad":
+                rows.append([c, f"{fmt(r.get('gbps'))} GB/s (best {fmt(r.get('best_gbps'))})", r.get("bytes_formula", "")])
+            elif c.startswith("pingpong"):
+                rows.append([c, f"one way {human_seconds(r.get('one_way_us', 0) * 1e-6)}, {fmt(r.get('gbps'))} GB/s", ""])
+            elif c.startswith("allgather"):
+                rows.append([c, f"{fmt(r.get('gbps'))} GB/s, median {human_seconds(r.get('time_median_s'))}",
+                             r.get("bytes_formula", "")])
+        md.append(table(["ceiling", "measured (median of repeats)", "formula"], rows) if rows else
+                  "_No ceilings record (bench/results/ceilings.json)._\n")
 
-    md += growth_section(recs, args.img, img_rel)
-    md += crossover_section(recs, args.img, img_rel)
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'machine and ceilings', e)
+    try:
+        # Targets
+        md.append("\n## The bar: each target of 50-performance.md next to its measured ratio\n")
+        md.append(table(["what", "measure", "target", "measured", "verdict", "reason / note"], target_rows(recs, sgemm)))
+        md.append("\n\"Not measured\" means no benchmark in this run wrote that figure; the mechanism benchmark "
+                  "that should write it is named in the last column.\n")
 
-    # Hybrid stack
-    hyb = sorted(pick(recs, "hybrid"), key=lambda r: r.get("ranks", 0))
-    if hyb:
-        md.append("\n## The hybrid stack (`ctxpar hybrid`)\n")
-        md.append("Per layer, forward + backward of the context-parallel operator (the host-side glue "
-                  "excluded), first step, slowest rank; bytes of rank 0 against the formula.\n")
-        rows = []
-        for h in hyb:
-            st = (h.get("steps") or [{}])[0]
-            for lj in st.get("layers", []):
-                tt = lj.get("forward_seconds", 0) + lj.get("backward_seconds", 0)
-                rows.append([h.get("ranks"), h.get("length"), lj.get("layer"), lj.get("policy"),
-                             human_seconds(tt), fmt(lj.get("tokens_per_second")),
-                             human_bytes(lj.get("bytes_received_rank0")),
-                             fmt(lj.get("bytes_equal_formula_every_rank")), fmt(lj.get("max_error"))])
-        md.append(table(["P", "L", "layer", "policy", "fwd+bwd", "tokens/s", "recv/rank", "= formula",
-                         "max err vs P=1"], rows))
-        p1 = next((h for h in hyb if h.get("ranks") == 1), None)
-        p2 = next((h for h in hyb if h.get("ranks") == 2), None)
-        if p1 and p2:
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'targets', e)
+    try:
+        # Per-benchmark detail (every record, compact)
+        md.append("\n## Every benchmark record\n")
+        for bench_name in sorted({r.get("benchmark") for r in recs if r.get("benchmark") not in (None, "network", "hybrid")}):
+            br = pick(recs, bench_name)
+            keys = []
+            for r in br:
+                for k, v in r.items():
+                    if k in ("benchmark", "machine", "_file") or isinstance(v, (dict, list)):
+                        continue
+                    if k.endswith(("_min_s", "_max_s", "_repeats")):
+                        continue
+                    if k not in keys:
+                        keys.append(k)
+            keys = keys[:12]
+            md.append(f"\n### `{bench_name}` ({len(br)} records, `{br[0]['_file']}`; first 12 fields)\n")
+            md.append(table(keys, [[fmt(r.get(k)) if not isinstance(r.get(k), str) else r.get(k) for k in keys] for r in br]))
+
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'every benchmark record', e)
+    try:
+        # How cost grows (from the mechanism benchmarks' records)
+        by = [r for r in pick(recs, "swa", kind="bytes_per_rank") if r.get("length")]
+        if by:
+            md.append("\n## How cost grows\n")
+            md.append("Bytes received per rank (slowest rank) of one sliding-window step against the axis length, "
+                      "for both policies (`bench/swa`): the all-gather grows with `L`, the halo stays at `W − 1` "
+                      "records.\n\n")
             rows = []
-            for l1, l2 in zip(p1["steps"][0]["layers"], p2["steps"][0]["layers"]):
-                t1 = l1["forward_seconds"] + l1["backward_seconds"]
-                t2 = l2["forward_seconds"] + l2["backward_seconds"]
-                rows.append([l1["layer"], human_seconds(t1), human_seconds(t2), fmt(t1 / (2 * t2))])
-            md.append(f"\nCP efficiency of each layer in the stack, `T(1) / (2·T(2))`, from two consecutive runs of the command (load average at the end of each: P = 1 {fmt(p1.get('load_average'))}, P = 2 {fmt(p2.get('load_average'))}; 2 cores):\n\n")
-            md.append(table(["layer", "T(1)", "T(2)", "efficiency"], rows))
-            effs = [float(r[3]) for r in rows]
-            if effs and min(effs) < 0.9:
-                md.append("\nBelow the 0.9 bar of the mechanism benchmarks (their own CP-efficiency figures are in the "
-                          "bar table above). The stack's layer times include the copies between its host-side glue "
-                          "and the operators' views and, for the sliding-window layer, one distributed step per "
-                          "streamed chunk; with two ranks on two cores shared with other jobs (load averages above), "
-                          "a rank waiting in MPI also competes for the core its peer needs. This run does not "
-                          "separate those causes.\n")
-
-    # α–β
-    net = pick(recs, "network")
-    md.append("\n## Latency–bandwidth (α–β) model\n")
-    ab_here = None
-    if net:
-        pp = sorted([(r["bytes"], r["time_median_s"]) for r in net if r.get("kind") == "pingpong" and r.get("ranks") == 2])
-        if len(pp) >= 2:
-            ab_here = fit_alpha_beta(pp)
-            a, b = ab_here
-            md.append(f"Fitted by least squares (relative error) to the ping-pong medians at P = 2 (`bench/report/network_bench.cpp`, "
-                      f"{len(pp)} sizes from {human_bytes(pp[0][0])} to {human_bytes(pp[-1][0])}): "
-                      f"**α = {human_seconds(a)}**, **1/β = {fmt(1 / b / 1e9)} GB/s** (shared-memory transport).\n")
-            write_data(os.path.join(args.img, "pingpong.dat"), [(n, t, a + n * b) for n, t in pp])
+            for r in sorted(by, key=lambda r: (r["window"], r["length"])):
+                rows.append([r["length"], r["window"], r.get("ranks"),
+                             human_bytes(r.get("max_allgather_bytes_over_ranks", r.get("allgather_bytes_received"))),
+                             human_bytes(r.get("max_halo_bytes_over_ranks", r.get("halo_bytes_received")))])
+            md.append(table(["L", "W", "P", "all-gather recv/rank", "halo recv/rank"], rows))
+            for w in sorted({r["window"] for r in by}):
+                write_data(os.path.join(args.img, f"grow_{w}.dat"),
+                           [(r["length"], r.get("max_allgather_bytes_over_ranks", r["allgather_bytes_received"]),
+                             r.get("max_halo_bytes_over_ranks", r["halo_bytes_received"]))
+                            for r in sorted(by, key=lambda r: r["length"]) if r["window"] == w])
+            plots = []
+            for w in sorted({r["window"] for r in by}):
+                f = f"{args.img}/grow_{w}.dat"
+                plots.append(f"'{f}' u 1:2 w lp pt 7 t 'all-gather W={w}', '{f}' u 1:3 w lp pt 5 t 'halo W={w}'")
             ok = gnuplot(f"""set terminal pngcairo noenhanced size 560,360 font ',9'
-set output '{args.img}/alpha_beta.png'
-set logscale xy
-set xlabel 'message bytes'
-set ylabel 'one-way time [s]'
-set key top left
-set title 'ping-pong at P = 2: measured vs alpha + n beta'
-plot '{args.img}/pingpong.dat' u 1:2 w p pt 7 t 'measured (median)', '' u 1:3 w l lw 2 t 'model'
-""", os.path.join(args.img, "alpha_beta.png"))
-            os.remove(os.path.join(args.img, "pingpong.dat"))
+    set output '{args.img}/swa_bytes_growth.png'
+    set logscale xy
+    set xlabel 'axis length L (tokens)'
+    set ylabel 'bytes received per rank'
+    set key top left
+    set title 'sliding-window step: bytes per rank vs L (measured counters)'
+    plot {", ".join(plots)}
+    """, os.path.join(args.img, "swa_bytes_growth.png"))
+            for w in sorted({r["window"] for r in by}):
+                os.remove(os.path.join(args.img, f"grow_{w}.dat"))
             if ok:
-                md.append(f"\n![ping-pong fit]({img_rel}/alpha_beta.png)\n")
-            # Validation on the collectives
+                md.append(f"\n![bytes growth]({img_rel}/swa_bytes_growth.png)\n")
+        kern = pick(recs, "swa", kind="local_kernel")
+        if kern:
+            md.append("\nSliding-window local kernel rate against the window (same-run SGEMM ratio), `bench/swa`:\n\n")
+            md.append(table(["D", "W", "forward GFLOP/s", "÷ SGEMM", "backward GFLOP/s", "÷ SGEMM"],
+                            [[r.get("dim"), r.get("window"), fmt(r.get("forward_gflops")), fmt(r.get("forward_ratio")),
+                              fmt(r.get("backward_gflops")), fmt(r.get("backward_ratio"))]
+                             for r in sorted(kern, key=lambda r: (r.get("dim"), r.get("window")))]))
+
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'how cost grows', e)
+    try:
+        md += growth_section(recs, args.img, img_rel)
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'SWA growth', e)
+    try:
+        md += crossover_section(recs, args.img, img_rel)
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'B vs C crossover', e)
+
+    try:
+        # Hybrid stack
+        hyb = sorted(pick(recs, "hybrid"), key=lambda r: r.get("ranks", 0))
+        if hyb:
+            md.append("\n## The hybrid stack (`ctxpar hybrid`)\n")
+            md.append("Per layer, forward + backward of the context-parallel operator (the host-side glue "
+                      "excluded), first step, slowest rank; bytes of rank 0 against the formula.\n")
             rows = []
-            vdat = []
-            for r in sorted(net, key=lambda r: (r.get("kind"), r.get("bytes"), r.get("ranks"))):
-                k, p, m = r.get("kind"), r.get("ranks"), r.get("bytes")
-                if k not in ("allgather", "alltoall"):
-                    continue
-                pred = t_allgather(a, b, p, m) if k == "allgather" else t_alltoall(a, b, p, m)
-                meas = r["time_median_s"]
-                rows.append([k, p, human_bytes(m), human_seconds(meas), human_seconds(pred), fmt(meas / pred if pred else None)])
-                vdat.append((p, meas / pred if pred else 0, k, m))
-            md.append("\nValidation before projecting: the model's prediction for the collectives against what "
-                      "was measured here. All-gather: `⌈log2 P⌉·α + (P−1)·m·β` (m bytes per rank); all-to-all: "
-                      "`(P−1)·(α + m·β)` (m bytes per destination). Above P = 2 the ranks oversubscribe the 2 cores, "
-                      "so measured/predicted grows with P: that growth is this machine's core count, not the "
-                      "network; the projection below therefore uses the model only in its validated range and the "
-                      "stated cluster figures beyond it.\n\n")
-            md.append(table(["collective", "P", "m", "measured", "predicted", "measured / predicted"], rows))
-            p2 = [x[1] for x in vdat if x[0] == 2]
-            if p2:
-                md.append(f"\nAt P = 2 (no oversubscription) measured/predicted spans {fmt(min(p2))}–{fmt(max(p2))} "
-                          f"over {len(p2)} cases (median {fmt(median(p2))}).\n")
-            for kind in ("allgather", "alltoall"):
-                write_data(os.path.join(args.img, f"valid_{kind}.dat"),
-                           sorted((x[0], x[1], x[3]) for x in vdat if x[2] == kind))
-            ok = gnuplot(f"""set terminal pngcairo noenhanced size 560,360 font ',9'
-set output '{args.img}/model_validation.png'
-set logscale y
-set xlabel 'ranks P (2 cores: P > 2 oversubscribed)'
-set ylabel 'measured / predicted'
-set key top left
-set title 'alpha-beta model vs measured collectives'
-plot '{args.img}/valid_allgather.dat' u 1:2 w p pt 7 t 'all-gather', '{args.img}/valid_alltoall.dat' u 1:2 w p pt 5 t 'all-to-all', 1 w l dt 2 t 'exact'
-""", os.path.join(args.img, "model_validation.png"))
-            for kind in ("allgather", "alltoall"):
-                os.remove(os.path.join(args.img, f"valid_{kind}.dat"))
-            if ok:
-                md.append(f"\n![model validation]({img_rel}/model_validation.png)\n")
-    else:
-        md.append("_No network records (bench/results/network_P*.json)._\n")
+            for h in hyb:
+                st = (h.get("steps") or [{}])[0]
+                for lj in st.get("layers", []):
+                    tt = lj.get("forward_seconds", 0) + lj.get("backward_seconds", 0)
+                    rows.append([h.get("ranks"), h.get("length"), lj.get("layer"), lj.get("policy"),
+                                 human_seconds(tt), fmt(lj.get("tokens_per_second")),
+                                 human_bytes(lj.get("bytes_received_rank0")),
+                                 fmt(lj.get("bytes_equal_formula_every_rank")), fmt(lj.get("max_error"))])
+            md.append(table(["P", "L", "layer", "policy", "fwd+bwd", "tokens/s", "recv/rank", "= formula",
+                             "max err vs P=1"], rows))
+            p1 = next((h for h in hyb if h.get("ranks") == 1), None)
+            p2 = next((h for h in hyb if h.get("ranks") == 2), None)
+            if p1 and p2:
+                rows = []
+                for l1, l2 in zip(p1["steps"][0]["layers"], p2["steps"][0]["layers"]):
+                    t1 = l1["forward_seconds"] + l1["backward_seconds"]
+                    t2 = l2["forward_seconds"] + l2["backward_seconds"]
+                    rows.append([l1["layer"], human_seconds(t1), human_seconds(t2), fmt(t1 / (2 * t2))])
+                md.append(f"\nCP efficiency of each layer in the stack, `T(1) / (2·T(2))`, from two consecutive runs of the command (load average at the end of each: P = 1 {fmt(p1.get('load_average'))}, P = 2 {fmt(p2.get('load_average'))}; 2 cores):\n\n")
+                md.append(table(["layer", "T(1)", "T(2)", "efficiency"], rows))
+                effs = [float(r[3]) for r in rows]
+                if effs and min(effs) < 0.9:
+                    md.append("\nBelow the 0.9 bar of the mechanism benchmarks (their own CP-efficiency figures are in the "
+                              "bar table above). The stack's layer times include the copies between its host-side glue "
+                              "and the operators' views and, for the sliding-window layer, one distributed step per "
+                              "streamed chunk; with two ranks on two cores shared with other jobs (load averages above), "
+                              "a rank waiting in MPI also competes for the core its peer needs. This run does not "
+                              "separate those causes.\n")
 
-    # Compute rates
-    swa_k = pick(recs, "swa", kind="local_kernel")
-    rate_swa = median([r["forward_gflops"] for r in swa_k if "forward_gflops" in r])
-    cw = [r for r in recs if r.get("benchmark") == "chunkwise" and isinstance(r.get("forward_gflops"), (int, float))]
-    rate_cw = median([r["forward_gflops"] for r in cw])
-    rates = {"swa": (rate_swa, "measured SWA local kernel (median forward GFLOP/s, bench/swa)") if rate_swa else
-             (sgemm, "same-run SGEMM (no SWA kernel record)"),
-             "cw": (rate_cw, "measured chunkwise kernel (median forward GFLOP/s, bench/chunkwise)") if rate_cw else
-             (sgemm, "same-run SGEMM (no chunkwise kernel record)")}
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'hybrid stack', e)
+    try:
+        # α–β
+        net = pick(recs, "network")
+        md.append("\n## Latency–bandwidth (α–β) model\n")
+        ab_here = None
+        if net:
+            pp = sorted([(r["bytes"], r["time_median_s"]) for r in net if r.get("kind") == "pingpong" and r.get("ranks") == 2])
+            if len(pp) >= 2:
+                ab_here = fit_alpha_beta(pp)
+                a, b = ab_here
+                md.append(f"Fitted by least squares (relative error) to the ping-pong medians at P = 2 (`bench/report/network_bench.cpp`, "
+                          f"{len(pp)} sizes from {human_bytes(pp[0][0])} to {human_bytes(pp[-1][0])}): "
+                          f"**α = {human_seconds(a)}**, **1/β = {fmt(1 / b / 1e9)} GB/s** (shared-memory transport).\n")
+                write_data(os.path.join(args.img, "pingpong.dat"), [(n, t, a + n * b) for n, t in pp])
+                ok = gnuplot(f"""set terminal pngcairo noenhanced size 560,360 font ',9'
+    set output '{args.img}/alpha_beta.png'
+    set logscale xy
+    set xlabel 'message bytes'
+    set ylabel 'one-way time [s]'
+    set key top left
+    set title 'ping-pong at P = 2: measured vs alpha + n beta'
+    plot '{args.img}/pingpong.dat' u 1:2 w p pt 7 t 'measured (median)', '' u 1:3 w l lw 2 t 'model'
+    """, os.path.join(args.img, "alpha_beta.png"))
+                os.remove(os.path.join(args.img, "pingpong.dat"))
+                if ok:
+                    md.append(f"\n![ping-pong fit]({img_rel}/alpha_beta.png)\n")
+                # Validation on the collectives
+                rows = []
+                vdat = []
+                for r in sorted(net, key=lambda r: (r.get("kind"), r.get("bytes"), r.get("ranks"))):
+                    k, p, m = r.get("kind"), r.get("ranks"), r.get("bytes")
+                    if k not in ("allgather", "alltoall"):
+                        continue
+                    pred = t_allgather(a, b, p, m) if k == "allgather" else t_alltoall(a, b, p, m)
+                    meas = r["time_median_s"]
+                    rows.append([k, p, human_bytes(m), human_seconds(meas), human_seconds(pred), fmt(meas / pred if pred else None)])
+                    vdat.append((p, meas / pred if pred else 0, k, m))
+                md.append("\nValidation before projecting: the model's prediction for the collectives against what "
+                          "was measured here. All-gather: `⌈log2 P⌉·α + (P−1)·m·β` (m bytes per rank); all-to-all: "
+                          "`(P−1)·(α + m·β)` (m bytes per destination). Above P = 2 the ranks oversubscribe the 2 cores, "
+                          "so measured/predicted grows with P: that growth is this machine's core count, not the "
+                          "network; the projection below therefore uses the model only in its validated range and the "
+                          "stated cluster figures beyond it.\n\n")
+                md.append(table(["collective", "P", "m", "measured", "predicted", "measured / predicted"], rows))
+                p2 = [x[1] for x in vdat if x[0] == 2]
+                if p2:
+                    md.append(f"\nAt P = 2 (no oversubscription) measured/predicted spans {fmt(min(p2))}–{fmt(max(p2))} "
+                              f"over {len(p2)} cases (median {fmt(median(p2))}).\n")
+                for kind in ("allgather", "alltoall"):
+                    write_data(os.path.join(args.img, f"valid_{kind}.dat"),
+                               sorted((x[0], x[1], x[3]) for x in vdat if x[2] == kind))
+                ok = gnuplot(f"""set terminal pngcairo noenhanced size 560,360 font ',9'
+    set output '{args.img}/model_validation.png'
+    set logscale y
+    set xlabel 'ranks P (2 cores: P > 2 oversubscribed)'
+    set ylabel 'measured / predicted'
+    set key top left
+    set title 'alpha-beta model vs measured collectives'
+    plot '{args.img}/valid_allgather.dat' u 1:2 w p pt 7 t 'all-gather', '{args.img}/valid_alltoall.dat' u 1:2 w p pt 5 t 'all-to-all', 1 w l dt 2 t 'exact'
+    """, os.path.join(args.img, "model_validation.png"))
+                for kind in ("allgather", "alltoall"):
+                    os.remove(os.path.join(args.img, f"valid_{kind}.dat"))
+                if ok:
+                    md.append(f"\n![model validation]({img_rel}/model_validation.png)\n")
+        else:
+            md.append("_No network records (bench/results/network_P*.json)._\n")
 
-    md.append("\n## Projection to P = 8 … 1024 and L up to 1M tokens\n")
-    sh = SHAPES
-    md.append("Per rank and per layer, forward + backward, from the formulas the byte counters are checked against "
-              "(the hybrid stack and the mechanism benchmarks check them to the byte). Reference shapes (fp32): "
-              f"SWA Hq = {sh['swa']['Hq']}, Hkv = {sh['swa']['Hkv']}, D = {sh['swa']['D']}, W = {sh['swa']['W']}; "
-              f"GDN H = {sh['gdn']['H']}, K = V = {sh['gdn']['K']}; GDP H = {sh['gdp']['H']}, d = N = {sh['gdp']['d']}, "
-              f"M = {sh['gdp']['M']}, G = {sh['gdp']['G']}. Network: the cluster figures below (assumptions, with "
-              "sources); this machine's fitted α–β appears for P = 8 only as a reference. Local compute time: "
-              f"flops from the design's FLOP models at {fmt(rates['swa'][0])} GFLOP/s ({rates['swa'][1]}) for SWA and "
-              f"{fmt(rates['cw'][0])} GFLOP/s ({rates['cw'][1]}) for the chunkwise kernels — one CPU thread of this "
-              "machine; a GPU computes 10–100× faster, which moves every crossover below to proportionally larger L/P.\n\n")
-    md.append(table(["cluster link", "α", "1/β", "source (assumption)"],
-                    [[c["name"], human_seconds(c["alpha"]), f"{fmt(c['bw'] / 1e9)} GB/s", c["source"]]
-                     for c in CLUSTER.values()]))
-    Ls = [32768, 131072, 1048576]
-    Ps = [8, 16, 64, 256, 1024]
-    gpu = ACCELERATOR["flops"] * ACCELERATOR["efficiency"]
-    md.append(f"\nCompute on the cluster side is an assumption too: {ACCELERATOR['name']} at "
-              f"{fmt(ACCELERATOR['efficiency'])} of {fmt(ACCELERATOR['flops'] / 1e12)} TFLOP/s "
-              f"({ACCELERATOR['source']}). Each cell: communication time per rank per layer (forward + backward) "
-              "and, in brackets, bytes received per rank; the last rows give the local compute time at the measured "
-              "rate of this machine and at the assumed accelerator rate. `n/a`: the policy cannot run there.\n")
-    plot_rows = {k: [] for k, _, _ in mechanisms()}
-    for L in Ls:
-        rows = []
-        for key, mech, pol in mechanisms():
-            cells = []
-            for P in Ps:
-                pr = project(key, L, P, cluster_ab(P))
-                if not pr["ok"]:
-                    cells.append("n/a (P > heads)")
-                    continue
-                fl = compute_flops(key, L, P) + pr["extra_flops"]
-                if L == Ls[-1]:
-                    plot_rows[key].append((P, pr["time"], fl / gpu))
-                cells.append(f"{human_seconds(pr['time'])} ({human_bytes(pr['recv'])})")
-            rows.append([f"{mech} / {pol}"] + cells)
-        for label, rate in ((f"compute, SWA, here ({fmt(rates['swa'][0])} GFLOP/s)", rates["swa"][0] * 1e9),
-                            (f"compute, GDN, here ({fmt(rates['cw'][0])} GFLOP/s)", rates["cw"][0] * 1e9),
-                            ("compute, SWA, accelerator", gpu), ("compute, GDN chunkwise, accelerator", gpu)):
-            key = "swa_ag" if "SWA" in label else "gdn_sc"
-            rows.append([label] + [human_seconds(compute_flops(key, L, P) / rate) if rate else "–" for P in Ps])
-        md.append(f"\n**L = {L} tokens**\n\n")
-        md.append(table(["mechanism / policy"] + [f"P = {P}" for P in Ps], rows))
-        mem_rows = []
-        for key, mech, pol in mechanisms():
-            cells = []
-            for P in Ps:
-                pr = project(key, L, P, cluster_ab(P))
-                cells.append(human_bytes(pr["mem"]) if pr["ok"] else "n/a")
-            mem_rows.append([f"{mech} / {pol}"] + cells)
-        md.append(f"\nCommunication buffers per rank per layer at L = {L} (gathered axis, summaries, transpose "
-                  "buffers):\n\n")
-        md.append(table(["mechanism / policy"] + [f"P = {P}" for P in Ps], mem_rows))
-    if ab_here:
-        rows = []
-        for key, mech, pol in mechanisms():
-            pr = project(key, 131072, 8, ab_here)
-            rows.append([f"{mech} / {pol}", human_seconds(pr["time"]) if pr["ok"] else "n/a"])
-        md.append("\nThe same at L = 131072, P = 8 with this machine's fitted α–β instead of the cluster's "
-                  "(shared memory, if it had 8 free cores):\n\n")
-        md.append(table(["mechanism / policy", "comm time"], rows))
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'alpha-beta model', e)
+    try:
+        # Compute rates
+        swa_k = pick(recs, "swa", kind="local_kernel")
+        rate_swa = median([r["forward_gflops"] for r in swa_k if "forward_gflops" in r])
+        cw = [r for r in recs if r.get("benchmark") == "chunkwise" and isinstance(r.get("forward_gflops"), (int, float))]
+        rate_cw = median([r["forward_gflops"] for r in cw])
+        rates = {"swa": (rate_swa, "measured SWA local kernel (median forward GFLOP/s, bench/swa)") if rate_swa else
+                 (sgemm, "same-run SGEMM (no SWA kernel record)"),
+                 "cw": (rate_cw, "measured chunkwise kernel (median forward GFLOP/s, bench/chunkwise)") if rate_cw else
+                 (sgemm, "same-run SGEMM (no chunkwise kernel record)")}
 
-    # Where each stops scaling
-    md.append("\n### Where each mechanism stops scaling\n")
-    md.append(f"\nCriteria, checked at P = 8, 16, 32, …, 1024: the policy cannot run (more ranks than heads); "
-              f"its communication buffers exceed {human_bytes(MEMORY_LIMIT)} per rank per layer (a tenth of an 80 GB "
-              "accelerator — the all-gather's O(L) memory); or its communication time exceeds its local compute "
-              "time at the accelerator rate above (the summary gather's O(P) bytes and fold, the all-gather's O(L) "
-              "bytes against O(L/P) work).\n\n")
-    srows = []
-    for key, mech, pol in mechanisms():
+        md.append("\n## Projection to P = 8 … 1024 and L up to 1M tokens\n")
+        sh = SHAPES
+        md.append("Per rank and per layer, forward + backward, from the formulas the byte counters are checked against "
+                  "(the hybrid stack and the mechanism benchmarks check them to the byte). Reference shapes (fp32): "
+                  f"SWA Hq = {sh['swa']['Hq']}, Hkv = {sh['swa']['Hkv']}, D = {sh['swa']['D']}, W = {sh['swa']['W']}; "
+                  f"GDN H = {sh['gdn']['H']}, K = V = {sh['gdn']['K']}; GDP H = {sh['gdp']['H']}, d = N = {sh['gdp']['d']}, "
+                  f"M = {sh['gdp']['M']}, G = {sh['gdp']['G']}. Network: the cluster figures below (assumptions, with "
+                  "sources); this machine's fitted α–β appears for P = 8 only as a reference. Local compute time: "
+                  f"flops from the design's FLOP models at {fmt(rates['swa'][0])} GFLOP/s ({rates['swa'][1]}) for SWA and "
+                  f"{fmt(rates['cw'][0])} GFLOP/s ({rates['cw'][1]}) for the chunkwise kernels — one CPU thread of this "
+                  "machine; a GPU computes 10–100× faster, which moves every crossover below to proportionally larger L/P.\n\n")
+        md.append(table(["cluster link", "α", "1/β", "source (assumption)"],
+                        [[c["name"], human_seconds(c["alpha"]), f"{fmt(c['bw'] / 1e9)} GB/s", c["source"]]
+                         for c in CLUSTER.values()]))
+        Ls = [32768, 131072, 1048576]
+        Ps = [8, 16, 64, 256, 1024]
+        gpu = ACCELERATOR["flops"] * ACCELERATOR["efficiency"]
+        md.append(f"\nCompute on the cluster side is an assumption too: {ACCELERATOR['name']} at "
+                  f"{fmt(ACCELERATOR['efficiency'])} of {fmt(ACCELERATOR['flops'] / 1e12)} TFLOP/s "
+                  f"({ACCELERATOR['source']}). Each cell: communication time per rank per layer (forward + backward) "
+                  "and, in brackets, bytes received per rank; the last rows give the local compute time at the measured "
+                  "rate of this machine and at the assumed accelerator rate. `n/a`: the policy cannot run there.\n")
+        plot_rows = {k: [] for k, _, _ in mechanisms()}
         for L in Ls:
-            reason = "scales to P = 1024 in this grid"
-            for P in [8, 16, 32, 64, 128, 256, 512, 1024]:
-                pr = project(key, L, P, cluster_ab(P))
-                if not pr["ok"]:
-                    reason = f"P = {P}: more ranks than heads ({(SHAPES['gdp'] if key == 'gdp_a2a' else SHAPES['gdn'])['H']}): the all-to-all's head-count ceiling"
-                    break
-                tc = (compute_flops(key, L, P) + pr["extra_flops"]) / gpu
-                if key in ("swa_ag", "swa_ra") and pr["mem"] > MEMORY_LIMIT:
-                    reason = f"P = {P}: the gathered K/V buffer reaches {human_bytes(pr['mem'])} per rank per layer — the all-gather's O(L) memory"
-                    break
-                if tc and pr["time"] > tc:
-                    what = {"gdn_gf": "the summary gather's O(P) bytes and fold",
-                            "swa_ag": "the all-gather's O(L) bytes against O(L/P) compute",
-                            "swa_ra": "the all-gather's O(L) bytes against O(L/P) compute"}.get(key, "communication")
-                    reason = f"P = {P}: communication ({human_seconds(pr['time'])}) exceeds local compute ({human_seconds(tc)}) — {what}"
-                    break
-            srows.append([mech, pol, L, reason])
-    md.append(table(["mechanism", "policy", "L", "first P in 8…1024 where it stops scaling (cluster network, accelerator compute)"], srows))
+            rows = []
+            for key, mech, pol in mechanisms():
+                cells = []
+                for P in Ps:
+                    pr = project(key, L, P, cluster_ab(P))
+                    if not pr["ok"]:
+                        cells.append("n/a (P > heads)")
+                        continue
+                    fl = compute_flops(key, L, P) + pr["extra_flops"]
+                    if L == Ls[-1]:
+                        plot_rows[key].append((P, pr["time"], fl / gpu))
+                    cells.append(f"{human_seconds(pr['time'])} ({human_bytes(pr['recv'])})")
+                rows.append([f"{mech} / {pol}"] + cells)
+            for label, rate in ((f"compute, SWA, here ({fmt(rates['swa'][0])} GFLOP/s)", rates["swa"][0] * 1e9),
+                                (f"compute, GDN, here ({fmt(rates['cw'][0])} GFLOP/s)", rates["cw"][0] * 1e9),
+                                ("compute, SWA, accelerator", gpu), ("compute, GDN chunkwise, accelerator", gpu)):
+                key = "swa_ag" if "SWA" in label else "gdn_sc"
+                rows.append([label] + [human_seconds(compute_flops(key, L, P) / rate) if rate else "–" for P in Ps])
+            md.append(f"\n**L = {L} tokens**\n\n")
+            md.append(table(["mechanism / policy"] + [f"P = {P}" for P in Ps], rows))
+            mem_rows = []
+            for key, mech, pol in mechanisms():
+                cells = []
+                for P in Ps:
+                    pr = project(key, L, P, cluster_ab(P))
+                    cells.append(human_bytes(pr["mem"]) if pr["ok"] else "n/a")
+                mem_rows.append([f"{mech} / {pol}"] + cells)
+            md.append(f"\nCommunication buffers per rank per layer at L = {L} (gathered axis, summaries, transpose "
+                      "buffers):\n\n")
+            md.append(table(["mechanism / policy"] + [f"P = {P}" for P in Ps], mem_rows))
+        if ab_here:
+            rows = []
+            for key, mech, pol in mechanisms():
+                pr = project(key, 131072, 8, ab_here)
+                rows.append([f"{mech} / {pol}", human_seconds(pr["time"]) if pr["ok"] else "n/a"])
+            md.append("\nThe same at L = 131072, P = 8 with this machine's fitted α–β instead of the cluster's "
+                      "(shared memory, if it had 8 free cores):\n\n")
+            md.append(table(["mechanism / policy", "comm time"], rows))
 
-    # Which policy wins where
-    md.append("\n### Which policy wins where (least communication time, cluster model)\n")
-    wrows = []
-    for L in [2048, 8192, 32768, 131072, 1048576]:
-        for P in [2, 4, 8, 16, 64, 1024]:
-            best = {}
-            for fam, keys in (("A", ["swa_ag", "swa_ra", "swa_halo"]), ("GDN: B vs C", ["gdn_gf", "gdn_sc", "gdn_a2a"])):
-                cands = [(project(k, L, P, cluster_ab(P))["time"], k) for k in keys if project(k, L, P, cluster_ab(P))["ok"]]
-                cands = [c for c in cands if c[0] is not None]
-                best[fam] = dict((k, p) for k, _, p in mechanisms())[min(cands)[1]] if cands else "–"
-            wrows.append([L, P, best["A"], best["GDN: B vs C"]])
-    md.append(table(["L", "P", "sliding-window attention", "Gated DeltaNet layer (summaries vs all-to-all)"], wrows))
-    # B/C crossover in tokens per rank
-    sg = SHAPES["gdn"]
-    rec = sg["H"] * (sg["K"] * sg["V"] + sg["K"] ** 2) * F32
-    ch = (sg["H"] * (2 * sg["K"] + sg["V"] + 2) + sg["H"] * sg["V"]) * F32
-    md.append(f"\nChunkwise-vs-all-to-all crossover in bytes (GDN, H = {sg['H']}, K = V = {sg['K']}): summaries move "
-              f"`2·(P−1)·{human_bytes(rec)}` per rank, the all-to-all `2·(P−1)/P·(L/P)·{human_bytes(ch)}`; summaries "
-              f"move fewer bytes once a rank holds more than `P·{fmt(rec / ch)}` tokens "
-              f"(P = 8: {fmt(8 * rec / ch)}, P = 16: {fmt(16 * rec / ch)} tokens).\n")
+        # Where each stops scaling
+        md.append("\n### Where each mechanism stops scaling\n")
+        md.append(f"\nCriteria, checked at P = 8, 16, 32, …, 1024: the policy cannot run (more ranks than heads); "
+                  f"its communication buffers exceed {human_bytes(MEMORY_LIMIT)} per rank per layer (a tenth of an 80 GB "
+                  "accelerator — the all-gather's O(L) memory); or its communication time exceeds its local compute "
+                  "time at the accelerator rate above (the summary gather's O(P) bytes and fold, the all-gather's O(L) "
+                  "bytes against O(L/P) work).\n\n")
+        srows = []
+        for key, mech, pol in mechanisms():
+            for L in Ls:
+                reason = "scales to P = 1024 in this grid"
+                for P in [8, 16, 32, 64, 128, 256, 512, 1024]:
+                    pr = project(key, L, P, cluster_ab(P))
+                    if not pr["ok"]:
+                        reason = f"P = {P}: more ranks than heads ({(SHAPES['gdp'] if key == 'gdp_a2a' else SHAPES['gdn'])['H']}): the all-to-all's head-count ceiling"
+                        break
+                    tc = (compute_flops(key, L, P) + pr["extra_flops"]) / gpu
+                    if key in ("swa_ag", "swa_ra") and pr["mem"] > MEMORY_LIMIT:
+                        reason = f"P = {P}: the gathered K/V buffer reaches {human_bytes(pr['mem'])} per rank per layer — the all-gather's O(L) memory"
+                        break
+                    if tc and pr["time"] > tc:
+                        what = {"gdn_gf": "the summary gather's O(P) bytes and fold",
+                                "swa_ag": "the all-gather's O(L) bytes against O(L/P) compute",
+                                "swa_ra": "the all-gather's O(L) bytes against O(L/P) compute"}.get(key, "communication")
+                        reason = f"P = {P}: communication ({human_seconds(pr['time'])}) exceeds local compute ({human_seconds(tc)}) — {what}"
+                        break
+                srows.append([mech, pol, L, reason])
+        md.append(table(["mechanism", "policy", "L", "first P in 8…1024 where it stops scaling (cluster network, accelerator compute)"], srows))
 
-    # Plot: comm vs compute at the largest L
-    dat = os.path.join(args.img, "projection.dat")
-    cols = [k for k, _, _ in mechanisms()]
-    with open(dat, "w") as f:
-        for P in Ps:
-            line = [str(P)]
-            for k in cols:
-                v = next((t for p, t, _ in plot_rows[k] if p == P), None)
-                line.append(str(v) if v else "?")
-            comp_swa = next((c for p, _, c in plot_rows["swa_ag"] if p == P), None)
-            comp_gdn = next((c for p, _, c in plot_rows["gdn_sc"] if p == P), None)
-            line += [str(comp_swa or "?"), str(comp_gdn or "?")]
-            f.write(" ".join(line) + "\n")
-    titles = [p for _, _, p in mechanisms()]
-    plots = ", ".join(f"'{dat}' u 1:{i + 2} w lp t '{k}: {titles[i]}'" for i, k in enumerate(cols))
-    ok = gnuplot(f"""set terminal pngcairo noenhanced size 640,420 font ',8'
-set output '{args.img}/projection.png'
-set datafile missing '?'
-set logscale xy
-set xrange [6:1400]
-set xlabel 'ranks P'
-set ylabel 'seconds per rank per layer (fwd+bwd)'
-set key outside right font ',7'
-set title 'L = {Ls[-1]} tokens: communication (cluster model) vs local compute'
-plot {plots}, '{dat}' u 1:{len(cols) + 2} w l dt 2 lw 2 t 'compute SWA (accelerator)', '{dat}' u 1:{len(cols) + 3} w l dt 3 lw 2 t 'compute GDN (accelerator)'
-""", os.path.join(args.img, "projection.png"))
-    os.remove(dat)
-    if ok:
-        md.append(f"\n![projection]({img_rel}/projection.png)\n")
+        # Which policy wins where
+        md.append("\n### Which policy wins where (least communication time, cluster model)\n")
+        wrows = []
+        for L in [2048, 8192, 32768, 131072, 1048576]:
+            for P in [2, 4, 8, 16, 64, 1024]:
+                best = {}
+                for fam, keys in (("A", ["swa_ag", "swa_ra", "swa_halo"]), ("GDN: B vs C", ["gdn_gf", "gdn_sc", "gdn_a2a"])):
+                    cands = [(project(k, L, P, cluster_ab(P))["time"], k) for k in keys if project(k, L, P, cluster_ab(P))["ok"]]
+                    cands = [c for c in cands if c[0] is not None]
+                    best[fam] = dict((k, p) for k, _, p in mechanisms())[min(cands)[1]] if cands else "–"
+                wrows.append([L, P, best["A"], best["GDN: B vs C"]])
+        md.append(table(["L", "P", "sliding-window attention", "Gated DeltaNet layer (summaries vs all-to-all)"], wrows))
+        # B/C crossover in tokens per rank
+        sg = SHAPES["gdn"]
+        rec = sg["H"] * (sg["K"] * sg["V"] + sg["K"] ** 2) * F32
+        ch = (sg["H"] * (2 * sg["K"] + sg["V"] + 2) + sg["H"] * sg["V"]) * F32
+        md.append(f"\nChunkwise-vs-all-to-all crossover in bytes (GDN, H = {sg['H']}, K = V = {sg['K']}): summaries move "
+                  f"`2·(P−1)·{human_bytes(rec)}` per rank, the all-to-all `2·(P−1)/P·(L/P)·{human_bytes(ch)}`; summaries "
+                  f"move fewer bytes once a rank holds more than `P·{fmt(rec / ch)}` tokens "
+                  f"(P = 8: {fmt(8 * rec / ch)}, P = 16: {fmt(16 * rec / ch)} tokens).\n")
+
+        # Plot: comm vs compute at the largest L
+        dat = os.path.join(args.img, "projection.dat")
+        cols = [k for k, _, _ in mechanisms()]
+        with open(dat, "w") as f:
+            for P in Ps:
+                line = [str(P)]
+                for k in cols:
+                    v = next((t for p, t, _ in plot_rows[k] if p == P), None)
+                    line.append(str(v) if v else "?")
+                comp_swa = next((c for p, _, c in plot_rows["swa_ag"] if p == P), None)
+                comp_gdn = next((c for p, _, c in plot_rows["gdn_sc"] if p == P), None)
+                line += [str(comp_swa or "?"), str(comp_gdn or "?")]
+                f.write(" ".join(line) + "\n")
+        titles = [p for _, _, p in mechanisms()]
+        plots = ", ".join(f"'{dat}' u 1:{i + 2} w lp t '{k}: {titles[i]}'" for i, k in enumerate(cols))
+        ok = gnuplot(f"""set terminal pngcairo noenhanced size 640,420 font ',8'
+    set output '{args.img}/projection.png'
+    set datafile missing '?'
+    set logscale xy
+    set xrange [6:1400]
+    set xlabel 'ranks P'
+    set ylabel 'seconds per rank per layer (fwd+bwd)'
+    set key outside right font ',7'
+    set title 'L = {Ls[-1]} tokens: communication (cluster model) vs local compute'
+    plot {plots}, '{dat}' u 1:{len(cols) + 2} w l dt 2 lw 2 t 'compute SWA (accelerator)', '{dat}' u 1:{len(cols) + 3} w l dt 3 lw 2 t 'compute GDN (accelerator)'
+    """, os.path.join(args.img, "projection.png"))
+        os.remove(dat)
+        if ok:
+            md.append(f"\n![projection]({img_rel}/projection.png)\n")
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'projection', e)
     md.append(f"\n---\nRecords read: {len(recs)} from {len(set(r['_file'] for r in recs))} files; rendered "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n")
     with open(args.out, "w") as f:
