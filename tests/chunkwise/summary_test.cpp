@@ -120,6 +120,167 @@ bool check_structured_equals_dense(std::uint64_t seed) {
   return ok;
 }
 
+// The named functor the composition used before it moved to the expression layer (verbatim
+// arithmetic, element for element), kept here as the reference for bitwise equality: the CP
+// tests' GatherFold == ScanCompose comparisons and every recorded result depend on it.
+template <class T>
+struct PreviousComposeKernel {
+  Kokkos::View<const float**, Kokkos::LayoutStride, mem> later_d, later_m, earlier_d, earlier_m;
+  Kokkos::View<float**, Kokkos::LayoutStride, mem> out_d, out_m;
+  std::int64_t k, v, width;
+  void operator()(std::int64_t i) const {
+    const std::int64_t h = i / width, e = i % width, kv = k * v;
+    if (e < kv) {
+      const std::int64_t row = e / v, col = e % v;
+      float acc = later_d(h, e);
+      if constexpr (std::is_same_v<T, cw::IdentityTransition>) {
+        acc += earlier_d(h, e);
+      } else if constexpr (std::is_same_v<T, cw::ScalarTransition>) {
+        acc += later_m(h, 0) * earlier_d(h, e);
+      } else if constexpr (std::is_same_v<T, cw::DiagonalTransition>) {
+        acc += later_m(h, row) * earlier_d(h, e);
+      } else {
+        for (std::int64_t l = 0; l < k; ++l)
+          acc += later_m(h, row * k + l) * earlier_d(h, l * v + col);
+      }
+      out_d(h, e) = acc;
+    } else {
+      const std::int64_t j = e - kv;
+      if constexpr (std::is_same_v<T, cw::DenseTransition>) {
+        const std::int64_t a = j / k, b = j % k;
+        float acc = 0;
+        for (std::int64_t l = 0; l < k; ++l) acc += later_m(h, a * k + l) * earlier_m(h, l * k + b);
+        out_m(h, j) = acc;
+      } else if constexpr (!std::is_same_v<T, cw::IdentityTransition>) {
+        out_m(h, j) = later_m(h, j) * earlier_m(h, j);
+      }
+    }
+  }
+};
+
+template <class T>
+cw::SummaryStore<T, mem> previous_compose(const cw::SummaryStore<T, mem>& later,
+                                          const cw::SummaryStore<T, mem>& earlier) {
+  cw::SummaryStore<T, mem> out(cw::SummaryForm::packed, 1, H, K, V);
+  const std::int64_t width = K * V + T::m_size(K);
+  Kokkos::parallel_for(Kokkos::RangePolicy<exec, Kokkos::IndexType<std::int64_t>>(0, H * width),
+                       PreviousComposeKernel<T>{later[0].state, later[0].transition,
+                                                earlier[0].state, earlier[0].transition,
+                                                out[0].state, out[0].transition, K, V, width});
+  exec().fence();
+  return out;
+}
+
+// The same summary in unpacked storage (strided parts become two contiguous buffers).
+template <class T>
+cw::SummaryStore<T, mem> unpacked(const cw::SummaryStore<T, mem>& s) {
+  cw::SummaryStore<T, mem> u(cw::SummaryForm::unpacked, 1, H, K, V);
+  for (std::int64_t h = 0; h < H; ++h) {
+    for (std::int64_t j = 0; j < K * V; ++j) u.states()(0, h, j) = s.packed()(0, h, j);
+    for (std::int64_t j = 0; j < T::m_size(K); ++j)
+      u.transitions()(0, h, j) = s.packed()(0, h, K * V + j);
+  }
+  return u;
+}
+
+// Composition and application through the expression layer are bitwise what the named functor
+// gave, in packed and unpacked storage (the unpacked result read back in packed order).
+template <class T>
+bool check_bitwise_as_before(std::uint64_t seed) {
+  const auto a = random_summary<T>(seed), b = random_summary<T>(seed + 3);
+  const auto expected = previous_compose<T>(b, a);
+  const auto packed = compose<T>(b, a);
+  cw::SummaryStore<T, mem> split(cw::SummaryForm::unpacked, 1, H, K, V);
+  cw::compose_summaries<T>(exec(), unpacked<T>(b)[0], unpacked<T>(a)[0], split[0], K, V);
+  // Application: the state part of the composition with earlier = (anything, a's state).
+  cw::SummaryStore<T, mem> applied(cw::SummaryForm::packed, 1, H, K, V);
+  cw::apply_summary<T>(exec(), b[0], a[0].state, applied[0].state, K, V);
+  exec().fence();
+  bool ok = true;
+  for (std::int64_t h = 0; h < H; ++h) {
+    for (std::int64_t j = 0; j < K * V + T::m_size(K); ++j) {
+      const float want = expected.packed()(0, h, j), got = packed.packed()(0, h, j);
+      const float got_split =
+          j < K * V ? split.states()(0, h, j) : split.transitions()(0, h, j - K * V);
+      const bool same =
+          want == got && want == got_split && (j >= K * V || applied.packed()(0, h, j) == want);
+      if (!same) {
+        BOOST_TEST_MESSAGE("bitwise " << T::name << " head " << h << " entry " << j << ": functor "
+                                      << want << ", packed " << got << ", unpacked " << got_split);
+      }
+      ok = ok && same;
+    }
+  }
+  return ok;
+}
+
+// compose(b, a) against the fp64 product of the dense forms, within the error bound of a length-K
+// dot product accumulated onto d: (K + 1)·u·(Σ_l |M_il||x_lj| + |d_ij|).
+template <class T>
+bool check_against_fp64(std::uint64_t seed) {
+  const auto a = random_summary<T>(seed), b = random_summary<T>(seed + 5);
+  auto dense = [](const cw::SummaryStore<T, mem>& s) {
+    if constexpr (std::is_same_v<T, cw::DenseTransition>) {
+      return s;
+    } else {
+      return to_dense<T>(s);
+    }
+  };
+  const auto got = dense(compose<T>(b, a));
+  const auto da = dense(a), db = dense(b);
+  const double u = unit_roundoff<float>();
+  bool ok = true;
+  for (std::int64_t h = 0; h < H; ++h) {
+    auto p = [&](const cw::SummaryStore<cw::DenseTransition, mem>& s, std::int64_t j) {
+      return static_cast<double>(s.packed()(0, h, j));
+    };
+    auto m = [&](const cw::SummaryStore<cw::DenseTransition, mem>& s, std::int64_t r,
+                 std::int64_t c) { return p(s, K * V + r * K + c); };
+    // Entry j of (M_b·M_a, M_b·d_a + d_b) and its magnitude.
+    auto entry = [&](std::int64_t j, bool magnitude) {
+      double acc = 0;
+      if (j < K * V) {
+        const std::int64_t r = j / V, c = j % V;
+        acc = magnitude ? std::abs(p(db, j)) : p(db, j);
+        for (std::int64_t l = 0; l < K; ++l) {
+          const double t = m(db, r, l) * p(da, l * V + c);
+          acc += magnitude ? std::abs(t) : t;
+        }
+      } else {
+        const std::int64_t r = (j - K * V) / K, c = (j - K * V) % K;
+        for (std::int64_t l = 0; l < K; ++l) {
+          const double t = m(db, r, l) * m(da, l, c);
+          acc += magnitude ? std::abs(t) : t;
+        }
+      }
+      return acc;
+    };
+    ok = ctxpar::test::all_close(
+             std::string("composition vs fp64 ") + T::name, K * V + K * K,
+             [&](std::int64_t j) { return got.packed()(0, h, j); },
+             [&](std::int64_t j) { return entry(j, false); },
+             [&](std::int64_t j) { return (K + 1.0) * u * entry(j, true); },
+             [&](std::int64_t j) {
+               return "head " + std::to_string(h) + " entry " + std::to_string(j);
+             }) &&
+         ok;
+  }
+  return ok;
+}
+
+// A dense composition whose output aliases an input is refused before the launch (its products
+// read whole rows of the input), instead of reading half-written rows.
+bool dense_aliasing_is_refused() {
+  const auto a = random_summary<cw::DenseTransition>(31),
+             b = random_summary<cw::DenseTransition>(32);
+  try {
+    cw::compose_summaries<cw::DenseTransition>(exec(), b[0], a[0], a[0], K, V);
+  } catch (const ctxpar::Error& e) {
+    return std::string(e.what()).find("ctxpar::assign") != std::string::npos;
+  }
+  return false;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(composition_is_associative) {
@@ -416,4 +577,21 @@ BOOST_AUTO_TEST_CASE(streaming_with_carried_states_equals_one_pass) {
   const auto& group = world();
   CTXPAR_TEST_ALL(group, check_streaming<cw::GatherFold>(false));
   CTXPAR_TEST_ALL(group, check_streaming<cw::ScanCompose>(true));
+}
+
+BOOST_AUTO_TEST_CASE(composition_is_bitwise_as_before) {
+  const auto& group = world();
+  CTXPAR_TEST_ALL(group, check_bitwise_as_before<cw::IdentityTransition>(11));
+  CTXPAR_TEST_ALL(group, check_bitwise_as_before<cw::ScalarTransition>(12));
+  CTXPAR_TEST_ALL(group, check_bitwise_as_before<cw::DiagonalTransition>(13));
+  CTXPAR_TEST_ALL(group, check_bitwise_as_before<cw::DenseTransition>(14));
+}
+
+BOOST_AUTO_TEST_CASE(composition_matches_fp64) {
+  const auto& group = world();
+  CTXPAR_TEST_ALL(group, check_against_fp64<cw::IdentityTransition>(21));
+  CTXPAR_TEST_ALL(group, check_against_fp64<cw::ScalarTransition>(22));
+  CTXPAR_TEST_ALL(group, check_against_fp64<cw::DiagonalTransition>(23));
+  CTXPAR_TEST_ALL(group, check_against_fp64<cw::DenseTransition>(24));
+  CTXPAR_TEST_ALL(group, dense_aliasing_is_refused());
 }

@@ -1,6 +1,6 @@
 // GPU compile check of the expression layer: every element-wise node and function, broadcasts
-// along each axis, and assign at ranks 1..3, instantiated for Kokkos::DefaultExecutionSpace (CUDA
-// or HIP in the compile-check presets) in float and double.
+// along each axis, the batched contraction, and assign at ranks 1..3, instantiated for
+// Kokkos::DefaultExecutionSpace (CUDA or HIP in the compile-check presets) in float and double.
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -32,6 +32,10 @@ void instantiate_expressions() {
                          ex::softplus(ex::view(a) + ex::broadcast<0>(v, t))));
   ctxpar::assign(space, out3, ex::view(x) * ex::broadcast<1>(table, h) + ex::broadcast<2>(a, d));
   ctxpar::assign(space, out3, ex::silu(x) * ex::broadcast<0>(ex::broadcast<0>(v, h), t) + x);
+  // The batched contraction (summary algebra): rank 3 with an addend, rank 2 of expressions.
+  Kokkos::View<T***, mem> m("m", t, h, h), s("s", t, h, d);
+  ctxpar::assign(space, out3, ex::contract(m, s, x));
+  ctxpar::assign(space, out2, ex::contract(ex::view(a) * T(2), ex::broadcast<0>(v, h), T(1)));
   Kokkos::View<double*, mem> wide("wide", h);
   ctxpar::assign(space, wide, ex::cast<double>(v) * 2.0);
   space.fence();

@@ -1,8 +1,10 @@
 /// \file
 /// The summary algebra: composition `(M2, d2) ∘ (M1, d1) = (M2·M1, M2·d1 + d2)` ("first 1, then
-/// 2"), application `h ← M·h + d`, the identity summary and segmented-scan resets, each one named
-/// kernel per step, specialised on the transition structure so the work is the minimum for each
-/// family (identity: an add; scalar: an axpy; diagonal: a row-scaled axpy; dense: a small GEMM).
+/// 2"), application `h ← M·h + d`, the identity summary and segmented-scan resets, specialised on
+/// the transition structure so the work is the minimum for each family (identity: an add; scalar:
+/// an axpy; diagonal: a row-scaled axpy; dense: a small `K×K` product). Application and
+/// composition are written with the expression layer (`ctxpar::assign`, `M` broadcast or
+/// contracted with `ctxpar::expr::contract`): one kernel per part they write.
 ///
 /// The same kernels serve forward summaries `(M, dS)` and backward summaries `(Mᵀ, γ)`: a backward
 /// summary stores `Mᵀ`, so folding `d ← Mᵀ·d + γ` is the same application.
@@ -16,6 +18,7 @@
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/chunkwise/transition.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/expr/expr.hpp"
 
 namespace ctxpar::chunkwise {
 
@@ -26,44 +29,39 @@ using const_part = Kokkos::View<const float**, Kokkos::LayoutStride, MemorySpace
 template <class MemorySpace>
 using part = Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace>;
 
-// out = later ∘ earlier over H heads. Element e < K·V of a head is the state part (row e / V),
-// e >= K·V the transition part. `with_transition = false` computes only the state part, which is
-// the application `out = M_later·earlier + d_later` of `later` to the state `earlier`.
-template <class Transition, class MemorySpace>
-struct ComposeKernel {
-  const_part<MemorySpace> later_d, later_m, earlier_d, earlier_m;
-  part<MemorySpace> out_d, out_m;
-  std::int64_t k, v, width;
+// A `[H, K·V]` (or `[H, K·K]`) part, rows contiguous per head, read as `[H, rows, cols]`.
+template <class T, class MemorySpace, class Part>
+Kokkos::View<T***, Kokkos::LayoutStride, MemorySpace> as_matrices(const Part& p, std::int64_t rows,
+                                                                  std::int64_t cols) {
+  const Kokkos::LayoutStride layout(p.extent(0), p.stride(0), rows, cols * p.stride(1), cols,
+                                    p.stride(1));
+  return Kokkos::View<T***, Kokkos::LayoutStride, MemorySpace>(p.data(), layout);
+}
 
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t h = i / width, e = i % width, kv = k * v;
-    if (e < kv) {
-      const std::int64_t row = e / v, col = e % v;
-      float acc = later_d(h, e);
-      if constexpr (std::is_same_v<Transition, IdentityTransition>) {
-        acc += earlier_d(h, e);
-      } else if constexpr (std::is_same_v<Transition, ScalarTransition>) {
-        acc += later_m(h, 0) * earlier_d(h, e);
-      } else if constexpr (std::is_same_v<Transition, DiagonalTransition>) {
-        acc += later_m(h, row) * earlier_d(h, e);
-      } else {
-        for (std::int64_t l = 0; l < k; ++l)
-          acc += later_m(h, row * k + l) * earlier_d(h, l * v + col);
-      }
-      out_d(h, e) = acc;
-    } else {
-      const std::int64_t j = e - kv;
-      if constexpr (std::is_same_v<Transition, DenseTransition>) {
-        const std::int64_t a = j / k, b = j % k;
-        float acc = 0;
-        for (std::int64_t l = 0; l < k; ++l) acc += later_m(h, a * k + l) * earlier_m(h, l * k + b);
-        out_m(h, j) = acc;
-      } else if constexpr (!std::is_same_v<Transition, IdentityTransition>) {
-        out_m(h, j) = later_m(h, j) * earlier_m(h, j);
-      }
-    }
+// out = M·h + d for every head, as one expression: `M` broadcast over the rows it scales (scalar,
+// diagonal) or contracted with `h` (dense). `h` and `d` are `[H, K, V]`, `m` is the transition
+// part `[H, m]`. The dense contraction accumulates onto `d` in order l = 0 … K−1, the order the
+// earlier named functor used, so composed summaries are bitwise what they were.
+template <class Transition, class ExecutionSpace, class MemorySpace, class State>
+void affine_assign(const ExecutionSpace& space, const const_part<MemorySpace>& m, const State& h,
+                   const State& d,
+                   const Kokkos::View<float***, Kokkos::LayoutStride, MemorySpace>& out,
+                   std::int64_t k, std::int64_t v) {
+  namespace ex = ::ctxpar::expr;
+  if constexpr (std::is_same_v<Transition, IdentityTransition>) {
+    ::ctxpar::assign(space, out, ex::view(h) + ex::view(d));
+  } else if constexpr (std::is_same_v<Transition, ScalarTransition>) {
+    const Kokkos::View<const float*, Kokkos::LayoutStride, MemorySpace> scale =
+        Kokkos::subview(m, Kokkos::ALL, 0);
+    ::ctxpar::assign(space, out,
+                     ex::broadcast<2>(ex::broadcast<1>(scale, k), v) * ex::view(h) + ex::view(d));
+  } else if constexpr (std::is_same_v<Transition, DiagonalTransition>) {
+    ::ctxpar::assign(space, out, ex::broadcast<2>(m, v) * ex::view(h) + ex::view(d));
+  } else {
+    ::ctxpar::assign(space, out,
+                     ex::contract(as_matrices<const float, MemorySpace>(m, k, k), h, d));
   }
-};
+}
 
 // Identity summary: d = 0, M = I (in the structure's storage).
 template <class Transition, class MemorySpace>
@@ -137,23 +135,38 @@ void copy_part(const ExecutionSpace& space, const const_part<MemorySpace>& in,
 }  // namespace impl
 
 /// `out = later ∘ earlier`, i.e. `(M_l·M_e, M_l·d_e + d_l)`, for `H` heads of key dim `k` and
-/// value dim `v`. `out` must not alias either input (dense composition reads whole rows). One
-/// kernel.
+/// value dim `v`. `out` may overlap an input only as that very input under the identity, scalar
+/// or diagonal structure (an in-place element-wise update); any other overlap, and any overlap
+/// under the dense structure (its products read whole rows), throws `ctxpar::Error` before the
+/// launch. Two expression-layer kernels (`ctxpar::assign`), one per
+/// part: the state part `M_l·d_e + d_l` (an add, an axpy, a row-scaled axpy or a contraction by
+/// structure), and the transition part `M_l·M_e` (an element-wise product, or a `K×K`
+/// contraction; nothing for the identity).
 template <class Transition, class ExecutionSpace, class MemorySpace>
 void compose_summaries(const ExecutionSpace& space, const SummaryViews<MemorySpace>& later,
                        const SummaryViews<MemorySpace>& earlier,
                        const SummaryViews<MemorySpace>& out, std::int64_t k, std::int64_t v) {
-  const std::int64_t heads = later.state.extent(0), width = k * v + Transition::m_size(k);
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::compose",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
-      impl::ComposeKernel<Transition, MemorySpace>{later.state, later.transition, earlier.state,
-                                                   earlier.transition, out.state, out.transition, k,
-                                                   v, width});
+  namespace ex = ::ctxpar::expr;
+  impl::affine_assign<Transition>(space, impl::const_part<MemorySpace>(later.transition),
+                                  impl::as_matrices<const float, MemorySpace>(earlier.state, k, v),
+                                  impl::as_matrices<const float, MemorySpace>(later.state, k, v),
+                                  impl::as_matrices<float, MemorySpace>(out.state, k, v), k, v);
+  if constexpr (std::is_same_v<Transition, DenseTransition>) {
+    ::ctxpar::assign(
+        space, impl::as_matrices<float, MemorySpace>(out.transition, k, k),
+        ex::contract(impl::as_matrices<const float, MemorySpace>(later.transition, k, k),
+                     impl::as_matrices<const float, MemorySpace>(earlier.transition, k, k)));
+  } else if constexpr (!std::is_same_v<Transition, IdentityTransition>) {
+    ::ctxpar::assign(space, out.transition,
+                     ex::view(impl::const_part<MemorySpace>(later.transition)) *
+                         ex::view(impl::const_part<MemorySpace>(earlier.transition)));
+  }
 }
 
 /// `out = M·state + d` for the summary `(M, d)` and a state `[H, K·V]` (both as rank-2 views of
-/// fp32). `out` must not alias `state`. One kernel.
+/// fp32). Overlaps of `out` with the inputs follow `compose_summaries`. One
+/// expression-layer kernel (`ctxpar::assign`): `M` broadcast over the rows it scales (identity,
+/// scalar, diagonal) or contracted with the state (dense).
 template <class Transition, class ExecutionSpace, class MemorySpace>
 void apply_summary(
     const ExecutionSpace& space, const SummaryViews<MemorySpace>& summary,
@@ -161,13 +174,10 @@ void apply_summary(
         state,
     const Kokkos::View<float**, Kokkos::LayoutStride, typename ExecutionSpace::memory_space>& out,
     std::int64_t k, std::int64_t v) {
-  const std::int64_t heads = summary.state.extent(0), width = k * v;
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::apply",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, heads * width),
-      impl::ComposeKernel<Transition, MemorySpace>{summary.state, summary.transition, state,
-                                                   impl::const_part<MemorySpace>(), out,
-                                                   impl::part<MemorySpace>(), k, v, width});
+  impl::affine_assign<Transition>(space, impl::const_part<MemorySpace>(summary.transition),
+                                  impl::as_matrices<const float, MemorySpace>(state, k, v),
+                                  impl::as_matrices<const float, MemorySpace>(summary.state, k, v),
+                                  impl::as_matrices<float, MemorySpace>(out, k, v), k, v);
 }
 
 /// Writes the identity summary `(I, 0)` into `out`. One kernel.
