@@ -4,11 +4,21 @@
 ///
 ///   `y_t[c] = bias[c] + Σ_{j<w} weight[c, j] · x_{t-(w-1)+j}[c]`  (`weight[c, w-1]` hits token t)
 ///
-/// Rank `r` needs the last `w-1` input rows of rank `r-1`: a ring exchange (`sendrecv`, rank `r`
-/// sends to `r+1`), zeros on rank 0. With per-token sequence ids (packed input) every tap whose
-/// token belongs to another sequence than token `t` is masked, inside the shard and in the halo.
-/// The backward sends the halo gradient back to its owner and sums the weight and bias gradients
-/// over the ranks (`allreduce_sum`).
+/// A shard is one or two *fragments* (runs of consecutive tokens). Each fragment needs the last
+/// `w-1` input rows of the fragment holding the tokens just before it (its *halo*), zeros at the
+/// sequence start:
+///
+/// - `Contiguous`: rank `r` is one fragment; its halo comes from rank `r-1` (one shift up the
+/// ring).
+/// - `Zigzag`: rank `r` holds chunks `r` and `2P-1-r` of `2P` equal chunks, in that order. Chunk
+///   `r`'s halo comes from rank `r-1` (its first fragment), chunk `2P-1-r`'s from the holder of
+///   chunk `2P-2-r`: rank `r+1` (its second fragment), or rank `P-1` itself (its first fragment).
+///   One shift up and one shift down, no message for the local hand-over on rank `P-1`.
+///
+/// With per-token sequence ids (packed input) every tap whose token belongs to another sequence
+/// than token `t` is masked, inside the shard and in the halo. The backward repeats the forward
+/// exchange, sends each halo's gradient back to the fragment it came from and sums the weight and
+/// bias gradients over the ranks (`allreduce_sum`).
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -23,6 +33,7 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/partition/zigzag.hpp"
 
 namespace ctxpar::chunkwise {
 
@@ -34,22 +45,62 @@ struct ConvViews {
   using ids = Kokkos::View<const std::int32_t*, MemorySpace>;
 };
 
-// Value and id of tap source `src` (local index, negative = halo row w-1+src).
+// Where a fragment's halo comes from and where its tail goes: another rank, nobody (sequence
+// start / end), or the rank's own other fragment (zigzag, rank P-1).
+struct ConvLinks {
+  int fragments = 1;            // 1 (contiguous) or 2 (zigzag)
+  std::int64_t split = 0;       // first local row of fragment 1 (= T when there is none)
+  int halo_from[2] = {-1, -1};  // rank sending fragment f's halo (no_rank: zeros)
+  int tail_to[2] = {-1, -1};    // rank receiving fragment f's tail (no_rank: none)
+  bool local_handover = false;  // fragment 0's tail is fragment 1's halo (zigzag, rank P-1)
+};
+
+inline ConvLinks conv_links(Contiguous, const Group& group, std::int64_t tokens) {
+  ConvLinks l;
+  l.fragments = 1;
+  l.split = tokens;
+  l.halo_from[0] = group.rank() > 0 ? group.rank() - 1 : no_rank;
+  l.tail_to[0] = group.rank() + 1 < group.size() ? group.rank() + 1 : no_rank;
+  return l;
+}
+
+inline ConvLinks conv_links(Zigzag, const Group& group, std::int64_t tokens) {
+  const int r = group.rank(), p = group.size();
+  ConvLinks l;
+  l.fragments = 2;
+  l.split = tokens / 2;
+  l.halo_from[0] = r > 0 ? r - 1 : no_rank;      // chunk r-1
+  l.tail_to[0] = r + 1 < p ? r + 1 : no_rank;    // chunk r+1 (rank P-1: its own chunk P)
+  l.halo_from[1] = r + 1 < p ? r + 1 : no_rank;  // chunk 2P-2-r
+  l.tail_to[1] = r > 0 ? r - 1 : no_rank;        // chunk 2P-r
+  l.local_handover = r + 1 == p;
+  return l;
+}
+
+// Value and id of a tap. Fragment f holds local rows [begin(f), end(f)); its halo is rows
+// [f·(w-1), (f+1)·(w-1)) of `halo`. Tap positions u are fragment-relative: u >= 0 is local row
+// begin(f) + u, u in [-(w-1), 0) is halo row f·(w-1) + (w-1) + u.
 template <class Scalar, class MemorySpace>
 struct ConvSource {
   typename ConvViews<Scalar, MemorySpace>::rows x, halo;
   typename ConvViews<Scalar, MemorySpace>::ids ids, halo_ids;
-  std::int64_t width;
+  std::int64_t width, split, tokens;
   bool masked;
-  // Whether the tap from `src` may reach token t (same sequence, and exists).
-  KOKKOS_INLINE_FUNCTION bool reaches(std::int64_t src, std::int64_t t) const {
-    if (src + width - 1 < 0) return false;
-    if (!masked) return true;
-    const std::int32_t id_src = src >= 0 ? ids(src) : halo_ids(width - 1 + src);
-    return id_src == ids(t);
+  KOKKOS_INLINE_FUNCTION int fragment(std::int64_t t) const { return t >= split ? 1 : 0; }
+  KOKKOS_INLINE_FUNCTION std::int64_t begin(int f) const { return f == 0 ? 0 : split; }
+  KOKKOS_INLINE_FUNCTION std::int64_t end(int f) const { return f == 0 ? split : tokens; }
+  KOKKOS_INLINE_FUNCTION std::int64_t halo_row(int f, std::int64_t u) const {
+    return f * (width - 1) + (width - 1) + u;
   }
-  KOKKOS_INLINE_FUNCTION Scalar value(std::int64_t src, std::int64_t c) const {
-    return src >= 0 ? x(src, c) : halo(width - 1 + src, c);
+  // Whether the tap at u may reach the fragment's token ut (same sequence, and exists).
+  KOKKOS_INLINE_FUNCTION bool reaches(int f, std::int64_t u, std::int64_t ut) const {
+    if (u + width - 1 < 0) return false;
+    if (!masked) return true;
+    const std::int32_t id_src = u >= 0 ? ids(begin(f) + u) : halo_ids(halo_row(f, u));
+    return id_src == ids(begin(f) + ut);
+  }
+  KOKKOS_INLINE_FUNCTION Scalar value(int f, std::int64_t u, std::int64_t c) const {
+    return u >= 0 ? x(begin(f) + u, c) : halo(halo_row(f, u), c);
   }
 };
 
@@ -62,34 +113,40 @@ struct ConvForwardKernel {
   std::int64_t channels;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t t = i / channels, c = i % channels, w = src.width;
+    const int f = src.fragment(t);
+    const std::int64_t ut = t - src.begin(f);
     Scalar acc = bias.data() ? bias(c) : Scalar(0);
     for (std::int64_t j = 0; j < w; ++j) {
-      const std::int64_t s = t - (w - 1) + j;
-      if (src.reaches(s, t)) acc += weight(c, j) * src.value(s, c);
+      const std::int64_t u = ut - (w - 1) + j;
+      if (src.reaches(f, u, ut)) acc += weight(c, j) * src.value(f, u, c);
     }
     y(t, c) = acc;
   }
 };
 
-// dx of local row s (s >= 0) or of halo row s (s < 0): Σ_j weight[c, j]·dy[s + w-1-j].
+// dx of a local row or of a halo row: Σ_j weight[c, j]·dy[u + w-1-j] within the fragment. The
+// index space is every fragment's halo followed by its rows ("extended" rows).
 template <class Scalar, class MemorySpace>
 struct ConvInputGradKernel {
   ConvSource<Scalar, MemorySpace> src;
   typename ConvViews<Scalar, MemorySpace>::rows weight, dy;
   Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> dx, dhalo;
-  std::int64_t channels, tokens;
+  std::int64_t channels;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t w = src.width;
-    const std::int64_t s = i / channels - (w - 1), c = i % channels;
+    const std::int64_t w = src.width, e = i / channels, c = i % channels;
+    const int f = e >= src.split + (w - 1) ? 1 : 0;
+    const std::int64_t u = e - src.begin(f) - f * (w - 1) - (w - 1);
+    const std::int64_t n = src.end(f) - src.begin(f);
     Scalar acc = 0;
     for (std::int64_t j = 0; j < w; ++j) {
-      const std::int64_t t = s + (w - 1) - j;
-      if (t >= 0 && t < tokens && src.reaches(s, t)) acc += weight(c, j) * dy(t, c);
+      const std::int64_t ut = u + (w - 1) - j;
+      if (ut >= 0 && ut < n && src.reaches(f, u, ut))
+        acc += weight(c, j) * dy(src.begin(f) + ut, c);
     }
-    if (s >= 0) {
-      dx(s, c) = acc;
+    if (u >= 0) {
+      dx(src.begin(f) + u, c) = acc;
     } else {
-      dhalo(w - 1 + s, c) = acc;
+      dhalo(src.halo_row(f, u), c) = acc;
     }
   }
 };
@@ -100,13 +157,13 @@ struct ConvWeightGradKernel {
   typename ConvViews<Scalar, MemorySpace>::rows dy;
   Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> dweight;
   Kokkos::View<Scalar*, MemorySpace> dbias;
-  std::int64_t tokens;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t w = src.width, c = i / w, j = i % w;
     Scalar acc = 0, bacc = 0;
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      const std::int64_t s = t - (w - 1) + j;
-      if (src.reaches(s, t)) acc += dy(t, c) * src.value(s, c);
+    for (std::int64_t t = 0; t < src.tokens; ++t) {
+      const int f = src.fragment(t);
+      const std::int64_t ut = t - src.begin(f), u = ut - (w - 1) + j;
+      if (src.reaches(f, u, ut)) acc += dy(t, c) * src.value(f, u, c);
       bacc += dy(t, c);
     }
     dweight(c, j) = acc;
@@ -115,8 +172,9 @@ struct ConvWeightGradKernel {
 };
 
 template <class Scalar, class MemorySpace>
-struct AddRowsKernel {  // dx[T-(w-1)+r, c] += back[r, c]
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> dx, back;
+struct AddRowsKernel {  // dx[offset + r, c] += back[r, c]
+  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> dx;
+  Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace> back;
   std::int64_t channels, offset;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     dx(offset + i / channels, i % channels) += back(i / channels, i % channels);
@@ -128,65 +186,200 @@ auto conv_range(const ExecutionSpace& space, std::int64_t n) {
   return Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n);
 }
 
+inline void conv_layout_checks(Contiguous, const Group& group, std::int64_t tokens, std::int64_t w,
+                               Preconditions& chk) {
+  const bool sends = group.rank() + 1 < group.size();
+  chk.require(!sends || tokens >= w - 1,
+              "every shard but the last must hold at least w - 1 tokens (the next rank's halo)",
+              ">= " + ctxpar::impl::to_text(w - 1) + " tokens", tokens);
+}
+
+inline void conv_layout_checks(Zigzag, const Group& group, std::int64_t tokens, std::int64_t w,
+                               Preconditions& chk) {
+  chk.require(tokens % 2 == 0, "a zigzag shard holds two chunks of equal length (an even count)",
+              "an even number of tokens", tokens);
+  chk.require_same("the zigzag shard length 2C", tokens);
+  // Chunk r always feeds chunk r+1 (on rank r+1, or rank P-1's own second chunk); chunk 2P-1-r
+  // feeds chunk 2P-r unless it is the last chunk (rank 0).
+  chk.require(tokens / 2 >= w - 1 || w == 1,
+              "every zigzag chunk that feeds a successor must hold at least w - 1 tokens (the "
+              "successor's halo)",
+              ">= " + ctxpar::impl::to_text(w - 1) + " tokens per chunk",
+              ctxpar::impl::to_text(tokens / 2) + " (shard of " + ctxpar::impl::to_text(tokens) +
+                  " on " + ctxpar::impl::to_text(group.size()) + " ranks)");
+}
+
+// Copies `rows` rows of `from` starting at `first` into a fresh contiguous buffer.
+template <class ExecutionSpace, class View>
+auto conv_rows(const ExecutionSpace& space, const View& from, std::int64_t first, std::int64_t rows,
+               const char* label) {
+  Kokkos::View<typename View::non_const_data_type, typename View::array_layout,
+               typename View::memory_space>
+      out(std::string(label), static_cast<std::size_t>(rows), from.extent(1));
+  if (rows > 0)
+    Kokkos::deep_copy(space, out,
+                      Kokkos::subview(from, std::make_pair(first, first + rows), Kokkos::ALL));
+  return out;
+}
+
 // Shared checks and the forward halo exchange of x (and ids).
-template <class ExecutionSpace, class Scalar, class MemorySpace>
+template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace>
 ConvSource<Scalar, MemorySpace> conv_halo(
-    const ExecutionSpace& space, const Group& group, const std::string& op,
+    const ExecutionSpace& space, const Group& group, Layout layout,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& ids, Preconditions& chk) {
+    const Kokkos::View<const std::int32_t*, MemorySpace>& ids, Preconditions& chk,
+    ConvLinks& links) {
   const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
   chk.require(w >= 1, "the conv width w must be positive", ">= 1", w);
   chk.require(static_cast<std::int64_t>(weight.extent(0)) == channels,
               "weight must be [C, w] with the C of x", channels, weight.extent(0));
   chk.require(ids.data() == nullptr || static_cast<std::int64_t>(ids.extent(0)) == tokens,
               "sequence ids must hold one id per local token", tokens, ids.extent(0));
-  const bool sends = group.rank() + 1 < group.size();
-  chk.require(!sends || tokens >= w - 1,
-              "every shard but the last must hold at least w - 1 tokens (the next rank's halo)",
-              ">= " + ctxpar::impl::to_text(w - 1) + " tokens", tokens);
+  conv_layout_checks(layout, group, tokens, w, chk);
   chk.require_same("the channel count C", channels);
   chk.require_same("the conv width w", w);
   chk.require_same("whether sequence ids are given", ids.data() ? 1 : 0);
   chk.agree();
 
-  const std::int64_t halo_rows = w - 1;
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> halo("ctxpar::chunkwise::conv::halo",
-                                                                halo_rows, channels);
-  Kokkos::View<std::int32_t*, MemorySpace> halo_ids("ctxpar::chunkwise::conv::halo_ids", halo_rows);
-  const int next = sends ? group.rank() + 1 : no_rank;
-  const int prev = group.rank() > 0 ? group.rank() - 1 : no_rank;
-  const std::int64_t first = tokens >= halo_rows ? tokens - halo_rows : 0;
-  auto tail = Kokkos::subview(x, std::make_pair(first, tokens), Kokkos::ALL);
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> send("ctxpar::chunkwise::conv::send",
-                                                                tokens - first, channels);
-  Kokkos::deep_copy(space, send, tail);
-  sendrecv(space, group, send, next, halo, prev, 41);
-  if (ids.data()) {
-    Kokkos::View<std::int32_t*, MemorySpace> send_ids("ctxpar::chunkwise::conv::send_ids",
-                                                      tokens - first);
-    Kokkos::deep_copy(space, send_ids, Kokkos::subview(ids, std::make_pair(first, tokens)));
-    sendrecv(space, group, send_ids, next, halo_ids, prev, 42);
+  links = conv_links(layout, group, tokens);
+  const std::int64_t h = w < 1 ? 0 : w - 1;
+  using rows_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  using ids_view = Kokkos::View<std::int32_t*, MemorySpace>;
+  rows_view halo("ctxpar::chunkwise::conv::halo", links.fragments * h, channels);
+  ids_view halo_ids("ctxpar::chunkwise::conv::halo_ids", links.fragments * h);
+  if (ids.data()) Kokkos::deep_copy(space, halo_ids, -1);  // zero halo: never the same sequence
+  for (int f = 0; f < links.fragments; ++f) {
+    // Fragment f's tail (at most w-1 rows; only a shard that sends nothing may be shorter).
+    const std::int64_t fb = f == 0 ? 0 : links.split, fe = f == 0 ? links.split : tokens;
+    const std::int64_t first = fe - fb >= h ? fe - h : fb;
+    const auto halo_f = Kokkos::subview(halo, std::make_pair(f * h, (f + 1) * h), Kokkos::ALL);
+    const auto halo_ids_f = Kokkos::subview(halo_ids, std::make_pair(f * h, (f + 1) * h));
+    auto send = conv_rows(space, x, first, fe - first, "ctxpar::chunkwise::conv::send");
+    rows_view recv("ctxpar::chunkwise::conv::recv", h, channels);
+    sendrecv(space, group, send, links.tail_to[f], recv, links.halo_from[f], 41 + 2 * f);
+    if (links.halo_from[f] != no_rank) Kokkos::deep_copy(space, halo_f, recv);
+    if (ids.data()) {
+      ids_view send_ids("ctxpar::chunkwise::conv::send_ids", fe - first),
+          recv_ids("ctxpar::chunkwise::conv::recv_ids", h);
+      if (fe > first)
+        Kokkos::deep_copy(space, send_ids, Kokkos::subview(ids, std::make_pair(first, fe)));
+      sendrecv(space, group, send_ids, links.tail_to[f], recv_ids, links.halo_from[f], 42 + 2 * f);
+      if (links.halo_from[f] != no_rank) Kokkos::deep_copy(space, halo_ids_f, recv_ids);
+    }
   }
-  if (prev == no_rank)
-    Kokkos::deep_copy(space, halo_ids, -1);  // rank 0: zero halo, never same sequence
+  if (links.local_handover && h > 0) {  // rank P-1 under zigzag: chunk P-1 precedes chunk P
+    Kokkos::deep_copy(
+        space, Kokkos::subview(halo, std::make_pair(h, 2 * h), Kokkos::ALL),
+        Kokkos::subview(x, std::make_pair(links.split - h, links.split), Kokkos::ALL));
+    if (ids.data())
+      Kokkos::deep_copy(space, Kokkos::subview(halo_ids, std::make_pair(h, 2 * h)),
+                        Kokkos::subview(ids, std::make_pair(links.split - h, links.split)));
+  }
   ConvSource<Scalar, MemorySpace> s;
   s.x = x;
   s.halo = halo;
   s.ids = ids;
   s.halo_ids = halo_ids;
   s.width = w;
+  s.split = links.split;
+  s.tokens = tokens;
   s.masked = ids.data() != nullptr;
-  (void)op;
   return s;
+}
+
+template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace>
+void conv_forward(const ExecutionSpace& space, const Group& group, Layout layout,
+                  const std::string& op,
+                  const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+                  const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+                  const Kokkos::View<const Scalar*, MemorySpace>& bias,
+                  const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+                  const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+  using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_forward", ExecutionSpace, x_view);
+  compat::ScopedRegion region("ctxpar::chunkwise::short_conv_forward");
+  Preconditions chk(group, op);
+  chk.require(y.extent(0) == x.extent(0) && y.extent(1) == x.extent(1),
+              "y must have the shape of x [T, C]",
+              ctxpar::impl::to_text(x.extent(0)) + " x " + ctxpar::impl::to_text(x.extent(1)),
+              ctxpar::impl::to_text(y.extent(0)) + " x " + ctxpar::impl::to_text(y.extent(1)));
+  chk.require(bias.data() == nullptr || bias.extent(0) == x.extent(1), "bias must be [C]",
+              x.extent(1), bias.extent(0));
+  ConvLinks links;
+  const auto src = conv_halo(space, group, layout, x, weight, seq_ids, chk, links);
+  const std::int64_t channels = x.extent(1);
+  Kokkos::parallel_for("ctxpar::chunkwise::conv::forward",
+                       conv_range(space, x.extent(0) * channels),
+                       ConvForwardKernel<Scalar, MemorySpace>{src, weight, bias, y, channels});
+}
+
+template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace>
+void conv_backward(const ExecutionSpace& space, const Group& group, Layout layout,
+                   const std::string& op,
+                   const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+                   const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+                   const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+                   const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
+                   const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
+                   const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
+                   const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+  using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_backward", ExecutionSpace, x_view);
+  compat::ScopedRegion region("ctxpar::chunkwise::short_conv_backward");
+  Preconditions chk(group, op);
+  chk.require(dy.extent(0) == x.extent(0) && dy.extent(1) == x.extent(1) &&
+                  dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1),
+              "dy and dx must have the shape of x [T, C]", ctxpar::impl::to_text(x.extent(0)),
+              dy.extent(0));
+  chk.require(dweight.extent(0) == weight.extent(0) && dweight.extent(1) == weight.extent(1),
+              "dweight must have the shape of weight", weight.extent(0), dweight.extent(0));
+  chk.require(dbias.data() == nullptr || dbias.extent(0) == x.extent(1), "dbias must be [C]",
+              x.extent(1), dbias.extent(0));
+  ConvLinks links;
+  const auto src = conv_halo(space, group, layout, x, weight, seq_ids, chk, links);
+  const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
+  const std::int64_t h = w - 1;
+  using rows_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  rows_view dhalo("ctxpar::chunkwise::conv::dhalo", links.fragments * h, channels);
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::conv::input_grad",
+      conv_range(space, (tokens + links.fragments * h) * channels),
+      ConvInputGradKernel<Scalar, MemorySpace>{src, weight, dy, dx, dhalo, channels});
+  Kokkos::parallel_for("ctxpar::chunkwise::conv::weight_grad", conv_range(space, channels * w),
+                       ConvWeightGradKernel<Scalar, MemorySpace>{src, dy, dweight, dbias});
+  // Each halo's gradient goes back to the fragment whose tail it was, and is added there.
+  for (int f = 0; f < links.fragments; ++f) {
+    const std::int64_t fb = f == 0 ? 0 : links.split, fe = f == 0 ? links.split : tokens;
+    const std::int64_t back_rows = links.tail_to[f] != no_rank ? (fe - fb < h ? fe - fb : h) : 0;
+    rows_view back("ctxpar::chunkwise::conv::halo_grad", back_rows, channels);
+    const std::int64_t send_rows = links.halo_from[f] != no_rank ? h : 0;
+    auto send =
+        conv_rows(space, rows_view(dhalo), f * h, send_rows, "ctxpar::chunkwise::conv::halo_send");
+    sendrecv(space, group, send, links.halo_from[f], back, links.tail_to[f], 45 + f);
+    if (back_rows > 0) {
+      Kokkos::parallel_for("ctxpar::chunkwise::conv::add_halo_grad",
+                           conv_range(space, back_rows * channels),
+                           AddRowsKernel<Scalar, MemorySpace>{dx, back, channels, fe - back_rows});
+    }
+  }
+  if (links.local_handover && h > 0) {
+    Kokkos::parallel_for("ctxpar::chunkwise::conv::add_halo_grad", conv_range(space, h * channels),
+                         AddRowsKernel<Scalar, MemorySpace>{
+                             dx, Kokkos::subview(dhalo, std::make_pair(h, 2 * h), Kokkos::ALL),
+                             channels, links.split - h});
+  }
+  allreduce_sum(space, group, dweight);
+  if (dbias.data()) allreduce_sum(space, group, dbias);
 }
 
 }  // namespace impl
 
-/// Forward of the depthwise causal conv over a sequence shard. `x [T, C]` (the rank's tokens in
-/// order; e.g. `[T, H·D]` flattened), `weight [C, w]`, `bias [C]` (empty view: no bias),
-/// `seq_ids [T]` int32 (empty view: one sequence), `y [T, C]`. Collective (one `sendrecv`, two
-/// with ids); bad input on any rank makes every rank throw the same `Error`.
+/// Forward of the depthwise causal conv over a contiguous sequence shard. `x [T, C]` (the rank's
+/// tokens in order; e.g. `[T, H·D]` flattened), `weight [C, w]`, `bias [C]` (empty view: no
+/// bias), `seq_ids [T]` int32 (empty view: one sequence), `y [T, C]`. Collective (one `sendrecv`,
+/// two with ids); every shard but the last needs `T >= w - 1`; bad input on any rank makes every
+/// rank throw the same `Error`.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void short_conv_forward(
     const ExecutionSpace& space, const Group& group,
@@ -195,26 +388,43 @@ void short_conv_forward(
     const Kokkos::View<const Scalar*, MemorySpace>& bias,
     const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
-  using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_forward", ExecutionSpace, x_view);
-  compat::ScopedRegion region("ctxpar::chunkwise::short_conv_forward");
-  const std::string op = "ctxpar::chunkwise::short_conv_forward";
-  Preconditions chk(group, op);
-  chk.require(y.extent(0) == x.extent(0) && y.extent(1) == x.extent(1),
-              "y must have the shape of x [T, C]",
-              ctxpar::impl::to_text(x.extent(0)) + " x " + ctxpar::impl::to_text(x.extent(1)),
-              ctxpar::impl::to_text(y.extent(0)) + " x " + ctxpar::impl::to_text(y.extent(1)));
-  chk.require(bias.data() == nullptr || bias.extent(0) == x.extent(1), "bias must be [C]",
-              x.extent(1), bias.extent(0));
-  const auto src = impl::conv_halo(space, group, op, x, weight, seq_ids, chk);
-  const std::int64_t channels = x.extent(1);
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::conv::forward", impl::conv_range(space, x.extent(0) * channels),
-      impl::ConvForwardKernel<Scalar, MemorySpace>{src, weight, bias, y, channels});
+  impl::conv_forward(space, group, Contiguous{}, "ctxpar::chunkwise::short_conv_forward", x, weight,
+                     bias, seq_ids, y);
 }
 
-/// Backward of `short_conv_forward`: `dx [T, C]` (including the gradient that other ranks' halos
-/// send back), `dweight [C, w]` and `dbias [C]` (optional) summed over all ranks. Collective.
+/// Forward of the conv over a zigzag shard: `x [2C, C_ch]` holds natural chunk `r` then chunk
+/// `2P-1-r` of `2P` equal chunks (`ZigzagLayout` order, the whole packed stream when `seq_ids`
+/// are given); otherwise as the contiguous overload. Collective: one shift up and one shift down
+/// (`(w-1)·C_ch` values to each neighbour that exists, plus `w-1` ids each with `seq_ids`); every
+/// chunk needs `C >= w - 1`.
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+void short_conv_forward(
+    const ExecutionSpace& space, const Group& group, Zigzag layout,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+    const Kokkos::View<const Scalar*, MemorySpace>& bias,
+    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+  impl::conv_forward(space, group, layout, "ctxpar::chunkwise::short_conv_forward", x, weight, bias,
+                     seq_ids, y);
+}
+
+/// Forward with the layout tag spelled out (`Contiguous`), the same as the untagged overload.
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+void short_conv_forward(
+    const ExecutionSpace& space, const Group& group, Contiguous layout,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+    const Kokkos::View<const Scalar*, MemorySpace>& bias,
+    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+  impl::conv_forward(space, group, layout, "ctxpar::chunkwise::short_conv_forward", x, weight, bias,
+                     seq_ids, y);
+}
+
+/// Backward of `short_conv_forward` (contiguous shards): `dx [T, C]` (including the gradient that
+/// other ranks' halos send back), `dweight [C, w]` and `dbias [C]` (optional) summed over all
+/// ranks. Collective.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void short_conv_backward(
     const ExecutionSpace& space, const Group& group,
@@ -225,46 +435,39 @@ void short_conv_backward(
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
     const Kokkos::View<Scalar*, MemorySpace>& dbias) {
-  using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_backward", ExecutionSpace, x_view);
-  compat::ScopedRegion region("ctxpar::chunkwise::short_conv_backward");
-  const std::string op = "ctxpar::chunkwise::short_conv_backward";
-  Preconditions chk(group, op);
-  chk.require(dy.extent(0) == x.extent(0) && dy.extent(1) == x.extent(1) &&
-                  dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1),
-              "dy and dx must have the shape of x [T, C]", ctxpar::impl::to_text(x.extent(0)),
-              dy.extent(0));
-  chk.require(dweight.extent(0) == weight.extent(0) && dweight.extent(1) == weight.extent(1),
-              "dweight must have the shape of weight", weight.extent(0), dweight.extent(0));
-  const auto src = impl::conv_halo(space, group, op, x, weight, seq_ids, chk);
-  const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> dhalo("ctxpar::chunkwise::conv::dhalo",
-                                                                 w - 1, channels);
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::conv::input_grad", impl::conv_range(space, (tokens + w - 1) * channels),
-      impl::ConvInputGradKernel<Scalar, MemorySpace>{src, weight, dy, dx, dhalo, channels, tokens});
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::conv::weight_grad", impl::conv_range(space, channels * w),
-      impl::ConvWeightGradKernel<Scalar, MemorySpace>{src, dy, dweight, dbias, tokens});
-  // The halo came from rank r-1's last rows: their gradient goes back there.
-  const int prev = group.rank() > 0 ? group.rank() - 1 : no_rank;
-  const int next = group.rank() + 1 < group.size() ? group.rank() + 1 : no_rank;
-  const std::int64_t back_rows = next != no_rank ? (tokens < w - 1 ? tokens : w - 1) : 0;
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> back(
-      "ctxpar::chunkwise::conv::halo_grad", back_rows, channels);
-  auto halo_part = Kokkos::subview(
-      dhalo, std::make_pair(w - 1 - (prev != no_rank ? w - 1 : 0), w - 1), Kokkos::ALL);
-  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> send(
-      "ctxpar::chunkwise::conv::halo_send", halo_part.extent(0), channels);
-  Kokkos::deep_copy(space, send, halo_part);
-  sendrecv(space, group, send, prev, back, next, 43);
-  if (back_rows > 0) {
-    Kokkos::parallel_for(
-        "ctxpar::chunkwise::conv::add_halo_grad", impl::conv_range(space, back_rows * channels),
-        impl::AddRowsKernel<Scalar, MemorySpace>{dx, back, channels, tokens - back_rows});
-  }
-  allreduce_sum(space, group, dweight);
-  if (dbias.data()) allreduce_sum(space, group, dbias);
+  impl::conv_backward(space, group, Contiguous{}, "ctxpar::chunkwise::short_conv_backward", x,
+                      weight, seq_ids, dy, dx, dweight, dbias);
+}
+
+/// Backward of the zigzag `short_conv_forward`: each halo's gradient returns to the chunk it came
+/// from (rank `r-1`, rank `r+1`, or rank `P-1`'s own first chunk). Collective.
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+void short_conv_backward(
+    const ExecutionSpace& space, const Group& group, Zigzag layout,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
+    const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+  impl::conv_backward(space, group, layout, "ctxpar::chunkwise::short_conv_backward", x, weight,
+                      seq_ids, dy, dx, dweight, dbias);
+}
+
+/// Backward with the layout tag spelled out (`Contiguous`), the same as the untagged overload.
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+void short_conv_backward(
+    const ExecutionSpace& space, const Group& group, Contiguous layout,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
+    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
+    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
+    const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+  impl::conv_backward(space, group, layout, "ctxpar::chunkwise::short_conv_backward", x, weight,
+                      seq_ids, dy, dx, dweight, dbias);
 }
 
 }  // namespace ctxpar::chunkwise
