@@ -1,7 +1,9 @@
 // The context-parallel sliding-window attention step on every rank, forward and backward, for the
-// three policies: against the fp64 oracle, bitwise against the single-rank step where the design
-// claims it, over edge cases and a 22-step stream with the chained backward; the gathered rotated
-// keys against whole-axis rotation; exact byte counters against their formulas.
+// three policies under both key/value layouts (per-segment and whole-axis torch.chunk), on every
+// enabled execution space and scalar type: against the fp64 oracle, bitwise against the
+// single-rank step where the design claims it, over edge cases and a 22-step stream with the
+// chained backward; the gathered rotated keys against whole-axis rotation; the records each rank
+// owns under each layout.
 #include <Kokkos_Core.hpp>
 
 #include <tuple>
@@ -15,27 +17,25 @@
 namespace ts = ctxpar::test::swa;
 using ctxpar::BalancedChunks;
 using ctxpar::test::world;
+using ctxpar::swa::SegmentChunks;
+using ctxpar::swa::WholeAxisChunks;
 
 namespace {
 
-using Exec = Kokkos::DefaultExecutionSpace;
-using Mem = Exec::memory_space;
-using scalars = std::tuple<float, double>;
-
 /// One rank's shards of a step whose cache is stream tokens [c0, c0 + c) and chunk [c0 + c, c0 + c
-/// + t).
-template <class Scalar>
+/// + t). The caller's shards are the same under both layouts.
+template <class Scalar, class Mem>
 struct Shards {
   ctxpar::swa::Chunk<Scalar, Mem> chunk;
   ctxpar::swa::Cache<Scalar, Mem> cache;
   std::int64_t chunk_from, cache_from;
 };
 
-template <class Scalar>
-Shards<Scalar> shards_of(const ts::Problem& p, std::int64_t c0, std::int64_t c, std::int64_t t,
-                         int rank, int ranks) {
+template <class Scalar, class Mem>
+Shards<Scalar, Mem> shards_of(const ts::Problem& p, std::int64_t c0, std::int64_t c,
+                              std::int64_t t, int rank, int ranks) {
   const BalancedChunks cs{c, ranks}, ts_{t, ranks};
-  Shards<Scalar> s;
+  Shards<Scalar, Mem> s;
   s.cache_from = c0 + cs.begin(rank);
   s.chunk_from = c0 + c + ts_.begin(rank);
   s.cache = ts::block_of<Scalar, Mem>(p, s.cache_from, cs.size(rank));
@@ -50,31 +50,39 @@ const char* name_of() {
   return "HaloKV";
 }
 
+template <class Layout>
+const char* layout_name() {
+  return std::is_same_v<Layout, WholeAxisChunks> ? "WholeAxisChunks" : "SegmentChunks";
+}
+
+/// The oracle and the single-rank step of one case, shared by every policy and layout.
+template <class C>
+struct Reference {
+  using Scalar = typename C::scalar_type;
+  using Mem = typename C::memory_space;
+  ts::Stream s;
+  ts::Forward f;
+  ts::Backward g;
+  ts::Bounds b;
+  ctxpar::swa::StepResult<Scalar, Mem> single;
+  ctxpar::swa::StepGradients<Scalar, Mem> single_g;
+};
+
 /// One step on every rank vs the oracle (out, dq, dk, dv, dk_cache, dv_cache) and vs the
-/// single-rank step: out and dq bitwise, dk/dv within the sum of both bounds.
-template <class Scalar, class Policy>
-bool step_case(const ts::StreamSpec& spec, std::int64_t c) {
+/// single-rank step: out and dq bitwise, dk/dv within the oracle bound.
+template <class C, class Policy, class Layout>
+bool step_case(const ts::StreamSpec& spec, std::int64_t c, const Reference<C>& ref) {
+  using Scalar = typename C::scalar_type;
+  using Mem = typename C::memory_space;
   const auto& group = world();
-  Exec space;
-  auto s = ts::make_stream<Scalar>(spec);
-  for (std::int64_t i = 0; i < c; ++i)
-    for (std::int64_t a = 0; a < spec.hq; ++a)
-      for (std::int64_t d = 0; d < spec.dim; ++d) s.dout(i, a, d) = 0;
+  typename C::execution_space space;
   const std::int64_t t = spec.tokens - c;
-  const auto f = ts::forward(s.problem);
-  const auto g = ts::backward(s.problem, f, s.dout);
-  const auto b = ts::bounds(s.problem, f, s.dout, ctxpar::test::unit_roundoff<Scalar>());
   ctxpar::swa::Options o;
   o.window = spec.window;
   o.rope_base = spec.base;
-  // Single-rank reference.
-  auto single = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, c, t),
-                                          ts::block_of<Scalar, Mem>(s.problem, 0, c), o);
-  auto single_g =
-      ctxpar::swa::step_backward(space, single.state, ts::to_view<Scalar, Mem>(s.dout, c, t));
-  // Distributed.
-  auto sh = shards_of<Scalar>(s.problem, 0, c, t, group.rank(), group.size());
-  auto r = ctxpar::swa::forward<Policy>(space, group, sh.chunk, t, sh.cache, o);
+  const auto& s = ref.s;
+  auto sh = shards_of<Scalar, Mem>(s.problem, 0, c, t, group.rank(), group.size());
+  auto r = ctxpar::swa::forward<Policy, Layout>(space, group, sh.chunk, t, sh.cache, o);
   auto dout = ts::to_view<Scalar, Mem>(s.dout, sh.chunk_from, sh.chunk.length());
   auto gr = ctxpar::swa::backward(space, group, r.state, dout);
   const std::int64_t q0 = sh.chunk_from - c, tr = sh.chunk.length();
@@ -88,14 +96,14 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c) {
                 << " differs bitwise from the single-rank step\n";
     return same;
   };
-  bool ok = ts::close_to("out", r.out, f.out, b.out, sh.chunk_from);
-  ok = bitwise("out", r.out, slice(single.out, q0, tr)) && ok;
-  ok = ts::close_to("dq", gr.dq, g.dq, b.dq, sh.chunk_from) && ok;
-  ok = bitwise("dq", gr.dq, slice(single_g.dq, q0, tr)) && ok;
-  ok = ts::close_to("dk", gr.dk, g.dk, b.dk, sh.chunk_from) && ok;
-  ok = ts::close_to("dv", gr.dv, g.dv, b.dv, sh.chunk_from) && ok;
-  ok = ts::close_to("dk_cache", gr.dk_cache, g.dk, b.dk, sh.cache_from) && ok;
-  ok = ts::close_to("dv_cache", gr.dv_cache, g.dv, b.dv, sh.cache_from) && ok;
+  bool ok = ts::close_to("out", r.out, ref.f.out, ref.b.out, sh.chunk_from);
+  ok = bitwise("out", r.out, slice(ref.single.out, q0, tr)) && ok;
+  ok = ts::close_to("dq", gr.dq, ref.g.dq, ref.b.dq, sh.chunk_from) && ok;
+  ok = bitwise("dq", gr.dq, slice(ref.single_g.dq, q0, tr)) && ok;
+  ok = ts::close_to("dk", gr.dk, ref.g.dk, ref.b.dk, sh.chunk_from) && ok;
+  ok = ts::close_to("dv", gr.dv, ref.g.dv, ref.b.dv, sh.chunk_from) && ok;
+  ok = ts::close_to("dk_cache", gr.dk_cache, ref.g.dk, ref.b.dk, sh.cache_from) && ok;
+  ok = ts::close_to("dv_cache", gr.dv_cache, ref.g.dv, ref.b.dv, sh.cache_from) && ok;
   // The next cache shard is the raw tail of the axis, split by BalancedChunks(n, P).
   const std::int64_t n = ctxpar::swa::next_cache_length(spec.window, spec.tokens);
   const BalancedChunks ns{n, group.size()};
@@ -105,16 +113,38 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c) {
               << " keys, expected " << nn << "\n";
     ok = false;
   } else {
-    ok = bitwise("next cache k", r.next_cache.k, slice(single.next_cache.k, nb, nn)) && ok;
-    ok = bitwise("next cache v", r.next_cache.v, slice(single.next_cache.v, nb, nn)) && ok;
-    ok = bitwise("next cache pos", r.next_cache.pos, slice(single.next_cache.pos, nb, nn)) && ok;
+    ok = bitwise("next cache k", r.next_cache.k, slice(ref.single.next_cache.k, nb, nn)) && ok;
+    ok = bitwise("next cache v", r.next_cache.v, slice(ref.single.next_cache.v, nb, nn)) && ok;
+    ok = bitwise("next cache pos", r.next_cache.pos, slice(ref.single.next_cache.pos, nb, nn)) &&
+         ok;
   }
   // Gathered rotated keys: bit-identical to rotating the whole axis at once.
   const std::int64_t origin = r.state.key_origin, nk = r.state.axis.length();
-  ok = bitwise("rotated keys", r.state.axis.k, slice(single.state.axis.k, origin, nk)) && ok;
+  ok = bitwise("rotated keys", r.state.axis.k, slice(ref.single.state.axis.k, origin, nk)) && ok;
+  // The key/value records this rank owned for the step (rotated there, gradients summed there).
+  const std::int64_t length = spec.tokens;
+  std::vector<std::int64_t> owned;
+  if constexpr (std::is_same_v<Layout, WholeAxisChunks>) {
+    const BalancedChunks axis{length, group.size()};
+    for (auto a = axis.begin(group.rank()); a < axis.end(group.rank()); ++a)
+      owned.push_back(s.problem.pos[a]);
+  } else {
+    for (std::int64_t i = 0; i < sh.cache.length(); ++i)
+      owned.push_back(s.problem.pos[sh.cache_from + i]);
+    for (std::int64_t i = 0; i < sh.chunk.length(); ++i)
+      owned.push_back(s.problem.pos[sh.chunk_from + i]);
+  }
+  auto own_pos = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.state.own_pos);
+  bool owns = own_pos.extent(0) == owned.size();
+  for (std::size_t i = 0; owns && i < owned.size(); ++i) owns = own_pos(i) == owned[i];
+  if (!owns)
+    std::cerr << "[rank " << group.rank() << "] owns " << own_pos.extent(0)
+              << " key records, not the layout's " << owned.size() << "\n";
+  ok = owns && ok;
   if (!ok)
-    std::cerr << "  [rank " << group.rank() << "] " << name_of<Policy>() << " c=" << c << " t=" << t
-              << " W=" << spec.window << " Hq=" << spec.hq << " Hkv=" << spec.hkv << "\n";
+    std::cerr << "  [rank " << group.rank() << "] " << name_of<Policy>() << " "
+              << layout_name<Layout>() << " c=" << c << " t=" << t << " W=" << spec.window
+              << " Hq=" << spec.hq << " Hkv=" << spec.hkv << "\n";
   return ok;
 }
 
@@ -140,8 +170,14 @@ const std::vector<Variant>& variants() {
   return v;
 }
 
-template <class Scalar, class Policy>
+/// Every variant under the three policies and both layouts (the oracle computed once per
+/// variant).
+template <class C>
 bool all_variants() {
+  using Scalar = typename C::scalar_type;
+  using Mem = typename C::memory_space;
+  using namespace ctxpar::swa;
+  typename C::execution_space space;
   bool ok = true;
   std::uint64_t seed = 100;
   for (const auto& v : variants()) {
@@ -155,34 +191,54 @@ bool all_variants() {
     spec.position_step = v.step;
     spec.document_starts = v.docs;
     spec.seed = seed++;
-    ok = step_case<Scalar, Policy>(spec, v.c) && ok;
+    Reference<C> ref;
+    ref.s = ts::make_stream<Scalar>(spec);
+    for (std::int64_t i = 0; i < v.c; ++i)
+      for (std::int64_t a = 0; a < spec.hq; ++a)
+        for (std::int64_t d = 0; d < spec.dim; ++d) ref.s.dout(i, a, d) = 0;
+    ref.f = ts::forward(ref.s.problem);
+    ref.g = ts::backward(ref.s.problem, ref.f, ref.s.dout);
+    ref.b = ts::bounds(ref.s.problem, ref.f, ref.s.dout, ctxpar::test::unit_roundoff<Scalar>());
+    Options o;
+    o.window = spec.window;
+    o.rope_base = spec.base;
+    const std::int64_t t = v.tokens - v.c;
+    ref.single = step_forward(space, ts::chunk_of<Scalar, Mem>(ref.s.problem, v.c, t),
+                              ts::block_of<Scalar, Mem>(ref.s.problem, 0, v.c), o);
+    ref.single_g =
+        step_backward(space, ref.single.state, ts::to_view<Scalar, Mem>(ref.s.dout, v.c, t));
+    ok = step_case<C, RopeBeforeGather, SegmentChunks>(spec, v.c, ref) && ok;
+    ok = step_case<C, RopeAfterGather, SegmentChunks>(spec, v.c, ref) && ok;
+    ok = step_case<C, HaloKV, SegmentChunks>(spec, v.c, ref) && ok;
+    ok = step_case<C, RopeBeforeGather, WholeAxisChunks>(spec, v.c, ref) && ok;
+    ok = step_case<C, RopeAfterGather, WholeAxisChunks>(spec, v.c, ref) && ok;
+    ok = step_case<C, HaloKV, WholeAxisChunks>(spec, v.c, ref) && ok;
   }
   return ok;
 }
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(rope_before_gather_matches_oracle_and_single_rank, Scalar, scalars) {
-  CTXPAR_TEST_ALL(world(), (all_variants<Scalar, ctxpar::swa::RopeBeforeGather>()));
-}
-
-BOOST_AUTO_TEST_CASE_TEMPLATE(rope_after_gather_matches_oracle_and_single_rank, Scalar, scalars) {
-  CTXPAR_TEST_ALL(world(), (all_variants<Scalar, ctxpar::swa::RopeAfterGather>()));
-}
-
-BOOST_AUTO_TEST_CASE_TEMPLATE(halo_matches_oracle_and_single_rank, Scalar, scalars) {
-  CTXPAR_TEST_ALL(world(), (all_variants<Scalar, ctxpar::swa::HaloKV>()));
+BOOST_AUTO_TEST_CASE_TEMPLATE(every_policy_and_layout_matches_oracle_and_single_rank, C,
+                              ctxpar::test::cases) {
+  CTXPAR_TEST_ALL(world(), (all_variants<C>()));
 }
 
 namespace {
 
+/// Which key/value layout each streamed step uses: both layouts carry the same cache shards, so
+/// a stream may switch between them.
+enum class LayoutPlan { segment, whole_axis, alternating };
+
 /// 22 streamed steps with the sharded cache carried between them equal one dense pass over the
 /// whole stream (forward, and the whole stream's gradients through the chained backward); the
 /// forward is bitwise the single-rank streamed forward.
-template <class Scalar, class Policy>
-bool stream_case() {
+template <class C, class Policy>
+bool stream_case(LayoutPlan plan) {
+  using Scalar = typename C::scalar_type;
+  using Mem = typename C::memory_space;
   const auto& group = world();
-  Exec space;
+  typename C::execution_space space;
   ts::StreamSpec spec;
   spec.tokens = 107;
   spec.window = 9;
@@ -206,10 +262,15 @@ bool stream_case() {
   auto single_cache = cache;
   bool ok = true;
   std::int64_t c = 0;
-  for (std::int64_t from = 0; from < spec.tokens; from += step) {
+  for (std::int64_t from = 0, k = 0; from < spec.tokens; from += step, ++k) {
     const std::int64_t t = std::min(step, spec.tokens - from);
-    auto sh = shards_of<Scalar>(s.problem, from - c, c, t, group.rank(), group.size());
-    auto r = ctxpar::swa::forward<Policy>(space, group, sh.chunk, t, cache, o);
+    auto sh = shards_of<Scalar, Mem>(s.problem, from - c, c, t, group.rank(), group.size());
+    const bool whole =
+        plan == LayoutPlan::whole_axis || (plan == LayoutPlan::alternating && k % 2 == 1);
+    auto r = whole ? ctxpar::swa::forward<Policy, WholeAxisChunks>(space, group, sh.chunk, t,
+                                                                   cache, o)
+                   : ctxpar::swa::forward<Policy, SegmentChunks>(space, group, sh.chunk, t,
+                                                                 cache, o);
     auto single = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t),
                                             single_cache, o);
     ok = ts::close_to("streamed out", r.out, f.out, b.out, sh.chunk_from) && ok;
@@ -234,15 +295,22 @@ bool stream_case() {
     carried.dv = gr.dv_cache;
   }
   ok = ok && states.size() >= 20;
-  if (!ok) std::cerr << "  [rank " << group.rank() << "] stream " << name_of<Policy>() << "\n";
+  if (!ok)
+    std::cerr << "  [rank " << group.rank() << "] stream " << name_of<Policy>() << " layout plan "
+              << static_cast<int>(plan) << "\n";
   return ok;
 }
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass_on_every_rank, Scalar, scalars) {
-  bool ok = stream_case<Scalar, ctxpar::swa::RopeBeforeGather>();
-  ok = stream_case<Scalar, ctxpar::swa::RopeAfterGather>() && ok;
-  ok = stream_case<Scalar, ctxpar::swa::HaloKV>() && ok;
+BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass_on_every_rank, C,
+                              ctxpar::test::cases) {
+  using namespace ctxpar::swa;
+  bool ok = true;
+  for (auto plan : {LayoutPlan::segment, LayoutPlan::whole_axis, LayoutPlan::alternating}) {
+    ok = stream_case<C, RopeBeforeGather>(plan) && ok;
+    ok = stream_case<C, RopeAfterGather>(plan) && ok;
+    ok = stream_case<C, HaloKV>(plan) && ok;
+  }
   CTXPAR_TEST_ALL(world(), ok);
 }

@@ -2,6 +2,7 @@
 // before any data moves (no hang); the next good call still works.
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <string>
@@ -200,4 +201,28 @@ BOOST_AUTO_TEST_CASE(single_rank_step_rejects_bad_input) {
   ok = throws("the cache must not be longer than W - 1", [](Inputs& x) { x.options.window = 1; }) &&
        ok;
   CTXPAR_TEST_ALL(world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE(ranks_disagreeing_on_the_key_value_layout_throw_everywhere) {
+  // The agreement compares with rank 0, so the odd rank out is any other one; at np 1 nobody can
+  // disagree and the whole-axis call must succeed.
+  const auto& g = world();
+  bool ok = true;
+  for (int bad = 1; bad < std::max(2, g.size()); ++bad) {
+    Inputs in = good_inputs();
+    auto call = [&] {
+      if (g.size() == 1 || g.rank() == bad)
+        ctxpar::swa::forward<ctxpar::swa::RopeBeforeGather, ctxpar::swa::WholeAxisChunks>(
+            Exec(), g, in.chunk, in.chunk_length, in.cache, in.options);
+      else
+        ctxpar::swa::forward(Exec(), g, in.chunk, in.chunk_length, in.cache, in.options);
+    };
+    if (g.size() > 1)
+      ok = ctxpar::test::throws_everywhere(g, call, "every rank must agree on the key/value layout",
+                                           bad) &&
+           ok;
+    else
+      call();
+  }
+  CTXPAR_TEST_ALL(g, ok);
 }

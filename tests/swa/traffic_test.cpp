@@ -1,5 +1,6 @@
-// Exact byte counters of each policy, forward and backward, against formulas computed here from
-// the sharding rule alone (an independent owner function, not the library's plans).
+// Exact byte counters of each policy under both key/value layouts, forward and backward, against
+// formulas computed here from the sharding rules alone (independent owner functions, not the
+// library's plans).
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -20,18 +21,25 @@ using Exec = Kokkos::DefaultExecutionSpace;
 using Mem = Exec::memory_space;
 using Scalar = float;
 
-/// The sharding rule in plain words: cache keys [0, c) split like torch.chunk(c, P), then chunk
-/// tokens split like torch.chunk(t, P).
+/// The sharding rules in plain words. The caller's shards: cache keys [0, c) split like
+/// torch.chunk(c, P), then chunk tokens split like torch.chunk(t, P). The key/value owners of the
+/// step: the same (per segment), or the whole axis [0, c + t) split like torch.chunk(c + t, P).
 struct Rule {
   std::int64_t c, t;
   int p;
+  bool whole;
   static int owner_in(std::int64_t i, std::int64_t n, int p) {
     const std::int64_t s = (n + p - 1) / p;
     return static_cast<int>(i / s);
   }
-  int owner(std::int64_t a) const { return a < c ? owner_in(a, c, p) : owner_in(a - c, t, p); }
+  int input_owner(std::int64_t a) const {
+    return a < c ? owner_in(a, c, p) : owner_in(a - c, t, p);
+  }
+  int owner(std::int64_t a) const { return whole ? owner_in(a, c + t, p) : input_owner(a); }
   std::int64_t records(int r) const {
-    return BalancedChunks{c, p}.size(r) + BalancedChunks{t, p}.size(r);
+    std::int64_t n = 0;
+    for (std::int64_t a = 0; a < c + t; ++a) n += owner(a) == r;
+    return n;
   }
 };
 
@@ -50,7 +58,7 @@ bool counters_match(const char* what, const ctxpar::Traffic& got, const Expected
   return ok;
 }
 
-template <class Policy>
+template <class Policy, class Layout>
 bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
   const auto& g = world();
   const int p = g.size(), me = g.rank();
@@ -69,25 +77,33 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
   ctxpar::swa::Options o;
   o.window = window;
 
-  const Rule rule{c, t, p};
+  constexpr bool whole = std::is_same_v<Layout, ctxpar::swa::WholeAxisChunks>;
+  const Rule rule{c, t, p, whole};
   const std::int64_t length = c + t, hd = spec.hkv * spec.dim;
   const std::int64_t record = 2 * hd * sizeof(Scalar) + 16, grad = 2 * hd * sizeof(Scalar);
   const std::int64_t n = window > 0 ? std::min(window - 1, length) : length;
   const BalancedChunks next{n, p};
   auto new_owner = [&](std::int64_t a) { return Rule::owner_in(a - (length - n), n, p); };
-  // Next-cache re-sharding: records that change owner.
+  // Next-cache re-sharding: records that change owner (always from the caller's shards).
   Expected reshard;
   for (std::int64_t a = length - n; a < length; ++a) {
-    if (rule.owner(a) == me && new_owner(a) != me) reshard.sent += 1;
-    if (rule.owner(a) != me && new_owner(a) == me) reshard.received += 1;
+    if (rule.input_owner(a) == me && new_owner(a) != me) reshard.sent += 1;
+    if (rule.input_owner(a) != me && new_owner(a) == me) reshard.received += 1;
   }
-  // Halo: the W - 1 axis tokens before each rank's first query, from their owners.
+  // Whole-axis assembly: records whose key/value owner is not the rank that handed them in.
+  Expected assembly;
+  for (std::int64_t a = 0; whole && a < length; ++a) {
+    if (rule.input_owner(a) == me && rule.owner(a) != me) assembly.sent += 1;
+    if (rule.input_owner(a) != me && rule.owner(a) == me) assembly.received += 1;
+  }
+  // Halo: the W - 1 axis tokens before each rank's first query and its queries' own keys, from
+  // their key/value owners.
   Expected halo;
   for (int r = 0; r < p; ++r) {
     if (tc.size(r) == 0) continue;
     const std::int64_t first = c + tc.begin(r);
     const std::int64_t lo = window > 0 ? std::max<std::int64_t>(0, first - (window - 1)) : 0;
-    for (std::int64_t a = lo; a < first; ++a) {
+    for (std::int64_t a = lo; a < first + tc.size(r); ++a) {
       if (r == me && rule.owner(a) != me) halo.received += 1;
       if (r != me && rule.owner(a) == me) halo.sent += 1;
     }
@@ -97,7 +113,7 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
   constexpr bool after = std::is_same_v<Policy, ctxpar::swa::RopeAfterGather>;
 
   g.reset_traffic();
-  auto r = ctxpar::swa::forward<Policy>(space, g, chunk, t, cache, o);
+  auto r = ctxpar::swa::forward<Policy, Layout>(space, g, chunk, t, cache, o);
   bool ok = true;
   if (gather) {
     ok = counters_match("forward allgather", g.traffic(CollectiveKind::allgather),
@@ -111,11 +127,15 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
                         {halo.sent * record, halo.received * record}, true) &&
          ok;
   }
-  if (after) {
+  // One all-to-all: the next cache (not under RopeAfterGather, which cuts it from the gathered
+  // raw axis) fused with the whole-axis assembly.
+  const Expected forward_moves{(after ? 0 : reshard.sent) + assembly.sent,
+                               (after ? 0 : reshard.received) + assembly.received};
+  if (after && !whole) {
     ok = counters_match("forward next cache", g.traffic(CollectiveKind::alltoall), {}, false) && ok;
   } else {
-    ok = counters_match("forward next cache", g.traffic(CollectiveKind::alltoall),
-                        {reshard.sent * record, reshard.received * record}, true) &&
+    ok = counters_match("forward next cache + assembly", g.traffic(CollectiveKind::alltoall),
+                        {forward_moves.sent * record, forward_moves.received * record}, true) &&
          ok;
     ok = g.traffic(CollectiveKind::alltoall).calls == 1 && ok;
   }
@@ -136,27 +156,38 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
                         {halo.received * grad, halo.sent * grad}, true) &&
          ok;
   }
-  ok = counters_match("backward next cache", g.traffic(CollectiveKind::alltoall),
-                      {reshard.received * grad, reshard.sent * grad}, true) &&
+  ok = counters_match("backward next cache + assembly", g.traffic(CollectiveKind::alltoall),
+                      {(reshard.received + assembly.received) * grad,
+                       (reshard.sent + assembly.sent) * grad},
+                      true) &&
        ok;
+  ok = g.traffic(CollectiveKind::alltoall).calls == 1 && ok;
+  if (!ok)
+    std::cerr << "  [rank " << me << "] c=" << c << " t=" << t << " W=" << window
+              << (whole ? " WholeAxisChunks" : " SegmentChunks") << "\n";
   return ok;
 }
 
-template <class Policy>
+template <class Policy, class Layout>
 bool traffic_cases() {
   bool ok = true;
-  ok = traffic_case<Policy>(7, 30, 8) && ok;   // small shards: halos span several ranks
-  ok = traffic_case<Policy>(0, 25, 4) && ok;   // first step
-  ok = traffic_case<Policy>(15, 48, 0) && ok;  // unlimited window: the halo is everything before
-  ok = traffic_case<Policy>(2, 1, 4) && ok;    // L < P
+  ok = traffic_case<Policy, Layout>(7, 30, 8) && ok;   // small shards: halos span several ranks
+  ok = traffic_case<Policy, Layout>(0, 25, 4) && ok;   // first step
+  ok = traffic_case<Policy, Layout>(15, 48, 0) && ok;  // unlimited window: everything before
+  ok = traffic_case<Policy, Layout>(2, 1, 4) && ok;    // L < P
+  ok = traffic_case<Policy, Layout>(8, 5, 9) && ok;    // cache longer than the chunk
   return ok;
 }
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(byte_counters_equal_their_formulas) {
-  bool ok = traffic_cases<ctxpar::swa::RopeBeforeGather>();
-  ok = traffic_cases<ctxpar::swa::RopeAfterGather>() && ok;
-  ok = traffic_cases<ctxpar::swa::HaloKV>() && ok;
+  using namespace ctxpar::swa;
+  bool ok = traffic_cases<RopeBeforeGather, SegmentChunks>();
+  ok = traffic_cases<RopeAfterGather, SegmentChunks>() && ok;
+  ok = traffic_cases<HaloKV, SegmentChunks>() && ok;
+  ok = traffic_cases<RopeBeforeGather, WholeAxisChunks>() && ok;
+  ok = traffic_cases<RopeAfterGather, WholeAxisChunks>() && ok;
+  ok = traffic_cases<HaloKV, WholeAxisChunks>() && ok;
   CTXPAR_TEST_ALL(world(), ok);
 }

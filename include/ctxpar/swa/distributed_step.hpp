@@ -63,14 +63,17 @@ struct DistributedState {
   impl::AxisLayout layout;
   /// Length of the whole next cache.
   std::int64_t next_cache_length = 0;
-  /// Positions of this rank's records (cache shard ++ chunk shard), for the RoPE backward.
+  /// Positions of this rank's key/value records (its axis tokens under the layout in use), for
+  /// the RoPE backward.
   Positions<MemorySpace> own_pos;
   /// Axis token -> gathered record (all-gather) or halo slot / own record (`HaloKV`).
   impl::Index<MemorySpace> axis_source;
   /// The halo exchange (`HaloKV`).
   impl::ExchangePlan halo;
-  /// The next-cache exchange.
+  /// The next-cache exchange (from the caller's per-segment shards).
   impl::ExchangePlan reshard;
+  /// `WholeAxisChunks`: the move of the caller's shards onto the whole-axis owners.
+  impl::ExchangePlan assembly;
   /// Device copy of the halo plan's records to send.
   impl::Index<MemorySpace> halo_send_records;
   /// Device copy of the next-cache plan's source records.
@@ -79,6 +82,8 @@ struct DistributedState {
   impl::Index<MemorySpace> reshard_send_records;
   /// 0: RopeBeforeGather, 1: RopeAfterGather, 2: HaloKV.
   int policy = 0;
+  /// True under `WholeAxisChunks` (also recorded in `layout.whole_axis`).
+  bool whole_axis = false;
 };
 
 /// Result of a distributed forward step on one rank.
@@ -99,6 +104,14 @@ constexpr int policy_id() {
   if constexpr (std::is_same_v<Policy, RopeBeforeGather>) return 0;
   if constexpr (std::is_same_v<Policy, RopeAfterGather>) return 1;
   return 2;
+}
+
+/// A plan that moves nothing (the missing half of a fused exchange).
+inline ExchangePlan empty_plan(int ranks) {
+  ExchangePlan plan;
+  plan.send_counts.assign(static_cast<std::size_t>(ranks), 0);
+  plan.recv_counts.assign(static_cast<std::size_t>(ranks), 0);
+  return plan;
 }
 
 inline std::int64_t bits_of(double x) {
@@ -141,7 +154,8 @@ inline std::vector<int> scaled(const std::vector<int>& counts, std::int64_t fact
 template <class Scalar, class MemorySpace>
 AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>& chunk,
                            std::int64_t chunk_length, const Cache<Scalar, MemorySpace>& cache,
-                           const Options& options, int policy, bool& with_ids) {
+                           const Options& options, int policy, bool whole_axis,
+                           bool& with_ids) {
   Preconditions chk(group, "ctxpar::swa::forward");
   impl::check_inputs(chk, chunk, cache, options);
   const int p = group.size(), me = group.rank();
@@ -231,13 +245,15 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
       .require_same("the chunk length", chunk_length)
       .require_same("the RoPE base", bits_of(options.rope_base))
       .require_same("the softmax scale", bits_of(options.scale))
-      .require_same("the policy", policy);
+      .require_same("the policy", policy)
+      .require_same("the key/value layout", whole_axis ? 1 : 0);
   chk.agree();
   with_ids = any_ids != 0;
   AxisLayout layout;
   layout.cache = c;
   layout.chunk = chunk_length;
   layout.ranks = p;
+  layout.whole_axis = whole_axis;
   return layout;
 }
 
@@ -258,28 +274,37 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
 /// - `HaloKV`: point-to-point messages of the `W - 1` rotated records before each rank's first
 /// query
 ///   (from whichever ranks own them), and the next-cache all-to-all.
-/// Forward outputs are bitwise identical for every rank count and policy (same key tiles and
-/// summation order per query). Bad input on any rank makes every rank throw the same
+/// Under the `WholeAxisChunks` layout the key/value records are first moved onto the owners of
+/// `BalancedChunks(L, P)` (one all-to-all, fused with the next-cache re-shard, so the forward
+/// still has one all-to-all), and the all-gather / halo above move those records.
+/// Forward outputs are bitwise identical for every rank count, policy and layout (same key tiles
+/// and summation order per query). Bad input on any rank makes every rank throw the same
 /// `ctxpar::Error` before any data moves.
-template <class Policy = RopeBeforeGather, class ExecutionSpace, class Scalar, class MemorySpace>
+template <class Policy = RopeBeforeGather, class Layout = SegmentChunks, class ExecutionSpace,
+          class Scalar, class MemorySpace>
 DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, const Group& group,
                                                const Chunk<Scalar, MemorySpace>& chunk,
                                                std::int64_t chunk_length,
                                                const Cache<Scalar, MemorySpace>& cache,
-                                               const Options& options, Policy = Policy{}) {
+                                               const Options& options, Policy = Policy{},
+                                               Layout = Layout{}) {
   static_assert(
       is_policy_v<Policy>,
       "ctxpar::swa::forward: the policy must be RopeBeforeGather, RopeAfterGather or HaloKV");
+  static_assert(is_kv_layout_v<Layout>,
+                "ctxpar::swa::forward: the layout must be SegmentChunks or WholeAxisChunks");
+  constexpr bool whole = std::is_same_v<Layout, WholeAxisChunks>;
   using tensor_type = Tensor<Scalar, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::forward", ExecutionSpace, tensor_type);
   compat::ScopedRegion region("ctxpar::swa::forward");
   constexpr int policy = impl::policy_id<Policy>();
   bool with_ids = false;
   const impl::AxisLayout layout =
-      impl::agree_on_inputs(group, chunk, chunk_length, cache, options, policy, with_ids);
+      impl::agree_on_inputs(group, chunk, chunk_length, cache, options, policy, whole, with_ids);
   const int me = group.rank();
   const std::int64_t hq = chunk.q.extent(1), hkv = chunk.k.extent(1), dim = chunk.q.extent(2);
-  const std::int64_t c_r = cache.length(), t_r = chunk.length(), n_r = c_r + t_r;
+  const std::int64_t c_r = cache.length(), t_r = chunk.length(), n_in = c_r + t_r;
+  const std::int64_t n_r = layout.records(me);
   const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
 
   DistributedResult<Scalar, MemorySpace> result;
@@ -288,20 +313,65 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
   st.scale = impl::effective_scale(options, dim);
   st.layout = layout;
   st.policy = policy;
+  st.whole_axis = whole;
   st.next_cache_length = next_cache_length(options.window, layout.length());
 
-  // This rank's records: its cache shard then its chunk shard, raw.
-  KvBlock<Scalar, MemorySpace> own =
-      allocate_block<Scalar, MemorySpace>(n_r, hkv, dim, with_ids, "ctxpar::swa::own");
-  impl::copy_tokens(space, own.k, 0, cache.k, 0, c_r);
-  impl::copy_tokens(space, own.k, c_r, chunk.k, 0, t_r);
-  impl::copy_tokens(space, own.v, 0, cache.v, 0, c_r);
-  impl::copy_tokens(space, own.v, c_r, chunk.v, 0, t_r);
-  impl::copy_tokens(space, own.pos, 0, cache.pos, 0, c_r);
-  impl::copy_tokens(space, own.pos, c_r, chunk.pos, 0, t_r);
+  // The caller's records: its cache shard then its chunk shard, raw.
+  KvBlock<Scalar, MemorySpace> input =
+      allocate_block<Scalar, MemorySpace>(n_in, hkv, dim, with_ids, "ctxpar::swa::input");
+  impl::copy_tokens(space, input.k, 0, cache.k, 0, c_r);
+  impl::copy_tokens(space, input.k, c_r, chunk.k, 0, t_r);
+  impl::copy_tokens(space, input.v, 0, cache.v, 0, c_r);
+  impl::copy_tokens(space, input.v, c_r, chunk.v, 0, t_r);
+  impl::copy_tokens(space, input.pos, 0, cache.pos, 0, c_r);
+  impl::copy_tokens(space, input.pos, c_r, chunk.pos, 0, t_r);
   if (with_ids) {
-    if (cache.ids.extent(0) > 0) impl::copy_tokens(space, own.ids, 0, cache.ids, 0, c_r);
-    if (chunk.ids.extent(0) > 0) impl::copy_tokens(space, own.ids, c_r, chunk.ids, 0, t_r);
+    if (cache.ids.extent(0) > 0) impl::copy_tokens(space, input.ids, 0, cache.ids, 0, c_r);
+    if (chunk.ids.extent(0) > 0) impl::copy_tokens(space, input.ids, c_r, chunk.ids, 0, t_r);
+  }
+
+  // The next cache, re-sharded by BalancedChunks(n, P) over the last n axis tokens, always from
+  // the caller's raw records (so both layouts carry the same state between steps).
+  const std::int64_t n = st.next_cache_length;
+  const impl::AxisLayout segments = layout.per_segment();
+  st.reshard =
+      impl::make_plan(segments, me, [&](int r) { return impl::next_cache_range(layout, n, r); });
+  st.reshard_source =
+      impl::to_device<MemorySpace>(st.reshard.source, "ctxpar::swa::reshard_source");
+  st.reshard_send_records =
+      impl::to_device<MemorySpace>(st.reshard.send_records, "ctxpar::swa::reshard_send_records");
+  const std::int64_t n_next = st.reshard.hi - st.reshard.lo;
+  result.next_cache =
+      allocate_block<Scalar, MemorySpace>(n_next, hkv, dim, with_ids, "ctxpar::swa::next_cache");
+
+  // This rank's key/value records under the layout in use.
+  KvBlock<Scalar, MemorySpace> own = input;
+  if constexpr (whole) {
+    // One all-to-all: records onto their whole-axis owners, and the next cache's raw records.
+    st.assembly = impl::make_plan(segments, me, [&](int r) { return layout.axis_range(r); });
+    const impl::FusedPlan fused = impl::fuse(
+        st.assembly, policy == 1 ? impl::empty_plan(layout.ranks) : st.reshard);
+    impl::Bytes<MemorySpace> send(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::assembly_send")),
+        fused.send_total() * bytes);
+    impl::Bytes<MemorySpace> recv(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::assembly_recv")),
+        fused.recv_total() * bytes);
+    impl::pack_records(
+        space, input,
+        impl::to_device<MemorySpace>(fused.send_records, "ctxpar::swa::assembly_send_records"),
+        fused.send_total(), send);
+    alltoallv(space, group, send, impl::scaled(fused.send_counts, bytes), recv,
+              impl::scaled(fused.recv_counts, bytes));
+    own = allocate_block<Scalar, MemorySpace>(n_r, hkv, dim, with_ids, "ctxpar::swa::own");
+    impl::unpack_records(space, recv, input,
+                         impl::to_device<MemorySpace>(fused.source_a, "ctxpar::swa::assembly_source"),
+                         own);
+    if constexpr (policy != 1)
+      impl::unpack_records(
+          space, recv, input,
+          impl::to_device<MemorySpace>(fused.source_b, "ctxpar::swa::assembly_reshard_source"),
+          result.next_cache);
   }
   st.own_pos = own.pos;
   KvBlock<Scalar, MemorySpace> own_rot = own;
@@ -368,8 +438,7 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
     impl::pack_records(space, own_rot, st.halo_send_records, st.halo.send_total(), send);
     impl::exchange_pairwise(space, group, send, impl::scaled(st.halo.send_counts, bytes), recv,
                             impl::scaled(st.halo.recv_counts, bytes));
-    std::vector<std::int64_t> source = st.halo.source;
-    for (std::int64_t i = 0; i < t_r; ++i) source.push_back(-(c_r + i + 1));
+    const std::vector<std::int64_t>& source = st.halo.source;
     st.key_origin = t_r > 0 ? st.halo.lo : 0;
     st.axis_source = impl::to_device<MemorySpace>(source, "ctxpar::swa::axis_source");
     st.axis = allocate_block<Scalar, MemorySpace>(static_cast<std::int64_t>(source.size()), hkv,
@@ -384,34 +453,23 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
   attention_forward(space, window_mask(options.window), in, st.out, st.lse);
   result.out = st.out;
 
-  // The next cache, re-sharded by BalancedChunks(n, P) over the last n axis tokens.
-  const std::int64_t n = st.next_cache_length;
-  st.reshard =
-      impl::make_plan(layout, me, [&](int r) { return impl::next_cache_range(layout, n, r); });
-  st.reshard_source =
-      impl::to_device<MemorySpace>(st.reshard.source, "ctxpar::swa::reshard_source");
-  st.reshard_send_records =
-      impl::to_device<MemorySpace>(st.reshard.send_records, "ctxpar::swa::reshard_send_records");
-  const std::int64_t n_next = st.reshard.hi - st.reshard.lo;
-  result.next_cache =
-      allocate_block<Scalar, MemorySpace>(n_next, hkv, dim, with_ids, "ctxpar::swa::next_cache");
   if constexpr (policy == 1) {
     impl::copy_tokens(space, result.next_cache.k, 0, raw_axis.k, st.reshard.lo, n_next);
     impl::copy_tokens(space, result.next_cache.v, 0, raw_axis.v, st.reshard.lo, n_next);
     impl::copy_tokens(space, result.next_cache.pos, 0, raw_axis.pos, st.reshard.lo, n_next);
     if (with_ids)
       impl::copy_tokens(space, result.next_cache.ids, 0, raw_axis.ids, st.reshard.lo, n_next);
-  } else {
+  } else if constexpr (!whole) {
     impl::Bytes<MemorySpace> send(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::reshard_send")),
         st.reshard.send_total() * bytes);
     impl::Bytes<MemorySpace> recv(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::reshard_recv")),
         st.reshard.recv_total() * bytes);
-    impl::pack_records(space, own, st.reshard_send_records, st.reshard.send_total(), send);
+    impl::pack_records(space, input, st.reshard_send_records, st.reshard.send_total(), send);
     alltoallv(space, group, send, impl::scaled(st.reshard.send_counts, bytes), recv,
               impl::scaled(st.reshard.recv_counts, bytes));
-    impl::unpack_records(space, recv, own, st.reshard_source, result.next_cache);
+    impl::unpack_records(space, recv, input, st.reshard_source, result.next_cache);
   }
   return result;
 }
@@ -432,7 +490,8 @@ StepGradients<Scalar, MemorySpace> backward(
   const int me = group.rank();
   const std::int64_t t_r = st.q_rot.extent(0), hq = st.q_rot.extent(1), dim = st.q_rot.extent(2);
   const std::int64_t hkv = st.axis.k.extent(1), per = hkv * dim;
-  const std::int64_t c_r = st.layout.cache_split().size(me), n_r = c_r + t_r;
+  const std::int64_t c_r = st.layout.cache_split().size(me), n_in = c_r + t_r;
+  const std::int64_t n_r = st.layout.records(me);
   const bool has_next = d_next_cache.dk.data() != nullptr || d_next_cache.dv.data() != nullptr;
   const std::int64_t n_next = st.reshard.hi - st.reshard.lo;
   {
@@ -501,7 +560,41 @@ StepGradients<Scalar, MemorySpace> backward(
   }
   rope_backward(space, own_dk, st.own_pos, st.options.rope_base, own_dk);
 
-  if (has_next) {
+  if (st.whole_axis) {
+    // One all-to-all back to the caller's shards: the gradients of the records that moved onto
+    // their whole-axis owners, and (raw keys, so after the RoPE backward) the next-cache gradient.
+    tensor_type in_dk("ctxpar::swa::input_dk", n_in, hkv, dim),
+        in_dv("ctxpar::swa::input_dv", n_in, hkv, dim);
+    const impl::FusedPlan fused =
+        impl::fuse(st.assembly, has_next ? st.reshard : impl::empty_plan(st.layout.ranks));
+    impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::returned_gradients",
+                                                    fused.recv_total(), 2 * per);
+    impl::route_gradients(
+        space, own_dk, own_dv,
+        impl::to_device<MemorySpace>(fused.source_a, "ctxpar::swa::assembly_source"), back, in_dk,
+        in_dv);
+    if (has_next)
+      impl::route_gradients(
+          space, d_next_cache.dk, d_next_cache.dv,
+          impl::to_device<MemorySpace>(fused.source_b, "ctxpar::swa::assembly_reshard_source"),
+          back, in_dk, in_dv);
+    impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::returned_gradients_in",
+                                                   fused.send_total(), 2 * per);
+    alltoallv(space, group, back, impl::scaled(fused.recv_counts, 2 * per), got,
+              impl::scaled(fused.send_counts, 2 * per));
+    const auto records =
+        impl::to_device<MemorySpace>(fused.send_records, "ctxpar::swa::assembly_send_records");
+    std::int64_t from = 0;
+    for (int r = 0; r < st.layout.ranks; ++r) {
+      // A record may be in both halves of one peer's block: add them in two passes.
+      impl::add_gradient_records(space, got, records, from, from + fused.send_a[r], in_dk, in_dv);
+      impl::add_gradient_records(space, got, records, from + fused.send_a[r],
+                                 from + fused.send_counts[r], in_dk, in_dv);
+      from += fused.send_counts[r];
+    }
+    own_dk = in_dk;
+    own_dv = in_dv;
+  } else if (has_next) {
     // The next cache holds raw keys, so its gradient joins after the RoPE backward.
     impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::cache_gradients",
                                                     st.reshard.recv_total(), 2 * per);

@@ -29,4 +29,24 @@ inline constexpr bool is_policy_v =
     std::is_same_v<Policy, RopeBeforeGather> || std::is_same_v<Policy, RopeAfterGather> ||
     std::is_same_v<Policy, HaloKV>;
 
+/// Key/value layout (default): the cache shard of rank `r` is `BalancedChunks(c, P)` of the cached
+/// keys and its chunk keys are the keys of its own queries (`BalancedChunks(t, P)`), so the chunk
+/// K/V never move before the attention and the halo of `HaloKV` is only the `W - 1` keys before a
+/// rank's first query.
+struct SegmentChunks {};
+
+/// Key/value layout of the literal torch.chunk rule over the whole axis: for the step, rank `r`
+/// owns the records `[BalancedChunks(L, P).begin(r), end(r))` of `cache ++ chunk` (raw K, V,
+/// positions, ids); it rotates, gathers and receives the gradients of exactly those. The caller's
+/// shards are the same as under `SegmentChunks` (queries and chunk K/V by `BalancedChunks(t, P)`,
+/// the carried cache by `BalancedChunks(c, P)`); one all-to-all at the start of the forward moves
+/// the records whose owner differs onto the axis owners (fused with the next-cache re-shard) and
+/// one at the end of the backward sends their gradients back (fused with the next-cache gradient).
+struct WholeAxisChunks {};
+
+/// True for the two key/value layout tags above.
+template <class Layout>
+inline constexpr bool is_kv_layout_v =
+    std::is_same_v<Layout, SegmentChunks> || std::is_same_v<Layout, WholeAxisChunks>;
+
 }  // namespace ctxpar::swa
