@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ctxpar/chunkwise/backend.hpp"
+#include "ctxpar/chunkwise/impl/gated_delta_tiles.hpp"
 #include "ctxpar/core/compat.hpp"
 
 namespace ctxpar::chunkwise::impl {
@@ -37,6 +38,7 @@ struct DecaySaved {
 
   input_view q, k, v, g;  ///< the inputs; `g` as `[T, H, G]`
   double scale = 1.0;     ///< resolved output scale
+  int chunk = 64;         ///< tokens per chunk (the scratch size of the tiled kernels)
   std::int64_t chunks = 0;
   std::vector<std::int64_t> host_seq_chunk;  ///< first chunk of each local sequence (+ end)
   table chunk_begin, chunk_end, token_chunk, seq_chunk, seq_ordinal, seq_starts, seq_ends;
@@ -68,26 +70,60 @@ struct GammaKernel {
   }
 };
 
-template <class Scalar, class MemorySpace, bool Diagonal>
-struct ChunkUpdateKernel {
+namespace gd = ::ctxpar::impl::gated_delta;
+
+template <class Scalar, class ExecutionSpace>
+using decay_scratch =
+    Kokkos::View<Scalar*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+
+/// Rows of the diagonal family's score sub-blocks. A reference log-gate inside each block keeps
+/// both factors of `exp(γ_i − γ_j) = exp(γ_i − ref)·exp(ref − γ_j)` at most 1, so neither
+/// overflows however strong the gates are; the blocks on the diagonal are formed directly.
+inline constexpr int decay_sub_block = 16;
+
+// dS_c = K̃ᵀ V (k̃_j = exp(γ_last − γ_j) ⊙ k_j), one team per (chunk, head), as a tiled product
+// reading V in place (rows of one head are H·V apart).
+template <class Scalar, class ExecutionSpace, class MemorySpace, bool Diagonal>
+struct ChunkUpdateTiles {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = decay_scratch<Scalar, ExecutionSpace>;
   using saved = DecaySaved<Scalar, MemorySpace>;
   typename saved::input_view k, v;
   typename saved::table chunk_begin, chunk_end;
   typename saved::work3 gamma;
   typename saved::work4 ds;
-  std::int64_t heads, kdim, vdim;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t kk = i % kdim, h = (i / kdim) % heads, c = i / (kdim * heads);
-    const std::int64_t gi = Diagonal ? kk : 0, last = chunk_end(c) - 1;
-    Scalar* row = &ds(c, h, kk, 0);  // LayoutRight: the V entries are contiguous
-    for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] = 0;
-    for (std::int64_t j = chunk_begin(c); j <= last; ++j) {
-      const Scalar w = compat::exp(gamma(last, h, gi) - gamma(j, h, gi)) * k(j, h, kk);
-      const Scalar* vj = &v(j, h, 0);
-      for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] += w * vj[vv];
-    }
+  int heads, kdim, vdim, chunk;
+
+  static std::size_t scratch_bytes(int C, int K) { return scratch::shmem_size(std::size_t(C) * K); }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int H = heads, K = kdim, V = vdim;
+    const std::int64_t c = team.league_rank() / H;
+    const int h = team.league_rank() % H;
+    const std::int64_t b = chunk_begin(c), last = chunk_end(c) - 1;
+    const int n = static_cast<int>(last - b + 1);
+    scratch kt(team.team_scratch(1), std::size_t(chunk) * K);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int j) {
+      const Scalar* kj = &k(b + j, h, 0);
+      const Scalar w = compat::exp(gamma(last, h, 0) - gamma(b + j, h, 0));
+      for (int d = 0; d < K; ++d) {
+        const Scalar wd = Diagonal ? compat::exp(gamma(last, h, d) - gamma(b + j, h, d)) : w;
+        kt[static_cast<long>(j) * K + d] = wd * kj[d];
+      }
+    });
+    team.team_barrier();
+    gd::team_gemm(team, K, V, n, Scalar(1), gd::transposed(kt.data(), K), &v(b, h, 0), H * V,
+                  &ds(c, h, 0, 0), V, false);
   }
 };
+
+/// State columns one chain work item carries in registers.
+inline constexpr int chain_block = 16;
+
+/// Work items of a chain kernel over `seqs` sequences.
+inline std::int64_t chain_items(std::int64_t seqs, std::int64_t h, std::int64_t k, std::int64_t v) {
+  return seqs * h * k * ((v + chain_block - 1) / chain_block);
+}
 
 // Chains whole local sequences [s_lo, s_hi) over their chunks, forward. Mode "summary": start from
 // zero, write the fp32 summary state. Mode "apply": start from s_in / initial states, save every
@@ -104,23 +140,38 @@ struct ChainForwardKernel {
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
   std::int64_t s_lo, heads, kdim, vdim;
   bool apply, have_s_in, have_initial, have_finals;
+  // One work item per (sequence, head, key row, block of chain_block state columns): the chunk's
+  // decay is read once per row and the columns stay contiguous.
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t vv = i % vdim, kk = (i / vdim) % kdim, h = (i / (vdim * kdim)) % heads;
-    const std::int64_t s = s_lo + i / (vdim * kdim * heads);
+    const std::int64_t blocks = (vdim + chain_block - 1) / chain_block;
+    const std::int64_t v0 = (i % blocks) * chain_block, kk = (i / blocks) % kdim;
+    const std::int64_t h = (i / (blocks * kdim)) % heads, s = s_lo + i / (blocks * kdim * heads);
+    const int w = static_cast<int>(vdim - v0 < chain_block ? vdim - v0 : chain_block);
     const std::int64_t gi = Diagonal ? kk : 0;
-    Scalar state = 0;
-    if (apply) {
-      if (s == 0 && have_s_in) state = static_cast<Scalar>(s_in(h, kk, vv));
-      if (have_initial && seq_starts(s) != 0) state += initial(seq_ordinal(s), h, kk, vv);
+    Scalar state[chain_block];
+    for (int j = 0; j < w; ++j) {
+      Scalar x = 0;
+      if (apply) {
+        if (s == 0 && have_s_in) x = static_cast<Scalar>(s_in(h, kk, v0 + j));
+        if (have_initial && seq_starts(s) != 0) x += initial(seq_ordinal(s), h, kk, v0 + j);
+      }
+      state[j] = x;
     }
     for (std::int64_t c = seq_chunk(s); c < seq_chunk(s + 1); ++c) {
-      if (apply) states(c, h, kk, vv) = state;
-      state = compat::exp(logm(c, h, gi)) * state + ds(c, h, kk, vv);
+      const Scalar m = compat::exp(logm(c, h, gi));
+      const Scalar* d = &ds(c, h, kk, v0);
+      if (apply) {
+        Scalar* st = &states(c, h, kk, v0);
+        for (int j = 0; j < w; ++j) st[j] = state[j];
+      }
+      for (int j = 0; j < w; ++j) state[j] = m * state[j] + d[j];
     }
-    if (!apply) {
-      summary_state(h, kk * vdim + vv) = static_cast<float>(state);
-    } else if (have_finals && seq_ends(s) != 0) {
-      finals(seq_ordinal(s), h, kk, vv) = state;
+    for (int j = 0; j < w; ++j) {
+      if (!apply) {
+        summary_state(h, kk * vdim + v0 + j) = static_cast<float>(state[j]);
+      } else if (have_finals && seq_ends(s) != 0) {
+        finals(seq_ordinal(s), h, kk, v0 + j) = state[j];
+      }
     }
   }
 };
@@ -141,42 +192,102 @@ struct SequenceTransitionKernel {
   }
 };
 
-template <class Scalar, class MemorySpace, bool Diagonal>
-struct OutputKernel {
+// Outputs of one (chunk, head): O = (Q'Kᵀ ⊙ decay, lower) V + (exp(γ) ⊙ Q') S_c with Q' = scale·Q,
+// as tiled products writing the output rows in place.
+template <class Scalar, class ExecutionSpace, class MemorySpace, bool Diagonal>
+struct OutputTiles {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = decay_scratch<Scalar, ExecutionSpace>;
   using saved = DecaySaved<Scalar, MemorySpace>;
   typename saved::input_view q, k, v;
-  typename saved::table chunk_begin, token_chunk;
+  typename saved::table chunk_begin, chunk_end;
   typename saved::work3 gamma;
   typename saved::work4 states;
   token_view<Scalar, MemorySpace> out;
   Scalar scale;
-  std::int64_t heads, kdim, vdim;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t h = i % heads, t = i / heads, c = token_chunk(t);
-    // Rows are contiguous (LayoutRight), so the inner loops run over plain pointers and vectorise.
-    Scalar* o = &out(t, h, 0);
-    const Scalar* qt = &q(t, h, 0);
-    for (std::int64_t vv = 0; vv < vdim; ++vv) o[vv] = 0;
-    for (std::int64_t kk = 0; kk < kdim; ++kk) {
-      const Scalar w = qt[kk] * compat::exp(gamma(t, h, Diagonal ? kk : 0));
-      const Scalar* srow = &states(c, h, kk, 0);
-      for (std::int64_t vv = 0; vv < vdim; ++vv) o[vv] += w * srow[vv];
-    }
-    for (std::int64_t j = chunk_begin(c); j <= t; ++j) {
-      const Scalar* kj = &k(j, h, 0);
-      Scalar score = 0;
-      if (Diagonal) {
-        for (std::int64_t kk = 0; kk < kdim; ++kk) {
-          score += qt[kk] * kj[kk] * compat::exp(gamma(t, h, kk) - gamma(j, h, kk));
-        }
-      } else {
-        for (std::int64_t kk = 0; kk < kdim; ++kk) score += qt[kk] * kj[kk];
-        score *= compat::exp(gamma(t, h, 0) - gamma(j, h, 0));
+  int heads, kdim, vdim, chunk;
+
+  static std::size_t scratch_bytes(int C, int K) {
+    // qs, qh, kT (or the factored query rows) | P | one sub-block of factored keys
+    return 3 * scratch::shmem_size(std::size_t(C) * K) + scratch::shmem_size(std::size_t(C) * C) +
+           scratch::shmem_size(std::size_t(K) * decay_sub_block);
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int H = heads, K = kdim, V = vdim, C = chunk;
+    const std::int64_t c = team.league_rank() / H;
+    const int h = team.league_rank() % H;
+    const std::int64_t b = chunk_begin(c);
+    const int n = static_cast<int>(chunk_end(c) - b);
+    const auto& sp = team.team_scratch(1);
+    scratch qs(sp, std::size_t(C) * K), qh(sp, std::size_t(C) * K), aux(sp, std::size_t(C) * K),
+        P(sp, std::size_t(C) * C), bt(sp, std::size_t(K) * decay_sub_block);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+      const Scalar* qi = &q(b + i, h, 0);
+      const Scalar* ki = &k(b + i, h, 0);
+      const Scalar gs = compat::exp(gamma(b + i, h, 0));
+      for (int d = 0; d < K; ++d) {
+        const Scalar g = Diagonal ? compat::exp(gamma(b + i, h, d)) : gs;
+        const long id = static_cast<long>(i) * K + d;
+        qs[id] = scale * qi[d];
+        qh[id] = g * qs[id];
+        if (!Diagonal) aux[static_cast<long>(d) * C + i] = ki[d];  // Kᵀ, the contiguous operand
       }
-      const Scalar* vj = &v(j, h, 0);
-      for (std::int64_t vv = 0; vv < vdim; ++vv) o[vv] += score * vj[vv];
+      for (int j = 0; j < n; ++j) P[static_cast<long>(i) * C + j] = Scalar(0);
+    });
+    team.team_barrier();
+    if constexpr (!Diagonal) {
+      gd::team_gemm(team, n, n, K, Scalar(1), gd::rows(qs.data(), K), aux.data(), C, P.data(), C,
+                    false, true);
+      team.team_barrier();
+      // Decays as exp(γ_i − γ_j); the products above the diagonal inside a tile are cleared
+      // because the next product reads P as a lower band.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+        for (int j = 0; j < n; ++j) {
+          const long ij = static_cast<long>(i) * C + j;
+          P[ij] = j <= i ? P[ij] * compat::exp(gamma(b + i, h, 0) - gamma(b + j, h, 0)) : Scalar(0);
+        }
+      });
+    } else {
+      for (int j0 = 0; j0 < n; j0 += decay_sub_block) {
+        const int j1 = j0 + decay_sub_block < n ? j0 + decay_sub_block : n;
+        const std::int64_t ref = b + j1 - 1;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, n), [&](int i) {
+          const long ik = static_cast<long>(i) * K;
+          if (i >= j1) {
+            for (int d = 0; d < K; ++d)
+              aux[ik + d] = qs[ik + d] * compat::exp(gamma(b + i, h, d) - gamma(ref, h, d));
+            return;
+          }
+          for (int j = j0; j <= i; ++j) {
+            const Scalar* kj = &k(b + j, h, 0);
+            Scalar acc = 0;
+            for (int d = 0; d < K; ++d)
+              acc += qs[ik + d] * kj[d] * compat::exp(gamma(b + i, h, d) - gamma(b + j, h, d));
+            P[static_cast<long>(i) * C + j] = acc;
+          }
+        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, j1), [&](int j) {
+          const Scalar* kj = &k(b + j, h, 0);
+          for (int d = 0; d < K; ++d)
+            bt[static_cast<long>(d) * decay_sub_block + j - j0] =
+                kj[d] * compat::exp(gamma(ref, h, d) - gamma(b + j, h, d));
+        });
+        team.team_barrier();
+        if (j1 < n)
+          gd::team_gemm(team, n - j1, j1 - j0, K, Scalar(1),
+                        gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
+                        decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C, false);
+        team.team_barrier();
+      }
     }
-    for (std::int64_t vv = 0; vv < vdim; ++vv) o[vv] *= scale;
+    team.team_barrier();
+    Scalar* o = &out(b, h, 0);
+    gd::team_gemm(team, n, V, n, Scalar(1), gd::rows(P.data(), C, gd::Band::lower), &v(b, h, 0),
+                  H * V, o, H * V, false);
+    team.team_barrier();
+    gd::team_gemm(team, n, V, K, Scalar(1), gd::rows(qh.data(), K), &states(c, h, 0, 0), V, o,
+                  H * V, true);
   }
 };
 
@@ -218,25 +329,40 @@ struct ChainBackwardKernel {
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
   std::int64_t s_lo, last_seq, heads, kdim, vdim;
   bool apply, have_ds_out, have_final_grads, have_initial_grads, have_ds_in;
+  // Work items as in ChainForwardKernel.
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t vv = i % vdim, kk = (i / vdim) % kdim, h = (i / (vdim * kdim)) % heads;
-    const std::int64_t s = s_lo + i / (vdim * kdim * heads);
+    const std::int64_t blocks = (vdim + chain_block - 1) / chain_block;
+    const std::int64_t v0 = (i % blocks) * chain_block, kk = (i / blocks) % kdim;
+    const std::int64_t h = (i / (blocks * kdim)) % heads, s = s_lo + i / (blocks * kdim * heads);
+    const int w = static_cast<int>(vdim - v0 < chain_block ? vdim - v0 : chain_block);
     const std::int64_t gi = Diagonal ? kk : 0;
-    Scalar grad = 0;
-    if (apply) {
-      if (s == last_seq && have_ds_out) grad = static_cast<Scalar>(ds_out(h, kk, vv));
-      if (have_final_grads && seq_ends(s) != 0) grad += final_grads(seq_ordinal(s), h, kk, vv);
+    Scalar grad[chain_block];
+    for (int j = 0; j < w; ++j) {
+      Scalar x = 0;
+      if (apply) {
+        if (s == last_seq && have_ds_out) x = static_cast<Scalar>(ds_out(h, kk, v0 + j));
+        if (have_final_grads && seq_ends(s) != 0) x += final_grads(seq_ordinal(s), h, kk, v0 + j);
+      }
+      grad[j] = x;
     }
     for (std::int64_t c = seq_chunk(s + 1) - 1; c >= seq_chunk(s); --c) {
-      if (apply) gend(c, h, kk, vv) = grad;
-      grad = compat::exp(logm(c, h, gi)) * grad + dmat(c, h, kk, vv);
+      const Scalar m = compat::exp(logm(c, h, gi));
+      const Scalar* d = &dmat(c, h, kk, v0);
+      if (apply) {
+        Scalar* ge = &gend(c, h, kk, v0);
+        for (int j = 0; j < w; ++j) ge[j] = grad[j];
+      }
+      for (int j = 0; j < w; ++j) grad[j] = m * grad[j] + d[j];
     }
-    if (!apply) {
-      summary_state(h, kk * vdim + vv) = static_cast<float>(grad);
-      return;
+    for (int j = 0; j < w; ++j) {
+      if (!apply) {
+        summary_state(h, kk * vdim + v0 + j) = static_cast<float>(grad[j]);
+        continue;
+      }
+      if (s == 0 && have_ds_in) ds_in(h, kk, v0 + j) = static_cast<float>(grad[j]);
+      if (have_initial_grads && seq_starts(s) != 0)
+        initial_grads(seq_ordinal(s), h, kk, v0 + j) = grad[j];
     }
-    if (s == 0 && have_ds_in) ds_in(h, kk, vv) = static_cast<float>(grad);
-    if (have_initial_grads && seq_starts(s) != 0) initial_grads(seq_ordinal(s), h, kk, vv) = grad;
   }
 };
 
@@ -351,6 +477,14 @@ auto range(const ExecutionSpace& space, std::int64_t n) {
   return Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n);
 }
 
+/// A team per (chunk, head) with `scratch` bytes of level-1 scratch.
+template <class ExecutionSpace>
+Kokkos::TeamPolicy<ExecutionSpace> chunk_teams(const ExecutionSpace& space, std::int64_t league,
+                                               std::size_t scratch) {
+  Kokkos::TeamPolicy<ExecutionSpace> policy(space, static_cast<int>(league), Kokkos::AUTO);
+  return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
+}
+
 /// Builds the chunk tables of `seqs` into `saved` (chunks never cross a local sequence).
 template <class Scalar, class MemorySpace>
 void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSequences& seqs,
@@ -371,6 +505,7 @@ void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSeque
   }
   sc.push_back(static_cast<std::int64_t>(cb.size()));
   saved.chunks = static_cast<std::int64_t>(cb.size());
+  saved.chunk = chunk;
   saved.host_seq_chunk = sc;
   auto upload = [](const std::vector<std::int64_t>& host, const std::string& label) {
     Kokkos::View<std::int64_t*, MemorySpace> d(label, host.size());
@@ -399,15 +534,17 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
       typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::gamma", T, H, G);
   saved.logm =
       typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::logm", C, H, G);
-  saved.ds =
-      typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::ds", C, H, K, V);
+  saved.ds = typename DecaySaved<Scalar, MemorySpace>::work4(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::ds"), C, H, K, V);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::gamma", range(space, C * H * G),
                        GammaKernel<Scalar, MemorySpace>{saved.g, saved.chunk_begin, saved.chunk_end,
                                                         saved.gamma, saved.logm, H, G});
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::decay::chunk_update", range(space, C * H * K),
-      ChunkUpdateKernel<Scalar, MemorySpace, Diagonal>{
-          saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.ds, H, K, V});
+  using update = ChunkUpdateTiles<Scalar, ExecutionSpace, MemorySpace, Diagonal>;
+  if (C * H > 0)
+    Kokkos::parallel_for("ctxpar::chunkwise::decay::chunk_update",
+                         chunk_teams(space, C * H, update::scratch_bytes(chunk, int(K))),
+                         update{saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
+                                saved.ds, int(H), int(K), int(V), chunk});
   const std::int64_t last = seqs.count() - 1;
   ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
@@ -422,7 +559,8 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
   chain.kdim = K;
   chain.vdim = V;
   chain.apply = false;
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_state", range(space, H * K * V), chain);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_state",
+                       range(space, chain_items(1, H, K, V)), chain);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_transition", range(space, H * G),
                        SequenceTransitionKernel<Scalar, MemorySpace>{saved.seq_chunk, saved.logm,
                                                                      summary.transition, last, G});
@@ -434,10 +572,11 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
                          const const_sequence_states_view<Scalar, MemorySpace>& initial,
                          const token_view<Scalar, MemorySpace>& out,
                          const sequence_states_view<Scalar, MemorySpace>& finals) {
-  const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
-                     V = saved.v.extent(2), C = saved.chunks;
-  saved.states = typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::states",
-                                                                 C, H, K, V);
+  const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
+                     C = saved.chunks;
+  saved.states = typename DecaySaved<Scalar, MemorySpace>::work4(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::states"), C, H, K,
+      V);
   ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
@@ -458,12 +597,14 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
   chain.have_initial = is_given(initial);
   chain.have_finals = is_given(finals);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_forward",
-                       range(space, seqs.count() * H * K * V), chain);
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::decay::output", range(space, T * H),
-      OutputKernel<Scalar, MemorySpace, Diagonal>{saved.q, saved.k, saved.v, saved.chunk_begin,
-                                                  saved.token_chunk, saved.gamma, saved.states, out,
-                                                  static_cast<Scalar>(saved.scale), H, K, V});
+                       range(space, chain_items(seqs.count(), H, K, V)), chain);
+  using output = OutputTiles<Scalar, ExecutionSpace, MemorySpace, Diagonal>;
+  if (C * H > 0)
+    Kokkos::parallel_for("ctxpar::chunkwise::decay::output",
+                         chunk_teams(space, C * H, output::scratch_bytes(saved.chunk, int(K))),
+                         output{saved.q, saved.k, saved.v, saved.chunk_begin, saved.chunk_end,
+                                saved.gamma, saved.states, out, static_cast<Scalar>(saved.scale),
+                                int(H), int(K), int(V), saved.chunk});
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
@@ -473,8 +614,9 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
                             const SummaryViews<MemorySpace>& summary) {
   const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
                      G = saved.g.extent(2), C = saved.chunks;
-  saved.dmat =
-      typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::dmat", C, H, K, V);
+  saved.dmat = typename DecaySaved<Scalar, MemorySpace>::work4(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::dmat"), C, H, K,
+      V);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::query_output", range(space, C * H * K),
                        QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
                            saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma,
@@ -493,7 +635,8 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
   chain.kdim = K;
   chain.vdim = V;
   chain.apply = false;
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_gamma", range(space, H * K * V), chain);
+  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_gamma",
+                       range(space, chain_items(1, H, K, V)), chain);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_transition", range(space, H * G),
                        SequenceTransitionKernel<Scalar, MemorySpace>{saved.seq_chunk, saved.logm,
                                                                      summary.transition, 0, G});
@@ -511,8 +654,9 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
                           const state_view<MemorySpace>& ds_in) {
   const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
                      V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
-  saved.gend =
-      typename DecaySaved<Scalar, MemorySpace>::work4("ctxpar::chunkwise::decay::gend", C, H, K, V);
+  saved.gend = typename DecaySaved<Scalar, MemorySpace>::work4(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::gend"), C, H, K,
+      V);
   ChainBackwardKernel<Scalar, MemorySpace, Diagonal> chain{};
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
@@ -536,7 +680,7 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   chain.have_initial_grads = is_given(initial_grads);
   chain.have_ds_in = is_given(ds_in);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_backward",
-                       range(space, seqs.count() * H * K * V), chain);
+                       range(space, chain_items(seqs.count(), H, K, V)), chain);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::gradients", range(space, T * H),
                        GradientRowKernel<Scalar, MemorySpace, Diagonal>{
                            saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
