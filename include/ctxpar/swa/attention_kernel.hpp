@@ -14,6 +14,7 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/expr/mask.hpp"
+#include "ctxpar/swa/impl/host_kernel.hpp"
 #include "ctxpar/swa/impl/tiles.hpp"
 #include "ctxpar/swa/window_mask.hpp"
 
@@ -444,6 +445,373 @@ struct KeyGradientKernel {
   }
 };
 
+/// Keys and values of the local axis repacked on the global key-tile grid (host kernels): tile `t`
+/// of head `hk` starts at offset `(t * Hkv + hk) * key_tile * dp`, keys outside the axis and
+/// columns past `D` are zeros. `kt`/`vt` hold a tile transposed (`[dp][key_tile]`), `kr`/`vr`
+/// row-major (`[key_tile][dp]`); only the layouts a kernel asks for are filled.
+template <class Acc, class MemorySpace>
+struct PackedKeys {
+  Kokkos::View<Acc*, MemorySpace> kt, kr, vt, vr;
+  /// Local index of the first packed key (`<= 0`: the tile grid is anchored to the whole axis).
+  std::int64_t base = 0;
+  std::int64_t tiles = 0;
+  int dp = 0;
+  std::size_t offset(std::int64_t j0, int hk, int hkv) const {
+    return static_cast<std::size_t>(((j0 - base) / key_tile * hkv + hk) * key_tile * dp);
+  }
+};
+
+template <class Scalar, class MemorySpace>
+struct PackKeysKernel {
+  using acc = accumulator_t<Scalar>;
+  AttentionInputs<Scalar, MemorySpace> in;
+  PackedKeys<acc, MemorySpace> packed;
+  KernelShape<Scalar, MemorySpace> shape;
+  void operator()(const std::int64_t flat) const {
+    const std::int64_t tile = flat / shape.hkv;
+    const int hk = static_cast<int>(flat % shape.hkv);
+    const int dp = packed.dp;
+    const std::size_t off = static_cast<std::size_t>(flat) * key_tile * dp;
+    for (int j = 0; j < key_tile; ++j) {
+      const std::int64_t g = packed.base + tile * key_tile + j;
+      const bool ok = g >= 0 && g < shape.nk;
+      for (int d = 0; d < dp; ++d) {
+        const acc kv = ok && d < shape.dim ? static_cast<acc>(in.k(g, hk, d)) : acc(0);
+        const acc vv = ok && d < shape.dim ? static_cast<acc>(in.v(g, hk, d)) : acc(0);
+        if (packed.kt.extent(0)) packed.kt(off + d * key_tile + j) = kv;
+        if (packed.kr.extent(0)) packed.kr(off + j * dp + d) = kv;
+        if (packed.vt.extent(0)) packed.vt(off + d * key_tile + j) = vv;
+        if (packed.vr.extent(0)) packed.vr(off + j * dp + d) = vv;
+      }
+    }
+  }
+};
+
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+PackedKeys<accumulator_t<Scalar>, MemorySpace> pack_keys(
+    const ExecutionSpace& space, const AttentionInputs<Scalar, MemorySpace>& in,
+    const KernelShape<Scalar, MemorySpace>& shape, bool kt, bool kr, bool vt, bool vr) {
+  using acc = accumulator_t<Scalar>;
+  PackedKeys<acc, MemorySpace> p;
+  p.base = -(in.key_origin % key_tile);
+  p.tiles = (shape.nk - p.base + key_tile - 1) / key_tile;
+  p.dp = padded_dim<acc>(shape.dim);
+  const std::size_t n = static_cast<std::size_t>(p.tiles * shape.hkv * key_tile * p.dp);
+  const auto alloc = [&](bool want) {
+    return Kokkos::View<acc*, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::packed_keys")),
+        want ? n : 0);
+  };
+  p.kt = alloc(kt);
+  p.kr = alloc(kr);
+  p.vt = alloc(vt);
+  p.vr = alloc(vr);
+  if (n > 0)
+    Kokkos::parallel_for("ctxpar::swa::pack_keys",
+                         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                             space, 0, p.tiles * shape.hkv),
+                         PackKeysKernel<Scalar, MemorySpace>{in, p, shape});
+  return p;
+}
+
+/// Key tokens and validity of the packed tile starting at local key `j0`; keys outside
+/// `[lo, hi)` are invalid.
+template <class Scalar, class MemorySpace>
+void host_key_tokens(const AttentionInputs<Scalar, MemorySpace>& in, std::int64_t j0,
+                     std::int64_t lo, std::int64_t hi, mask::Token* tok, bool* valid) {
+  for (int j = 0; j < key_tile; ++j) {
+    const std::int64_t g = j0 + j;
+    valid[j] = g >= lo && g < hi;
+    tok[j] = valid[j] ? key_token(in, g) : mask::Token{0, 0};
+  }
+}
+
+/// Scores of `rows` rows (in `p`, row stride `key_tile`) set to `masked_score` where the pair is
+/// not visible; rows past `valid_rows` are masked entirely.
+template <class Mask, class T>
+void host_mask_rows(const Mask& mask, const mask::Token* qtok, int rows, int valid_rows,
+                    const mask::Token* ktok, const bool* kvalid, T* p) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < key_tile; ++j)
+      if (!(r < valid_rows && kvalid[j] && mask(qtok[r], ktok[j])))
+        p[r * key_tile + j] = masked_score<T>();
+}
+
+/// Forward on the host: one team per (query head, query tile), register-blocked tile products
+/// on the packed keys; the same online softmax and summation order per row as `ForwardKernel`.
+template <class Scalar, class MemorySpace, class Mask, class Member>
+struct HostForwardKernel {
+  using acc = accumulator_t<Scalar>;
+  using simd = simd_t<acc>;
+  AttentionInputs<Scalar, MemorySpace> in;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
+  Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> lse;
+  PackedKeys<acc, MemorySpace> packed;
+  Mask mask;
+  KernelShape<Scalar, MemorySpace> shape;
+  std::int64_t tiles;
+  int level;
+
+  static std::size_t scratch_bytes(int dp) {
+    return sizeof(acc) * (2 * std::size_t(query_tile) * dp + 2 * query_tile) + 64;
+  }
+
+  void operator()(const Member& team) const {
+    constexpr int rows = score_rows<acc>, nv = tile_vectors<acc>, lanes = Simd<acc>::lanes;
+    const int D = shape.dim, dp = packed.dp;
+    const int h = static_cast<int>(team.league_rank() / tiles);
+    const std::int64_t i0 = (team.league_rank() % tiles) * query_tile;
+    const int nq = static_cast<int>(shape.tq - i0 < query_tile ? shape.tq - i0 : query_tile);
+    const int hk = h / shape.group;
+    acc* qs = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
+    acc* os = qs + query_tile * dp;
+    acc* ms = os + query_tile * dp;
+    acc* ls = ms + query_tile;
+    mask::Token qtok[query_tile], ktok[key_tile];
+    bool valid[key_tile];
+    const acc scale = static_cast<acc>(in.scale);
+    for (int r = 0; r < query_tile; ++r) {
+      const std::int64_t i = r < nq ? i0 + r : i0 + nq - 1;
+      qtok[r] = query_token(in, i);
+      for (int d = 0; d < dp; ++d) {
+        qs[r * dp + d] = r < nq && d < D ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
+        os[r * dp + d] = acc(0);
+      }
+      ms[r] = masked_score<acc>();
+      ls[r] = acc(0);
+    }
+    std::int64_t lo, hi, j0;
+    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    alignas(64) acc p[rows * key_tile];
+    for (; j0 < hi; j0 += key_tile) {
+      host_key_tokens(in, j0, lo, hi, ktok, valid);
+      const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, valid);
+      const std::size_t off = packed.offset(j0, hk, shape.hkv);
+      const acc* kt = packed.kt.data() + off;
+      const acc* vr = packed.vr.data() + off;
+      for (int r0 = 0; r0 < nq; r0 += rows) {
+        simd s[rows][nv];
+        host_scores<rows>(qs + r0 * dp, dp, kt, dp, s);
+        if (!full) {
+          for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
+          host_mask_rows(mask, qtok + r0, rows, query_tile - r0, ktok, valid, p);
+          for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < nv; ++c) s[r][c] = simd_load<acc>(p + r * key_tile + c * lanes);
+        }
+        for (int r = 0; r < rows; ++r) {
+          const int row = r0 + r;
+          simd mx = s[r][0];
+          for (int c = 1; c < nv; ++c) mx = simd_max<acc>(mx, s[r][c]);
+          const acc rowmax = simd_max_lane<acc>(mx);
+          const acc mnew = ms[row] > rowmax ? ms[row] : rowmax;
+          const acc alpha = softmax_exp(ms[row] - mnew);
+          simd sum = simd_zero<acc>();
+          for (int c = 0; c < nv; ++c) {
+            const simd e =
+                simd_zero_where<acc>(s[r][c], masked_score<acc>(), simd_exp(s[r][c] - mnew));
+            simd_store(p + r * key_tile + c * lanes, e);
+            sum += e;
+          }
+          ls[row] = ls[row] * alpha + simd_sum<acc>(sum);
+          ms[row] = mnew;
+          if (alpha != acc(1))
+            for (int d = 0; d < dp; d += lanes)
+              simd_store(os + row * dp + d, simd_load<acc>(os + row * dp + d) * alpha);
+        }
+        for (int b = 0; b < rows; b += 4)
+          host_accumulate_rows<4>(p + b * key_tile, key_tile, 1, key_tile, vr, dp,
+                                  os + (r0 + b) * dp, dp, dp);
+      }
+    }
+    for (int r = 0; r < nq; ++r) {
+      const acc l = ls[r];
+      const acc inv = l > acc(0) ? acc(1) / l : acc(0);
+      for (int d = 0; d < D; ++d) out(i0 + r, h, d) = static_cast<Scalar>(os[r * dp + d] * inv);
+      lse(i0 + r, h) = l > acc(0) ? ms[r] + compat::log(l) : masked_score<acc>();
+    }
+  }
+};
+
+/// Softmax weights (into `p`) and score gradients (into `ds`) of `rows` query rows against one
+/// packed key tile, for the host backward kernels.
+template <int Rows, class Mask, class T>
+void host_weights_and_gradients(const Mask& mask, int dp, const T* qs, const T* dos, const T* kt,
+                                const T* vt, const T* lses, const T* deltas,
+                                const mask::Token* qtok, int valid_rows, const mask::Token* ktok,
+                                const bool* kvalid, bool full, T* p, T* ds) {
+  constexpr int nv = tile_vectors<T>, lanes = Simd<T>::lanes;
+  simd_t<T> s[Rows][nv];
+  host_scores<Rows>(qs, dp, kt, dp, s);
+  for (int r = 0; r < Rows; ++r)
+    for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
+  if (!full || valid_rows < Rows) host_mask_rows(mask, qtok, Rows, valid_rows, ktok, kvalid, p);
+  for (int r = 0; r < Rows; ++r)
+    for (int c = 0; c < nv; ++c) {
+      const simd_t<T> x = simd_load<T>(p + r * key_tile + c * lanes);
+      simd_store(p + r * key_tile + c * lanes,
+                 simd_zero_where<T>(x, masked_score<T>(), simd_exp(x - lses[r])));
+    }
+  host_scores<Rows>(dos, dp, vt, dp, s);
+  for (int r = 0; r < Rows; ++r)
+    for (int c = 0; c < nv; ++c)
+      simd_store(ds + r * key_tile + c * lanes,
+                 simd_load<T>(p + r * key_tile + c * lanes) * (s[r][c] - deltas[r]));
+}
+
+/// Backward for dQ on the host: one team per (query head, query tile).
+template <class Scalar, class MemorySpace, class Mask, class Member>
+struct HostQueryGradientKernel {
+  using acc = accumulator_t<Scalar>;
+  AttentionInputs<Scalar, MemorySpace> in;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
+  Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
+  PackedKeys<acc, MemorySpace> packed;
+  Mask mask;
+  KernelShape<Scalar, MemorySpace> shape;
+  std::int64_t tiles;
+  int level;
+
+  static std::size_t scratch_bytes(int dp) {
+    return sizeof(acc) * (3 * std::size_t(query_tile) * dp + 2 * query_tile) + 64;
+  }
+
+  void operator()(const Member& team) const {
+    constexpr int rows = score_rows<acc>;
+    const int D = shape.dim, dp = packed.dp;
+    const int h = static_cast<int>(team.league_rank() / tiles);
+    const std::int64_t i0 = (team.league_rank() % tiles) * query_tile;
+    const int nq = static_cast<int>(shape.tq - i0 < query_tile ? shape.tq - i0 : query_tile);
+    const int hk = h / shape.group;
+    acc* qs = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
+    acc* dos = qs + query_tile * dp;
+    acc* dqs = dos + query_tile * dp;
+    acc* lses = dqs + query_tile * dp;
+    acc* deltas = lses + query_tile;
+    mask::Token qtok[query_tile], ktok[key_tile];
+    bool kvalid[key_tile];
+    const acc scale = static_cast<acc>(in.scale);
+    for (int r = 0; r < query_tile; ++r) {
+      const bool ok = r < nq;
+      const std::int64_t i = ok ? i0 + r : i0 + nq - 1;
+      qtok[r] = query_token(in, i);
+      lses[r] = lse(i, h);
+      deltas[r] = delta(i, h);
+      for (int d = 0; d < dp; ++d) {
+        qs[r * dp + d] = ok && d < D ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
+        dos[r * dp + d] = ok && d < D ? static_cast<acc>(dout(i, h, d)) : acc(0);
+        dqs[r * dp + d] = acc(0);
+      }
+    }
+    std::int64_t lo, hi, j0;
+    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    alignas(64) acc p[rows * key_tile];
+    alignas(64) acc ds[rows * key_tile];
+    for (; j0 < hi; j0 += key_tile) {
+      host_key_tokens(in, j0, lo, hi, ktok, kvalid);
+      const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
+      const std::size_t off = packed.offset(j0, hk, shape.hkv);
+      for (int r0 = 0; r0 < nq; r0 += rows) {
+        host_weights_and_gradients<rows>(
+            mask, dp, qs + r0 * dp, dos + r0 * dp, packed.kt.data() + off, packed.vt.data() + off,
+            lses + r0, deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full, p, ds);
+        for (int b = 0; b < rows; b += 4)
+          host_accumulate_rows<4>(ds + b * key_tile, key_tile, 1, key_tile, packed.kr.data() + off,
+                                  dp, dqs + (r0 + b) * dp, dp, dp);
+      }
+    }
+    for (int r = 0; r < nq; ++r)
+      for (int d = 0; d < D; ++d) dq(i0 + r, h, d) = static_cast<Scalar>(dqs[r * dp + d] * scale);
+  }
+};
+
+/// Backward for dK and dV on the host: one team per (KV head, packed key tile), looping over the
+/// query heads of the group and the query tiles that can see the tile.
+template <class Scalar, class MemorySpace, class Mask, class Member>
+struct HostKeyGradientKernel {
+  using acc = accumulator_t<Scalar>;
+  AttentionInputs<Scalar, MemorySpace> in;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
+  Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dk, dv;
+  PackedKeys<acc, MemorySpace> packed;
+  Mask mask;
+  KernelShape<Scalar, MemorySpace> shape;
+  int level;
+
+  static std::size_t scratch_bytes(int dp) {
+    return sizeof(acc) * (2 * std::size_t(key_tile) * dp + 2 * std::size_t(query_tile) * dp +
+                          2 * std::size_t(query_tile) * key_tile + 2 * query_tile) +
+           64;
+  }
+
+  void operator()(const Member& team) const {
+    constexpr int rows = score_rows<acc>;
+    const int D = shape.dim, dp = packed.dp;
+    const int hk = static_cast<int>(team.league_rank() / packed.tiles);
+    const std::int64_t j0 = packed.base + (team.league_rank() % packed.tiles) * key_tile;
+    const std::int64_t jlo = j0 > 0 ? j0 : 0;
+    const std::int64_t jhi = j0 + key_tile < shape.nk ? j0 + key_tile : shape.nk;
+    acc* dks = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
+    acc* dvs = dks + key_tile * dp;
+    acc* qs = dvs + key_tile * dp;
+    acc* dos = qs + query_tile * dp;
+    acc* ps = dos + query_tile * dp;
+    acc* dss = ps + query_tile * key_tile;
+    acc* lses = dss + query_tile * key_tile;
+    acc* deltas = lses + query_tile;
+    mask::Token qtok[query_tile], ktok[key_tile];
+    bool kvalid[key_tile];
+    const acc scale = static_cast<acc>(in.scale);
+    host_key_tokens(in, j0, jlo, jhi, ktok, kvalid);
+    const std::size_t off = packed.offset(j0, hk, shape.hkv);
+    const acc* kt = packed.kt.data() + off;
+    const acc* vt = packed.vt.data() + off;
+    for (int x = 0; x < key_tile * dp; ++x) {
+      dks[x] = acc(0);
+      dvs[x] = acc(0);
+    }
+    // Queries that may see a key of this tile: positions in [first key, last key + W - 1].
+    const std::int64_t first = in.k_pos(jlo), last = in.k_pos(jhi - 1);
+    const std::int64_t qlo = lower_bound(in.q_pos, shape.tq, first);
+    const std::int64_t qhi =
+        in.window > 0 ? upper_bound(in.q_pos, shape.tq, last + in.window - 1) : shape.tq;
+    for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h) {
+      for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_tile) {
+        const int nq = static_cast<int>(qhi - i0 < query_tile ? qhi - i0 : query_tile);
+        const int nr = (nq + rows - 1) / rows * rows;
+        for (int r = 0; r < nr; ++r) {
+          const bool ok = r < nq;
+          const std::int64_t i = ok ? i0 + r : i0 + nq - 1;
+          qtok[r] = query_token(in, i);
+          lses[r] = lse(i, h);
+          deltas[r] = delta(i, h);
+          for (int d = 0; d < dp; ++d) {
+            qs[r * dp + d] = ok && d < D ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
+            dos[r * dp + d] = ok && d < D ? static_cast<acc>(dout(i, h, d)) : acc(0);
+          }
+        }
+        for (int r = nr; r < query_tile; ++r) qtok[r] = qtok[nr - 1];
+        const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
+        for (int r0 = 0; r0 < nq; r0 += rows)
+          host_weights_and_gradients<rows>(mask, dp, qs + r0 * dp, dos + r0 * dp, kt, vt, lses + r0,
+                                           deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full,
+                                           ps + r0 * key_tile, dss + r0 * key_tile);
+        for (int j = 0; j < key_tile; j += 4) {
+          host_accumulate_rows<4>(ps + j, 1, key_tile, nr, dos, dp, dvs + j * dp, dp, dp);
+          host_accumulate_rows<4>(dss + j, 1, key_tile, nr, qs, dp, dks + j * dp, dp, dp);
+        }
+      }
+    }
+    for (std::int64_t g = jlo; g < jhi; ++g)
+      for (int d = 0; d < D; ++d) {
+        dk(g, hk, d) = static_cast<Scalar>(dks[(g - j0) * dp + d]);
+        dv(g, hk, d) = static_cast<Scalar>(dvs[(g - j0) * dp + d]);
+      }
+  }
+};
+
 template <class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> kernel_policy(const ExecutionSpace& space, std::int64_t league,
                                                  std::size_t bytes, int& level) {
@@ -486,9 +854,21 @@ void attention_forward(
   const impl::KernelShape<Scalar, MemorySpace> shape(in);
   if (shape.tq == 0 || shape.hq == 0) return;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  using Kernel = impl::ForwardKernel<Scalar, MemorySpace, Mask, Member>;
   const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
   int level = 0;
+  // Host spaces take the SIMD kernels; an empty key axis stays on the portable path.
+  if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
+    if (shape.nk > 0) {
+      using Kernel = impl::HostForwardKernel<Scalar, MemorySpace, Mask, Member>;
+      const auto packed = impl::pack_keys(space, in, shape, true, false, false, true);
+      auto policy =
+          impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(packed.dp), level);
+      Kokkos::parallel_for("ctxpar::swa::attention_forward", policy,
+                           Kernel{in, out, lse, packed, mask, shape, tiles, level});
+      return;
+    }
+  }
+  using Kernel = impl::ForwardKernel<Scalar, MemorySpace, Mask, Member>;
   auto policy =
       impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(shape.dim), level);
   Kokkos::parallel_for("ctxpar::swa::attention_forward", policy,
@@ -524,9 +904,25 @@ void attention_backward(
                          Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
                              space, 0, shape.tq * shape.hq),
                          impl::DeltaKernel<Scalar, MemorySpace>{out, dout, delta});
-    using QKernel = impl::QueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
     const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
     int level = 0;
+    if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
+      if (shape.nk > 0) {
+        using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
+        const auto packed = impl::pack_keys(space, in, shape, true, true, true, false);
+        auto policy =
+            impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(packed.dp), level);
+        Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
+                             Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
+        using KKernel = impl::HostKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
+        auto kpolicy = impl::kernel_policy(space, packed.tiles * shape.hkv,
+                                           KKernel::scratch_bytes(packed.dp), level);
+        Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", kpolicy,
+                             KKernel{in, dout, lse, delta, dk, dv, packed, mask, shape, level});
+        return;
+      }
+    }
+    using QKernel = impl::QueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
     auto policy =
         impl::kernel_policy(space, tiles * shape.hq, QKernel::scratch_bytes(shape.dim), level);
     Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
