@@ -143,12 +143,11 @@ struct CopyColumns {
   flat_view tensor;
   std::int64_t offset, width;
   bool scatter;
-  KOKKOS_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t r = i / width, c = i % width;
+  KOKKOS_FUNCTION void operator()(std::int64_t r, std::int64_t c) const {
     if (scatter)
-      matrix(r, offset + c) = tensor(i);
+      matrix(r, offset + c) = tensor(r * width + c);
     else
-      tensor(i) = matrix(r, offset + c);
+      tensor(r * width + c) = matrix(r, offset + c);
   }
 };
 
@@ -166,8 +165,9 @@ struct Tensors {
   void copy(const exec& space, const Shape& s, const matrix_view& fused, bool scatter) const {
     for (int i = 0; i < 5; ++i) {
       const std::int64_t w = s.width(i, heads);
+      if (rows == 0 || w == 0) continue;
       Kokkos::parallel_for("ctxpar::bench::crossover::copy_columns",
-                           Kokkos::RangePolicy<exec>(space, 0, rows * w),
+                           Kokkos::MDRangePolicy<exec, Kokkos::Rank<2>>(space, {0, 0}, {rows, w}),
                            CopyColumns{fused, t[i], s.offset(i, heads), w, scatter});
     }
   }
