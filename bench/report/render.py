@@ -516,13 +516,19 @@ def crossover_section(recs, img, img_rel):
               f"(`UnevenHeads`, contiguous tokens). Shapes ({'; '.join(shapes)}); P = {', '.join(map(str, ranks))} "
               f"ranks × 1 thread on the 2-core machine (P > 2 oversubscribed: {', '.join(str(p) for p in ranks if p > 2) or 'none'}). "
               "Bytes: the slowest rank's bytes sent over all data collectives (Group counters), fwd + bwd; "
-              "time: the slowest rank's fwd + bwd, median of the repeats.\n")
+              "time: the slowest rank's fwd + bwd, median of the repeats. The last column splits one more run of C "
+              "(a fence after each phase, slowest rank per phase) into its four transposes, the copies between the "
+              "fused head-side matrix and the per-tensor views the backend takes, and the recurrence (forward + "
+              "backward).\n")
     checked = [r for r in cx if r.get("checked_against_single_rank") and isnum(r.get("max_rel_error_output"))]
     if checked:
         md.append(f"\nChecked once per family and P against the single-rank path on every rank: max relative error "
                   f"of the outputs {fmt(max(r['max_rel_error_output'] for r in checked))}, of the input gradients "
                   f"{fmt(max(r.get('max_rel_error_input_grad', 0) for r in checked))} over {len(checked)} records "
-                  "(relative to the largest reference value). Counters equal to their formulas on every rank in "
+                  "(relative to the largest reference value); outputs against an fp64 token-by-token recurrence: the "
+                  f"single-rank path {fmt(max((r.get('single_rank_output_rel_error_vs_fp64') or 0) for r in checked))}, "
+                  f"B GatherFold {fmt(max((r.get('b_gatherfold_output_rel_error_vs_fp64') or 0) for r in checked))}. "
+                  "Counters equal to their formulas on every rank in "
                   f"{sum(1 for r in cx if r.get('bytes_equal_formula_every_rank'))} of {len(cx)} records.\n")
     formulas = {}
     for r in cx:
@@ -552,12 +558,16 @@ def crossover_section(recs, img, img_rel):
                     cells.append(human_seconds(r.get("time_median_s")) if r else "–")
                 tb = min([r["time_median_s"] for r in (gf, sc) if r and isnum(r.get("time_median_s"))], default=None)
                 cells.append(fmt(c["time_median_s"] / tb) if c and tb and isnum(c.get("time_median_s")) else "–")
+                cells.append(" / ".join(human_seconds(c[k]) for k in ("c_transposes_s", "c_column_copies_s", "c_recurrence_s"))
+                             if c and all(isnum(c.get(k)) for k in ("c_transposes_s", "c_column_copies_s", "c_recurrence_s"))
+                             else "–")
                 rows.append(cells)
                 dat.append([t] + [(r.get("bytes_sent_max") if r else "?") for r in (gf, sc, c)] +
                            [(r.get("time_median_s") if r else "?") for r in (gf, sc, c)])
             md.append(f"\n**{fam}, P = {p}**{' (oversubscribed)' if p > 2 else ''}\n\n")
             md.append(table(["tokens / rank", "B GatherFold bytes", "B ScanCompose bytes", "C all-to-all bytes",
-                             "B GatherFold time", "B ScanCompose time", "C time", "C time ÷ best B"], rows))
+                             "B GatherFold time", "B ScanCompose time", "C time", "C time ÷ best B",
+                             "C: transposes / column copies / recurrence"], rows))
             write_data(os.path.join(img, f"cx_{fam}_P{p}.dat"), dat)
             # Crossovers: C's bytes grow linearly in t (slope from the largest measured size), B's do not.
             big = get("C", None, ts[-1])
@@ -693,6 +703,23 @@ plot {', '.join(plots)}
 
 
 # ----------------------------------------------------------------------------------------------
+
+
+def validation_trend(vdat):
+    """What the measured/predicted ratios do with P, read from the records (median per P)."""
+    by_p = {}
+    for p, ratio, _, _ in vdat:
+        if ratio:
+            by_p.setdefault(p, []).append(ratio)
+    if len(by_p) < 2:
+        return ""
+    meds = [(p, median(v)) for p, v in sorted(by_p.items())]
+    shown = ", ".join(f"P = {p}: {fmt(m)}" for p, m in meds)
+    rising = all(b[1] >= a[1] for a, b in zip(meds, meds[1:]))
+    return (f"Median measured/predicted per P: {shown}" +
+            (" — it grows with P, as it must when P ranks share 2 cores (a rank that waits holds a core its peer "
+             "needs), so the fit is valid at P = 2 only." if rising and meds[-1][1] > 1.5 * meds[0][1] else
+             "."))
 
 
 def section_failed(md, name, e):
@@ -910,10 +937,9 @@ def main():
                     vdat.append((p, meas / pred if pred else 0, k, m))
                 md.append("\nValidation before projecting: the model's prediction for the collectives against what "
                           "was measured here. All-gather: `⌈log2 P⌉·α + (P−1)·m·β` (m bytes per rank); all-to-all: "
-                          "`(P−1)·(α + m·β)` (m bytes per destination). Above P = 2 the ranks oversubscribe the 2 cores, "
-                          "so measured/predicted grows with P: that growth is this machine's core count, not the "
-                          "network; the projection below therefore uses the model only in its validated range and the "
-                          "stated cluster figures beyond it.\n\n")
+                          "`(P−1)·(α + m·β)` (m bytes per destination). The model is fitted at P = 2; above P = 2 "
+                          "the ranks share the machine's 2 cores. " + validation_trend(vdat) +
+                          " The projection below uses the stated cluster figures, not this machine's fit.\n\n")
                 md.append(table(["collective", "P", "m", "measured", "predicted", "measured / predicted"], rows))
                 p2 = [x[1] for x in vdat if x[0] == 2]
                 if p2:
