@@ -575,27 +575,32 @@ def crossover_section(recs, img, img_rel):
             slope = big["bytes_sent_max"] / ts[-1] if big and isnum(big.get("bytes_sent_max")) and ts[-1] else None
             x_gf = b_gf["bytes_sent_max"] / slope if slope and b_gf and isnum(b_gf.get("bytes_sent_max")) else None
             x_sc = b_sc["bytes_sent_max"] / slope if slope and b_sc and isnum(b_sc.get("bytes_sent_max")) else None
-            diffs = []
-            for t in ts:
-                c, gf, sc = get("C", None, t), get("B", "GatherFold", t), get("B", "ScanCompose", t)
-                bt = [r["time_median_s"] for r in (gf, sc) if r and isnum(r.get("time_median_s"))]
-                if c and isnum(c.get("time_median_s")) and bt:
-                    diffs.append((t, c["time_median_s"] - min(bt)))
-            xt = log_crossing(diffs)
-            if xt is not None:
-                tcross = f"≈ {fmt(xt)}"
-            elif diffs:
-                tcross = ("none measured: C faster at every size" if all(d < 0 for _, d in diffs) else
-                          "none measured: B faster at every size")
-            else:
-                tcross = "–"
-            summary.append([fam, p, fmt(x_gf), fmt(x_sc), tcross])
+            tcross = []
+            for field in ("time_median_s", "time_min_s"):
+                diffs = []
+                for t in ts:
+                    c, gf, sc = get("C", None, t), get("B", "GatherFold", t), get("B", "ScanCompose", t)
+                    bt = [r[field] for r in (gf, sc) if r and isnum(r.get(field))]
+                    if c and isnum(c.get(field)) and bt:
+                        diffs.append((t, c[field] - min(bt)))
+                xt = log_crossing(diffs)
+                if xt is not None:
+                    later = [d for x, d in diffs if x > xt]
+                    tcross.append(f"≈ {fmt(xt)}" + ("" if all((d > 0) == (later[0] > 0) for d in later) else
+                                                     " (first of several sign changes)"))
+                elif diffs:
+                    tcross.append("none: C faster at every size" if all(d < 0 for _, d in diffs) else
+                                  "none: B faster at every size")
+                else:
+                    tcross.append("–")
+            summary.append([fam, p, fmt(x_gf), fmt(x_sc)] + tcross)
     md.append("\n**The crossover** (tokens per rank). Bytes: C's measured bytes per token (largest size) extrapolated "
               "linearly, against B's constant bytes; time: where C's time minus the faster B policy's time changes "
               "sign between two measured sizes (log-interpolated). Shared machine: the time crossover moves with "
               "the load; the byte crossover does not.\n\n")
     md.append(table(["family", "P", "C bytes > B GatherFold beyond", "C bytes > B ScanCompose beyond",
-                     "time crossover (C slower than best B beyond)"], summary))
+                     "time crossover, medians (C slower than best B beyond)", "time crossover, fastest repeats"],
+                    summary))
     for fam in fams:
         plots_b, plots_t = [], []
         for i, p in enumerate(ranks):
