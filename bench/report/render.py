@@ -790,26 +790,6 @@ def main():
     except Exception as e:  # a missing or old-format record must not stop the report
         section_failed(md, 'targets', e)
     try:
-        # Per-benchmark detail (every record, compact)
-        md.append("\n## Every benchmark record\n")
-        for bench_name in sorted({r.get("benchmark") for r in recs if r.get("benchmark") not in (None, "network", "hybrid")}):
-            br = pick(recs, bench_name)
-            keys = []
-            for r in br:
-                for k, v in r.items():
-                    if k in ("benchmark", "machine", "_file") or isinstance(v, (dict, list)):
-                        continue
-                    if k.endswith(("_min_s", "_max_s", "_repeats")):
-                        continue
-                    if k not in keys:
-                        keys.append(k)
-            keys = keys[:12]
-            md.append(f"\n### `{bench_name}` ({len(br)} records, `{br[0]['_file']}`; first 12 fields)\n")
-            md.append(table(keys, [[fmt(r.get(k)) if not isinstance(r.get(k), str) else r.get(k) for k in keys] for r in br]))
-
-    except Exception as e:  # a missing or old-format record must not stop the report
-        section_failed(md, 'every benchmark record', e)
-    try:
         # How cost grows (from the mechanism benchmarks' records)
         by = [r for r in pick(recs, "swa", kind="bytes_per_rank") if r.get("length")]
         if by:
@@ -1126,6 +1106,26 @@ def main():
             md.append(f"\n![projection]({img_rel}/projection.png)\n")
     except Exception as e:  # a missing or old-format record must not stop the report
         section_failed(md, 'projection', e)
+    try:
+        # Per-benchmark detail (every record, compact)
+        md.append("\n## Appendix: every benchmark record\n")
+        for bench_name in sorted({r.get("benchmark") for r in recs if r.get("benchmark") not in (None, "network", "hybrid")}):
+            br = pick(recs, bench_name)
+            keys = []
+            for r in br:
+                for k, v in r.items():
+                    if k in ("benchmark", "machine", "_file") or isinstance(v, (dict, list)):
+                        continue
+                    if k.endswith(("_min_s", "_max_s", "_repeats")):
+                        continue
+                    if k not in keys:
+                        keys.append(k)
+            keys = keys[:12]
+            md.append(f"\n### `{bench_name}` ({len(br)} records, `{br[0]['_file']}`; first 12 fields)\n")
+            md.append(table(keys, [[fmt(r.get(k)) if not isinstance(r.get(k), str) else r.get(k) for k in keys] for r in br]))
+
+    except Exception as e:  # a missing or old-format record must not stop the report
+        section_failed(md, 'every benchmark record', e)
     md.append(f"\n---\nRecords read: {len(recs)} from {len(set(r['_file'] for r in recs))} files; rendered "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n")
     with open(args.out, "w") as f:
