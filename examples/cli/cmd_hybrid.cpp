@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -23,8 +24,62 @@
 #include "ctxpar/comm/group.hpp"
 #include "hybrid/host_math.hpp"
 #include "hybrid/layers.hpp"
+#include "hybrid/phase_clock.hpp"
 #include "hybrid/token_plan.hpp"
 #include "json.hpp"
+
+// Time inside MPI, through the standard profiling interface (PMPI): the collectives ctxpar's
+// communication layer calls are wrapped here, so the hybrid stack can split each layer's time into
+// communication (including waiting for slower ranks) and local work. They only add a clock read.
+namespace {
+struct MpiTimed {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~MpiTimed() {
+    ctxpar::cli::hybrid::PhaseClock::mpi +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+}  // namespace
+
+int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status) {
+  const MpiTimed timed;
+  return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+                       comm, status);
+}
+int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  const MpiTimed timed;
+  return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                  MPI_Datatype recvtype, MPI_Comm comm) {
+  const MpiTimed timed;
+  return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
+                   const int displs[], MPI_Datatype recvtype, MPI_Comm comm) {
+  const MpiTimed timed;
+  return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+}
+int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                 MPI_Datatype recvtype, MPI_Comm comm) {
+  const MpiTimed timed;
+  return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                  void* recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
+  const MpiTimed timed;
+  return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+}
+int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op,
+                       MPI_Comm comm) {
+  const MpiTimed timed;
+  return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+}
+int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  const MpiTimed timed;
+  return PMPI_Bcast(buffer, count, datatype, root, comm);
+}
 
 namespace {
 
@@ -69,11 +124,27 @@ RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& 
   const Matrix x0 = input_rows(plan.tokens_of(group.rank()), cfg.model_dim);
   SwaLayer swa(group, relayout, plan, cfg);
   GdnLayer gdn(group, plan, cfg);
-  GdpLayer gdp(group, plan, cfg);
-  out.x1 = swa.forward(x0, w, out.layers[0]);
-  out.x2 = gdn.forward(out.x1, w, out.layers[1]);
+  GdpLayer gdp(group, relayout, plan, cfg);
+  // Phase clocks around each layer call (the layers' own barriers-free wall time on this rank).
+  auto timed = [&](int l, auto&& f) {
+    Kokkos::fence();
+    const double mpi0 = PhaseClock::mpi, st0 = PhaseClock::staging, re0 = PhaseClock::relayout,
+                 rm0 = PhaseClock::relayout_mpi, gl0 = PhaseClock::glue;
+    Kokkos::Timer t;
+    auto result = f();
+    Kokkos::fence();
+    LayerStats& st = out.layers[l];
+    st.total_seconds += t.seconds();
+    st.comm_seconds += (PhaseClock::mpi - mpi0) - (PhaseClock::relayout_mpi - rm0);
+    st.relayout_seconds += PhaseClock::relayout - re0;
+    st.staging_seconds += PhaseClock::staging - st0;
+    st.glue_seconds += PhaseClock::glue - gl0;
+    return result;
+  };
+  out.x1 = timed(0, [&] { return swa.forward(x0, w, out.layers[0]); });
+  out.x2 = timed(1, [&] { return gdn.forward(out.x1, w, out.layers[1]); });
   if (group.rank() == perturb_rank && out.x2.rows > 0) out.x2(out.x2.rows - 1, 0) += 1e-3;
-  out.x3 = gdp.forward(out.x2, w, out.layers[2]);
+  out.x3 = timed(2, [&] { return gdp.forward(out.x2, w, out.layers[2]); });
   // loss = ½·Σ|x3|² / L over all tokens.
   double local = 0;
   for (double v : out.x3.data) local += 0.5 * v * v / static_cast<double>(plan.length);
@@ -81,9 +152,9 @@ RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& 
   Matrix dx3 = out.x3;
   for (double& v : dx3.data) v /= static_cast<double>(plan.length);
   for (const auto& kv : w) out.grads[kv.first] = Matrix(kv.second.rows, kv.second.cols);
-  out.dx2 = gdp.backward(dx3, w, out.grads, out.layers[2]);
-  out.dx1 = gdn.backward(out.dx2, w, out.grads, out.layers[1]);
-  out.dx0 = swa.backward(out.dx1, w, out.grads, out.layers[0]);
+  out.dx2 = timed(2, [&] { return gdp.backward(dx3, w, out.grads, out.layers[2]); });
+  out.dx1 = timed(1, [&] { return gdn.backward(out.dx2, w, out.grads, out.layers[1]); });
+  out.dx0 = timed(0, [&] { return swa.backward(out.dx1, w, out.grads, out.layers[0]); });
   for (auto& kv : out.grads)
     if (!GdpLayer::reduced_by_operator(kv.first)) allreduce_sum(group, kv.second);
   return out;
@@ -144,6 +215,35 @@ double max_over_ranks(const Group& group, double v) {
   return v;
 }
 
+// One layer's forward + backward time by phase, the maximum over ranks of each.
+struct Phases {
+  double total = 0, compute = 0, comm = 0, relayout = 0, staging = 0, glue = 0;
+};
+
+Phases phases(const Group& group, const LayerStats& st) {
+  Phases p;
+  p.total = st.total_seconds;
+  p.comm = st.comm_seconds;
+  p.relayout = st.relayout_seconds;
+  p.staging = st.staging_seconds;
+  p.glue = st.glue_seconds;
+  p.compute = std::max(0.0, p.total - p.comm - p.relayout - p.staging - p.glue);
+  double v[6] = {p.total, p.compute, p.comm, p.relayout, p.staging, p.glue};
+  MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
+  return Phases{v[0], v[1], v[2], v[3], v[4], v[5]};
+}
+
+Json ph_json(const Phases& p) {
+  Json j = Json::object();
+  j["total"] = p.total;
+  j["local_compute"] = p.compute;
+  j["communication"] = p.comm;
+  j["relayout"] = p.relayout;
+  j["staging"] = p.staging;
+  j["host_glue"] = p.glue;
+  return j;
+}
+
 std::string human_bytes(double b) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(1);
@@ -163,10 +263,18 @@ std::string sci(double v) {
   return s.str();
 }
 
-std::vector<std::int64_t> documents(std::int64_t length, int n) {
-  // Uneven documents: lengths grow like 1, 2, …, n (boundaries at L·k(k+1)/(n(n+1))).
+std::vector<std::int64_t> documents(std::int64_t length, int n, std::int64_t multiple) {
+  // Uneven documents: lengths grow like 1, 2, …, n (boundaries at L·k(k+1)/(n(n+1))), rounded to
+  // multiples of `multiple` (2P under zigzag, where every document is cut into 2P chunks) and kept
+  // non-empty (the caller ensures L / multiple >= n).
   std::vector<std::int64_t> cu{0};
-  for (int k = 1; k <= n; ++k) cu.push_back(length * k * (k + 1) / (static_cast<std::int64_t>(n) * (n + 1)));
+  const std::int64_t units = length / multiple;
+  for (int k = 1; k <= n; ++k) {
+    std::int64_t u = units * k * (k + 1) / (static_cast<std::int64_t>(n) * (n + 1));
+    u = std::max<std::int64_t>(u, cu.back() / multiple + 1);
+    u = std::min<std::int64_t>(u, units - (n - k));
+    cu.push_back(u * multiple);
+  }
   cu.back() = length;
   return cu;
 }
@@ -177,9 +285,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   const int p = world.size(), me = world.rank();
   const bool root = me == 0;
   StackConfig cfg = s.stack;
-  // The short conv's halo ring needs contiguous shards; the reference runs the same model.
-  cfg.gdn_conv = !s.zigzag;
-  TokenPlan plan{cfg.length, p, s.zigzag, documents(cfg.length, s.documents)};
+  TokenPlan plan{cfg.length, p, s.zigzag, documents(cfg.length, s.documents, s.zigzag ? 2 * p : 1)};
   TokenPlan single{cfg.length, 1, false, plan.cu_seqlens};
   const std::vector<std::int64_t> mine = plan.tokens_of(me);
   const Group layers(world.mpi_comm()), relayout(world.mpi_comm());
@@ -248,15 +354,19 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
       report << "  layer  mechanism / policy                                  max|err| vs P=1 (bound)   d input (bound)        "
                 "fwd ms   bwd ms   tokens/s   bytes/rank sent|recv (formula)\n";
     }
-    const char* mechanism[3] = {"sliding-window attention",
-                                cfg.gdn_conv ? "Gated DeltaNet + conv halo, chunkwise" : "Gated DeltaNet, chunkwise",
+    const char* mechanism[3] = {"sliding-window attention", "Gated DeltaNet + conv halo, chunkwise",
                                 "Gated Delta Product, heads"};
     const std::string policy[3] = {SwaLayer::policy_name(cfg.swa_policy), GdnLayer::policy_name(cfg.gdn_policy),
                                    GdpLayer::policy_name(cfg, s.zigzag)};
     const char* short_name[3] = {"swa", "gdn", "gdp"};
     const Check* in_check[3] = {&ins[0], &ins[1], &ins[2]};
+    Phases dist_ph[3], ref_ph[3];
+    double eff[3];
     for (int l = 0; l < 3; ++l) {
       const LayerStats& st = d.layers[l];
+      dist_ph[l] = phases(world, st);
+      ref_ph[l] = phases(world, r.layers[l]);
+      eff[l] = ref_ph[l].total / (p * std::max(dist_ph[l].total, 1e-12));
       const double fwd = max_over_ranks(world, st.forward_seconds), bwd = max_over_ranks(world, st.backward_seconds);
       const bool formula_given = st.formula_sent >= 0;
       const bool bytes_ok = all_ranks(
@@ -283,7 +393,8 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
         }
         report << row.str() << "\n";
         if (st.relayout.bytes_sent + st.relayout.bytes_received > 0) {
-          report << "         + streaming re-layout of the shared plan's rows to BalancedChunks(t, P) and back: "
+          report << (l == 0 ? "         + streaming re-layout of the shared plan's rows to BalancedChunks(t, P) and back: "
+                            : "         + re-layout of the shared plan's rows to per-document zigzag and back: ")
                  << human_bytes(static_cast<double>(st.relayout.bytes_sent)) << " | "
                  << human_bytes(static_cast<double>(st.relayout.bytes_received)) << "\n";
         }
@@ -302,7 +413,34 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
         lj["formula_sent_rank0"] = st.formula_sent;
         lj["formula_received_rank0"] = st.formula_received;
         lj["bytes_equal_formula_every_rank"] = bytes_ok;
+        lj["relayout_bytes_sent_rank0"] = st.relayout.bytes_sent;
+        lj["relayout_bytes_received_rank0"] = st.relayout.bytes_received;
+        lj["phases_seconds"] = Json::object();
+        lj["phases_seconds"]["distributed"] = ph_json(dist_ph[l]);
+        lj["phases_seconds"]["single_rank"] = ph_json(ref_ph[l]);
+        lj["cp_efficiency"] = eff[l];
         layer_json.push_back(lj);
+      }
+    }
+    // Where the time goes, per layer and phase, here and in the single-rank reference that ran in
+    // the same processes right after (so both saw the same machine load).
+    if (root) {
+      report << "  time by phase, forward + backward, ms (slowest rank; P=1: the single-rank reference of this step)\n"
+             << "  layer    P    total  compute     comm relayout  staging     glue   CP efficiency P=1/(P*P=" << p
+             << ")\n";
+    }
+    for (int l = 0; l < 3; ++l) {
+      const Phases &dist = dist_ph[l], &ref = ref_ph[l];
+      if (root) {
+        for (int which = 0; which < 2; ++which) {
+          const Phases& ph = which == 0 ? ref : dist;
+          std::ostringstream row;
+          row << "  " << std::left << std::setw(5) << (which == 0 ? short_name[l] : "") << std::right << std::setw(5)
+              << (which == 0 ? 1 : p) << std::fixed << std::setprecision(1);
+          for (double v : {ph.total, ph.compute, ph.comm, ph.relayout, ph.staging, ph.glue}) row << std::setw(9) << 1e3 * v;
+          if (which == 1) row << std::setprecision(2) << std::setw(10) << eff[l];
+          report << row.str() << "\n";
+        }
       }
     }
     if (root) {
@@ -330,10 +468,9 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
                               : std::to_string(failed) + " of " + std::to_string(checks) + " checks FAILED")
            << " (outputs, input gradients, weight gradients and loss of every layer against the single-rank run, "
               "bytes against their formulas)\n"
-           << (s.zigzag ? "  the GDN layer's short conv is left out under zigzag shards: its halo ring assumes rank r-1 "
-                          "holds the tokens just before rank r's (contiguous shards)\n"
-                        : "  the GDN layer includes its short conv with the halo exchange (chunkwise/short_conv.hpp); "
-                          "the GDP layer's causal conv runs inside its head-parallel core\n");
+           << "  the GDN layer includes its short conv with the halo exchange (chunkwise/short_conv.hpp, "
+           << (s.zigzag ? "zigzag: chunk r's halo from rank r-1, chunk 2P-1-r's from rank r+1" : "contiguous ring")
+           << "); the GDP layer's causal conv runs inside its head-parallel core\n";
   }
   if (json != nullptr && root) {
     (*json)["benchmark"] = "hybrid";
@@ -410,10 +547,12 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   usage(s.steps >= 1, "--steps must be positive", ">= 1", std::to_string(s.steps));
   usage(!s.zigzag || c.length % (2 * world.size()) == 0, "--layout zigzag needs L to be a multiple of 2P",
         "a multiple of " + std::to_string(2 * world.size()), std::to_string(c.length));
-  usage(!(s.zigzag && s.documents > 1),
-        "--layout zigzag with --packed is not offered: the chunkwise plan zigzags the whole packed stream, the head "
-        "transposes zigzag each document, so one shared plan cannot serve both",
-        "one of --layout zigzag or --packed", "both");
+  usage(!s.zigzag || c.length / (2 * world.size()) >= s.documents,
+        "--layout zigzag with --packed needs at least 2P tokens per document (each is cut into 2P chunks)",
+        "--documents <= " + std::to_string(c.length / (2 * world.size())), std::to_string(s.documents));
+  usage(!s.zigzag || c.length / (2 * world.size()) >= c.conv_width - 1,
+        "--layout zigzag needs chunks of at least w - 1 tokens for the short conv's halo",
+        "L >= " + std::to_string(2 * world.size() * (c.conv_width - 1)), std::to_string(c.length));
   Json json = Json::object();
   const bool ok = run_hybrid(world, s, std::cout, s.json.empty() ? nullptr : &json);
   if (!s.json.empty()) ctxpar::cli::write_json(world, s.json, json);

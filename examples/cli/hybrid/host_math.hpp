@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "hybrid/phase_clock.hpp"
+
 namespace ctxpar::cli::hybrid {
 
 /// A row-major `[rows, cols]` matrix of doubles on the host.
@@ -46,6 +48,7 @@ inline Matrix init_weight(std::uint64_t seed, std::int64_t in, std::int64_t out,
 
 /// `a · w`: `[n, in] · [in, out] → [n, out]`.
 inline Matrix matmul(const Matrix& a, const Matrix& w) {
+  const PhaseScope timed(PhaseClock::glue);
   Matrix out(a.rows, w.cols);
   for (std::int64_t i = 0; i < a.rows; ++i)
     for (std::int64_t k = 0; k < a.cols; ++k) {
@@ -58,6 +61,7 @@ inline Matrix matmul(const Matrix& a, const Matrix& w) {
 
 /// `dy · wᵀ` added into `dx`: the input gradient of `matmul`.
 inline void add_matmul_bt(const Matrix& dy, const Matrix& w, Matrix& dx) {
+  const PhaseScope timed(PhaseClock::glue);
   for (std::int64_t i = 0; i < dy.rows; ++i)
     for (std::int64_t k = 0; k < w.rows; ++k) {
       double s = 0;
@@ -68,6 +72,7 @@ inline void add_matmul_bt(const Matrix& dy, const Matrix& w, Matrix& dx) {
 
 /// `aᵀ · dy` added into `dw`: the weight gradient of `matmul` over this rank's rows.
 inline void add_matmul_at(const Matrix& a, const Matrix& dy, Matrix& dw) {
+  const PhaseScope timed(PhaseClock::glue);
   for (std::int64_t i = 0; i < a.rows; ++i)
     for (std::int64_t k = 0; k < a.cols; ++k) {
       const double x = a(i, k);

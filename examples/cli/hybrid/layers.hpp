@@ -20,8 +20,10 @@
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
+#include "ctxpar/partition/zigzag.hpp"
 #include "ctxpar/swa/distributed_step.hpp"
 #include "hybrid/host_math.hpp"
+#include "hybrid/phase_clock.hpp"
 #include "hybrid/token_plan.hpp"
 
 namespace ctxpar::cli::hybrid {
@@ -46,7 +48,7 @@ struct StackConfig {
   int groups = 1;                 ///< GDP key groups
   int conv_width = 4;             ///< GDP conv width
   int gdn_chunk = 64;             ///< chunk of the chunkwise kernels
-  bool gdn_conv = true;           ///< GDN short conv (needs contiguous shards)
+  bool gdn_conv = true;           ///< GDN short conv (contiguous or zigzag shards)
 };
 
 /// What one layer did on this rank in one forward + backward.
@@ -57,7 +59,11 @@ struct LayerStats {
   Traffic measured;                      ///< data traffic of the operator, forward + backward
   std::int64_t formula_sent = -1;        ///< the same from the formula (-1: none)
   std::int64_t formula_received = -1;    ///< the same from the formula (-1: none)
-  Traffic relayout;                      ///< traffic of the demo's own re-layout (SWA streaming)
+  Traffic relayout;                      ///< traffic of the demo's own re-layouts (SWA streaming, GDP order)
+  /// Wall time of the layer's forward + backward by phase (max over ranks once reported): the
+  /// whole layer, inside MPI outside the re-layouts (the operator's communication and waiting),
+  /// the re-layouts, operand staging, host glue (projections); local compute is what remains.
+  double total_seconds = 0, comm_seconds = 0, relayout_seconds = 0, staging_seconds = 0, glue_seconds = 0;
   std::string note;                      ///< what is not there yet
 };
 
@@ -68,8 +74,14 @@ using Tensor2 = Kokkos::View<double**, Kokkos::LayoutRight, memory_space>;
 using Tensor1 = Kokkos::View<double*, memory_space>;
 
 /// Rows `[row0, row0 + rows)` of `m` as a `[rows, h, d]` view (`m.cols == h·d`).
+// Adds the time of its scope to PhaseClock::staging.
+struct StagingScope {
+  PhaseScope scope{PhaseClock::staging};
+};
+
 inline Tensor3 upload3(const Matrix& m, std::int64_t row0, std::int64_t rows, std::int64_t h, std::int64_t d,
                        const std::string& label) {
+  StagingScope scope;
   Tensor3 v(label, rows, h, d);
   auto hv = Kokkos::create_mirror_view(v);
   for (std::int64_t i = 0; i < rows; ++i)
@@ -80,6 +92,7 @@ inline Tensor3 upload3(const Matrix& m, std::int64_t row0, std::int64_t rows, st
 
 /// `m` as a `[rows, cols]` view.
 inline Tensor2 upload2(const Matrix& m, const std::string& label) {
+  StagingScope scope;
   Tensor2 v(label, m.rows, m.cols);
   auto hv = Kokkos::create_mirror_view(v);
   for (std::size_t i = 0; i < m.data.size(); ++i) hv.data()[i] = m.data[i];
@@ -89,6 +102,7 @@ inline Tensor2 upload2(const Matrix& m, const std::string& label) {
 
 /// `m` (any shape) as a flat view.
 inline Tensor1 upload1(const Matrix& m, const std::string& label) {
+  StagingScope scope;
   Tensor1 v(label, m.data.size());
   auto hv = Kokkos::create_mirror_view(v);
   for (std::size_t i = 0; i < m.data.size(); ++i) hv(i) = m.data[i];
@@ -99,6 +113,7 @@ inline Tensor1 upload1(const Matrix& m, const std::string& label) {
 /// Copies a contiguous view's values into rows `[row0, …)` of `m`.
 template <class View>
 void download(const View& v, Matrix& m, std::int64_t row0) {
+  StagingScope scope;
   auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   const std::size_t n = hv.span();
   for (std::size_t i = 0; i < n; ++i) m.data[static_cast<std::size_t>(row0 * m.cols) + i] = hv.data()[i];
@@ -353,7 +368,7 @@ class GdnLayer {
       : group_(group), cfg_(cfg),
         plan_(plan.zigzag ? chunkwise::ChunkwisePlan::create(group, Zigzag{}, plan.cu_seqlens)
                           : chunkwise::ChunkwisePlan::create(group, Contiguous{}, plan.cu_seqlens)),
-        backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}), conv_(cfg.gdn_conv) {
+        backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}), conv_(cfg.gdn_conv), zigzag_(plan.zigzag) {
     packed_ = plan.cu_seqlens.size() > 2;
     if (packed_) {
       const std::vector<std::int32_t> all = plan.document_ids();
@@ -365,7 +380,7 @@ class GdnLayer {
     }
   }
 
-  /// Whether the short conv runs (contiguous shards).
+  /// Whether the short conv runs.
   bool has_conv() const { return conv_; }
 
   /// Adds the layer's weights to `w`.
@@ -398,8 +413,13 @@ class GdnLayer {
       conv_w_ = detail::upload2(w.at("gdn.conv_weight"), "ctxpar::hybrid::gdn_conv_weight");
       auto bias = detail::upload1(w.at("gdn.conv_bias"), "ctxpar::hybrid::gdn_conv_bias");
       detail::Tensor2 y("ctxpar::hybrid::gdn_conv_out", t, 3 * hk);
-      chunkwise::short_conv_forward(execution_space(), group_, const2(pre_v_), const2(conv_w_),
-                                    Kokkos::View<const double*, memory_space>(bias), const_ids(), y);
+      const Kokkos::View<const double*, memory_space> cb(bias);
+      if (zigzag_)
+        chunkwise::short_conv_forward(execution_space(), group_, Zigzag{}, const2(pre_v_), const2(conv_w_), cb,
+                                      const_ids(), y);
+      else
+        chunkwise::short_conv_forward(execution_space(), group_, Contiguous{}, const2(pre_v_), const2(conv_w_), cb,
+                                      const_ids(), y);
       detail::download(y, conv_out_, 0);
     }
     conv_seconds_ = detail::now_fenced(conv_timer);
@@ -492,8 +512,12 @@ class GdnLayer {
       detail::Tensor1 db("ctxpar::hybrid::gdn_conv_dbias", 3 * hk);
       const Traffic c0 = group_.total_data_traffic();
       Kokkos::Timer conv_timer;
-      chunkwise::short_conv_backward(execution_space(), group_, const2(pre_v_), const2(conv_w_), const_ids(),
-                                     const2(dy_v), dx_v, dw, db);
+      if (zigzag_)
+        chunkwise::short_conv_backward(execution_space(), group_, Zigzag{}, const2(pre_v_), const2(conv_w_),
+                                       const_ids(), const2(dy_v), dx_v, dw, db);
+      else
+        chunkwise::short_conv_backward(execution_space(), group_, Contiguous{}, const2(pre_v_), const2(conv_w_),
+                                       const_ids(), const2(dy_v), dx_v, dw, db);
       stats.backward_seconds += detail::now_fenced(conv_timer);
       const Traffic c = detail::minus(group_.total_data_traffic(), c0);
       stats.measured.calls += c.calls;
@@ -536,19 +560,25 @@ class GdnLayer {
   // forward and once backward. GatherFold all-gathers every shard's record; ScanCompose moves one
   // record per Hillis-Steele round in scan order (forward: rank order, backward: reversed).
   //
-  // The short conv (C = 3·H·D channels, width w): the forward sends its last w − 1 rows to the
-  // next rank (and their ids when packed) and receives w − 1 from the previous one; the backward
-  // repeats that halo, returns the halo's gradient to its owner, and all-reduces the weight and
-  // bias gradients (C·(w + 1) values, (P − 1) times each way).
+  // The short conv (C = 3·H·D channels, width w): every fragment whose successor lives on
+  // another rank sends its last w − 1 rows there (and their ids when packed), every fragment whose
+  // predecessor lives elsewhere receives w − 1; the backward repeats that halo, returns the
+  // halo's gradient to its owner, and all-reduces the weight and bias gradients (C·(w + 1)
+  // values, (P − 1) times each way). Contiguous: one link up (to r + 1) and one down (from r − 1)
+  // where they exist. Zigzag: chunk r feeds rank r + 1 and chunk 2P − 1 − r feeds rank r − 1, so
+  // every rank sends and receives (r > 0) + (r < P − 1) halos (rank P − 1 hands chunk P − 1's
+  // tail to its own chunk P without a message).
   void formula(LayerStats& stats) const {
     const int p = group_.size(), me = group_.rank();
     const std::int64_t rec = cfg_.heads * (cfg_.head_dim * cfg_.head_dim * 2) * 4;
     std::int64_t sent = 0, recv = 0;
     if (conv_) {
       const std::int64_t c = 3 * cfg_.heads * cfg_.head_dim, halo = (cfg_.conv_width - 1) * (c * 8 + (packed_ ? 4 : 0));
-      const bool prev = me > 0, next = me + 1 < p;
-      sent += (next ? 2 * halo : 0) + (prev ? (cfg_.conv_width - 1) * c * 8 : 0) + c * (cfg_.conv_width + 1) * 8 * (p - 1);
-      recv += (prev ? 2 * halo : 0) + (next ? (cfg_.conv_width - 1) * c * 8 : 0) + c * (cfg_.conv_width + 1) * 8 * (p - 1);
+      const std::int64_t back = (cfg_.conv_width - 1) * c * 8, reduce = c * (cfg_.conv_width + 1) * 8 * (p - 1);
+      const std::int64_t links_out = zigzag_ ? (me > 0) + (me + 1 < p) : (me + 1 < p);
+      const std::int64_t links_in = zigzag_ ? (me > 0) + (me + 1 < p) : (me > 0);
+      sent += links_out * 2 * halo + links_in * back + reduce;
+      recv += links_in * 2 * halo + links_out * back + reduce;
     }
     if (cfg_.gdn_policy == 0) {
       const std::int64_t mine = plan_.slots();
@@ -577,7 +607,7 @@ class GdnLayer {
   StackConfig cfg_;
   chunkwise::ChunkwisePlan plan_;
   backend_type backend_;
-  bool conv_ = true, packed_ = false;
+  bool conv_ = true, zigzag_ = false, packed_ = false;
   Kokkos::View<std::int32_t*, memory_space> ids_;
   detail::Tensor2 pre_v_, conv_w_;
   Matrix conv_out_;
@@ -593,12 +623,30 @@ class GdnLayer {
 /// Gated Delta Product with head-partitioned context parallelism: `u = x·Win` is the layer's
 /// input projection `[z | V | K | Q | b | a]`; the layer returns `y` and `z`, and the residual
 /// gets `(y ⊙ z)·Wo`.
+///
+/// Packed documents under zigzag: the shared plan zigzags the whole packed stream (what the
+/// chunkwise and conv layers need), while the head transposes zigzag each document
+/// (`PackedZigzagLayout`). The layer then moves its input rows into the per-document order and its
+/// output rows back (one all-to-all of `d_model`-wide rows each way, forward and backward),
+/// reported as re-layout traffic.
 class GdpLayer {
  public:
-  /// Collective (the transpose plans are agreed).
-  GdpLayer(const Group& group, const TokenPlan& plan, const StackConfig& cfg) : group_(group), cfg_(cfg) {
+  /// Collective (the transpose plans are agreed). `relayout_group` carries the re-layout.
+  GdpLayer(const Group& group, const Group& relayout_group, const TokenPlan& plan, const StackConfig& cfg)
+      : group_(group), relayout_group_(&relayout_group), cfg_(cfg) {
     const heads::GdpShape s = shape(cfg);
     const std::vector<std::int64_t> cu = plan.cu_seqlens.size() > 2 ? plan.cu_seqlens : std::vector<std::int64_t>{};
+    if (plan.zigzag && !cu.empty()) {
+      const int p = group.size();
+      const auto order = PackedZigzagLayout<Kokkos::HostSpace>::create(cu, p);
+      std::vector<std::vector<std::int64_t>> from(p), to(p);
+      for (int r = 0; r < p; ++r) {
+        from[r] = plan.tokens_of(r);
+        for (std::int64_t j = 0; j < order.local_length(r); ++j) to[r].push_back(order.global_index(r, j));
+      }
+      relayout_ = Relayout(relayout_group, from, to, plan.length);
+      relayout_on_ = true;
+    }
     if (cfg.uneven_heads) {
       if (plan.zigzag)
         impl_ = std::make_unique<Impl<UnevenHeads, Zigzag>>(group, s, plan.length, cu);
@@ -642,8 +690,38 @@ class GdpLayer {
     return name == "gdn.conv_weight" || name == "gdn.conv_bias" || name == "gdp.conv_weight" || name == "gdp.conv_bias" || name == "gdp.dt_bias" || name == "gdp.a_log";
   }
 
-  /// `x → x + (y ⊙ z)·Wo`. Collective.
+  /// `x → x + (y ⊙ z)·Wo` on this rank's rows of the shared plan. Collective.
   Matrix forward(const Matrix& x, const Params& w, LayerStats& stats) {
+    if (!relayout_on_) return forward_rows(x, w, stats);
+    const Traffic r0 = relayout_group_->total_data_traffic();
+    Matrix out = relayout_.backward(forward_rows(relayout_.forward(x), w, stats));
+    stats.relayout = detail::minus(relayout_group_->total_data_traffic(), r0);
+    return out;
+  }
+
+  /// Backward: gradient of the output rows → gradient of `x` (shared plan rows). Collective.
+  Matrix backward(const Matrix& dy, const Params& w, Params& grads, LayerStats& stats) {
+    if (!relayout_on_) return backward_rows(dy, w, grads, stats);
+    const Traffic r0 = relayout_group_->total_data_traffic();
+    Matrix dx = relayout_.backward(backward_rows(relayout_.forward(dy), w, grads, stats));
+    const Traffic t = detail::minus(relayout_group_->total_data_traffic(), r0);
+    stats.relayout.calls += t.calls;
+    stats.relayout.bytes_sent += t.bytes_sent;
+    stats.relayout.bytes_received += t.bytes_received;
+    return dx;
+  }
+
+  /// Whether the layer re-lays out its rows (packed documents under zigzag).
+  bool relayouts() const { return relayout_on_; }
+
+  /// Policy name.
+  static std::string policy_name(const StackConfig& c, bool zigzag) {
+    return std::string(c.uneven_heads ? "UnevenHeads" : "EvenHeads") + "+" + (zigzag ? "Zigzag" : "Contiguous");
+  }
+
+ private:
+  // The layer on rows in the head transposes' order.
+  Matrix forward_rows(const Matrix& x, const Params& w, LayerStats& stats) {
     x_ = x;
     const heads::GdpShape s = shape(cfg_);
     const Matrix u = matmul(x, w.at("gdp.Win"));
@@ -670,8 +748,7 @@ class GdpLayer {
     return out;
   }
 
-  /// Backward. Collective.
-  Matrix backward(const Matrix& dy, const Params& w, Params& grads, LayerStats& stats) {
+  Matrix backward_rows(const Matrix& dy, const Params& w, Params& grads, LayerStats& stats) {
     const heads::GdpShape s = shape(cfg_);
     add_matmul_at(h_, dy, grads["gdp.Wo"]);
     Matrix dh(dy.rows, s.d_inner());
@@ -710,12 +787,6 @@ class GdpLayer {
     return dx;
   }
 
-  /// Policy name.
-  static std::string policy_name(const StackConfig& c, bool zigzag) {
-    return std::string(c.uneven_heads ? "UnevenHeads" : "EvenHeads") + "+" + (zigzag ? "Zigzag" : "Contiguous");
-  }
-
- private:
   struct Base {
     virtual ~Base() = default;
     virtual void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p,
@@ -763,7 +834,10 @@ class GdpLayer {
   }
 
   const Group& group_;
+  const Group* relayout_group_ = nullptr;
   StackConfig cfg_;
+  Relayout relayout_;
+  bool relayout_on_ = false;
   std::unique_ptr<Base> impl_;
   Matrix x_, y_, z_, h_;
   Traffic fwd_traffic_;

@@ -12,6 +12,7 @@
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
 #include "hybrid/host_math.hpp"
+#include "hybrid/phase_clock.hpp"
 
 namespace ctxpar::cli::hybrid {
 
@@ -94,6 +95,8 @@ class Relayout {
   Matrix move(const Matrix& a, const std::vector<std::int64_t>& out_rows, const std::vector<int>& out_counts,
               const std::vector<std::int64_t>& in_rows, const std::vector<int>& in_counts, std::int64_t rows) const {
     const std::int64_t w = a.cols;
+    const PhaseScope timed(PhaseClock::relayout);
+    const double mpi0 = PhaseClock::mpi;
     HostVector send("ctxpar::hybrid::relayout_send", out_rows.size() * static_cast<std::size_t>(w));
     HostVector recv("ctxpar::hybrid::relayout_recv", in_rows.size() * static_cast<std::size_t>(w));
     for (std::size_t k = 0; k < out_rows.size(); ++k)
@@ -105,6 +108,7 @@ class Relayout {
     Matrix out(rows, w);
     for (std::size_t k = 0; k < in_rows.size(); ++k)
       for (std::int64_t j = 0; j < w; ++j) out(in_rows[k], j) = recv(k * w + j);
+    PhaseClock::relayout_mpi += PhaseClock::mpi - mpi0;
     return out;
   }
 
