@@ -137,12 +137,14 @@ struct Runner {
 };
 
 // Token-by-token fp32 recurrence (the oracle's algorithm, written for speed: contiguous rows,
-// inner loops over V). `gated_delta`: S = αS + β k (v − α Sᵀk)ᵀ; else S = αS + k vᵀ.
-std::vector<float> recurrence(const Data& d, bool gated_delta) {
+// inner loops over V). `gated_delta`: S = αS + β k (v − α Sᵀk)ᵀ; else S = αS + k vᵀ, or with
+// `diagonal` S = diag(α)S + k vᵀ with a gate per key row (the bench's diagonal gates repeat the
+// head's gate along K, so both forms give the same outputs).
+std::vector<float> recurrence(const Data& d, bool gated_delta, bool diagonal = false) {
   const std::int64_t H = d.H, K = d.K, V = d.V;
   const float scale = 1.0f / std::sqrt(static_cast<float>(K));
   std::vector<float> out(static_cast<std::size_t>(d.T * H * V)), S(static_cast<std::size_t>(K * V)),
-      pred(static_cast<std::size_t>(V));
+      pred(static_cast<std::size_t>(V)), gates(static_cast<std::size_t>(K));
   for (std::int64_t h = 0; h < H; ++h) {
     std::fill(S.begin(), S.end(), 0.0f);
     for (std::int64_t t = 0; t < d.T; ++t) {
@@ -151,6 +153,7 @@ std::vector<float> recurrence(const Data& d, bool gated_delta) {
       const float* v = &d.v[static_cast<std::size_t>((t * H + h) * V)];
       const float a = std::exp(d.g[static_cast<std::size_t>(t * H + h)]);
       const float b = d.beta[static_cast<std::size_t>(t * H + h)];
+      if (diagonal) std::fill(gates.begin(), gates.end(), a);  // row i's gate exp(g_t,i)
       if (gated_delta) {
         std::fill(pred.begin(), pred.end(), 0.0f);
         for (std::int64_t i = 0; i < K; ++i)
@@ -158,6 +161,11 @@ std::vector<float> recurrence(const Data& d, bool gated_delta) {
         for (std::int64_t j = 0; j < V; ++j) pred[j] = b * (v[j] - a * pred[j]);
         for (std::int64_t i = 0; i < K; ++i)
           for (std::int64_t j = 0; j < V; ++j) S[i * V + j] = a * S[i * V + j] + k[i] * pred[j];
+      } else if (diagonal) {
+        for (std::int64_t i = 0; i < K; ++i) {
+          const float ai = gates[static_cast<std::size_t>(i)];
+          for (std::int64_t j = 0; j < V; ++j) S[i * V + j] = ai * S[i * V + j] + k[i] * v[j];
+        }
       } else {
         for (std::int64_t i = 0; i < K; ++i)
           for (std::int64_t j = 0; j < V; ++j) S[i * V + j] = a * S[i * V + j] + k[i] * v[j];
@@ -186,6 +194,12 @@ double rel_l2(const std::vector<float>& a, const cw::token_view<float, mem>& b) 
 // the inter-chunk read Γ Q S 2CKV, the chunk update dS = K̃ᵀV 2CKV.
 double scalar_chunk_flops(double c, double k, double v) {
   return c * c * k + c * c * v + 2 * c * k * v + 2 * c * k * v;
+}
+
+// The gated delta model without the terms of the dense transition M (2CK² per chunk for M_c and
+// 2K³ for chaining it): what a single-device forward with no CP summary has to do.
+double gdn_local_chunk_flops(double c, double k, double v) {
+  return cw::gated_delta_chunk_flops(c, k, v) - 2 * c * k * k - 2 * k * k * k;
 }
 
 }  // namespace
@@ -219,6 +233,9 @@ int main(int argc, char** argv) {
         const double err = rel_l2(rec, gdn.o);
         const auto t_chunk = bench::time_it([&] { gdn.forward(); }, 1, repeats);
         const auto t_rec = bench::time_it([&] { recurrence(d, true); }, 1, repeats);
+        // Forward + backward through the driver on one rank (summaries included), the figure the
+        // PyTorch autograd baseline is compared with.
+        const auto t_both = bench::time_it([&] { gdn.both(); }, 1, repeats);
         const double flops = cw::gated_delta_chunk_flops(C, K, V) * (T / C) * H;
         const double gflops = flops / t_chunk.median_s * 1e-9;
         bench::Record r("chunkwise", "gdn_local_forward");
@@ -231,6 +248,7 @@ int main(int argc, char** argv) {
             .set("chunk", C)
             .set("flop_model", "21-chunkwise-kernels.md section 5");
         r.set("chunkwise", t_chunk).set("recurrence", t_rec).set("gflops", gflops);
+        r.set("forward_backward", t_both);
         r.set("sgemm_gflops", sgemm.gflops)
             .set("sgemm_n", sgemm.n)
             .set("forward_ratio", gflops / sgemm.gflops);
@@ -248,6 +266,7 @@ int main(int argc, char** argv) {
         const double err = rel_l2(rec, sd.o);
         const auto t_chunk = bench::time_it([&] { sd.forward(); }, 1, repeats);
         const auto t_rec = bench::time_it([&] { recurrence(d, false); }, 1, repeats);
+        const auto t_both = bench::time_it([&] { sd.both(); }, 1, repeats);
         const double flops = scalar_chunk_flops(C, K, V) * (T / C) * H;
         const double gflops = flops / t_chunk.median_s * 1e-9;
         bench::Record r("chunkwise", "scalar_local_forward");
@@ -259,6 +278,7 @@ int main(int argc, char** argv) {
             .set("value_dim", V)
             .set("chunk", C)
             .set("flop_model", "C^2K + C^2V + 4CKV per chunk");
+        r.set("forward_backward", t_both);
         r.set("chunkwise", t_chunk)
             .set("recurrence", t_rec)
             .set("gflops", gflops)
@@ -270,6 +290,104 @@ int main(int argc, char** argv) {
         std::cout << "scalar local forward: " << gflops << " GFLOP/s (ratio "
                   << gflops / sgemm.gflops << "), vs recurrence x"
                   << t_rec.median_s / t_chunk.median_s << " (rel L2 " << err << ")\n";
+      }
+      {
+        // Diagonal gates (the head's gate repeated along K, so the recurrence above is its oracle
+        // too); same flop model as scalar decay, the decays now per key column.
+        Runner<cw::DiagonalGateBackend<float, mem>> dg(self, d, static_cast<int>(C));
+        dg.forward();
+        const double err = rel_l2(recurrence(d, false, true), dg.o);
+        const auto t_chunk = bench::time_it([&] { dg.forward(); }, 1, repeats);
+        const auto t_rec = bench::time_it([&] { recurrence(d, false, true); }, 1, repeats);
+        const double gflops = scalar_chunk_flops(C, K, V) * (T / C) * H / t_chunk.median_s * 1e-9;
+        bench::Record r("chunkwise", "diagonal_local_forward");
+        r.set("kind", "local_kernel_diagonal").set("family", "diagonal").set("tokens", T);
+        r.set("heads", H).set("key_dim", K).set("value_dim", V).set("chunk", C);
+        r.set("flop_model", "C^2K + C^2V + 4CKV per chunk");
+        r.set("chunkwise", t_chunk).set("recurrence", t_rec).set("gflops", gflops);
+        r.set("sgemm_gflops", sgemm.gflops).set("diagonal_ratio_to_sgemm", gflops / sgemm.gflops);
+        r.set("diagonal_speedup_vs_recurrence", t_rec.median_s / t_chunk.median_s);
+        r.set("rel_l2_vs_recurrence", err);
+        report.add(r);
+        std::cout << "diagonal local forward: " << gflops << " GFLOP/s (ratio "
+                  << gflops / sgemm.gflops << "), vs recurrence x"
+                  << t_rec.median_s / t_chunk.median_s << " (rel L2 " << err << ")\n";
+      }
+      {
+        // GDN vs the token recurrence, chunk size sweep: the single-device forward (no CP summary,
+        // so no dense M) against the library's vectorised recurrence on the same inputs. The
+        // FLOP counts per token of both forms and their rates give the ceiling of the speed-up.
+        cw::GatedDeltaRuleBackend<float, mem> rb(cw::BackendOptions{64, 0.0});
+        Runner<cw::GatedDeltaRuleBackend<float, mem>> base(self, d, 64);
+        cw::token_view<float, mem> o_rec("o_rec", T, H, V);
+        const auto t_rec = bench::time_it(
+            [&] {
+              cw::gated_delta_recurrence_forward(exec(), rb, base.in, o_rec);
+              exec().fence();
+            },
+            1, repeats);
+        const double rec_flops = cw::gated_delta_recurrence_flops(T, H, K, V);
+        const double rec_gflops = rec_flops / t_rec.median_s * 1e-9;
+        for (const int chunk : {32, 64, 128}) {
+          cw::GatedDeltaRuleBackend<float, mem> b(cw::BackendOptions{chunk, 0.0});
+          cw::token_view<float, mem> o("o", T, H, V);
+          auto run = [&] {
+            cw::gated_delta_local_forward(exec(), b, base.in, o, false);
+            exec().fence();
+          };
+          run();
+          auto ho = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
+          auto hr = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o_rec);
+          double num = 0, den = 0;
+          for (std::size_t i = 0; i < ho.span(); ++i) {
+            num += (ho.data()[i] - hr.data()[i]) * (ho.data()[i] - hr.data()[i]);
+            den += hr.data()[i] * hr.data()[i];
+          }
+          const auto t = bench::time_it(run, 1, repeats);
+          const double flops = gdn_local_chunk_flops(chunk, K, V) * (double(T) / chunk) * H;
+          const double gflops = flops / t.median_s * 1e-9;
+          const double fpt_chunk = flops / double(T * H), fpt_rec = rec_flops / double(T * H);
+          bench::Record r("chunkwise", "gdn_vs_recurrence_C" + std::to_string(chunk));
+          r.set("kind", "gdn_vs_recurrence").set("family", "gdn").set("tokens", T);
+          r.set("heads", H).set("key_dim", K).set("value_dim", V).set("chunk", chunk);
+          r.set("flop_model", "21-chunkwise-kernels.md section 5 without the M terms");
+          r.set("chunkwise", t).set("recurrence", t_rec).set("gflops", gflops);
+          r.set("recurrence_gflops", rec_gflops).set("sgemm_gflops", sgemm.gflops);
+          r.set("flops_per_token_chunkwise", fpt_chunk).set("flops_per_token_recurrence", fpt_rec);
+          r.set("speedup_vs_recurrence", t_rec.median_s / t.median_s);
+          // Best case: every chunkwise flop at the same-run SGEMM rate.
+          r.set("speedup_ceiling", (sgemm.gflops / fpt_chunk) / (rec_gflops / fpt_rec));
+          r.set("rel_l2_vs_recurrence", std::sqrt(num / den));
+          report.add(r);
+          std::cout << "gdn C=" << chunk << " local forward " << gflops << " GFLOP/s, recurrence "
+                    << rec_gflops << " GFLOP/s, speed-up x" << t_rec.median_s / t.median_s
+                    << " (ceiling x" << (sgemm.gflops / fpt_chunk) / (rec_gflops / fpt_rec)
+                    << ", rel L2 " << std::sqrt(num / den) << ")\n";
+        }
+      }
+    }
+    if (p == 1 && !quick) {
+      // Growth with T (chunk 64, K = V = 128, one head): the time of each family's forward should
+      // be linear in T, so its GFLOP/s flat.
+      const auto sgemm = bench::sgemm_ceiling(1024, 3);
+      for (const std::int64_t T : {512, 1024, 2048, 4096, 8192}) {
+        const Data d(T, 1, 128, 128);
+        auto emit = [&](const char* family, double flops, const bench::Timing& t) {
+          bench::Record r("chunkwise", std::string("t_sweep_") + family + "_T" + std::to_string(T));
+          r.set("kind", "t_sweep").set("family", family).set("tokens", T).set("heads", 1);
+          r.set("key_dim", 128).set("value_dim", 128).set("chunk", 64).set("forward", t);
+          r.set("gflops", flops / t.median_s * 1e-9).set("sgemm_gflops", sgemm.gflops);
+          report.add(r);
+        };
+        Runner<cw::GatedDeltaRuleBackend<float, mem>> gdn(self, d, 64);
+        emit("gdn", cw::gated_delta_chunk_flops(64, 128, 128) * (T / 64),
+             bench::time_it([&] { gdn.forward(); }, 1, repeats));
+        Runner<cw::ScalarDecayBackend<float, mem>> sd(self, d, 64);
+        emit("scalar", scalar_chunk_flops(64, 128, 128) * (T / 64),
+             bench::time_it([&] { sd.forward(); }, 1, repeats));
+        Runner<cw::DiagonalGateBackend<float, mem>> dg(self, d, 64);
+        emit("diagonal", scalar_chunk_flops(64, 128, 128) * (T / 64),
+             bench::time_it([&] { dg.forward(); }, 1, repeats));
       }
     }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the chunkwise benchmark at P = 1 (local kernels), 2 (CP efficiency, summaries) and 3..8
 # (summaries, oversubscribed), one thread per rank, and merges the records into
-# bench/results/chunkwise.json.  usage: run_chunkwise.sh BUILD_DIR [--quick]
+# bench/results/chunkwise.json, then the PyTorch baseline (bench/results/chunkwise_torch.json).
+# usage: run_chunkwise.sh BUILD_DIR [--quick]
 set -euo pipefail
 build="${1:?usage: run_chunkwise.sh BUILD_DIR [--quick]}"
 shift || true
@@ -24,3 +25,11 @@ with open(sys.argv[2], "w") as f:
 print(f"wrote {len(records)} records to {sys.argv[2]}")
 PY
 rm -rf "$tmp"
+# The PyTorch-CPU baseline right after, same thread count, when torch is importable; it reads the
+# ctxpar medians just written for its speed-up figures.
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  /usr/bin/python3 "$here/bench/chunkwise/torch_baseline.py" \
+    --out "$here/bench/results/chunkwise_torch.json" --ctxpar "$here/bench/results/chunkwise.json"
+else
+  echo "torch not importable: PyTorch baseline skipped"
+fi

@@ -35,10 +35,14 @@ std::string describe(const std::string& family, const std::string& scalar,
 // each against the oracle and the single-rank path. Returns the local verdict.
 template <class Scalar, bool Diagonal>
 bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed,
-                   bool full_matrix) {
+                   bool full_matrix, bool strong_gates = false) {
   using adapter = cwt::DecayAdapter<Scalar, mem, Diagonal>;
   const auto& group = world();
-  const auto prob = cwt::make_decay_problem(2, 8, 6, Diagonal, cu, seed, chunk);
+  auto prob = cwt::make_decay_problem(2, 8, 6, Diagonal, cu, seed, chunk);
+  // Log-gates in [-3.5, -1.5]: a chunk of 21 or more tokens spreads over more than 30 e-folds,
+  // past the limit up to which the diagonal kernels factor a chunk's decays around one reference.
+  if (strong_gates)
+    for (auto& x : prob.g) x = -1.5 + (x + 0.005) / 0.03;
   const ctxpar::Group self(MPI_COMM_SELF);
   bool ok = true;
   for (int states = 0; states < 2; ++states) {
@@ -108,6 +112,9 @@ void run_family() {
   CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>({0, 65 * p}, 64, 17, false)));
   if (p <= 2)
     CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 257 * p}, 64, 18, false)));
+  // Strong gates: the diagonal family's sub-block path (and the same data for scalar decay).
+  CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>({0, 70 * p}, 64, 21, false, true)));
+  CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 70 * p}, 32, 22, false, true)));
   // Fewer tokens than ranks: empty shards (and empty zigzag chunks).
   CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 3}, 16, 19, true)));
   // Empty sequences inside cu_seqlens: their final state is their initial state.
@@ -179,7 +186,8 @@ BOOST_AUTO_TEST_CASE(oracle_gradients_match_finite_differences) {
 BOOST_AUTO_TEST_CASE(serial_execution_space) {
   using adapter = cwt::DecayAdapter<double, Kokkos::Serial::memory_space, true>;
   const auto& group = world();
-  const auto prob = cwt::make_decay_problem(2, 5, 3, true, cwt::cu_from_lengths({20, 7, 30}), 61, 8);
+  const auto prob =
+      cwt::make_decay_problem(2, 5, 3, true, cwt::cu_from_lengths({20, 7, 30}), 61, 8);
   cwt::CaseOptions o;
   o.chunk = 8;
   o.zigzag = true;

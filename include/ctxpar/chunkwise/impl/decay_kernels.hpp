@@ -81,6 +81,10 @@ using decay_scratch =
 /// overflows however strong the gates are; the blocks on the diagonal are formed directly.
 inline constexpr int decay_sub_block = 16;
 
+/// Largest spread of a chunk's log-gates (in e-folds) for which the diagonal family factors its
+/// scores around one reference for the whole chunk.
+inline constexpr double decay_factor_limit = 30.0;
+
 // dS_c = K̃ᵀ V (k̃_j = exp(γ_last − γ_j) ⊙ k_j), one team per (chunk, head), as a tiled product
 // reading V in place (rows of one head are H·V apart).
 template <class Scalar, class ExecutionSpace, class MemorySpace, bool Diagonal>
@@ -208,8 +212,8 @@ struct OutputTiles {
   int heads, kdim, vdim, chunk;
 
   static std::size_t scratch_bytes(int C, int K) {
-    // qs, qh, kT (or the factored query rows) | P | one sub-block of factored keys
-    return 3 * scratch::shmem_size(std::size_t(C) * K) + scratch::shmem_size(std::size_t(C) * C) +
+    // qs, qh, Kᵀ (or the factored query rows), factored Kᵀ | P | one sub-block of factored keys
+    return 4 * scratch::shmem_size(std::size_t(C) * K) + scratch::shmem_size(std::size_t(C) * C) +
            scratch::shmem_size(std::size_t(K) * decay_sub_block);
   }
 
@@ -221,7 +225,8 @@ struct OutputTiles {
     const int n = static_cast<int>(chunk_end(c) - b);
     const auto& sp = team.team_scratch(1);
     scratch qs(sp, std::size_t(C) * K), qh(sp, std::size_t(C) * K), aux(sp, std::size_t(C) * K),
-        P(sp, std::size_t(C) * C), bt(sp, std::size_t(K) * decay_sub_block);
+        kt(sp, std::size_t(K) * C), P(sp, std::size_t(C) * C),
+        bt(sp, std::size_t(K) * decay_sub_block);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
       const Scalar* qi = &q(b + i, h, 0);
       const Scalar* ki = &k(b + i, h, 0);
@@ -249,36 +254,69 @@ struct OutputTiles {
         }
       });
     } else {
-      for (int j0 = 0; j0 < n; j0 += decay_sub_block) {
-        const int j1 = j0 + decay_sub_block < n ? j0 + decay_sub_block : n;
-        const std::int64_t ref = b + j1 - 1;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, n), [&](int i) {
-          const long ik = static_cast<long>(i) * K;
-          if (i >= j1) {
-            for (int d = 0; d < K; ++d)
-              aux[ik + d] = qs[ik + d] * compat::exp(gamma(b + i, h, d) - gamma(ref, h, d));
-            return;
+      // Spread of the chunk's log-gates around its first token: within decay_factor_limit one
+      // reference for the whole chunk keeps both factors in [e^-limit, e^limit] (no overflow, no
+      // subnormals), so the scores are one product like the scalar family's. Stronger gates take
+      // the sub-block path.
+      Scalar spread = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, n),
+          [&](int j, Scalar& m) {
+            for (int d = 0; d < K; ++d) {
+              const Scalar x = gamma(b + j, h, d) - gamma(b, h, d);
+              const Scalar ax = x < 0 ? -x : x;
+              if (ax > m) m = ax;
+            }
+          },
+          Kokkos::Max<Scalar>(spread));
+      if (spread <= Scalar(decay_factor_limit)) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+          const Scalar* ki = &k(b + i, h, 0);
+          for (int d = 0; d < K; ++d) {
+            const Scalar x = gamma(b + i, h, d) - gamma(b, h, d);
+            aux[static_cast<long>(i) * K + d] = qs[static_cast<long>(i) * K + d] * compat::exp(x);
+            kt[static_cast<long>(d) * C + i] = ki[d] * compat::exp(-x);
           }
-          for (int j = j0; j <= i; ++j) {
+        });
+        team.team_barrier();
+        gd::team_gemm(team, n, n, K, Scalar(1), gd::rows(aux.data(), K), kt.data(), C, P.data(), C,
+                      false, true);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+          for (int j = i + 1; j < n; ++j) P[static_cast<long>(i) * C + j] = Scalar(0);
+        });
+      } else {
+        for (int j0 = 0; j0 < n; j0 += decay_sub_block) {
+          const int j1 = j0 + decay_sub_block < n ? j0 + decay_sub_block : n;
+          const std::int64_t ref = b + j1 - 1;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, n), [&](int i) {
+            const long ik = static_cast<long>(i) * K;
+            if (i >= j1) {
+              for (int d = 0; d < K; ++d)
+                aux[ik + d] = qs[ik + d] * compat::exp(gamma(b + i, h, d) - gamma(ref, h, d));
+              return;
+            }
+            for (int j = j0; j <= i; ++j) {
+              const Scalar* kj = &k(b + j, h, 0);
+              Scalar acc = 0;
+              for (int d = 0; d < K; ++d)
+                acc += qs[ik + d] * kj[d] * compat::exp(gamma(b + i, h, d) - gamma(b + j, h, d));
+              P[static_cast<long>(i) * C + j] = acc;
+            }
+          });
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, j1), [&](int j) {
             const Scalar* kj = &k(b + j, h, 0);
-            Scalar acc = 0;
             for (int d = 0; d < K; ++d)
-              acc += qs[ik + d] * kj[d] * compat::exp(gamma(b + i, h, d) - gamma(b + j, h, d));
-            P[static_cast<long>(i) * C + j] = acc;
-          }
-        });
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, j1), [&](int j) {
-          const Scalar* kj = &k(b + j, h, 0);
-          for (int d = 0; d < K; ++d)
-            bt[static_cast<long>(d) * decay_sub_block + j - j0] =
-                kj[d] * compat::exp(gamma(ref, h, d) - gamma(b + j, h, d));
-        });
-        team.team_barrier();
-        if (j1 < n)
-          gd::team_gemm(team, n - j1, j1 - j0, K, Scalar(1),
-                        gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
-                        decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C, false);
-        team.team_barrier();
+              bt[static_cast<long>(d) * decay_sub_block + j - j0] =
+                  kj[d] * compat::exp(gamma(ref, h, d) - gamma(b + j, h, d));
+          });
+          team.team_barrier();
+          if (j1 < n)
+            gd::team_gemm(team, n - j1, j1 - j0, K, Scalar(1),
+                          gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
+                          decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C, false);
+          team.team_barrier();
+        }
       }
     }
     team.team_barrier();
@@ -436,6 +474,98 @@ struct GradientRowKernel {
   }
 };
 
+// Scalar decay gradients of one (chunk, head) as tiled products (L_tj = exp(γ_t − γ_j) for j ≤ t,
+// λ_t = exp(γ_last − γ_t), D = (dO Vᵀ) ⊙ L, P = (Q'Kᵀ) ⊙ L, Q' = scale·Q):
+//   dQ = scale·(D K + diag(Γ) dO S_cᵀ),  dK = Dᵀ Q' + diag(λ) V G_cᵀ,  dV = Pᵀ dO + diag(λ) K G_c.
+// The diagonal family keeps GradientRowKernel (its decays differ per key column).
+template <class Scalar, class ExecutionSpace, class MemorySpace>
+struct ScalarGradientTiles {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = decay_scratch<Scalar, ExecutionSpace>;
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::input_view q, k, v;
+  const_token_view<Scalar, MemorySpace> dout;
+  typename saved::table chunk_begin, chunk_end;
+  typename saved::work3 gamma;
+  typename saved::work4 states, gend;
+  token_view<Scalar, MemorySpace> dq, dk, dv;
+  Scalar scale;
+  int heads, kdim, vdim, chunk;
+
+  static std::size_t scratch_bytes(int C, int K, int V) {
+    // kT vT | D P | dO·Γ, V·λ | K·λ | S_cᵀ, G_cᵀ
+    return scratch::shmem_size(std::size_t(K) * C) + 3 * scratch::shmem_size(std::size_t(V) * C) +
+           2 * scratch::shmem_size(std::size_t(C) * C) + scratch::shmem_size(std::size_t(C) * K) +
+           2 * scratch::shmem_size(std::size_t(V) * K);
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int H = heads, K = kdim, V = vdim, C = chunk;
+    const std::int64_t c = team.league_rank() / H;
+    const int h = team.league_rank() % H;
+    const std::int64_t b = chunk_begin(c), last = chunk_end(c) - 1;
+    const int n = static_cast<int>(last - b + 1);
+    const auto& sp = team.team_scratch(1);
+    scratch kT(sp, std::size_t(K) * C), vT(sp, std::size_t(V) * C), D(sp, std::size_t(C) * C),
+        P(sp, std::size_t(C) * C), dog(sp, std::size_t(C) * V), vl(sp, std::size_t(C) * V),
+        kl(sp, std::size_t(C) * K), sT(sp, std::size_t(V) * K), gT(sp, std::size_t(V) * K);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
+      const Scalar* kt = &k(b + t, h, 0);
+      const Scalar* vt = &v(b + t, h, 0);
+      const Scalar* dt = &dout(b + t, h, 0);
+      const Scalar big = compat::exp(gamma(b + t, h, 0));
+      const Scalar lam = compat::exp(gamma(last, h, 0) - gamma(b + t, h, 0));
+      for (int d = 0; d < K; ++d) {
+        kT[static_cast<long>(d) * C + t] = kt[d];
+        kl[static_cast<long>(t) * K + d] = lam * kt[d];
+      }
+      for (int d = 0; d < V; ++d) {
+        vT[static_cast<long>(d) * C + t] = vt[d];
+        dog[static_cast<long>(t) * V + d] = big * dt[d];
+        vl[static_cast<long>(t) * V + d] = lam * vt[d];
+      }
+    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+      const Scalar* srow = &states(c, h, p, 0);
+      const Scalar* grow = &gend(c, h, p, 0);
+      for (int d = 0; d < V; ++d) {
+        sT[static_cast<long>(d) * K + p] = srow[d];
+        gT[static_cast<long>(d) * K + p] = grow[d];
+      }
+    });
+    team.team_barrier();
+    gd::team_gemm(team, n, n, V, Scalar(1), gd::rows(&dout(b, h, 0), H * V), vT.data(), C, D.data(),
+                  C, false, true);
+    gd::team_gemm(team, n, n, K, scale, gd::rows(&q(b, h, 0), H * K), kT.data(), C, P.data(), C,
+                  false, true);
+    team.team_barrier();
+    // Both are read as bands next, so everything above the diagonal is cleared.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
+      for (int j = 0; j < n; ++j) {
+        const long tj = static_cast<long>(t) * C + j;
+        const Scalar l = j <= t ? compat::exp(gamma(b + t, h, 0) - gamma(b + j, h, 0)) : Scalar(0);
+        D[tj] = j <= t ? D[tj] * l : Scalar(0);
+        P[tj] = j <= t ? P[tj] * l : Scalar(0);
+      }
+    });
+    team.team_barrier();
+    Scalar* dqc = &dq(b, h, 0);
+    Scalar* dkc = &dk(b, h, 0);
+    Scalar* dvc = &dv(b, h, 0);
+    gd::team_gemm(team, n, K, n, scale, gd::rows(D.data(), C, gd::Band::lower), &k(b, h, 0), H * K,
+                  dqc, H * K, false);
+    gd::team_gemm(team, n, K, n, scale, gd::transposed(D.data(), C, gd::Band::upper), &q(b, h, 0),
+                  H * K, dkc, H * K, false);
+    gd::team_gemm(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper),
+                  &dout(b, h, 0), H * V, dvc, H * V, false);
+    team.team_barrier();
+    gd::team_gemm(team, n, K, V, scale, gd::rows(dog.data(), V), sT.data(), K, dqc, H * K, true);
+    gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(vl.data(), V), gT.data(), K, dkc, H * K, true);
+    gd::team_gemm(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &gend(c, h, 0, 0), V, dvc,
+                  H * V, true);
+  }
+};
+
 template <class Scalar, class MemorySpace, bool Diagonal>
 struct GateGradientKernel {
   using saved = DecaySaved<Scalar, MemorySpace>;
@@ -523,6 +653,24 @@ void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSeque
   saved.seq_ends = upload(se, "ctxpar::chunkwise::decay::seq_ends");
 }
 
+/// A chain kernel of either direction over `saved` with its shared fields set: the sequence
+/// tables, the chunk transitions, the shape, the first sequence and the mode.
+template <class Chain, class Scalar, class MemorySpace>
+Chain make_chain(const DecaySaved<Scalar, MemorySpace>& saved, std::int64_t s_lo, bool apply) {
+  Chain chain{};
+  chain.seq_chunk = saved.seq_chunk;
+  chain.seq_ordinal = saved.seq_ordinal;
+  chain.seq_starts = saved.seq_starts;
+  chain.seq_ends = saved.seq_ends;
+  chain.logm = saved.logm;
+  chain.s_lo = s_lo;
+  chain.heads = saved.q.extent(1);
+  chain.kdim = saved.q.extent(2);
+  chain.vdim = saved.v.extent(2);
+  chain.apply = apply;
+  return chain;
+}
+
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
 void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, MemorySpace>& saved,
                            const LocalSequences& seqs, int chunk,
@@ -546,19 +694,9 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
                          update{saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
                                 saved.ds, int(H), int(K), int(V), chunk});
   const std::int64_t last = seqs.count() - 1;
-  ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
-  chain.seq_chunk = saved.seq_chunk;
-  chain.seq_ordinal = saved.seq_ordinal;
-  chain.seq_starts = saved.seq_starts;
-  chain.seq_ends = saved.seq_ends;
-  chain.logm = saved.logm;
+  auto chain = make_chain<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(saved, last, false);
   chain.ds = saved.ds;
   chain.summary_state = summary.state;
-  chain.s_lo = last;
-  chain.heads = H;
-  chain.kdim = K;
-  chain.vdim = V;
-  chain.apply = false;
   Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_state",
                        range(space, chain_items(1, H, K, V)), chain);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_transition", range(space, H * G),
@@ -577,22 +715,12 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
   saved.states = typename DecaySaved<Scalar, MemorySpace>::work4(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::states"), C, H, K,
       V);
-  ChainForwardKernel<Scalar, MemorySpace, Diagonal> chain{};
-  chain.seq_chunk = saved.seq_chunk;
-  chain.seq_ordinal = saved.seq_ordinal;
-  chain.seq_starts = saved.seq_starts;
-  chain.seq_ends = saved.seq_ends;
-  chain.logm = saved.logm;
+  auto chain = make_chain<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, true);
   chain.ds = saved.ds;
   chain.states = saved.states;
   chain.s_in = s_in;
   chain.initial = initial;
   chain.finals = finals;
-  chain.s_lo = 0;
-  chain.heads = H;
-  chain.kdim = K;
-  chain.vdim = V;
-  chain.apply = true;
   chain.have_s_in = is_given(s_in);
   chain.have_initial = is_given(initial);
   chain.have_finals = is_given(finals);
@@ -621,20 +749,10 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
                        QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
                            saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma,
                            saved.dmat, static_cast<Scalar>(saved.scale), H, K, V});
-  ChainBackwardKernel<Scalar, MemorySpace, Diagonal> chain{};
-  chain.seq_chunk = saved.seq_chunk;
-  chain.seq_ordinal = saved.seq_ordinal;
-  chain.seq_starts = saved.seq_starts;
-  chain.seq_ends = saved.seq_ends;
-  chain.logm = saved.logm;
+  auto chain = make_chain<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, false);
   chain.dmat = saved.dmat;
   chain.summary_state = summary.state;
-  chain.s_lo = 0;
   chain.last_seq = -1;
-  chain.heads = H;
-  chain.kdim = K;
-  chain.vdim = V;
-  chain.apply = false;
   Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_gamma",
                        range(space, chain_items(1, H, K, V)), chain);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_transition", range(space, H * G),
@@ -657,35 +775,36 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   saved.gend = typename DecaySaved<Scalar, MemorySpace>::work4(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::gend"), C, H, K,
       V);
-  ChainBackwardKernel<Scalar, MemorySpace, Diagonal> chain{};
-  chain.seq_chunk = saved.seq_chunk;
-  chain.seq_ordinal = saved.seq_ordinal;
-  chain.seq_starts = saved.seq_starts;
-  chain.seq_ends = saved.seq_ends;
-  chain.logm = saved.logm;
+  auto chain = make_chain<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, true);
   chain.dmat = saved.dmat;
   chain.gend = saved.gend;
   chain.ds_out = ds_out;
   chain.final_grads = final_grads;
   chain.initial_grads = initial_grads;
   chain.ds_in = ds_in;
-  chain.s_lo = 0;
   chain.last_seq = seqs.count() - 1;
-  chain.heads = H;
-  chain.kdim = K;
-  chain.vdim = V;
-  chain.apply = true;
   chain.have_ds_out = is_given(ds_out);
   chain.have_final_grads = is_given(final_grads);
   chain.have_initial_grads = is_given(initial_grads);
   chain.have_ds_in = is_given(ds_in);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_backward",
                        range(space, chain_items(seqs.count(), H, K, V)), chain);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::gradients", range(space, T * H),
-                       GradientRowKernel<Scalar, MemorySpace, Diagonal>{
-                           saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
-                           saved.token_chunk, saved.gamma, saved.states, saved.gend, dq, dk, dv,
-                           static_cast<Scalar>(saved.scale), H, K, V});
+  if constexpr (Diagonal) {
+    Kokkos::parallel_for("ctxpar::chunkwise::decay::gradients", range(space, T * H),
+                         GradientRowKernel<Scalar, MemorySpace, Diagonal>{
+                             saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
+                             saved.token_chunk, saved.gamma, saved.states, saved.gend, dq, dk, dv,
+                             static_cast<Scalar>(saved.scale), H, K, V});
+  } else {
+    using grads = ScalarGradientTiles<Scalar, ExecutionSpace, MemorySpace>;
+    if (C * H > 0)
+      Kokkos::parallel_for(
+          "ctxpar::chunkwise::decay::gradients",
+          chunk_teams(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
+          grads{saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end, saved.gamma,
+                saved.states, saved.gend, dq, dk, dv, static_cast<Scalar>(saved.scale), int(H),
+                int(K), int(V), saved.chunk});
+  }
   GateGradientKernel<Scalar, MemorySpace, Diagonal> gate{};
   gate.q = saved.q;
   gate.k = saved.k;
