@@ -643,6 +643,74 @@ GROWTH_X = ("length", "tokens", "T", "sequence_length", "queries")
 GROWTH_GROUP = ("policy", "window", "W", "ranks", "P", "dim", "D")
 
 
+SWEEP_AXIS = {"T": "tokens", "W": "window", "P": "ranks", "L": "length"}
+
+
+def growth_by_sweep(rs, img, img_rel):
+    """Records that say which axis they sweep (`sweep`: T, W or P): per sweep and layout, a table
+    of x and P against each policy's step time and bytes received (forward + backward, slowest
+    rank), and one plot per sweep and layout."""
+    md = []
+    bytes_of = lambda r: sum(r[k] for k in ("forward_bytes_received_max", "backward_bytes_received_max")
+                             if isnum(r.get(k))) if any(isnum(r.get(k)) for k in (
+                                 "forward_bytes_received_max", "backward_bytes_received_max")) else None
+    for sweep in sorted({str(r["sweep"]) for r in rs}):
+        xkey = SWEEP_AXIS.get(sweep, sweep)
+        srs = [r for r in rs if str(r.get("sweep")) == sweep and isnum(r.get(xkey))]
+        for layout in sorted({str(r.get("layout", "")) for r in srs}):
+            lrs = [r for r in srs if str(r.get("layout", "")) == layout]
+            pols = sorted({str(r.get("policy")) for r in lrs})
+            fixed = [f"{k} = {span(lrs, k)}" for k in ("tokens", "window", "dim", "q_heads", "kv_heads", "chunk")
+                     if k != xkey and span(lrs, k) and "–" not in span(lrs, k)]
+            md.append(f"\n**Sweep over {xkey}**, layout `{layout}` ({', '.join(fixed)}): step time (median, slowest "
+                      "rank) and bytes received forward + backward (slowest rank, Group counters).\n\n")
+            keys = sorted({(r[xkey], r.get("ranks")) for r in lrs}, key=lambda k: (k[1] or 0, k[0]))
+            rows = []
+            for x, p in keys:
+                row = [x, p]
+                for pol in pols:
+                    r = next((r for r in lrs if r[xkey] == x and r.get("ranks") == p and str(r.get("policy")) == pol), None)
+                    row += [human_seconds(r.get("step_median_s")) if r and isnum(r.get("step_median_s")) else "–",
+                            human_bytes(bytes_of(r)) if r and bytes_of(r) is not None else "–"]
+                rows.append(row)
+            md.append(table([xkey, "P"] + [f"{pol} {w}" for pol in pols for w in ("time", "recv")], rows))
+            plots_t, plots_b, files = [], [], []
+            for pi, pol in enumerate(pols):
+                for p in sorted({r.get("ranks") for r in lrs if isnum(r.get("ranks"))}):
+                    series = sorted((r for r in lrs if str(r.get("policy")) == pol and r.get("ranks") == p),
+                                    key=lambda r: r[xkey])
+                    if not series:
+                        continue
+                    f = os.path.join(img, f"g_{sweep}_{pi}_{p}.dat")
+                    write_data(f, [[r[xkey], r.get("step_median_s") if isnum(r.get("step_median_s")) else "?",
+                                    bytes_of(r) if bytes_of(r) else "?"] for r in series])
+                    files.append(f)
+                    style = f"w lp lc {p} dt {pi + 1} pt {5 + 2 * pi}"
+                    plots_t.append(f"'{f}' u 1:2 {style} t '{pol} P={p}'")
+                    if p > 1:
+                        plots_b.append(f"'{f}' u 1:3 {style} t '{pol} P={p}'")
+            safe = "".join(c if c.isalnum() else "_" for c in f"{sweep}_{layout}")
+            png = os.path.join(img, f"perf_swa_growth_{safe}.png")
+            ok = gnuplot(f"""set terminal pngcairo noenhanced size 980,400 font ',8'
+set output '{png}'
+set datafile missing '?'
+set multiplot layout 1,2 title 'sliding-window attention, layout {layout}: sweep over {xkey}'
+set logscale xy
+set xlabel '{xkey}'
+set key top left font ',6'
+set ylabel 'step seconds (median, slowest rank)'
+plot {', '.join(plots_t)}
+set ylabel 'bytes received fwd+bwd (slowest rank)'
+{('plot ' + ', '.join(plots_b)) if plots_b else ''}
+unset multiplot
+""", png) if plots_t else False
+            for f in files:
+                os.remove(f)
+            if ok:
+                md.append(f"\n![swa growth {sweep} {layout}]({img_rel}/perf_swa_growth_{safe}.png)\n")
+    return md
+
+
 def growth_section(recs, img, img_rel):
     rs = [r for r in recs if r.get("benchmark") == "swa_growth" or
           (r.get("benchmark") == "swa" and r.get("kind") in ("growth", "scaling"))]
@@ -650,6 +718,9 @@ def growth_section(recs, img, img_rel):
     if not rs:
         md.append("_No records (bench/results/swa_growth.json)._\n")
         return md
+    if all(r.get("sweep") is not None for r in rs):
+        md.append(f"From {run_facts(rs)}.\n")
+        return md + growth_by_sweep(rs, img, img_rel)
     xkey = next((k for k in GROWTH_X if any(isnum(r.get(k)) for r in rs)), None)
     gkeys = [k for k in GROWTH_GROUP if any(k in r for r in rs) and len({str(r.get(k)) for r in rs}) > 1]
     ykeys = []
