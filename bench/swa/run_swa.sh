@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the sliding-window attention benchmarks: ctxpar_bench_swa at P = 2 (kernel ratios, CP
+# efficiency, bytes; bench/results/swa.json, exactly as scripts/bench runs a plain benchmark) and
+# the growth sweep ctxpar_bench_swa_growth at P = 1..4 (oversubscribed on a small machine, one
+# thread per rank), merged into bench/results/swa_growth.json; then renders the growth table and
+# plot into docs/swa.md (bench/swa/plot_growth.sh).  usage: run_swa.sh BUILD_DIR [--quick]
+set -euo pipefail
+build="${1:?usage: run_swa.sh BUILD_DIR [--quick]}"
+shift || true
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OMP_PROC_BIND=false KOKKOS_DISABLE_WARNINGS=ON
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+flags=(--oversubscribe --bind-to none)
+status=0
+if [ -z "${CTXPAR_SWA_GROWTH_ONLY:-}" ]; then
+  mpirun "${flags[@]}" -np 2 "$build/bench/swa/ctxpar_bench_swa" --out "$here/bench/results/swa.json" "$@" ||
+    status=$?
+fi
+for p in 1 2 3 4; do
+  mpirun "${flags[@]}" -np "$p" "$build/bench/swa/ctxpar_bench_swa_growth" --out "$tmp/P$p.json" "$@"
+done
+python3 - "$tmp" "$here/bench/results/swa_growth.json" <<'PY'
+import glob, json, sys
+records = []
+for path in sorted(glob.glob(sys.argv[1] + "/P*.json")):
+    with open(path) as f:
+        records += json.load(f)
+with open(sys.argv[2], "w") as f:
+    json.dump(records, f, indent=1)
+print(f"wrote {len(records)} records to {sys.argv[2]}")
+PY
+if command -v gnuplot >/dev/null 2>&1; then sh "$here/bench/swa/plot_growth.sh" || status=$?; fi
+exit $status

@@ -1,0 +1,207 @@
+// Growth of the context-parallel sliding-window attention step with T, W and P: forward +
+// backward time of one distributed streaming step and bytes per rank from the traffic counters,
+// for every policy under both key/value layouts. Run once per rank count (bench/swa/run_swa.sh:
+// P = 1..4, oversubscribed on a small machine); every record carries P.
+//
+// The step is the steady state of a stream: a full cache of W - 1 keys and a chunk of T tokens
+// (L = T + W - 1), Hq = 4, Hkv = 1, D = 64, fp32, one thread per rank. Two sweeps:
+//   vs T at W = 256 (T = 512 ... 4096), vs W at T = 2048 (W = 64 ... 1024).
+// Bytes are the payload to/from other ranks (own block excluded) of every data collective, the
+// largest over the ranks, for the forward and the backward separately.
+#include <mpi.h>
+#include <Kokkos_Core.hpp>
+
+#include <boost/mpi/environment.hpp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/json.hpp"
+#include "common/timing.hpp"
+#include "ctxpar/swa/swa.hpp"
+
+namespace {
+
+using Exec = Kokkos::DefaultExecutionSpace;
+using Mem = Exec::memory_space;
+using Tensor = ctxpar::swa::Tensor<float, Mem>;
+
+float value(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
+}
+
+Tensor random_tensor(std::uint64_t seed, std::int64_t n, std::int64_t h, std::int64_t d,
+                     std::int64_t first) {
+  Tensor t("bench", n, h, d);
+  auto m = Kokkos::create_mirror_view(t);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t a = 0; a < h; ++a)
+      for (std::int64_t e = 0; e < d; ++e) m(i, a, e) = value(seed, ((first + i) * h + a) * d + e);
+  Kokkos::deep_copy(t, m);
+  return t;
+}
+
+ctxpar::swa::Positions<Mem> iota(std::int64_t n, std::int64_t first) {
+  ctxpar::swa::Positions<Mem> p("pos", n);
+  auto m = Kokkos::create_mirror_view(p);
+  for (std::int64_t i = 0; i < n; ++i) m(i) = first + i;
+  Kokkos::deep_copy(p, m);
+  return p;
+}
+
+constexpr std::int64_t hq = 4, hkv = 1, dim = 64;
+
+struct Inputs {
+  ctxpar::swa::Chunk<float, Mem> chunk;
+  ctxpar::swa::Cache<float, Mem> cache;
+  Tensor dout;
+};
+
+/// This rank's shards (the same under both layouts): cache by BalancedChunks(c, P), chunk by
+/// BalancedChunks(T, P).
+Inputs inputs(int rank, int ranks, std::int64_t c, std::int64_t t) {
+  const ctxpar::BalancedChunks cs{c, ranks}, ts{t, ranks};
+  Inputs s;
+  s.cache.k = random_tensor(2, cs.size(rank), hkv, dim, cs.begin(rank));
+  s.cache.v = random_tensor(3, cs.size(rank), hkv, dim, cs.begin(rank));
+  s.cache.pos = iota(cs.size(rank), cs.begin(rank));
+  s.cache.ids = ctxpar::swa::Ids<Mem>("ids", 0);
+  s.chunk.q = random_tensor(1, ts.size(rank), hq, dim, ts.begin(rank));
+  s.chunk.k = random_tensor(2, ts.size(rank), hkv, dim, c + ts.begin(rank));
+  s.chunk.v = random_tensor(3, ts.size(rank), hkv, dim, c + ts.begin(rank));
+  s.chunk.pos = iota(ts.size(rank), c + ts.begin(rank));
+  s.chunk.ids = ctxpar::swa::Ids<Mem>("ids", 0);
+  s.dout = random_tensor(4, ts.size(rank), hq, dim, ts.begin(rank));
+  return s;
+}
+
+std::int64_t data_bytes(const ctxpar::Group& g, bool sent) {
+  using K = ctxpar::CollectiveKind;
+  std::int64_t b = 0;
+  for (K k : {K::allgather, K::alltoall, K::reduce_scatter, K::sendrecv, K::allreduce}) {
+    const auto tr = g.traffic(k);
+    b += sent ? tr.bytes_sent : tr.bytes_received;
+  }
+  return b;
+}
+
+std::int64_t max_over_ranks(const ctxpar::Group& g, std::int64_t x) {
+  std::int64_t m = 0;
+  MPI_Allreduce(&x, &m, 1, MPI_INT64_T, MPI_MAX, g.mpi_comm());
+  return m;
+}
+
+template <class Policy, class Layout>
+ctxpar::bench::Record growth_case(const ctxpar::Group& g, const char* sweep, const char* policy,
+                                  const char* layout, std::int64_t t, std::int64_t window,
+                                  int repeats) {
+  Exec space;
+  const std::int64_t c = window - 1;
+  const auto in = inputs(g.rank(), g.size(), c, t);
+  ctxpar::swa::Options o;
+  o.window = window;
+  // Bytes of one step, forward and backward apart.
+  g.reset_traffic();
+  auto r = ctxpar::swa::forward<Policy, Layout>(space, g, in.chunk, t, in.cache, o);
+  const std::int64_t fwd_recv = max_over_ranks(g, data_bytes(g, false));
+  const std::int64_t fwd_sent = max_over_ranks(g, data_bytes(g, true));
+  g.reset_traffic();
+  ctxpar::swa::backward(space, g, r.state, in.dout);
+  const std::int64_t bwd_recv = max_over_ranks(g, data_bytes(g, false));
+  const std::int64_t bwd_sent = max_over_ranks(g, data_bytes(g, true));
+  const auto timing = ctxpar::bench::time_collective(
+      g.mpi_comm(),
+      [&] {
+        auto s = ctxpar::swa::forward<Policy, Layout>(space, g, in.chunk, t, in.cache, o);
+        ctxpar::swa::backward(space, g, s.state, in.dout);
+        space.fence();
+      },
+      1, repeats);
+  if (g.rank() == 0)
+    std::printf(
+        "P=%d %-3s T=%5lld W=%5lld %-16s %-15s fwd+bwd %8.4f s  bytes/rank fwd recv %9lld sent "
+        "%9lld, bwd recv %9lld sent %9lld\n",
+        g.size(), sweep, (long long)t, (long long)window, policy, layout, timing.median_s,
+        (long long)fwd_recv, (long long)fwd_sent, (long long)bwd_recv, (long long)bwd_sent);
+  return ctxpar::bench::Record("swa_growth", std::string(policy) + " " + layout)
+      .set("kind", "growth")
+      .set("sweep", sweep)
+      // The report's generic growth section groups by "policy": name the layout in it when it is
+      // not the default one.
+      .set("policy", std::strcmp(layout, "SegmentChunks") == 0
+                         ? std::string(policy)
+                         : std::string(policy) + "/whole-axis")
+      .set("policy_tag", policy)
+      .set("layout", layout)
+      .set("ranks", g.size())
+      .set("chunk", t)
+      .set("tokens", t)
+      .set("window", window)
+      .set("cache", c)
+      .set("axis_length", c + t)
+      .set("q_heads", hq)
+      .set("kv_heads", hkv)
+      .set("dim", dim)
+      .set("step", timing)
+      .set("step_median_s", timing.median_s)
+      .set("forward_bytes_received_max", fwd_recv)
+      .set("forward_bytes_sent_max", fwd_sent)
+      .set("backward_bytes_received_max", bwd_recv)
+      .set("backward_bytes_sent_max", bwd_sent);
+}
+
+void all_cases(const ctxpar::Group& g, ctxpar::bench::Report& report, const char* sweep,
+               std::int64_t t, std::int64_t w, int repeats) {
+  using namespace ctxpar::swa;
+  report.add(growth_case<RopeBeforeGather, SegmentChunks>(g, sweep, "RopeBeforeGather",
+                                                          "SegmentChunks", t, w, repeats));
+  report.add(growth_case<RopeAfterGather, SegmentChunks>(g, sweep, "RopeAfterGather",
+                                                         "SegmentChunks", t, w, repeats));
+  report.add(growth_case<HaloKV, SegmentChunks>(g, sweep, "HaloKV", "SegmentChunks", t, w, repeats));
+  report.add(growth_case<RopeBeforeGather, WholeAxisChunks>(g, sweep, "RopeBeforeGather",
+                                                            "WholeAxisChunks", t, w, repeats));
+  report.add(growth_case<RopeAfterGather, WholeAxisChunks>(g, sweep, "RopeAfterGather",
+                                                           "WholeAxisChunks", t, w, repeats));
+  report.add(
+      growth_case<HaloKV, WholeAxisChunks>(g, sweep, "HaloKV", "WholeAxisChunks", t, w, repeats));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  boost::mpi::environment env(argc, argv, boost::mpi::threading::funneled);
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  std::string out_path;
+  int repeats = 3;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--out") && i + 1 < argc) {
+      out_path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) {
+      repeats = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: mpirun -np P ctxpar_bench_swa_growth [--out FILE.json] [--repeats N] "
+                   "[--quick]\n");
+      return 2;
+    }
+  }
+  const ctxpar::Group world(MPI_COMM_WORLD);
+  ctxpar::bench::Report report(ctxpar::bench::this_machine());
+  const std::vector<std::int64_t> ts = quick ? std::vector<std::int64_t>{256, 512}
+                                             : std::vector<std::int64_t>{512, 1024, 2048, 4096};
+  const std::vector<std::int64_t> ws = quick ? std::vector<std::int64_t>{64, 128}
+                                             : std::vector<std::int64_t>{64, 128, 256, 512, 1024};
+  const std::int64_t fixed_w = quick ? 64 : 256, fixed_t = quick ? 512 : 2048;
+  for (std::int64_t t : ts) all_cases(world, report, "T", t, fixed_w, repeats);
+  for (std::int64_t w : ws) all_cases(world, report, "W", fixed_t, w, repeats);
+  if (world.rank() == 0 && !out_path.empty()) report.write(out_path);
+  return 0;
+}
