@@ -15,6 +15,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ctxpar/swa/impl/tiles.hpp"
+
 namespace ctxpar::swa::impl {
 
 /// True for execution spaces that run on the host: they get the SIMD kernels of this header.
@@ -25,27 +27,34 @@ inline constexpr bool uses_host_kernels =
 /// Keys per packed tile (the same grid as the portable kernels' `key_tile`).
 inline constexpr int host_key_tile = 32;
 
-// GCC and clang vector extensions give real SIMD registers of 64 bytes (one AVX-512 register, or
-// two/four narrower ones, chosen by the compiler for the target). nvcc's host pass is not trusted
+// GCC and clang vector extensions give real SIMD registers, as wide as the target's widest (so
+// that no vector crosses a function boundary in a narrower ABI). nvcc's host pass is not trusted
 // with them, so there a plain array stands in with the same interface and the same arithmetic.
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#if defined(__AVX512F__)
+#define CTXPAR_SWA_SIMD_BYTES 64
+#elif defined(__AVX__)
+#define CTXPAR_SWA_SIMD_BYTES 32
+#else
+#define CTXPAR_SWA_SIMD_BYTES 16
+#endif
 template <class T>
 struct Simd;
-/// 16 floats in one vector.
+/// Floats in one vector.
 template <>
 struct Simd<float> {
   /// The vector type.
-  typedef float type __attribute__((vector_size(64)));
+  typedef float type __attribute__((vector_size(CTXPAR_SWA_SIMD_BYTES)));
   /// Lanes per vector.
-  static constexpr int lanes = 16;
+  static constexpr int lanes = CTXPAR_SWA_SIMD_BYTES / sizeof(float);
 };
-/// 8 doubles in one vector.
+/// Doubles in one vector.
 template <>
 struct Simd<double> {
   /// The vector type.
-  typedef double type __attribute__((vector_size(64)));
+  typedef double type __attribute__((vector_size(CTXPAR_SWA_SIMD_BYTES)));
   /// Lanes per vector.
-  static constexpr int lanes = 8;
+  static constexpr int lanes = CTXPAR_SWA_SIMD_BYTES / sizeof(double);
 };
 template <class T>
 using simd_t = typename Simd<T>::type;
@@ -154,31 +163,36 @@ inline T simd_max_lane(const simd_t<T>& v) {
 
 /// The float `softmax_exp` of tiles.hpp (same range reduction and polynomial) on every lane.
 inline simd_t<float> simd_exp(simd_t<float> x) {
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+  // Branch-free on whole vectors: a per-lane loop with the clamps as branches stays scalar.
+  typedef std::int32_t ints __attribute__((vector_size(CTXPAR_SWA_SIMD_BYTES)));
+  using floats = simd_t<float>;
+  const floats lo = simd_broadcast(-87.0f), hi = simd_broadcast(88.0f);
+  floats xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const floats scaled = xc * 1.44269504088896341f;
+  const floats half = scaled >= simd_zero<float>() ? simd_broadcast(0.5f) : simd_broadcast(-0.5f);
+  const ints n = __builtin_convertvector(scaled + half, ints);
+  const floats nf = __builtin_convertvector(n, floats);
+  const floats r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  floats p = simd_broadcast(1.0f / 5040.0f);
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const ints bits = (n + 127) << 23;
+  floats two_n;
+  std::memcpy(&two_n, &bits, sizeof(two_n));
+  return x < lo ? simd_zero<float>() : p * two_n;
+#else
   float xs[Simd<float>::lanes];
   simd_store(xs, x);
-  float out[Simd<float>::lanes];
-  // A loop over lanes of plain scalar code: GCC vectorises it, and the nvcc stand-in shares it.
-  for (int i = 0; i < Simd<float>::lanes; ++i) {
-    const float v = xs[i];
-    const float xc = v < -87.0f ? -87.0f : (v > 88.0f ? 88.0f : v);
-    const float scaled = xc * 1.44269504088896341f;
-    const int n = static_cast<int>(scaled + (scaled >= 0.0f ? 0.5f : -0.5f));
-    const float nf = static_cast<float>(n);
-    const float r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const std::int32_t bits = (n + 127) << 23;
-    float two_n;
-    std::memcpy(&two_n, &bits, sizeof(two_n));
-    out[i] = v < -87.0f ? 0.0f : p * two_n;
-  }
-  return simd_load(out);
+  for (int i = 0; i < Simd<float>::lanes; ++i) xs[i] = softmax_exp(xs[i]);
+  return simd_load(xs);
+#endif
 }
 /// `exp` lane by lane in double precision.
 inline simd_t<double> simd_exp(simd_t<double> x) {
@@ -191,9 +205,10 @@ inline simd_t<double> simd_exp(simd_t<double> x) {
 /// Vectors per key tile row.
 template <class T>
 inline constexpr int tile_vectors = host_key_tile / Simd<T>::lanes;
-/// Query rows whose scores against one key tile stay in registers together (16 accumulators).
+/// Query rows whose scores against one key tile stay in registers together (16 accumulators
+/// where the vectors are wide enough; at least 4 rows, the blocking of the value products).
 template <class T>
-inline constexpr int score_rows = 16 / tile_vectors<T>;
+inline constexpr int score_rows = 16 / tile_vectors<T> > 4 ? 16 / tile_vectors<T> : 4;
 
 /// `s[r] = sum_d a[r][d] * bt[d][:]` for `Rows` rows of `a` (row stride `lda`, `dim` columns) and
 /// the packed transposed tile `bt[dim][host_key_tile]`; each score sums `d` in increasing order.
