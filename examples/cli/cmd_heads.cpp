@@ -8,10 +8,12 @@
 //
 // DIR: x.npy [T, C] (input-projection output [z | V | K | Q | b | a], natural token order; float32
 // or float64), conv_w.npy [C_conv, w], conv_b.npy [C_conv], dt_bias.npy [H], A_log.npy [H],
-// optional cu_seqlens.npy (int32), optional dy.npy [T, H·d] (ones when absent; dz is zero). Every
-// rank reads the files and keeps its own rows in the chosen layout. Rank 0 writes y.npy and z.npy
-// (natural order), with --backward dx.npy, dconv_w.npy, dconv_b.npy, ddt_bias.npy, dA_log.npy, and
-// heads.json (shape, layout, bytes per rank against the formula, times, max |diff| against P = 1).
+// optional cu_seqlens.npy (int32), optional dy.npy [T, H·d] (ones when absent; dz is zero),
+// optional D.npy (the skip term: [H] per head, or [H·d] per channel, i.e. D_has_hdim). Every rank
+// reads the files and keeps its own rows in the chosen layout. Rank 0 writes y.npy and z.npy
+// (natural order), with --backward dx.npy, dconv_w.npy, dconv_b.npy, ddt_bias.npy, dA_log.npy (and
+// dD.npy when D.npy was given), and heads.json (shape, layout, bytes per rank against the formula,
+// times, max |diff| against P = 1).
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
 
@@ -42,10 +44,11 @@ struct Inputs {
   std::int64_t tokens = 0;
   std::vector<std::int64_t> cu;                         // empty: dense
   std::vector<double> x, conv_w, conv_b, dt, alog, dy;  // natural order, as doubles
+  std::vector<double> d;                                // the skip term D, empty when absent
 };
 
 struct Outputs {
-  std::vector<double> y, z, dx, dw, db, ddt, dalog;  // natural order (rank 0 only for y, z, dx)
+  std::vector<double> y, z, dx, dw, db, ddt, dalog, dd;  // natural order (rank 0: y, z, dx)
   double forward_seconds = 0, backward_seconds = 0;
   std::int64_t formula_bytes = 0;
 };
@@ -116,6 +119,7 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   fill(params.conv_bias, in.conv_b);
   fill(params.dt_bias, in.dt);
   fill(params.a_log, in.alog);
+  fill(params.d, in.d);
   Outputs out;
   group.reset_traffic();
   MPI_Barrier(group.mpi_comm());
@@ -139,7 +143,7 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   if (backward) {
     out.dx = gather_natural(group, read(dx), natural, c, in.tokens);
     out.dw = read(grads.conv_weight), out.db = read(grads.conv_bias), out.ddt = read(grads.dt_bias),
-    out.dalog = read(grads.a_log);
+    out.dalog = read(grads.a_log), out.dd = read(grads.d);
   }
   return out;
 }
@@ -172,6 +176,10 @@ std::vector<double> as_doubles(const NpyArray& a, bool f32, const std::string& w
   return out;
 }
 
+bool has_skip(const Inputs& in) {
+  return in.shape.skip != ch::SkipTerm::none;
+}
+
 bool file_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -200,6 +208,7 @@ Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bo
       diffs["dconv_b"] = max_diff(dist.db, single.db);
       diffs["ddt_bias"] = max_diff(dist.ddt, single.ddt);
       diffs["dA_log"] = max_diff(dist.dalog, single.dalog);
+      if (has_skip(in)) diffs["dD"] = max_diff(dist.dd, single.dd);
     }
     for (const auto& d : diffs) check["max_abs_diff_" + d.first] = d.second;
     Json f = Json::array();
@@ -255,6 +264,17 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
          ctxpar::cli::read_npy(in_dir + "/cu_seqlens.npy").values<std::int32_t>("cu_seqlens.npy"))
       in.cu.push_back(v);
   }
+  if (file_exists(in_dir + "/D.npy")) {
+    const NpyArray d = ctxpar::cli::read_npy(in_dir + "/D.npy");
+    const std::int64_t n = d.rank() == 1 ? d.extent(0) : -1;
+    // [H] is per head; [H·d] per channel (D_has_hdim). With headdim 1 both read the same.
+    ctxpar::require_local(n == s.nheads || n == s.d_inner(), "ctxpar heads",
+                          "D.npy must be [nheads] or [nheads·headdim]",
+                          std::to_string(s.nheads) + " or " + std::to_string(s.d_inner()),
+                          d.rank() == 1 ? std::to_string(n) : "rank " + std::to_string(d.rank()));
+    in.shape.skip = n == s.nheads ? ch::SkipTerm::per_head : ch::SkipTerm::per_channel;
+    in.d = as_doubles(d, f32, "D.npy");
+  }
   if (file_exists(in_dir + "/dy.npy")) {
     const NpyArray dy = ctxpar::cli::read_npy(in_dir + "/dy.npy");
     dy.require_shape({in.tokens, s.d_inner()}, "dy.npy");
@@ -287,6 +307,7 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
       write("dconv_b.npy", dist.db, {s.conv_channels()});
       write("ddt_bias.npy", dist.ddt, {s.nheads});
       write("dA_log.npy", dist.dalog, {s.nheads});
+      if (has_skip(in)) write("dD.npy", dist.dd, {s.skip_size()});
     }
   }
   Json summary = Json::object();
@@ -299,6 +320,7 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   summary["d_state"] = s.d_state;
   summary["householder"] = s.householder;
   summary["conv_width"] = s.conv_width;
+  summary["skip_d"] = ch::skip_name(s.skip);
   summary["layout"] = layout;
   summary["uneven"] = uneven;
   summary["packed_sequences"] = static_cast<std::int64_t>(in.cu.empty() ? 1 : in.cu.size() - 1);
@@ -308,12 +330,12 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   return 0;
 }
 
-// Demo: a GDP layer (M = 2, ngroups = 1 < P when P > 1, packed sequences, zigzag) forward and
-// backward on every rank, checked against P = 1.
+// Demo: a GDP layer (M = 2, ngroups = 1 < P when P > 1, packed sequences, zigzag, a per-head skip
+// term D) forward and backward on every rank, checked against P = 1.
 bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
   const int p = group.size();
   Inputs in;
-  in.shape = ch::GdpShape{4 * p, 8, 1, 8, 2, 4};
+  in.shape = ch::GdpShape{4 * p, 8, 1, 8, 2, 4, ch::SkipTerm::per_head};
   in.cu = {0, 8 * p, 20 * p, 32 * p};
   in.tokens = in.cu.back();
   auto value = [](std::uint64_t seed, std::int64_t i) {
@@ -332,6 +354,7 @@ bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
   for (int h = 0; h < s.nheads; ++h)
     in.dt.push_back(value(4, h)), in.alog.push_back(0.5 * value(5, h));
   for (std::int64_t i = 0; i < in.tokens * s.d_inner(); ++i) in.dy.push_back(value(6, i));
+  for (int h = 0; h < s.nheads; ++h) in.d.push_back(value(7, h));
   Outputs dist;
   std::map<std::string, double> diffs;
   run_and_check<double>(group, in, false, true, true, 16, dist, diffs);
@@ -340,11 +363,11 @@ bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
     // Forward: the same per-head arithmetic as P = 1 (bitwise); backward: sums of repeated key
     // groups reassociate, so allow a few ulps of the gradient scale.
     const double fwd = diffs["y"], z = diffs["z"];
-    const double bwd = std::max(
-        {diffs["dx"], diffs["dconv_w"], diffs["dconv_b"], diffs["ddt_bias"], diffs["dA_log"]});
+    const double bwd = std::max({diffs["dx"], diffs["dconv_w"], diffs["dconv_b"], diffs["ddt_bias"],
+                                 diffs["dA_log"], diffs["dD"]});
     ok = fwd == 0 && z == 0 && bwd <= 1e-12;
     report << "heads: GDP M=2, H=" << s.nheads << ", ngroups=1, " << in.cu.size() - 1
-           << " packed sequences, zigzag, P=" << p << ": max|y - y(P=1)| = " << fwd
+           << " packed sequences, zigzag, D per head, P=" << p << ": max|y - y(P=1)| = " << fwd
            << ", max|grad - grad(P=1)| = " << bwd << "\n";
   }
   return ok;
@@ -355,7 +378,6 @@ bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
 CTXPAR_CLI_COMMAND(
     "heads", "head-partitioned (all-to-all) context parallelism for a Gated Delta Product layer",
     "--in DIR --out DIR --nheads H --headdim d --ngroups G --dstate N --householder M --conv-width "
-    "w "
-    "--layout L --uneven --backward --chunk C",
+    "w --layout L --uneven --backward --chunk C (optional D.npy in DIR: the skip term, dD.npy out)",
     run_heads);
 CTXPAR_CLI_DEMO_PART("heads", demo_heads);

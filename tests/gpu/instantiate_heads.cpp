@@ -1,8 +1,8 @@
 // GPU compile check of mechanism C (head partitioning): the transpose plan under every policy
 // pair (pack, one all-to-all, unpack, zigzag undo/redo, the adjoint), and the GDP layer end to
-// end (pre/post_conv_ssm, parameter slicing and gradient fold, conv, gates, L2 norm, the chunkwise
-// GDP recurrence, forward and backward), for Kokkos::DefaultExecutionSpace in float and double.
-// Nothing here runs.
+// end (pre/post_conv_ssm, parameter slicing and gradient fold, conv, gates through the expression
+// layer, L2 norm, the chunkwise GDP recurrence, the skip term D, forward and backward), for
+// Kokkos::DefaultExecutionSpace in float and double. Nothing here runs.
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -20,7 +20,7 @@ using mem = exec::memory_space;
 template <class T, class HeadPolicy, class TokenOrder>
 void instantiate_heads(const Group& group) {
   const exec space;
-  const ch::GdpShape s{2 * group.size(), 4, 1, 4, 2, 4};
+  const ch::GdpShape s{2 * group.size(), 4, 1, 4, 2, 4, ch::SkipTerm::per_head};
   const std::int64_t t = 4 * group.size();
   using matrix = Kokkos::View<T**, Kokkos::LayoutRight, mem>;
   ch::TransposePlan<T, mem, HeadPolicy, TokenOrder> plan(group, s.input_layout(), t);

@@ -153,3 +153,87 @@ BOOST_AUTO_TEST_CASE(parameter_shapes) {
       },
       same_rank);
 }
+
+// The same refusal through pre_conv_ssm / post_conv_ssm when the caller hands the batch's packed
+// metadata to the transposes alone (the reference's packed_seq_params).
+BOOST_AUTO_TEST_CASE(packed_input_without_metadata_in_the_transposes) {
+  const int p = world().size(), me = world().rank();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
+  const std::int64_t t = 4 * p;
+  ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(world(), s, t);  // built dense
+  const std::int64_t rows = cp.input_plan().local_rows();
+  matrix x("x", rows, s.input_layout().channels()), u("u", t, cp.input_plan().local_channels()),
+      y("y", t, cp.output_plan().local_channels()), out("out", rows, s.d_inner());
+  auto cu_for = [&](int bad) {
+    return me == bad ? std::vector<std::int64_t>{0, 2 * p, t} : std::vector<std::int64_t>{0, t};
+  };
+  each_bad_rank(
+      "packed input under Zigzag needs its sequence metadata",
+      [&](int bad) { cp.pre_conv_ssm(Kokkos::DefaultExecutionSpace(), x, u, cu_for(bad)); },
+      same_rank);
+  each_bad_rank(
+      "packed input under Zigzag needs its sequence metadata",
+      [&](int bad) { cp.post_conv_ssm(Kokkos::DefaultExecutionSpace(), y, out, cu_for(bad)); },
+      same_rank);
+}
+
+// A packed plan handed a batch with other (or dense) metadata, under Contiguous too: the conv and
+// the recurrence would reset their state at the wrong tokens.
+BOOST_AUTO_TEST_CASE(batch_metadata_not_the_plans) {
+  const int p = world().size(), me = world().rank();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
+  const std::int64_t t = 4 * p;
+  const std::vector<std::int64_t> cu{0, 2 * p, t};
+  ch::GdpContextParallel<double, mem> cp(world(), s, t, cu);
+  auto params = ch::GdpParameters<double, mem>::allocate(s);
+  const std::int64_t rows = cp.input_plan().local_rows();
+  matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
+      z("z", rows, s.d_inner());
+  each_bad_rank(
+      "the batch's cu_seqlens must be the plan's",
+      [&](int bad) {
+        cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z,
+                   me == bad ? std::vector<std::int64_t>{0, t} : cu);
+      },
+      same_rank);
+}
+
+BOOST_AUTO_TEST_CASE(skip_term_shape) {
+  const int p = world().size(), me = world().rank();
+  for (ch::SkipTerm skip : {ch::SkipTerm::per_head, ch::SkipTerm::per_channel}) {
+    const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4, skip};
+    ch::GdpContextParallel<double, mem> cp(world(), s, 4 * p);
+    const std::int64_t rows = cp.input_plan().local_rows();
+    matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
+        z("z", rows, s.d_inner());
+    each_bad_rank(
+        "D must have the skip term's size",
+        [&](int bad) {
+          auto params = ch::GdpParameters<double, mem>::allocate(s);
+          // The other D shape (or none) on the bad rank.
+          if (me == bad)
+            params.d = Kokkos::View<double*, mem>("other",
+                                                  skip == ch::SkipTerm::per_head ? s.d_inner() : 0);
+          cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z);
+        },
+        same_rank);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ranks_disagree_on_the_skip_term) {
+  const int p = world().size(), me = world().rank();
+  if (p == 1) return;
+  each_bad_rank(
+      "every rank must agree on the skip term D",
+      [&](int bad) {
+        const ch::GdpShape s{
+            2 * p, 2, 1, 3, 2, 4, me == bad ? ch::SkipTerm::per_head : ch::SkipTerm::none};
+        ch::GdpContextParallel<double, mem> cp(world(), s, 4 * p);
+        const std::int64_t rows = cp.input_plan().local_rows();
+        matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
+            z("z", rows, s.d_inner());
+        auto params = ch::GdpParameters<double, mem>::allocate(s);
+        cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z);
+      },
+      [](int bad) { return bad == 0 ? 1 : bad; });
+}

@@ -1,7 +1,8 @@
 // The head-parallel GDP layer end to end (pre_conv_ssm → conv → gates → L2 norm → recurrence →
 // post_conv_ssm) against the P = 1 layer (bitwise forward; backward within rounding) and an fp64
 // plain-loop oracle (forward and backward, inputs and every parameter), on every rank, for
-// M ∈ {1, 2, 3}, ngroups below/equal/above P, contiguous and zigzag, dense and packed.
+// M ∈ {1, 2, 3}, ngroups below/equal/above P, contiguous and zigzag, dense and packed, with the
+// skip term D per head, per channel and absent.
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "ctxpar_test/harness.hpp"
 #include "gdp_oracle.hpp"
@@ -25,6 +26,7 @@ heads_test::GdpData make_data(const ch::GdpShape& s, std::int64_t t_total, std::
   for (int h = 0; h < s.nheads; ++h) d.alog.push_back(0.5 * uniform(seed + 4, h));
   for (std::int64_t i = 0; i < t_total * s.d_inner(); ++i) d.dy.push_back(uniform(seed + 5, i));
   for (std::int64_t i = 0; i < t_total * s.d_inner(); ++i) d.dz.push_back(uniform(seed + 6, i));
+  for (std::int64_t i = 0; i < s.skip_size(); ++i) d.D.push_back(0.8 * uniform(seed + 7, i));
   return d;
 }
 
@@ -52,7 +54,7 @@ std::vector<double> rows_of(const std::vector<double>& a, std::int64_t cols,
 template <class Scalar, class Mem>
 struct Run {
   using cp_matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, Mem>;
-  std::vector<double> y, z, dx, dw, db, ddt, dalog;
+  std::vector<double> y, z, dx, dw, db, ddt, dalog, dd;
 };
 
 template <class Exec, class Scalar, class HeadPolicy, class TokenOrder>
@@ -78,12 +80,14 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group,
   fill(params.conv_bias, d.conv_b);
   fill(params.dt_bias, d.dt);
   fill(params.a_log, d.alog);
+  fill(params.d, d.D);
   cp.forward(Exec(), x, params, y, z);
   cp.backward(Exec(), dy, dz, dx, grads);
   Run<Scalar, mem> r;
   r.y = read(y), r.z = read(z), r.dx = read(dx);
   r.dw = read(grads.conv_weight), r.db = read(grads.conv_bias), r.ddt = read(grads.dt_bias),
   r.dalog = read(grads.a_log);
+  r.dd = read(grads.d);
   return r;
 }
 
@@ -171,6 +175,8 @@ bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::i
   ok = ok && close("dA_log vs oracle", dist.dalog, oracle.dalog, gb * longest);
   ok = ok && close("dconv_w vs P=1", dist.dw, single.dw, gb * longest);
   ok = ok && close("dA_log vs P=1", dist.dalog, single.dalog, gb * longest);
+  ok = ok && close("dD vs oracle", dist.dd, oracle.dD, gb * longest);
+  ok = ok && close("dD vs P=1", dist.dd, single.dd, gb * longest);
   return ok;
 }
 
@@ -180,20 +186,26 @@ void sweep_even(std::uint64_t seed) {
   const int p = group.size();
   // Extended rank counts (5..8, oversubscribed) keep M = 1 and 3 to stay within the time budget.
   const std::vector<int> copies = p <= 4 ? std::vector<int>{1, 2, 3} : std::vector<int>{1, 3};
+  // The skip term cycles through none / per head / per channel over the cases, so each token order
+  // sees every D shape with several M and ngroups.
+  const ch::SkipTerm skips[] = {ch::SkipTerm::none, ch::SkipTerm::per_head,
+                                ch::SkipTerm::per_channel};
+  int k = 0;
   for (int m : copies) {
     std::vector<int> groups{p, 2 * p};
     if (p > 1) groups.insert(groups.begin(), 1);
     if (p == 4) groups.insert(groups.begin(), 2);
     for (int g : groups) {
-      ch::GdpShape s{4 * p, 2, g, 3, m, 3};
+      ch::GdpShape s{4 * p, 2, g, 3, m, 3, skips[k++ % 3]};
       const std::int64_t t_dense = 6 * p;
       // Packed: an empty sequence and boundaries just before/after rank borders.
       const std::vector<std::int64_t> packed{0, 2 * p, 2 * p, 6 * p, 8 * p};
-      BOOST_TEST_CONTEXT("M=" << m << " G=" << g << " dense") {
+      BOOST_TEST_CONTEXT("M=" << m << " G=" << g << " D " << ch::skip_name(s.skip) << " dense") {
         CTXPAR_TEST_ALL(group,
                         (check<Exec, Scalar, ch::EvenHeads, TokenOrder>(s, t_dense, {}, seed++)));
       }
-      BOOST_TEST_CONTEXT("M=" << m << " G=" << g << " packed") {
+      s.skip = skips[k % 3];
+      BOOST_TEST_CONTEXT("M=" << m << " G=" << g << " D " << ch::skip_name(s.skip) << " packed") {
         CTXPAR_TEST_ALL(group, (check<Exec, Scalar, ch::EvenHeads, TokenOrder>(s, packed.back(),
                                                                                packed, seed++)));
       }
@@ -223,7 +235,8 @@ BOOST_AUTO_TEST_CASE(gdp_uneven) {
   std::uint64_t seed = 500;
   for (int h : {2 * p + 1, std::max(1, p - 1)}) {
     for (int g : {1, h}) {
-      ch::GdpShape s{h, 2, g, 3, 2, 4};
+      // D per channel with 2P + 1 heads, per head when some ranks own no head.
+      ch::GdpShape s{h, 2, g, 3, 2, 4, h > p ? ch::SkipTerm::per_channel : ch::SkipTerm::per_head};
       BOOST_TEST_CONTEXT("H=" << h << " G=" << g) {
         CTXPAR_TEST_ALL(
             group, (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Contiguous>(
@@ -239,33 +252,37 @@ BOOST_AUTO_TEST_CASE(gdp_uneven) {
 // The oracle's own gradients against central finite differences (fp64, small shape).
 BOOST_AUTO_TEST_CASE(oracle_matches_finite_differences) {
   const auto& group = world();
-  ch::GdpShape s{4, 2, 2, 3, 2, 3};
-  const std::vector<std::int64_t> cu{0, 5, 9};
-  auto d = make_data(s, 9, 7);
-  const auto r = heads_test::gdp_oracle(s, cu, d, l2_eps, true);
   bool ok = true;
-  const double h = 1e-6;
-  auto probe = [&](std::vector<double>& param, const std::vector<double>& grad, const char* name) {
-    for (std::size_t i = 0; i < param.size(); i += 1 + param.size() / 23) {
-      const double keep = param[i];
-      param[i] = keep + h;
-      const double lp = heads_test::gdp_loss(s, cu, d, l2_eps);
-      param[i] = keep - h;
-      const double lm = heads_test::gdp_loss(s, cu, d, l2_eps);
-      param[i] = keep;
-      const double fd = (lp - lm) / (2 * h);
-      // Truncation O(h²) plus cancellation O(u·|L|/h).
-      if (std::fabs(fd - grad[i]) > 1e-6 * (1 + std::fabs(grad[i]))) {
-        std::cerr << name << "[" << i << "] fd " << fd << " vs analytic " << grad[i] << "\n";
-        ok = false;
+  for (ch::SkipTerm skip : {ch::SkipTerm::per_head, ch::SkipTerm::per_channel}) {
+    ch::GdpShape s{4, 2, 2, 3, 2, 3, skip};
+    const std::vector<std::int64_t> cu{0, 5, 9};
+    auto d = make_data(s, 9, 7);
+    const auto r = heads_test::gdp_oracle(s, cu, d, l2_eps, true);
+    const double h = 1e-6;
+    auto probe = [&](std::vector<double>& param, const std::vector<double>& grad,
+                     const char* name) {
+      for (std::size_t i = 0; i < param.size(); i += 1 + param.size() / 23) {
+        const double keep = param[i];
+        param[i] = keep + h;
+        const double lp = heads_test::gdp_loss(s, cu, d, l2_eps);
+        param[i] = keep - h;
+        const double lm = heads_test::gdp_loss(s, cu, d, l2_eps);
+        param[i] = keep;
+        const double fd = (lp - lm) / (2 * h);
+        // Truncation O(h²) plus cancellation O(u·|L|/h).
+        if (std::fabs(fd - grad[i]) > 1e-6 * (1 + std::fabs(grad[i]))) {
+          std::cerr << name << "[" << i << "] fd " << fd << " vs analytic " << grad[i] << "\n";
+          ok = false;
+        }
       }
-    }
-  };
-  probe(d.x, r.dx, "dx");
-  probe(d.conv_w, r.dconv_w, "dconv_w");
-  probe(d.conv_b, r.dconv_b, "dconv_b");
-  probe(d.dt, r.ddt, "ddt_bias");
-  probe(d.alog, r.dalog, "dA_log");
+    };
+    probe(d.x, r.dx, "dx");
+    probe(d.conv_w, r.dconv_w, "dconv_w");
+    probe(d.conv_b, r.dconv_b, "dconv_b");
+    probe(d.dt, r.ddt, "ddt_bias");
+    probe(d.alog, r.dalog, "dA_log");
+    probe(d.D, r.dD, "dD");
+  }
   CTXPAR_TEST_ALL(group, ok);
 }
 

@@ -1,6 +1,7 @@
 // An fp64 oracle of the whole GDP layer at P = 1, written for clarity with plain loops: causal
 // depthwise conv per sequence → SiLU → split → L2 norm → gates → token-by-token gated delta
-// product → y, and its analytic backward. Independent of the library (shares no code with it).
+// product → y (+ D ⊙ x_V, x_V being householder copy 0 of V after SiLU), and its analytic backward.
+// Independent of the library (shares no code with it).
 #pragma once
 
 #include <cmath>
@@ -15,11 +16,12 @@ struct GdpData {
   std::vector<double> x;                         // [T, C]
   std::vector<double> conv_w, conv_b, dt, alog;  // [Cc, w], [Cc], [H], [H]
   std::vector<double> dy, dz;                    // [T, H·d], [T, d_inner]
+  std::vector<double> D;                         // [H], [d_inner] or empty, per the shape's skip
 };
 
 struct GdpResult {
   std::vector<double> y, z, y_mag;  // forward; y_mag bounds |terms| of each y
-  std::vector<double> dx, dconv_w, dconv_b, ddt, dalog;
+  std::vector<double> dx, dconv_w, dconv_b, ddt, dalog, dD;
 };
 
 inline double sigm(double x) {
@@ -130,6 +132,18 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
       }
     }
   }
+  // Skip term: y(t, h, j) += D · act(V copy 0, h, j).
+  const bool has_d = s.skip != ctxpar::heads::SkipTerm::none;
+  const bool d_per_head = s.skip == ctxpar::heads::SkipTerm::per_head;
+  auto d_index = [&](int h, int j) { return d_per_head ? h : h * d + j; };
+  if (has_d)
+    for (std::int64_t t = 0; t < T; ++t)
+      for (int h = 0; h < H; ++h)
+        for (int j = 0; j < d; ++j) {
+          const double term = in.D[d_index(h, j)] * act[vidx(t, 0, h, j)];
+          out.y[t * di + h * d + j] += term;
+          out.y_mag[t * di + h * d + j] += std::fabs(term);
+        }
   if (!backward) return out;
 
   // Backward through the recurrence.
@@ -183,12 +197,20 @@ inline GdpResult gdp_oracle(const ctxpar::heads::GdpShape& s, const std::vector<
       for (double& v : ds) v *= alpha;
     }
   }
-  // Back to the conv activations, through the L2 norms.
+  // Back to the conv activations, through the L2 norms (and the skip term).
+  out.dD.assign(in.D.size(), 0.0);
   std::vector<double> dact(T * Cc, 0.0);
   for (std::int64_t t = 0; t < T; ++t) {
     for (int m = 0; m < M; ++m)
       for (int h = 0; h < H; ++h)
         for (int j = 0; j < d; ++j) dact[vidx(t, m, h, j)] = dv[((t * M + m) * H + h) * d + j];
+    if (has_d)
+      for (int h = 0; h < H; ++h)
+        for (int j = 0; j < d; ++j) {
+          const double go = in.dy[t * di + h * d + j];
+          dact[vidx(t, 0, h, j)] += in.D[d_index(h, j)] * go;
+          out.dD[d_index(h, j)] += go * act[vidx(t, 0, h, j)];
+        }
     for (int m = 0; m <= M; ++m)
       for (int g = 0; g < G; ++g) {
         const double r = rn[(t * (M + 1) + m) * G + g];

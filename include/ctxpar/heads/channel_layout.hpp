@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/heads/skip_term.hpp"
 #include "ctxpar/partition/head_partition.hpp"
 
 namespace ctxpar::heads {
@@ -135,12 +136,16 @@ class ChannelLayout {
 
 /// The shape of a Gated Delta Product layer (one tensor-parallel rank's worth, `P = 1`).
 struct GdpShape {
-  int nheads = 1;       ///< heads H
-  int headdim = 1;      ///< value channels per head d
-  int ngroups = 1;      ///< key groups G (divides H)
-  int d_state = 1;      ///< key channels per group N (the state is N × d per head)
-  int householder = 1;  ///< householder copies M
-  int conv_width = 4;   ///< depthwise causal conv width w
+  int nheads = 1;                  ///< heads H
+  int headdim = 1;                 ///< value channels per head d
+  int ngroups = 1;                 ///< key groups G (divides H)
+  int d_state = 1;                 ///< key channels per group N (the state is N × d per head)
+  int householder = 1;             ///< householder copies M
+  int conv_width = 4;              ///< depthwise causal conv width w
+  SkipTerm skip = SkipTerm::none;  ///< whether the layer has `D`, per head or per channel
+
+  /// Elements of `D` (`0`, `H` or `d_inner`).
+  std::int64_t skip_size() const { return heads::skip_size(skip, nheads, headdim); }
 
   /// `d_inner = H · d`.
   std::int64_t d_inner() const { return std::int64_t{nheads} * headdim; }

@@ -21,13 +21,15 @@
 namespace ctxpar::heads {
 
 /// The full (`P = 1`) parameters of the layer, or their gradients: `conv_weight [C_conv, w]`,
-/// `conv_bias [C_conv]` over `[V | K | Q]`, `dt_bias [H]`, `a_log [H]`.
+/// `conv_bias [C_conv]` over `[V | K | Q]`, `dt_bias [H]`, `a_log [H]`, and the skip term `d`
+/// (`[H]`, `[d_inner]` or empty, per `GdpShape::skip`).
 template <class Scalar, class MemorySpace>
 struct GdpParameters {
   Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> conv_weight;  ///< `[C_conv, w]`
   Kokkos::View<Scalar*, MemorySpace> conv_bias;                          ///< `[C_conv]`
   Kokkos::View<Scalar*, MemorySpace> dt_bias;                            ///< `[H]`
   Kokkos::View<Scalar*, MemorySpace> a_log;                              ///< `[H]`
+  Kokkos::View<Scalar*, MemorySpace> d;  ///< `D`: `[H]`, `[d_inner]`, or empty (no skip term)
 
   /// Zero-initialised parameters of `shape` (labels `ctxpar::heads::<what>`).
   static GdpParameters allocate(const GdpShape& shape, const std::string& what = "parameters") {
@@ -38,6 +40,7 @@ struct GdpParameters {
         decltype(p.conv_bias)("ctxpar::heads::" + what + "::conv_bias", shape.conv_channels());
     p.dt_bias = decltype(p.dt_bias)("ctxpar::heads::" + what + "::dt_bias", shape.nheads);
     p.a_log = decltype(p.a_log)("ctxpar::heads::" + what + "::a_log", shape.nheads);
+    p.d = decltype(p.d)("ctxpar::heads::" + what + "::d", shape.skip_size());
     return p;
   }
 };
@@ -118,6 +121,7 @@ class GdpContextParallel {
     dims_.d_state = shape.d_state;
     dims_.copies = shape.householder;
     dims_.width = shape.conv_width;
+    dims_.skip = shape.skip;
     dims_.head_begin = b.heads.begin(me);
     dims_.group_begin = b.begin(me);
     dims_.heads_per_group = b.heads_per_group();
@@ -160,6 +164,17 @@ class GdpContextParallel {
   void pre_conv_ssm(const ExecutionSpace& space, const X& x, const U& u) const {
     pre_.to_head_parallel(space, x, u);
   }
+  /// Collective. As above, for a batch that comes with its packed metadata `cu_seqlens` (the
+  /// reference's `packed_seq_params`): refused on every rank when it is not the plan's, in
+  /// particular a packed batch on a plan built dense under `Zigzag`.
+  template <class ExecutionSpace, class X, class U>
+  void pre_conv_ssm(const ExecutionSpace& space, const X& x, const U& u,
+                    const std::vector<std::int64_t>& cu_seqlens) const {
+    Preconditions chk(pre_.group(), "ctxpar::heads::GdpContextParallel::pre_conv_ssm");
+    require_batch(chk, cu_seqlens);
+    chk.agree();
+    pre_.to_head_parallel(space, x, u);
+  }
   /// Collective. Backward of `pre_conv_ssm`: sums the gradients of repeated key groups.
   template <class ExecutionSpace, class U, class X>
   void pre_conv_ssm_backward(const ExecutionSpace& space, const U& du, const X& dx) const {
@@ -170,6 +185,15 @@ class GdpContextParallel {
   void post_conv_ssm(const ExecutionSpace& space, const Y& y, const X& out) const {
     post_.to_sequence_parallel(space, y, out);
   }
+  /// Collective. As above, with the batch's packed metadata checked like `pre_conv_ssm`'s.
+  template <class ExecutionSpace, class Y, class X>
+  void post_conv_ssm(const ExecutionSpace& space, const Y& y, const X& out,
+                     const std::vector<std::int64_t>& cu_seqlens) const {
+    Preconditions chk(pre_.group(), "ctxpar::heads::GdpContextParallel::post_conv_ssm");
+    require_batch(chk, cu_seqlens);
+    chk.agree();
+    post_.to_sequence_parallel(space, y, out);
+  }
   /// Collective. Backward of `post_conv_ssm`.
   template <class ExecutionSpace, class X, class Y>
   void post_conv_ssm_backward(const ExecutionSpace& space, const X& dout, const Y& dy) const {
@@ -177,7 +201,8 @@ class GdpContextParallel {
   }
 
   /// This rank's slices of the full parameters (conv rows per householder copy: V by head block,
-  /// K and Q by key group with the repeat; `dt_bias`, `a_log` by head block).
+  /// K and Q by key group with the repeat; `dt_bias`, `a_log` by head block; `d` by head block or
+  /// by the block's channels).
   template <class ExecutionSpace>
   void slice_parameters(const ExecutionSpace& space, const parameters& full,
                         const parameters& local) const {
@@ -193,6 +218,8 @@ class GdpContextParallel {
     }
     gather1(space, "ctxpar::heads::slice_dt_bias", full.dt_bias, local.dt_bias, head_map_);
     gather1(space, "ctxpar::heads::slice_a_log", full.a_log, local.a_log, head_map_);
+    if (shape_.skip != SkipTerm::none)
+      slice_vector(space, full.d, local.d, shape_.skip == SkipTerm::per_channel);
   }
   /// Slice of a per-head (`has_hdim == false`, `[H]`) or per-channel (`[d_inner]`) vector such as
   /// `D`.
@@ -212,6 +239,7 @@ class GdpContextParallel {
     Kokkos::deep_copy(space, full.conv_bias, Scalar(0));
     Kokkos::deep_copy(space, full.dt_bias, Scalar(0));
     Kokkos::deep_copy(space, full.a_log, Scalar(0));
+    if (full.d.extent(0) > 0) Kokkos::deep_copy(space, full.d, Scalar(0));
     const std::int64_t cc = conv1d_channels();
     if (cc > 0) {
       Kokkos::parallel_for(
@@ -222,11 +250,15 @@ class GdpContextParallel {
     }
     scatter1(space, "ctxpar::heads::fold_dt_bias", local.dt_bias, full.dt_bias, head_map_);
     scatter1(space, "ctxpar::heads::fold_a_log", local.a_log, full.a_log, head_map_);
+    if (shape_.skip != SkipTerm::none)
+      scatter1(space, "ctxpar::heads::fold_d", local.d, full.d,
+               shape_.skip == SkipTerm::per_channel ? channel_map_ : head_map_);
     const Group& g = pre_.group();
     allreduce_sum(space, g, full.conv_weight);
     allreduce_sum(space, g, full.conv_bias);
     allreduce_sum(space, g, full.dt_bias);
     allreduce_sum(space, g, full.a_log);
+    if (shape_.skip != SkipTerm::none) allreduce_sum(space, g, full.d);
   }
 
   /// Collective. The layer forward: `x [T/P, C]` sequence-parallel and the full parameters →
@@ -241,8 +273,8 @@ class GdpContextParallel {
     check_parameters(full, cu_seqlens);
     slice_parameters(space, full, local_);
     pre_conv_ssm(space, x, u_);
-    core_.forward(space, u_, local_.conv_weight, local_.conv_bias, local_.dt_bias, local_.a_log, y_,
-                  z_);
+    core_.forward(space, u_, local_.conv_weight, local_.conv_bias, local_.dt_bias, local_.a_log,
+                  local_.d, y_, z_);
     post_conv_ssm(space, y_, y);
     post_conv_ssm(space, z_, z);
   }
@@ -257,7 +289,7 @@ class GdpContextParallel {
     post_conv_ssm_backward(space, dy, dy_);
     post_conv_ssm_backward(space, dz, dz_);
     core_.backward(space, dy_, dz_, du_, local_grad_.conv_weight, local_grad_.conv_bias,
-                   local_grad_.dt_bias, local_grad_.a_log);
+                   local_grad_.dt_bias, local_grad_.a_log, local_grad_.d);
     pre_conv_ssm_backward(space, du_, dx);
     accumulate_gradients(space, local_grad_, grads);
   }
@@ -265,21 +297,26 @@ class GdpContextParallel {
  private:
   using index_view = Kokkos::View<std::int64_t*, MemorySpace>;
 
+  // The packed metadata a batch comes with, against the plan's. What cannot be seen here: a
+  // packed batch handed over with no metadata at all (`batch_cu` empty) is, to the library, a
+  // dense batch; only the plan's own cu_seqlens can describe it then.
+  void require_batch(Preconditions& chk, const std::vector<std::int64_t>& batch_cu) const {
+    if (batch_cu.empty()) return;
+    const bool plan_dense = pre_.cu_seqlens().size() == 2;
+    const bool batch_packed = batch_cu.size() > 2;
+    chk.require(!(plan_dense && batch_packed && std::is_same_v<TokenOrder, Zigzag>),
+                "packed input under Zigzag needs its sequence metadata in the plan (the dense "
+                "zigzag pattern would scramble tokens across sequence boundaries)",
+                "a plan built with cu_seqlens",
+                "a dense plan and " + std::to_string(batch_cu.size() - 1) + " sequences");
+    chk.require(batch_cu == pre_.cu_seqlens() || (plan_dense && !batch_packed),
+                "the batch's cu_seqlens must be the plan's", pre_.cu_seqlens().size() - 1,
+                std::to_string(batch_cu.size() - 1) + " sequences");
+  }
+
   void check_parameters(const parameters& p, const std::vector<std::int64_t>& batch_cu) const {
     Preconditions chk(pre_.group(), "ctxpar::heads::GdpContextParallel");
-    if (!batch_cu.empty()) {
-      const bool plan_dense = pre_.cu_seqlens().size() == 2;
-      const bool batch_packed = batch_cu.size() > 2;
-      chk.require(
-          !(plan_dense && batch_packed && std::is_same_v<TokenOrder, Zigzag>),
-          "packed input under Zigzag needs its sequence metadata in the plan (the dense zigzag "
-          "pattern would scramble tokens across sequence boundaries)",
-          "a plan built with cu_seqlens",
-          "a dense plan and " + std::to_string(batch_cu.size() - 1) + " sequences");
-      chk.require(batch_cu == pre_.cu_seqlens() || (plan_dense && !batch_packed),
-                  "the batch's cu_seqlens must be the plan's", pre_.cu_seqlens().size() - 1,
-                  std::to_string(batch_cu.size() - 1) + " sequences");
-    }
+    require_batch(chk, batch_cu);
     chk.require(
         static_cast<std::int64_t>(p.conv_weight.extent(0)) == shape_.conv_channels() &&
             static_cast<std::int64_t>(p.conv_weight.extent(1)) == shape_.conv_width,
@@ -292,6 +329,12 @@ class GdpContextParallel {
                     static_cast<int>(p.a_log.extent(0)) == shape_.nheads,
                 "dt_bias and A_log must be [nheads]", shape_.nheads,
                 std::to_string(p.dt_bias.extent(0)) + " and " + std::to_string(p.a_log.extent(0)));
+    chk.require(static_cast<std::int64_t>(p.d.extent(0)) == shape_.skip_size(),
+                std::string("D must have the skip term's size (") + skip_name(shape_.skip) + ")",
+                shape_.skip_size(), p.d.extent(0));
+    // Every rank must apply (or not) the same skip term: a rank-local choice would silently give
+    // a different layer on some heads.
+    chk.require_same("the skip term D", static_cast<std::int64_t>(shape_.skip));
     chk.agree();
   }
 
@@ -302,6 +345,8 @@ class GdpContextParallel {
     p.conv_bias = vector("ctxpar::heads::" + what + "::conv_bias", dims_.conv_channels());
     p.dt_bias = vector("ctxpar::heads::" + what + "::dt_bias", dims_.heads);
     p.a_log = vector("ctxpar::heads::" + what + "::a_log", dims_.heads);
+    p.d = vector("ctxpar::heads::" + what + "::d",
+                 skip_size(shape_.skip, dims_.heads, shape_.headdim));
     return p;
   }
 

@@ -3,8 +3,9 @@
 /// (zero initial state per sequence) → SiLU → split V, K, Q, b, a → β = sigmoid(b),
 /// g = −exp(A_log)·softplus(a + dt_bias) → L2-normalised q, k → the gated delta product
 /// recurrence per head over the whole sequence (the chunkwise GDP backend of mechanism B, called
-/// on the rank's whole sequence) → y — forward and backward. No communication:
-/// every rank runs it on the heads it owns.
+/// on the rank's whole sequence) → y, plus the skip term `D ⊙ x_V` when the layer has one (x_V:
+/// householder copy 0 of V after conv and SiLU) — forward and backward. No communication: every
+/// rank runs it on the heads it owns.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -18,6 +19,7 @@
 #include "ctxpar/chunkwise/local_sequences.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/expr/expr.hpp"
 #include "ctxpar/heads/impl/layer_kernels.hpp"
 
 namespace ctxpar::heads {
@@ -82,18 +84,20 @@ class GdpLayerCore {
   std::int64_t tokens() const { return tokens_; }
 
   /// `u [T, C_local]` (the head-parallel input `[z | V | K | Q | b | a]`), this rank's parameter
-  /// slices `conv_w [C_conv, w]`, `conv_b [C_conv]`, `dt_bias [H]`, `a_log [H]` → `y [T, H·d]` and
-  /// `z [T, d_inner]` (the z section, contiguous). Keeps what `backward` needs.
+  /// slices `conv_w [C_conv, w]`, `conv_b [C_conv]`, `dt_bias [H]`, `a_log [H]` and `d` (`[H]`,
+  /// `[H·d]` or empty, per `dims().skip`) → `y [T, H·d]` and `z [T, d_inner]` (the z section,
+  /// contiguous). Keeps what `backward` needs.
   template <class ExecutionSpace>
   void forward(const ExecutionSpace& space, const matrix& u, const matrix& conv_w,
-               const vector& conv_b, const vector& dt_bias, const vector& a_log, const matrix& y,
-               const matrix& z) {
+               const vector& conv_b, const vector& dt_bias, const vector& a_log, const vector& d,
+               const matrix& y, const matrix& z) {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::GdpLayerCore::forward", ExecutionSpace, matrix);
     compat::ScopedRegion region("ctxpar::heads::layer_forward");
     u_ = u;
     conv_w_ = conv_w;
     dt_bias_ = dt_bias;
     a_log_ = a_log;
+    d_ = d;
     const std::int64_t t = tokens_;
     using p2 =
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
@@ -108,22 +112,27 @@ class GdpLayerCore {
     Kokkos::parallel_for("ctxpar::heads::split_l2norm", p1(space, 0, t),
                          impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>{
                              act_, rnorm_, rec_.k, rec_.q, rec_.v, dims_, eps_});
-    Kokkos::parallel_for(
-        "ctxpar::heads::gates", p1(space, 0, t),
-        impl::Gates<matrix, vector, matrix>{u, a_log, dt_bias, rec_.beta, rec_.g, dims_});
+    gates_forward(space, u, a_log, dt_bias);
     if (dims_.d_inner() > 0)
       Kokkos::parallel_for("ctxpar::heads::copy_z", p2(space, {0, 0}, {t, dims_.d_inner()}),
                            impl::CopyColumns<matrix, matrix>{u, z, 0});
     rec_.o = tensor3(y.data(), t, dims_.heads, dims_.headdim);
     recurrence_forward(space);
+    if (dims_.skip != SkipTerm::none && dims_.d_inner() > 0) {
+      const tensor3 y3(y.data(), t, dims_.heads, dims_.headdim);
+      const auto x3 = value_copy0(act_);
+      with_skip_weights(d, [&](const auto& w) {
+        ctxpar::assign(space, y3, expr::view(y3) + w * expr::view(x3));
+      });
+    }
   }
 
   /// Backward of the last `forward`: `dy [T, H·d]`, `dz [T, d_inner]` → `du [T, C_local]` and this
-  /// rank's parameter-slice gradients (overwritten).
+  /// rank's parameter-slice gradients (overwritten; `dd` like `d`, empty without a skip term).
   template <class ExecutionSpace>
   void backward(const ExecutionSpace& space, const matrix& dy, const matrix& dz, const matrix& du,
                 const matrix& dconv_w, const vector& dconv_b, const vector& ddt_bias,
-                const vector& da_log) {
+                const vector& da_log, const vector& dd) {
     compat::ScopedRegion region("ctxpar::heads::layer_backward");
     const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
     using p2 =
@@ -142,12 +151,30 @@ class GdpLayerCore {
       Kokkos::deep_copy(space, dconv_b, Scalar(0));
       Kokkos::deep_copy(space, ddt_bias, Scalar(0));
       Kokkos::deep_copy(space, da_log, Scalar(0));
+      if (dd.extent(0) > 0) Kokkos::deep_copy(space, dd, Scalar(0));
       return;
     }
     recurrence_backward(space, tensor3(dy.data(), t, h, dims_.headdim));
     Kokkos::parallel_for("ctxpar::heads::l2norm_backward", p1(space, 0, t),
                          impl::SplitNormalizeBackward<matrix, tensor3, tensor3, tensor3, matrix>{
                              act_, rnorm_, grads_.k, grads_.q, grads_.v, dact_, dims_});
+    if (dims_.skip != SkipTerm::none && dims_.d_inner() > 0) {
+      // The skip term reads x_V, so its output gradient joins dv before SiLU's backward; dD sums
+      // over this rank's tokens (over ranks in GdpContextParallel).
+      const tensor3 dy3(dy.data(), t, h, dims_.headdim);
+      const auto dx3 = value_copy0(dact_);
+      with_skip_weights(d_, [&](const auto& w) {
+        ctxpar::assign(space, dx3, expr::view(dx3) + w * expr::view(dy3));
+      });
+      const int width = dims_.skip == SkipTerm::per_head ? dims_.headdim : 1;
+      Kokkos::parallel_for("ctxpar::heads::skip_grad",
+                           p1(space, 0, static_cast<std::int64_t>(dd.extent(0))),
+                           impl::SkipGrad<matrix, strided_matrix, vector>{
+                               dy,
+                               Kokkos::subview(act_, Kokkos::ALL,
+                                               Kokkos::make_pair(std::int64_t(0), dims_.d_inner())),
+                               dd, t, width});
+    }
     const std::int64_t cc = dims_.conv_channels();
     if (cc > 0) {
       Kokkos::parallel_for("ctxpar::heads::silu_backward", p2(space, {0, 0}, {t, cc}),
@@ -162,9 +189,7 @@ class GdpLayerCore {
                                     Kokkos::View<std::int64_t*, MemorySpace>>{
               dact_, u_, dconv_w, dconv_b, seq_start_, dims_.off_v, t, dims_.width});
     }
-    Kokkos::parallel_for("ctxpar::heads::gates_backward", p1(space, 0, t),
-                         impl::GatesBackward<matrix, vector, matrix, matrix>{
-                             u_, a_log_, dt_bias_, rec_.beta, grads_.beta, grads_.g, du, dims_});
+    gates_backward(space, du);
     Kokkos::parallel_for("ctxpar::heads::gate_param_grads",
                          Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
                          impl::GateParamGrads<matrix, matrix, vector>{du, grads_.g, rec_.g,
@@ -175,6 +200,60 @@ class GdpLayerCore {
   }
 
  private:
+  using strided_matrix = Kokkos::View<Scalar**, Kokkos::LayoutStride, MemorySpace>;
+  using strided_tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutStride, MemorySpace>;
+
+  // Householder copy 0 of the V section of `a` (`act_` or `dact_`, V first) as `[T, H, d]`.
+  strided_tensor3 value_copy0(const matrix& a) const {
+    const Kokkos::LayoutStride layout(tokens_, a.extent(1), dims_.heads, dims_.headdim,
+                                      dims_.headdim, 1);
+    return strided_tensor3(a.data(), layout);
+  }
+  // Calls `f` with D read as `[T, H, d]`: the per-channel D viewed as `[H, d]`, or the per-head D
+  // repeated over the head's channels (two expression types, hence the callback).
+  template <class F>
+  void with_skip_weights(const vector& d, F&& f) const {
+    using cmatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace,
+                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    if (dims_.skip == SkipTerm::per_channel)
+      f(expr::broadcast<0>(cmatrix(d.data(), dims_.heads, dims_.headdim), tokens_));
+    else
+      f(expr::broadcast<0>(expr::broadcast<1>(d, dims_.headdim), tokens_));
+  }
+
+  // β = sigmoid(b) over all householder copies ([T, M·H] is the [T·M, H] buffer's memory), and
+  // g = −exp(A_log)·softplus(a + dt_bias): one fused expression-layer kernel each.
+  template <class ExecutionSpace>
+  void gates_forward(const ExecutionSpace& space, const matrix& u, const vector& a_log,
+                     const vector& dt_bias) {
+    const std::int64_t t = tokens_, mh = std::int64_t(dims_.copies) * dims_.heads;
+    const matrix beta(rec_.beta.data(), t, mh);
+    ctxpar::assign(space, beta,
+                   impl::gate_sigmoid(expr::view(Kokkos::subview(
+                       u, Kokkos::ALL, Kokkos::make_pair(dims_.off_b, dims_.off_b + mh)))));
+    const auto ua =
+        Kokkos::subview(u, Kokkos::ALL, Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads));
+    ctxpar::assign(space, rec_.g,
+                   -expr::exp(expr::broadcast<0>(a_log, t)) *
+                       impl::gate_softplus(expr::view(ua) + expr::broadcast<0>(dt_bias, t)));
+  }
+  // Backward of `gates_forward` into the b and a sections of `du`.
+  template <class ExecutionSpace>
+  void gates_backward(const ExecutionSpace& space, const matrix& du) {
+    const std::int64_t t = tokens_, mh = std::int64_t(dims_.copies) * dims_.heads;
+    const matrix beta(rec_.beta.data(), t, mh), dbeta(grads_.beta.data(), t, mh);
+    ctxpar::assign(
+        space, Kokkos::subview(du, Kokkos::ALL, Kokkos::make_pair(dims_.off_b, dims_.off_b + mh)),
+        expr::view(dbeta) * expr::view(beta) * (Scalar(1) - expr::view(beta)));
+    const auto ua =
+        Kokkos::subview(u_, Kokkos::ALL, Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads));
+    ctxpar::assign(
+        space,
+        Kokkos::subview(du, Kokkos::ALL, Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads)),
+        -expr::view(grads_.g) * expr::exp(expr::broadcast<0>(a_log_, t)) *
+            impl::gate_sigmoid(expr::view(ua) + expr::broadcast<0>(dt_bias_, t)));
+  }
+
   // The recurrence over the whole local sequence for every local head: the chunkwise GDP backend
   // of mechanism B called with one rank's worth of sequence, zero incoming state and zero
   // incoming state gradient, so no communication is involved.
@@ -234,7 +313,7 @@ class GdpLayerCore {
   double eps_ = 1e-6;
   Kokkos::View<std::int64_t*, MemorySpace> seq_start_, seq_end_;
   matrix pre_, act_, dact_, u_, conv_w_;
-  vector dt_bias_, a_log_;
+  vector dt_bias_, a_log_, d_;
   tensor3 rnorm_;
   Recurrence rec_;
   Grads grads_;

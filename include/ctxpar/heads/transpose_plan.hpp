@@ -135,8 +135,14 @@ class TransposePlan {
     for (char c : seen) covered = covered && c;
     require_local(covered, op, "every channel of the layout must reach some rank",
                   "a covering partition", "a channel no rank holds");
+    // Where each run lands in the flat buffer: row t of rank j's block [rows, C_j] starts at
+    // rows·offset(j) + t·C_j, so the kernels need one multiply-add per run and row.
+    for (impl::ChannelRun& run : runs) {
+      const std::int64_t o = offset[run.owner];
+      run.block_stride = offset[run.owner + 1] - o;
+      run.block_base = local_rows() * o + (run.target - o);
+    }
     runs_ = to_device<impl::ChannelRun>("ctxpar::heads::channel_runs", runs);
-    offset_ = to_device<std::int64_t>("ctxpar::heads::channel_offset", offset);
 
     if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
       // A dense sequence is one packed sequence: the same closed form covers both.
@@ -202,10 +208,9 @@ class TransposePlan {
     check_views("ctxpar::heads::to_head_parallel", x, y);
     using team = Kokkos::TeamPolicy<ExecutionSpace>;
     if (local_rows() > 0)
-      Kokkos::parallel_for(
-          "ctxpar::heads::pack_sequence", team(space, local_rows(), Kokkos::AUTO),
-          impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace,
-                             ExecutionSpace>{x, buf_seq_, runs_, offset_, local_rows()});
+      Kokkos::parallel_for("ctxpar::heads::pack_sequence", team(space, local_rows(), Kokkos::AUTO),
+                           impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
+                                              MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
     if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
       exchange(space, buf_seq_, send_seq_, flat(y), recv_head_);
     } else {
@@ -224,11 +229,10 @@ class TransposePlan {
   template <class ExecutionSpace, class SeqView>
   void pack(const ExecutionSpace& space, const SeqView& x) const {
     if (local_rows() > 0)
-      Kokkos::parallel_for(
-          "ctxpar::heads::pack_sequence",
-          Kokkos::TeamPolicy<ExecutionSpace>(space, local_rows(), Kokkos::AUTO),
-          impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>, MemorySpace,
-                             ExecutionSpace>{x, buf_seq_, runs_, offset_, local_rows()});
+      Kokkos::parallel_for("ctxpar::heads::pack_sequence",
+                           Kokkos::TeamPolicy<ExecutionSpace>(space, local_rows(), Kokkos::AUTO),
+                           impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
+                                              MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
   }
   /// The local second half of `to_head_parallel` under `Zigzag` alone: unpacks the plan's receive
   /// buffer into `y` with the zigzag undo (no communication). For measuring the unpack bandwidth.
@@ -309,11 +313,10 @@ class TransposePlan {
       exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
     }
     if (local_rows() > 0)
-      Kokkos::parallel_for("ctxpar::heads::unpack_sequence",
-                           team(space, local_rows(), Kokkos::AUTO),
-                           impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView,
-                                                MemorySpace, ExecutionSpace>{
-                               buf_seq_, x, runs_, offset_, local_rows(), sum_repeats});
+      Kokkos::parallel_for(
+          "ctxpar::heads::unpack_sequence", team(space, local_rows(), Kokkos::AUTO),
+          impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView, MemorySpace,
+                               ExecutionSpace>{buf_seq_, x, runs_, sum_repeats});
   }
 
   template <class SeqView, class HeadView>
@@ -339,6 +342,10 @@ class TransposePlan {
                 local_channels(), y.extent(1));
     chk.require(y.span_is_contiguous(), "the head-parallel view must be contiguous", "contiguous",
                 "strided");
+    // The kernels copy runs between raw row pointers.
+    chk.require(x.extent(1) <= 1 || x.stride(1) == 1,
+                "the sequence-parallel view's channels must be contiguous (unit stride)", 1,
+                x.stride(1));
     chk.agree();
   }
 
@@ -389,7 +396,6 @@ class TransposePlan {
   std::vector<std::int64_t> row_begin_, offset_host_;
   std::vector<int> send_seq_, recv_head_;
   Kokkos::View<impl::ChannelRun*, MemorySpace> runs_;
-  Kokkos::View<std::int64_t*, MemorySpace> offset_;
   PackedZigzagLayout<MemorySpace> order_;
   PackedZigzagLayout<Kokkos::HostSpace> order_host_;
   Kokkos::View<Scalar*, MemorySpace> buf_seq_, buf_head_;

@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/expr/unary.hpp"
+#include "ctxpar/heads/skip_term.hpp"
 
 namespace ctxpar::heads::impl {
 
@@ -23,11 +25,47 @@ KOKKOS_INLINE_FUNCTION T softplus(T x) {
   return x > T(20) ? x : compat::log1p(compat::exp(x));
 }
 
+/// The gate's sigmoid as an expression-layer operation. Kept apart from `expr::op::Sigmoid`
+/// because it takes `exp(x)/(1 + exp(x))` for negative `x` (no overflow of `exp(-x)`), and the
+/// layer's results must stay bit-identical to the recorded ones.
+struct GateSigmoid {
+  /// Same type.
+  template <class T>
+  using result = T;
+  /// Applies the operation.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T apply(T x) {
+    return sigmoid(x);
+  }
+};
+/// The gate's softplus (`x` itself above 20) as an expression-layer operation; see `GateSigmoid`.
+struct GateSoftplus {
+  /// Same type.
+  template <class T>
+  using result = T;
+  /// Applies the operation.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T apply(T x) {
+    return softplus(x);
+  }
+};
+/// `GateSigmoid` applied to an expression node.
+template <class E>
+expr::Unary<GateSigmoid, E> gate_sigmoid(const E& e) {
+  return {e};
+}
+/// `GateSoftplus` applied to an expression node.
+template <class E>
+expr::Unary<GateSoftplus, E> gate_softplus(const E& e) {
+  return {e};
+}
+
 /// Local sizes of the layer on one rank (heads, key groups, offsets of the sections in the
 /// head-parallel input `u`).
 struct LocalDims {
   int heads = 0, groups = 0, headdim = 1, d_state = 1, copies = 1, width = 1;
   int head_begin = 0, group_begin = 0, heads_per_group = 1;
+  SkipTerm skip = SkipTerm::none;                // D per head or per channel, or none
   std::int64_t off_v = 0, off_b = 0, off_a = 0;  // section offsets in u; K and Q follow V
   KOKKOS_INLINE_FUNCTION std::int64_t d_inner() const { return std::int64_t(heads) * headdim; }
   KOKKOS_INLINE_FUNCTION std::int64_t k_channels() const { return std::int64_t(groups) * d_state; }
@@ -203,45 +241,6 @@ struct SplitNormalizeBackward {
   }
 };
 
-/// β(t·M + m, h) = sigmoid(u(t, off_b + m·H + h)); g(t, h) = −exp(A_log(h))·softplus(u(t, off_a +
-/// h) + dt_bias(h)).
-template <class U, class P, class B2>
-struct Gates {
-  U u;
-  P a_log, dt_bias;
-  B2 beta, g;
-  LocalDims dims;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
-    for (int m = 0; m < dims.copies; ++m)
-      for (int h = 0; h < dims.heads; ++h)
-        beta(t * dims.copies + m, h) = sigmoid(u(t, dims.off_b + std::int64_t(m) * dims.heads + h));
-    for (int h = 0; h < dims.heads; ++h)
-      g(t, h) = -compat::exp(a_log(h)) * softplus(u(t, dims.off_a + h) + dt_bias(h));
-  }
-};
-
-/// Backward of `Gates` into `du` (b and a sections).
-template <class U, class P, class B2, class D>
-struct GatesBackward {
-  U u;
-  P a_log, dt_bias;
-  B2 beta, dbeta, dg;
-  D du;
-  LocalDims dims;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
-    using T = typename D::non_const_value_type;
-    for (int m = 0; m < dims.copies; ++m)
-      for (int h = 0; h < dims.heads; ++h) {
-        const T b = beta(t * dims.copies + m, h);
-        du(t, dims.off_b + std::int64_t(m) * dims.heads + h) =
-            dbeta(t * dims.copies + m, h) * b * (T(1) - b);
-      }
-    for (int h = 0; h < dims.heads; ++h)
-      du(t, dims.off_a + h) =
-          -dg(t, h) * compat::exp(a_log(h)) * sigmoid(u(t, dims.off_a + h) + dt_bias(h));
-  }
-};
-
 /// Per-head parameter gradients of the gates: ddt_bias(h) = Σ_t da(t, h), dA_log(h) = Σ_t dg·g.
 template <class D, class B2, class P>
 struct GateParamGrads {
@@ -259,6 +258,24 @@ struct GateParamGrads {
     }
     ddt_bias(h) = s_dt;
     da_log(h) = s_a;
+  }
+};
+
+/// Gradient of the skip term: dD(u) = Σ_t Σ_{c ∈ unit u} dy(t, c)·x_V(t, c), a unit being a head
+/// (`width` = headdim) or one channel (`width` = 1). Tokens in order, so the sum is deterministic.
+template <class Dy, class X, class D>
+struct SkipGrad {
+  Dy dy;
+  X xv;
+  D dd;
+  std::int64_t tokens;
+  int width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t unit) const {
+    using T = typename D::non_const_value_type;
+    T s = 0;
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (int j = 0; j < width; ++j) s += dy(t, unit * width + j) * xv(t, unit * width + j);
+    dd(unit) = s;
   }
 };
 

@@ -1,23 +1,36 @@
 /// \file
 /// The pack and unpack kernels of the head transposes (named functors, device-safe). One team per
 /// token row; a row's channels move as contiguous runs (a section's copy on one destination rank
-/// is one run), so the inner loops are unit-stride copies.
+/// is one run), each a unit-stride copy between two raw row pointers: the run table carries the
+/// destination block's base and row stride, so the per-run work is one multiply-add and the inner
+/// loop has no index arithmetic beyond `i`.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace ctxpar::heads::impl {
 
 /// A contiguous run of the concatenated channel map: `length` channels starting at `P = 1`
 /// channel `source` go to rank `owner`, local channels `target - offset(owner)` onwards. `first`
 /// is false when these channels already appeared for a lower rank (a repeated key group).
+/// `block_base + t·block_stride` is the run's first element for row `t` in the `[rows, C_owner]`
+/// block of the owner inside the flat send/receive buffer.
 struct ChannelRun {
   std::int64_t source = 0, target = 0, length = 0;
   int owner = 0;
   int first = 1;
+  std::int64_t block_base = 0, block_stride = 0;
 };
+
+/// Pointer to element `(t, c)` of a rank-2 view whose channel axis is contiguous (LayoutRight, or
+/// a LayoutStride view with unit channel stride — the plans check that).
+template <class View>
+KOKKOS_INLINE_FUNCTION typename View::pointer_type row_pointer(const View& v, std::int64_t t) {
+  return v.data() + t * static_cast<std::int64_t>(v.stride(0));
+}
 
 /// Sequence-parallel row `t` → the send buffer: every run copies `x(t, source + i)` into the block
 /// for its rank, row-major `[rows, C_j]`.
@@ -27,19 +40,19 @@ struct PackSequence {
   Src x;
   Buf buf;
   Kokkos::View<const ChannelRun*, MemorySpace> runs;
-  Kokkos::View<const std::int64_t*, MemorySpace> offset;
-  std::int64_t rows;
 
   KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
     const std::int64_t t = m.league_rank();
-    Kokkos::parallel_for(
-        Kokkos::TeamThreadRange(m, static_cast<std::int64_t>(runs.extent(0))), [&](std::int64_t r) {
-          const ChannelRun run = runs(r);
-          const std::int64_t o = offset(run.owner), cj = offset(run.owner + 1) - o;
-          const std::int64_t dst = rows * o + t * cj + (run.target - o);
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, run.length),
-                               [&](std::int64_t i) { buf(dst + i) = x(t, run.source + i); });
-        });
+    const auto* const row = row_pointer(x, t);
+    auto* const out = buf.data();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, static_cast<std::int64_t>(runs.extent(0))),
+                         [&](std::int64_t r) {
+                           const ChannelRun run = runs(r);
+                           const auto* const src = row + run.source;
+                           auto* const dst = out + run.block_base + t * run.block_stride;
+                           Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, run.length),
+                                                [&](std::int64_t i) { dst[i] = src[i]; });
+                         });
   }
 };
 
@@ -55,9 +68,10 @@ struct UnpackHead {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
     const std::int64_t q = m.league_rank();
-    const std::int64_t n = order.to_natural(q);
+    const auto* const src = buf.data() + q * channels;
+    auto* const dst = row_pointer(y, order.to_natural(q));
     Kokkos::parallel_for(Kokkos::TeamVectorRange(m, channels),
-                         [&](std::int64_t c) { y(n, c) = buf(q * channels + c); });
+                         [&](std::int64_t c) { dst[c] = src[c]; });
   }
 };
 
@@ -72,9 +86,10 @@ struct PackHead {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
     const std::int64_t q = m.league_rank();
-    const std::int64_t n = order.to_natural(q);
+    const auto* const src = row_pointer(y, order.to_natural(q));
+    auto* const dst = buf.data() + q * channels;
     Kokkos::parallel_for(Kokkos::TeamVectorRange(m, channels),
-                         [&](std::int64_t c) { buf(q * channels + c) = y(n, c); });
+                         [&](std::int64_t c) { dst[c] = src[c]; });
   }
 };
 
@@ -88,30 +103,30 @@ struct UnpackSequence {
   Buf buf;
   Dst x;
   Kokkos::View<const ChannelRun*, MemorySpace> runs;
-  Kokkos::View<const std::int64_t*, MemorySpace> offset;
-  std::int64_t rows;
   bool sum_repeats;
 
   KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
     const std::int64_t t = m.league_rank();
     const std::int64_t nruns = static_cast<std::int64_t>(runs.extent(0));
+    auto* const row = row_pointer(x, t);
+    const auto* const in = buf.data();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, nruns), [&](std::int64_t r) {
       const ChannelRun run = runs(r);
       if (!run.first) return;
-      const std::int64_t o = offset(run.owner), cj = offset(run.owner + 1) - o;
-      const std::int64_t src = rows * o + t * cj + (run.target - o);
+      const auto* const src = in + run.block_base + t * run.block_stride;
+      auto* const dst = row + run.source;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, run.length),
-                           [&](std::int64_t i) { x(t, run.source + i) = buf(src + i); });
+                           [&](std::int64_t i) { dst[i] = src[i]; });
     });
     if (!sum_repeats) return;
     for (std::int64_t r = 0; r < nruns; ++r) {
       const ChannelRun run = runs(r);
       if (run.first) continue;
       m.team_barrier();
-      const std::int64_t o = offset(run.owner), cj = offset(run.owner + 1) - o;
-      const std::int64_t src = rows * o + t * cj + (run.target - o);
+      const auto* const src = in + run.block_base + t * run.block_stride;
+      auto* const dst = row + run.source;
       Kokkos::parallel_for(Kokkos::TeamVectorRange(m, run.length),
-                           [&](std::int64_t i) { x(t, run.source + i) += buf(src + i); });
+                           [&](std::int64_t i) { dst[i] += src[i]; });
     }
   }
 };
