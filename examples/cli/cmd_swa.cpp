@@ -92,7 +92,7 @@ void reduce_rows(const ctxpar::Group& group, std::vector<Scalar>& x) {
 
 /// Streams the whole input in steps of `step` tokens with the carried cache, sharded across
 /// `group`, forward (and backward through every step when asked). Collective.
-template <class Scalar, class Policy>
+template <class Scalar, class Policy, class Layout = ctxpar::swa::SegmentChunks>
 StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>& s,
                                 std::int64_t step, const ctxpar::swa::Options& options,
                                 bool backward) {
@@ -110,7 +110,7 @@ StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>
     const auto chunk = chunk_of(s, from + split.begin(me), split.size(me));
     MPI_Barrier(group.mpi_comm());
     const double start = MPI_Wtime();
-    auto r = ctxpar::swa::forward<Policy>(space, group, chunk, t, cache, options);
+    auto r = ctxpar::swa::forward<Policy, Layout>(space, group, chunk, t, cache, options);
     space.fence();
     double mine = MPI_Wtime() - start, slowest = 0;
     MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
@@ -196,21 +196,34 @@ bool bitwise(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Scalar)) == 0);
 }
 
+template <class Scalar, class Layout>
+StreamOutput<Scalar> run_policy_in(const std::string& policy, const ctxpar::Group& group,
+                                   const Stream<Scalar>& s, std::int64_t step,
+                                   const ctxpar::swa::Options& o, bool backward) {
+  if (policy == "allgather")
+    return stream_run<Scalar, ctxpar::swa::RopeBeforeGather, Layout>(group, s, step, o, backward);
+  if (policy == "rope-after")
+    return stream_run<Scalar, ctxpar::swa::RopeAfterGather, Layout>(group, s, step, o, backward);
+  return stream_run<Scalar, ctxpar::swa::HaloKV, Layout>(group, s, step, o, backward);
+}
+
+/// `layout`: "segments" (SegmentChunks, the default) or "whole-axis" (WholeAxisChunks).
 template <class Scalar>
 StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& group,
                                 const Stream<Scalar>& s, std::int64_t step,
-                                const ctxpar::swa::Options& o, bool backward) {
-  if (policy == "allgather")
-    return stream_run<Scalar, ctxpar::swa::RopeBeforeGather>(group, s, step, o, backward);
-  if (policy == "rope-after")
-    return stream_run<Scalar, ctxpar::swa::RopeAfterGather>(group, s, step, o, backward);
-  return stream_run<Scalar, ctxpar::swa::HaloKV>(group, s, step, o, backward);
+                                const ctxpar::swa::Options& o, bool backward,
+                                const std::string& layout = "segments") {
+  if (layout == "whole-axis")
+    return run_policy_in<Scalar, ctxpar::swa::WholeAxisChunks>(policy, group, s, step, o,
+                                                               backward);
+  return run_policy_in<Scalar, ctxpar::swa::SegmentChunks>(policy, group, s, step, o, backward);
 }
 
 template <class Scalar>
 int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const std::string& in,
               const std::string& out, std::int64_t window, std::int64_t step,
-              const std::string& policy, double base, bool backward, bool check) {
+              const std::string& policy, const std::string& layout, double base, bool backward,
+              bool check) {
   Stream<Scalar> s;
   // Qualified calls, no block-scope using-declaration: hipcc (clang) otherwise treats the results
   // as dependent inside this template and rejects `q.values<Scalar>`.
@@ -255,7 +268,7 @@ int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const s
   o.window = window;
   o.rope_base = base;
   group.reset_traffic();
-  const auto result = run_policy(policy, group, s, step, o, backward);
+  const auto result = run_policy(policy, group, s, step, o, backward, layout);
   const ctxpar::cli::Json traffic = ctxpar::cli::gather_traffic(group);
   if (group.rank() == 0) {
     fs::create_directories(out);
@@ -276,6 +289,7 @@ int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const s
   summary["window"] = window;
   summary["chunk"] = step;
   summary["policy"] = policy;
+  summary["layout"] = layout;
   summary["rope_base"] = base;
   summary["dtype"] = sizeof(Scalar) == 4 ? "float32" : "float64";
   summary["backward"] = backward;
@@ -320,19 +334,25 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const auto window = args.get<std::int64_t>("window", 0);
   const auto step = args.get<std::int64_t>("chunk", 0);
   const auto policy = args.get("policy", "allgather");
+  const auto layout = args.get("layout", "segments");
   const auto base = args.get<double>("rope-base", 10000.0);
   const bool backward = args.has("backward");
   const bool check = !args.has("no-check");
   if (policy != "allgather" && policy != "rope-after" && policy != "halo")
     throw ctxpar::cli::UsageError("ctxpar swa", -1, "unknown --policy",
                                   "allgather, rope-after or halo", policy);
+  if (layout != "segments" && layout != "whole-axis")
+    throw ctxpar::cli::UsageError("ctxpar swa", -1, "unknown --layout", "segments or whole-axis",
+                                  layout);
   if (window < 0)
     throw ctxpar::cli::UsageError("ctxpar swa", -1, "--window must be >= 0", ">= 0",
                                   std::to_string(window));
   const auto q = ctxpar::cli::read_npy(in + "/q.npy");
   if (q.dtype() == ctxpar::cli::Dtype::float64)
-    return run_typed<double>(args, group, in, out, window, step, policy, base, backward, check);
-  return run_typed<float>(args, group, in, out, window, step, policy, base, backward, check);
+    return run_typed<double>(args, group, in, out, window, step, policy, layout, base, backward,
+                             check);
+  return run_typed<float>(args, group, in, out, window, step, policy, layout, base, backward,
+                          check);
 }
 
 /// The demo: a packed stream of 64 tokens (two documents, positions with gaps) in 13 steps of
@@ -382,6 +402,6 @@ bool demo_swa(const ctxpar::Group& group, std::ostream& report) {
 CTXPAR_CLI_COMMAND(
     "swa", "streamed sliding-window attention over .npy tensors, context parallel across the ranks",
     "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo] "
-    "[--rope-base B] [--backward] [--no-check]",
+    "[--layout segments|whole-axis] [--rope-base B] [--backward] [--no-check]",
     run_swa)
 CTXPAR_CLI_DEMO_PART("swa", demo_swa)
