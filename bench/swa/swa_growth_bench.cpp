@@ -162,7 +162,8 @@ void all_cases(const ctxpar::Group& g, ctxpar::bench::Report& report, const char
                                                           "SegmentChunks", t, w, repeats));
   report.add(growth_case<RopeAfterGather, SegmentChunks>(g, sweep, "RopeAfterGather",
                                                          "SegmentChunks", t, w, repeats));
-  report.add(growth_case<HaloKV, SegmentChunks>(g, sweep, "HaloKV", "SegmentChunks", t, w, repeats));
+  report.add(
+      growth_case<HaloKV, SegmentChunks>(g, sweep, "HaloKV", "SegmentChunks", t, w, repeats));
   report.add(growth_case<RopeBeforeGather, WholeAxisChunks>(g, sweep, "RopeBeforeGather",
                                                             "WholeAxisChunks", t, w, repeats));
   report.add(growth_case<RopeAfterGather, WholeAxisChunks>(g, sweep, "RopeAfterGather",

@@ -214,8 +214,7 @@ StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& 
                                 const ctxpar::swa::Options& o, bool backward,
                                 const std::string& layout = "segments") {
   if (layout == "whole-axis")
-    return run_policy_in<Scalar, ctxpar::swa::WholeAxisChunks>(policy, group, s, step, o,
-                                                               backward);
+    return run_policy_in<Scalar, ctxpar::swa::WholeAxisChunks>(policy, group, s, step, o, backward);
   return run_policy_in<Scalar, ctxpar::swa::SegmentChunks>(policy, group, s, step, o, backward);
 }
 

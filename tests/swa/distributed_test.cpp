@@ -16,9 +16,9 @@
 
 namespace ts = ctxpar::test::swa;
 using ctxpar::BalancedChunks;
-using ctxpar::test::world;
 using ctxpar::swa::SegmentChunks;
 using ctxpar::swa::WholeAxisChunks;
+using ctxpar::test::world;
 
 namespace {
 
@@ -32,8 +32,8 @@ struct Shards {
 };
 
 template <class Scalar, class Mem>
-Shards<Scalar, Mem> shards_of(const ts::Problem& p, std::int64_t c0, std::int64_t c,
-                              std::int64_t t, int rank, int ranks) {
+Shards<Scalar, Mem> shards_of(const ts::Problem& p, std::int64_t c0, std::int64_t c, std::int64_t t,
+                              int rank, int ranks) {
   const BalancedChunks cs{c, ranks}, ts_{t, ranks};
   Shards<Scalar, Mem> s;
   s.cache_from = c0 + cs.begin(rank);
@@ -115,8 +115,8 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c, const Reference<C>& r
   } else {
     ok = bitwise("next cache k", r.next_cache.k, slice(ref.single.next_cache.k, nb, nn)) && ok;
     ok = bitwise("next cache v", r.next_cache.v, slice(ref.single.next_cache.v, nb, nn)) && ok;
-    ok = bitwise("next cache pos", r.next_cache.pos, slice(ref.single.next_cache.pos, nb, nn)) &&
-         ok;
+    ok =
+        bitwise("next cache pos", r.next_cache.pos, slice(ref.single.next_cache.pos, nb, nn)) && ok;
   }
   // Gathered rotated keys: bit-identical to rotating the whole axis at once.
   const std::int64_t origin = r.state.key_origin, nk = r.state.axis.length();
@@ -267,10 +267,9 @@ bool stream_case(LayoutPlan plan) {
     auto sh = shards_of<Scalar, Mem>(s.problem, from - c, c, t, group.rank(), group.size());
     const bool whole =
         plan == LayoutPlan::whole_axis || (plan == LayoutPlan::alternating && k % 2 == 1);
-    auto r = whole ? ctxpar::swa::forward<Policy, WholeAxisChunks>(space, group, sh.chunk, t,
-                                                                   cache, o)
-                   : ctxpar::swa::forward<Policy, SegmentChunks>(space, group, sh.chunk, t,
-                                                                 cache, o);
+    auto r =
+        whole ? ctxpar::swa::forward<Policy, WholeAxisChunks>(space, group, sh.chunk, t, cache, o)
+              : ctxpar::swa::forward<Policy, SegmentChunks>(space, group, sh.chunk, t, cache, o);
     auto single = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t),
                                             single_cache, o);
     ok = ts::close_to("streamed out", r.out, f.out, b.out, sh.chunk_from) && ok;

@@ -156,10 +156,10 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
                         {halo.received * grad, halo.sent * grad}, true) &&
          ok;
   }
-  ok = counters_match("backward next cache + assembly", g.traffic(CollectiveKind::alltoall),
-                      {(reshard.received + assembly.received) * grad,
-                       (reshard.sent + assembly.sent) * grad},
-                      true) &&
+  ok = counters_match(
+           "backward next cache + assembly", g.traffic(CollectiveKind::alltoall),
+           {(reshard.received + assembly.received) * grad, (reshard.sent + assembly.sent) * grad},
+           true) &&
        ok;
   ok = g.traffic(CollectiveKind::alltoall).calls == 1 && ok;
   if (!ok)

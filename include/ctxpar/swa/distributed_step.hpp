@@ -154,8 +154,7 @@ inline std::vector<int> scaled(const std::vector<int>& counts, std::int64_t fact
 template <class Scalar, class MemorySpace>
 AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>& chunk,
                            std::int64_t chunk_length, const Cache<Scalar, MemorySpace>& cache,
-                           const Options& options, int policy, bool whole_axis,
-                           bool& with_ids) {
+                           const Options& options, int policy, bool whole_axis, bool& with_ids) {
   Preconditions chk(group, "ctxpar::swa::forward");
   impl::check_inputs(chk, chunk, cache, options);
   const int p = group.size(), me = group.rank();
@@ -349,8 +348,8 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
   if constexpr (whole) {
     // One all-to-all: records onto their whole-axis owners, and the next cache's raw records.
     st.assembly = impl::make_plan(segments, me, [&](int r) { return layout.axis_range(r); });
-    const impl::FusedPlan fused = impl::fuse(
-        st.assembly, policy == 1 ? impl::empty_plan(layout.ranks) : st.reshard);
+    const impl::FusedPlan fused =
+        impl::fuse(st.assembly, policy == 1 ? impl::empty_plan(layout.ranks) : st.reshard);
     impl::Bytes<MemorySpace> send(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::assembly_send")),
         fused.send_total() * bytes);
@@ -364,9 +363,9 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
     alltoallv(space, group, send, impl::scaled(fused.send_counts, bytes), recv,
               impl::scaled(fused.recv_counts, bytes));
     own = allocate_block<Scalar, MemorySpace>(n_r, hkv, dim, with_ids, "ctxpar::swa::own");
-    impl::unpack_records(space, recv, input,
-                         impl::to_device<MemorySpace>(fused.source_a, "ctxpar::swa::assembly_source"),
-                         own);
+    impl::unpack_records(
+        space, recv, input,
+        impl::to_device<MemorySpace>(fused.source_a, "ctxpar::swa::assembly_source"), own);
     if constexpr (policy != 1)
       impl::unpack_records(
           space, recv, input,

@@ -20,7 +20,7 @@ namespace ctxpar::swa::impl {
 struct AxisLayout {
   std::int64_t cache = 0, chunk = 0;
   int ranks = 1;
-  bool whole_axis = false;
+  bool whole_axis = false;  ///< key/value ownership by BalancedChunks(L, P) of the whole axis
 
   BalancedChunks cache_split() const { return BalancedChunks{cache, ranks}; }
   BalancedChunks chunk_split() const { return BalancedChunks{chunk, ranks}; }
@@ -90,7 +90,8 @@ struct FusedPlan {
   std::vector<int> send_counts, recv_counts;  ///< per peer, `a` + `b`
   std::vector<int> send_a, send_b;            ///< per peer, the share of each plan
   std::vector<std::int64_t> send_records;     ///< own record index of each send slot
-  std::vector<std::int64_t> source_a, source_b;
+  std::vector<std::int64_t> source_a;         ///< `a.source`, receive slots renumbered
+  std::vector<std::int64_t> source_b;         ///< `b.source`, receive slots renumbered
 
   std::int64_t send_total() const { return static_cast<std::int64_t>(send_records.size()); }
   std::int64_t recv_total() const {
@@ -100,6 +101,7 @@ struct FusedPlan {
   }
 };
 
+/// Fuses two plans of the same rank over the same own records into one exchange.
 inline FusedPlan fuse(const ExchangePlan& a, const ExchangePlan& b) {
   FusedPlan f;
   const std::size_t p = a.send_counts.size();
