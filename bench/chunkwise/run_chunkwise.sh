@@ -8,18 +8,21 @@ build="${1:?usage: run_chunkwise.sh BUILD_DIR [--quick]}"
 shift || true
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 tmp="$(mktemp -d)"
+load_start="$(cut -d' ' -f1 /proc/loadavg)"
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for p in 1 2 3 4 5 6 7 8; do
   mpirun --oversubscribe --bind-to none -np "$p" "$build/bench/chunkwise/ctxpar_bench_chunkwise" \
     --out "$tmp/P$p.json" "$@" --kokkos-disable-warnings 2>/dev/null || \
   mpirun --oversubscribe --bind-to none -np "$p" "$build/bench/chunkwise/ctxpar_bench_chunkwise" --out "$tmp/P$p.json" "$@"
 done
-python3 - "$tmp" "$here/bench/results/chunkwise.json" <<'PY'
+python3 - "$tmp" "$here/bench/results/chunkwise.json" "$load_start" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
 import glob, json, sys
 records = []
 for path in sorted(glob.glob(sys.argv[1] + "/P*.json")):
     with open(path) as f:
         records += json.load(f)
+records.append({"benchmark": "chunkwise", "case": "run conditions", "kind": "run",
+                "load_start": float(sys.argv[3]), "load_end": float(sys.argv[4])})
 with open(sys.argv[2], "w") as f:
     json.dump(records, f, indent=1)
 print(f"wrote {len(records)} records to {sys.argv[2]}")

@@ -206,6 +206,9 @@ def main():
               f"GFLOP/s), fwd+bwd {t_both[0] * 1e3:.2f} ms, torch SGEMM {sgemm:.1f} GFLOP/s, "
               f"speed-up fwd x{rec.get('speedup_forward', float('nan')):.2f}, "
               f"fwd+bwd x{rec.get('speedup_forward_backward', float('nan')):.2f}")
+    records.append({"benchmark": "chunkwise_torch", "case": "torch sgemm ceiling", "n": 1024,
+                    "gflops": sgemm, "torch": torch.__version__,
+                    "threads": torch.get_num_threads()})
     with open(args.out, "w") as f:
         json.dump(records, f, indent=1)
     print(f"wrote {len(records)} records to {args.out}")

@@ -175,6 +175,66 @@ int pass_block() {
   return Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible ? 256 : 32;
 }
 
+/// Where one team of a state pass works: head `h` of sequence `s`, columns `[j0, j0 + width)` of
+/// `[S | M]`, the first `state_w` of them state columns (none: an `M`-only block).
+struct PassBlock {
+  int h = 0, s = 0, j0 = 0, width = 0, state_w = 0;
+  long sh = 0;  ///< offset of (s, h) in the `[N, H, K, V]` init / final_state arrays
+  KOKKOS_INLINE_FUNCTION bool m_cols() const { return state_w == 0; }
+};
+
+/// The block of league rank `rank` (blocks of `nb` columns, `blocks` per (sequence, head)).
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION PassBlock pass_block_of(int rank, const Problem<Scalar>& pb,
+                                               const PassTargets<Scalar>& tg, int blocks, int nb) {
+  const int K = pb.key_dim, V = pb.value_dim;
+  PassBlock pk;
+  pk.h = (rank / blocks) % pb.heads;
+  pk.s = tg.seq_begin + rank / (blocks * pb.heads);
+  const int total = V + (tg.m_out ? K : 0);
+  pk.j0 = (rank % blocks) * nb;
+  pk.width = total - pk.j0 < nb ? total - pk.j0 : nb;
+  pk.state_w = V - pk.j0 <= 0 ? 0 : (V - pk.j0 < pk.width ? V - pk.j0 : pk.width);
+  pk.sh = (static_cast<long>(pk.s - tg.row_base) * pb.heads + pk.h) * K * V;
+  return pk;
+}
+
+/// Loads a pass block's start into `z` (`K × nb`): the identity for `M` columns, `init` (or zero)
+/// for state columns.
+template <class Scalar, class Member>
+KOKKOS_INLINE_FUNCTION void load_pass_start(const Member& team, const PassBlock& pk,
+                                            const PassTargets<Scalar>& tg, Scalar* z, int K, int V,
+                                            int nb) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+    for (int j = 0; j < pk.width; ++j) {
+      Scalar x;
+      if (j >= pk.state_w)
+        x = p == pk.j0 + j - V ? Scalar(1) : Scalar(0);
+      else
+        x = tg.init ? tg.init[pk.sh + static_cast<long>(p) * V + pk.j0 + j] : Scalar(0);
+      z[p * nb + j] = x;
+    }
+  });
+}
+
+/// Stores a pass block's end from `z`: `M` columns to `m_out` (fp32), state to `final_state`.
+template <class Scalar, class Member>
+KOKKOS_INLINE_FUNCTION void store_pass_end(const Member& team, const PassBlock& pk,
+                                           const PassTargets<Scalar>& tg, const Scalar* z, int K,
+                                           int V, int nb) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+    for (int j = 0; j < pk.width; ++j) {
+      if (j >= pk.state_w) {
+        if (tg.m_out)
+          tg.m_out[(static_cast<long>(pk.h) * K + p) * K + pk.j0 + j - V] =
+              static_cast<float>(z[p * nb + j]);
+      } else if (tg.final_state) {
+        tg.final_state[pk.sh + static_cast<long>(p) * V + pk.j0 + j] = z[p * nb + j];
+      }
+    }
+  });
+}
+
 /// Forward state pass, sequential over the chunks of each sequence, independent per (sequence,
 /// head, block of state columns). Columns `[0, V)` are the state `S`; with `m_out`, columns
 /// `[V, V+K)` carry `M` started from the identity (same update with Ũ = 0 and no output), so the
@@ -194,29 +254,12 @@ struct ForwardPass {
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
-    const int b = team.league_rank() % blocks;
-    const int h = (team.league_rank() / blocks) % H;
-    const int s = tg.seq_begin + team.league_rank() / (blocks * H);
-    // The block is columns [j0, j0 + width) of [S | M]: its first state_w columns are state.
-    const int total = V + (tg.m_out ? K : 0);
-    const int j0 = b * NB;
-    const int width = total - j0 < NB ? total - j0 : NB;
-    const int state_w = V - j0 <= 0 ? 0 : (V - j0 < width ? V - j0 : width);
-    const bool m_cols = state_w == 0;
+    const PassBlock pk = pass_block_of(team.league_rank(), pb, tg, blocks, NB);
+    const int h = pk.h, s = pk.s, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
+    const bool m_cols = pk.m_cols();
     scratch Z(team.team_scratch(1), std::size_t(K) * NB),
         U(team.team_scratch(1), std::size_t(C) * NB), O(team.team_scratch(1), std::size_t(C) * NB);
-    const long sh = (static_cast<long>(s - tg.row_base) * H + h) * K * V;
-
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-      for (int j = 0; j < width; ++j) {
-        Scalar z;
-        if (j >= state_w)
-          z = p == j0 + j - V ? Scalar(1) : Scalar(0);
-        else
-          z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
-        Z[p * NB + j] = z;
-      }
-    });
+    load_pass_start(team, pk, tg, Z.data(), K, V, NB);
     team.team_barrier();
     for (int c = tg.first_chunk[s]; c < tg.first_chunk[s + 1]; ++c) {
       const long blk = static_cast<long>(c) * H + h;
@@ -264,17 +307,7 @@ struct ForwardPass {
                 NB, Z.data(), NB, true);
       team.team_barrier();
     }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-      for (int j = 0; j < width; ++j) {
-        if (j >= state_w) {
-          if (tg.m_out)
-            tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j - V] =
-                static_cast<float>(Z[p * NB + j]);
-        } else if (tg.final_state) {
-          tg.final_state[sh + static_cast<long>(p) * V + j0 + j] = Z[p * NB + j];
-        }
-      }
-    });
+    store_pass_end(team, pk, tg, Z.data(), K, V, NB);
   }
 };
 
@@ -295,30 +328,13 @@ struct ReversePass {
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
-    const int b = team.league_rank() % blocks;
-    const int h = (team.league_rank() / blocks) % H;
-    const int s = tg.seq_begin + team.league_rank() / (blocks * H);
-    // The block is columns [j0, j0 + width) of [S | M]: its first state_w columns are state.
-    const int total = V + (tg.m_out ? K : 0);
-    const int j0 = b * NB;
-    const int width = total - j0 < NB ? total - j0 : NB;
-    const int state_w = V - j0 <= 0 ? 0 : (V - j0 < width ? V - j0 : width);
-    const bool m_cols = state_w == 0;
+    const PassBlock pk = pass_block_of(team.league_rank(), pb, tg, blocks, NB);
+    const int h = pk.h, s = pk.s, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
+    const bool m_cols = pk.m_cols();
     scratch D(team.team_scratch(1), std::size_t(K) * NB),
         dU(team.team_scratch(1), std::size_t(C) * NB),
         dO(team.team_scratch(1), std::size_t(C) * NB);
-    const long sh = (static_cast<long>(s - tg.row_base) * H + h) * K * V;
-
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-      for (int j = 0; j < width; ++j) {
-        Scalar z;
-        if (j >= state_w)
-          z = p == j0 + j - V ? Scalar(1) : Scalar(0);
-        else
-          z = tg.init ? tg.init[sh + static_cast<long>(p) * V + j0 + j] : Scalar(0);
-        D[p * NB + j] = z;
-      }
-    });
+    load_pass_start(team, pk, tg, D.data(), K, V, NB);
     team.team_barrier();
     for (int c = tg.first_chunk[s + 1] - 1; c >= tg.first_chunk[s]; --c) {
       const long blk = static_cast<long>(c) * H + h;
@@ -366,17 +382,7 @@ struct ReversePass {
                 NB, D.data(), NB, true);
       team.team_barrier();
     }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-      for (int j = 0; j < width; ++j) {
-        if (j >= state_w) {
-          if (tg.m_out)
-            tg.m_out[(static_cast<long>(h) * K + p) * K + j0 + j - V] =
-                static_cast<float>(D[p * NB + j]);
-        } else if (tg.final_state) {
-          tg.final_state[sh + static_cast<long>(p) * V + j0 + j] = D[p * NB + j];
-        }
-      }
-    });
+    store_pass_end(team, pk, tg, D.data(), K, V, NB);
   }
 };
 
