@@ -34,6 +34,7 @@
 namespace {
 struct MpiTimed {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  MpiTimed() { ++ctxpar::cli::hybrid::PhaseClock::mpi_calls; }
   ~MpiTimed() {
     ctxpar::cli::hybrid::PhaseClock::mpi +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -128,6 +129,7 @@ RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& 
   // Phase clocks around each layer call (the layers' own barriers-free wall time on this rank).
   auto timed = [&](int l, auto&& f) {
     Kokkos::fence();
+    const long calls0 = PhaseClock::mpi_calls;
     const double mpi0 = PhaseClock::mpi, st0 = PhaseClock::staging, re0 = PhaseClock::relayout,
                  rm0 = PhaseClock::relayout_mpi, gl0 = PhaseClock::glue;
     Kokkos::Timer t;
@@ -139,6 +141,8 @@ RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& 
     st.relayout_seconds += PhaseClock::relayout - re0;
     st.staging_seconds += PhaseClock::staging - st0;
     st.glue_seconds += PhaseClock::glue - gl0;
+    st.mpi_calls += PhaseClock::mpi_calls - calls0;
+    st.work_seconds += (t.seconds() - (PhaseClock::mpi - mpi0));
     return result;
   };
   out.x1 = timed(0, [&] { return swa.forward(x0, w, out.layers[0]); });
@@ -218,6 +222,8 @@ double max_over_ranks(const Group& group, double v) {
 // One layer's forward + backward time by phase, the maximum over ranks of each.
 struct Phases {
   double total = 0, compute = 0, comm = 0, relayout = 0, staging = 0, glue = 0;
+  double work_max = 0, work_min = 0;  // time outside MPI: slowest and fastest rank (imbalance)
+  long mpi_calls = 0;                 // MPI calls of the layer on rank 0 (each a synchronisation point)
 };
 
 Phases phases(const Group& group, const LayerStats& st) {
@@ -229,8 +235,10 @@ Phases phases(const Group& group, const LayerStats& st) {
   p.glue = st.glue_seconds;
   p.compute = std::max(0.0, p.total - p.comm - p.relayout - p.staging - p.glue);
   double v[6] = {p.total, p.compute, p.comm, p.relayout, p.staging, p.glue};
+  double work[2] = {st.work_seconds, -st.work_seconds};
   MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
-  return Phases{v[0], v[1], v[2], v[3], v[4], v[5]};
+  MPI_Allreduce(MPI_IN_PLACE, work, 2, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
+  return Phases{v[0], v[1], v[2], v[3], v[4], v[5], work[0], -work[1], st.mpi_calls};
 }
 
 Json ph_json(const Phases& p) {
@@ -241,6 +249,9 @@ Json ph_json(const Phases& p) {
   j["relayout"] = p.relayout;
   j["staging"] = p.staging;
   j["host_glue"] = p.glue;
+  j["outside_mpi_slowest_rank"] = p.work_max;
+  j["outside_mpi_fastest_rank"] = p.work_min;
+  j["mpi_calls_rank0"] = p.mpi_calls;
   return j;
 }
 
@@ -426,8 +437,9 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     // the same processes right after (so both saw the same machine load).
     if (root) {
       report << "  time by phase, forward + backward, ms (slowest rank; P=1: the single-rank reference of this step)\n"
-             << "  layer    P    total  compute     comm relayout  staging     glue   CP efficiency P=1/(P*P=" << p
-             << ")\n";
+             << "  layer    P    total  compute     comm relayout  staging     glue  MPI calls  imbalance   CP efficiency "
+                "P=1/(P*P="
+             << p << ")\n";
     }
     for (int l = 0; l < 3; ++l) {
       const Phases &dist = dist_ph[l], &ref = ref_ph[l];
@@ -438,6 +450,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
           row << "  " << std::left << std::setw(5) << (which == 0 ? short_name[l] : "") << std::right << std::setw(5)
               << (which == 0 ? 1 : p) << std::fixed << std::setprecision(1);
           for (double v : {ph.total, ph.compute, ph.comm, ph.relayout, ph.staging, ph.glue}) row << std::setw(9) << 1e3 * v;
+          row << std::setw(11) << ph.mpi_calls << std::setw(11) << 1e3 * (ph.work_max - ph.work_min);
           if (which == 1) row << std::setprecision(2) << std::setw(10) << eff[l];
           report << row.str() << "\n";
         }

@@ -64,6 +64,8 @@ struct LayerStats {
   /// whole layer, inside MPI outside the re-layouts (the operator's communication and waiting),
   /// the re-layouts, operand staging, host glue (projections); local compute is what remains.
   double total_seconds = 0, comm_seconds = 0, relayout_seconds = 0, staging_seconds = 0, glue_seconds = 0;
+  double work_seconds = 0;  ///< wall time outside MPI (for the imbalance between ranks)
+  long mpi_calls = 0;       ///< MPI calls made (each one a point where ranks wait for each other)
   std::string note;                      ///< what is not there yet
 };
 

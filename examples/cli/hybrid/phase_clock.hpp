@@ -11,6 +11,7 @@ namespace ctxpar::cli::hybrid {
 /// Process-wide phase accumulators, in seconds.
 struct PhaseClock {
   static inline double mpi = 0;       ///< inside MPI calls (PMPI wrappers)
+  static inline long mpi_calls = 0;   ///< number of those calls
   static inline double staging = 0;   ///< uploads/downloads of layer operands
   static inline double relayout = 0;  ///< the demo's re-layout all-to-alls (incl. their packing)
   static inline double relayout_mpi = 0;  ///< the MPI part of `relayout`
