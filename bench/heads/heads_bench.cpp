@@ -47,41 +47,49 @@ void fill(const View& v) {
   exec().fence();
 }
 
-// Pack and unpack kernels alone (no communication) on this rank of `group`, GB/s ÷ triad.
+// Pack and unpack kernels alone (no communication) on this rank of `group`, GB/s ÷ triad, in
+// `rounds` rounds of {triad, pack, unpack} back to back, so each ratio pairs a kernel with the
+// triad measured right before it under the same (shared-machine) contention.
 template <class HeadPolicy>
-void kernels(cb::Report& report, const ctxpar::Group& group, double triad, std::int64_t per_rank,
-             const ch::GdpShape& s, const std::string& name) {
+void kernels(cb::Report& report, const ctxpar::Group& group, int rounds, std::size_t triad_n,
+             std::int64_t per_rank, const ch::GdpShape& s, const std::string& name) {
   const int p = group.size();
   ch::TransposePlan<scalar, mem, HeadPolicy, ch::Zigzag> plan(group, s.input_layout(),
                                                               per_rank * p);
   matrix x("x", plan.local_rows(), plan.channels()), y("y", per_rank * p, plan.local_channels());
   fill(x);
   plan.to_head_parallel(exec(), x, y);  // fills the receive buffer once
-  const auto pack = cb::time_it([&] {
-    plan.pack(exec(), x);
-    exec().fence();
-  });
-  const auto unpack = cb::time_it([&] {
-    plan.unpack(exec(), y);
-    exec().fence();
-  });
-  // Read + write of every element moved (the triad counts its three streams the same way).
-  std::int64_t packed = 0;
-  for (int j = 0; j < p; ++j) packed += plan.local_channels(j);
-  const double pack_bytes = 2.0 * sizeof(scalar) * double(plan.local_rows()) * double(packed);
-  const double unpack_bytes =
-      2.0 * sizeof(scalar) * double(per_rank * p) * double(plan.local_channels());
-  for (int which = 0; which < 2; ++which) {
-    const auto& t = which == 0 ? pack : unpack;
-    const double bytes = which == 0 ? pack_bytes : unpack_bytes;
-    const double gbps = bytes / t.median_s * 1e-9;
-    cb::Record r("heads", std::string(which == 0 ? "pack" : "unpack_zigzag") + "_" + name);
-    r.set("tokens_per_rank", per_rank).set("bytes_moved", bytes).set("time", t).set("gbps", gbps);
-    r.set("triad_gbps", triad).set("ratio_to_triad", gbps / triad).set("target_ratio", 0.5);
-    report.add(r);
-    if (group.rank() == 0)
-      std::cout << "P=" << p << " " << (which == 0 ? "pack   " : "unpack ") << name << ": " << gbps
-                << " GB/s, triad " << triad << " GB/s, ratio " << gbps / triad << "\n";
+  for (int round = 0; round < rounds; ++round) {
+    const double triad = cb::triad_gbps(exec(), triad_n);
+    const auto pack = cb::time_it([&] {
+      plan.pack(exec(), x);
+      exec().fence();
+    });
+    const auto unpack = cb::time_it([&] {
+      plan.unpack(exec(), y);
+      exec().fence();
+    });
+    const double load = cb::load_average();
+    // Read + write of every element moved (the triad counts its three streams the same way).
+    std::int64_t packed = 0;
+    for (int j = 0; j < p; ++j) packed += plan.local_channels(j);
+    const double pack_bytes = 2.0 * sizeof(scalar) * double(plan.local_rows()) * double(packed);
+    const double unpack_bytes =
+        2.0 * sizeof(scalar) * double(per_rank * p) * double(plan.local_channels());
+    for (int which = 0; which < 2; ++which) {
+      const auto& t = which == 0 ? pack : unpack;
+      const double bytes = which == 0 ? pack_bytes : unpack_bytes;
+      const double gbps = bytes / t.median_s * 1e-9;
+      cb::Record r("heads", std::string(which == 0 ? "pack" : "unpack_zigzag") + "_" + name);
+      r.set("tokens_per_rank", per_rank).set("bytes_moved", bytes).set("time", t).set("gbps", gbps);
+      r.set("triad_gbps", triad).set("ratio_to_triad", gbps / triad).set("target_ratio", 0.5);
+      r.set("round", round).set("load_average_after", load);
+      report.add(r);
+      if (group.rank() == 0)
+        std::cout << "P=" << p << " round " << round << " " << (which == 0 ? "pack   " : "unpack ")
+                  << name << ": " << gbps << " GB/s, triad " << triad << " GB/s, ratio "
+                  << gbps / triad << ", load " << load << "\n";
+    }
   }
 }
 
@@ -170,8 +178,9 @@ int main(int argc, char* argv[]) {
     // GDN-like (M = 1) and GDP (M = 2) layers, 8 heads of 64, d_state 64, 2 key groups.
     const ch::GdpShape gdn{8, 64, 2, 64, 1, 4}, gdp{8, 64, 2, 64, 2, 4};
     // Same-run memory ceiling on every rank (ranks share the machine's bandwidth, as the
-    // kernels do).
-    const double triad = cb::triad_gbps(exec(), std::size_t{1} << (quick ? 22 : 24));
+    // kernels do), measured again before every round of kernels.
+    const std::size_t triad_n = std::size_t{1} << (quick ? 22 : 24);
+    const int rounds = quick ? 2 : 3;
     // Rows per rank so that every buffer (~per_rank × 1944 × 4 bytes) is far past the caches.
     const std::int64_t kernel_rows = quick ? 2048 : 8192;
     const int p = group.size();
@@ -179,8 +188,8 @@ int main(int argc, char* argv[]) {
         gdp.nheads % p == 0 && (gdp.ngroups >= p ? gdp.ngroups % p == 0 : p % gdp.ngroups == 0);
     auto run = [&](auto policy) {
       using hp = decltype(policy);
-      kernels<hp>(report, group, triad, kernel_rows, gdp, "gdp_M2");
-      kernels<hp>(report, group, triad, kernel_rows, gdn, "gdn_M1");
+      kernels<hp>(report, group, rounds, triad_n, kernel_rows, gdp, "gdp_M2");
+      kernels<hp>(report, group, rounds, triad_n, kernel_rows, gdn, "gdn_M1");
       if (p > 1) {
         for (std::int64_t per_rank : quick ? std::vector<std::int64_t>{64, 512}
                                            : std::vector<std::int64_t>{32, 256, 2048}) {
