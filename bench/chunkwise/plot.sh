@@ -18,14 +18,14 @@ PY
 gnuplot <<GP
 set terminal pngcairo size 800,480
 set output "$root/docs/img/chunkwise_gflops.png"
-set title "chunkwise local forward, fp32, 1 thread, K = V = 128, chunk 64 (FLOP models of docs/chunkwise.md)"
+set title "chunkwise local forward, fp32, 1 thread, K = V = 128, chunk 64"
 set xlabel "tokens T"; set ylabel "GFLOP/s"; set logscale x 2; set yrange [0:*]; set key bottom right
 plot "$tmp/sweep.dat" index 0 using 1:3 with linespoints title "gated delta rule", \
      "$tmp/sweep.dat" index 1 using 1:3 with linespoints title "scalar decay", \
      "$tmp/sweep.dat" index 2 using 1:3 with linespoints title "diagonal gates", \
      "$tmp/sweep.dat" index 0 using 1:4 with lines dt 2 title "same-run Eigen SGEMM"
 set output "$root/docs/img/chunkwise_time.png"
-set title "chunkwise local forward time vs T (log-log; dashed: linear growth from the first point)"
+set title "chunkwise forward time vs T (dashed: linear growth)"
 set xlabel "tokens T"; set ylabel "seconds (median)"; set logscale xy; set autoscale y; set key top left
 stats "$tmp/sweep.dat" index 0 using 1:2 nooutput
 g0 = STATS_min_y

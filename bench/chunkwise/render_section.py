@@ -77,7 +77,7 @@ if sweep:
         out.append(f"| {r['chunk']} | {r['flops_per_token_chunkwise']:.0f} | "
                    f"{r['flops_per_token_recurrence']:.0f} | {r['gflops']:.1f} | "
                    f"{r['recurrence_gflops']:.1f} | {r['sgemm_gflops']:.1f} | "
-                   f"**{r['local_speedup_vs_recurrence']:.2f}×** | {r['speedup_ceiling']:.2f}× |")
+                   f"**{r.get('local_speedup_vs_recurrence', r.get('speedup_vs_recurrence')):.2f}×** | {r['speedup_ceiling']:.2f}× |")
     out.append("")
 
 cp = case("cp_efficiency_gdn")
