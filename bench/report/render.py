@@ -380,7 +380,9 @@ def target_rows(recs, sgemm):
         versions = sorted({str(r.get("torch")) for r in allr if r.get("torch")})
         threads = sorted({str(r.get("threads")) for r in allr if r.get("threads") is not None})
         rates = [f"{k} {span(rs, k)}" for k in sorted({k for r in rs for k in r if k.endswith("gflops")
-                                                         and k != "sgemm_gflops"}) if span(rs, k)]
+                                                         and "sgemm" not in k}) if span(rs, k)]
+        if not ceiling:
+            ceiling = [{"gflops": r["torch_sgemm_gflops"]} for r in allr if isnum(r.get("torch_sgemm_gflops"))]
         detail = ", ".join(([f"torch {', '.join(versions)}"] if versions else []) +
                            ([f"{', '.join(threads)} thread(s)"] if threads else []) +
                            ([f"torch SGEMM {span(ceiling, 'gflops')} GFLOP/s in the same run"] if ceiling else []))
