@@ -726,6 +726,28 @@ struct HostQueryGradientKernel {
   }
 };
 
+/// Scaled queries and output gradients of every head as contiguous zero-padded rows
+/// (`[Hq][tq + query_tile][dp]`), so the dK/dV kernel reads them in place instead of converting
+/// every query row once per key tile that sees it.
+template <class Scalar, class MemorySpace>
+struct PackRowsKernel {
+  using acc = accumulator_t<Scalar>;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> q, dout;
+  Kokkos::View<acc*, MemorySpace> qs, dos;
+  acc scale;
+  std::int64_t tq, rows_per_head;
+  int dim, dp;
+  void operator()(const std::int64_t flat) const {
+    const std::int64_t h = flat / rows_per_head, i = flat % rows_per_head;
+    const std::size_t off = static_cast<std::size_t>(flat) * dp;
+    for (int d = 0; d < dp; ++d) {
+      const bool ok = i < tq && d < dim;
+      qs(off + d) = ok ? static_cast<acc>(q(i, h, d)) * scale : acc(0);
+      dos(off + d) = ok ? static_cast<acc>(dout(i, h, d)) : acc(0);
+    }
+  }
+};
+
 /// Backward for dK and dV on the host: one team per (KV head, packed key tile), looping over the
 /// query heads of the group and the query tiles that can see the tile.
 template <class Scalar, class MemorySpace, class Mask, class Member>
@@ -736,13 +758,16 @@ struct HostKeyGradientKernel {
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dk, dv;
   PackedKeys<acc, MemorySpace> packed;
+  /// `PackRowsKernel`'s output.
+  Kokkos::View<const acc*, MemorySpace> qrows, dorows;
+  std::int64_t rows_per_head;
   Mask mask;
   KernelShape<Scalar, MemorySpace> shape;
   int level;
 
   static std::size_t scratch_bytes(int dp) {
-    return sizeof(acc) * (2 * std::size_t(key_tile) * dp + 2 * std::size_t(query_tile) * dp +
-                          2 * std::size_t(query_tile) * key_tile + 2 * query_tile) +
+    return sizeof(acc) * (2 * std::size_t(key_tile) * dp + 2 * std::size_t(query_tile) * key_tile +
+                          2 * query_tile) +
            64;
   }
 
@@ -755,15 +780,12 @@ struct HostKeyGradientKernel {
     const std::int64_t jhi = j0 + key_tile < shape.nk ? j0 + key_tile : shape.nk;
     acc* dks = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
     acc* dvs = dks + key_tile * dp;
-    acc* qs = dvs + key_tile * dp;
-    acc* dos = qs + query_tile * dp;
-    acc* ps = dos + query_tile * dp;
+    acc* ps = dvs + key_tile * dp;
     acc* dss = ps + query_tile * key_tile;
     acc* lses = dss + query_tile * key_tile;
     acc* deltas = lses + query_tile;
     mask::Token qtok[query_tile], ktok[key_tile];
     bool kvalid[key_tile];
-    const acc scale = static_cast<acc>(in.scale);
     host_key_tokens(in, j0, jlo, jhi, ktok, kvalid);
     const std::size_t off = packed.offset(j0, hk, shape.hkv);
     const acc* kt = packed.kt.data() + off;
@@ -781,16 +803,13 @@ struct HostKeyGradientKernel {
       for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_tile) {
         const int nq = static_cast<int>(qhi - i0 < query_tile ? qhi - i0 : query_tile);
         const int nr = (nq + rows - 1) / rows * rows;
+        const acc* qs = qrows.data() + (h * rows_per_head + i0) * dp;
+        const acc* dos = dorows.data() + (h * rows_per_head + i0) * dp;
         for (int r = 0; r < nr; ++r) {
-          const bool ok = r < nq;
-          const std::int64_t i = ok ? i0 + r : i0 + nq - 1;
+          const std::int64_t i = r < nq ? i0 + r : i0 + nq - 1;
           qtok[r] = query_token(in, i);
           lses[r] = lse(i, h);
           deltas[r] = delta(i, h);
-          for (int d = 0; d < dp; ++d) {
-            qs[r * dp + d] = ok && d < D ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
-            dos[r * dp + d] = ok && d < D ? static_cast<acc>(dout(i, h, d)) : acc(0);
-          }
         }
         for (int r = nr; r < query_tile; ++r) qtok[r] = qtok[nr - 1];
         const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
@@ -799,8 +818,9 @@ struct HostKeyGradientKernel {
                                            deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full,
                                            ps + r0 * key_tile, dss + r0 * key_tile);
         for (int j = 0; j < key_tile; j += 4) {
-          host_accumulate_rows<4>(ps + j, 1, key_tile, nr, dos, dp, dvs + j * dp, dp, dp);
-          host_accumulate_rows<4>(dss + j, 1, key_tile, nr, qs, dp, dks + j * dp, dp, dp);
+          // Only the rows of queries in range: the rows past them may hold other queries.
+          host_accumulate_rows<4>(ps + j, 1, key_tile, nq, dos, dp, dvs + j * dp, dp, dp);
+          host_accumulate_rows<4>(dss + j, 1, key_tile, nq, qs, dp, dks + j * dp, dp, dp);
         }
       }
     }
@@ -914,11 +934,27 @@ void attention_backward(
             impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(packed.dp), level);
         Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
                              Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
+        const std::int64_t rows_per_head = shape.tq + query_tile;
+        const std::size_t n = static_cast<std::size_t>(shape.hq * rows_per_head * packed.dp);
+        Kokkos::View<acc*, MemorySpace> qrows(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                               std::string("ctxpar::swa::packed_rows")),
+            n),
+            dorows(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                      std::string("ctxpar::swa::packed_rows")),
+                   n);
+        Kokkos::parallel_for("ctxpar::swa::pack_rows",
+                             Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                                 space, 0, shape.hq * rows_per_head),
+                             impl::PackRowsKernel<Scalar, MemorySpace>{
+                                 in.q, dout, qrows, dorows, static_cast<acc>(in.scale), shape.tq,
+                                 rows_per_head, shape.dim, packed.dp});
         using KKernel = impl::HostKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
         auto kpolicy = impl::kernel_policy(space, packed.tiles * shape.hkv,
                                            KKernel::scratch_bytes(packed.dp), level);
         Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", kpolicy,
-                             KKernel{in, dout, lse, delta, dk, dv, packed, mask, shape, level});
+                             KKernel{in, dout, lse, delta, dk, dv, packed, qrows, dorows,
+                                     rows_per_head, mask, shape, level});
         return;
       }
     }
