@@ -21,6 +21,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -108,121 +109,57 @@ void write_values(const std::string& path, const std::vector<double>& values,
   ctxpar::cli::write_npy(path, NpyArray::from_values(std::move(shape), cast));
 }
 
-// The inputs and gradients of one family, built from the files and a set of rows.
-template <class Scalar, class Backend>
-struct Family;
+// The members every family's inputs and gradients share (q, k, v, g) plus β for the gated delta
+// families; the view types come from the backend's structs, so one reader serves all four.
+template <class T, class = void>
+struct has_beta : std::false_type {};
+template <class T>
+struct has_beta<T, std::void_t<decltype(T::beta)>> : std::true_type {};
+template <class T, class = void>
+struct has_dbeta : std::false_type {};
+template <class T>
+struct has_dbeta<T, std::void_t<decltype(T::dbeta)>> : std::true_type {};
 
-template <class Scalar>
-struct Family<Scalar, cw::ScalarDecayBackend<Scalar, mem>> {
-  static typename cw::ScalarDecayBackend<Scalar, mem>::inputs_type inputs(
-      std::map<std::string, NpyArray>& f, const Rows& r) {
-    return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"),
-            take_rows<cw::const_token_view<Scalar, mem>>(f["k"], r, "k.npy"),
-            take_rows<cw::const_token_view<Scalar, mem>>(f["v"], r, "v.npy"),
-            take_rows<cw::const_head_view<Scalar, mem>>(f["g"], r, "g.npy")};
-  }
-  template <class In>
-  static auto gradients(const In& in) {
-    return cw::ScalarDecayGradients<Scalar, mem>{
-        cw::token_view<Scalar, mem>("dq", in.q.extent(0), in.q.extent(1), in.q.extent(2)),
-        cw::token_view<Scalar, mem>("dk", in.k.extent(0), in.k.extent(1), in.k.extent(2)),
-        cw::token_view<Scalar, mem>("dv", in.v.extent(0), in.v.extent(1), in.v.extent(2)),
-        cw::head_view<Scalar, mem>("dg", in.g.extent(0), in.g.extent(1))};
-  }
-  template <class G, class F>
-  static void each_gradient(const G& g, F&& f) {
-    f("dq", "q", g.dq);
-    f("dk", "k", g.dk);
-    f("dv", "v", g.dv);
-    f("dg", "g", g.dg);
-  }
-};
+template <class Backend>
+typename Backend::inputs_type read_inputs(std::map<std::string, NpyArray>& f, const Rows& r) {
+  using In = typename Backend::inputs_type;
+  In in;
+  in.q = take_rows<decltype(In::q)>(f["q"], r, "q.npy");
+  in.k = take_rows<decltype(In::k)>(f["k"], r, "k.npy");
+  in.v = take_rows<decltype(In::v)>(f["v"], r, "v.npy");
+  in.g = take_rows<decltype(In::g)>(f["g"], r, "g.npy");
+  if constexpr (has_beta<In>::value)
+    in.beta = take_rows<decltype(In::beta)>(f["beta"], r, "beta.npy");
+  return in;
+}
 
-template <class Scalar>
-struct Family<Scalar, cw::DiagonalGateBackend<Scalar, mem>> {
-  static typename cw::DiagonalGateBackend<Scalar, mem>::inputs_type inputs(
-      std::map<std::string, NpyArray>& f, const Rows& r) {
-    return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"),
-            take_rows<cw::const_token_view<Scalar, mem>>(f["k"], r, "k.npy"),
-            take_rows<cw::const_token_view<Scalar, mem>>(f["v"], r, "v.npy"),
-            take_rows<cw::const_token_view<Scalar, mem>>(f["g"], r, "g.npy")};
-  }
-  template <class In>
-  static auto gradients(const In& in) {
-    return cw::DiagonalGateGradients<Scalar, mem>{
-        cw::token_view<Scalar, mem>("dq", in.q.extent(0), in.q.extent(1), in.q.extent(2)),
-        cw::token_view<Scalar, mem>("dk", in.k.extent(0), in.k.extent(1), in.k.extent(2)),
-        cw::token_view<Scalar, mem>("dv", in.v.extent(0), in.v.extent(1), in.v.extent(2)),
-        cw::token_view<Scalar, mem>("dg", in.g.extent(0), in.g.extent(1), in.g.extent(2))};
-  }
-  template <class G, class F>
-  static void each_gradient(const G& g, F&& f) {
-    f("dq", "q", g.dq);
-    f("dk", "k", g.dk);
-    f("dv", "v", g.dv);
-    f("dg", "g", g.dg);
-  }
-};
+// A zeroed gradient view with the extents of the input it belongs to.
+template <class Out, class In>
+Out like(const In& in, const char* label) {
+  return Out(Kokkos::view_alloc(std::string(label)), in.layout());
+}
 
-template <class Scalar>
-struct Family<Scalar, cw::GatedDeltaRuleBackend<Scalar, mem>> {
-  static typename cw::GatedDeltaRuleBackend<Scalar, mem>::inputs_type inputs(
-      std::map<std::string, NpyArray>& f, const Rows& r) {
-    return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"),
-            take_rows<cw::const_token_view<Scalar, mem>>(f["k"], r, "k.npy"),
-            take_rows<cw::const_token_view<Scalar, mem>>(f["v"], r, "v.npy"),
-            take_rows<cw::const_head_view<Scalar, mem>>(f["g"], r, "g.npy"),
-            take_rows<cw::const_head_view<Scalar, mem>>(f["beta"], r, "beta.npy")};
-  }
-  template <class In>
-  static auto gradients(const In& in) {
-    return cw::GatedDeltaRuleGradients<Scalar, mem>{
-        cw::token_view<Scalar, mem>("dq", in.q.extent(0), in.q.extent(1), in.q.extent(2)),
-        cw::token_view<Scalar, mem>("dk", in.k.extent(0), in.k.extent(1), in.k.extent(2)),
-        cw::token_view<Scalar, mem>("dv", in.v.extent(0), in.v.extent(1), in.v.extent(2)),
-        cw::head_view<Scalar, mem>("dg", in.g.extent(0), in.g.extent(1)),
-        cw::head_view<Scalar, mem>("dbeta", in.beta.extent(0), in.beta.extent(1))};
-  }
-  template <class G, class F>
-  static void each_gradient(const G& g, F&& f) {
-    f("dq", "q", g.dq);
-    f("dk", "k", g.dk);
-    f("dv", "v", g.dv);
-    f("dg", "g", g.dg);
-    f("dbeta", "beta", g.dbeta);
-  }
-};
+template <class Backend>
+typename Backend::gradients_type make_gradients(const typename Backend::inputs_type& in) {
+  using G = typename Backend::gradients_type;
+  G g;
+  g.dq = like<decltype(G::dq)>(in.q, "dq");
+  g.dk = like<decltype(G::dk)>(in.k, "dk");
+  g.dv = like<decltype(G::dv)>(in.v, "dv");
+  g.dg = like<decltype(G::dg)>(in.g, "dg");
+  if constexpr (has_dbeta<G>::value) g.dbeta = like<decltype(G::dbeta)>(in.beta, "dbeta");
+  return g;
+}
 
-template <class Scalar>
-struct Family<Scalar, cw::GatedDeltaProductBackend<Scalar, mem>> {
-  using four = Kokkos::View<const Scalar****, Kokkos::LayoutRight, mem>;
-  static typename cw::GatedDeltaProductBackend<Scalar, mem>::inputs_type inputs(
-      std::map<std::string, NpyArray>& f, const Rows& r) {
-    return {take_rows<cw::const_token_view<Scalar, mem>>(f["q"], r, "q.npy"),
-            take_rows<four>(f["k"], r, "k.npy"), take_rows<four>(f["v"], r, "v.npy"),
-            take_rows<cw::const_head_view<Scalar, mem>>(f["g"], r, "g.npy"),
-            take_rows<cw::const_token_view<Scalar, mem>>(f["beta"], r, "beta.npy")};
-  }
-  template <class In>
-  static auto gradients(const In& in) {
-    using four_out = Kokkos::View<Scalar****, Kokkos::LayoutRight, mem>;
-    return cw::GatedDeltaProductGradients<Scalar, mem>{
-        cw::token_view<Scalar, mem>("dq", in.q.extent(0), in.q.extent(1), in.q.extent(2)),
-        four_out("dk", in.k.extent(0), in.k.extent(1), in.k.extent(2), in.k.extent(3)),
-        four_out("dv", in.v.extent(0), in.v.extent(1), in.v.extent(2), in.v.extent(3)),
-        cw::head_view<Scalar, mem>("dg", in.g.extent(0), in.g.extent(1)),
-        cw::token_view<Scalar, mem>("dbeta", in.beta.extent(0), in.beta.extent(1),
-                                    in.beta.extent(2))};
-  }
-  template <class G, class F>
-  static void each_gradient(const G& g, F&& f) {
-    f("dq", "q", g.dq);
-    f("dk", "k", g.dk);
-    f("dv", "v", g.dv);
-    f("dg", "g", g.dg);
-    f("dbeta", "beta", g.dbeta);
-  }
-};
+// Calls f(gradient name, input name, view) for each gradient.
+template <class G, class F>
+void each_gradient(const G& g, F&& f) {
+  f("dq", "q", g.dq);
+  f("dk", "k", g.dk);
+  f("dv", "v", g.dv);
+  f("dg", "g", g.dg);
+  if constexpr (has_dbeta<G>::value) f("dbeta", "beta", g.dbeta);
+}
 
 struct Settings {
   std::string family, in, out, compose, layout;
@@ -230,6 +167,16 @@ struct Settings {
   double scale = 0;
   bool backward = false;
 };
+
+// Seconds `f` takes on this rank, started together on every rank and fenced at the end.
+template <class F>
+double timed(const ctxpar::Group& group, F&& f) {
+  MPI_Barrier(group.mpi_comm());
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  exec().fence();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // One CP pass (forward, optionally backward) of `backend` over `group` for the rows the plan gives
 // this rank. Fills the rank's local outputs; returns the context for the caller's timing.
@@ -243,7 +190,6 @@ struct Pass {
 
   void run(const ctxpar::Group& group, const Backend& backend, const Settings& s,
            std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
-    using F = Family<Scalar, Backend>;
     const auto plan = s.layout == "zigzag"
                           ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, cu)
                           : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
@@ -252,7 +198,7 @@ struct Pass {
       const int v = plan.virtual_shard(group.rank(), slot);
       rows.emplace_back(plan.shard_begin(v), plan.shard_begin(v) + plan.shard_length(v));
     }
-    const auto in = F::inputs(f, rows);
+    const auto in = read_inputs<Backend>(f, rows);
     const auto shape = backend.shape(in);
     const std::int64_t N = plan.sequence_count();
     o = cw::token_view<Scalar, mem>("o", shape.tokens, shape.heads, shape.value_dim);
@@ -263,11 +209,10 @@ struct Pass {
     if (f.count("h0"))
       fs.initial_states =
           take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["h0"], {{0, N}}, "h0.npy");
-    MPI_Barrier(group.mpi_comm());
-    auto t0 = std::chrono::steady_clock::now();
-    auto ctx = cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o, fs);
-    exec().fence();
-    forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cw::ChunkwiseContext<Backend> ctx;
+    forward_seconds = timed(group, [&] {
+      ctx = cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o, fs);
+    });
     if (!s.backward) return;
     cw::const_token_view<Scalar, mem> dout;
     if (f.count("dout")) {
@@ -277,7 +222,7 @@ struct Pass {
       Kokkos::deep_copy(ones, Scalar(1));
       dout = ones;
     }
-    grads = F::gradients(in);
+    grads = make_gradients<Backend>(in);
     dh0 = cw::sequence_states_view<Scalar, mem>("dh0", N, shape.heads, shape.key_dim,
                                                 shape.value_dim);
     cw::BackwardStates<Scalar, mem> bs;
@@ -285,11 +230,9 @@ struct Pass {
     if (f.count("dht"))
       bs.final_state_grads =
           take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["dht"], {{0, N}}, "dht.npy");
-    MPI_Barrier(group.mpi_comm());
-    t0 = std::chrono::steady_clock::now();
-    cw::chunkwise_cp_backward<Policy>(exec(), group, backend, ctx, dout, grads, bs);
-    exec().fence();
-    backward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    backward_seconds = timed(group, [&] {
+      cw::chunkwise_cp_backward<Policy>(exec(), group, backend, ctx, dout, grads, bs);
+    });
   }
 };
 
@@ -324,10 +267,9 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
   const auto o = gather_rows(group, cp.o, cp.rows, T);
   std::map<std::string, std::vector<double>> grads;
   if (s.backward) {
-    Family<Scalar, Backend>::each_gradient(cp.grads,
-                                           [&](const char* name, const char*, const auto& view) {
-                                             grads[name] = gather_rows(group, view, cp.rows, T);
-                                           });
+    each_gradient(cp.grads, [&](const char* name, const char*, const auto& view) {
+      grads[name] = gather_rows(group, view, cp.rows, T);
+    });
   }
   auto fwd = ctxpar::cli::gather_seconds(group, cp.forward_seconds);
   auto bwd = ctxpar::cli::gather_seconds(group, cp.backward_seconds);
@@ -352,11 +294,10 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
       {static_cast<std::int64_t>(cu.size()) - 1, static_cast<std::int64_t>(cp.ht.extent(1)),
        static_cast<std::int64_t>(cp.ht.extent(2)), static_cast<std::int64_t>(cp.ht.extent(3))});
   if (s.backward) {
-    Family<Scalar, Backend>::each_gradient(
-        one.grads, [&](const char* name, const char* input, const auto& view) {
-          grad_check.add(grads[name], host_values(view));
-          write_values<Scalar>(dir + name + ".npy", grads[name], shape_of(input));
-        });
+    each_gradient(one.grads, [&](const char* name, const char* input, const auto& view) {
+      grad_check.add(grads[name], host_values(view));
+      write_values<Scalar>(dir + name + ".npy", grads[name], shape_of(input));
+    });
     const auto dh0 = host_values(cp.dh0);
     grad_check.add(dh0, host_values(one.dh0));
     write_values<Scalar>(
@@ -408,6 +349,81 @@ int dispatch_policy(const ctxpar::Group& group, const Settings& s,
   return go(cw::GatedDeltaProductBackend<Scalar, mem>(s.householder, options));
 }
 
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// Reads the input files and checks each one's shape and dtype against the others before any
+// collective: q gives T, H, K; v gives V; --householder gives n_h; cu_seqlens gives N. Every rank
+// reads the same files, and the verdict is agreed (a file that differs between ranks stops every
+// rank the same way): throws the same ctxpar::Error on every rank.
+std::map<std::string, NpyArray> read_files(const ctxpar::Group& group, const Settings& s,
+                                           std::vector<std::int64_t>& cu) {
+  ctxpar::Preconditions chk(group, "ctxpar chunkwise");
+  std::map<std::string, NpyArray> f;
+  const bool gated = s.family == "gdn" || s.family == "gdp", product = s.family == "gdp";
+  for (const char* name : {"q", "k", "v", "g", "beta", "h0", "dout", "dht", "cu_seqlens"}) {
+    const std::string path = s.in + "/" + name + ".npy", n = name;
+    const bool required = n == "q" || n == "k" || n == "v" || n == "g" || (n == "beta" && gated);
+    if (n == "beta" && !gated) continue;
+    if (!required && !file_exists(path)) continue;
+    try {
+      f[name] = ctxpar::cli::read_npy(path);
+    } catch (const ctxpar::Error& e) {
+      chk.require(false, "cannot read " + path + ": " + e.condition(), e.expected(), e.actual());
+    }
+  }
+  const NpyArray none;
+  auto get = [&](const char* name) -> const NpyArray& { return f.count(name) ? f.at(name) : none; };
+  const NpyArray &q = get("q"), &v = get("v");
+  const std::int64_t T = q.rank() == 3 ? q.extent(0) : 0, H = q.rank() == 3 ? q.extent(1) : 0,
+                     K = q.rank() == 3 ? q.extent(2) : 0,
+                     V = v.rank() >= 1 ? v.extent(v.rank() - 1) : 0, M = s.householder;
+  chk.require(q.rank() == 3, "q.npy must be [T, H, K]", "3 dimensions", shape_text(q.shape()));
+  const NpyArray* cu_file = f.count("cu_seqlens") ? &f.at("cu_seqlens") : nullptr;
+  const std::int64_t N = cu_file && cu_file->rank() == 1 ? cu_file->extent(0) - 1 : 1;
+  using Shape = std::vector<std::int64_t>;
+  const std::map<std::string, std::pair<Shape, const char*>> expected{
+      {"k", product ? std::make_pair(Shape{T, M, H, K}, "[T, n_h, H, K]")
+                    : std::make_pair(Shape{T, H, K}, "[T, H, K]")},
+      {"v", product ? std::make_pair(Shape{T, M, H, V}, "[T, n_h, H, V]")
+                    : std::make_pair(Shape{T, H, V}, "[T, H, V]")},
+      {"g", s.family == "diagonal" ? std::make_pair(Shape{T, H, K}, "[T, H, K]")
+                                   : std::make_pair(Shape{T, H}, "[T, H]")},
+      {"beta", product ? std::make_pair(Shape{T, M, H}, "[T, n_h, H]")
+                       : std::make_pair(Shape{T, H}, "[T, H]")},
+      {"dout", {Shape{T, H, V}, "[T, H, V]"}},
+      {"h0", {Shape{N, H, K, V}, "[N, H, K, V]"}},
+      {"dht", {Shape{N, H, K, V}, "[N, H, K, V]"}}};
+  const char* sizes =
+      " (T, H, K from q.npy, V from v.npy, n_h from --householder, N from cu_seqlens.npy)";
+  for (const auto& [name, file] : f) {
+    if (name == "cu_seqlens") {
+      chk.require(
+          file.dtype() == ctxpar::cli::Dtype::int32 && file.rank() == 1 && file.extent(0) >= 2,
+          "cu_seqlens.npy must be int32 [N + 1]", "int32 [N + 1], N >= 1",
+          std::string(ctxpar::cli::descr(file.dtype())) + " " + shape_text(file.shape()));
+      continue;
+    }
+    chk.require(file.dtype() == q.dtype() && file.dtype() != ctxpar::cli::Dtype::int32,
+                name + ".npy must have the dtype of q.npy (float32 or float64)",
+                ctxpar::cli::descr(q.dtype()), ctxpar::cli::descr(file.dtype()));
+    if (name == "q") continue;
+    const auto& [shape, symbols] = expected.at(name);
+    chk.require(file.shape() == shape, name + ".npy must be " + symbols + sizes, shape_text(shape),
+                shape_text(file.shape()));
+  }
+  chk.agree();
+  cu = {0, T};
+  if (cu_file) {
+    const auto c = cu_file->values<std::int32_t>("cu_seqlens.npy");
+    cu.assign(c.begin(), c.end());
+  }
+  return f;
+}
+
 int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   Settings s;
   s.family = args.get<std::string>("family");
@@ -434,19 +450,13 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   usage(s.chunk >= 1, "--chunk must be positive", ">= 1", std::to_string(s.chunk));
 
   std::map<std::string, NpyArray> f;
-  const std::string dir = s.in + "/";
-  for (const char* name : {"q", "k", "v", "g"})
-    f[name] = ctxpar::cli::read_npy(dir + name + ".npy");
-  if (s.family == "gdn" || s.family == "gdp") f["beta"] = ctxpar::cli::read_npy(dir + "beta.npy");
-  for (const char* name : {"h0", "dout", "dht"}) {
-    if (file_exists(dir + name + ".npy")) f[name] = ctxpar::cli::read_npy(dir + name + ".npy");
-  }
-  const std::int64_t T = f["q"].rank() >= 1 ? f["q"].extent(0) : 0;
-  std::vector<std::int64_t> cu{0, T};
-  if (file_exists(dir + "cu_seqlens.npy")) {
-    const auto c =
-        ctxpar::cli::read_npy(dir + "cu_seqlens.npy").values<std::int32_t>("cu_seqlens.npy");
-    cu.assign(c.begin(), c.end());
+  std::vector<std::int64_t> cu;
+  try {
+    f = read_files(group, s, cu);
+  } catch (const ctxpar::Error& e) {
+    // The verdict is agreed: every rank reports it and returns, none is left in a collective.
+    std::cerr << "ctxpar chunkwise: rank " << group.rank() << " stops: " << e.what() << std::endl;
+    return 2;
   }
   if (::mkdir(s.out.c_str(), 0755) != 0 && !file_exists(s.out)) {
     throw ctxpar::Error("ctxpar chunkwise", group.rank(), "cannot create --out",

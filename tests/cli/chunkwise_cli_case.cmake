@@ -1,0 +1,78 @@
+# One ctest entry of the `ctxpar chunkwise` command-line tests (cmake -P). Variables:
+#   TOOL, ORACLE   the ctxpar tool and tests/cli/chunkwise_cli_oracle
+#   MPIEXEC        the mpiexec command line up to the program (a list), NP ranks
+#   FAMILY, WORK   the model family, a scratch folder
+#   MODE           `runs`: every (packed, compose, layout) combination with --backward, each
+#                  output and gradient checked against the fp64 oracle; `bad_input`: a g.npy of
+#                  the wrong shape must stop every rank with the documented message.
+cmake_minimum_required(VERSION 3.16)
+
+function(run_or_fail what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  message(STATUS "${what}:\n${out}")
+endfunction()
+
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+set(householder 1)
+if(FAMILY STREQUAL "gdp")
+  set(householder 2)
+endif()
+
+if(MODE STREQUAL "bad_input")
+  set(in "${WORK}/in")
+  file(MAKE_DIRECTORY "${in}")
+  run_or_fail("inputs" "${ORACLE}" gen ${FAMILY} "${in}" float32 1)
+  run_or_fail("corrupt g.npy" "${ORACLE}" corrupt "${in}")
+  execute_process(COMMAND ${MPIEXEC} "${TOOL}" chunkwise --family ${FAMILY} --in "${in}"
+                          --out "${WORK}/out" --householder ${householder} --chunk 8 --backward
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(all "${out}${err}")
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "a g.npy of the wrong shape was accepted:\n${all}")
+  endif()
+  # Documented in docs/chunkwise.md §7: every rank prints the agreed error and exits with 2.
+  math(EXPR last "${NP} - 1")
+  foreach(r RANGE ${last})
+    string(FIND "${all}" "ctxpar chunkwise: rank ${r} stops: ctxpar chunkwise: on rank 0: g.npy must be [T, H]" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "rank ${r} did not report the documented message (exit ${rc}):\n${all}")
+    endif()
+  endforeach()
+  if(EXISTS "${WORK}/out/o.npy")
+    message(FATAL_ERROR "the refused run wrote outputs")
+  endif()
+  message(STATUS "refused on every rank (exit ${rc}):\n${all}")
+  return()
+endif()
+
+foreach(packed 0 1)
+  foreach(compose gather scan)
+    foreach(layout contiguous zigzag)
+      # fp64 activations for the scan runs of packed input (summaries stay fp32).
+      set(dtype float32)
+      if(packed AND compose STREQUAL "scan")
+        set(dtype float64)
+      endif()
+      set(shards ${NP})
+      if(layout STREQUAL "zigzag")
+        math(EXPR shards "2 * ${NP}")
+      endif()
+      set(tag "${FAMILY} np${NP} packed=${packed} ${compose} ${layout} ${dtype}")
+      set(in "${WORK}/in_${packed}_${dtype}")
+      set(out "${WORK}/out_${packed}_${compose}_${layout}")
+      if(NOT EXISTS "${in}")
+        file(MAKE_DIRECTORY "${in}")
+        run_or_fail("inputs ${tag}" "${ORACLE}" gen ${FAMILY} "${in}" ${dtype} ${packed})
+      endif()
+      run_or_fail("ctxpar chunkwise ${tag}" ${MPIEXEC} "${TOOL}" chunkwise --family ${FAMILY}
+                  --in "${in}" --out "${out}" --householder ${householder} --compose ${compose}
+                  --layout ${layout} --chunk 8 --backward)
+      run_or_fail("oracle check ${tag}" "${ORACLE}" check ${FAMILY} "${in}" ${dtype} ${packed}
+                  ${shards} "${out}")
+    endforeach()
+  endforeach()
+endforeach()
