@@ -54,7 +54,29 @@ for name, x, sel, title in sweeps:
                     b = bytes_of(rs[0])
                     fh.write("%d %g %s\n" % (v, rs[0]["step_median_s"], b if b > 0 else "?"))
             fh.write("\n\n")
+# Run facts and the whole-axis / per-segment ratios, so the prose around the tables needs no numbers.
 machine = recs[0].get("machine", {}) if recs else {}
+loads = sorted({r.get("machine", {}).get("load_average") for r in recs} - {None})
+facts = [f"\nRecorded run: build `{machine.get('build_type', '?')}`"
+         f"{' with -march=native' if machine.get('native') else ''}, backend {machine.get('backend', '?')}, "
+         f"{machine.get('threads', '?')} thread(s) per rank, CPU {machine.get('cpu', '?')}, load average "
+         f"{', '.join('%g' % x for x in loads) if loads else '?'} at the start of the launches (one launch per P)."]
+bykey = {(r["sweep"], r["ranks"], r["chunk"], r["window"], r["policy_tag"], r["layout"]): r for r in recs}
+for p, _ in configs[:3]:
+    b, t = [], []
+    for k, r in bykey.items():
+        if k[4] != p or k[5] != "WholeAxisChunks" or k[1] < 2:
+            continue
+        s = bykey.get(k[:5] + ("SegmentChunks",))
+        if s:
+            b.append(bytes_of(r) / max(bytes_of(s), 1))
+            t.append(r["step_median_s"] / s["step_median_s"])
+    if b:
+        t.sort()
+        facts.append(f"- {p}, `WholeAxisChunks` ÷ `SegmentChunks` over the {len(b)} cases with P ≥ 2: "
+                     f"bytes ×{min(b):.2f}–{max(b):.2f}; time median ×{t[len(t) // 2]:.2f} "
+                     f"(range {t[0]:.2f}–{t[-1]:.2f}).")
+md = facts + md
 text = open(doc).read()
 begin, end = "<!-- swa-growth:begin -->", "<!-- swa-growth:end -->"
 if begin in text and end in text:
