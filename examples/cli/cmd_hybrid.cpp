@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -42,38 +42,43 @@ struct MpiTimed {
 };
 }  // namespace
 
-int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
-                 int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status) {
+int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+                 void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
+                 MPI_Comm comm, MPI_Status* status) {
   const MpiTimed timed;
-  return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
-                       comm, status);
+  return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype,
+                       source, recvtag, comm, status);
 }
-int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                  MPI_Comm comm) {
   const MpiTimed timed;
   return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
-int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
-                  MPI_Datatype recvtype, MPI_Comm comm) {
+int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   const MpiTimed timed;
   return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
-int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
-                   const int displs[], MPI_Datatype recvtype, MPI_Comm comm) {
+int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                   MPI_Comm comm) {
   const MpiTimed timed;
   return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
 }
-int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
-                 MPI_Datatype recvtype, MPI_Comm comm) {
+int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   const MpiTimed timed;
   return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
-int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
-                  void* recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
+int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                  MPI_Datatype sendtype, void* recvbuf, const int recvcounts[], const int rdispls[],
+                  MPI_Datatype recvtype, MPI_Comm comm) {
   const MpiTimed timed;
-  return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+  return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
+                        recvtype, comm);
 }
-int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op,
-                       MPI_Comm comm) {
+int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   const MpiTimed timed;
   return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
 }
@@ -96,7 +101,8 @@ struct Settings {
   double lr = 0.5;
   std::string json;
   bool progress = true;
-  int perturb_rank = -1;  // test hook: corrupt one GDN output value on this rank (distributed run only)
+  int perturb_rank =
+      -1;  // test hook: corrupt one GDN output value on this rank (distributed run only)
 };
 
 // Everything one forward + backward of the stack produced on this rank.
@@ -111,16 +117,18 @@ Matrix input_rows(const std::vector<std::int64_t>& tokens, std::int64_t width) {
   Matrix x(static_cast<std::int64_t>(tokens.size()), width);
   for (std::int64_t j = 0; j < x.rows; ++j)
     for (std::int64_t c = 0; c < width; ++c)
-      x(j, c) = uniform(7, static_cast<std::uint64_t>(tokens[static_cast<std::size_t>(j)] * width + c));
+      x(j, c) =
+          uniform(7, static_cast<std::uint64_t>(tokens[static_cast<std::size_t>(j)] * width + c));
   return x;
 }
 
 void allreduce_sum(const Group& group, Matrix& m) {
-  MPI_Allreduce(MPI_IN_PLACE, m.data.data(), static_cast<int>(m.data.size()), MPI_DOUBLE, MPI_SUM, group.mpi_comm());
+  MPI_Allreduce(MPI_IN_PLACE, m.data.data(), static_cast<int>(m.data.size()), MPI_DOUBLE, MPI_SUM,
+                group.mpi_comm());
 }
 
-RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& plan, const StackConfig& cfg,
-                    const Params& w, int perturb_rank = -1) {
+RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& plan,
+                    const StackConfig& cfg, const Params& w, int perturb_rank = -1) {
   RunOutput out;
   const Matrix x0 = input_rows(plan.tokens_of(group.rank()), cfg.model_dim);
   SwaLayer swa(group, relayout, plan, cfg);
@@ -184,13 +192,14 @@ double max_abs(const Matrix& m) {
 // The sliding-window layer's forward is bitwise identical by design (same key tiles and order),
 // so in the first step, before any weight update has carried fp32-level differences into the
 // weights, its output gets fp64 rounding only.
-Check compare_rows(const Group& group, const std::string& what, const Matrix& got, const Matrix& ref,
-                   const std::vector<std::int64_t>& tokens, bool fp64_only) {
+Check compare_rows(const Group& group, const std::string& what, const Matrix& got,
+                   const Matrix& ref, const std::vector<std::int64_t>& tokens, bool fp64_only) {
   Check c;
   c.what = what;
   for (std::size_t j = 0; j < tokens.size(); ++j)
     for (std::int64_t k = 0; k < got.cols; ++k)
-      c.error = std::max(c.error, std::fabs(got(static_cast<std::int64_t>(j), k) - ref(tokens[j], k)));
+      c.error =
+          std::max(c.error, std::fabs(got(static_cast<std::int64_t>(j), k) - ref(tokens[j], k)));
   const double u = fp64_only ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
   c.bound = 64.0 * group.size() * u * max_abs(ref);
   MPI_Allreduce(MPI_IN_PLACE, &c.error, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
@@ -198,10 +207,12 @@ Check compare_rows(const Group& group, const std::string& what, const Matrix& go
   return c;
 }
 
-Check compare_all(const Group& group, const std::string& what, const Matrix& got, const Matrix& ref) {
+Check compare_all(const Group& group, const std::string& what, const Matrix& got,
+                  const Matrix& ref) {
   Check c;
   c.what = what;
-  for (std::size_t i = 0; i < got.data.size(); ++i) c.error = std::max(c.error, std::fabs(got.data[i] - ref.data[i]));
+  for (std::size_t i = 0; i < got.data.size(); ++i)
+    c.error = std::max(c.error, std::fabs(got.data[i] - ref.data[i]));
   c.bound = 64.0 * group.size() * std::ldexp(1.0, -24) * max_abs(ref);
   MPI_Allreduce(MPI_IN_PLACE, &c.error, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
   c.ok = c.error <= c.bound && !std::isnan(c.error);
@@ -223,7 +234,7 @@ double max_over_ranks(const Group& group, double v) {
 struct Phases {
   double total = 0, compute = 0, comm = 0, relayout = 0, staging = 0, glue = 0;
   double work_max = 0, work_min = 0;  // time outside MPI: slowest and fastest rank (imbalance)
-  long mpi_calls = 0;                 // MPI calls of the layer on rank 0 (each a synchronisation point)
+  long mpi_calls = 0;  // MPI calls of the layer on rank 0 (each a synchronisation point)
 };
 
 Phases phases(const Group& group, const LayerStats& st) {
@@ -309,12 +320,14 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   Params w_ref = w;
 
   if (root) {
-    report << "hybrid stack: L = " << cfg.length << " tokens on P = " << p << " rank" << (p > 1 ? "s" : "") << ", "
-           << (s.zigzag ? "zigzag" : "contiguous") << " shards, " << s.documents << " document"
-           << (s.documents > 1 ? "s" : "") << "; d_model " << cfg.model_dim << ", heads " << cfg.heads << " (SWA kv "
-           << cfg.kv_heads << "), head dim " << cfg.head_dim << ", window " << cfg.window << ", SWA stream chunk "
+    report << "hybrid stack: L = " << cfg.length << " tokens on P = " << p << " rank"
+           << (p > 1 ? "s" : "") << ", " << (s.zigzag ? "zigzag" : "contiguous") << " shards, "
+           << s.documents << " document" << (s.documents > 1 ? "s" : "") << "; d_model "
+           << cfg.model_dim << ", heads " << cfg.heads << " (SWA kv " << cfg.kv_heads
+           << "), head dim " << cfg.head_dim << ", window " << cfg.window << ", SWA stream chunk "
            << cfg.chunk << ", GDP M = " << cfg.householder << "\n"
-           << "  reference: the same stack on one rank (MPI_COMM_SELF) over the whole sequence; each rank "
+           << "  reference: the same stack on one rank (MPI_COMM_SELF) over the whole sequence; "
+              "each rank "
               "compares its rows\n";
   }
   bool all_ok = true;
@@ -322,12 +335,15 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   Json steps_json = Json::array();
   for (int step = 1; step <= s.steps; ++step) {
     Kokkos::Timer wall;
-    if (root && s.progress) std::cerr << "[hybrid] step " << step << "/" << s.steps << ": distributed pass… " << std::flush;
+    if (root && s.progress)
+      std::cerr << "[hybrid] step " << step << "/" << s.steps << ": distributed pass… "
+                << std::flush;
     RunOutput d = run_stack(layers, relayout, plan, cfg, w, s.perturb_rank);
     const double t_dist = wall.seconds();
     if (root && s.progress) std::cerr << "single-rank reference… " << std::flush;
     RunOutput r = run_stack(self, self_relayout, single, cfg, w_ref);
-    if (root && s.progress) std::cerr << "compare (" << std::fixed << std::setprecision(1) << wall.seconds() << " s)\n";
+    if (root && s.progress)
+      std::cerr << "compare (" << std::fixed << std::setprecision(1) << wall.seconds() << " s)\n";
     (void)t_dist;
 
     std::vector<Check> outs = {compare_rows(world, "swa out", d.x1, r.x1, mine, step == 1),
@@ -337,7 +353,8 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
                               compare_rows(world, "d gdn in", d.dx1, r.dx1, mine, false),
                               compare_rows(world, "d gdp in", d.dx2, r.dx2, mine, false)};
     std::vector<Check> grads;
-    for (const auto& kv : d.grads) grads.push_back(compare_all(world, kv.first, kv.second, r.grads.at(kv.first)));
+    for (const auto& kv : d.grads)
+      grads.push_back(compare_all(world, kv.first, kv.second, r.grads.at(kv.first)));
     Check loss;
     loss.what = "loss";
     loss.error = std::fabs(d.loss - r.loss);
@@ -360,14 +377,17 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     step_json["loss_single_rank"] = r.loss;
     Json layer_json = Json::array();
     if (root) {
-      report << "\nstep " << step << "/" << s.steps << ": loss " << std::setprecision(9) << std::defaultfloat << d.loss
-             << " (single rank " << r.loss << ", |diff| " << sci(loss.error) << " <= " << sci(loss.bound) << ")\n";
-      report << "  layer  mechanism / policy                                  max|err| vs P=1 (bound)   d input (bound)        "
+      report << "\nstep " << step << "/" << s.steps << ": loss " << std::setprecision(9)
+             << std::defaultfloat << d.loss << " (single rank " << r.loss << ", |diff| "
+             << sci(loss.error) << " <= " << sci(loss.bound) << ")\n";
+      report << "  layer  mechanism / policy                                  max|err| vs P=1 "
+                "(bound)   d input (bound)        "
                 "fwd ms   bwd ms   tokens/s   bytes/rank sent|recv (formula)\n";
     }
     const char* mechanism[3] = {"sliding-window attention", "Gated DeltaNet + conv halo, chunkwise",
                                 "Gated Delta Product, heads"};
-    const std::string policy[3] = {SwaLayer::policy_name(cfg.swa_policy), GdnLayer::policy_name(cfg.gdn_policy),
+    const std::string policy[3] = {SwaLayer::policy_name(cfg.swa_policy),
+                                   GdnLayer::policy_name(cfg.gdn_policy),
                                    GdpLayer::policy_name(cfg, s.zigzag)};
     const char* short_name[3] = {"swa", "gdn", "gdp"};
     const Check* in_check[3] = {&ins[0], &ins[1], &ins[2]};
@@ -378,10 +398,12 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
       dist_ph[l] = phases(world, st);
       ref_ph[l] = phases(world, r.layers[l]);
       eff[l] = ref_ph[l].total / (p * std::max(dist_ph[l].total, 1e-12));
-      const double fwd = max_over_ranks(world, st.forward_seconds), bwd = max_over_ranks(world, st.backward_seconds);
+      const double fwd = max_over_ranks(world, st.forward_seconds),
+                   bwd = max_over_ranks(world, st.backward_seconds);
       const bool formula_given = st.formula_sent >= 0;
-      const bool bytes_ok = all_ranks(
-          world, !formula_given || (st.formula_sent == st.measured.bytes_sent && st.formula_received == st.measured.bytes_received));
+      const bool bytes_ok =
+          all_ranks(world, !formula_given || (st.formula_sent == st.measured.bytes_sent &&
+                                              st.formula_received == st.measured.bytes_received));
       Check bytes;
       bytes.what = std::string(short_name[l]) + " bytes";
       bytes.ok = bytes_ok;
@@ -390,22 +412,28 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
         std::ostringstream row;
         row << "  " << std::left << std::setw(5) << short_name[l] << "  " << std::setw(52)
             << (std::string(mechanism[l]) + " / " + policy[l]) << std::setw(26)
-            << (sci(outs[l].error) + " (" + sci(outs[l].bound) + ")" + (outs[l].ok ? "" : " FAIL")) << std::setw(23)
-            << (sci(in_check[l]->error) + " (" + sci(in_check[l]->bound) + ")" + (in_check[l]->ok ? "" : " FAIL"))
-            << std::right << std::fixed << std::setprecision(1) << std::setw(7) << 1e3 * fwd << std::setw(9)
-            << 1e3 * bwd << std::setw(11) << std::setprecision(0) << cfg.length / std::max(fwd + bwd, 1e-9) << "   "
+            << (sci(outs[l].error) + " (" + sci(outs[l].bound) + ")" + (outs[l].ok ? "" : " FAIL"))
+            << std::setw(23)
+            << (sci(in_check[l]->error) + " (" + sci(in_check[l]->bound) + ")" +
+                (in_check[l]->ok ? "" : " FAIL"))
+            << std::right << std::fixed << std::setprecision(1) << std::setw(7) << 1e3 * fwd
+            << std::setw(9) << 1e3 * bwd << std::setw(11) << std::setprecision(0)
+            << cfg.length / std::max(fwd + bwd, 1e-9) << "   "
             << human_bytes(static_cast<double>(st.measured.bytes_sent)) << " | "
             << human_bytes(static_cast<double>(st.measured.bytes_received));
         if (formula_given) {
-          row << (bytes_ok ? " (= formula on every rank)" : " (formula MISMATCH: " + std::to_string(st.formula_sent) +
-                                                                 " | " + std::to_string(st.formula_received) + ")");
+          row << (bytes_ok ? " (= formula on every rank)"
+                           : " (formula MISMATCH: " + std::to_string(st.formula_sent) + " | " +
+                                 std::to_string(st.formula_received) + ")");
         } else {
           row << " (no closed form for this policy)";
         }
         report << row.str() << "\n";
         if (st.relayout.bytes_sent + st.relayout.bytes_received > 0) {
-          report << (l == 0 ? "         + streaming re-layout of the shared plan's rows to BalancedChunks(t, P) and back: "
-                            : "         + re-layout of the shared plan's rows to per-document zigzag and back: ")
+          report << (l == 0 ? "         + streaming re-layout of the shared plan's rows to "
+                              "BalancedChunks(t, P) and back: "
+                            : "         + re-layout of the shared plan's rows to per-document "
+                              "zigzag and back: ")
                  << human_bytes(static_cast<double>(st.relayout.bytes_sent)) << " | "
                  << human_bytes(static_cast<double>(st.relayout.bytes_received)) << "\n";
         }
@@ -436,8 +464,10 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     // Where the time goes, per layer and phase, here and in the single-rank reference that ran in
     // the same processes right after (so both saw the same machine load).
     if (root) {
-      report << "  time by phase, forward + backward, ms (slowest rank; P=1: the single-rank reference of this step)\n"
-             << "  layer    P    total  compute     comm relayout  staging     glue  MPI calls  imbalance   CP efficiency "
+      report << "  time by phase, forward + backward, ms (slowest rank; P=1: the single-rank "
+                "reference of this step)\n"
+             << "  layer    P    total  compute     comm relayout  staging     glue  MPI calls  "
+                "imbalance   CP efficiency "
                 "P=1/(P*P="
              << p << ")\n";
     }
@@ -447,10 +477,13 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
         for (int which = 0; which < 2; ++which) {
           const Phases& ph = which == 0 ? ref : dist;
           std::ostringstream row;
-          row << "  " << std::left << std::setw(5) << (which == 0 ? short_name[l] : "") << std::right << std::setw(5)
-              << (which == 0 ? 1 : p) << std::fixed << std::setprecision(1);
-          for (double v : {ph.total, ph.compute, ph.comm, ph.relayout, ph.staging, ph.glue}) row << std::setw(9) << 1e3 * v;
-          row << std::setw(11) << ph.mpi_calls << std::setw(11) << 1e3 * (ph.work_max - ph.work_min);
+          row << "  " << std::left << std::setw(5) << (which == 0 ? short_name[l] : "")
+              << std::right << std::setw(5) << (which == 0 ? 1 : p) << std::fixed
+              << std::setprecision(1);
+          for (double v : {ph.total, ph.compute, ph.comm, ph.relayout, ph.staging, ph.glue})
+            row << std::setw(9) << 1e3 * v;
+          row << std::setw(11) << ph.mpi_calls << std::setw(11)
+              << 1e3 * (ph.work_max - ph.work_min);
           if (which == 1) row << std::setprecision(2) << std::setw(10) << eff[l];
           report << row.str() << "\n";
         }
@@ -471,18 +504,24 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     steps_json.push_back(step_json);
     // SGD on every weight, both runs from their own gradients.
     for (auto& kv : w)
-      for (std::size_t i = 0; i < kv.second.data.size(); ++i) kv.second.data[i] -= s.lr * d.grads.at(kv.first).data[i];
+      for (std::size_t i = 0; i < kv.second.data.size(); ++i)
+        kv.second.data[i] -= s.lr * d.grads.at(kv.first).data[i];
     for (auto& kv : w_ref)
-      for (std::size_t i = 0; i < kv.second.data.size(); ++i) kv.second.data[i] -= s.lr * r.grads.at(kv.first).data[i];
+      for (std::size_t i = 0; i < kv.second.data.size(); ++i)
+        kv.second.data[i] -= s.lr * r.grads.at(kv.first).data[i];
   }
   all_ok = all_ranks(world, all_ok);
   if (root) {
-    report << "\n" << (all_ok ? "all " + std::to_string(checks) + " checks passed"
-                              : std::to_string(failed) + " of " + std::to_string(checks) + " checks FAILED")
-           << " (outputs, input gradients, weight gradients and loss of every layer against the single-rank run, "
+    report << "\n"
+           << (all_ok ? "all " + std::to_string(checks) + " checks passed"
+                      : std::to_string(failed) + " of " + std::to_string(checks) + " checks FAILED")
+           << " (outputs, input gradients, weight gradients and loss of every layer against the "
+              "single-rank run, "
               "bytes against their formulas)\n"
-           << "  the GDN layer includes its short conv with the halo exchange (chunkwise/short_conv.hpp, "
-           << (s.zigzag ? "zigzag: chunk r's halo from rank r-1, chunk 2P-1-r's from rank r+1" : "contiguous ring")
+           << "  the GDN layer includes its short conv with the halo exchange "
+              "(chunkwise/short_conv.hpp, "
+           << (s.zigzag ? "zigzag: chunk r's halo from rank r-1, chunk 2P-1-r's from rank r+1"
+                        : "contiguous ring")
            << "); the GDP layer's causal conv runs inside its head-parallel core\n";
   }
   if (json != nullptr && root) {
@@ -508,8 +547,8 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   return all_ok;
 }
 
-int policy_index(const ctxpar::cli::Args& args, const std::string& key, const std::vector<std::string>& names,
-                 const std::string& fallback) {
+int policy_index(const ctxpar::cli::Args& args, const std::string& key,
+                 const std::vector<std::string>& names, const std::string& fallback) {
   const std::string v = args.get(key, fallback.c_str());
   for (std::size_t i = 0; i < names.size(); ++i)
     if (names[i] == v) return static_cast<int>(i);
@@ -536,33 +575,38 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   s.zigzag = policy_index(args, "layout", {"contiguous", "zigzag"}, "contiguous") == 1;
   s.documents = args.has("packed") ? args.get<int>("documents", 3) : 1;
   if (!args.has("packed") && args.given("documents"))
-    throw ctxpar::cli::UsageError("ctxpar hybrid", -1, "--documents needs --packed", "--packed --documents N",
-                                  "--documents alone");
+    throw ctxpar::cli::UsageError("ctxpar hybrid", -1, "--documents needs --packed",
+                                  "--packed --documents N", "--documents alone");
   s.steps = args.get<int>("steps", s.steps);
   s.lr = args.get<double>("lr", s.lr);
   s.json = args.get("json", "");
   s.progress = !args.has("quiet");
   s.perturb_rank = args.get<int>("perturb-rank", -1);
   const std::string op = "ctxpar hybrid";
-  auto usage = [&](bool ok, const std::string& what, const std::string& expected, const std::string& actual) {
+  auto usage = [&](bool ok, const std::string& what, const std::string& expected,
+                   const std::string& actual) {
     if (!ok) throw ctxpar::cli::UsageError(op, -1, what, expected, actual);
   };
   usage(c.length >= 1, "--length must be positive", ">= 1", std::to_string(c.length));
   usage(c.chunk >= 1, "--chunk must be positive", ">= 1", std::to_string(c.chunk));
   usage(c.model_dim >= 1 && c.heads >= 1 && c.kv_heads >= 1 && c.head_dim >= 2,
         "sizes must be positive (head dim even, >= 2)", "positive", "a zero or negative size");
-  usage(c.head_dim % 2 == 0, "--head-dim must be even (RoPE pairs)", "even", std::to_string(c.head_dim));
-  usage(c.heads % c.kv_heads == 0, "--heads must be a multiple of --kv-heads", "a multiple of " + std::to_string(c.kv_heads),
-        std::to_string(c.heads));
+  usage(c.head_dim % 2 == 0, "--head-dim must be even (RoPE pairs)", "even",
+        std::to_string(c.head_dim));
+  usage(c.heads % c.kv_heads == 0, "--heads must be a multiple of --kv-heads",
+        "a multiple of " + std::to_string(c.kv_heads), std::to_string(c.heads));
   usage(c.window >= 0, "--window must be >= 0 (0 = unlimited)", ">= 0", std::to_string(c.window));
-  usage(s.documents >= 1 && s.documents <= c.length, "--documents must be in [1, L]", "1.." + std::to_string(c.length),
-        std::to_string(s.documents));
+  usage(s.documents >= 1 && s.documents <= c.length, "--documents must be in [1, L]",
+        "1.." + std::to_string(c.length), std::to_string(s.documents));
   usage(s.steps >= 1, "--steps must be positive", ">= 1", std::to_string(s.steps));
-  usage(!s.zigzag || c.length % (2 * world.size()) == 0, "--layout zigzag needs L to be a multiple of 2P",
+  usage(!s.zigzag || c.length % (2 * world.size()) == 0,
+        "--layout zigzag needs L to be a multiple of 2P",
         "a multiple of " + std::to_string(2 * world.size()), std::to_string(c.length));
   usage(!s.zigzag || c.length / (2 * world.size()) >= s.documents,
-        "--layout zigzag with --packed needs at least 2P tokens per document (each is cut into 2P chunks)",
-        "--documents <= " + std::to_string(c.length / (2 * world.size())), std::to_string(s.documents));
+        "--layout zigzag with --packed needs at least 2P tokens per document (each is cut into 2P "
+        "chunks)",
+        "--documents <= " + std::to_string(c.length / (2 * world.size())),
+        std::to_string(s.documents));
   usage(!s.zigzag || c.length / (2 * world.size()) >= c.conv_width - 1,
         "--layout zigzag needs chunks of at least w - 1 tokens for the short conv's halo",
         "L >= " + std::to_string(2 * world.size() * (c.conv_width - 1)), std::to_string(c.length));
@@ -574,7 +618,8 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
 
 bool demo_hybrid(const Group& group, std::ostream& report) {
   Settings s;
-  // Small enough for `ctxpar demo` at 8 oversubscribed ranks; `ctxpar hybrid` runs the larger default.
+  // Small enough for `ctxpar demo` at 8 oversubscribed ranks; `ctxpar hybrid` runs the larger
+  // default.
   s.stack.length = 320;
   s.stack.window = 48;
   s.stack.chunk = 80;
@@ -587,11 +632,16 @@ bool demo_hybrid(const Group& group, std::ostream& report) {
 }  // namespace
 
 CTXPAR_CLI_COMMAND("hybrid",
-                   "hybrid stack (SWA + Gated DeltaNet + Gated Delta Product) across ranks, checked against one rank",
-                   "[--length L] [--model-dim D] [--heads H] [--kv-heads H] [--head-dim D] [--window W] [--chunk T] "
-                   "[--swa-policy allgather|rope-after|halo] [--gdn-policy gather|scan] [--head-policy even|uneven] "
-                   "[--householder M] [--groups G] [--layout contiguous|zigzag] [--packed [--documents N]] [--steps S] "
-                   "[--lr X] [--json FILE] [--quiet] [--perturb-rank R (test hook: corrupts one value of rank R's GDN output, "
+                   "hybrid stack (SWA + Gated DeltaNet + Gated Delta Product) across ranks, "
+                   "checked against one rank",
+                   "[--length L] [--model-dim D] [--heads H] [--kv-heads H] [--head-dim D] "
+                   "[--window W] [--chunk T] "
+                   "[--swa-policy allgather|rope-after|halo] [--gdn-policy gather|scan] "
+                   "[--head-policy even|uneven] "
+                   "[--householder M] [--groups G] [--layout contiguous|zigzag] [--packed "
+                   "[--documents N]] [--steps S] "
+                   "[--lr X] [--json FILE] [--quiet] [--perturb-rank R (test hook: corrupts one "
+                   "value of rank R's GDN output, "
                    "so the checks must fail)]",
                    run_hybrid_command);
 CTXPAR_CLI_DEMO_PART("hybrid", demo_hybrid);

@@ -20,9 +20,12 @@ struct Matrix {
 
   Matrix() = default;
   /// A zero matrix.
-  Matrix(std::int64_t r, std::int64_t c) : rows(r), cols(c), data(static_cast<std::size_t>(r * c), 0.0) {}
+  Matrix(std::int64_t r, std::int64_t c)
+      : rows(r), cols(c), data(static_cast<std::size_t>(r * c), 0.0) {}
   /// Element `(i, j)`.
-  double& operator()(std::int64_t i, std::int64_t j) { return data[static_cast<std::size_t>(i * cols + j)]; }
+  double& operator()(std::int64_t i, std::int64_t j) {
+    return data[static_cast<std::size_t>(i * cols + j)];
+  }
   /// Element `(i, j)`.
   double operator()(std::int64_t i, std::int64_t j) const {
     return data[static_cast<std::size_t>(i * cols + j)];
@@ -39,7 +42,8 @@ inline double uniform(std::uint64_t seed, std::uint64_t index) {
 }
 
 /// A weight `[in, out]` with entries uniform in `[-gain, gain) / sqrt(in)`.
-inline Matrix init_weight(std::uint64_t seed, std::int64_t in, std::int64_t out, double gain = 1.0) {
+inline Matrix init_weight(std::uint64_t seed, std::int64_t in, std::int64_t out,
+                          double gain = 1.0) {
   Matrix w(in, out);
   const double s = gain / std::sqrt(static_cast<double>(in));
   for (std::size_t i = 0; i < w.data.size(); ++i) w.data[i] = s * uniform(seed, i);
@@ -87,14 +91,19 @@ inline void add_into(Matrix& a, const Matrix& b) {
 }
 
 /// Logistic sigmoid.
-inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 /// `log(sigmoid(x))`, stable for large `|x|`.
-inline double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
+inline double log_sigmoid(double x) {
+  return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x));
+}
 
 /// Normalises each `width`-wide group of every row to unit L2 norm (`eps` under the root); keeps
 /// the norms for the backward.
-inline Matrix l2_normalize(const Matrix& a, std::int64_t width, double eps, std::vector<double>& norms) {
+inline Matrix l2_normalize(const Matrix& a, std::int64_t width, double eps,
+                           std::vector<double>& norms) {
   Matrix out(a.rows, a.cols);
   const std::int64_t groups = a.cols / width;
   norms.assign(static_cast<std::size_t>(a.rows * groups), 0.0);

@@ -34,39 +34,40 @@ using Params = std::map<std::string, Matrix>;           ///< named weights (or t
 
 /// Sizes and policies of the stack, the same on every rank.
 struct StackConfig {
-  std::int64_t length = 2048;     ///< tokens `L`
-  std::int64_t model_dim = 32;    ///< residual width
-  std::int64_t heads = 4;         ///< query heads (SWA), heads (GDN, GDP)
-  std::int64_t kv_heads = 2;      ///< SWA key/value heads
-  std::int64_t head_dim = 16;     ///< SWA `D`, GDN `K = V`, GDP `d = N`
-  std::int64_t window = 256;      ///< SWA window `W`
-  std::int64_t chunk = 512;       ///< SWA stream chunk `t`
-  int swa_policy = 0;             ///< 0 RopeBeforeGather, 1 RopeAfterGather, 2 HaloKV
-  int gdn_policy = 0;             ///< 0 GatherFold, 1 ScanCompose
-  bool uneven_heads = true;       ///< GDP: UnevenHeads (else EvenHeads)
-  int householder = 2;            ///< GDP householder copies `M`
-  int groups = 1;                 ///< GDP key groups
-  int conv_width = 4;             ///< GDP conv width
-  int gdn_chunk = 64;             ///< chunk of the chunkwise kernels
-  bool gdn_conv = true;           ///< GDN short conv (contiguous or zigzag shards)
+  std::int64_t length = 2048;   ///< tokens `L`
+  std::int64_t model_dim = 32;  ///< residual width
+  std::int64_t heads = 4;       ///< query heads (SWA), heads (GDN, GDP)
+  std::int64_t kv_heads = 2;    ///< SWA key/value heads
+  std::int64_t head_dim = 16;   ///< SWA `D`, GDN `K = V`, GDP `d = N`
+  std::int64_t window = 256;    ///< SWA window `W`
+  std::int64_t chunk = 512;     ///< SWA stream chunk `t`
+  int swa_policy = 0;           ///< 0 RopeBeforeGather, 1 RopeAfterGather, 2 HaloKV
+  int gdn_policy = 0;           ///< 0 GatherFold, 1 ScanCompose
+  bool uneven_heads = true;     ///< GDP: UnevenHeads (else EvenHeads)
+  int householder = 2;          ///< GDP householder copies `M`
+  int groups = 1;               ///< GDP key groups
+  int conv_width = 4;           ///< GDP conv width
+  int gdn_chunk = 64;           ///< chunk of the chunkwise kernels
+  bool gdn_conv = true;         ///< GDN short conv (contiguous or zigzag shards)
 };
 
 /// What one layer did on this rank in one forward + backward.
 struct LayerStats {
-  std::string name, mechanism, policy;   ///< for the report
-  double forward_seconds = 0;            ///< the operator's forward calls
-  double backward_seconds = 0;           ///< the operator's backward calls
-  Traffic measured;                      ///< data traffic of the operator, forward + backward
-  std::int64_t formula_sent = -1;        ///< the same from the formula (-1: none)
-  std::int64_t formula_received = -1;    ///< the same from the formula (-1: none)
-  Traffic relayout;                      ///< traffic of the demo's own re-layouts (SWA streaming, GDP order)
+  std::string name, mechanism, policy;  ///< for the report
+  double forward_seconds = 0;           ///< the operator's forward calls
+  double backward_seconds = 0;          ///< the operator's backward calls
+  Traffic measured;                     ///< data traffic of the operator, forward + backward
+  std::int64_t formula_sent = -1;       ///< the same from the formula (-1: none)
+  std::int64_t formula_received = -1;   ///< the same from the formula (-1: none)
+  Traffic relayout;  ///< traffic of the demo's own re-layouts (SWA streaming, GDP order)
   /// Wall time of the layer's forward + backward by phase (max over ranks once reported): the
   /// whole layer, inside MPI outside the re-layouts (the operator's communication and waiting),
   /// the re-layouts, operand staging, host glue (projections); local compute is what remains.
-  double total_seconds = 0, comm_seconds = 0, relayout_seconds = 0, staging_seconds = 0, glue_seconds = 0;
+  double total_seconds = 0, comm_seconds = 0, relayout_seconds = 0, staging_seconds = 0,
+         glue_seconds = 0;
   double work_seconds = 0;  ///< wall time outside MPI (for the imbalance between ranks)
   long mpi_calls = 0;       ///< MPI calls made (each one a point where ranks wait for each other)
-  std::string note;                      ///< what is not there yet
+  std::string note;         ///< what is not there yet
 };
 
 namespace detail {
@@ -81,8 +82,8 @@ struct StagingScope {
   PhaseScope scope{PhaseClock::staging};
 };
 
-inline Tensor3 upload3(const Matrix& m, std::int64_t row0, std::int64_t rows, std::int64_t h, std::int64_t d,
-                       const std::string& label) {
+inline Tensor3 upload3(const Matrix& m, std::int64_t row0, std::int64_t rows, std::int64_t h,
+                       std::int64_t d, const std::string& label) {
   StagingScope scope;
   Tensor3 v(label, rows, h, d);
   auto hv = Kokkos::create_mirror_view(v);
@@ -118,11 +119,13 @@ void download(const View& v, Matrix& m, std::int64_t row0) {
   StagingScope scope;
   auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   const std::size_t n = hv.span();
-  for (std::size_t i = 0; i < n; ++i) m.data[static_cast<std::size_t>(row0 * m.cols) + i] = hv.data()[i];
+  for (std::size_t i = 0; i < n; ++i)
+    m.data[static_cast<std::size_t>(row0 * m.cols) + i] = hv.data()[i];
 }
 
 inline Traffic minus(const Traffic& a, const Traffic& b) {
-  return Traffic{a.calls - b.calls, a.bytes_sent - b.bytes_sent, a.bytes_received - b.bytes_received};
+  return Traffic{a.calls - b.calls, a.bytes_sent - b.bytes_sent,
+                 a.bytes_received - b.bytes_received};
 }
 
 inline double now_fenced(const Kokkos::Timer& t) {
@@ -139,7 +142,8 @@ inline double now_fenced(const Kokkos::Timer& t) {
 class SwaLayer {
  public:
   /// Collective. `relayout_group` carries the re-layout so its bytes stay out of the operator's.
-  SwaLayer(const Group& group, const Group& relayout_group, const TokenPlan& plan, const StackConfig& cfg)
+  SwaLayer(const Group& group, const Group& relayout_group, const TokenPlan& plan,
+           const StackConfig& cfg)
       : group_(group), cfg_(cfg), plan_(plan) {
     const int p = group.size();
     std::vector<std::vector<std::int64_t>> from(p), to(p);
@@ -191,7 +195,8 @@ class SwaLayer {
       swa::Chunk<double, memory_space> chunk;
       chunk.q = detail::upload3(columns(s, 0, hq * d), row, n, hq, d, "ctxpar::hybrid::q");
       chunk.k = detail::upload3(columns(s, hq * d, hkv * d), row, n, hkv, d, "ctxpar::hybrid::k");
-      chunk.v = detail::upload3(columns(s, (hq + hkv) * d, hkv * d), row, n, hkv, d, "ctxpar::hybrid::v");
+      chunk.v =
+          detail::upload3(columns(s, (hq + hkv) * d, hkv * d), row, n, hkv, d, "ctxpar::hybrid::v");
       chunk.pos = swa::Positions<memory_space>("ctxpar::hybrid::pos", n);
       chunk.ids = swa::Ids<memory_space>("ctxpar::hybrid::ids", packed ? n : 0);
       auto hp = Kokkos::create_mirror_view(chunk.pos);
@@ -229,7 +234,8 @@ class SwaLayer {
     // Row offsets of every step in the streaming layout.
     std::vector<std::int64_t> offset{0};
     for (std::size_t k = 0; k < step_begin_.size(); ++k)
-      offset.push_back(offset.back() + BalancedChunks{step_length_[k], group_.size()}.size(group_.rank()));
+      offset.push_back(offset.back() +
+                       BalancedChunks{step_length_[k], group_.size()}.size(group_.rank()));
     swa::CacheGradient<double, memory_space> carried;
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
@@ -273,14 +279,17 @@ class SwaLayer {
   }
 
   /// Policy name.
-  static const char* policy_name(int p) { return p == 0 ? "RopeBeforeGather" : p == 1 ? "RopeAfterGather" : "HaloKV"; }
+  static const char* policy_name(int p) {
+    return p == 0 ? "RopeBeforeGather" : p == 1 ? "RopeAfterGather" : "HaloKV";
+  }
 
  private:
-  swa::DistributedResult<double, memory_space> run_forward(const swa::Chunk<double, memory_space>& chunk,
-                                                           std::int64_t t, const swa::Cache<double, memory_space>& cache,
-                                                           const swa::Options& opt) const {
+  swa::DistributedResult<double, memory_space> run_forward(
+      const swa::Chunk<double, memory_space>& chunk, std::int64_t t,
+      const swa::Cache<double, memory_space>& cache, const swa::Options& opt) const {
     const execution_space space;
-    if (cfg_.swa_policy == 1) return swa::forward<swa::RopeAfterGather>(space, group_, chunk, t, cache, opt);
+    if (cfg_.swa_policy == 1)
+      return swa::forward<swa::RopeAfterGather>(space, group_, chunk, t, cache, opt);
     if (cfg_.swa_policy == 2) return swa::forward<swa::HaloKV>(space, group_, chunk, t, cache, opt);
     return swa::forward<swa::RopeBeforeGather>(space, group_, chunk, t, cache, opt);
   }
@@ -296,7 +305,9 @@ class SwaLayer {
     for (std::size_t k = 0; k < step_length_.size(); ++k) {
       const std::int64_t t = step_length_[k];
       const BalancedChunks cs{c, p}, ts{t, p};
-      auto owner = [&](std::int64_t a) { return a < c ? static_cast<int>(cs.owner(a)) : static_cast<int>(ts.owner(a - c)); };
+      auto owner = [&](std::int64_t a) {
+        return a < c ? static_cast<int>(cs.owner(a)) : static_cast<int>(ts.owner(a - c));
+      };
       auto records = [&](int r) { return cs.size(r) + ts.size(r); };
       const std::int64_t len = c + t, mine = records(me);
       // Records in [lo, hi) owned by `r` / not owned by `r`.
@@ -312,7 +323,8 @@ class SwaLayer {
         for (int q = 0; q < p; ++q) {
           if (ts.size(q) == 0) continue;
           const std::int64_t first = c + ts.begin(q);
-          const std::int64_t lo = cfg_.window > 0 ? std::max<std::int64_t>(0, first - (cfg_.window - 1)) : 0;
+          const std::int64_t lo =
+              cfg_.window > 0 ? std::max<std::int64_t>(0, first - (cfg_.window - 1)) : 0;
           if (q == me) {
             const std::int64_t n = (first - lo) - owned_in(me, lo, first);
             recv += n * rb;  // halo in
@@ -367,10 +379,13 @@ class GdnLayer {
 
   /// Collective (the plan is agreed).
   GdnLayer(const Group& group, const TokenPlan& plan, const StackConfig& cfg)
-      : group_(group), cfg_(cfg),
+      : group_(group),
+        cfg_(cfg),
         plan_(plan.zigzag ? chunkwise::ChunkwisePlan::create(group, Zigzag{}, plan.cu_seqlens)
                           : chunkwise::ChunkwisePlan::create(group, Contiguous{}, plan.cu_seqlens)),
-        backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}), conv_(cfg.gdn_conv), zigzag_(plan.zigzag) {
+        backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}),
+        conv_(cfg.gdn_conv),
+        zigzag_(plan.zigzag) {
     packed_ = plan.cu_seqlens.size() > 2;
     if (packed_) {
       const std::vector<std::int32_t> all = plan.document_ids();
@@ -417,11 +432,11 @@ class GdnLayer {
       detail::Tensor2 y("ctxpar::hybrid::gdn_conv_out", t, 3 * hk);
       const Kokkos::View<const double*, memory_space> cb(bias);
       if (zigzag_)
-        chunkwise::short_conv_forward(execution_space(), group_, Zigzag{}, const2(pre_v_), const2(conv_w_), cb,
-                                      const_ids(), y);
+        chunkwise::short_conv_forward(execution_space(), group_, Zigzag{}, const2(pre_v_),
+                                      const2(conv_w_), cb, const_ids(), y);
       else
-        chunkwise::short_conv_forward(execution_space(), group_, Contiguous{}, const2(pre_v_), const2(conv_w_), cb,
-                                      const_ids(), y);
+        chunkwise::short_conv_forward(execution_space(), group_, Contiguous{}, const2(pre_v_),
+                                      const2(conv_w_), cb, const_ids(), y);
       detail::download(y, conv_out_, 0);
     }
     conv_seconds_ = detail::now_fenced(conv_timer);
@@ -451,9 +466,11 @@ class GdnLayer {
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
     if (cfg_.gdn_policy == 1) {
-      ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::ScanCompose>(execution_space(), group_, backend_, plan_, in, out);
+      ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::ScanCompose>(execution_space(), group_,
+                                                                     backend_, plan_, in, out);
     } else {
-      ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::GatherFold>(execution_space(), group_, backend_, plan_, in, out);
+      ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::GatherFold>(execution_space(), group_,
+                                                                    backend_, plan_, in, out);
     }
     stats.forward_seconds = detail::now_fenced(timer) + conv_seconds_;
     fwd_traffic_ = detail::minus(group_.total_data_traffic(), t0);
@@ -483,9 +500,11 @@ class GdnLayer {
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
     if (cfg_.gdn_policy == 1) {
-      chunkwise::chunkwise_cp_backward<chunkwise::ScanCompose>(execution_space(), group_, backend_, ctx_, dout_v, gr);
+      chunkwise::chunkwise_cp_backward<chunkwise::ScanCompose>(execution_space(), group_, backend_,
+                                                               ctx_, dout_v, gr);
     } else {
-      chunkwise::chunkwise_cp_backward<chunkwise::GatherFold>(execution_space(), group_, backend_, ctx_, dout_v, gr);
+      chunkwise::chunkwise_cp_backward<chunkwise::GatherFold>(execution_space(), group_, backend_,
+                                                              ctx_, dout_v, gr);
     }
     stats.backward_seconds = detail::now_fenced(timer);
     stats.measured = detail::minus(group_.total_data_traffic(), t0);
@@ -510,16 +529,17 @@ class GdnLayer {
         dact.data[i] *= sg * (1 + u * (1 - sg));
       }
       auto dy_v = detail::upload2(dact, "ctxpar::hybrid::gdn_conv_dy");
-      detail::Tensor2 dx_v("ctxpar::hybrid::gdn_conv_dx", t, 3 * hk), dw("ctxpar::hybrid::gdn_conv_dweight", 3 * hk, cfg_.conv_width);
+      detail::Tensor2 dx_v("ctxpar::hybrid::gdn_conv_dx", t, 3 * hk),
+          dw("ctxpar::hybrid::gdn_conv_dweight", 3 * hk, cfg_.conv_width);
       detail::Tensor1 db("ctxpar::hybrid::gdn_conv_dbias", 3 * hk);
       const Traffic c0 = group_.total_data_traffic();
       Kokkos::Timer conv_timer;
       if (zigzag_)
-        chunkwise::short_conv_backward(execution_space(), group_, Zigzag{}, const2(pre_v_), const2(conv_w_),
-                                       const_ids(), const2(dy_v), dx_v, dw, db);
+        chunkwise::short_conv_backward(execution_space(), group_, Zigzag{}, const2(pre_v_),
+                                       const2(conv_w_), const_ids(), const2(dy_v), dx_v, dw, db);
       else
-        chunkwise::short_conv_backward(execution_space(), group_, Contiguous{}, const2(pre_v_), const2(conv_w_),
-                                       const_ids(), const2(dy_v), dx_v, dw, db);
+        chunkwise::short_conv_backward(execution_space(), group_, Contiguous{}, const2(pre_v_),
+                                       const2(conv_w_), const_ids(), const2(dy_v), dx_v, dw, db);
       stats.backward_seconds += detail::now_fenced(conv_timer);
       const Traffic c = detail::minus(group_.total_data_traffic(), c0);
       stats.measured.calls += c.calls;
@@ -532,7 +552,8 @@ class GdnLayer {
       add_into(grads["gdn.conv_weight"], gw);
       add_into(grads["gdn.conv_bias"], gb);
     }
-    const Matrix dqr = columns(dpre, 0, hk), dkr = columns(dpre, hk, hk), dvr = columns(dpre, 2 * hk, hk);
+    const Matrix dqr = columns(dpre, 0, hk), dkr = columns(dpre, hk, hk),
+                 dvr = columns(dpre, 2 * hk, hk);
     Matrix da(t, h), db(t, h);
     for (std::size_t i = 0; i < da.data.size(); ++i) {
       da.data[i] = dg.data[i] * (1.0 - sigmoid(a_.data[i]));
@@ -575,8 +596,10 @@ class GdnLayer {
     const std::int64_t rec = cfg_.heads * (cfg_.head_dim * cfg_.head_dim * 2) * 4;
     std::int64_t sent = 0, recv = 0;
     if (conv_) {
-      const std::int64_t c = 3 * cfg_.heads * cfg_.head_dim, halo = (cfg_.conv_width - 1) * (c * 8 + (packed_ ? 4 : 0));
-      const std::int64_t back = (cfg_.conv_width - 1) * c * 8, reduce = c * (cfg_.conv_width + 1) * 8 * (p - 1);
+      const std::int64_t c = 3 * cfg_.heads * cfg_.head_dim,
+                         halo = (cfg_.conv_width - 1) * (c * 8 + (packed_ ? 4 : 0));
+      const std::int64_t back = (cfg_.conv_width - 1) * c * 8,
+                         reduce = c * (cfg_.conv_width + 1) * 8 * (p - 1);
       const std::int64_t links_out = zigzag_ ? (me > 0) + (me + 1 < p) : (me + 1 < p);
       const std::int64_t links_in = zigzag_ ? (me > 0) + (me + 1 < p) : (me > 0);
       sent += links_out * 2 * halo + links_in * back + reduce;
@@ -634,17 +657,20 @@ class GdnLayer {
 class GdpLayer {
  public:
   /// Collective (the transpose plans are agreed). `relayout_group` carries the re-layout.
-  GdpLayer(const Group& group, const Group& relayout_group, const TokenPlan& plan, const StackConfig& cfg)
+  GdpLayer(const Group& group, const Group& relayout_group, const TokenPlan& plan,
+           const StackConfig& cfg)
       : group_(group), relayout_group_(&relayout_group), cfg_(cfg) {
     const heads::GdpShape s = shape(cfg);
-    const std::vector<std::int64_t> cu = plan.cu_seqlens.size() > 2 ? plan.cu_seqlens : std::vector<std::int64_t>{};
+    const std::vector<std::int64_t> cu =
+        plan.cu_seqlens.size() > 2 ? plan.cu_seqlens : std::vector<std::int64_t>{};
     if (plan.zigzag && !cu.empty()) {
       const int p = group.size();
       const auto order = PackedZigzagLayout<Kokkos::HostSpace>::create(cu, p);
       std::vector<std::vector<std::int64_t>> from(p), to(p);
       for (int r = 0; r < p; ++r) {
         from[r] = plan.tokens_of(r);
-        for (std::int64_t j = 0; j < order.local_length(r); ++j) to[r].push_back(order.global_index(r, j));
+        for (std::int64_t j = 0; j < order.local_length(r); ++j)
+          to[r].push_back(order.global_index(r, j));
       }
       relayout_ = Relayout(relayout_group, from, to, plan.length);
       relayout_on_ = true;
@@ -689,7 +715,8 @@ class GdpLayer {
 
   /// Names of the weights whose gradients the operator already sums over ranks.
   static bool reduced_by_operator(const std::string& name) {
-    return name == "gdn.conv_weight" || name == "gdn.conv_bias" || name == "gdp.conv_weight" || name == "gdp.conv_bias" || name == "gdp.dt_bias" || name == "gdp.a_log";
+    return name == "gdn.conv_weight" || name == "gdn.conv_bias" || name == "gdp.conv_weight" ||
+           name == "gdp.conv_bias" || name == "gdp.dt_bias" || name == "gdp.a_log";
   }
 
   /// `x → x + (y ⊙ z)·Wo` on this rank's rows of the shared plan. Collective.
@@ -718,7 +745,8 @@ class GdpLayer {
 
   /// Policy name.
   static std::string policy_name(const StackConfig& c, bool zigzag) {
-    return std::string(c.uneven_heads ? "UnevenHeads" : "EvenHeads") + "+" + (zigzag ? "Zigzag" : "Contiguous");
+    return std::string(c.uneven_heads ? "UnevenHeads" : "EvenHeads") + "+" +
+           (zigzag ? "Zigzag" : "Contiguous");
   }
 
  private:
@@ -728,7 +756,8 @@ class GdpLayer {
     const heads::GdpShape s = shape(cfg_);
     const Matrix u = matmul(x, w.at("gdp.Win"));
     auto uv = detail::upload2(u, "ctxpar::hybrid::gdp_u");
-    detail::Tensor2 y("ctxpar::hybrid::gdp_y", x.rows, s.d_inner()), z("ctxpar::hybrid::gdp_z", x.rows, s.d_inner());
+    detail::Tensor2 y("ctxpar::hybrid::gdp_y", x.rows, s.d_inner()),
+        z("ctxpar::hybrid::gdp_z", x.rows, s.d_inner());
     heads::GdpParameters<double, memory_space> p;
     p.conv_weight = detail::upload2(w.at("gdp.conv_weight"), "ctxpar::hybrid::conv_weight");
     p.conv_bias = detail::upload1(w.at("gdp.conv_bias"), "ctxpar::hybrid::conv_bias");
@@ -760,7 +789,8 @@ class GdpLayer {
       dyy.data[i] *= z_.data[i];
       dz.data[i] *= y_.data[i];
     }
-    auto dyv = detail::upload2(dyy, "ctxpar::hybrid::gdp_dy"), dzv = detail::upload2(dz, "ctxpar::hybrid::gdp_dz");
+    auto dyv = detail::upload2(dyy, "ctxpar::hybrid::gdp_dy"),
+         dzv = detail::upload2(dz, "ctxpar::hybrid::gdp_dz");
     detail::Tensor2 du("ctxpar::hybrid::gdp_du", dy.rows, s.input_layout().channels());
     auto pg = heads::GdpParameters<double, memory_space>::allocate(s, "hybrid_grads");
     const Traffic t0 = group_.total_data_traffic();
@@ -773,7 +803,8 @@ class GdpLayer {
     stats.measured.bytes_received += fwd_traffic_.bytes_received;
     Matrix dum(dy.rows, s.input_layout().channels());
     detail::download(du, dum, 0);
-    Matrix cw(s.conv_channels(), s.conv_width), cb(1, s.conv_channels()), dt(1, s.nheads), al(1, s.nheads);
+    Matrix cw(s.conv_channels(), s.conv_width), cb(1, s.conv_channels()), dt(1, s.nheads),
+        al(1, s.nheads);
     detail::download(pg.conv_weight, cw, 0);
     detail::download(pg.conv_bias, cb, 0);
     detail::download(pg.dt_bias, dt, 0);
@@ -791,9 +822,11 @@ class GdpLayer {
 
   struct Base {
     virtual ~Base() = default;
-    virtual void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p,
+    virtual void forward(const detail::Tensor2& u,
+                         const heads::GdpParameters<double, memory_space>& p,
                          const detail::Tensor2& y, const detail::Tensor2& z) = 0;
-    virtual void backward(const detail::Tensor2& dy, const detail::Tensor2& dz, const detail::Tensor2& du,
+    virtual void backward(const detail::Tensor2& dy, const detail::Tensor2& dz,
+                          const detail::Tensor2& du,
                           const heads::GdpParameters<double, memory_space>& g) = 0;
     virtual std::int64_t input_channels(int r) const = 0;
     virtual std::int64_t output_channels(int r) const = 0;
@@ -801,18 +834,23 @@ class GdpLayer {
   template <class HeadPolicy, class TokenOrder>
   struct Impl : Base {
     heads::GdpContextParallel<double, memory_space, HeadPolicy, TokenOrder> layer;
-    Impl(const Group& g, const heads::GdpShape& s, std::int64_t t, const std::vector<std::int64_t>& cu)
+    Impl(const Group& g, const heads::GdpShape& s, std::int64_t t,
+         const std::vector<std::int64_t>& cu)
         : layer(g, s, t, cu) {}
-    void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p, const detail::Tensor2& y,
-                 const detail::Tensor2& z) override {
+    void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p,
+                 const detail::Tensor2& y, const detail::Tensor2& z) override {
       layer.forward(execution_space(), u, p, y, z);
     }
     void backward(const detail::Tensor2& dy, const detail::Tensor2& dz, const detail::Tensor2& du,
                   const heads::GdpParameters<double, memory_space>& g) override {
       layer.backward(execution_space(), dy, dz, du, g);
     }
-    std::int64_t input_channels(int r) const override { return layer.input_plan().local_channels(r); }
-    std::int64_t output_channels(int r) const override { return layer.output_plan().local_channels(r); }
+    std::int64_t input_channels(int r) const override {
+      return layer.input_plan().local_channels(r);
+    }
+    std::int64_t output_channels(int r) const override {
+      return layer.output_plan().local_channels(r);
+    }
   };
 
   // Per rank with `t_r` rows and `C_r` (`d_r`) head-parallel input (output) channels, the input
@@ -828,7 +866,8 @@ class GdpLayer {
       if (q != me) c_others += impl_->input_channels(q);
     const std::int64_t c_me = impl_->input_channels(me), d_me = impl_->output_channels(me);
     const std::int64_t in_sent = rows * c_others, in_recv = (total_rows - rows) * c_me;
-    const std::int64_t out_sent = (total_rows - rows) * d_me, out_recv = rows * (s.d_inner() - d_me);
+    const std::int64_t out_sent = (total_rows - rows) * d_me,
+                       out_recv = rows * (s.d_inner() - d_me);
     const std::int64_t params = s.conv_channels() * (s.conv_width + 1) + 2 * s.nheads;
     const std::int64_t allreduce = params * (p - 1);
     stats.formula_sent = 8 * (in_sent + in_recv + 2 * out_sent + 2 * out_recv + allreduce);

@@ -15,7 +15,7 @@ struct PhaseClock {
   static inline double staging = 0;   ///< uploads/downloads of layer operands
   static inline double relayout = 0;  ///< the demo's re-layout all-to-alls (incl. their packing)
   static inline double relayout_mpi = 0;  ///< the MPI part of `relayout`
-  static inline double glue = 0;      ///< host projections (the matmuls of the layers' glue)
+  static inline double glue = 0;          ///< host projections (the matmuls of the layers' glue)
 };
 
 /// Adds the wall time of its scope to one accumulator.
@@ -23,7 +23,9 @@ class PhaseScope {
  public:
   /// Starts timing into `sink`.
   explicit PhaseScope(double& sink) : sink_(sink), start_(std::chrono::steady_clock::now()) {}
-  ~PhaseScope() { sink_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  ~PhaseScope() {
+    sink_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
   PhaseScope(const PhaseScope&) = delete;
   PhaseScope& operator=(const PhaseScope&) = delete;
 

@@ -19,9 +19,9 @@ namespace ctxpar::cli::hybrid {
 /// Which tokens each rank holds: contiguous shards (`torch.chunk` rule) or zigzag (`2P` chunks,
 /// rank `r` holds chunks `r` and `2P-1-r`), over packed documents `cu_seqlens`.
 struct TokenPlan {
-  std::int64_t length = 0;             ///< tokens `L`
-  int parts = 1;                       ///< ranks `P`
-  bool zigzag = false;                 ///< zigzag instead of contiguous
+  std::int64_t length = 0;               ///< tokens `L`
+  int parts = 1;                         ///< ranks `P`
+  bool zigzag = false;                   ///< zigzag instead of contiguous
   std::vector<std::int64_t> cu_seqlens;  ///< document boundaries `[0, …, L]`
 
   /// Natural indices of rank `r`'s rows, in local order.
@@ -42,7 +42,8 @@ struct TokenPlan {
   std::vector<std::int32_t> document_ids() const {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(length), 0);
     for (std::size_t d = 0; d + 1 < cu_seqlens.size(); ++d)
-      for (std::int64_t i = cu_seqlens[d]; i < cu_seqlens[d + 1]; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(d);
+      for (std::int64_t i = cu_seqlens[d]; i < cu_seqlens[d + 1]; ++i)
+        ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(d);
     return ids;
   }
 };
@@ -85,15 +86,20 @@ class Relayout {
   }
 
   /// Rows of `a` (in the `from` layout) re-laid out to the `to` layout. Collective.
-  Matrix forward(const Matrix& a) const { return move(a, send_rows_, send_counts_, recv_rows_, recv_counts_, to_rows_); }
+  Matrix forward(const Matrix& a) const {
+    return move(a, send_rows_, send_counts_, recv_rows_, recv_counts_, to_rows_);
+  }
   /// The inverse move (`to` layout back to `from`). Collective.
-  Matrix backward(const Matrix& a) const { return move(a, recv_rows_, recv_counts_, send_rows_, send_counts_, from_rows_); }
+  Matrix backward(const Matrix& a) const {
+    return move(a, recv_rows_, recv_counts_, send_rows_, send_counts_, from_rows_);
+  }
 
  private:
   using HostVector = Kokkos::View<double*, Kokkos::HostSpace>;
 
-  Matrix move(const Matrix& a, const std::vector<std::int64_t>& out_rows, const std::vector<int>& out_counts,
-              const std::vector<std::int64_t>& in_rows, const std::vector<int>& in_counts, std::int64_t rows) const {
+  Matrix move(const Matrix& a, const std::vector<std::int64_t>& out_rows,
+              const std::vector<int>& out_counts, const std::vector<std::int64_t>& in_rows,
+              const std::vector<int>& in_counts, std::int64_t rows) const {
     const std::int64_t w = a.cols;
     const PhaseScope timed(PhaseClock::relayout);
     const double mpi0 = PhaseClock::mpi;
