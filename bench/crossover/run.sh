@@ -9,7 +9,8 @@ shift || true
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 flags=("$@")
 [ "${CTXPAR_BENCH_QUICK:-0}" = "1" ] && flags+=(--quick)
-cmake --build "$build" -j "${CTXPAR_JOBS:-$(nproc)}" --target ctxpar_bench_crossover >/dev/null
+cmake --build "$build" -j "${CTXPAR_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}" \
+  --target ctxpar_bench_crossover >/dev/null
 exe="$(find "$build/bench" -type f -name ctxpar_bench_crossover -perm -u+x | head -1)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
