@@ -11,7 +11,8 @@ flags=("$@")
 [ "${CTXPAR_BENCH_QUICK:-0}" = "1" ] && flags+=(--quick)
 cmake --build "$build" -j "${CTXPAR_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}" \
   --target ctxpar_bench_crossover >/dev/null
-exe="$(find "$build/bench" -type f -name ctxpar_bench_crossover -perm -u+x | head -1)"
+# The newest binary, should an old build tree hold a second one.
+exe="$(ls -t $(find "$build/bench" -type f -name ctxpar_bench_crossover -perm -u+x) | head -1)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false KOKKOS_DISABLE_WARNINGS=ON
