@@ -104,6 +104,11 @@ void instantiate_backends(const Group& group) {
                          Kokkos::View<const std::int32_t*, mem>(ids), y);
   cw::short_conv_backward(space, group, cx(x), cx(wt), Kokkos::View<const std::int32_t*, mem>(ids),
                           cx(y), dx, dw, dbias);
+  // The zigzag halo routing (two chunks per rank) is a separate code path.
+  cw::short_conv_forward(space, group, ctxpar::Zigzag{}, cx(x), cx(wt), Kokkos::View<const T*, mem>(bias),
+                         Kokkos::View<const std::int32_t*, mem>(ids), y);
+  cw::short_conv_backward(space, group, ctxpar::Zigzag{}, cx(x), cx(wt),
+                          Kokkos::View<const std::int32_t*, mem>(ids), cx(y), dx, dw, dbias);
 }
 
 }  // namespace ctxpar::gpu_check

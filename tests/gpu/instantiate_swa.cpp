@@ -1,6 +1,7 @@
 // GPU compile check of sliding-window attention (mechanism A): instantiates RoPE, the attention
-// kernels, the single-rank step and the distributed step with each policy, for float and double,
-// on Kokkos::DefaultExecutionSpace (CUDA or HIP in the compile-check presets). Nothing here runs.
+// kernels, the single-rank step and the distributed step with each policy under both key/value
+// layouts, for float and double, on Kokkos::DefaultExecutionSpace (CUDA or HIP in the
+// compile-check presets). Nothing here runs.
 #include <Kokkos_Core.hpp>
 
 #include "ctxpar/swa/swa.hpp"
@@ -10,11 +11,11 @@ namespace ctxpar::gpu_check::swa {
 using exec = Kokkos::DefaultExecutionSpace;
 using memory = exec::memory_space;
 
-template <class Scalar, class Policy>
+template <class Scalar, class Policy, class Layout>
 void distributed(const Group& group, const ctxpar::swa::Chunk<Scalar, memory>& chunk,
                  const ctxpar::swa::Cache<Scalar, memory>& cache,
                  const ctxpar::swa::Options& options) {
-  auto r = ctxpar::swa::forward<Policy>(exec(), group, chunk, chunk.length(), cache, options);
+  auto r = ctxpar::swa::forward<Policy, Layout>(exec(), group, chunk, chunk.length(), cache, options);
   ctxpar::swa::CacheGradient<Scalar, memory> d_next{r.next_cache.k, r.next_cache.v};
   ctxpar::swa::backward(exec(), group, r.state, r.out, d_next);
 }
@@ -36,9 +37,15 @@ void all(const Group& group) {
   ctxpar::swa::step_backward(
       exec(), r.state, r.out,
       ctxpar::swa::CacheGradient<Scalar, memory>{r.next_cache.k, r.next_cache.v});
-  distributed<Scalar, ctxpar::swa::RopeBeforeGather>(group, chunk, cache, options);
-  distributed<Scalar, ctxpar::swa::RopeAfterGather>(group, chunk, cache, options);
-  distributed<Scalar, ctxpar::swa::HaloKV>(group, chunk, cache, options);
+  using ctxpar::swa::SegmentChunks;
+  using ctxpar::swa::WholeAxisChunks;
+  distributed<Scalar, ctxpar::swa::RopeBeforeGather, SegmentChunks>(group, chunk, cache, options);
+  distributed<Scalar, ctxpar::swa::RopeAfterGather, SegmentChunks>(group, chunk, cache, options);
+  distributed<Scalar, ctxpar::swa::HaloKV, SegmentChunks>(group, chunk, cache, options);
+  // The whole-axis layout adds the owner re-shard all-to-all on both passes.
+  distributed<Scalar, ctxpar::swa::RopeBeforeGather, WholeAxisChunks>(group, chunk, cache, options);
+  distributed<Scalar, ctxpar::swa::RopeAfterGather, WholeAxisChunks>(group, chunk, cache, options);
+  distributed<Scalar, ctxpar::swa::HaloKV, WholeAxisChunks>(group, chunk, cache, options);
 }
 
 void instantiate(const Group& group) {
