@@ -961,8 +961,8 @@ def main():
                           "2 cores):\n\n")
                 md.append(table(["P", "layer", "T(1)", "T(P)", "efficiency", "local compute", "MPI",
                                  "re-layout", "staging + glue", "MPI calls"], same))
-                md.append("\nThe MPI column is time inside MPI calls (PMPI wrappers of `ctxpar hybrid`): with ranks "
-                          "oversubscribing a shared 2-core machine it is mostly waiting for a descheduled peer "
+                md.append("\nThe MPI column is time inside MPI calls (PMPI wrappers of `ctxpar hybrid`): with two ranks "
+                          "on a shared 2-core machine it is mostly waiting for a descheduled peer "
                           "(see docs/hybrid.md).\n")
             p1 = next((h for h in hyb if h.get("ranks") == 1), None)
             p2 = next((h for h in hyb if h.get("ranks") == 2), None)
