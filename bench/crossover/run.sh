@@ -24,15 +24,5 @@ for p in ${CTXPAR_CROSSOVER_RANKS:-2 3 4}; do
   mpirun -np "$p" "${mpi_flags[@]}" "$exe" --out "$tmp/P$p.json" ${flags[@]+"${flags[@]}"} || status=1
   echo "[crossover] P = $p took $(( $(date +%s) - start )) s"
 done
-python3 - "$tmp" "$here/bench/results/crossover.json" <<'PY'
-import glob, json, sys
-records = []
-for path in sorted(glob.glob(sys.argv[1] + "/P*.json")):
-    with open(path) as f:
-        records += json.load(f)
-if records:
-    with open(sys.argv[2], "w") as f:
-        json.dump(records, f, indent=1)
-print(f"wrote {len(records)} records to {sys.argv[2]}")
-PY
+python3 "$here/bench/common/merge_records.py" "$tmp" "$here/bench/results/crossover.json" --keep-if-empty
 exit $status

@@ -12,14 +12,5 @@ for p in 1 2 3 4 5 6 7 8; do
   mpirun --oversubscribe --bind-to none -np "$p" "$build/bench/heads/ctxpar_bench_heads" --out "$tmp/P$p.json" "$@" \
     --kokkos-disable-warnings
 done
-python3 - "$tmp" "$here/bench/results/heads.json" <<'PY'
-import glob, json, sys
-records = []
-for path in sorted(glob.glob(sys.argv[1] + "/P*.json")):
-    with open(path) as f:
-        records += json.load(f)
-with open(sys.argv[2], "w") as f:
-    json.dump(records, f, indent=1)
-print(f"wrote {len(records)} records to {sys.argv[2]}")
-PY
+python3 "$here/bench/common/merge_records.py" "$tmp" "$here/bench/results/heads.json"
 rm -rf "$tmp"

@@ -22,15 +22,6 @@ fi
 for p in 1 2 3 4; do
   mpirun "${flags[@]}" -np "$p" "$build/bench/swa/ctxpar_bench_swa_growth" --out "$tmp/P$p.json" "$@"
 done
-python3 - "$tmp" "$here/bench/results/swa_growth.json" <<'PY'
-import glob, json, sys
-records = []
-for path in sorted(glob.glob(sys.argv[1] + "/P*.json")):
-    with open(path) as f:
-        records += json.load(f)
-with open(sys.argv[2], "w") as f:
-    json.dump(records, f, indent=1)
-print(f"wrote {len(records)} records to {sys.argv[2]}")
-PY
+python3 "$here/bench/common/merge_records.py" "$tmp" "$here/bench/results/swa_growth.json"
 if command -v gnuplot >/dev/null 2>&1; then sh "$here/bench/swa/plot_growth.sh" || status=$?; fi
 exit $status
