@@ -310,12 +310,14 @@ int main(int argc, char** argv) {
         bench::Timing t_chunk;
         around([&] { t_chunk = bench::time_it([&] { dg.forward(); }, 1, repeats); });
         const auto t_rec = bench::time_it([&] { recurrence(d, false, true); }, 1, repeats);
+        const auto t_both = bench::time_it([&] { dg.both(); }, 1, repeats);
         const double gflops = scalar_chunk_flops(C, K, V) * (T / C) * H / t_chunk.median_s * 1e-9;
         bench::Record r("chunkwise", "diagonal_local_forward");
         r.set("kind", "local_kernel_diagonal").set("family", "diagonal").set("tokens", T);
         r.set("heads", H).set("key_dim", K).set("value_dim", V).set("chunk", C);
         r.set("flop_model", "C^2K + C^2V + 4CKV per chunk");
         r.set("chunkwise", t_chunk).set("recurrence", t_rec).set("gflops", gflops);
+        r.set("forward_backward", t_both);
         r.set("sgemm_gflops", sgemm.gflops).set("diagonal_ratio_to_sgemm", gflops / sgemm.gflops);
         r.set("diagonal_speedup_vs_recurrence", t_rec.median_s / t_chunk.median_s);
         r.set("rel_l2_vs_recurrence", err);

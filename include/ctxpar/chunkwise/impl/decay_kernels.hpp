@@ -566,6 +566,122 @@ struct ScalarGradientTiles {
   }
 };
 
+// Diagonal-gate gradients of one (chunk, head). When the chunk's log-gates spread over at most
+// decay_factor_limit e-folds around its first token b, every decay factors as
+// exp(γ_td − γ_jd) = e_td·f_jd (e = exp(γ − γ_b), f = 1/e, both within [e^-limit, e^limit]), and
+// with D = (dO Vᵀ) masked to j ≤ t and P = ((e⊙Q')(f⊙K)ᵀ) masked likewise:
+//   dQ = scale·(e ⊙ D(f⊙K) + Γ ⊙ dO S_cᵀ),  dK = f ⊙ Dᵀ(e⊙Q') + λ ⊙ V G_cᵀ,
+//   dV = Pᵀ dO + (λ⊙K) G_c,
+// all as tiled products. Otherwise the team runs the row kernel over the chunk's tokens.
+template <class Scalar, class ExecutionSpace, class MemorySpace>
+struct DiagonalGradientTiles {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = decay_scratch<Scalar, ExecutionSpace>;
+  GradientRowKernel<Scalar, MemorySpace, true> row;  // the inputs, outputs, and the fallback
+  int chunk;
+
+  static std::size_t scratch_bytes(int C, int K, int V) {
+    // kf qe kl tq ts tk tg | kfT | vT | D P | S_cᵀ G_cᵀ
+    return 7 * scratch::shmem_size(std::size_t(C) * K) + scratch::shmem_size(std::size_t(K) * C) +
+           scratch::shmem_size(std::size_t(V) * C) + 2 * scratch::shmem_size(std::size_t(C) * C) +
+           2 * scratch::shmem_size(std::size_t(V) * K);
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    const int H = static_cast<int>(row.heads), K = static_cast<int>(row.kdim),
+              V = static_cast<int>(row.vdim), C = chunk;
+    const std::int64_t c = team.league_rank() / H;
+    const int h = team.league_rank() % H;
+    const std::int64_t b = row.chunk_begin(c), last = row.chunk_end(c) - 1;
+    const int n = static_cast<int>(last - b + 1);
+    const auto& gamma = row.gamma;
+    Scalar spread = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, n),
+        [&](int j, Scalar& m) {
+          for (int d = 0; d < K; ++d) {
+            const Scalar x = gamma(b + j, h, d) - gamma(b, h, d);
+            const Scalar ax = x < 0 ? -x : x;
+            if (ax > m) m = ax;
+          }
+        },
+        Kokkos::Max<Scalar>(spread));
+    if (spread > Scalar(decay_factor_limit)) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) { row((b + t) * H + h); });
+      return;
+    }
+    const auto& sp = team.team_scratch(1);
+    scratch kf(sp, std::size_t(C) * K), qe(sp, std::size_t(C) * K), kl(sp, std::size_t(C) * K),
+        tq(sp, std::size_t(C) * K), ts(sp, std::size_t(C) * K), tk(sp, std::size_t(C) * K),
+        tg(sp, std::size_t(C) * K), kfT(sp, std::size_t(K) * C), vT(sp, std::size_t(V) * C),
+        D(sp, std::size_t(C) * C), P(sp, std::size_t(C) * C), sT(sp, std::size_t(V) * K),
+        gT(sp, std::size_t(V) * K);
+    const Scalar scale = row.scale;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
+      const Scalar* kt = &row.k(b + t, h, 0);
+      const Scalar* qt = &row.q(b + t, h, 0);
+      const Scalar* vt = &row.v(b + t, h, 0);
+      for (int d = 0; d < K; ++d) {
+        const long td = static_cast<long>(t) * K + d;
+        const Scalar x = gamma(b + t, h, d) - gamma(b, h, d);
+        const Scalar f = compat::exp(-x);
+        kf[td] = f * kt[d];
+        kfT[static_cast<long>(d) * C + t] = f * kt[d];
+        qe[td] = compat::exp(x) * scale * qt[d];
+        kl[td] = compat::exp(gamma(last, h, d) - gamma(b + t, h, d)) * kt[d];
+      }
+      for (int d = 0; d < V; ++d) vT[static_cast<long>(d) * C + t] = vt[d];
+    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+      const Scalar* srow = &row.states(c, h, p, 0);
+      const Scalar* grow = &row.gend(c, h, p, 0);
+      for (int d = 0; d < V; ++d) {
+        sT[static_cast<long>(d) * K + p] = srow[d];
+        gT[static_cast<long>(d) * K + p] = grow[d];
+      }
+    });
+    team.team_barrier();
+    const Scalar* dO = &row.dout(b, h, 0);
+    gd::team_gemm(team, n, n, V, Scalar(1), gd::rows(dO, H * V), vT.data(), C, D.data(), C, false,
+                  true);
+    gd::team_gemm(team, n, n, K, Scalar(1), gd::rows(qe.data(), K), kfT.data(), C, P.data(), C,
+                  false, true);
+    gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(dO, H * V), sT.data(), K, ts.data(), K, false);
+    gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(&row.v(b, h, 0), H * V), gT.data(), K,
+                  tg.data(), K, false);
+    team.team_barrier();
+    // Read as bands next: everything above the diagonal is cleared.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
+      for (int j = t + 1; j < n; ++j) {
+        D[static_cast<long>(t) * C + j] = Scalar(0);
+        P[static_cast<long>(t) * C + j] = Scalar(0);
+      }
+    });
+    team.team_barrier();
+    Scalar* dvc = &row.dv(b, h, 0);
+    gd::team_gemm(team, n, K, n, Scalar(1), gd::rows(D.data(), C, gd::Band::lower), kf.data(), K,
+                  tq.data(), K, false);
+    gd::team_gemm(team, n, K, n, Scalar(1), gd::transposed(D.data(), C, gd::Band::upper), qe.data(),
+                  K, tk.data(), K, false);
+    gd::team_gemm(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper), dO, H * V,
+                  dvc, H * V, false);
+    team.team_barrier();
+    gd::team_gemm(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &row.gend(c, h, 0, 0), V, dvc,
+                  H * V, true);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
+      Scalar* dq = &row.dq(b + t, h, 0);
+      Scalar* dk = &row.dk(b + t, h, 0);
+      for (int d = 0; d < K; ++d) {
+        const long td = static_cast<long>(t) * K + d;
+        const Scalar x = gamma(b + t, h, d) - gamma(b, h, d);
+        dq[d] = scale * (compat::exp(x) * tq[td] + compat::exp(gamma(b + t, h, d)) * ts[td]);
+        dk[d] =
+            compat::exp(-x) * tk[td] + compat::exp(gamma(last, h, d) - gamma(b + t, h, d)) * tg[td];
+      }
+    });
+  }
+};
+
 template <class Scalar, class MemorySpace, bool Diagonal>
 struct GateGradientKernel {
   using saved = DecaySaved<Scalar, MemorySpace>;
@@ -790,11 +906,16 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_backward",
                        range(space, chain_items(seqs.count(), H, K, V)), chain);
   if constexpr (Diagonal) {
-    Kokkos::parallel_for("ctxpar::chunkwise::decay::gradients", range(space, T * H),
-                         GradientRowKernel<Scalar, MemorySpace, Diagonal>{
-                             saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
-                             saved.token_chunk, saved.gamma, saved.states, saved.gend, dq, dk, dv,
-                             static_cast<Scalar>(saved.scale), H, K, V});
+    using grads = DiagonalGradientTiles<Scalar, ExecutionSpace, MemorySpace>;
+    if (C * H > 0)
+      Kokkos::parallel_for(
+          "ctxpar::chunkwise::decay::gradients",
+          chunk_teams(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
+          grads{GradientRowKernel<Scalar, MemorySpace, true>{
+                    saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
+                    saved.token_chunk, saved.gamma, saved.states, saved.gend, dq, dk, dv,
+                    static_cast<Scalar>(saved.scale), H, K, V},
+                saved.chunk});
   } else {
     using grads = ScalarGradientTiles<Scalar, ExecutionSpace, MemorySpace>;
     if (C * H > 0)
