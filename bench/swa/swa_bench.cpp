@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <boost/mpi/environment.hpp>
 #include <cmath>
 #include <cstdio>
@@ -91,6 +92,87 @@ double check_rows(const ctxpar::swa::AttentionInputs<float, Mem>& in, const Tens
   return worst;
 }
 
+/// Largest relative error of the backward against a plain fp64 evaluation: `dq` of the rows
+/// `check_rows` uses, and `dk`, `dv` of the last key and of the key 40 before it (every query
+/// that sees them, every head).
+double check_backward(const ctxpar::swa::AttentionInputs<float, Mem>& in, const Tensor& dout,
+                      const Tensor& dq, const Tensor& dk, const Tensor& dv, std::int64_t window) {
+  auto q = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.q);
+  auto k = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.k);
+  auto v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.v);
+  auto qp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.q_pos);
+  auto kp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in.k_pos);
+  auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dout);
+  auto gq = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dq);
+  auto gk = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dk);
+  auto gv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dv);
+  const std::int64_t t = q.extent(0), hq = q.extent(1), d = q.extent(2), nk = k.extent(0),
+                     group = hq / k.extent(1);
+  // Visible keys of query i under head h, their weights p and score gradients ds.
+  const auto row = [&](std::int64_t i, std::int64_t h, std::vector<std::int64_t>& js,
+                       std::vector<double>& p, std::vector<double>& ds) {
+    js.clear();
+    p.clear();
+    double m = -1e300;
+    for (std::int64_t j = 0; j < nk; ++j) {
+      if (kp(j) > qp(i) || qp(i) - kp(j) >= window) continue;
+      double x = 0;
+      for (std::int64_t e = 0; e < d; ++e) x += double(q(i, h, e)) * double(k(j, h / group, e));
+      js.push_back(j);
+      p.push_back(x * in.scale);
+      m = std::max(m, x * in.scale);
+    }
+    double l = 0;
+    for (double& x : p) l += (x = std::exp(x - m));
+    std::vector<double> dp(js.size());
+    double delta = 0;
+    for (std::size_t a = 0; a < js.size(); ++a) {
+      p[a] /= l;
+      for (std::int64_t e = 0; e < d; ++e)
+        dp[a] += double(g(i, h, e)) * double(v(js[a], h / group, e));
+      delta += p[a] * dp[a];
+    }
+    ds.resize(js.size());
+    for (std::size_t a = 0; a < js.size(); ++a) ds[a] = p[a] * (dp[a] - delta);
+  };
+  double worst = 0;
+  const auto compare = [&](double ref, double got) {
+    worst = std::max(worst, std::fabs(ref - got) / (1e-3 + std::fabs(ref)));
+  };
+  std::vector<std::int64_t> js;
+  std::vector<double> p, ds;
+  for (std::int64_t i : {std::int64_t(0), t / 2, t - 1})
+    for (std::int64_t h = 0; h < hq; ++h) {
+      row(i, h, js, p, ds);
+      for (std::int64_t e = 0; e < d; ++e) {
+        double r = 0;
+        for (std::size_t a = 0; a < js.size(); ++a) r += ds[a] * double(k(js[a], h / group, e));
+        compare(r * in.scale, gq(i, h, e));
+      }
+    }
+  for (const std::int64_t key : {nk - 1, std::max<std::int64_t>(0, nk - 41)})
+    for (std::int64_t hk = 0; hk < static_cast<std::int64_t>(k.extent(1)); ++hk) {
+      std::vector<double> rk(d, 0.0), rv(d, 0.0);
+      for (std::int64_t i = 0; i < t; ++i) {
+        if (kp(key) > qp(i) || qp(i) - kp(key) >= window) continue;
+        for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+          row(i, h, js, p, ds);
+          const std::size_t a =
+              static_cast<std::size_t>(std::find(js.begin(), js.end(), key) - js.begin());
+          for (std::int64_t e = 0; e < d; ++e) {
+            rv[e] += p[a] * double(g(i, h, e));
+            rk[e] += ds[a] * double(q(i, h, e)) * in.scale;
+          }
+        }
+      }
+      for (std::int64_t e = 0; e < d; ++e) {
+        compare(rk[e], gk(key, hk, e));
+        compare(rv[e], gv(key, hk, e));
+      }
+    }
+  return worst;
+}
+
 ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::int64_t t,
                                   std::int64_t hq, std::int64_t hkv, double sgemm, int repeats) {
   Exec space;
@@ -128,6 +210,10 @@ ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::in
         space.fence();
       },
       1, repeats);
+  const double berr = check_backward(in, dout, dq, dk, dv, window);
+  if (!(berr < 1e-3))
+    throw std::runtime_error("swa bench: wrong backward result, relative error " +
+                             std::to_string(berr));
   // The ceiling is measured again right after this case: on a shared machine the load drifts
   // within a run, and the ratio should compare neighbours in time.
   sgemm = 0.5 * (sgemm + ctxpar::bench::sgemm_ceiling(1024, repeats).gflops);
@@ -137,9 +223,9 @@ ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::in
   std::printf(
       "kernel D=%3lld W=%5lld t=%lld Hq=%lld Hkv=%lld: forward %6.2f GFLOP/s (%.3f of SGEMM), "
       "backward %6.2f "
-      "GFLOP/s (%.3f of SGEMM), max rel err %.1e\n",
+      "GFLOP/s (%.3f of SGEMM), max rel err %.1e (backward %.1e)\n",
       (long long)dim, (long long)window, (long long)t, (long long)hq, (long long)hkv, gf,
-      gf / sgemm, gb, gb / sgemm, err);
+      gf / sgemm, gb, gb / sgemm, err, berr);
   std::fflush(stdout);
   return ctxpar::bench::Record("swa",
                                "kernel D=" + std::to_string(dim) + " W=" + std::to_string(window))
@@ -158,7 +244,8 @@ ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::in
       .set("backward_ratio", gb / sgemm)
       .set("forward_flop_formula", "4*D*Hq*t*W")
       .set("backward_flop_formula", "10*D*Hq*t*W")
-      .set("check_max_relative_error", err);
+      .set("check_max_relative_error", err)
+      .set("backward_check_max_relative_error", berr);
 }
 
 /// One rank's shards of a step: cache of W-1 keys, chunk of t tokens, both split by BalancedChunks.
