@@ -13,6 +13,7 @@
 #include "chunkwise/chunkwise_test_support.hpp"
 #include "chunkwise/decay_oracle.hpp"
 #include "ctxpar/chunkwise/compose.hpp"
+#include "expr/expr_test_support.hpp"
 
 namespace cwt = ctxpar::test::chunkwise;
 namespace cw = ctxpar::chunkwise;
@@ -279,6 +280,65 @@ bool dense_aliasing_is_refused() {
     return std::string(e.what()).find("ctxpar::assign") != std::string::npos;
   }
   return false;
+}
+
+// Kernels per composition step and form, with the results of every form bitwise those of the
+// packed out-of-place composition: packed records (and the driver's scan records) are written by
+// one kernel; unpacked outputs by two (one per part; the identity has no transition part). In
+// place as `earlier` stays one kernel; in place as `later` (unpacked) is two, state first.
+template <class T>
+bool check_kernels_per_step(std::uint64_t seed) {
+  using ctxpar::test::expr::kernels_launched_by;
+  constexpr bool identity = std::is_same_v<T, cw::IdentityTransition>;
+  const std::int64_t width = K * V + T::m_size(K);
+  const auto a = random_summary<T>(seed), b = random_summary<T>(seed + 1);
+  cw::SummaryStore<T, mem> packed(cw::SummaryForm::packed, 1, H, K, V);
+  const int packed_kernels =
+      kernels_launched_by([&] { cw::compose_summaries<T>(exec(), b[0], a[0], packed[0], K, V); });
+  cw::SummaryStore<T, mem> split(cw::SummaryForm::unpacked, 1, H, K, V);
+  const auto ua = unpacked<T>(a), ub = unpacked<T>(b);
+  const int split_kernels =
+      kernels_launched_by([&] { cw::compose_summaries<T>(exec(), ub[0], ua[0], split[0], K, V); });
+  // A scan record as the driver lays it out: [H, K·V + m] in one flat buffer.
+  Kokkos::View<float*, mem> flat("flat", H * width);
+  const auto rec = cw::impl::record_views<mem>(flat.data(), H, K * V, T::m_size(K));
+  const int record_kernels =
+      kernels_launched_by([&] { cw::compose_summaries<T>(exec(), b[0], a[0], rec, K, V); });
+  bool ok = packed_kernels == 1 && split_kernels == (identity ? 1 : 2) && record_kernels == 1;
+  // In place: out == earlier, and (not dense) out == later.
+  auto in_earlier = random_summary<T>(seed);
+  const int earlier_kernels = std::is_same_v<T, cw::DenseTransition> ? 1 : kernels_launched_by([&] {
+    cw::compose_summaries<T>(exec(), b[0], in_earlier[0], in_earlier[0], K, V);
+  });
+  // In place as `later` needs the unpacked form (in a packed record with several heads, M_later
+  // lies inside the span of the state part being written).
+  auto in_later = unpacked<T>(random_summary<T>(seed + 1));
+  const int later_kernels = std::is_same_v<T, cw::DenseTransition> ? 2 : kernels_launched_by([&] {
+    cw::compose_summaries<T>(exec(), in_later[0], ua[0], in_later[0], K, V);
+  });
+  ok = ok && earlier_kernels == 1 && later_kernels == (identity ? 1 : 2);
+  if (!ok) {
+    BOOST_TEST_MESSAGE("kernels " << T::name << ": packed " << packed_kernels << ", unpacked "
+                                  << split_kernels << ", scan record " << record_kernels
+                                  << ", in place (earlier) " << earlier_kernels
+                                  << ", in place (later) " << later_kernels);
+  }
+  for (std::int64_t h = 0; h < H; ++h) {
+    for (std::int64_t j = 0; j < width; ++j) {
+      const float want = packed.packed()(0, h, j);
+      const float got_split =
+          j < K * V ? split.states()(0, h, j) : split.transitions()(0, h, j - K * V);
+      bool same = got_split == want && flat(h * width + j) == want;
+      if constexpr (!std::is_same_v<T, cw::DenseTransition>) {
+        const float got_later =
+            j < K * V ? in_later.states()(0, h, j) : in_later.transitions()(0, h, j - K * V);
+        same = same && in_earlier.packed()(0, h, j) == want && got_later == want;
+      }
+      if (!same) BOOST_TEST_MESSAGE("forms differ: " << T::name << " head " << h << " entry " << j);
+      ok = ok && same;
+    }
+  }
+  return ok;
 }
 
 }  // namespace
@@ -594,4 +654,12 @@ BOOST_AUTO_TEST_CASE(composition_matches_fp64) {
   CTXPAR_TEST_ALL(group, check_against_fp64<cw::DiagonalTransition>(23));
   CTXPAR_TEST_ALL(group, check_against_fp64<cw::DenseTransition>(24));
   CTXPAR_TEST_ALL(group, dense_aliasing_is_refused());
+}
+
+BOOST_AUTO_TEST_CASE(one_kernel_per_packed_composition) {
+  const auto& group = world();
+  CTXPAR_TEST_ALL(group, check_kernels_per_step<cw::IdentityTransition>(41));
+  CTXPAR_TEST_ALL(group, check_kernels_per_step<cw::ScalarTransition>(42));
+  CTXPAR_TEST_ALL(group, check_kernels_per_step<cw::DiagonalTransition>(43));
+  CTXPAR_TEST_ALL(group, check_kernels_per_step<cw::DenseTransition>(44));
 }

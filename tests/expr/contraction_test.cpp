@@ -11,40 +11,14 @@
 
 #include "ctxpar/expr/expr.hpp"
 #include "ctxpar_test/harness.hpp"
+#include "expr/expr_test_support.hpp"
 
 namespace {
 
 namespace ex = ctxpar::expr;
 using ctxpar::test::uniform;
-
-int launches = 0;
-void count_launch(const char*, std::uint32_t, std::uint64_t* id) {
-  ++launches;
-  *id = 0;
-}
-void ignore_end(std::uint64_t) {}
-
-template <class F>
-int kernels_launched_by(F&& f) {
-  launches = 0;
-  Kokkos::Tools::Experimental::set_begin_parallel_for_callback(count_launch);
-  Kokkos::Tools::Experimental::set_end_parallel_for_callback(ignore_end);
-  f();
-  Kokkos::fence();
-  Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
-  Kokkos::Tools::Experimental::set_end_parallel_for_callback(nullptr);
-  return launches;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ctxpar::Error& e) {
-    return e.what();
-  }
-  return "no ctxpar::Error";
-}
+using ctxpar::test::expr::error_of;
+using ctxpar::test::expr::kernels_launched_by;
 
 // A rank-3 view [n, r, c] of the case's memory space filled from (seed, flat index).
 template <class Case>

@@ -13,32 +13,14 @@
 
 #include "ctxpar/expr/expr.hpp"
 #include "ctxpar_test/harness.hpp"
+#include "expr/expr_test_support.hpp"
 
 namespace {
 
 namespace ex = ctxpar::expr;
 using ctxpar::test::uniform;
-
-// Kernel launches seen by the Kokkos Tools callback while a counter is installed.
-int launches = 0;
-void count_launch(const char*, std::uint32_t, std::uint64_t* id) {
-  ++launches;
-  *id = 0;
-}
-void ignore_end(std::uint64_t) {}
-
-// Counts the kernels launched by `f`.
-template <class F>
-int kernels_launched_by(F&& f) {
-  launches = 0;
-  Kokkos::Tools::Experimental::set_begin_parallel_for_callback(count_launch);
-  Kokkos::Tools::Experimental::set_end_parallel_for_callback(ignore_end);
-  f();
-  Kokkos::fence();
-  Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
-  Kokkos::Tools::Experimental::set_end_parallel_for_callback(nullptr);
-  return launches;
-}
+using ctxpar::test::expr::error_of;
+using ctxpar::test::expr::kernels_launched_by;
 
 // A rank-1..3 view of the case's memory space filled with `g(uniform(seed, flat index))`.
 template <class Case, class DataType, class G>
@@ -142,16 +124,6 @@ double same_arithmetic_bound(double magnitude) {
   (void)magnitude;
   return 0.0;
 #endif
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ctxpar::Error& e) {
-    return e.what();
-  }
-  return "no ctxpar::Error";
 }
 
 }  // namespace
@@ -503,11 +475,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(aliasing_rule, Exec, ctxpar::test::execution_space
   // A strided column ends at its last element: memory right after it (here the tail of the same
   // allocation, as a packed summary record's M column followed by a temporary) is not read.
   Kokkos::View<double*, M> packed("packed", 4 * 5 + 4);
-  Kokkos::View<double**, Kokkos::LayoutRight, M, Kokkos::MemoryUnmanaged> records(packed.data(), 4, 5);
+  Kokkos::View<double**, Kokkos::LayoutRight, M, Kokkos::MemoryUnmanaged> records(packed.data(), 4,
+                                                                                  5);
   auto column = Kokkos::subview(records, all, 4);  // elements 4, 9, 14, 19
   Kokkos::View<double*, M, Kokkos::MemoryUnmanaged> after(packed.data() + 20, 4);
   ctxpar::assign(space, packed, 1.0);
-  ok = error_of([&] { ctxpar::assign(space, after, ex::view(column) + 1.0); }) == "no ctxpar::Error" && ok;
+  ok = error_of([&] { ctxpar::assign(space, after, ex::view(column) + 1.0); }) ==
+           "no ctxpar::Error" &&
+       ok;
   space.fence();
   auto hp = host(packed);
   for (int i = 20; i < 24; ++i) ok = ok && hp(i) == 2.0;

@@ -1,6 +1,7 @@
 // GPU compile check of the expression layer: every element-wise node and function, broadcasts
-// along each axis, the batched contraction, and assign at ranks 1..3, instantiated for
-// Kokkos::DefaultExecutionSpace (CUDA or HIP in the compile-check presets) in float and double.
+// along each axis, the batched contraction, concatenation and flatten, and assign at ranks 1..3,
+// instantiated for Kokkos::DefaultExecutionSpace (CUDA or HIP in the compile-check presets) in
+// float and double.
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -36,6 +37,15 @@ void instantiate_expressions() {
   Kokkos::View<T***, mem> m("m", t, h, h), s("s", t, h, d);
   ctxpar::assign(space, out3, ex::contract(m, s, x));
   ctxpar::assign(space, out2, ex::contract(ex::view(a) * T(2), ex::broadcast<0>(v, h), T(1)));
+  // A packed record in one kernel: concat(flatten(m·s + x), flatten(m·m)) into [t, h·d + h·h],
+  // and the rank-1 and rank-3 forms.
+  Kokkos::View<T**, mem> record("record", t, h * d + h * h);
+  ctxpar::assign(space, record,
+                 ex::concat(ex::flatten(ex::contract(m, s, x)), ex::flatten(ex::contract(m, m))));
+  Kokkos::View<T*, mem> pair("pair", h + t * d);
+  ctxpar::assign(space, pair, ex::concat(ex::view(v) * T(2), ex::flatten(table)));
+  Kokkos::View<T***, mem> side("side", t, h, d + h);
+  ctxpar::assign(space, side, ex::concat(x, m));
   Kokkos::View<double*, mem> wide("wide", h);
   ctxpar::assign(space, wide, ex::cast<double>(v) * 2.0);
   space.fence();

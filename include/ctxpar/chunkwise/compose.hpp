@@ -4,7 +4,8 @@
 /// the transition structure so the work is the minimum for each family (identity: an add; scalar:
 /// an axpy; diagonal: a row-scaled axpy; dense: a small `K×K` product). Application and
 /// composition are written with the expression layer (`ctxpar::assign`, `M` broadcast or
-/// contracted with `ctxpar::expr::contract`): one kernel per part they write.
+/// contracted with `ctxpar::expr::contract`): one kernel per step when the output is one packed
+/// record (the two parts joined with `ctxpar::expr::concat`), one per part otherwise.
 ///
 /// The same kernels serve forward summaries `(M, dS)` and backward summaries `(Mᵀ, γ)`: a backward
 /// summary stores `Mᵀ`, so folding `d ← Mᵀ·d + γ` is the same application.
@@ -38,29 +39,63 @@ Kokkos::View<T***, Kokkos::LayoutStride, MemorySpace> as_matrices(const Part& p,
   return Kokkos::View<T***, Kokkos::LayoutStride, MemorySpace>(p.data(), layout);
 }
 
-// out = M·h + d for every head, as one expression: `M` broadcast over the rows it scales (scalar,
-// diagonal) or contracted with `h` (dense). `h` and `d` are `[H, K, V]`, `m` is the transition
-// part `[H, m]`. The dense contraction accumulates onto `d` in order l = 0 … K−1, the order the
-// earlier named functor used, so composed summaries are bitwise what they were.
+// M·h + d for every head, as one expression `[H, K, V]`: `M` broadcast over the rows it scales
+// (scalar, diagonal) or contracted with `h` (dense). `h` and `d` are `[H, K, V]`, `m` is the
+// transition part `[H, m]`. The dense contraction accumulates onto `d` in order l = 0 … K−1, the
+// order the earlier named functor used, so composed summaries are bitwise what they were.
+template <class Transition, class MemorySpace, class State>
+auto affine_expression(const const_part<MemorySpace>& m, const State& h, const State& d,
+                       std::int64_t k, std::int64_t v) {
+  namespace ex = ::ctxpar::expr;
+  if constexpr (std::is_same_v<Transition, IdentityTransition>) {
+    return ex::view(h) + ex::view(d);
+  } else if constexpr (std::is_same_v<Transition, ScalarTransition>) {
+    const Kokkos::View<const float*, Kokkos::LayoutStride, MemorySpace> scale =
+        Kokkos::subview(m, Kokkos::ALL, 0);
+    return ex::broadcast<2>(ex::broadcast<1>(scale, k), v) * ex::view(h) + ex::view(d);
+  } else if constexpr (std::is_same_v<Transition, DiagonalTransition>) {
+    return ex::broadcast<2>(m, v) * ex::view(h) + ex::view(d);
+  } else {
+    return ex::contract(as_matrices<const float, MemorySpace>(m, k, k), h, d);
+  }
+}
+
+// out = M·h + d (one assign).
 template <class Transition, class ExecutionSpace, class MemorySpace, class State>
 void affine_assign(const ExecutionSpace& space, const const_part<MemorySpace>& m, const State& h,
                    const State& d,
                    const Kokkos::View<float***, Kokkos::LayoutStride, MemorySpace>& out,
                    std::int64_t k, std::int64_t v) {
+  ::ctxpar::assign(space, out, affine_expression<Transition, MemorySpace>(m, h, d, k, v));
+}
+
+// M_l·M_e in the transition storage `[H, m]`: an element-wise product, or the `K×K` contraction
+// read row-major (not for the identity, which stores nothing).
+template <class Transition, class MemorySpace>
+auto product_expression(const const_part<MemorySpace>& later,
+                        const const_part<MemorySpace>& earlier, std::int64_t k) {
   namespace ex = ::ctxpar::expr;
-  if constexpr (std::is_same_v<Transition, IdentityTransition>) {
-    ::ctxpar::assign(space, out, ex::view(h) + ex::view(d));
-  } else if constexpr (std::is_same_v<Transition, ScalarTransition>) {
-    const Kokkos::View<const float*, Kokkos::LayoutStride, MemorySpace> scale =
-        Kokkos::subview(m, Kokkos::ALL, 0);
-    ::ctxpar::assign(space, out,
-                     ex::broadcast<2>(ex::broadcast<1>(scale, k), v) * ex::view(h) + ex::view(d));
-  } else if constexpr (std::is_same_v<Transition, DiagonalTransition>) {
-    ::ctxpar::assign(space, out, ex::broadcast<2>(m, v) * ex::view(h) + ex::view(d));
+  if constexpr (std::is_same_v<Transition, DenseTransition>) {
+    return ex::flatten(ex::contract(as_matrices<const float, MemorySpace>(later, k, k),
+                                    as_matrices<const float, MemorySpace>(earlier, k, k)));
   } else {
-    ::ctxpar::assign(space, out,
-                     ex::contract(as_matrices<const float, MemorySpace>(m, k, k), h, d));
+    return ex::view(later) * ex::view(earlier);
   }
+}
+
+// The whole record `[H, K·V + m]` when the two parts of `s` lie side by side in one buffer with
+// one index map (the packed form, and the driver's scan records); an empty view otherwise.
+template <class MemorySpace>
+part<MemorySpace> packed_record(const SummaryViews<MemorySpace>& s, std::int64_t kv) {
+  const auto &d = s.state, &m = s.transition;
+  const std::int64_t heads = d.extent(0);
+  const bool side_by_side =
+      m.extent(0) == d.extent(0) && static_cast<std::int64_t>(d.extent(1)) == kv &&
+      (heads <= 1 || m.stride(0) == d.stride(0)) && m.stride(1) == d.stride(1) &&
+      m.data() == d.data() + kv * static_cast<std::int64_t>(d.stride(1));
+  if (!side_by_side) return {};
+  const Kokkos::LayoutStride layout(heads, d.stride(0), kv + m.extent(1), d.stride(1));
+  return part<MemorySpace>(d.data(), layout);
 }
 
 // Identity summary: d = 0, M = I (in the structure's storage).
@@ -135,31 +170,45 @@ void copy_part(const ExecutionSpace& space, const const_part<MemorySpace>& in,
 }  // namespace impl
 
 /// `out = later ∘ earlier`, i.e. `(M_l·M_e, M_l·d_e + d_l)`, for `H` heads of key dim `k` and
-/// value dim `v`. `out` may overlap an input only as that very input under the identity, scalar
-/// or diagonal structure (an in-place element-wise update); any other overlap, and any overlap
-/// under the dense structure (its products read whole rows), throws `ctxpar::Error` before the
-/// launch. Two expression-layer kernels (`ctxpar::assign`), one per
-/// part: the state part `M_l·d_e + d_l` (an add, an axpy, a row-scaled axpy or a contraction by
-/// structure), and the transition part `M_l·M_e` (an element-wise product, or a `K×K`
-/// contraction; nothing for the identity).
+/// value dim `v`.
+///
+/// Kernels: one (`ctxpar::assign` of `concat(flatten(M_l·d_e + d_l), M_l·M_e)` over the whole
+/// record) when `out`'s two parts lie side by side in one buffer — the packed form and the
+/// driver's scan records; two (one assign per part, state first) when `out` is unpacked. The
+/// identity stores no transition: one kernel in either form. Results are bitwise the same.
+///
+/// `out` may overlap an input only as that very input, index for index, under the identity,
+/// scalar or diagonal structure: `out == earlier` in any form (one kernel when packed), `out ==
+/// later` when unpacked (two kernels: the state part reads `M_l` before the second overwrites it;
+/// in a packed record of several heads `M_l` lies inside the state part's span, which is
+/// refused). Any other overlap, and any overlap under the dense structure (its products read
+/// whole rows), throws `ctxpar::Error` before the launch.
 template <class Transition, class ExecutionSpace, class MemorySpace>
 void compose_summaries(const ExecutionSpace& space, const SummaryViews<MemorySpace>& later,
                        const SummaryViews<MemorySpace>& earlier,
                        const SummaryViews<MemorySpace>& out, std::int64_t k, std::int64_t v) {
   namespace ex = ::ctxpar::expr;
-  impl::affine_assign<Transition>(space, impl::const_part<MemorySpace>(later.transition),
-                                  impl::as_matrices<const float, MemorySpace>(earlier.state, k, v),
-                                  impl::as_matrices<const float, MemorySpace>(later.state, k, v),
-                                  impl::as_matrices<float, MemorySpace>(out.state, k, v), k, v);
-  if constexpr (std::is_same_v<Transition, DenseTransition>) {
-    ::ctxpar::assign(
-        space, impl::as_matrices<float, MemorySpace>(out.transition, k, k),
-        ex::contract(impl::as_matrices<const float, MemorySpace>(later.transition, k, k),
-                     impl::as_matrices<const float, MemorySpace>(earlier.transition, k, k)));
-  } else if constexpr (!std::is_same_v<Transition, IdentityTransition>) {
-    ::ctxpar::assign(space, out.transition,
-                     ex::view(impl::const_part<MemorySpace>(later.transition)) *
-                         ex::view(impl::const_part<MemorySpace>(earlier.transition)));
+  using impl::as_matrices;
+  using impl::const_part;
+  const auto state = impl::affine_expression<Transition, MemorySpace>(
+      const_part<MemorySpace>(later.transition),
+      as_matrices<const float, MemorySpace>(earlier.state, k, v),
+      as_matrices<const float, MemorySpace>(later.state, k, v), k, v);
+  if constexpr (std::is_same_v<Transition, IdentityTransition>) {
+    ::ctxpar::assign(space, as_matrices<float, MemorySpace>(out.state, k, v), state);
+  } else {
+    const auto transition = impl::product_expression<Transition, MemorySpace>(
+        const_part<MemorySpace>(later.transition), const_part<MemorySpace>(earlier.transition), k);
+    const impl::part<MemorySpace> record = impl::packed_record(out, k * v);
+    if (record.data() != nullptr) {
+      const auto whole = ex::concat(ex::flatten(state), transition);
+      if (whole.alias_safe(ex::Footprint::of_view(record), true)) {
+        ::ctxpar::assign(space, record, whole);
+        return;
+      }
+    }
+    ::ctxpar::assign(space, as_matrices<float, MemorySpace>(out.state, k, v), state);
+    ::ctxpar::assign(space, out.transition, transition);
   }
 }
 
