@@ -57,6 +57,26 @@
 ///    sequences that start here (when non-empty), and `ds_in [H,K,V]` = the gradient w.r.t. the
 ///    state entering local sequence 0 (when non-empty).
 ///
+/// ### Optional: what the driver will use (`SummaryNeeds`)
+///
+/// A backend may also accept a trailing `const SummaryNeeds&` in both prepare methods
+/// (`forward_prepare(space, inputs, seqs, summary, saved, needs)`, `backward_prepare(space, saved,
+/// output_grad, seqs, summary, needs)`); the driver then passes, per call, which parts of the
+/// summary a later composition reads and whether the apply's boundary state will be zero. Derived
+/// from the plan alone (every rank agrees without communicating):
+/// - `state`: the summary state (`dS` / `γ`) is read: the trailing (leading) sequence continues
+///   to a later (earlier) shard;
+/// - `transition`: `M` (`Mᵀ`) is read with a possibly non-zero operand: `state` holds and the
+///   fragment's incoming state (outgoing gradient) can be non-zero — it continues a sequence
+///   from another shard, or the user gave initial states (final-state gradients);
+/// - `zero_boundary`: the apply's `s_in` (`ds_out`) will be all zeros and no user boundary
+///   value is given, so every local sequence starts (ends) from zero and the apply's result does
+///   not depend on the composition — a backend may compute it already in the prepare method.
+/// The driver's summary records arrive zeroed; a part not needed may be left untouched and then
+/// travels as zeros (the byte counts never change). `M = 0` is also the exact transition of a
+/// fragment whose incoming state is zero, so compositions stay exact. A backend without this
+/// overload is called with the five-argument form and must write the whole summary.
+///
 /// Initial states and final-state gradients of sequences that *continue* across shards are folded
 /// in by the driver (they travel inside the composed `s_in` / `ds_out`); the shard where such a
 /// sequence starts (ends) applies them itself, so activations in fp64 keep fp64 states locally.
@@ -84,6 +104,15 @@ struct ChunkwiseShape {
   std::int64_t heads = 0;      ///< `H`
   std::int64_t key_dim = 0;    ///< `K`
   std::int64_t value_dim = 0;  ///< `V`
+};
+
+/// Which parts of one prepare call's summary the driver will read, and whether the matching
+/// apply starts from zero (see "Optional: what the driver will use" above). The defaults ask for
+/// everything, the behaviour of a backend without the overload.
+struct SummaryNeeds {
+  bool state = true;           ///< the summary state (`dS` / `γ`) is read by a composition
+  bool transition = true;      ///< `M` / `Mᵀ` is read with a possibly non-zero operand
+  bool zero_boundary = false;  ///< the apply's `s_in` / `ds_out` is zero, no user boundary value
 };
 
 /// Options every backend accepts.
@@ -170,6 +199,30 @@ struct has_forward_prepare<
         std::declval<const LocalSequences&>(),
         std::declval<const SummaryViews<typename B::memory_space>&>(),
         std::declval<typename B::saved_type&>()))>> : std::true_type {};
+
+template <class B, class E, class = void>
+struct has_forward_prepare_needs : std::false_type {};
+template <class B, class E>
+struct has_forward_prepare_needs<
+    B, E,
+    void_t<decltype(std::declval<const B&>().forward_prepare(
+        std::declval<const E&>(), std::declval<const typename B::inputs_type&>(),
+        std::declval<const LocalSequences&>(),
+        std::declval<const SummaryViews<typename B::memory_space>&>(),
+        std::declval<typename B::saved_type&>(), std::declval<const SummaryNeeds&>()))>>
+    : std::true_type {};
+
+template <class B, class E, class = void>
+struct has_backward_prepare_needs : std::false_type {};
+template <class B, class E>
+struct has_backward_prepare_needs<
+    B, E,
+    void_t<decltype(std::declval<const B&>().backward_prepare(
+        std::declval<const E&>(), std::declval<typename B::saved_type&>(),
+        std::declval<const const_token_view<typename B::scalar_type, typename B::memory_space>&>(),
+        std::declval<const LocalSequences&>(),
+        std::declval<const SummaryViews<typename B::memory_space>&>(),
+        std::declval<const SummaryNeeds&>()))>> : std::true_type {};
 
 template <class B, class E, class = void>
 struct has_forward_apply : std::false_type {};

@@ -49,13 +49,13 @@ struct BackwardStates {
 /// shard, the inputs and the plan fingerprint.
 template <class Backend>
 struct ChunkwiseContext {
-  ChunkwisePlan plan;                                  ///< the sequence layout
-  typename Backend::inputs_type inputs;                ///< the rank's inputs (views)
-  std::vector<typename Backend::saved_type> saved;     ///< one per local slot
-  std::int64_t heads = 0;                              ///< `H`
-  std::int64_t key_dim = 0;                            ///< `K`
-  std::int64_t value_dim = 0;                          ///< `V`
-  bool initial_states_given = false;                   ///< forward got `h0`
+  ChunkwisePlan plan;                               ///< the sequence layout
+  typename Backend::inputs_type inputs;             ///< the rank's inputs (views)
+  std::vector<typename Backend::saved_type> saved;  ///< one per local slot
+  std::int64_t heads = 0;                           ///< `H`
+  std::int64_t key_dim = 0;                         ///< `K`
+  std::int64_t value_dim = 0;                       ///< `V`
+  bool initial_states_given = false;                ///< forward got `h0`
 };
 
 namespace impl {
@@ -257,6 +257,50 @@ class Composer {
   bool backward_;
 };
 
+// What the forward composition reads of slot summaries of shard `v` (see SummaryNeeds).
+inline SummaryNeeds forward_needs(const LocalSequences& seqs, bool initial_states_given) {
+  SummaryNeeds needs;
+  needs.state = seqs.last_continues;
+  const bool incoming = (seqs.count() == 1 && seqs.first_continues) || initial_states_given;
+  needs.transition = needs.state && incoming;
+  needs.zero_boundary = !seqs.first_continues && !initial_states_given;
+  return needs;
+}
+
+// The backward mirror: γ of the leading fragment is read when it continues from an earlier shard.
+inline SummaryNeeds backward_needs(const LocalSequences& seqs, bool final_grads_given) {
+  SummaryNeeds needs;
+  needs.state = seqs.first_continues;
+  const bool outgoing = (seqs.count() == 1 && seqs.last_continues) || final_grads_given;
+  needs.transition = needs.state && outgoing;
+  needs.zero_boundary = !seqs.last_continues && !final_grads_given;
+  return needs;
+}
+
+template <class ExecutionSpace, class Backend, class Summary>
+void call_forward_prepare(const ExecutionSpace& space, const Backend& backend,
+                          const typename Backend::inputs_type& inputs, const LocalSequences& seqs,
+                          const Summary& summary, typename Backend::saved_type& saved,
+                          const SummaryNeeds& needs) {
+  if constexpr (has_forward_prepare_needs<Backend, ExecutionSpace>::value) {
+    backend.forward_prepare(space, inputs, seqs, summary, saved, needs);
+  } else {
+    backend.forward_prepare(space, inputs, seqs, summary, saved);
+  }
+}
+
+template <class ExecutionSpace, class Backend, class OutputGrad, class Summary>
+void call_backward_prepare(const ExecutionSpace& space, const Backend& backend,
+                           typename Backend::saved_type& saved, const OutputGrad& output_grad,
+                           const LocalSequences& seqs, const Summary& summary,
+                           const SummaryNeeds& needs) {
+  if constexpr (has_backward_prepare_needs<Backend, ExecutionSpace>::value) {
+    backend.backward_prepare(space, saved, output_grad, seqs, summary, needs);
+  } else {
+    backend.backward_prepare(space, saved, output_grad, seqs, summary);
+  }
+}
+
 template <class Backend, class Policy>
 void common_checks(Preconditions& chk, const Backend& backend, const ChunkwisePlan& plan,
                    const ChunkwiseShape& shape, const DriverOptions& options) {
@@ -361,8 +405,10 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
     if (len == 0) {
       identity_summary<transition>(space, local[slot], shape.key_dim, shape.value_dim);
     } else {
-      backend.forward_prepare(space, backend.slice(inputs, off, off + len), plan.local_sequences(v),
-                              local[slot], ctx.saved[static_cast<std::size_t>(slot)]);
+      const LocalSequences seqs = plan.local_sequences(v);
+      impl::call_forward_prepare(space, backend, backend.slice(inputs, off, off + len), seqs,
+                                 local[slot], ctx.saved[static_cast<std::size_t>(slot)],
+                                 impl::forward_needs(seqs, is_given(states.initial_states)));
     }
   }
   impl::Composer<transition, ExecutionSpace, scalar> composer(
@@ -460,8 +506,10 @@ void chunkwise_cp_backward(const ExecutionSpace& space, const Group& group, cons
     } else {
       const_token_view<scalar, memory_space> dout =
           Kokkos::subview(output_grad, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL);
-      backend.backward_prepare(space, ctx.saved[static_cast<std::size_t>(slot)], dout,
-                               plan.local_sequences(v), local[slot]);
+      const LocalSequences seqs = plan.local_sequences(v);
+      impl::call_backward_prepare(space, backend, ctx.saved[static_cast<std::size_t>(slot)], dout,
+                                  seqs, local[slot],
+                                  impl::backward_needs(seqs, is_given(states.final_state_grads)));
     }
   }
   impl::Composer<transition, ExecutionSpace, scalar> composer(space, group, plan, shape.heads,

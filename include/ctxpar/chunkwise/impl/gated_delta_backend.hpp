@@ -183,12 +183,12 @@ class Backend {
   template <class ExecutionSpace>
   void forward_prepare(const ExecutionSpace& space, const inputs_type& in,
                        const chunkwise::LocalSequences& seqs,
-                       const chunkwise::SummaryViews<memory_space>& summary,
-                       saved_type& saved) const {
+                       const chunkwise::SummaryViews<memory_space>& summary, saved_type& saved,
+                       const chunkwise::SummaryNeeds& needs = {}) const {
     compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::forward_prepare");
     saved.inputs = in;
     saved.intra_done = false;
-    engine::forward_prepare(space, saved, problem(in), seqs, summary);
+    engine::forward_prepare(space, saved, problem(in), seqs, summary, needs, shape(in).tokens);
     saved.prepared = true;
   }
 
@@ -209,6 +209,7 @@ class Backend {
         saved.inputs.g.data() != in.g.data() || saved.inputs.beta.data() != in.beta.data()) {
       saved.inputs = in;
       saved.intra_done = false;
+      saved.forward_applied = false;  // its outputs were computed from other values
     }
     saved.prepared = false;
     engine::forward_apply(space, saved, problem(in), seqs, s_in, initial_states, output,
@@ -220,9 +221,11 @@ class Backend {
   void backward_prepare(const ExecutionSpace& space, saved_type& saved,
                         const chunkwise::const_token_view<Scalar, memory_space>& output_grad,
                         const chunkwise::LocalSequences& seqs,
-                        const chunkwise::SummaryViews<memory_space>& summary) const {
+                        const chunkwise::SummaryViews<memory_space>& summary,
+                        const chunkwise::SummaryNeeds& needs = {}) const {
     compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::backward_prepare");
-    engine::backward_prepare(space, saved, problem(saved.inputs), output_grad, seqs, summary);
+    engine::backward_prepare(space, saved, problem(saved.inputs), output_grad, seqs, summary,
+                             needs);
   }
 
   /// Contract method 4: every gradient from the composed `ds_out`.

@@ -26,12 +26,21 @@ struct Saved {
   Kokkos::View<int*, MemorySpace> first_chunk;  ///< [n + 1] chunk range of each local sequence
   std::vector<std::int64_t> cu_seqlens;         ///< the local token boundaries the layout is for
   Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace> m;  ///< M of the trailing fragment
-  bool intra_done = false;    ///< the per-chunk phase ran on `inputs`
+  bool intra_done = false;  ///< the per-chunk phase ran on `inputs`
   /// forward_prepare ran and no forward_apply has consumed its per-chunk phase yet. Only then may
   /// forward_apply reuse it: matching data pointers alone cannot tell new values in old buffers.
   bool prepared = false;
   bool m_ready = false;       ///< `m` holds M of the trailing fragment
   bool forward_done = false;  ///< chunk-start states and U are saved
+  /// forward_prepare already ran the apply's pass from zero (the driver said `s_in` is zero and
+  /// no initial states apply): `out` and `fin` hold its outputs and per-sequence final states.
+  bool forward_applied = false;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;   ///< `[T, H, V]` outputs
+  Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace> fin;  ///< `[n, H, K, V]` final states
+  /// backward_prepare already ran the apply's reverse pass from zero: `start` holds the gradient
+  /// at every local sequence's start and the chunk gradients' inputs are saved.
+  bool backward_applied = false;
+  Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace> start;  ///< `[n, H, K, V]`
 };
 
 /// Number of chunks of `rows` sub-steps.
@@ -248,9 +257,47 @@ struct Engine {
   template <class ExecutionSpace>
   static void forward_prepare(const ExecutionSpace& space, saved_type& sv,
                               const Problem<Scalar>& pb, const chunkwise::LocalSequences& seqs,
-                              const chunkwise::SummaryViews<MemorySpace>& summary) {
+                              const chunkwise::SummaryViews<MemorySpace>& summary,
+                              const chunkwise::SummaryNeeds& needs, std::int64_t tokens) {
     ensure_intra(space, sv, pb, seqs);
+    sv.forward_applied = false;
+    sv.out = {};
+    sv.fin = {};
+    // Nobody reads the summary (its record arrives zeroed): the apply's pass does all the work.
+    if (!needs.state) return;
     const int last = seqs.count() - 1;
+    if (needs.zero_boundary && !needs.transition) {
+      // The apply would run this very pass from zero: run it once here, keep the outputs, and
+      // take dS from the trailing sequence's final state.
+      const int n = seqs.count();
+      sv.out = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::out"),
+          tokens, pb.heads, pb.value_dim);
+      sv.fin = buffer(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::final"),
+          n, pb.heads, pb.key_dim, pb.value_dim);
+      PassTargets<Scalar> tg;
+      tg.final_state = sv.fin.data();
+      tg.out = sv.out.data();
+      tg.save = true;
+      run_pass<false>(space, sv, pb, tg, 0, n);
+      const std::int64_t kv = std::int64_t(pb.key_dim) * pb.value_dim;
+      store_summary_state(space, summary.state, sv.fin.data() + std::int64_t(last) * pb.heads * kv,
+                          kv);
+      sv.forward_applied = true;
+      return;
+    }
+    if (!needs.transition) {
+      buffer ds(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::ds"), 1,
+          pb.heads, pb.key_dim, pb.value_dim);
+      PassTargets<Scalar> tg;
+      tg.final_state = ds.data();
+      tg.row_base = last;
+      run_pass<false>(space, sv, pb, tg, last, last + 1);
+      store_summary_state(space, summary.state, ds.data(), std::int64_t(pb.key_dim) * pb.value_dim);
+      return;
+    }
     buffer ds(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::ds"),
               1, pb.heads, pb.key_dim, pb.value_dim);
     PassTargets<Scalar> tg;
@@ -271,6 +318,20 @@ struct Engine {
                             const Final& final_states) {
     ensure_intra(space, sv, pb, seqs);
     const int n = seqs.count();
+    if (sv.forward_applied && !chunkwise::is_given(initial_states) &&
+        sv.out.extent(0) == output.extent(0) && static_cast<int>(sv.fin.extent(0)) == n) {
+      // forward_prepare ran this pass from a zero s_in (the driver's zero_boundary).
+      Kokkos::deep_copy(space, output, sv.out);
+      std::vector<bool> ends(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) ends[std::size_t(i)] = seqs.ends_here(i);
+      scatter_states(space, sv.fin, final_states, seqs.ordinals, ends);
+      sv.forward_applied = false;
+      sv.out = {};
+      sv.fin = {};
+      sv.forward_done = true;
+      return;
+    }
+    sv.forward_applied = false;
     buffer init(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::init"), n,
         pb.heads, pb.key_dim, pb.value_dim);
@@ -295,8 +356,41 @@ struct Engine {
   static void backward_prepare(const ExecutionSpace& space, saved_type& sv,
                                const Problem<Scalar>& pb, const OutputGrad& output_grad,
                                const chunkwise::LocalSequences& seqs,
-                               const chunkwise::SummaryViews<MemorySpace>& summary) {
+                               const chunkwise::SummaryViews<MemorySpace>& summary,
+                               const chunkwise::SummaryNeeds& needs) {
     ensure_intra(space, sv, pb, seqs);
+    sv.backward_applied = false;
+    sv.start = {};
+    if (!needs.state) return;  // nobody reads γ: the apply's reverse pass does all the work
+    if (needs.zero_boundary && !needs.transition && sv.forward_done) {
+      // The apply would run this reverse pass from a zero ds_out: run it once here (saving what
+      // the chunk gradients read) and take γ from the leading sequence's start.
+      const int n = seqs.count();
+      sv.start = buffer(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dstart"),
+          n, pb.heads, pb.key_dim, pb.value_dim);
+      PassTargets<Scalar> tg;
+      tg.final_state = sv.start.data();
+      tg.dout = output_grad.data();
+      tg.save = true;
+      run_pass<true>(space, sv, pb, tg, 0, n);
+      store_summary_state(space, summary.state, sv.start.data(),
+                          std::int64_t(pb.key_dim) * pb.value_dim);
+      sv.backward_applied = true;
+      return;
+    }
+    if (!needs.transition) {
+      buffer gamma(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                      "ctxpar::chunkwise::gated_delta::gamma_summary"),
+                   1, pb.heads, pb.key_dim, pb.value_dim);
+      PassTargets<Scalar> tg;
+      tg.final_state = gamma.data();
+      tg.dout = output_grad.data();
+      run_pass<true>(space, sv, pb, tg, 0, 1);
+      store_summary_state(space, summary.state, gamma.data(),
+                          std::int64_t(pb.key_dim) * pb.value_dim);
+      return;
+    }
     buffer gamma(Kokkos::view_alloc(Kokkos::WithoutInitializing,
                                     "ctxpar::chunkwise::gated_delta::gamma_summary"),
                  1, pb.heads, pb.key_dim, pb.value_dim);
@@ -324,22 +418,30 @@ struct Engine {
     require_local(sv.forward_done, "ctxpar::chunkwise::gated_delta::backward_apply",
                   "forward_apply must run on this saved bundle before backward_apply",
                   "a forward bundle", "a bundle without forward_apply");
-    buffer init(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dinit"), n,
-        pb.heads, pb.key_dim, pb.value_dim);
-    buffer start(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dstart"),
-        n, pb.heads, pb.key_dim, pb.value_dim);
     std::vector<bool> ends_here(static_cast<std::size_t>(n)), starts(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i)
       ends_here[std::size_t(i)] = seqs.ends_here(i), starts[std::size_t(i)] = seqs.starts_here(i);
-    fill_states(space, init, ds_out, n - 1, final_grads, seqs.ordinals, ends_here);
-    PassTargets<Scalar> tg;
-    tg.init = init.data();
-    tg.final_state = start.data();
-    tg.dout = output_grad.data();
-    tg.save = true;
-    run_pass<true>(space, sv, pb, tg, 0, n);
+    buffer start;
+    if (sv.backward_applied && !chunkwise::is_given(final_grads) &&
+        static_cast<int>(sv.start.extent(0)) == n) {
+      start = sv.start;  // backward_prepare ran this pass from a zero ds_out (zero_boundary)
+    } else {
+      buffer init(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dinit"),
+          n, pb.heads, pb.key_dim, pb.value_dim);
+      start = buffer(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dstart"),
+          n, pb.heads, pb.key_dim, pb.value_dim);
+      fill_states(space, init, ds_out, n - 1, final_grads, seqs.ordinals, ends_here);
+      PassTargets<Scalar> tg;
+      tg.init = init.data();
+      tg.final_state = start.data();
+      tg.dout = output_grad.data();
+      tg.save = true;
+      run_pass<true>(space, sv, pb, tg, 0, n);
+    }
+    sv.backward_applied = false;
+    sv.start = {};
     GradTargets<Scalar> gt = grads;
     gt.dout = output_grad.data();
     using functor = ChunkGradients<Scalar, ExecutionSpace, MemorySpace>;
