@@ -3,10 +3,14 @@
 // every rank: outputs, final states and every gradient (dq, dk, dv, dg, dβ, dh0); both composition
 // policies, packed and unpacked summaries, contiguous and zigzag ownership, with and without
 // initial states; single and packed sequences with boundaries on and next to rank borders,
-// lengths around the chunk, empty shards.
+// lengths around the chunk, empty shards. Also: the work the driver asks of the backend per rank
+// (kernel launches per label) and the unchanged summary bytes.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -275,4 +279,71 @@ BOOST_AUTO_TEST_CASE(gated_delta_packed_documents_are_isolated) {
   // Somebody owns document 1, so the perturbation and its gradients are visible somewhere.
   BOOST_TEST(!ctxpar::test::all_ranks(group, !differs));
   BOOST_TEST(!ctxpar::test::all_ranks(group, !nonzero_inside));
+}
+
+namespace {
+
+// Launches per kernel label while installed (one test at a time per process).
+std::map<std::string, int>* launch_counts = nullptr;
+void count_launch(const char* name, std::uint32_t, std::uint64_t* id) {
+  if (launch_counts) ++(*launch_counts)[name];
+  *id = 0;
+}
+void ignore_end(std::uint64_t) {}
+
+}  // namespace
+
+// The driver asks the backend only for what the composition reads (SummaryNeeds): one sequence
+// over every rank, counted per rank through Kokkos Tools. Without states, the first rank forms
+// its dS with the apply's own pass (one forward pass), the last rank reads γ off the apply's own
+// reverse pass, and no M is stored except on middle ranks, whose fragment continues on both
+// sides. With states, every rank whose summary is read forms M (the driver bakes h0 / dh_T in
+// through it). The summary bytes on the wire do not change, and the results are the ones
+// gated_delta_rule_cp_matches_oracle_and_single_rank checks.
+BOOST_AUTO_TEST_CASE(gated_delta_driver_does_only_the_work_the_composition_reads) {
+  using adapter = GdAdapter<double, false>;
+  const auto& group = world();
+  const int p = group.size(), r = group.rank();
+  const bool first = r == 0, last = r == p - 1, single = p == 1;
+  const std::int64_t H = 2, K = 8, V = 6;
+  for (int states = 0; states < 2; ++states) {
+    const GdCpProblem prob = make_cp_problem(70 + states, {0, 16 * p}, 1, H, K, V, 8);
+    cwt::CaseOptions o;
+    o.chunk = 8;
+    o.initial_states = o.final_state_grads = states == 1;
+    std::map<std::string, int> counts;
+    group.reset_traffic();
+    launch_counts = &counts;
+    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(count_launch);
+    Kokkos::Tools::Experimental::set_end_parallel_for_callback(ignore_end);
+    (void)cwt::run_cp<adapter, cw::GatherFold>(group, prob, o);
+    Kokkos::fence();
+    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
+    Kokkos::Tools::Experimental::set_end_parallel_for_callback(nullptr);
+    launch_counts = nullptr;
+    const int fwd = counts["ctxpar::chunkwise::gated_delta::forward_pass"];
+    const int bwd = counts["ctxpar::chunkwise::gated_delta::reverse_pass"];
+    const int stored_m = counts["ctxpar::chunkwise::gated_delta::store_transition"];
+    // Expected by role (one sequence, one shard per rank).
+    int want_fwd = 1, want_bwd = 1, want_m = 0;
+    if (!single && !first && !last) {
+      want_fwd = 2, want_bwd = 2, want_m = 2;  // a middle fragment: M and Mᵀ are read
+    } else if (!single && states == 1) {
+      // The first rank's (M, dS) carries h0 forward; the last rank's (Mᵀ, γ) carries dh_T back.
+      if (first) want_fwd = 2, want_m = 1;
+      if (last) want_bwd = 2, want_m = 1;
+    }
+    const bool ok = fwd == want_fwd && bwd == want_bwd && stored_m == want_m;
+    if (!ok)
+      std::cout << "[rank " << r << "] P = " << p << (states ? " with states" : " without states")
+                << ": forward passes " << fwd << " (want " << want_fwd << "), reverse passes "
+                << bwd << " (want " << want_bwd << "), stored transitions " << stored_m << " (want "
+                << want_m << ")\n";
+    CTXPAR_TEST_ALL(group, ok);
+    // The wire format is unchanged: forward and backward each gather one packed dense record
+    // (H·(K·V + K²) floats) from every other rank.
+    const std::int64_t record = H * (K * V + K * K) * 4;
+    const auto& gathered = group.traffic(ctxpar::CollectiveKind::allgather);
+    CTXPAR_TEST_ALL(group, gathered.bytes_received == 2 * record * (p - 1));
+  }
 }
