@@ -180,6 +180,9 @@ class Backend {
 
   /// Contract method 1: summary `(M, dS)` of the trailing local sequence with zero incoming
   /// state. Runs the per-chunk (WY/UT) phase for every local chunk and keeps it in `saved`.
+  /// `needs` (from the driver) drops what no composition reads: no state pass when the summary
+  /// is unread, no dense `M` chain when the incoming state is zero, and with `zero_boundary` the
+  /// apply's own pass runs here (outputs kept in `saved` for `forward_apply` to copy).
   template <class ExecutionSpace>
   void forward_prepare(const ExecutionSpace& space, const inputs_type& in,
                        const chunkwise::LocalSequences& seqs,
@@ -217,6 +220,7 @@ class Backend {
   }
 
   /// Contract method 3: summary `(Mᵀ, γ)` of the leading local sequence, zero outgoing gradient.
+  /// `needs` as in `forward_prepare`; with `zero_boundary` the apply's reverse pass runs here.
   template <class ExecutionSpace>
   void backward_prepare(const ExecutionSpace& space, saved_type& saved,
                         const chunkwise::const_token_view<Scalar, memory_space>& output_grad,
