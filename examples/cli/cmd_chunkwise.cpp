@@ -455,7 +455,10 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
     f = read_files(group, s, cu);
   } catch (const ctxpar::Error& e) {
     // The verdict is agreed: every rank reports it and returns, none is left in a collective.
-    std::cerr << "ctxpar chunkwise: rank " << group.rank() << " stops: " << e.what() << std::endl;
+    // One write per rank: the ranks print at the same moment, and piecewise output interleaves.
+    const std::string line = "ctxpar chunkwise: rank " + std::to_string(group.rank()) + " stops: " +
+                             e.what() + "\n";
+    std::cerr << line << std::flush;
     return 2;
   }
   if (::mkdir(s.out.c_str(), 0755) != 0 && !file_exists(s.out)) {

@@ -17,7 +17,9 @@ namespace {
 // A failure inside a subcommand may have happened on one rank only, while the others wait in a
 // collective: abort the whole job rather than hang.
 [[noreturn]] void abort_run(const ctxpar::Group& group, const std::string& what) {
-  std::cerr << "ctxpar: error on rank " << group.rank() << ": " << what << std::endl;
+  // One write, so that messages of ranks failing at the same moment do not interleave.
+  std::cerr << ("ctxpar: error on rank " + std::to_string(group.rank()) + ": " + what + "\n")
+            << std::flush;
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }
@@ -80,5 +82,10 @@ int main(int argc, char* argv[]) {
     const ctxpar::Group world(MPI_COMM_WORLD);
     status = run_tool(tokens, world);
   }
+  // Every rank has printed its verdict before any rank exits: mpirun kills the remaining ranks as
+  // soon as one exits non-zero, which could cut another rank's agreed error message short.
+  std::cout.flush();
+  std::cerr.flush();
+  MPI_Barrier(MPI_COMM_WORLD);
   return status;
 }
