@@ -414,8 +414,11 @@ def target_rows(recs, sgemm):
         # The machine's own limit from the same run: SGEMM on every rank at once vs rank 0 alone.
         eff_detail += ("; this machine's ceiling for a compute-bound operator with no communication "
                        "(SGEMM on both ranks at once ÷ alone, measured around each case): " + ", ".join(
-                           f"{r.get('benchmark')} {r.get('case')} {fmt(r['machine_efficiency_ceiling'])} "
-                           f"(efficiency ÷ ceiling {fmt(r.get('efficiency_vs_machine_ceiling'))})" for r in ceil_rs))
+                           f"{r.get('benchmark')} {r.get('case')} {fmt(r['machine_efficiency_ceiling'])}"
+                           + (f" (efficiency ÷ ceiling {fmt(r['efficiency_vs_machine_ceiling'])})"
+                              if isnum(r.get("efficiency_vs_machine_ceiling")) else
+                              f" (its T(1): {r['t1_method']})" if r.get("t1_method") else "")
+                           for r in ceil_rs))
     add("CP efficiency at 2 ranks × 1 thread", "T(1) / (2·T(2))", "≥ 0.9", eff, lambda v: median(v) >= 0.9,
         "bench/<mechanism>", eff_rs, eff_detail)
     ratio_recs, ratio_src, off, not_applicable = [], [], [], []
