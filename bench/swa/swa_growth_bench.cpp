@@ -20,62 +20,24 @@
 #include "common/json.hpp"
 #include "common/timing.hpp"
 #include "ctxpar/swa/swa.hpp"
+#include "swa/step_inputs.hpp"
 
 namespace {
 
-using Exec = Kokkos::DefaultExecutionSpace;
-using Mem = Exec::memory_space;
-using Tensor = ctxpar::swa::Tensor<float, Mem>;
-
-float value(std::uint64_t seed, std::uint64_t i) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
-}
-
-Tensor random_tensor(std::uint64_t seed, std::int64_t n, std::int64_t h, std::int64_t d,
-                     std::int64_t first) {
-  Tensor t("bench", n, h, d);
-  auto m = Kokkos::create_mirror_view(t);
-  for (std::int64_t i = 0; i < n; ++i)
-    for (std::int64_t a = 0; a < h; ++a)
-      for (std::int64_t e = 0; e < d; ++e) m(i, a, e) = value(seed, ((first + i) * h + a) * d + e);
-  Kokkos::deep_copy(t, m);
-  return t;
-}
-
-ctxpar::swa::Positions<Mem> iota(std::int64_t n, std::int64_t first) {
-  ctxpar::swa::Positions<Mem> p("pos", n);
-  auto m = Kokkos::create_mirror_view(p);
-  for (std::int64_t i = 0; i < n; ++i) m(i) = first + i;
-  Kokkos::deep_copy(p, m);
-  return p;
-}
+using namespace ctxpar::bench::swa;
 
 constexpr std::int64_t hq = 4, hkv = 1, dim = 64;
 
-struct Inputs {
-  ctxpar::swa::Chunk<float, Mem> chunk;
-  ctxpar::swa::Cache<float, Mem> cache;
-  Tensor dout;
+struct Inputs : StepInputs {
+  Tensor dout;  ///< upstream gradient of this rank's queries
 };
 
 /// This rank's shards (the same under both layouts): cache by BalancedChunks(c, P), chunk by
 /// BalancedChunks(T, P).
 Inputs inputs(int rank, int ranks, std::int64_t c, std::int64_t t) {
-  const ctxpar::BalancedChunks cs{c, ranks}, ts{t, ranks};
   Inputs s;
-  s.cache.k = random_tensor(2, cs.size(rank), hkv, dim, cs.begin(rank));
-  s.cache.v = random_tensor(3, cs.size(rank), hkv, dim, cs.begin(rank));
-  s.cache.pos = iota(cs.size(rank), cs.begin(rank));
-  s.cache.ids = ctxpar::swa::Ids<Mem>("ids", 0);
-  s.chunk.q = random_tensor(1, ts.size(rank), hq, dim, ts.begin(rank));
-  s.chunk.k = random_tensor(2, ts.size(rank), hkv, dim, c + ts.begin(rank));
-  s.chunk.v = random_tensor(3, ts.size(rank), hkv, dim, c + ts.begin(rank));
-  s.chunk.pos = iota(ts.size(rank), c + ts.begin(rank));
-  s.chunk.ids = ctxpar::swa::Ids<Mem>("ids", 0);
+  static_cast<StepInputs&>(s) = step_inputs(rank, ranks, c, t, hq, hkv, dim);
+  const ctxpar::BalancedChunks ts{t, ranks};
   s.dout = random_tensor(4, ts.size(rank), hq, dim, ts.begin(rank));
   return s;
 }
