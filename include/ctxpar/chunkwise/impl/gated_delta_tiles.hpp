@@ -6,6 +6,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "ctxpar/core/team_size.hpp"
+
 namespace ctxpar::impl::gated_delta {
 
 // Unrolling hint for the fixed-size tile loops (nvcc's host pass gets none: its front end
@@ -47,10 +49,10 @@ KOKKOS_INLINE_FUNCTION Left<T> transposed(const T* p, int ld, Band band = Band::
 }
 
 #if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__) && \
-    (defined(__GNUC__) || defined(__clang__))
+    (defined(__GNUC__) || defined(__clang__)) && !CTXPAR_PORTABLE_KERNELS
 // Host compilers with vector extensions get an explicitly vectorised micro-kernel: GCC at -O2
-// does not vectorise the scalar accumulator tile below on its own. Device passes keep the
-// portable scalar tile (one tile per GPU thread).
+// does not vectorise the scalar accumulator tile below on its own. Device passes (and portable
+// builds, which test the device source on the host) keep the portable scalar tile.
 #define CTXPAR_GD_HOST_SIMD 1
 #if defined(__AVX512F__)
 inline constexpr int simd_bytes = 64;

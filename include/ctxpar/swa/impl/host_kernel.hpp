@@ -15,14 +15,15 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ctxpar/core/team_size.hpp"
 #include "ctxpar/swa/impl/tiles.hpp"
 
 namespace ctxpar::swa::impl {
 
-/// True for execution spaces that run on the host: they get the SIMD kernels of this header.
+/// True for execution spaces that take the SIMD kernels of this header: host spaces, unless the
+/// build runs the portable kernels everywhere (`CTXPAR_PORTABLE_KERNELS`).
 template <class ExecutionSpace>
-inline constexpr bool uses_host_kernels =
-    std::is_same_v<typename ExecutionSpace::memory_space, Kokkos::HostSpace>;
+inline constexpr bool uses_host_kernels = ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>;
 
 /// Keys per packed tile (the same grid as the portable kernels' `key_tile`).
 inline constexpr int host_key_tile = 32;
