@@ -1,6 +1,8 @@
 // ctxpar_bench_ceilings: the machine's same-run ceilings every benchmark compares with: Eigen SGEMM
 // (fp32, one thread, n = 512 and 1024), a STREAM-like triad on the default execution space, and
-// at two or more ranks MPI ping-pong latency/bandwidth and all-gather bandwidth.
+// at two or more ranks MPI ping-pong latency/bandwidth, all-gather bandwidth and the machine's
+// contention ceiling for CP efficiency (SGEMM on every rank at once ÷ rank 0 alone), the ceiling
+// shown beside the efficiency of figures that do not measure their own (the hybrid stack).
 //
 // Usage: mpirun -np 2 ctxpar_bench_ceilings [--out FILE.json] [--quick]
 #include <mpi.h>
@@ -12,6 +14,7 @@
 
 #include "common/json.hpp"
 #include "common/network.hpp"
+#include "common/rank_scaling.hpp"
 #include "common/sgemm.hpp"
 #include "common/triad.hpp"
 
@@ -88,6 +91,17 @@ int main(int argc, char* argv[]) {
                          .set("bytes_formula", "bytes_per_rank*(P-1) received per rank")
                          .set("gbps", g.gbps)
                          .set("time", g.timing));
+        }
+        const auto scaling = cb::rank_scaling(MPI_COMM_WORLD, 512, quick ? 3 : 5);
+        if (rank == 0) {
+          std::printf("contention ceiling at %d ranks: %.3f (SGEMM %.1f alone, %.1f all at once)\n",
+                      size, scaling.efficiency_ceiling, scaling.solo_gflops,
+                      scaling.concurrent_gflops);
+          report.add(cb::Record("ceilings", "contention_P" + std::to_string(size))
+                         .set("ranks", size)
+                         .set("solo_sgemm_gflops", scaling.solo_gflops)
+                         .set("concurrent_sgemm_gflops", scaling.concurrent_gflops)
+                         .set("machine_efficiency_ceiling", scaling.efficiency_ceiling));
         }
       } else if (rank == 0) {
         std::printf("network ceilings skipped: run with at least 2 ranks\n");

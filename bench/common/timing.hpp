@@ -70,4 +70,24 @@ Timing time_collective(MPI_Comm comm, F&& f, int warmup = 2, int repeats = 7) {
   return summarise(std::move(seconds));
 }
 
+/// Times `f` on rank 0 of `comm` alone while the other ranks wait in a barrier, and gives every
+/// rank rank 0's Timing: the T(1) of the CP efficiency (docs/performance.md, "Definitions"), one
+/// rank alone on the machine, so the machine's own contention is not folded into the baseline.
+/// `f` must not communicate over `comm` (run it on a one-rank group). Collective.
+template <class F>
+Timing time_solo(MPI_Comm comm, F&& f, int warmup = 2, int repeats = 7) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  Timing t;
+  if (rank == 0) t = time_it(f, warmup, repeats);
+  MPI_Barrier(comm);
+  double fields[3] = {t.median_s, t.min_s, t.max_s};
+  MPI_Bcast(fields, 3, MPI_DOUBLE, 0, comm);
+  MPI_Bcast(&t.repeats, 1, MPI_INT, 0, comm);
+  t.median_s = fields[0];
+  t.min_s = fields[1];
+  t.max_s = fields[2];
+  return t;
+}
+
 }  // namespace ctxpar::bench

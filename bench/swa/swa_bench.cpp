@@ -275,6 +275,7 @@ ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std:
       .set("dim", dim)
       .set("q_heads", hq)
       .set("kv_heads", hkv)
+      .set("baseline", "solo")
       .set("t1_median_s", t1)
       .set("tp", t2)
       .set("ranks", world.size())

@@ -1,0 +1,180 @@
+"""Unit tests of bench/report/render.py on small synthetic records (python3 standard library).
+
+Each test writes records by hand, renders or computes one figure, and checks it against a value
+worked out here from the definitions, so a renamed key, a wrong baseline or a wrong FLOP model
+fails. Run: python3 -m unittest -v test_render (from this folder), or through ctest."""
+import argparse
+import importlib.util
+import json
+import os
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PATH = os.environ.get("CTXPAR_RENDER", os.path.join(HERE, "..", "..", "bench", "report", "render.py"))
+spec = importlib.util.spec_from_file_location("render", PATH)
+render = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(render)
+
+
+def rec(benchmark, case, **fields):
+    r = {"benchmark": benchmark, "case": case, "_file": f"{benchmark}.json"}
+    r.update(fields)
+    return r
+
+
+def gdn_kernel(**over):
+    r = rec("chunkwise", "gdn_local_forward", kind="local_kernel", family="gdn", tokens=256, heads=1,
+            key_dim=64, value_dim=32, chunk=16, flop_model="triangular: test", gflops=50.0, sgemm_gflops=200.0,
+            chunkwise_median_s=0.002, recurrence_median_s=0.006, forward_ratio=0.25)
+    r.update(over)
+    return r
+
+
+class Render(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.args = argparse.Namespace(img=os.path.join(self.tmp.name, "img"), out=os.path.join(self.tmp.name, "p.md"),
+                                       command="test", results=self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def render_records(self, recs):
+        return render.render(recs, self.args)
+
+    def test_renamed_rate_key_fails_loudly(self):
+        r = gdn_kernel()
+        r["forward_gflops"] = r.pop("gflops")  # the renderer's old bug, the other way round
+        with self.assertRaises(KeyError) as cm:
+            self.render_records([r])
+        msg = str(cm.exception)
+        self.assertIn("'gflops'", msg)
+        self.assertIn("gdn_local_forward", msg)
+        self.assertIn("chunkwise.json", msg)
+
+    def test_missing_key_in_every_figure_is_a_key_error(self):
+        for key in ("dim", "forward_gflops", "backward_ratio", "sgemm_gflops"):
+            r = rec("swa", "kernel", kind="local_kernel", dim=64, window=128, forward_gflops=10.0,
+                    backward_gflops=8.0, sgemm_gflops=20.0, forward_ratio=0.5, backward_ratio=0.4,
+                    forward_flop_formula="f", backward_flop_formula="b")
+            del r[key]
+            with self.assertRaises(render.RecordKeyError, msg=key) as cm:
+                self.render_records([r])
+            self.assertIn(f"'{key}'", str(cm.exception))
+
+    def test_projection_uses_the_measured_chunkwise_rate(self):
+        text = self.render_records([gdn_kernel(gflops=37.5, sgemm_gflops=200.0),
+                                    rec("ceilings", "sgemm_n512", gflops=190.0, flops_formula="2*n^3")])
+        self.assertTrue("37.5 GFLOP/s (measured chunkwise kernel" in text, "projection rate is not the kernel's")
+        self.assertFalse("190 GFLOP/s (same-run SGEMM (no chunkwise" in text, "projection fell back to SGEMM")
+
+    def test_old_gdn_flop_model_is_converted_to_triangular(self):
+        c, k, v = 64, 128, 128
+        full = c * c * k + c ** 3 / 3 + 2 * c * c * v + 2 * c * c * k + 2 * c * c * k + 6 * c * k * v + 2 * c * c * v
+        tri = c * c * k + c ** 3 / 3 + c * c * v + c * c * k + c * c * k + 6 * c * k * v + c * c * v
+        r = gdn_kernel(chunk=c, key_dim=k, value_dim=v, flop_model="21-chunkwise-kernels.md section 5",
+                       gflops=100.0, sgemm_gflops=160.0)
+        row = render.fig_chunk_kernels([r])[0]
+        self.assertAlmostEqual(row["gflops"], 100.0 * tri / full)
+        self.assertAlmostEqual(row["ratio"], 100.0 * tri / full / 160.0)
+        self.assertAlmostEqual(render.fig_chunk_kernels([gdn_kernel(gflops=100.0)])[0]["gflops"], 100.0)
+
+    def test_speedup_is_against_the_fastest_recurrence(self):
+        sweep = rec("chunkwise", "gdn_vs_recurrence_C16", kind="gdn_vs_recurrence", family="gdn", tokens=256,
+                    heads=1, key_dim=64, value_dim=32, chunk=16, flop_model="triangular: t",
+                    chunkwise_median_s=0.002, recurrence_median_s=0.008, flops_per_token_chunkwise=1e6,
+                    sgemm_gflops=200.0, local_speedup_vs_recurrence=4.0)
+        rows = render.fig_vs_recurrence([sweep, gdn_kernel(recurrence_median_s=0.005)])
+        self.assertAlmostEqual(rows[0]["speedup"], 0.005 / 0.002)
+        # ceiling: fastest recurrence time over the chunkwise flops at the SGEMM rate
+        self.assertAlmostEqual(rows[0]["ceiling"], 0.005 / (1e6 * 256 / 200e9))
+
+    def test_cp_efficiency_baselines(self):
+        solo = rec("chunkwise", "cp", kind="cp_efficiency", tokens=64, ranks=2, baseline="solo", cp_efficiency=0.95,
+                   machine_efficiency_ceiling=0.8)
+        old = rec("chunkwise", "cp", kind="cp_efficiency", tokens=64, cp_efficiency=0.95, machine_efficiency_ceiling=0.8,
+                  t1_method="each rank runs the whole sequence alone, both at the same time")
+        self.assertAlmostEqual(render.fig_cp([solo])[0]["solo_eff"], 0.95)  # ceiling beside it, not folded in
+        est = render.fig_cp([old])[0]
+        self.assertTrue(est["estimated"])
+        self.assertAlmostEqual(est["solo_eff"], 0.95 * 0.8)
+        bare = dict(old)
+        del bare["t1_method"]
+        with self.assertRaises(KeyError) as cm:
+            render.fig_cp([bare])
+        self.assertIn("'baseline'", str(cm.exception))
+
+    def test_hybrid_efficiency_uses_the_p1_run(self):
+        def hyb(p, fwd, bwd):
+            layer = {"layer": "gdn", "policy": "GatherFold", "forward_seconds": fwd, "backward_seconds": bwd}
+            return rec("hybrid", f"hybrid P={p}", ranks=p, length=64, steps=[{"layers": [layer]}])
+        rows = render.fig_cp([hyb(1, 0.3, 0.5), hyb(2, 0.2, 0.3),
+                              rec("ceilings", "contention_P2", ranks=2, machine_efficiency_ceiling=0.9)])
+        self.assertAlmostEqual(rows[0]["eff"], 0.8 / (2 * 0.5))
+        self.assertAlmostEqual(rows[0]["ceiling"], 0.9)
+        self.assertEqual(rows[0]["baseline"], "solo")
+
+    def test_torch_speedup_is_shown_raw_and_normalised(self):
+        mine = rec("swa", "kernel", kind="local_kernel", dim=64, window=128, sgemm_gflops=180.0)
+        torch = rec("swa_torch", "torch D=64", dim=64, window=128, sgemm_gflops=120.0, ctxpar_forward_speedup=3.0,
+                    ctxpar_backward_speedup=1.5)
+        rows = {x["op"]: x for x in render.fig_torch([mine, torch])}
+        self.assertAlmostEqual(rows["SWA forward"]["raw"], 3.0)
+        self.assertAlmostEqual(rows["SWA forward"]["norm"], 3.0 / 1.5)
+        self.assertAlmostEqual(rows["SWA backward"]["norm"], 1.0)
+
+    def test_pack_ratio_above_the_physical_ceiling_is_invalid_not_pooled(self):
+        def pack(p, ratio, rnd):
+            return rec("heads", "pack_x", ratio_to_triad=ratio, round=rnd, machine={"ranks": p})
+        recs = [pack(2, 0.7, 0), pack(2, 0.8, 1), pack(2, 0.6, 2), pack(6, 0.2, 0), pack(6, 3.5, 1), pack(6, 0.3, 2)]
+        rows = {x["P"]: x for x in render.fig_pack(recs)}
+        self.assertAlmostEqual(rows[2]["ratio"], 0.7)
+        self.assertTrue(rows[2]["valid"])
+        self.assertFalse(rows[6]["valid"])
+        summary = {r[0]: r for r in render.summary_rows(recs)}
+        row = summary["head all-to-all pack/unpack"]
+        self.assertEqual(row[4], "**met**")  # only the valid case is judged
+        self.assertIn("1 case(s) invalid", row[6])
+
+    def test_verdict_is_the_worst_case(self):
+        self.assertEqual(render.verdict([0.95, 0.89], lambda v: v >= 0.9), "**missed**")
+        self.assertEqual(render.verdict([0.95, 0.91], lambda v: v >= 0.9), "**met**")
+        self.assertEqual(render.verdict([], lambda v: v >= 0.9), "not measured")
+
+    def test_alpha_beta_fit_per_kind_recovers_the_model(self):
+        a, b = 3e-6, 1 / 5e9
+        recs = []
+        for kind, model in (("allgather", render.t_allgather), ("alltoall", render.t_alltoall),
+                            ("pingpong", render.t_pingpong)):
+            for p in (2, 3, 4, 8):
+                for m in (1024, 65536, 1 << 20):
+                    recs.append(rec("network", f"{kind}_{m}_{p}", kind=kind, ranks=p, bytes=m,
+                                    time_median_s=model(a, b, p, m) * (2.0 if kind == "alltoall" else 1.0)))
+        fits = render.fit_network(recs)
+        for kind in ("allgather", "pingpong"):
+            self.assertAlmostEqual(fits[kind]["alpha"] / a, 1.0, places=6)
+            self.assertAlmostEqual(fits[kind]["beta"] / b, 1.0, places=6)
+            self.assertLess(fits[kind]["error"], 1e-9)
+        self.assertAlmostEqual(fits["alltoall"]["alpha"] / a, 2.0, places=6)
+        factors = render.collective_factors(fits)
+        self.assertAlmostEqual(factors["alltoall"][1], 2.0, places=6)
+        self.assertAlmostEqual(factors["allgather"][0], 1.0, places=6)
+
+    def test_broken_record_file_is_an_error(self):
+        with open(os.path.join(self.tmp.name, "bad.json"), "w") as f:
+            f.write("{not json")
+        with self.assertRaises(ValueError):
+            render.load_records(self.tmp.name)
+
+    def test_committed_records_render(self):
+        results = os.path.join(os.path.dirname(PATH), "..", "results")
+        if not os.path.isdir(results):
+            self.skipTest("no bench/results")
+        text = self.render_records(render.load_records(results))
+        self.assertIn("## Summary: every target of the bar", text)
+        self.assertNotIn("could not be rendered", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
