@@ -99,6 +99,11 @@ class Render(unittest.TestCase):
         est = render.fig_cp([old])[0]
         self.assertTrue(est["estimated"])
         self.assertAlmostEqual(est["solo_eff"], 0.95 * 0.8)
+        noisy = dict(solo, machine_efficiency_ceiling=1.2)  # all ranks faster than one: impossible
+        self.assertFalse(render.fig_cp([noisy])[0]["valid"])
+        self.assertTrue(render.fig_cp([solo])[0]["valid"])
+        row = {r[0]: r for r in render.summary_rows([noisy])}["CP efficiency at P = 2 × 1 thread — GDN"]
+        self.assertEqual(row[4], "not measured")  # the invalid case is not pooled
         bare = dict(old)
         del bare["t1_method"]
         with self.assertRaises(KeyError) as cm:
