@@ -1102,16 +1102,17 @@ def bar_plot(img, name, title, ylabel, labels_values, target, img_rel):
         return ""
     dat = os.path.join(img, name + ".dat")
     write_data(dat, [(i, v, '"' + lab.replace('"', "'") + '"') for i, (lab, v) in enumerate(labels_values)])
+    top = max(v for _, v in labels_values)
     png = os.path.join(img, name + ".png")
     ok = gnuplot(f"""set terminal pngcairo noenhanced size 720,360 font ',8'
 set output '{png}'
 set style fill solid 0.6
 set boxwidth 0.7
-set yrange [0:*]
+set yrange [0:{max(top, target) * 1.15}]
 set xtics rotate by -35 font ',7'
 set ylabel '{ylabel}'
 set title '{title}'
-set key top right
+set key outside top center horizontal
 plot '{dat}' u 1:2:xtic(3) w boxes t 'measured (median of repeats)', {target} w l dt 2 lw 2 t 'target {fmt(target)}'
 """, png)
     os.remove(dat)
@@ -1466,7 +1467,11 @@ def section_projection(recs, fits, sgemm, args, img_rel):
             line += [str(comp_swa or "?"), str(comp_gdn or "?")]
             f.write(" ".join(line) + "\n")
     titles = [p for _, _, p in mechanisms()]
-    plots = ", ".join(f"'{dat}' u 1:{i + 2} w lp t '{k}: {titles[i]}'" for i, k in enumerate(cols))
+    # Each curve with its band: the fit error of its collective kind (none without network records).
+    plots = ", ".join(
+        (f"'{dat}' u 1:{i + 2}:(${i + 2}*{max(0.0, 1 - band(k))}):(${i + 2}*{1 + band(k)}) w yerrorlines "
+         f"t '{k}: {titles[i]} (±{band(k) * 100:.0f}%)'") if band(k) is not None else
+        f"'{dat}' u 1:{i + 2} w lp t '{k}: {titles[i]}'" for i, k in enumerate(cols))
     ok = gnuplot(f"""set terminal pngcairo noenhanced size 640,420 font ',8'
 set output '{args.img}/projection.png'
 set datafile missing '?'
