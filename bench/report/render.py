@@ -1163,7 +1163,10 @@ def section_swa(recs, img, img_rel):
     by = pick(recs, "swa", kind="bytes_per_rank")
     if by:
         md.append("\nBytes received per rank of one step (slowest rank, Group counters) against the axis length: "
-                  "the all-gather grows with L, the halo stays at W − 1 records.\n\n")
+                  "the all-gather grows with L, the halo stays at W − 1 records. The design's `(W−1+s)/L` counts what "
+                  "a rank *holds* (its shard s plus the halo, over the whole axis); the received-bytes ratio is "
+                  "`≈ (W−1)/(L−s)`, smaller still. The summary's HaloKV row checks each counter against its own "
+                  "formula (rank 0).\n\n")
         md.append(table(["L", "W", "P", "all-gather recv/rank", "halo recv/rank", "halo ÷ all-gather, measured",
                          "(W−1+s)/L"],
                         [[need(r, "length"), need(r, "window"), need(r, "ranks"),
