@@ -129,9 +129,11 @@ def inputs(heads, length, kd, vd, seed=0):
 
 
 def gdn_flops(c, k, v, with_m):
-    """21-chunkwise-kernels.md section 5 per chunk (without the M terms unless with_m)."""
-    f = (c * c * k + c ** 3 / 3 + 2 * c * c * v + 2 * c * c * k + 2 * c * c * k + 2 * c * k * v
-         + 2 * c * k * v + 2 * c * c * v + 2 * c * k * v)
+    """Per chunk, triangular products at triangular size (the convention of docs/performance.md and
+    of the C++ benchmark): A C²K, solve C³/3, Ũ/W̃ C²V + C²K, QKᵀ⊙L C²K, U 2CKV, outputs 2CKV + C²V,
+    state 2CKV; the dense M terms only with with_m."""
+    f = (c * c * k + c ** 3 / 3 + (c * c * v + c * c * k) + c * c * k + 2 * c * k * v
+         + (2 * c * k * v + c * c * v) + 2 * c * k * v)
     return f + (2 * c * k * k + 2 * k ** 3 if with_m else 0)
 
 
