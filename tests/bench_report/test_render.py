@@ -128,6 +128,13 @@ class Render(unittest.TestCase):
         self.assertAlmostEqual(rows["SWA forward"]["raw"], 3.0)
         self.assertAlmostEqual(rows["SWA forward"]["norm"], 3.0 / 1.5)
         self.assertAlmostEqual(rows["SWA backward"]["norm"], 1.0)
+        lone = rec("swa_torch", "torch D=128", dim=128, window=128, sgemm_gflops=120.0, ctxpar_forward_speedup=3.0,
+                   ctxpar_backward_speedup=1.5)
+        self.assertEqual(len(render.fig_torch([mine, torch, lone])), 2)  # not paired, not invented
+        self.assertEqual(render.unpaired_torch([mine, torch, lone]), ["torch D=128"])
+        del torch["sgemm_gflops"]
+        with self.assertRaises(KeyError):
+            render.fig_torch([mine, torch])
 
     def test_pack_ratio_above_the_physical_ceiling_is_invalid_not_pooled(self):
         def pack(p, ratio, rnd):
