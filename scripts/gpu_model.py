@@ -274,7 +274,7 @@ def decay_forward(gpu, T, H, K, V, C, diagonal=False, seqs=1):
                      bytes_)
     # chain: items of 16 columns, each reads ds and writes the state per chunk (bandwidth)
     items = seqs * H * K * math.ceil(V / 16.0)
-    chain_bytes = 4 * nc * H * K * V * 3
+    chain_bytes = 4 * nc * H * K * V * 2  # read ΔS, write the chunk-start state
     t2 = device_time(gpu, math.ceil(items / 256.0), 256, 40, 0, 0, chain_bytes,
                      serial_clk=nc * L2_LATENCY_CLK / float(LOADS_IN_FLIGHT))
     t = t1["time_s"] + t2["time_s"]
