@@ -62,12 +62,15 @@ def occupancy(gpu, team_threads, regs_per_thread, scratch_l0_bytes=0):
 
 
 def device_time(gpu, league, team_threads, regs, fp_warp_instr, lsu_warp_instr, dram_bytes,
-                serial_clk=0.0, scratch_l0=0):
+                serial_clk=0.0, scratch_l0=0, scratch_l1=0):
     """Roofline with issue limits: time of a launch of `league` identical teams.
 
     fp_warp_instr / lsu_warp_instr: FP32 and L1/shared load warp-instructions per team.
     serial_clk: clocks of a team's dependency chain (barriers, sequential loops) that no
-    other warp of the same team can overlap. Returns the time and which term bounds it.
+    other warp of the same team can overlap. scratch_l1: level-1 (global memory) scratch per
+    team; when the resident teams' scratch exceeds the SM's L1 the scratch loads miss to L2,
+    which the model does not bound (L2 bandwidth is not in the datasheets): it is flagged.
+    Returns the time and which term bounds it.
     """
     g = GPUS[gpu]
     occ = occupancy(gpu, team_threads, regs, scratch_l0)
@@ -89,8 +92,11 @@ def device_time(gpu, league, team_threads, regs, fp_warp_instr, lsu_warp_instr, 
     bound = max(terms, key=terms.get)
     if bound != "latency chain" and busy_sms < g["sms"] and terms[bound] == t_issue:
         bound += " (%d of %d SMs)" % (busy_sms, g["sms"])
+    l1_pressure = teams_per_sm * scratch_l1 / (g["l1_kib"] * 1024.0)
+    if l1_pressure > 1 and terms[max(terms, key=terms.get)] == t_issue:
+        bound += "; scratch %.1fx L1: misses go to L2, slower than shown" % l1_pressure
     return dict(time_s=max(terms.values()), bound=bound, busy_sms=busy_sms, waves=waves,
-                issue_efficiency=issue_eff, **occ)
+                issue_efficiency=issue_eff, l1_pressure=l1_pressure, **occ)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -155,7 +161,8 @@ def swa_pass(gpu, which, T, W, Hq, Hkv, D, heads_per_team=None):
     level0 = scratch if scratch <= KOKKOS_CUDA_LEVEL0_MAX else 0
     team_threads = swa_team_rows(gpu, regs, level0) * SWA_VECTOR
     t = device_time(gpu, league, team_threads, regs, lane_fma / 32.0, lane_lsu / 32.0,
-                    compulsory, serial_clk=key_tiles * 3 * BARRIER_CLK, scratch_l0=level0)
+                    compulsory, serial_clk=key_tiles * 3 * BARRIER_CLK, scratch_l0=level0,
+                    scratch_l1=0 if level0 else scratch)
     return dict(kernel="swa_" + which, flops=flops, bytes=compulsory, bytes_no_l2_reuse=no_reuse,
                 league=league, team_threads=team_threads, regs=regs, scratch=scratch,
                 scratch_level=0 if level0 else 1, heads_per_team=heads_per_team, **t)
@@ -189,7 +196,8 @@ def gdn_intra(gpu, T, H, K, V, C, n_h=1):
     serial = c * BARRIER_CLK + c * c / 2.0 * 8
     team_threads = 256
     t = device_time(gpu, league, team_threads, 64, lane_fma / 32.0, lane_lsu / 32.0,
-                    league * per_team_bytes, serial_clk=serial)
+                    league * per_team_bytes, serial_clk=serial,
+                    scratch_l1=4 * (3 * c * K + c * c + c * V))
     return dict(kernel="gd_intra_chunk", flops=flops * league, bytes=league * per_team_bytes,
                 league=league, team_threads=team_threads, regs=64,
                 scratch=4 * (3 * c * K + c * c + c * V), **t)
@@ -214,7 +222,8 @@ def gdn_pass(gpu, T, H, K, V, C, n_h=1, seqs=1, nb=32, reverse=False):
     team_threads = 128
     flops = step_flops * nc * league
     t = device_time(gpu, league, team_threads, 64, step_fma * nc / 32.0, step_lsu * nc / 32.0,
-                    step_bytes * nc * H * seqs, serial_clk=chain * nc)
+                    step_bytes * nc * H * seqs, serial_clk=chain * nc,
+                    scratch_l1=4 * (K * nb + 2 * c * nb))
     return dict(kernel="gd_reverse_pass" if reverse else "gd_forward_pass", flops=flops,
                 bytes=step_bytes * nc * H * seqs, league=league, team_threads=team_threads,
                 regs=64, scratch=4 * (K * nb + 2 * c * nb), chunks=nc, **t)
@@ -234,7 +243,8 @@ def gdn_gradients(gpu, T, H, K, V, C, n_h=1):
     per_team_bytes = 4 * (2 * c * (2 * K + V) + c * c + 3 * c * V + 2 * K * V + 4 * c)
     team_threads = 256
     t = device_time(gpu, league, team_threads, 64, lane_fma / 32.0, lane_lsu / 32.0,
-                    league * per_team_bytes, serial_clk=c * 8 * 4 + 6 * BARRIER_CLK)
+                    league * per_team_bytes, serial_clk=c * 8 * 4 + 6 * BARRIER_CLK,
+                    scratch_l1=4 * (8 * c * K + 3 * c * V + 2 * V * K + 3 * c * c + 4 * c))
     return dict(kernel="gd_chunk_gradients", flops=flops * league, bytes=league * per_team_bytes,
                 league=league, team_threads=team_threads, regs=64,
                 scratch=4 * (8 * c * K + 3 * c * V + 2 * V * K + 3 * c * c + 4 * c), **t)
@@ -253,7 +263,7 @@ def gdn_forward(gpu, T, H, K, V, C, n_h=1, seqs=1):
                 bytes=a["bytes"] + b["bytes"], time_s=t, bound=bound, league=a["league"],
                 team_threads=a["team_threads"], regs=64, scratch=a["scratch"],
                 occupancy=a["occupancy"], limiter=a["limiter"], busy_sms=a["busy_sms"],
-                pass_league=b["league"], pass_time_s=b["time_s"], intra_time_s=a["time_s"])
+                l1_pressure=a["l1_pressure"], pass_league=b["league"], pass_time_s=b["time_s"], intra_time_s=a["time_s"])
 
 
 def decay_forward(gpu, T, H, K, V, C, diagonal=False, seqs=1):
@@ -271,7 +281,7 @@ def decay_forward(gpu, T, H, K, V, C, diagonal=False, seqs=1):
     bytes_ = 4 * nc * H * (C * (2 * K + 2 * V) + 3 * K * V + C * V)
     league = nc * H
     t1 = device_time(gpu, league, 256, 64, lane_fma / 32.0 / league, lane_lsu / 32.0 / league,
-                     bytes_)
+                     bytes_, scratch_l1=4 * (4 * C * K + C * C + K * 16))
     # chain: items of 16 columns, each reads ds and writes the state per chunk (bandwidth)
     items = seqs * H * K * math.ceil(V / 16.0)
     chain_bytes = 4 * nc * H * K * V * 2  # read ΔS, write the chunk-start state
@@ -283,7 +293,8 @@ def decay_forward(gpu, T, H, K, V, C, diagonal=False, seqs=1):
                 bench_flops=bench,
                 bytes=bytes_ + chain_bytes, time_s=t, bound=bound, league=league,
                 team_threads=256, regs=64, scratch=4 * (4 * C * K + C * C + K * 16),
-                occupancy=t1["occupancy"], limiter=t1["limiter"], busy_sms=t1["busy_sms"])
+                occupancy=t1["occupancy"], limiter=t1["limiter"], busy_sms=t1["busy_sms"],
+                l1_pressure=t1["l1_pressure"])
 
 
 def pack(gpu, rows, channels, runs, kind="pack_sequence"):
@@ -410,14 +421,17 @@ def markdown():
             g["tf32_tflops"], g["hbm_gbs"], g["fp32_tflops"] * 1e3 / g["hbm_gbs"], g["l1_kib"]))
     out.append("\n### Per launch: FLOPs, bytes, team resources, occupancy\n")
     out.append("| kernel | shape | FLOPs | DRAM bytes | FLOP/B | league (teams) | threads/team "
-               "| regs/thread (est.) | scratch/team | occupancy A100 / H100 (limiter) |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+               "| regs/thread (est.) | scratch/team | occupancy A100 / H100 (limiter) "
+               "| resident scratch / L1, H100 |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for kernel, args, label in SHAPES:
         a, h = project("a100", kernel, args), project("h100", kernel, args)
-        out.append("| %s | %s | %s | %s | %.1f | %s | %d | %d | %.0f KiB | %.0f%% / %.0f%% (%s) |" % (
+        out.append("| %s | %s | %s | %s | %.1f | %s | %d | %d | %.0f KiB | %.0f%% / %.0f%% (%s) "
+                   "| %s |" % (
             kernel, label, fmt(a["flops"]), fmt(a["bytes"]), a["intensity"], fmt(a["league"]),
             a["team_threads"], a["regs"], a["scratch"] / 1024.0, 100 * a["occupancy"],
-            100 * h["occupancy"], h["limiter"]))
+            100 * h["occupancy"], h["limiter"],
+            "%.1fx" % h["l1_pressure"] if h.get("l1_pressure") else "-"))
     out.append("\n### Projection: time, bound and fraction of peak\n")
     out.append("| kernel | shape | GPU | projected time | GFLOP/s | of FP32 peak | GB/s | of HBM "
                "peak | bound |")
