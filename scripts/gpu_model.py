@@ -7,6 +7,7 @@ of the shapes and the published figures of each GPU (docs/gpu-model.md explains 
 
   scripts/gpu_model.py                      the tables of docs/gpu-model.md (markdown)
   scripts/gpu_model.py --update docs/gpu-model.md   regenerate the doc's tables in place
+  scripts/gpu_model.py --selftest           figures consistent, no projection above a peak
   scripts/gpu_model.py --project GPU KERNEL key=value ...   one projection as JSON (gpu-check)
 
 GPU is a100, h100 or h200 (or any nvidia-smi name containing one of them); KERNEL is one of
@@ -447,7 +448,35 @@ def markdown():
     return "\n".join(out) + "\n"
 
 
+def selftest():
+    """Consistency of the figures and the projections: the FP32 peak is SMs x lanes x 2 x clock,
+    and no projection runs above the FP32 or HBM peak (in executed FLOPs and compulsory bytes)."""
+    errors = []
+    for k, g in GPUS.items():
+        peak = g["sms"] * g["fp32_lanes"] * 2 * g["clock_ghz"] / 1e3
+        if abs(peak - g["fp32_tflops"]) > 0.02 * g["fp32_tflops"]:
+            errors.append("%s: SMs x lanes x 2 x clock = %.1f TFLOP/s, datasheet %.1f"
+                          % (k, peak, g["fp32_tflops"]))
+    shapes = [a for _, a, _ in SHAPES] + [dict(T=63, W=1, Hq=1, Hkv=1, D=8, H=1, K=8, V=8, C=64,
+                                                rows=1, channels=1, runs=1)]
+    for gk in GPUS:
+        for kernel in KERNELS:
+            for a in shapes:
+                try:
+                    r = project(gk, kernel, a)
+                except KeyError:
+                    continue  # a shape of another kernel
+                if r["fraction_fp32_peak"] > 1.0 + 1e-9 or r["fraction_hbm_peak"] > 1.0 + 1e-9:
+                    errors.append("%s %s %s: above peak" % (gk, kernel, a))
+    for e in errors:
+        print("selftest: " + e)
+    print("selftest: %s" % ("FAILED" if errors else "ok"))
+    return 1 if errors else 0
+
+
 def main(argv):
+    if argv == ["--selftest"]:
+        return selftest()
     if len(argv) >= 3 and argv[0] == "--project":
         gk = gpu_key(argv[1]) or argv[1]
         if gk not in GPUS:
