@@ -42,7 +42,7 @@ DRAM_LATENCY_NS = 600.0  # a DRAM miss, ns (order of magnitude)
 LOADS_IN_FLIGHT = 4      # independent loads one thread keeps in flight in an unrolled inner loop
 BARRIER_CLK = 40         # one team barrier
 DEVICE_TEAM_THREADS = 256  # Kokkos::AUTO team size of a plain copy/elementwise team functor
-GEMM_MR, GEMM_NR = 4, 8  # device register tile of the team tile product (gated_delta_tiles.hpp)
+GEMM_MR, GEMM_NR = 4, 8  # device tile of the team tile product (core/impl/tile_product.hpp)
 SWA_QUERY_TILE = SWA_KEY_TILE = 32
 SWA_VECTOR = 32          # vector lanes of the SWA team kernels (keys of a tile / head dimension)
 
