@@ -107,7 +107,7 @@ def kind_of(name, region, path, default):
 
 
 def main():
-    print("| header:line | operator | call | agreed? | condition (message text) |")
+    print("| header | operator | call | agreed? | condition (message text) |")
     print("|---|---|---|---|---|")
     for path in sorted(ROOT.rglob("*.hpp")):
         src = path.read_text()
@@ -139,9 +139,8 @@ def main():
                 op = operator_of(region)
             if name == "require_same":
                 cond = "every rank must agree on " + cond
-            lineno = src.count("\n", 0, m.start()) + 1
             rel = path.relative_to(ROOT.parent)
-            print(f"| `{rel}:{lineno}` | `{op}` | `{name}` | {kind} | {cond.replace('|', '/')} |")
+            print(f"| `{rel}` | `{op}` | `{name}` | {kind} | {cond.replace('|', '/')} |")
 
 
 if __name__ == "__main__":

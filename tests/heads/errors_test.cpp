@@ -273,9 +273,11 @@ BOOST_AUTO_TEST_CASE(empty_cu_seqlens_is_one_dense_sequence) {
   const std::int64_t t = 4 * p;
   ch::TransposePlan<double, mem> dense(world(), s.input_layout(), t);
   ch::TransposePlan<double, mem> explicit_dense(world(), s.input_layout(), t, {0, t});
-  CTXPAR_TEST_ALL(world(), dense.cu_seqlens() == std::vector<std::int64_t>{0, t} &&
-                               explicit_dense.cu_seqlens() == dense.cu_seqlens() &&
-                               dense.local_rows() == explicit_dense.local_rows());
+  const std::vector<std::int64_t> one_sequence{0, t};
+  const bool same = dense.cu_seqlens() == one_sequence &&
+                    explicit_dense.cu_seqlens() == dense.cu_seqlens() &&
+                    dense.local_rows() == explicit_dense.local_rows();
+  CTXPAR_TEST_ALL(world(), same);
 }
 
 // T · channels that wraps int64 is refused before any buffer is sized from it; a huge T whose
