@@ -295,7 +295,8 @@ BOOST_AUTO_TEST_CASE(empty_cu_seqlens_is_one_dense_sequence) {
 BOOST_AUTO_TEST_CASE(token_channel_product_overflow) {
   const int p = world().size(), me = world().rank();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
-  const std::int64_t huge = std::int64_t{p} << 60;  // T · channels >= 2^63 for channels >= 8
+  // A multiple of P near 2^62: T · channels >= 2^63 for any layout of 2 or more channels.
+  const std::int64_t huge = p * ((std::int64_t{1} << 62) / p);
   each_bad_rank_or_all("T * channels must fit in int64",
                        [&](int bad) { make_plan(s, bad < 0 || me == bad ? huge : 4 * p); });
 }
