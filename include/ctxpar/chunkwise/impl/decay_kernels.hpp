@@ -355,7 +355,7 @@ struct OutputTiles {
             if (reset(b + n - 1, h, d) >= 0) m = 1;
           },
           Kokkos::Max<int>(resets));
-      if (resets != 0) {
+      if (resets > 0) {
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
           const long ik = static_cast<long>(i) * K;
           for (int j = 0; j <= i; ++j) {
@@ -800,7 +800,7 @@ struct DiagonalGradientTiles {
           if (reset(last, h, d) >= 0) m = 1;
         },
         Kokkos::Max<int>(resets));
-    const bool direct = resets != 0 || spread > Scalar(decay_factor_limit);
+    const bool direct = resets > 0 || spread > Scalar(decay_factor_limit);
     // γ_t − γ_b from both parts of the compensated sum (the factors' reference is token b).
     auto relative = [&](std::int64_t t, int d) {
       return (gamma(t, h, d) - gamma(b, h, d)) + (row.gamma_lo(t, h, d) - row.gamma_lo(b, h, d));
