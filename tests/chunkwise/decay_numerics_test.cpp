@@ -126,15 +126,7 @@ bool non_finite_stays_in_its_document(int field, double bad, bool zigzag) {
   std::vector<double>* target[4] = {&dirty.q, &dirty.k, &dirty.v, &dirty.g};
   const std::int64_t per_token = field == 2 ? dirty.V : field == 3 ? dirty.G : dirty.K;
   (*target[field])[static_cast<std::size_t>(t * dirty.H * per_token)] = bad;
-  cwt::CaseOptions o;
-  o.chunk = 4;
-  o.zigzag = zigzag;
-  o.initial_states = o.final_state_grads = true;
-  std::vector<cwt::Range> rows;
-  const auto a = cwt::run_cp<adapter, Policy>(group, clean, o, &rows);
-  const auto b = cwt::run_cp<adapter, Policy>(group, dirty, o, &rows);
-  return cwt::same_outside_document(
-      a, b, clean.cu, 1, rows, "non-finite in document 1 (field " + std::to_string(field) + ")");
+  return cwt::non_finite_stays_in_document_1<adapter, Policy>(clean, dirty, zigzag, field);
 }
 
 template <bool Diagonal>

@@ -132,15 +132,7 @@ bool non_finite_stays_in_its_document(int field, double bad, bool zigzag) {
       dirty.p.beta[dirty.p.bi(t, 0, 0)] = bad;
       break;
   }
-  cwt::CaseOptions o;
-  o.chunk = 4;
-  o.zigzag = zigzag;
-  o.initial_states = o.final_state_grads = true;
-  std::vector<cwt::Range> rows;
-  const auto a = cwt::run_cp<adapter, Policy>(group, clean, o, &rows);
-  const auto b = cwt::run_cp<adapter, Policy>(group, dirty, o, &rows);
-  return cwt::same_outside_document(
-      a, b, clean.cu, 1, rows, "non-finite in document 1 (field " + std::to_string(field) + ")");
+  return cwt::non_finite_stays_in_document_1<adapter, Policy>(clean, dirty, zigzag, field);
 }
 
 template <bool Product>

@@ -103,4 +103,21 @@ inline bool same_outside_document(const Result& a, const Result& b,
   return ok;
 }
 
+/// Runs `clean` and `dirty` (which differ by a non-finite value of input `field` inside document
+/// 1) through adapter `A` with policy `Policy` (chunk 4, initial states and final-state gradients)
+/// and checks `same_outside_document`. Local verdict.
+template <class A, class Policy, class Problem>
+bool non_finite_stays_in_document_1(const Problem& clean, const Problem& dirty, bool zigzag,
+                                    int field) {
+  CaseOptions o;
+  o.chunk = 4;
+  o.zigzag = zigzag;
+  o.initial_states = o.final_state_grads = true;
+  std::vector<Range> rows;
+  const Result a = run_cp<A, Policy>(world(), clean, o, &rows);
+  const Result b = run_cp<A, Policy>(world(), dirty, o, &rows);
+  return same_outside_document(a, b, clean.cu, 1, rows,
+                               "non-finite in document 1 (field " + std::to_string(field) + ")");
+}
+
 }  // namespace ctxpar::test::chunkwise
