@@ -733,10 +733,10 @@ struct DiagonalGradientTiles {
            2 * scratch::shmem_size(std::size_t(V) * K);
   }
 
-  // dg_td = Σ_{i≥t} Σ_{j<t} D_ij·w(i, j, d) + Σ_{i≥t} a_id + Σ_{j<t} e_jd + m_d, one thread per
-  // gate column: w the pair's weight q'_id k_jd exp(γ_id − γ_jd), a_id = q'_id Γ_id (dO S_cᵀ)_id,
-  // e_jd = k_jd λ_jd (V G_cᵀ)_jd, m_d = exp(γ_last,d) ⟨G_c, S_c⟩_d. D holds dO Vᵀ below the
-  // diagonal, ts = dO S_cᵀ, tg = V G_cᵀ; acc is C×K.
+  // dg_td = Σ_{i≥t} Σ_{j<t} D_ij·w(i, j, d) + Σ_{i≥t} a_id + Σ_{j<t} e_jd + m_d, per gate column: w
+  // the pair's weight q'_id k_jd exp(γ_id − γ_jd), a_id = q'_id Γ_id (dO S_cᵀ)_id, e_jd = k_jd λ_jd
+  // (V G_cᵀ)_jd, m_d = exp(γ_last,d) ⟨G_c, S_c⟩_d. D holds dO Vᵀ below the diagonal, ts = dO S_cᵀ,
+  // tg = V G_cᵀ; acc is C×K.
   template <class Weight>
   KOKKOS_FUNCTION void gate_gradient(const member_type& team, std::int64_t c, int h, std::int64_t b,
                                      int n, const scratch& D, const scratch& ts, const scratch& tg,
@@ -746,29 +746,41 @@ struct DiagonalGradientTiles {
     const auto& gamma = row.gamma;
     const auto& lo = row.gamma_lo;
     const auto& reset = row.reset;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int d) {
-      for (int t = 0; t < n; ++t) acc[static_cast<long>(t) * K + d] = Scalar(0);
+    // One work item per block of chain_block gate columns: the inner loops run over contiguous
+    // columns (vectorised on the host), the row prefixes stay in registers.
+    const int blocks = (K + chain_block - 1) / chain_block;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int blk) {
+      const int d0 = blk * chain_block, w = K - d0 < chain_block ? K - d0 : chain_block;
+      for (int t = 0; t < n; ++t)
+        for (int jj = 0; jj < w; ++jj) acc[static_cast<long>(t) * K + d0 + jj] = Scalar(0);
       for (int i = 1; i < n; ++i) {
-        Scalar run = 0;  // Σ_{j<t} of row i
+        Scalar run[chain_block];  // Σ_{j<t} of row i, per column
+        for (int jj = 0; jj < w; ++jj) run[jj] = Scalar(0);
         for (int t = 1; t <= i; ++t) {
-          run += D[static_cast<long>(i) * C + t - 1] * weight(i, t - 1, d);
-          acc[static_cast<long>(t) * K + d] += run;
+          const Scalar dv = D[static_cast<long>(i) * C + t - 1];
+          Scalar* at = &acc[static_cast<long>(t) * K + d0];
+          for (int jj = 0; jj < w; ++jj) {
+            run[jj] += dv * weight(i, t - 1, d0 + jj);
+            at[jj] += run[jj];
+          }
         }
       }
-      Scalar m = 0;
-      for (int p = 0; p < V; ++p) m += row.gend(c, h, d, p) * row.states(c, h, d, p);
-      m *= precise_from_start(gamma, lo, reset, last, h, d);
-      Scalar a = 0;
-      for (int t = n - 1; t >= 0; --t) {
-        a += row.scale * precise_from_start(gamma, lo, reset, b + t, h, d) * row.q(b + t, h, d) *
-             ts[static_cast<long>(t) * K + d];
-        acc[static_cast<long>(t) * K + d] += a;
-      }
-      Scalar e = 0;
-      for (int t = 0; t < n; ++t) {
-        dg(b + t, h, d) = acc[static_cast<long>(t) * K + d] + e + m;
-        e += precise_ratio(gamma, lo, reset, last, b + t, h, d) * row.k(b + t, h, d) *
-             tg[static_cast<long>(t) * K + d];
+      for (int d = d0; d < d0 + w; ++d) {
+        Scalar m = 0;
+        for (int p = 0; p < V; ++p) m += row.gend(c, h, d, p) * row.states(c, h, d, p);
+        m *= precise_from_start(gamma, lo, reset, last, h, d);
+        Scalar a = 0;
+        for (int t = n - 1; t >= 0; --t) {
+          a += row.scale * precise_from_start(gamma, lo, reset, b + t, h, d) * row.q(b + t, h, d) *
+               ts[static_cast<long>(t) * K + d];
+          acc[static_cast<long>(t) * K + d] += a;
+        }
+        Scalar e = 0;
+        for (int t = 0; t < n; ++t) {
+          dg(b + t, h, d) = acc[static_cast<long>(t) * K + d] + e + m;
+          e += precise_ratio(gamma, lo, reset, last, b + t, h, d) * row.k(b + t, h, d) *
+               tg[static_cast<long>(t) * K + d];
+        }
       }
     });
   }
