@@ -168,7 +168,9 @@ template <class Scalar>
 Result decay_bounds(const DecayProblem& p, bool use_h0, bool use_dht, int shards) {
   const DecayOracle mag = decay_oracle(p, use_h0, use_dht, true);
   double gmax = 0;
-  for (double x : p.g) gmax = std::max(gmax, std::fabs(x));
+  // A hard reset (g = −∞) adds no rounding: the chunk's cumulative sums restart after it.
+  for (double x : p.g)
+    if (std::isfinite(x)) gmax = std::max(gmax, std::fabs(x));
   const double C = p.chunk;
   const double c = 2.0 * (p.K + p.V + C) + 4.0 * (static_cast<double>(p.T) / C + 2.0 * shards) +
                    C * C * gmax + 32.0;

@@ -5,3 +5,5 @@ ctxpar_add_mpi_test(NAME chunkwise_gated_delta_local SOURCES gated_delta_local_t
   LABELS chunkwise RANKS 1 2 NO_EXTENDED TIMEOUT 300)
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_cp SOURCES gated_delta_cp_test.cpp LABELS chunkwise TIMEOUT 300)
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_errors SOURCES gated_delta_errors_test.cpp LABELS chunkwise TIMEOUT 120)
+ctxpar_add_mpi_test(NAME chunkwise_gated_delta_numerics SOURCES gated_delta_numerics_test.cpp
+  LABELS chunkwise TIMEOUT 300)

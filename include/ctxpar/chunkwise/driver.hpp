@@ -92,6 +92,23 @@ SummaryViews<MemorySpace> record_views(float* data, std::int64_t heads, std::int
   return out;
 }
 
+// Heads of a scan record `later` whose transition is exactly zero (a record that starts a segment,
+// see Composer::to_scan_record) keep `later` in `out`: the composition must drop the earlier value,
+// not multiply it by 0 (0·NaN would carry another sequence's non-finite value into this one).
+template <class MemorySpace>
+struct KeepSegmentStartKernel {
+  Kokkos::View<const float*, MemorySpace> later;
+  Kokkos::View<float*, MemorySpace> out;
+  std::int64_t kv, width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t h) const {
+    const float* l = later.data() + h * width;
+    for (std::int64_t j = kv; j < width; ++j)
+      if (l[j] != 0.0f) return;
+    float* o = out.data() + h * width;
+    for (std::int64_t j = 0; j < width; ++j) o[j] = l[j];
+  }
+};
+
 // The fold/scan machinery of one direction (forward or backward) for one transition structure.
 template <class Transition, class ExecutionSpace, class Scalar>
 class Composer {
@@ -166,7 +183,7 @@ class Composer {
     }
     flat_record tmp("ctxpar::chunkwise::scan_tmp", n);
     auto combine = [&](const flat_record& earlier, const flat_record& inout) {
-      compose_summaries<scan_t>(space_, view(inout), view(earlier), view(tmp), k_, v_);
+      compose_segmented(inout, earlier, tmp);
       Kokkos::deep_copy(space_, inout, tmp);
     };
     std::vector<flat_record> prefix(static_cast<std::size_t>(slots));
@@ -190,13 +207,11 @@ class Composer {
       flat_record total("ctxpar::chunkwise::scan_total", n);
       if (me == p - 1) {
         if (have[static_cast<std::size_t>(a)]) {
-          compose_summaries<scan_t>(space_, view(own_a), view(records[static_cast<std::size_t>(a)]),
-                                    view(total), k_, v_);
+          compose_segmented(own_a, records[static_cast<std::size_t>(a)], total);
         } else {
           Kokkos::deep_copy(space_, total, own_a);
         }
-        compose_summaries<scan_t>(space_, view(records[static_cast<std::size_t>(b)]), view(total),
-                                  view(tmp), k_, v_);
+        compose_segmented(records[static_cast<std::size_t>(b)], total, tmp);
         Kokkos::deep_copy(space_, records[static_cast<std::size_t>(b)], tmp);
       }
       const bool got = exclusive_scan(space_, group_, records[static_cast<std::size_t>(b)], combine,
@@ -227,6 +242,16 @@ class Composer {
   }
   SummaryViews<memory_space> view(const flat_record& r) const {
     return record_views<memory_space>(r.data(), heads_, k_ * v_, scan_m_size<Transition>(k_));
+  }
+
+  // out = later ∘ earlier for the segmented scan (`out` distinct from both).
+  void compose_segmented(const flat_record& later, const flat_record& earlier,
+                         const flat_record& out) const {
+    compose_summaries<scan_t>(space_, view(later), view(earlier), view(out), k_, v_);
+    const std::int64_t kv = k_ * v_;
+    Kokkos::parallel_for(
+        "ctxpar::chunkwise::scan_keep_segment_start", range(heads_),
+        KeepSegmentStartKernel<memory_space>{later, out, kv, kv + scan_m_size<Transition>(k_)});
   }
 
   // Copies a summary into a scan record; a shard whose fragment starts (forward) / ends (backward)

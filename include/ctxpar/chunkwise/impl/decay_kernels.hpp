@@ -8,8 +8,23 @@
 /// - `o_i = scale·(exp(γ_i) ⊙ S_c)ᵀ q_i + scale·Σ_{j≤i} (Σ_k q_ik k_jk exp(γ_ik − γ_jk)) v_j`;
 /// decay ratios are always `exp(γ_i − γ_j)`, never quotients of products.
 /// Backward (G_c = gradient w.r.t. the chunk's end state, D_c = Σ_i exp(γ_i) ⊙ q'_i do_iᵀ):
-/// `G_{c-1} = exp(γ_last) ⊙ G_c + D_c`, and `dγ_i = q_i ⊙ dq_i − k_i ⊙ dk_i` (+ `⟨G_c, S_{c+1}⟩`
-/// at the chunk's last token), `dg` = reverse cumulative sum of `dγ` inside the chunk.
+/// `G_{c-1} = exp(γ_last) ⊙ G_c + D_c`. `dg_t` sums the contributions of the (source, sink) pairs
+/// whose decay spans token `t`: query `i ≥ t` with key `j < t` inside the chunk, the incoming state
+/// reaching query `i ≥ t`, key `j < t` reaching the end state, and the incoming state reaching the
+/// end state. Every such term carries its decay, so strong decay cannot make them cancel (the
+/// identity `dγ_i = q_i ⊙ dq_i − k_i ⊙ dk_i` does: its undecayed `j = i` terms cancel exactly).
+///
+/// Hard resets (`g_t = −∞`): the cumulative sum restarts after `t` (`γ_t = 0`), `reset` records the
+/// last reset at or before each token, and every decay goes through
+/// `decay_ratio`/`decay_from_start`, which give exactly 0 across a reset (never `−∞ − (−∞)`);
+/// `logm` of such a chunk is `−∞`.
+///
+/// Precision: `γ_i − γ_j` formed from two rounded cumulative sums errs by `u·(|γ_i| + |γ_j|)`,
+/// which under strong decay (|γ| in the hundreds within a chunk) is far more than the `u·|γ_i −
+/// γ_j|` of the recurrence. The cumulative sum is compensated (`gamma_lo` keeps its rounding
+/// error), and the backward forms every decay from both parts (`precise_ratio`,
+/// `precise_from_start`); the forward keeps the one-part decays, so its results are bitwise those
+/// of the uncompensated sum.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -42,15 +57,59 @@ struct DecaySaved {
   std::int64_t chunks = 0;
   std::vector<std::int64_t> host_seq_chunk;  ///< first chunk of each local sequence (+ end)
   table chunk_begin, chunk_end, token_chunk, seq_chunk, seq_ordinal, seq_starts, seq_ends;
-  work3 gamma;   ///< `[T, H, G]` cumulative log-gates inside each chunk
-  work3 logm;    ///< `[chunks, H, G]` log of each chunk's transition
-  work4 ds;      ///< `[chunks, H, K, V]` zero-state chunk updates
-  work4 states;  ///< `[chunks, H, K, V]` incoming state of each chunk
-  work4 dmat;    ///< `[chunks, H, K, V]` `D_c`
-  work4 gend;    ///< `[chunks, H, K, V]` gradient w.r.t. each chunk's end state
+  work3 gamma;  ///< `[T, H, G]` cumulative log-gates inside each chunk, restarted at hard resets
+  /// `[T, H, G]` local index of the last hard reset (`g = −∞`) at or before each token inside
+  /// its chunk, or -1.
+  Kokkos::View<std::int64_t***, Kokkos::LayoutRight, MemorySpace> reset;
+  work3 gamma_lo;  ///< `[T, H, G]` rounding error of `gamma` (compensated summation)
+  work3 logm;      ///< `[chunks, H, G]` log of each chunk's transition
+  work4 ds;        ///< `[chunks, H, K, V]` zero-state chunk updates
+  work4 states;    ///< `[chunks, H, K, V]` incoming state of each chunk
+  work4 dmat;      ///< `[chunks, H, K, V]` `D_c`
+  work4 gend;      ///< `[chunks, H, K, V]` gradient w.r.t. each chunk's end state
 };
 
 // ---- kernels ------------------------------------------------------------------------------------
+
+/// Decay `exp(γ_later − γ_earlier)` between two tokens of one chunk (`earlier ≤ later`): 0 when a
+/// hard reset lies in `(earlier, later]`, where the difference would be `−∞ − (−∞)`.
+template <class Gamma, class Reset>
+KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type decay_ratio(
+    const Gamma& gamma, const Reset& reset, std::int64_t later, std::int64_t earlier,
+    std::int64_t h, std::int64_t gi) {
+  using value = typename Gamma::non_const_value_type;
+  return reset(later, h, gi) <= earlier ? compat::exp(gamma(later, h, gi) - gamma(earlier, h, gi))
+                                        : value(0);
+}
+
+/// Decay from the chunk's incoming state to token `i`: 0 after a hard reset in the chunk.
+template <class Gamma, class Reset>
+KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type decay_from_start(
+    const Gamma& gamma, const Reset& reset, std::int64_t i, std::int64_t h, std::int64_t gi) {
+  using value = typename Gamma::non_const_value_type;
+  return reset(i, h, gi) < 0 ? compat::exp(gamma(i, h, gi)) : value(0);
+}
+
+/// `decay_ratio` with the compensated cumulative log-gates (`gamma + lo`).
+template <class Gamma, class Reset>
+KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type precise_ratio(
+    const Gamma& gamma, const Gamma& lo, const Reset& reset, std::int64_t later,
+    std::int64_t earlier, std::int64_t h, std::int64_t gi) {
+  using value = typename Gamma::non_const_value_type;
+  return reset(later, h, gi) <= earlier
+             ? compat::exp((gamma(later, h, gi) - gamma(earlier, h, gi)) +
+                           (lo(later, h, gi) - lo(earlier, h, gi)))
+             : value(0);
+}
+
+/// `decay_from_start` with the compensated cumulative log-gates.
+template <class Gamma, class Reset>
+KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type precise_from_start(
+    const Gamma& gamma, const Gamma& lo, const Reset& reset, std::int64_t i, std::int64_t h,
+    std::int64_t gi) {
+  using value = typename Gamma::non_const_value_type;
+  return reset(i, h, gi) < 0 ? compat::exp(gamma(i, h, gi) + lo(i, h, gi)) : value(0);
+}
 
 template <class Scalar, class MemorySpace>
 struct GammaKernel {
@@ -58,15 +117,31 @@ struct GammaKernel {
   typename saved::input_view g;
   typename saved::table chunk_begin, chunk_end;
   typename saved::work3 gamma, logm;
+  decltype(saved::reset) reset;
+  typename saved::work3 gamma_lo;
   std::int64_t heads, width;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t gi = i % width, h = (i / width) % heads, c = i / (width * heads);
-    Scalar run = 0;
+    Scalar run = 0, lo = 0, minus_inf = 0;
+    std::int64_t last_reset = -1;
     for (std::int64_t t = chunk_begin(c); t < chunk_end(c); ++t) {
-      run += g(t, h, gi);
+      const Scalar x = g(t, h, gi);
+      if (x < Scalar(0) && !compat::isfinite(x)) {  // −∞: the state before t is forgotten
+        run = 0;
+        lo = 0;
+        last_reset = t;
+        minus_inf = x;
+      } else {
+        // Two-sum: `run + x` exactly equals `s + err`; the errors accumulate in `lo`.
+        const Scalar s = run + x, xs = s - run;
+        lo += (run - (s - xs)) + (x - xs);
+        run = s;
+      }
       gamma(t, h, gi) = run;
+      gamma_lo(t, h, gi) = lo;
+      reset(t, h, gi) = last_reset;
     }
-    logm(c, h, gi) = run;
+    logm(c, h, gi) = last_reset < 0 ? run : minus_inf;
   }
 };
 
@@ -96,6 +171,7 @@ struct ChunkUpdateTiles {
   typename saved::table chunk_begin, chunk_end;
   typename saved::work3 gamma;
   typename saved::work4 ds;
+  decltype(saved::reset) reset;
   int heads, kdim, vdim, chunk;
 
   static std::size_t scratch_bytes(int C, int K) { return scratch::shmem_size(std::size_t(C) * K); }
@@ -109,9 +185,9 @@ struct ChunkUpdateTiles {
     scratch kt(team.team_scratch(1), std::size_t(chunk) * K);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int j) {
       const Scalar* kj = &k(b + j, h, 0);
-      const Scalar w = compat::exp(gamma(last, h, 0) - gamma(b + j, h, 0));
+      const Scalar w = decay_ratio(gamma, reset, last, b + j, h, 0);
       for (int d = 0; d < K; ++d) {
-        const Scalar wd = Diagonal ? compat::exp(gamma(last, h, d) - gamma(b + j, h, d)) : w;
+        const Scalar wd = Diagonal ? decay_ratio(gamma, reset, last, b + j, h, d) : w;
         kt[static_cast<long>(j) * K + d] = wd * kj[d];
       }
     });
@@ -210,6 +286,7 @@ struct OutputTiles {
   token_view<Scalar, MemorySpace> out;
   Scalar scale;
   int heads, kdim, vdim, chunk;
+  decltype(saved::reset) reset;
 
   static std::size_t scratch_bytes(int C, int K) {
     // qs, qh, Kᵀ (or the factored query rows), factored Kᵀ | P | one sub-block of factored keys
@@ -230,9 +307,9 @@ struct OutputTiles {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
       const Scalar* qi = &q(b + i, h, 0);
       const Scalar* ki = &k(b + i, h, 0);
-      const Scalar gs = compat::exp(gamma(b + i, h, 0));
+      const Scalar gs = decay_from_start(gamma, reset, b + i, h, 0);
       for (int d = 0; d < K; ++d) {
-        const Scalar g = Diagonal ? compat::exp(gamma(b + i, h, d)) : gs;
+        const Scalar g = Diagonal ? decay_from_start(gamma, reset, b + i, h, d) : gs;
         const long id = static_cast<long>(i) * K + d;
         qs[id] = scale * qi[d];
         qh[id] = g * qs[id];
@@ -250,7 +327,7 @@ struct OutputTiles {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
         for (int j = 0; j < n; ++j) {
           const long ij = static_cast<long>(i) * C + j;
-          P[ij] = j <= i ? P[ij] * compat::exp(gamma(b + i, h, 0) - gamma(b + j, h, 0)) : Scalar(0);
+          P[ij] = j <= i ? P[ij] * decay_ratio(gamma, reset, b + i, b + j, h, 0) : Scalar(0);
         }
       });
     } else {
@@ -269,7 +346,27 @@ struct OutputTiles {
             }
           },
           Kokkos::Max<Scalar>(spread));
-      if (spread <= Scalar(decay_factor_limit)) {
+      // Factors around a reference are meaningless across a hard reset: such chunks form every
+      // score directly (0 across the reset).
+      int resets = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, K),
+          [&](int d, int& m) {
+            if (reset(b + n - 1, h, d) >= 0) m = 1;
+          },
+          Kokkos::Max<int>(resets));
+      if (resets > 0) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+          const long ik = static_cast<long>(i) * K;
+          for (int j = 0; j <= i; ++j) {
+            const Scalar* kj = &k(b + j, h, 0);
+            Scalar acc = 0;
+            for (int d = 0; d < K; ++d)
+              acc += qs[ik + d] * kj[d] * decay_ratio(gamma, reset, b + i, b + j, h, d);
+            P[static_cast<long>(i) * C + j] = acc;
+          }
+        });
+      } else if (spread <= Scalar(decay_factor_limit)) {
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
           const Scalar* ki = &k(b + i, h, 0);
           for (int d = 0; d < K; ++d) {
@@ -339,12 +436,15 @@ struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
   typename saved::work4 dmat;
   Scalar scale;
   std::int64_t heads, kdim, vdim;
+  decltype(saved::reset) reset;
+  typename saved::work3 gamma_lo;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t kk = i % kdim, h = (i / kdim) % heads, c = i / (kdim * heads);
     Scalar* row = &dmat(c, h, kk, 0);
     for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] = 0;
     for (std::int64_t t = chunk_begin(c); t < chunk_end(c); ++t) {
-      const Scalar w = scale * q(t, h, kk) * compat::exp(gamma(t, h, Diagonal ? kk : 0));
+      const Scalar w =
+          scale * q(t, h, kk) * precise_from_start(gamma, gamma_lo, reset, t, h, Diagonal ? kk : 0);
       const Scalar* d = &dout(t, h, 0);
       for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] += w * d[vv];
     }
@@ -415,11 +515,12 @@ struct GradientRowKernel {
   token_view<Scalar, MemorySpace> dq, dk, dv;
   Scalar scale;
   std::int64_t heads, kdim, vdim;
+  decltype(saved::reset) reset;
+  typename saved::work3 gamma_lo;
 
   KOKKOS_INLINE_FUNCTION Scalar decay(std::int64_t later, std::int64_t earlier, std::int64_t h,
                                       std::int64_t kk) const {
-    const std::int64_t gi = Diagonal ? kk : 0;
-    return compat::exp(gamma(later, h, gi) - gamma(earlier, h, gi));
+    return precise_ratio(gamma, gamma_lo, reset, later, earlier, h, Diagonal ? kk : 0);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
@@ -436,7 +537,7 @@ struct GradientRowKernel {
       const Scalar* srow = &states(c, h, kk, 0);
       Scalar acc = 0;
       for (std::int64_t vv = 0; vv < vdim; ++vv) acc += srow[vv] * dot[vv];
-      dqt[kk] = acc * compat::exp(gamma(t, h, Diagonal ? kk : 0));
+      dqt[kk] = acc * precise_from_start(gamma, gamma_lo, reset, t, h, Diagonal ? kk : 0);
     }
     for (std::int64_t j = b; j <= t; ++j) {
       const Scalar* vj = &v(j, h, 0);
@@ -477,7 +578,9 @@ struct GradientRowKernel {
 // Scalar decay gradients of one (chunk, head) as tiled products (L_tj = exp(γ_t − γ_j) for j ≤ t,
 // λ_t = exp(γ_last − γ_t), D = (dO Vᵀ) ⊙ L, P = (Q'Kᵀ) ⊙ L, Q' = scale·Q):
 //   dQ = scale·(D K + diag(Γ) dO S_cᵀ),  dK = Dᵀ Q' + diag(λ) V G_cᵀ,  dV = Pᵀ dO + diag(λ) K G_c.
-// The diagonal family keeps GradientRowKernel (its decays differ per key column).
+// dg_t = Σ_{i≥t} Σ_{j<t} X_ij + Σ_{i≥t} a_i + Σ_{j<t} e_j + m with the pair contributions
+// X_ij = D_ij·(Q'Kᵀ)_ij (j < i), a_i = q_i·(dQ's state part), e_j = k_j·(dK's state part) and
+// m = exp(γ_last)⟨G_c, S_c⟩: a row prefix and a column suffix of X, O(C²) like the scores.
 template <class Scalar, class ExecutionSpace, class MemorySpace>
 struct ScalarGradientTiles {
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
@@ -491,12 +594,15 @@ struct ScalarGradientTiles {
   token_view<Scalar, MemorySpace> dq, dk, dv;
   Scalar scale;
   int heads, kdim, vdim, chunk;
+  decltype(saved::reset) reset;
+  typename saved::work3 gamma_lo;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,1]
 
   static std::size_t scratch_bytes(int C, int K, int V) {
-    // kT vT | D P | dO·Γ, V·λ | K·λ | S_cᵀ, G_cᵀ
+    // kT vT | D P X | dO·Γ, V·λ | K·λ | S_cᵀ, G_cᵀ | a e
     return scratch::shmem_size(std::size_t(K) * C) + 3 * scratch::shmem_size(std::size_t(V) * C) +
-           2 * scratch::shmem_size(std::size_t(C) * C) + scratch::shmem_size(std::size_t(C) * K) +
-           2 * scratch::shmem_size(std::size_t(V) * K);
+           3 * scratch::shmem_size(std::size_t(C) * C) + scratch::shmem_size(std::size_t(C) * K) +
+           2 * scratch::shmem_size(std::size_t(V) * K) + 2 * scratch::shmem_size(std::size_t(C));
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
@@ -508,13 +614,14 @@ struct ScalarGradientTiles {
     const auto& sp = team.team_scratch(1);
     scratch kT(sp, std::size_t(K) * C), vT(sp, std::size_t(V) * C), D(sp, std::size_t(C) * C),
         P(sp, std::size_t(C) * C), dog(sp, std::size_t(C) * V), vl(sp, std::size_t(C) * V),
-        kl(sp, std::size_t(C) * K), sT(sp, std::size_t(V) * K), gT(sp, std::size_t(V) * K);
+        kl(sp, std::size_t(C) * K), sT(sp, std::size_t(V) * K), gT(sp, std::size_t(V) * K),
+        X(sp, std::size_t(C) * C), av(sp, std::size_t(C)), ev(sp, std::size_t(C));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
       const Scalar* kt = &k(b + t, h, 0);
       const Scalar* vt = &v(b + t, h, 0);
       const Scalar* dt = &dout(b + t, h, 0);
-      const Scalar big = compat::exp(gamma(b + t, h, 0));
-      const Scalar lam = compat::exp(gamma(last, h, 0) - gamma(b + t, h, 0));
+      const Scalar big = precise_from_start(gamma, gamma_lo, reset, b + t, h, 0);
+      const Scalar lam = precise_ratio(gamma, gamma_lo, reset, last, b + t, h, 0);
       for (int d = 0; d < K; ++d) {
         kT[static_cast<long>(d) * C + t] = kt[d];
         kl[static_cast<long>(t) * K + d] = lam * kt[d];
@@ -539,11 +646,17 @@ struct ScalarGradientTiles {
     gd::team_gemm(team, n, n, K, scale, gd::rows(&q(b, h, 0), H * K), kT.data(), C, P.data(), C,
                   false, true);
     team.team_barrier();
-    // Both are read as bands next, so everything above the diagonal is cleared.
+    // Both are read as bands next, so everything above the diagonal is cleared. X_tj (j < t) is
+    // the pair's contribution to every dg it straddles, then its exclusive row prefix over j.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
+      Scalar run = 0;
       for (int j = 0; j < n; ++j) {
         const long tj = static_cast<long>(t) * C + j;
-        const Scalar l = j <= t ? compat::exp(gamma(b + t, h, 0) - gamma(b + j, h, 0)) : Scalar(0);
+        const Scalar l =
+            j <= t ? precise_ratio(gamma, gamma_lo, reset, b + t, b + j, h, 0) : Scalar(0);
+        const Scalar x = j < t ? D[tj] * P[tj] * l : Scalar(0);
+        X[tj] = run;
+        run += x;
         D[tj] = j <= t ? D[tj] * l : Scalar(0);
         P[tj] = j <= t ? P[tj] * l : Scalar(0);
       }
@@ -552,39 +665,124 @@ struct ScalarGradientTiles {
     Scalar* dqc = &dq(b, h, 0);
     Scalar* dkc = &dk(b, h, 0);
     Scalar* dvc = &dv(b, h, 0);
-    gd::team_gemm(team, n, K, n, scale, gd::rows(D.data(), C, gd::Band::lower), &k(b, h, 0), H * K,
-                  dqc, H * K, false);
-    gd::team_gemm(team, n, K, n, scale, gd::transposed(D.data(), C, gd::Band::upper), &q(b, h, 0),
-                  H * K, dkc, H * K, false);
+    // The state parts first: dg needs them on their own.
+    gd::team_gemm(team, n, K, V, scale, gd::rows(dog.data(), V), sT.data(), K, dqc, H * K, false);
+    gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(vl.data(), V), gT.data(), K, dkc, H * K,
+                  false);
     gd::team_gemm(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper),
                   &dout(b, h, 0), H * V, dvc, H * V, false);
     team.team_barrier();
-    gd::team_gemm(team, n, K, V, scale, gd::rows(dog.data(), V), sT.data(), K, dqc, H * K, true);
-    gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(vl.data(), V), gT.data(), K, dkc, H * K, true);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
+      const Scalar* qt = &q(b + t, h, 0);
+      const Scalar* kt = &k(b + t, h, 0);
+      Scalar a = 0, e = 0;
+      for (int d = 0; d < K; ++d) {
+        a += qt[d] * dqc[static_cast<long>(t) * H * K + d];
+        e += kt[d] * dkc[static_cast<long>(t) * H * K + d];
+      }
+      av[t] = a;
+      ev[t] = e;
+    });
+    Scalar m = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, K),
+        [&](int p, Scalar& acc) {
+          const Scalar* srow = &states(c, h, p, 0);
+          const Scalar* grow = &gend(c, h, p, 0);
+          for (int d = 0; d < V; ++d) acc += grow[d] * srow[d];
+        },
+        m);
+    m *= precise_from_start(gamma, gamma_lo, reset, last, h, 0);
+    team.team_barrier();
+    gd::team_gemm(team, n, K, n, scale, gd::rows(D.data(), C, gd::Band::lower), &k(b, h, 0), H * K,
+                  dqc, H * K, true);
+    gd::team_gemm(team, n, K, n, scale, gd::transposed(D.data(), C, gd::Band::upper), &q(b, h, 0),
+                  H * K, dkc, H * K, true);
     gd::team_gemm(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &gend(c, h, 0, 0), V, dvc,
                   H * V, true);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
+      Scalar x = m;
+      for (int i = t; i < n; ++i) x += X[static_cast<long>(i) * C + t] + av[i];
+      for (int j = 0; j < t; ++j) x += ev[j];
+      dg(b + t, h, 0) = x;
+    });
   }
 };
 
 // Diagonal-gate gradients of one (chunk, head). When the chunk's log-gates spread over at most
-// decay_factor_limit e-folds around its first token b, every decay factors as
-// exp(γ_td − γ_jd) = e_td·f_jd (e = exp(γ − γ_b), f = 1/e, both within [e^-limit, e^limit]), and
-// with D = (dO Vᵀ) masked to j ≤ t and P = ((e⊙Q')(f⊙K)ᵀ) masked likewise:
+// decay_factor_limit e-folds around its first token b and it holds no hard reset, every decay
+// factors as exp(γ_td − γ_jd) = e_td·f_jd (e = exp(γ − γ_b), f = 1/e, both within
+// [e^-limit, e^limit]), and with D = (dO Vᵀ) masked to j ≤ t and P = ((e⊙Q')(f⊙K)ᵀ) masked
+// likewise:
 //   dQ = scale·(e ⊙ D(f⊙K) + Γ ⊙ dO S_cᵀ),  dK = f ⊙ Dᵀ(e⊙Q') + λ ⊙ V G_cᵀ,
 //   dV = Pᵀ dO + (λ⊙K) G_c,
-// all as tiled products. Otherwise the team runs the row kernel over the chunk's tokens.
+// all as tiled products. Otherwise the team runs the row kernel over the chunk's tokens. dg is
+// formed per gate column from the straddling pairs as in ScalarGradientTiles (gate_gradient).
 template <class Scalar, class ExecutionSpace, class MemorySpace>
 struct DiagonalGradientTiles {
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using scratch = decay_scratch<Scalar, ExecutionSpace>;
   GradientRowKernel<Scalar, MemorySpace, true> row;  // the inputs, outputs, and the fallback
   int chunk;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,K]
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kf qe kl tq ts tk tg | kfT | vT | D P | S_cᵀ G_cᵀ
     return 7 * scratch::shmem_size(std::size_t(C) * K) + scratch::shmem_size(std::size_t(K) * C) +
            scratch::shmem_size(std::size_t(V) * C) + 2 * scratch::shmem_size(std::size_t(C) * C) +
            2 * scratch::shmem_size(std::size_t(V) * K);
+  }
+
+  // dg_td = Σ_{i≥t} Σ_{j<t} D_ij·w(i, j, d) + Σ_{i≥t} a_id + Σ_{j<t} e_jd + m_d, per gate column: w
+  // the pair's weight q'_id k_jd exp(γ_id − γ_jd), a_id = q'_id Γ_id (dO S_cᵀ)_id, e_jd = k_jd λ_jd
+  // (V G_cᵀ)_jd, m_d = exp(γ_last,d) ⟨G_c, S_c⟩_d. D holds dO Vᵀ below the diagonal, ts = dO S_cᵀ,
+  // tg = V G_cᵀ; acc is C×K.
+  template <class Weight>
+  KOKKOS_FUNCTION void gate_gradient(const member_type& team, std::int64_t c, int h, std::int64_t b,
+                                     int n, const scratch& D, const scratch& ts, const scratch& tg,
+                                     const scratch& acc, const Weight& weight) const {
+    const int K = static_cast<int>(row.kdim), V = static_cast<int>(row.vdim), C = chunk;
+    const std::int64_t last = b + n - 1;
+    const auto& gamma = row.gamma;
+    const auto& lo = row.gamma_lo;
+    const auto& reset = row.reset;
+    // One work item per block of chain_block gate columns: the inner loops run over contiguous
+    // columns (vectorised on the host), the row prefixes stay in registers.
+    const int blocks = (K + chain_block - 1) / chain_block;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int blk) {
+      const int d0 = blk * chain_block, w = K - d0 < chain_block ? K - d0 : chain_block;
+      for (int t = 0; t < n; ++t)
+        for (int jj = 0; jj < w; ++jj) acc[static_cast<long>(t) * K + d0 + jj] = Scalar(0);
+      for (int i = 1; i < n; ++i) {
+        Scalar run[chain_block];  // Σ_{j<t} of row i, per column
+        for (int jj = 0; jj < w; ++jj) run[jj] = Scalar(0);
+        for (int t = 1; t <= i; ++t) {
+          const Scalar dv = D[static_cast<long>(i) * C + t - 1];
+          Scalar* at = &acc[static_cast<long>(t) * K + d0];
+          for (int jj = 0; jj < w; ++jj) {
+            run[jj] += dv * weight(i, t - 1, d0 + jj);
+            at[jj] += run[jj];
+          }
+        }
+      }
+      for (int d = d0; d < d0 + w; ++d) {
+        Scalar m = 0;
+        for (int p = 0; p < V; ++p) m += row.gend(c, h, d, p) * row.states(c, h, d, p);
+        m *= precise_from_start(gamma, lo, reset, last, h, d);
+        Scalar a = 0;
+        for (int t = n - 1; t >= 0; --t) {
+          a += row.scale * precise_from_start(gamma, lo, reset, b + t, h, d) * row.q(b + t, h, d) *
+               ts[static_cast<long>(t) * K + d];
+          acc[static_cast<long>(t) * K + d] += a;
+        }
+        Scalar e = 0;
+        for (int t = 0; t < n; ++t) {
+          dg(b + t, h, d) = acc[static_cast<long>(t) * K + d] + e + m;
+          e += precise_ratio(gamma, lo, reset, last, b + t, h, d) * row.k(b + t, h, d) *
+               tg[static_cast<long>(t) * K + d];
+        }
+      }
+    });
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
@@ -595,6 +793,7 @@ struct DiagonalGradientTiles {
     const std::int64_t b = row.chunk_begin(c), last = row.chunk_end(c) - 1;
     const int n = static_cast<int>(last - b + 1);
     const auto& gamma = row.gamma;
+    const auto& reset = row.reset;
     Scalar spread = 0;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, n),
@@ -606,10 +805,20 @@ struct DiagonalGradientTiles {
           }
         },
         Kokkos::Max<Scalar>(spread));
-    if (spread > Scalar(decay_factor_limit)) {
+    int resets = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, K),
+        [&](int d, int& m) {
+          if (reset(last, h, d) >= 0) m = 1;
+        },
+        Kokkos::Max<int>(resets));
+    const bool direct = resets > 0 || spread > Scalar(decay_factor_limit);
+    // γ_t − γ_b from both parts of the compensated sum (the factors' reference is token b).
+    auto relative = [&](std::int64_t t, int d) {
+      return (gamma(t, h, d) - gamma(b, h, d)) + (row.gamma_lo(t, h, d) - row.gamma_lo(b, h, d));
+    };
+    if (direct)
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) { row((b + t) * H + h); });
-      return;
-    }
     const auto& sp = team.team_scratch(1);
     scratch kf(sp, std::size_t(C) * K), qe(sp, std::size_t(C) * K), kl(sp, std::size_t(C) * K),
         tq(sp, std::size_t(C) * K), ts(sp, std::size_t(C) * K), tk(sp, std::size_t(C) * K),
@@ -621,14 +830,14 @@ struct DiagonalGradientTiles {
       const Scalar* kt = &row.k(b + t, h, 0);
       const Scalar* qt = &row.q(b + t, h, 0);
       const Scalar* vt = &row.v(b + t, h, 0);
-      for (int d = 0; d < K; ++d) {
+      for (int d = 0; !direct && d < K; ++d) {
         const long td = static_cast<long>(t) * K + d;
-        const Scalar x = gamma(b + t, h, d) - gamma(b, h, d);
+        const Scalar x = relative(b + t, d);
         const Scalar f = compat::exp(-x);
         kf[td] = f * kt[d];
         kfT[static_cast<long>(d) * C + t] = f * kt[d];
         qe[td] = compat::exp(x) * scale * qt[d];
-        kl[td] = compat::exp(gamma(last, h, d) - gamma(b + t, h, d)) * kt[d];
+        kl[td] = precise_ratio(gamma, row.gamma_lo, reset, last, b + t, h, d) * kt[d];
       }
       for (int d = 0; d < V; ++d) vT[static_cast<long>(d) * C + t] = vt[d];
     });
@@ -644,12 +853,20 @@ struct DiagonalGradientTiles {
     const Scalar* dO = &row.dout(b, h, 0);
     gd::team_gemm(team, n, n, V, Scalar(1), gd::rows(dO, H * V), vT.data(), C, D.data(), C, false,
                   true);
-    gd::team_gemm(team, n, n, K, Scalar(1), gd::rows(qe.data(), K), kfT.data(), C, P.data(), C,
-                  false, true);
+    if (!direct)
+      gd::team_gemm(team, n, n, K, Scalar(1), gd::rows(qe.data(), K), kfT.data(), C, P.data(), C,
+                    false, true);
     gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(dO, H * V), sT.data(), K, ts.data(), K, false);
     gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(&row.v(b, h, 0), H * V), gT.data(), K,
                   tg.data(), K, false);
     team.team_barrier();
+    if (direct) {
+      gate_gradient(team, c, h, b, n, D, ts, tg, tq, [&](int i, int j, int d) {
+        return scale * row.q(b + i, h, d) * row.k(b + j, h, d) *
+               precise_ratio(gamma, row.gamma_lo, reset, b + i, b + j, h, d);
+      });
+      return;
+    }
     // Read as bands next: everything above the diagonal is cleared.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
       for (int j = t + 1; j < n; ++j) {
@@ -673,45 +890,17 @@ struct DiagonalGradientTiles {
       Scalar* dk = &row.dk(b + t, h, 0);
       for (int d = 0; d < K; ++d) {
         const long td = static_cast<long>(t) * K + d;
-        const Scalar x = gamma(b + t, h, d) - gamma(b, h, d);
-        dq[d] = scale * (compat::exp(x) * tq[td] + compat::exp(gamma(b + t, h, d)) * ts[td]);
-        dk[d] =
-            compat::exp(-x) * tk[td] + compat::exp(gamma(last, h, d) - gamma(b + t, h, d)) * tg[td];
+        const Scalar x = relative(b + t, d);
+        dq[d] = scale * (compat::exp(x) * tq[td] +
+                         precise_from_start(gamma, row.gamma_lo, reset, b + t, h, d) * ts[td]);
+        dk[d] = compat::exp(-x) * tk[td] +
+                precise_ratio(gamma, row.gamma_lo, reset, last, b + t, h, d) * tg[td];
       }
     });
-  }
-};
-
-template <class Scalar, class MemorySpace, bool Diagonal>
-struct GateGradientKernel {
-  using saved = DecaySaved<Scalar, MemorySpace>;
-  typename saved::input_view q, k;
-  typename saved::table chunk_begin, chunk_end;
-  typename saved::work3 logm;
-  typename saved::work4 ds, states, gend;
-  token_view<Scalar, MemorySpace> dq, dk;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,G]
-  std::int64_t heads, kdim, vdim, width;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t gi = i % width, h = (i / width) % heads, c = i / (width * heads);
-    const std::int64_t k_lo = Diagonal ? gi : 0, k_hi = Diagonal ? gi + 1 : kdim;
-    const std::int64_t last = chunk_end(c) - 1;
-    // ⟨G_c, S_{c+1}⟩ over the gate's key rows: how the chunk's total decay moves the end state.
-    Scalar end_term = 0;
-    const Scalar m = compat::exp(logm(c, h, gi));
-    for (std::int64_t kk = k_lo; kk < k_hi; ++kk) {
-      for (std::int64_t vv = 0; vv < vdim; ++vv) {
-        end_term += gend(c, h, kk, vv) * (m * states(c, h, kk, vv) + ds(c, h, kk, vv));
-      }
-    }
-    Scalar run = end_term;
-    for (std::int64_t t = last; t >= chunk_begin(c); --t) {
-      Scalar dgamma = 0;
-      for (std::int64_t kk = k_lo; kk < k_hi; ++kk)
-        dgamma += q(t, h, kk) * dq(t, h, kk) - k(t, h, kk) * dk(t, h, kk);
-      run += dgamma;
-      dg(t, h, gi) = run;
-    }
+    team.team_barrier();
+    gate_gradient(team, c, h, b, n, D, ts, tg, tq, [&](int i, int j, int d) {
+      return qe[static_cast<long>(i) * K + d] * kf[static_cast<long>(j) * K + d];
+    });
   }
 };
 
@@ -800,15 +989,21 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
       typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::logm", C, H, G);
   saved.ds = typename DecaySaved<Scalar, MemorySpace>::work4(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::ds"), C, H, K, V);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::gamma", range(space, C * H * G),
-                       GammaKernel<Scalar, MemorySpace>{saved.g, saved.chunk_begin, saved.chunk_end,
-                                                        saved.gamma, saved.logm, H, G});
+  saved.reset = decltype(saved.reset)(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::reset"), T, H, G);
+  saved.gamma_lo = typename DecaySaved<Scalar, MemorySpace>::work3(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::gamma_lo"), T, H,
+      G);
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::decay::gamma", range(space, C * H * G),
+      GammaKernel<Scalar, MemorySpace>{saved.g, saved.chunk_begin, saved.chunk_end, saved.gamma,
+                                       saved.logm, saved.reset, saved.gamma_lo, H, G});
   using update = ChunkUpdateTiles<Scalar, ExecutionSpace, MemorySpace, Diagonal>;
   if (C * H > 0)
     Kokkos::parallel_for("ctxpar::chunkwise::decay::chunk_update",
                          chunk_teams(space, C * H, update::scratch_bytes(chunk, int(K))),
                          update{saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
-                                saved.ds, int(H), int(K), int(V), chunk});
+                                saved.ds, saved.reset, int(H), int(K), int(V), chunk});
   const std::int64_t last = seqs.count() - 1;
   auto chain = make_chain<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(saved, last, false);
   chain.ds = saved.ds;
@@ -848,7 +1043,7 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
                          chunk_teams(space, C * H, output::scratch_bytes(saved.chunk, int(K))),
                          output{saved.q, saved.k, saved.v, saved.chunk_begin, saved.chunk_end,
                                 saved.gamma, saved.states, out, static_cast<Scalar>(saved.scale),
-                                int(H), int(K), int(V), saved.chunk});
+                                int(H), int(K), int(V), saved.chunk, saved.reset});
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
@@ -861,10 +1056,11 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
   saved.dmat = typename DecaySaved<Scalar, MemorySpace>::work4(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::dmat"), C, H, K,
       V);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::query_output", range(space, C * H * K),
-                       QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
-                           saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma,
-                           saved.dmat, static_cast<Scalar>(saved.scale), H, K, V});
+  Kokkos::parallel_for(
+      "ctxpar::chunkwise::decay::query_output", range(space, C * H * K),
+      QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
+          saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.dmat,
+          static_cast<Scalar>(saved.scale), H, K, V, saved.reset, saved.gamma_lo});
   auto chain = make_chain<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, false);
   chain.dmat = saved.dmat;
   chain.summary_state = summary.state;
@@ -905,6 +1101,9 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   chain.have_ds_in = is_given(ds_in);
   Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_backward",
                        range(space, chain_items(seqs.count(), H, K, V)), chain);
+  // dg is written by the gradient kernels, from the pairs that straddle each token.
+  const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg(
+      dg_data, T, H, G);
   if constexpr (Diagonal) {
     using grads = DiagonalGradientTiles<Scalar, ExecutionSpace, MemorySpace>;
     if (C * H > 0)
@@ -914,35 +1113,35 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
           grads{GradientRowKernel<Scalar, MemorySpace, true>{
                     saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
                     saved.token_chunk, saved.gamma, saved.states, saved.gend, dq, dk, dv,
-                    static_cast<Scalar>(saved.scale), H, K, V},
-                saved.chunk});
+                    static_cast<Scalar>(saved.scale), H, K, V, saved.reset, saved.gamma_lo},
+                saved.chunk, dg});
   } else {
     using grads = ScalarGradientTiles<Scalar, ExecutionSpace, MemorySpace>;
     if (C * H > 0)
       Kokkos::parallel_for(
           "ctxpar::chunkwise::decay::gradients",
           chunk_teams(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
-          grads{saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end, saved.gamma,
-                saved.states, saved.gend, dq, dk, dv, static_cast<Scalar>(saved.scale), int(H),
-                int(K), int(V), saved.chunk});
+          grads{saved.q,
+                saved.k,
+                saved.v,
+                dout,
+                saved.chunk_begin,
+                saved.chunk_end,
+                saved.gamma,
+                saved.states,
+                saved.gend,
+                dq,
+                dk,
+                dv,
+                static_cast<Scalar>(saved.scale),
+                int(H),
+                int(K),
+                int(V),
+                saved.chunk,
+                saved.reset,
+                saved.gamma_lo,
+                dg});
   }
-  GateGradientKernel<Scalar, MemorySpace, Diagonal> gate{};
-  gate.q = saved.q;
-  gate.k = saved.k;
-  gate.chunk_begin = saved.chunk_begin;
-  gate.chunk_end = saved.chunk_end;
-  gate.logm = saved.logm;
-  gate.ds = saved.ds;
-  gate.states = saved.states;
-  gate.gend = saved.gend;
-  gate.dq = dq;
-  gate.dk = dk;
-  gate.dg = decltype(gate.dg)(dg_data, T, H, G);
-  gate.heads = H;
-  gate.kdim = K;
-  gate.vdim = V;
-  gate.width = G;
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::gate_gradient", range(space, C * H * G), gate);
 }
 
 /// Counts non-finite values of a view (NaN/Inf check flag).

@@ -83,6 +83,10 @@ void plan_chunks(Saved<Scalar, MemorySpace, Inputs>& sv, const Problem<Scalar>& 
   for (std::size_t i = 0; i < first.size(); ++i) first_host(i) = first[i];
   Kokkos::deep_copy(sv.first_chunk, first_host);
   cd.gamma = alloc("gamma", blocks * C);
+  cd.gamma_lo = alloc("gamma_lo", blocks * C);
+  cd.reset = Kokkos::View<int*, MemorySpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::reset"),
+      blocks * C);
   cd.x = alloc("x", blocks * C * C);
   cd.p = alloc("p", blocks * C * C);
   cd.wt = alloc("wt", blocks * C * K);

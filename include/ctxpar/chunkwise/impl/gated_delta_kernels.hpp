@@ -42,12 +42,33 @@ struct ChunkData {
   using view = Kokkos::View<Scalar*, MemorySpace>;
   /// (first sub-step row, number of rows, sequence) of every chunk.
   Kokkos::View<int* [3], MemorySpace> chunks;
-  view gamma;       ///< [nc, H, C] in-chunk cumulative log-gate (padding rows repeat the last)
+  view gamma;  ///< [nc, H, C] in-chunk cumulative log-gate (padding rows repeat the last)
+  /// [nc, H, C] row of the last hard reset (log-gate −∞) at or before each row, or -1; `gamma`
+  /// restarts from 0 there, so no decay is ever formed as −∞ − (−∞).
+  Kokkos::View<int*, MemorySpace> reset;
+  /// [nc, H, C] rounding error of `gamma` (compensated summation): decays are formed from both
+  /// parts, so their error is u·|γ_i − γ_j| as in the recurrence, not u·(|γ_i| + |γ_j|).
+  view gamma_lo;
   view x, p;        ///< [nc, H, C, C] (I + A)⁻¹ and the decayed causal scores
   view wt, kt, qh;  ///< [nc, H, C, K] W̃, K̃, diag(Γ) Q̂
   view ut, u, du;   ///< [nc, H, C, V] Ũ, U (forward), dU (backward)
   view s0, dse;     ///< [nc, H, K, V] chunk-start state (forward), end-state gradient (backward)
 };
+
+/// Decay exp(γ_i − γ_j) between rows j ≤ i of one chunk block (γ = gam + lo, compensated): 0
+/// across a hard reset.
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION Scalar decay_ratio(const Scalar* gam, const Scalar* lo, const int* rs, int i,
+                                          int j) {
+  return rs[i] <= j ? compat::exp((gam[i] - gam[j]) + (lo[i] - lo[j])) : Scalar(0);
+}
+
+/// Decay Γ_i = exp(γ_i) from the chunk's incoming state to row i: 0 after a hard reset.
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION Scalar decay_from_start(const Scalar* gam, const Scalar* lo, const int* rs,
+                                               int i) {
+  return rs[i] < 0 ? compat::exp(gam[i] + lo[i]) : Scalar(0);
+}
 
 template <class Scalar, class ExecutionSpace>
 using scratch_view =
@@ -73,6 +94,8 @@ struct IntraChunk {
     const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
     const long blk = static_cast<long>(c) * H + h;
     Scalar* gam = cd.gamma.data() + blk * C;
+    Scalar* glo = cd.gamma_lo.data() + blk * C;
+    int* rs = cd.reset.data() + blk * C;
     Scalar* X = cd.x.data() + blk * C * C;
     Scalar* P = cd.p.data() + blk * C * C;
     Scalar* Wt = cd.wt.data() + blk * C * K;
@@ -84,18 +107,31 @@ struct IntraChunk {
         bk(team.team_scratch(1), std::size_t(C) * K), bv(team.team_scratch(1), std::size_t(C) * V);
 
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
-      Scalar acc = 0;
+      Scalar acc = 0, lo = 0;
+      int last_reset = -1;
       for (int i = 0; i < C; ++i) {
-        if (i < n) acc += pb.gate(r0 + i, h);
+        const Scalar x = i < n ? pb.gate(r0 + i, h) : Scalar(0);
+        if (x < Scalar(0) && !compat::isfinite(x)) {  // −∞: the state before row i is forgotten
+          acc = 0;
+          lo = 0;
+          last_reset = i;
+        } else {
+          // Two-sum: `acc + x` exactly equals `s + err`; the errors accumulate in `lo`.
+          const Scalar s = acc + x, xs = s - acc;
+          lo += (acc - (s - xs)) + (x - xs);
+          acc = s;
+        }
         gam[i] = acc;
+        glo[i] = lo;
+        rs[i] = last_reset;
       }
     });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const bool live = i < n;
       const int row = r0 + i;
-      const Scalar G = compat::exp(gam[i]);
-      const Scalar lam = compat::exp(gam[C - 1] - gam[i]);
+      const Scalar G = decay_from_start(gam, glo, rs, i);
+      const Scalar lam = decay_ratio(gam, glo, rs, C - 1, i);
       const Scalar b = live ? pb.beta[static_cast<long>(row) * H + h] : Scalar(0);
       const bool query = live && pb.has_query(row);
       const Scalar* krow = live ? pb.k + (static_cast<long>(row) * H + h) * K : nullptr;
@@ -123,7 +159,7 @@ struct IntraChunk {
       const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
       for (int j = 0; j < C; ++j) {
         const bool in = i < n && j < n;
-        const Scalar decay = (in && j <= i) ? compat::exp(gam[i] - gam[j]) : Scalar(0);
+        const Scalar decay = (in && j <= i) ? decay_ratio(gam, glo, rs, i, j) : Scalar(0);
         const long ij = static_cast<long>(i) * C + j;
         A[ij] = (in && j < i) ? bi * decay * A[ij] : Scalar(0);
         P[ij] = (in && j <= i) ? P[ij] * decay : Scalar(0);
@@ -298,7 +334,8 @@ struct ForwardPass {
           for (int j = 0; j < state_w; ++j) Us[static_cast<long>(i) * V + j0 + j] = U[i * NB + j];
         });
       }
-      const Scalar last = compat::exp(cd.gamma(blk * C + C - 1));
+      const Scalar last = decay_from_start(cd.gamma.data() + blk * C, cd.gamma_lo.data() + blk * C,
+                                           cd.reset.data() + blk * C, C - 1);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
         for (int j = 0; j < width; ++j) Z[p * NB + j] *= last;
       });
@@ -368,7 +405,8 @@ struct ReversePass {
           for (int j = 0; j < state_w; ++j) dUs[static_cast<long>(i) * V + j0 + j] = dU[i * NB + j];
         });
       }
-      const Scalar last = compat::exp(cd.gamma(blk * C + C - 1));
+      const Scalar last = decay_from_start(cd.gamma.data() + blk * C, cd.gamma_lo.data() + blk * C,
+                                           cd.reset.data() + blk * C, C - 1);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
         for (int j = 0; j < width; ++j) D[p * NB + j] *= last;
       });
@@ -402,7 +440,12 @@ struct GradTargets {
 ///   dY = Xᵀ dU, dR = diag(β) dY, dA = −dY Uᵀ (strictly lower), dP = dO Uᵀ (lower),
 ///   dQ̂ = diag(Γ) dO S0ᵀ + (dP⊙L) K,  dK = (dP⊙L)ᵀ Q̂ + (H + Hᵀ) K + diag(λ) U dS'ᵀ − diag(βΓ) dY
 ///   S0ᵀ with H = dA ⊙ β_i L, dV = dR, dβ_i = (v_i − Γ_i S0ᵀk_i)·dY_i + Σ_j dA_ij L_ij k_i·k_j, and
-///   the log-gate gradient from every exp(γ) factor, summed backwards within the chunk.
+///   the log-gate gradient of sub-step t as the sum of the exp(γ) factors whose span contains t:
+///   pairs j < t ≤ i (E_ij = dP_ij P_ij + dA_ij A_ij, a row prefix and a column suffix), the
+///   incoming state reaching i ≥ t (Γ_i terms), key j < t reaching the end state (λ_j terms) and
+///   the incoming state reaching the end. No undecayed term enters, so nothing cancels
+///   catastrophically under strong decay (the reverse cumulative sum of dγ_i = Σ_j E_ij − Σ_m E_mi
+///   does: its E_ii cancel exactly).
 template <class Scalar, class ExecutionSpace, class MemorySpace>
 struct ChunkGradients {
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
@@ -427,6 +470,8 @@ struct ChunkGradients {
     const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
     const long blk = static_cast<long>(c) * H + h;
     const Scalar* gam = cd.gamma.data() + blk * C;
+    const Scalar* glo = cd.gamma_lo.data() + blk * C;
+    const int* rs = cd.reset.data() + blk * C;
     const Scalar* X = cd.x.data() + blk * C * C;
     const Scalar* P = cd.p.data() + blk * C * C;
     const Scalar* U = cd.u.data() + blk * C * V;
@@ -480,30 +525,30 @@ struct ChunkGradients {
               true);
     team_gemm(team, C, K, V, Scalar(1), rows(dY.data(), V), S0T.data(), K, Eb.data(), K, false);
     team.team_barrier();
-    // dP → dP⊙L, dA → H, G → E = dP⊙P + dA⊙A (for the log-gate), row sums on the way.
+    // dP → dP⊙L, dA → H, G → the exclusive row prefix Σ_{j<t} E_ij of the pair terms
+    // E = dP⊙P + dA⊙A (j < i: the pairs that a log-gate between them touches).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
-      Scalar rs = 0, db = 0;
+      Scalar run = 0, db = 0;
       for (int j = 0; j < C; ++j) {
         const long ij = static_cast<long>(i) * C + j;
         const bool in = i < n && j < n && j <= i;
-        const Scalar L = in ? compat::exp(gam[i] - gam[j]) : Scalar(0);
+        const Scalar L = in ? decay_ratio(gam, glo, rs, i, j) : Scalar(0);
         const Scalar dp = in ? dP[ij] : Scalar(0);
-        Scalar E = dp * P[ij];
+        Scalar E = 0;
         Scalar hij = 0;
         if (in && j < i) {
           const Scalar da = -dA[ij];
           const Scalar a = bi * L * G[ij];
-          E += da * a;
+          E = dp * P[ij] + da * a;
           db += da * L * G[ij];
           hij = da * bi * L;
         }
         dP[ij] = dp * L;
         dA[ij] = hij;
-        G[ij] = E;
-        rs += E;
+        G[ij] = run;
+        run += E;
       }
-      rowsum[i] = rs;
       dbA[i] = db;
     });
     team.team_barrier();
@@ -518,18 +563,20 @@ struct ChunkGradients {
     team_gemm(team, C, K, C, Scalar(1), transposed(dA.data(), C, Band::upper), kr.data(), K,
               dK.data(), K, true);
     team.team_barrier();
-    const Scalar glast = gam[C - 1];
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       if (i >= n) {
         dgam[i] = 0;
         e[i] = 0;
+        rowsum[i] = 0;
         return;
       }
       const int row = r0 + i;
-      const Scalar Gi = compat::exp(gam[i]), lam = compat::exp(glast - gam[i]);
+      const Scalar Gi = decay_from_start(gam, glo, rs, i),
+                   lam = decay_ratio(gam, glo, rs, C - 1, i);
       const Scalar bi = pb.beta[static_cast<long>(row) * H + h];
-      Scalar colsum = 0;
-      for (int m = i; m < n; ++m) colsum += G[static_cast<long>(m) * C + i];
+      Scalar straddle = 0;  // Σ_{m≥i} Σ_{j<i} E_mj
+      for (int m = i; m < n; ++m) straddle += G[static_cast<long>(m) * C + i];
+      rowsum[i] = straddle;
       Scalar qF = 0, kT = 0, kE = 0;
       const long ik = static_cast<long>(i) * K;
       for (int d = 0; d < K; ++d) {
@@ -538,7 +585,7 @@ struct ChunkGradients {
         kE += kr[ik + d] * Eb[ik + d];
       }
       e[i] = lam * kT;
-      dgam[i] = Gi * qF + rowsum[i] - colsum - lam * kT - bi * Gi * kE;
+      dgam[i] = Gi * qF - bi * Gi * kE;
       if (pb.has_query(row)) {
         Scalar* dq = gt.dq + (static_cast<long>(pb.token(row)) * H + h) * K;
         for (int d = 0; d < K; ++d) dq[d] = pb.scale * (Gi * F[ik + d] + dQ[ik + d]);
@@ -562,14 +609,19 @@ struct ChunkGradients {
     team.team_barrier();
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       if (n == 0) return;
-      Scalar esum = 0;
-      for (int i = 0; i < n; ++i) esum += e[i];
-      dgam[n - 1] += compat::exp(glast) * sdot + esum;
+      // The suffix sums of the Γ_i terms first, then the prefix sums of the λ_j terms.
       Scalar acc = 0;
       for (int i = n - 1; i >= 0; --i) {
         acc += dgam[i];
+        dgam[i] = acc;
+      }
+      const Scalar whole = decay_from_start(gam, glo, rs, C - 1) * sdot;
+      Scalar before = 0;
+      for (int i = 0; i < n; ++i) {
         const int row = r0 + i;
-        if (row % pb.n_h == 0) gt.dg[static_cast<long>(pb.token(row)) * H + h] = acc;
+        if (row % pb.n_h == 0)
+          gt.dg[static_cast<long>(pb.token(row)) * H + h] = rowsum[i] + dgam[i] + before + whole;
+        before += e[i];
       }
     });
   }

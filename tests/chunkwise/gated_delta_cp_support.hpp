@@ -1,0 +1,125 @@
+// The gated delta rule / product in the form the generic CP checker (chunkwise_test_support.hpp)
+// expects: a global problem, the adapter of both backends, the fp64 oracle as a Result and the
+// normwise per-element bounds. Shared by the CP and the numerics tests.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chunkwise/chunkwise_test_support.hpp"
+#include "chunkwise/gated_delta_support.hpp"
+
+namespace ctxpar::test::chunkwise {
+
+namespace gd = ::ctxpar::test::gated_delta;
+
+// A global problem in the form the generic CP checker expects.
+struct GdCpProblem {
+  std::int64_t T = 0, H = 0, K = 0, V = 0;
+  int n_h = 1, chunk = 16;
+  std::vector<std::int64_t> cu;
+  std::vector<double> h0, dout, dht;
+  gd::Problem p;  // the oracle's view of the same inputs (h0 filled)
+};
+
+inline GdCpProblem make_cp_problem(std::uint64_t seed, const std::vector<std::int64_t>& cu, int n_h,
+                                   int H, int K, int V, int chunk) {
+  GdCpProblem c;
+  c.T = cu.back(), c.H = H, c.K = K, c.V = V, c.n_h = n_h, c.chunk = chunk, c.cu = cu;
+  c.p = gd::make_problem(seed, static_cast<int>(c.T), n_h, H, K, V,
+                         std::vector<int>(cu.begin(), cu.end()), true);
+  c.h0 = c.p.h0;
+  const std::size_t N = cu.size() - 1;
+  c.dout.resize(std::size_t(c.T) * H * V);
+  c.dht.resize(N * H * K * V);
+  for (std::size_t i = 0; i < c.dout.size(); ++i) c.dout[i] = ctxpar::test::uniform(seed + 21, i);
+  for (std::size_t i = 0; i < c.dht.size(); ++i)
+    c.dht[i] = 0.5 * ctxpar::test::uniform(seed + 22, i);
+  return c;
+}
+
+template <class Scalar, bool Product>
+struct GdAdapter {
+  using family = gd::Family<Scalar, Kokkos::DefaultHostExecutionSpace::memory_space, Product>;
+  using backend = typename family::backend;
+  using problem = GdCpProblem;
+
+  static backend make_backend(const problem& p, cw::BackendOptions o) {
+    return family::make(p.n_h, o);
+  }
+
+  static typename backend::inputs_type inputs(const problem& p, const std::vector<Range>& rows) {
+    using in_t = typename backend::inputs_type;
+    in_t in;
+    const std::size_t H = p.H, K = p.K, V = p.V, N = p.n_h;
+    in.q = upload_rows<decltype(in.q)>(p.p.q, H * K, rows, "q", H, K);
+    in.g = upload_rows<decltype(in.g)>(p.p.g, H, rows, "g", H);
+    if constexpr (Product) {
+      in.k = upload_rows<decltype(in.k)>(p.p.k, N * H * K, rows, "k", N, H, K);
+      in.v = upload_rows<decltype(in.v)>(p.p.v, N * H * V, rows, "v", N, H, V);
+      in.beta = upload_rows<decltype(in.beta)>(p.p.beta, N * H, rows, "beta", N, H);
+    } else {
+      in.k = upload_rows<decltype(in.k)>(p.p.k, H * K, rows, "k", H, K);
+      in.v = upload_rows<decltype(in.v)>(p.p.v, H * V, rows, "v", H, V);
+      in.beta = upload_rows<decltype(in.beta)>(p.p.beta, H, rows, "beta", H);
+    }
+    return in;
+  }
+
+  static typename backend::gradients_type gradients(const problem& p, std::int64_t local) {
+    gd::Problem shape = p.p;
+    shape.tokens = static_cast<int>(local);
+    return family::make_gradients(shape);
+  }
+
+  static std::vector<Array> gradient_arrays(const typename backend::gradients_type& g) {
+    return {{"dq", to_host(g.dq)},
+            {"dk", to_host(g.dk)},
+            {"dv", to_host(g.dv)},
+            {"dg", to_host(g.dg)},
+            {"dbeta", to_host(g.dbeta)}};
+  }
+};
+
+// The fp64 recurrence on the whole problem, in the checker's Result form.
+inline Result oracle(const GdCpProblem& c, bool with_h0, bool with_dht) {
+  gd::Problem p = c.p;
+  if (!with_h0) p.h0.assign(p.h0.size(), 0.0);
+  const gd::Forward f = gd::forward(p);
+  const gd::Gradients g = gd::backward(p, c.dout, with_dht ? c.dht : std::vector<double>{});
+  Result r;
+  r.output = f.o;
+  r.final_states = f.ht;
+  r.initial_state_grads = g.dh0;
+  r.grads = {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dbeta", g.dbeta}};
+  return r;
+}
+
+// Per-element bounds. The gated delta recurrence has no useful componentwise bound (the
+// I − βkkᵀ factors cancel signs), so each element gets the normwise bound of its tensor:
+// ‖err‖₂ ≤ ε‖x‖₂ implies |err_i| ≤ ε‖x‖₂, with ε = 8 (C·n_h + K + V) u forward and twice that
+// backward (see gated_delta_support.hpp), plus (16 + 4·shards) u_fp32 for the fp32 summaries and
+// fold across shards.
+template <class Scalar>
+Result bounds(const GdCpProblem& c, const Result& want, int shards) {
+  const double fp32 = (16.0 + 4.0 * shards) * ctxpar::test::unit_roundoff<float>();
+  const int rows = c.chunk * c.n_h;
+  const double ef = gd::rel_bound<Scalar>(rows, int(c.K), int(c.V), 8) + fp32;
+  const double eb = gd::rel_bound<Scalar>(rows, int(c.K), int(c.V), 16) + fp32;
+  auto fill = [](std::vector<double>& v, double eps) {
+    double n2 = 0;
+    for (double x : v) n2 += x * x;
+    const double b = eps * std::sqrt(n2) + 1e-300;
+    for (auto& x : v) x = b;
+  };
+  Result b = want;
+  fill(b.output, ef);
+  fill(b.final_states, ef);
+  fill(b.initial_state_grads, eb);
+  for (auto& a : b.grads) fill(a.values, eb);
+  return b;
+}
+
+}  // namespace ctxpar::test::chunkwise
