@@ -224,3 +224,164 @@ BOOST_AUTO_TEST_CASE(metadata_errors_on_one_rank) {
     if (p == 1) break;
   }
 }
+
+// The plan checks the boundaries against the token count T it is given: past T the kernels would
+// read past the inputs, short of T the tail would be ignored. Violated on one rank, then on every
+// rank (the lowest rank, 0, is named).
+BOOST_AUTO_TEST_CASE(cu_seqlens_against_the_token_count_on_one_rank_or_all) {
+  const auto& group = world();
+  const int p = group.size();
+  const std::int64_t T = 6 * p;
+  for (int bad_rank : {p - 1, 0, -1}) {  // -1: every rank
+    const bool bad = bad_rank < 0 || group.rank() == bad_rank;
+    const int named = bad_rank < 0 ? 0 : bad_rank;
+    for (std::int64_t end : {T + 1, T + (std::int64_t{1} << 40), T - 1}) {
+      auto call = [&] {
+        cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, {0, 2, bad ? end : T});
+      };
+      CTXPAR_TEST_ALL(
+          group, throws_everywhere(group, call, "cu_seqlens must end at the token count T", named));
+      auto zig = [&] {
+        cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, T, {0, 2, bad ? end : T});
+      };
+      CTXPAR_TEST_ALL(
+          group, throws_everywhere(group, zig, "cu_seqlens must end at the token count T", named));
+    }
+    auto start = [&] {
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, {bad ? 1 : 0, T});
+    };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, start, "cu_seqlens must start with 0", named));
+    auto order = [&] {
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, {0, 4, bad ? 3 : 4, T});
+    };
+    CTXPAR_TEST_ALL(group,
+                    throws_everywhere(group, order, "cu_seqlens must be non-decreasing", named));
+    auto no_tokens = [&] { cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, bad ? 0 : T); };
+    CTXPAR_TEST_ALL(group, throws_everywhere(group, no_tokens, "at least one token", named));
+  }
+}
+
+// Just inside the bounds: boundaries that end exactly at T (with empty sequences at both ends)
+// give the plan of the overload without T, and an empty cu_seqlens means one sequence of T tokens
+// (as for heads::TransposePlan).
+BOOST_AUTO_TEST_CASE(cu_seqlens_at_the_bounds_and_empty) {
+  const auto& group = world();
+  const std::int64_t T = 6 * group.size();
+  bool ok = true;
+  try {
+    const std::vector<std::int64_t> cu{0, 0, 5, T, T};
+    const auto a = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, cu);
+    const auto b = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
+    ok = ok && a.fingerprint() == b.fingerprint() && a.sequence_count() == 4 &&
+         a.total_length() == T;
+    const auto dense = cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, T);
+    const auto explicit_dense = cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, {0, T});
+    ok = ok && dense.fingerprint() == explicit_dense.fingerprint() && dense.sequence_count() == 1 &&
+         dense.cu_seqlens() == std::vector<std::int64_t>{0, T};
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << group.rank() << "] " << e.what() << "\n";
+    ok = false;
+  }
+  CTXPAR_TEST_ALL(group, ok);
+  // Without T an empty cu_seqlens cannot say how many tokens there are: refused, naming it.
+  // (A bare `{}` would select the token-count overload with T = 0, refused as "at least one
+  // token".)
+  auto empty = [&] {
+    cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, std::vector<std::int64_t>{});
+  };
+  CTXPAR_TEST_ALL(group, throws_everywhere(group, empty, "an empty cu_seqlens", 0));
+}
+
+namespace {
+
+// One scalar-decay forward over 6 tokens per rank with `options` on this rank; returns the output.
+cw::token_view<float, mem> forward_with(const cw::BackendOptions& options) {
+  const auto& group = world();
+  const std::int64_t p = group.size(), T = 6 * p, H = 2, K = 4, V = 3;
+  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, {0, 3 * p + 1, T});
+  const std::int64_t L = plan.local_length();
+  cw::token_view<float, mem> q("q", L, H, K), k("k", L, H, K), v("v", L, H, V), o("o", L, H, V);
+  cw::head_view<float, mem> g("g", L, H);
+  auto fill = [&](auto view, std::uint64_t seed) {
+    auto h = Kokkos::create_mirror_view(view);
+    for (std::size_t i = 0; i < h.span(); ++i)
+      h.data()[i] = static_cast<float>(
+          ctxpar::test::uniform(seed, static_cast<std::uint64_t>(group.rank()) * 1000 + i));
+    Kokkos::deep_copy(view, h);
+  };
+  fill(q, 1);
+  fill(k, 2);
+  fill(v, 3);
+  Kokkos::deep_copy(g, -0.2f);
+  cw::ScalarDecayBackend<float, mem> backend(options);
+  cw::ScalarDecayInputs<float, mem> in{q, k, v, g};
+  cw::chunkwise_cp_forward(exec(), group, backend, plan, in, o);
+  return o;
+}
+
+}  // namespace
+
+// A NaN or infinite scale and a chunk size of 0 or below are refused on every rank when one rank
+// (or every rank) passes them.
+BOOST_AUTO_TEST_CASE(scale_and_chunk_size_on_one_rank_or_all) {
+  const auto& group = world();
+  const int p = group.size();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int bad_rank : {p - 1, 0, -1}) {
+    const bool bad = bad_rank < 0 || group.rank() == bad_rank;
+    const int named = bad_rank < 0 ? 0 : bad_rank;
+    for (double scale : {nan, inf, -inf}) {
+      auto call = [&] { forward_with(cw::BackendOptions{16, bad ? scale : 0.0}); };
+      CTXPAR_TEST_ALL(group, throws_everywhere(group, call, "the scale must be finite", named));
+    }
+    for (int chunk : {0, -5, std::numeric_limits<int>::min()}) {
+      auto call = [&] { forward_with(cw::BackendOptions{bad ? chunk : 16, 0.0}); };
+      CTXPAR_TEST_ALL(group,
+                      throws_everywhere(group, call, "the chunk size must be positive", named));
+    }
+  }
+}
+
+// A chunk longer than the shard is clamped to it: INT_MAX runs (no absurd allocation) and gives
+// exactly the output of a chunk of the shard's length; a chunk of 1 (the lower bound) runs too.
+BOOST_AUTO_TEST_CASE(huge_chunk_is_clamped_to_the_shard) {
+  const auto& group = world();
+  bool ok = true;
+  try {
+    const auto huge = Kokkos::create_mirror_view_and_copy(
+        Kokkos::HostSpace(),
+        forward_with(cw::BackendOptions{std::numeric_limits<int>::max(), 0.0}));
+    const auto exact = Kokkos::create_mirror_view_and_copy(
+        Kokkos::HostSpace(), forward_with(cw::BackendOptions{6, 0.0}));
+    for (std::size_t i = 0; i < huge.span(); ++i) ok = ok && huge.data()[i] == exact.data()[i];
+    const auto one = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
+                                                         forward_with(cw::BackendOptions{1, 0.0}));
+    for (std::size_t i = 0; i < one.span(); ++i) {
+      ok = ok && std::isfinite(one.data()[i]) &&
+           std::abs(one.data()[i] - exact.data()[i]) <= 1e-4f * (1.0f + std::abs(exact.data()[i]));
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << group.rank() << "] " << e.what() << "\n";
+    ok = false;
+  }
+  CTXPAR_TEST_ALL(group, ok);
+}
+
+// Extents whose summaries could not move in one MPI message are refused before any allocation.
+BOOST_AUTO_TEST_CASE(summary_size_overflow_is_refused) {
+  const auto& group = world();
+  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, group.size());
+  // One token and one head: K·V = 2^32 floats of summary per rank, while the inputs hold only
+  // 2^16 floats each.
+  const std::int64_t K = std::int64_t{1} << 16, V = std::int64_t{1} << 16;
+  auto call = [&] {
+    const std::int64_t L = plan.local_length();
+    cw::token_view<float, mem> q("q", L, 1, K), k("k", L, 1, K), v("v", L, 1, V), o("o", L, 1, V);
+    cw::head_view<float, mem> g("g", L, 1);
+    cw::ScalarDecayBackend<float, mem> backend(cw::BackendOptions{16, 0.0});
+    cw::chunkwise_cp_forward(exec(), group, backend, plan,
+                             cw::ScalarDecayInputs<float, mem>{q, k, v, g}, o);
+  };
+  CTXPAR_TEST_ALL(group, throws_everywhere(group, call, "must fit an MPI int count", 0));
+}

@@ -4,6 +4,8 @@
 // K or V of zero.
 #include <boost/test/unit_test.hpp>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -111,4 +113,88 @@ BOOST_AUTO_TEST_CASE(gdp_bad_householder_steps_and_shapes_are_refused_on_every_r
   CTXPAR_TEST_ALL(
       group, refused(
                  run_gdp, [](Shape& s) { s.vv = 0; }, "value dimension V must be positive", 3));
+}
+
+namespace {
+
+// One GDN (n_h = 1) or GDP (n_h = 2) forward over 8 tokens per rank with `options`, deterministic
+// inputs that differ per rank; returns the output on the host.
+std::vector<float> forward_with(int n_h, const cw::BackendOptions& options) {
+  const auto& group = world();
+  const auto plan =
+      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, 8 * std::int64_t(group.size()));
+  const std::size_t T = static_cast<std::size_t>(plan.local_length()), H = 2, K = 4, V = 3;
+  const std::size_t n = static_cast<std::size_t>(n_h);
+  auto fill = [&](auto view, std::uint64_t seed, double lo, double hi) {
+    auto h = Kokkos::create_mirror_view(view);
+    for (std::size_t i = 0; i < h.span(); ++i) {
+      const double u = ctxpar::test::uniform(
+          seed, static_cast<std::uint64_t>(group.rank()) * 100000 + static_cast<std::uint64_t>(i));
+      h.data()[i] = static_cast<float>(lo + (hi - lo) * 0.5 * (u + 1.0));
+    }
+    Kokkos::deep_copy(view, h);
+    return view;
+  };
+  cw::token_view<float, mem> out("o", T, H, V);
+  auto q = fill(cw::token_view<float, mem>("q", T, H, K), 1, -0.5, 0.5);
+  auto g = fill(cw::head_view<float, mem>("g", T, H), 4, -0.3, -0.01);
+  if (n_h == 1) {
+    cw::GatedDeltaRuleInputs<float, mem> in;
+    in.q = q;
+    in.k = fill(cw::token_view<float, mem>("k", T, H, K), 2, -0.5, 0.5);
+    in.v = fill(cw::token_view<float, mem>("v", T, H, V), 3, -1.0, 1.0);
+    in.g = g;
+    in.beta = fill(cw::head_view<float, mem>("beta", T, H), 5, 0.1, 0.9);
+    cw::chunkwise_cp_forward(exec(), group, cw::GatedDeltaRuleBackend<float, mem>(options), plan,
+                             in, out);
+  } else {
+    cw::GatedDeltaProductInputs<float, mem> in;
+    in.q = q;
+    in.k = fill(cw::substep_view<float, mem>("k", T, n, H, K), 2, -0.5, 0.5);
+    in.v = fill(cw::substep_view<float, mem>("v", T, n, H, V), 3, -1.0, 1.0);
+    in.g = g;
+    in.beta = fill(cw::token_view<float, mem>("beta", T, n, H), 5, 0.1, 0.9);
+    cw::chunkwise_cp_forward(exec(), group,
+                             cw::GatedDeltaProductBackend<float, mem>(n_h, options), plan, in, out);
+  }
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
+  return std::vector<float>(h.data(), h.data() + h.span());
+}
+
+}  // namespace
+
+// A NaN or infinite scale on one rank (or every rank) is refused on every rank, for GDN and GDP.
+BOOST_AUTO_TEST_CASE(non_finite_scale_is_refused_on_every_rank) {
+  const auto& group = world();
+  const int p = group.size();
+  for (int n_h : {1, 2}) {
+    for (int bad_rank : {p - 1, 0, -1}) {
+      const bool bad = bad_rank < 0 || group.rank() == bad_rank;
+      for (double scale : {std::numeric_limits<double>::quiet_NaN(),
+                           std::numeric_limits<double>::infinity()}) {
+        auto call = [&] { forward_with(n_h, cw::BackendOptions{16, bad ? scale : 0.0}); };
+        CTXPAR_TEST_ALL(group, ctxpar::test::throws_everywhere(group, call, "the scale must be finite",
+                                                               bad_rank < 0 ? 0 : bad_rank));
+      }
+    }
+  }
+}
+
+// A chunk far beyond the shard (INT_MAX: chunk · n_h would not even fit an int) is clamped to the
+// shard: the output equals, bit for bit, that of a chunk of exactly the shard's length.
+BOOST_AUTO_TEST_CASE(huge_chunk_is_clamped_to_the_shard) {
+  const auto& group = world();
+  bool ok = true;
+  for (int n_h : {1, 2}) {
+    try {
+      const auto huge = forward_with(n_h, cw::BackendOptions{std::numeric_limits<int>::max(), 0.0});
+      const auto exact = forward_with(n_h, cw::BackendOptions{8, 0.0});
+      ok = ok && huge == exact;
+      if (huge != exact) std::cerr << "[rank " << group.rank() << "] n_h " << n_h << ": differs\n";
+    } catch (const std::exception& e) {
+      std::cerr << "[rank " << group.rank() << "] n_h " << n_h << ": " << e.what() << "\n";
+      ok = false;
+    }
+  }
+  CTXPAR_TEST_ALL(group, ok);
 }

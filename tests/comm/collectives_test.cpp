@@ -514,4 +514,139 @@ BOOST_AUTO_TEST_CASE(mismatched_buffers_give_clear_errors) {
   CTXPAR_TEST_ALL(g, ok);
 }
 
+// The default collectives agree on their preconditions: a violation on ONE rank (or on every rank)
+// makes every rank throw the same ctxpar::Error naming the lowest bad rank and the argument,
+// instead of one rank throwing while the others block in MPI. Afterwards the group still works.
+BOOST_AUTO_TEST_CASE(preconditions_violated_on_one_rank_are_agreed) {
+  const auto& g = world();
+  const int p = g.size();
+  const Kokkos::DefaultHostExecutionSpace host;
+  using view = Kokkos::View<double*, Kokkos::HostSpace>;
+  bool ok = true;
+  for (int bad_rank : {p - 1, 0, -1}) {  // -1: every rank
+    const bool bad = bad_rank < 0 || g.rank() == bad_rank;
+    const int named = bad_rank < 0 ? 0 : bad_rank;
+    // A value that must only be the same everywhere names the lowest rank that differs from rank 0.
+    const int differs = bad_rank == 0 ? 1 : named;
+    auto expect = [&](const std::string& needle, auto f, bool agreement_only = false) {
+      const bool good =
+          ctxpar::test::throws_everywhere(g, f, needle, agreement_only ? differs : named);
+      if (!good && g.rank() == 0) std::cerr << "  (bad rank " << bad_rank << ")\n";
+      ok = ok && good;
+    };
+    view send("send", 2), recv("recv", 2 * p), small("small", 2 * p - 1);
+    expect("recv must hold size() * send.span() elements",
+           [&] { ctxpar::allgather(host, g, send, bad ? small : recv); });
+    // The same count everywhere: a rank sending 3 instead of 2 (with a recv that fits it).
+    if (bad_rank >= 0 && p > 1) {
+      view three("three", 3), recv3("recv3", 3 * p);
+      expect(
+          "every rank must agree on send.span()",
+          [&] {
+            if (bad)
+              ctxpar::allgather(host, g, three, recv3);
+            else
+              ctxpar::allgather(host, g, send, recv);
+          },
+          true);
+    }
+    expect("one count per rank",
+           [&] { ctxpar::allgatherv(host, g, send, recv, std::vector<int>(bad ? p + 1 : p, 2)); });
+    expect("send.span() must equal counts[rank]", [&] {
+      std::vector<int> counts(p, 2);
+      if (bad) counts[g.rank()] = 1;
+      ctxpar::allgatherv(host, g, send, recv, counts);
+    });
+    expect("an MPI count must fit in int", [&] {
+      std::vector<int> counts(p, 2);
+      if (bad) counts[0] = -1;
+      ctxpar::allgatherv(host, g, send, recv, counts);
+    });
+    expect(p > 1 ? "send.span() must be divisible by the group size"
+                 : "recv must hold as many elements as send",
+           [&] {
+             view odd("odd", 2 * p + 1), out("out", 2 * p + 1);
+             if (bad && p > 1)
+               ctxpar::alltoall(host, g, odd, out);
+             else if (bad)
+               ctxpar::alltoall(host, g, send,
+                                small);  // np 1: every size divides; wrong recv instead
+             else
+               ctxpar::alltoall(host, g, recv, view("r", 2 * p));
+           });
+    expect("send must hold the sum of send_counts", [&] {
+      std::vector<int> counts(p, 2);
+      ctxpar::alltoallv(host, g, bad ? small : recv, counts, view("r", 2 * p), counts);
+    });
+    expect("send must hold the sum of counts", [&] {
+      ctxpar::reduce_scatter(host, g, bad ? small : recv, send, std::vector<int>(p, 2));
+    });
+    expect("must be contiguous", [&] {
+      Kokkos::View<double**, Kokkos::LayoutStride, Kokkos::HostSpace> strided(
+          "strided", Kokkos::LayoutStride(2, 3, 2, 1));
+      auto column = Kokkos::subview(strided, Kokkos::ALL, 0);
+      if (bad)
+        ctxpar::allreduce_sum(host, g, column);
+      else
+        ctxpar::allreduce_sum(host, g, view("ok", 2));
+    });
+    if (bad_rank >= 0 && p > 1) {
+      expect(
+          "every rank must agree on view.span()",
+          [&] { ctxpar::allreduce_sum(host, g, view("v", bad ? 3 : 2)); }, true);
+      expect(
+          "every rank must agree on the record length",
+          [&] {
+            ctxpar::exclusive_scan(host, g, view("rec", bad ? 3 : 2),
+                                   [](const view&, const view&) {});
+          },
+          true);
+    }
+    if (p == 1) break;
+  }
+  // Valid calls just inside the bounds still work on the same group: zero counts, an empty send.
+  view empty("empty", 0), none("none", 0);
+  bool good = true;
+  try {
+    ctxpar::allgather(host, g, empty, none);
+    ctxpar::allgatherv(host, g, empty, none, std::vector<int>(p, 0));
+    ctxpar::alltoallv(host, g, empty, std::vector<int>(p, 0), none, std::vector<int>(p, 0));
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << g.rank() << "] " << e.what() << "\n";
+    good = false;
+  }
+  CTXPAR_TEST_ALL(g, ok && good);
+}
+
+// The unchecked variants move the same data as the checked ones and record no agreement; their
+// local checks still refuse bad input on the calling rank (here on every rank, so nobody blocks).
+BOOST_AUTO_TEST_CASE(unchecked_variants_skip_only_the_agreement) {
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  const Kokkos::DefaultHostExecutionSpace host;
+  using view = Kokkos::View<double*, Kokkos::HostSpace>;
+  view send = make_view<double, Kokkos::HostSpace>(
+      "send", 2, [&](std::int64_t i) { return value<double>(11, me, i); });
+  view a("a", 2 * p), b("b", 2 * p);
+  g.reset_traffic();
+  ctxpar::allgather(host, g, send, a);
+  const auto checked_agreements = g.traffic(CollectiveKind::agreement).calls;
+  g.reset_traffic();
+  ctxpar::allgather(host, g, send, b, ctxpar::unchecked);
+  bool ok = to_host(a) == to_host(b) && checked_agreements > 0 &&
+            g.traffic(CollectiveKind::agreement).calls == 0 &&
+            traffic_is(CollectiveKind::allgather, 1, 16 * (p - 1), 16 * (p - 1));
+  view sum("sum", 2);
+  Kokkos::deep_copy(sum, 1.0);
+  ctxpar::allreduce_sum(host, g, sum, ctxpar::unchecked);
+  ok = ok && to_host(sum) == std::vector<double>{double(p), double(p)};
+  bool refused = false;
+  try {
+    ctxpar::allgather(host, g, send, view("small", 2 * p - 1), ctxpar::unchecked);
+  } catch (const ctxpar::Error& e) {
+    refused = e.rank() == -1 && std::string(e.what()).find("recv must hold") != std::string::npos;
+  }
+  CTXPAR_TEST_ALL(g, ok && refused);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,5 +1,11 @@
 // Bad input for mechanism C, each violated on one rank only at every rank count: every rank throws
 // the same ctxpar::Error naming that rank (no hang, no partial output).
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "ctxpar_test/harness.hpp"
 
@@ -236,4 +242,87 @@ BOOST_AUTO_TEST_CASE(ranks_disagree_on_the_skip_term) {
         cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z);
       },
       [](int bad) { return bad == 0 ? 1 : bad; });
+}
+
+// cu_seqlens must start at 0, not decrease and end exactly at T (past T the transposes would read
+// past the input, short of T the tail would be dropped): one rank, then every rank (rank 0 named).
+BOOST_AUTO_TEST_CASE(cu_seqlens_against_the_token_count) {
+  const int p = world().size(), me = world().rank();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
+  const std::int64_t t = 4 * p;
+  for (std::int64_t end : {t + 1, t - 1, t + (std::int64_t{1} << 40)}) {
+    each_bad_rank(
+        "cu_seqlens must start at 0, not decrease and end at T",
+        [&](int bad) {
+          make_plan(s, t, {0, 2, me == bad ? end : t});
+        },
+        same_rank);
+    CTXPAR_TEST_ALL(world(), throws_everywhere(
+                                 world(),
+                                 [&] {
+                                   make_plan(s, t, {0, 2, end});
+                                 },
+                                 "cu_seqlens must start at 0, not decrease and end at T", 0));
+  }
+}
+
+// An empty cu_seqlens means one sequence of all T tokens, as for chunkwise::ChunkwisePlan.
+BOOST_AUTO_TEST_CASE(empty_cu_seqlens_is_one_dense_sequence) {
+  const int p = world().size();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
+  const std::int64_t t = 4 * p;
+  ch::TransposePlan<double, mem> dense(world(), s.input_layout(), t);
+  ch::TransposePlan<double, mem> explicit_dense(world(), s.input_layout(), t, {0, t});
+  const std::vector<std::int64_t> one_sequence{0, t};
+  const bool same = dense.cu_seqlens() == one_sequence &&
+                    explicit_dense.cu_seqlens() == dense.cu_seqlens() &&
+                    dense.local_rows() == explicit_dense.local_rows();
+  CTXPAR_TEST_ALL(world(), same);
+}
+
+// T · channels that wraps int64 is refused before any buffer is sized from it; a huge T whose
+// product still fits is not refused by this check.
+BOOST_AUTO_TEST_CASE(token_channel_product_overflow) {
+  const int p = world().size(), me = world().rank();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
+  const std::int64_t huge = std::int64_t{p} << 60;  // T · channels >= 2^63 for channels >= 8
+  each_bad_rank(
+      "T * channels must fit in int64", [&](int bad) { make_plan(s, me == bad ? huge : 4 * p); },
+      same_rank);
+}
+
+// Options that make the layer NaN or allocate nothing sensible: eps 0, negative or NaN, chunk
+// size 0 or negative, on one rank; eps and chunk just inside the bounds still build.
+BOOST_AUTO_TEST_CASE(layer_options) {
+  const int p = world().size(), me = world().rank();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
+  const std::int64_t t = 4 * p;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<std::pair<std::string, std::function<void(ch::GdpOptions&)>>> faults{
+      {"options.l2_eps must be finite and positive", [](ch::GdpOptions& o) { o.l2_eps = 0.0; }},
+      {"options.l2_eps must be finite and positive", [](ch::GdpOptions& o) { o.l2_eps = -1e-6; }},
+      {"options.l2_eps must be finite and positive", [nan](ch::GdpOptions& o) { o.l2_eps = nan; }},
+      {"options.chunk_size must be positive", [](ch::GdpOptions& o) { o.chunk_size = 0; }},
+      {"options.chunk_size must be positive", [](ch::GdpOptions& o) { o.chunk_size = -3; }}};
+  for (const auto& [needle, spoil] : faults) {
+    each_bad_rank(
+        needle,
+        [&](int bad) {
+          ch::GdpOptions o;
+          if (me == bad) spoil(o);
+          ch::GdpContextParallel<double, mem> cp(world(), s, t, {}, o);
+        },
+        same_rank);
+  }
+  bool ok = true;
+  try {
+    ch::GdpOptions o;
+    o.l2_eps = std::numeric_limits<double>::denorm_min();
+    o.chunk_size = 1;
+    ch::GdpContextParallel<double, mem> cp(world(), s, t, {}, o);
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << me << "] " << e.what() << "\n";
+    ok = false;
+  }
+  CTXPAR_TEST_ALL(world(), ok);
 }

@@ -3,11 +3,13 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
 
 #include "ctxpar/swa/distributed_step.hpp"
+#include "ctxpar/swa/rope.hpp"
 #include "ctxpar/swa/step.hpp"
 #include "ctxpar_test/harness.hpp"
 #include "fixtures.hpp"
@@ -225,4 +227,75 @@ BOOST_AUTO_TEST_CASE(ranks_disagreeing_on_the_key_value_layout_throw_everywhere)
       call();
   }
   CTXPAR_TEST_ALL(g, ok);
+}
+
+// Parameters that turn every output into NaN (a RoPE base of 0, a negative or NaN base, a NaN or
+// infinite scale) are refused on every rank when one rank (or every rank) passes them; a base and
+// a scale just inside the bounds still run.
+BOOST_AUTO_TEST_CASE(non_finite_or_non_positive_parameters_on_one_rank_or_all) {
+  const auto& g = world();
+  const int last = g.size() - 1;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  bool ok = true;
+  for (int bad : {0, last}) {
+    for (double base : {0.0, -2.0, nan, inf}) {
+      ok = expect_error("options.rope_base must be finite and positive", bad,
+                        [base](Inputs& in) { in.options.rope_base = base; }) &&
+           ok;
+    }
+    for (double scale : {nan, inf, -inf}) {
+      ok = expect_error("options.scale must be finite", bad,
+                        [scale](Inputs& in) { in.options.scale = scale; }) &&
+           ok;
+    }
+  }
+  // Every rank passes the same bad base: the lowest rank (0) is named.
+  {
+    Inputs in = good_inputs();
+    in.options.rope_base = nan;
+    auto call = [&] {
+      ctxpar::swa::forward(Exec(), g, in.chunk, in.chunk_length, in.cache, in.options);
+    };
+    ok = ctxpar::test::throws_everywhere(g, call, "options.rope_base", 0) && ok;
+  }
+  // Just inside the bounds: a small positive base and a negative (finite) scale are valid and give
+  // finite outputs.
+  Inputs in = good_inputs();
+  in.options.rope_base = 1e-3;
+  in.options.scale = -0.5;
+  bool good = true;
+  try {
+    auto r = ctxpar::swa::forward(Exec(), g, in.chunk, in.chunk_length, in.cache, in.options);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.out);
+    for (std::size_t i = 0; i < h.span(); ++i) good = good && std::isfinite(h.data()[i]);
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << g.rank() << "] valid edge refused: " << e.what() << "\n";
+    good = false;
+  }
+  CTXPAR_TEST_ALL(g, ok && good);
+}
+
+// The single-rank RoPE refuses a base that would make every angle NaN or infinite.
+BOOST_AUTO_TEST_CASE(rope_refuses_non_positive_or_non_finite_base) {
+  ctxpar::swa::Tensor<Scalar, Mem> x("x", 3, 2, 4), y("y", 3, 2, 4);
+  ctxpar::swa::Positions<Mem> pos("pos", 3);
+  bool ok = true;
+  for (double base : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN()}) {
+    bool refused = false;
+    try {
+      ctxpar::swa::rope_forward(Exec(), x, pos, base, y);
+    } catch (const ctxpar::Error& e) {
+      refused = std::string(e.what()).find("the RoPE base must be finite and positive") !=
+                std::string::npos;
+    }
+    ok = ok && refused;
+  }
+  bool edge = true;
+  try {
+    ctxpar::swa::rope_forward(Exec(), x, pos, 1e-3, y);
+  } catch (const std::exception&) {
+    edge = false;
+  }
+  CTXPAR_TEST_ALL(world(), ok && edge);
 }

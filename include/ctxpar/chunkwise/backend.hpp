@@ -152,6 +152,15 @@ bool is_given(const View& view) {
   return view.data() != nullptr;
 }
 
+/// The chunk length the local kernels use: `chunk_size` clamped to the shard's `tokens` (at least
+/// 1). A chunk longer than the shard holds the same tokens as one of exactly the shard's length
+/// (chunks never cross a sequence start), so the result is unchanged, but the per-chunk tiles
+/// (`chunk²` elements each) are sized by what is there instead of by a huge option.
+inline int effective_chunk(int chunk_size, std::int64_t tokens) {
+  const std::int64_t cap = tokens < 1 ? 1 : tokens;
+  return static_cast<int>(chunk_size < cap ? chunk_size : cap);
+}
+
 /// Resolves the `scale` option: `K^(-1/2)` when it is 0.
 inline double resolve_scale(double scale, std::int64_t key_dim) {
   return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(key_dim > 0 ? key_dim : 1));

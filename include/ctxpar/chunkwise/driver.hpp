@@ -8,7 +8,9 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
 #include "ctxpar/comm/scan.hpp"
+#include "ctxpar/core/checked_product.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
 
@@ -169,8 +172,9 @@ class Composer {
     std::vector<flat_record> prefix(static_cast<std::size_t>(slots));
     std::vector<bool> have(static_cast<std::size_t>(slots), false);
     if (slots == 1) {
-      have[0] = exclusive_scan(space_, group_, records[0], combine,
-                               backward_ ? ScanDirection::reverse : ScanDirection::forward);
+      have[0] =
+          exclusive_scan(space_, group_, records[0], combine,
+                         backward_ ? ScanDirection::reverse : ScanDirection::forward, unchecked);
       prefix[0] = records[0];
     } else {
       // Forward: chain A = first chunks in rank order, chain B = second chunks in reverse rank
@@ -179,8 +183,9 @@ class Composer {
       const int a = backward_ ? 1 : 0, b = 1 - a;
       flat_record own_a("ctxpar::chunkwise::scan_own", n);
       Kokkos::deep_copy(space_, own_a, records[static_cast<std::size_t>(a)]);
-      have[static_cast<std::size_t>(a)] = exclusive_scan(
-          space_, group_, records[static_cast<std::size_t>(a)], combine, ScanDirection::forward);
+      have[static_cast<std::size_t>(a)] =
+          exclusive_scan(space_, group_, records[static_cast<std::size_t>(a)], combine,
+                         ScanDirection::forward, unchecked);
       prefix[static_cast<std::size_t>(a)] = records[static_cast<std::size_t>(a)];
       flat_record total("ctxpar::chunkwise::scan_total", n);
       if (me == p - 1) {
@@ -195,7 +200,7 @@ class Composer {
         Kokkos::deep_copy(space_, records[static_cast<std::size_t>(b)], tmp);
       }
       const bool got = exclusive_scan(space_, group_, records[static_cast<std::size_t>(b)], combine,
-                                      ScanDirection::reverse);
+                                      ScanDirection::reverse, unchecked);
       prefix[static_cast<std::size_t>(b)] =
           me == p - 1 ? total : records[static_cast<std::size_t>(b)];
       have[static_cast<std::size_t>(b)] = me == p - 1 ? true : got;
@@ -307,6 +312,24 @@ void common_checks(Preconditions& chk, const Backend& backend, const ChunkwisePl
   chk.require(shape.tokens == plan.local_length(),
               "the local token count must match the plan's shard(s)", plan.local_length(),
               shape.tokens);
+  // The summary buffers hold `slots · H · (K·V + m)` floats per rank and move as one MPI message
+  // per rank (gather) or per round (scan): extents whose product wraps int64 or exceeds an MPI int
+  // count would allocate or send garbage sizes.
+  using transition = typename Backend::transition_type;
+  const std::int64_t m =
+      std::max(transition::m_size(shape.key_dim), scan_m_size<transition>(shape.key_dim));
+  const std::int64_t kv = ctxpar::impl::checked_product({shape.key_dim, shape.value_dim});
+  const std::int64_t per_rank =
+      ctxpar::impl::checked_product({plan.slots(), shape.heads, kv < 0 || m < 0 ? -1 : kv + m});
+  chk.require(
+      per_rank >= 0 && per_rank <= std::numeric_limits<int>::max(),
+      "the summaries of one rank (slots * H * (K * V + m) floats) must fit an MPI int count",
+      "at most " + ctxpar::impl::to_text(std::numeric_limits<int>::max()),
+      per_rank < 0
+          ? std::string("an int64 overflow")
+          : ctxpar::impl::to_text(per_rank) + " (H = " + ctxpar::impl::to_text(shape.heads) +
+                ", K = " + ctxpar::impl::to_text(shape.key_dim) +
+                ", V = " + ctxpar::impl::to_text(shape.value_dim) + ")");
   chk.require_same("the model family (backend)", Backend::family_id);
   chk.require_same("the head count H", shape.heads);
   chk.require_same("the key dimension K", shape.key_dim);
@@ -438,7 +461,7 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
             Kokkos::subview(states.initial_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
       }
     }
-    allreduce_sum(space, group, states.final_states);
+    allreduce_sum(space, group, states.final_states, unchecked);
   }
   return ctx;
 }
@@ -541,7 +564,7 @@ void chunkwise_cp_backward(const ExecutionSpace& space, const Group& group, cons
             Kokkos::subview(states.final_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
       }
     }
-    allreduce_sum(space, group, states.initial_state_grads);
+    allreduce_sum(space, group, states.initial_state_grads, unchecked);
   }
 }
 

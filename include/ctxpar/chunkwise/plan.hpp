@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,23 @@ class ChunkwisePlan {
   static ChunkwisePlan create(const Group& group, Zigzag,
                               const std::vector<std::int64_t>& cu_seqlens) {
     return agreed(group, true, cu_seqlens, 2);
+  }
+
+  /// Contiguous shards of `tokens` tokens (`T`, global) in packed sequences `cu_seqlens`, checked
+  /// against `T`: the boundaries must start at 0, not decrease and end exactly at `T` (boundaries
+  /// past `T` would make the kernels read past the inputs; boundaries short of `T` would leave the
+  /// tail unread). An empty `cu_seqlens` means one sequence of all `T` tokens, as in
+  /// `heads::TransposePlan`. Collective: ranks must pass the same `T` and boundaries.
+  static ChunkwisePlan create(const Group& group, Contiguous, std::int64_t tokens,
+                              const std::vector<std::int64_t>& cu_seqlens = {}) {
+    return agreed(group, false, with_tokens(tokens, cu_seqlens), 1, tokens);
+  }
+
+  /// Zigzag shards of `tokens` tokens in packed sequences `cu_seqlens`, checked against `T` as for
+  /// `Contiguous`; an empty `cu_seqlens` means one sequence of `T` tokens. Collective.
+  static ChunkwisePlan create(const Group& group, Zigzag, std::int64_t tokens,
+                              const std::vector<std::int64_t>& cu_seqlens = {}) {
+    return agreed(group, true, with_tokens(tokens, cu_seqlens), 2, tokens);
   }
 
   /// Contiguous plan from the foundation's packed metadata (`meta.parts()` must equal
@@ -174,10 +192,31 @@ class ChunkwisePlan {
     return static_cast<int>(it - offsets_.begin()) - 1;
   }
 
+  // The boundaries the token-count overloads describe: `{0, T}` for an empty `cu_seqlens`.
+  static std::vector<std::int64_t> with_tokens(std::int64_t tokens,
+                                               const std::vector<std::int64_t>& cu) {
+    if (cu.empty()) return {0, tokens};
+    return cu;
+  }
+
+  // `tokens` < 0: the overloads without a token count (T is `cu.back()`).
   static ChunkwisePlan agreed(const Group& group, bool zigzag, const std::vector<std::int64_t>& cu,
-                              int per_rank) {
+                              int per_rank, std::int64_t tokens = -1) {
     const std::string op = "ctxpar::chunkwise::ChunkwisePlan";
     Preconditions chk(group, op);
+    if (tokens >= 0 && !cu.empty()) {
+      chk.require(cu.back() == tokens,
+                  "cu_seqlens must end at the token count T (cu_seqlens[N] == T)",
+                  "cu_seqlens[" + ctxpar::impl::to_text(cu.size() - 1) +
+                      "] = " + ctxpar::impl::to_text(tokens),
+                  "cu_seqlens[" + ctxpar::impl::to_text(cu.size() - 1) +
+                      "] = " + ctxpar::impl::to_text(cu.back()));
+    }
+    chk.require(cu.empty() || cu.size() - 1 <= static_cast<std::size_t>(
+                                                   std::numeric_limits<std::int32_t>::max()),
+                "the number of sequences N = cu_seqlens.size() - 1 must fit in int32",
+                "at most " + ctxpar::impl::to_text(std::numeric_limits<std::int32_t>::max()),
+                cu.empty() ? 0 : cu.size() - 1);
     chk.require(!cu.empty() && cu.front() == 0, "cu_seqlens must start with 0", "cu_seqlens[0] = 0",
                 cu.empty() ? std::string("an empty cu_seqlens")
                            : "cu_seqlens[0] = " + ctxpar::impl::to_text(cu.front()));

@@ -369,8 +369,8 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
                              dx, Kokkos::subview(dhalo, std::make_pair(h, 2 * h), Kokkos::ALL),
                              channels, links.split - h});
   }
-  allreduce_sum(space, group, dweight);
-  if (dbias.data()) allreduce_sum(space, group, dbias);
+  allreduce_sum(space, group, dweight, unchecked);
+  if (dbias.data()) allreduce_sum(space, group, dbias, unchecked);
 }
 
 }  // namespace impl

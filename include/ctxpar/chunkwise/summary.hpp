@@ -173,7 +173,7 @@ void gather_summaries(const ExecutionSpace& space, const Group& group, const Loc
       chk, "the gathered packed summaries", gathered, c * group.size(), heads, width);
   chk.agree();
   if constexpr (compat::view_rank<LocalView> == 3 && compat::view_rank<GatheredView> == 3) {
-    allgather(space, group, local, gathered);
+    allgather(space, group, local, gathered, unchecked);
   }
 }
 
@@ -185,10 +185,11 @@ void gather_store(const ExecutionSpace& space, const Group& group,
                   const SummaryStore<Transition, MemorySpace>& local,
                   const SummaryStore<Transition, MemorySpace>& gathered) {
   if (local.form() == SummaryForm::packed) {
-    allgather(space, group, local.packed(), gathered.packed());
+    allgather(space, group, local.packed(), gathered.packed(), unchecked);
   } else {
-    allgather(space, group, local.states(), gathered.states());
-    if (local.m_size() > 0) allgather(space, group, local.transitions(), gathered.transitions());
+    allgather(space, group, local.states(), gathered.states(), unchecked);
+    if (local.m_size() > 0)
+      allgather(space, group, local.transitions(), gathered.transitions(), unchecked);
   }
 }
 

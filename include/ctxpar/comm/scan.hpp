@@ -10,7 +10,9 @@
 #include <string>
 
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/impl/agreed_checks.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
+#include "ctxpar/comm/unchecked.hpp"
 
 namespace ctxpar {
 
@@ -72,24 +74,51 @@ bool scan_records(const ExecutionSpace& space, const Group& group, const View& r
   return inclusive || have_exclusive;
 }
 
+// The agreed preconditions of a scan: an `int` record length, the same on every rank.
+template <class View>
+void agree_scan(const Group& group, const View& record) {
+  const std::string op = "ctxpar::scan";
+  const auto n = static_cast<std::int64_t>(record.extent(0));
+  agree_on_checks(
+      group, op, [&] { mpi_count(n, op); },
+      "the record length record.extent(0) (every rank scans records of one size)", n);
+}
+
 }  // namespace impl
+
+/// `exclusive_scan` without the agreement (see `ctxpar::unchecked`). Collective.
+template <class ExecutionSpace, class View, class Combine>
+bool exclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
+                    Combine&& combine, ScanDirection direction, Unchecked) {
+  return impl::scan_records(space, group, record, combine, direction, false);
+}
+
+/// `inclusive_scan` without the agreement (see `ctxpar::unchecked`). Collective.
+template <class ExecutionSpace, class View, class Combine>
+void inclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
+                    Combine&& combine, ScanDirection direction, Unchecked) {
+  impl::scan_records(space, group, record, combine, direction, true);
+}
 
 /// Exclusive scan: on return `record` holds `r_first ∘ … ∘ r_prev` over the ranks before this one
 /// in scan order, and the function returns true; on the first rank in scan order `record` is left
 /// unchanged and it returns false (there is no identity to write, the operation need not have one).
 /// `combine(earlier, inout)` must set `inout := earlier ∘ inout` (associative, need not commute)
-/// on views of the record's memory space. Collective; ceil(log2 P) rounds.
+/// on views of the record's memory space. Collective; ceil(log2 P) rounds, after the agreement on
+/// the record length (one broadcast, one all-reduce; pass `ctxpar::unchecked` to skip it).
 template <class ExecutionSpace, class View, class Combine>
 bool exclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
                     Combine&& combine, ScanDirection direction = ScanDirection::forward) {
+  impl::agree_scan(group, record);
   return impl::scan_records(space, group, record, combine, direction, false);
 }
 
 /// Inclusive scan: on return `record` holds the composition over this rank and every rank before
-/// it in scan order. See `exclusive_scan` for `combine`. Collective.
+/// it in scan order. See `exclusive_scan` for `combine`. Collective, agreed as `exclusive_scan`.
 template <class ExecutionSpace, class View, class Combine>
 void inclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
                     Combine&& combine, ScanDirection direction = ScanDirection::forward) {
+  impl::agree_scan(group, record);
   impl::scan_records(space, group, record, combine, direction, true);
 }
 

@@ -7,6 +7,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -111,6 +112,12 @@ class GdpContextParallel {
                 "householder, d_state and headdim must be positive", ">= 1",
                 "M " + std::to_string(shape.householder) + ", N " + std::to_string(shape.d_state) +
                     ", d " + std::to_string(shape.headdim));
+    chk.require(options.chunk_size >= 1, "options.chunk_size must be positive", ">= 1",
+                options.chunk_size);
+    // eps keeps the L2 normalisation of an all-zero q or k finite; 0, a negative or a NaN eps
+    // turns such tokens (and the state after them) into NaN.
+    chk.require(std::isfinite(options.l2_eps) && options.l2_eps > 0.0,
+                "options.l2_eps must be finite and positive", "a finite eps > 0", options.l2_eps);
     chk.agree();
     const int me = group.rank();
     const KeyGroupPartition& b = pre_.blocks();
@@ -254,11 +261,11 @@ class GdpContextParallel {
       scatter1(space, "ctxpar::heads::fold_d", local.d, full.d,
                shape_.skip == SkipTerm::per_channel ? channel_map_ : head_map_);
     const Group& g = pre_.group();
-    allreduce_sum(space, g, full.conv_weight);
-    allreduce_sum(space, g, full.conv_bias);
-    allreduce_sum(space, g, full.dt_bias);
-    allreduce_sum(space, g, full.a_log);
-    if (shape_.skip != SkipTerm::none) allreduce_sum(space, g, full.d);
+    allreduce_sum(space, g, full.conv_weight, unchecked);
+    allreduce_sum(space, g, full.conv_bias, unchecked);
+    allreduce_sum(space, g, full.dt_bias, unchecked);
+    allreduce_sum(space, g, full.a_log, unchecked);
+    if (shape_.skip != SkipTerm::none) allreduce_sum(space, g, full.d, unchecked);
   }
 
   /// Collective. The layer forward: `x [T/P, C]` sequence-parallel and the full parameters →

@@ -42,11 +42,28 @@ class GdpLayerCore {
   using tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, H, D]`
 
   GdpLayerCore() = default;
+  /// `T` of `cu_seqlens` after checking that it starts at 0 and never decreases (local `Error`
+  /// otherwise: the per-token tables below are indexed by it).
+  static std::int64_t checked_tokens(const std::vector<std::int64_t>& cu) {
+    const std::string op = "ctxpar::heads::GdpLayerCore";
+    require_local(!cu.empty() && cu.front() == 0, op, "cu_seqlens must start with 0",
+                  "cu_seqlens[0] = 0",
+                  cu.empty() ? std::string("an empty cu_seqlens")
+                             : "cu_seqlens[0] = " + ctxpar::impl::to_text(cu.front()));
+    for (std::size_t i = 1; i < cu.size(); ++i) {
+      require_local(cu[i] >= cu[i - 1], op, "cu_seqlens must be non-decreasing",
+                    "cu_seqlens[" + ctxpar::impl::to_text(i) + "] >= " +
+                        ctxpar::impl::to_text(cu[i - 1]),
+                    "cu_seqlens[" + ctxpar::impl::to_text(i) + "] = " +
+                        ctxpar::impl::to_text(cu[i]));
+    }
+    return cu.back();
+  }
   /// `dims`: this rank's heads and groups; `cu_seqlens`: natural-order sequence boundaries over
   /// `T = cu_seqlens.back()` tokens.
   GdpLayerCore(const impl::LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens,
                const GdpOptions& options = {})
-      : dims_(dims), tokens_(cu_seqlens.back()), eps_(options.l2_eps) {
+      : dims_(dims), tokens_(checked_tokens(cu_seqlens)), eps_(options.l2_eps) {
     const std::int64_t t = tokens_, m = dims.copies, h = dims.heads;
     seq_start_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_start", t);
     seq_end_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_end", t);

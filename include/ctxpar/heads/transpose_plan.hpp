@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ctxpar/comm/alltoall.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/core/checked_product.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/heads/channel_layout.hpp"
@@ -63,6 +65,13 @@ class TransposePlan {
     Preconditions chk(group_, op);
     check_layout(chk, layout_, p);
     chk.require(tokens_ >= 0, "the token count must be non-negative", ">= 0", tokens_);
+    // Every transpose moves `T · channels` elements through int MPI counts per rank pair; a
+    // product that wraps int64 would size the buffers with garbage.
+    chk.require(
+        ctxpar::impl::checked_product({tokens_, layout_.channels()}) >= 0,
+        "T * channels must fit in int64",
+        "at most " + std::to_string(std::numeric_limits<std::int64_t>::max()),
+        "T = " + std::to_string(tokens_) + ", channels = " + std::to_string(layout_.channels()));
     if constexpr (std::is_same_v<HeadPolicy, EvenHeads> || std::is_same_v<TokenOrder, Zigzag>) {
       chk.require(tokens_ % p == 0, "T % P == 0 (EvenHeads and Zigzag need equal token shards)",
                   "a multiple of " + std::to_string(p), tokens_);
@@ -353,9 +362,9 @@ class TransposePlan {
   void exchange(const ExecutionSpace& space, const Send& send, const std::vector<int>& send_counts,
                 const Recv& recv, const std::vector<int>& recv_counts) const {
     if constexpr (std::is_same_v<HeadPolicy, EvenHeads>) {
-      alltoall(space, group_, send, recv);
+      alltoall(space, group_, send, recv, unchecked);
     } else {
-      alltoallv(space, group_, send, send_counts, recv, recv_counts);
+      alltoallv(space, group_, send, send_counts, recv, recv_counts, unchecked);
     }
   }
 

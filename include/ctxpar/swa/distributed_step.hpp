@@ -361,7 +361,7 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
         impl::to_device<MemorySpace>(fused.send_records, "ctxpar::swa::assembly_send_records"),
         fused.send_total(), send);
     alltoallv(space, group, send, impl::scaled(fused.send_counts, bytes), recv,
-              impl::scaled(fused.recv_counts, bytes));
+              impl::scaled(fused.recv_counts, bytes), unchecked);
     own = allocate_block<Scalar, MemorySpace>(n_r, hkv, dim, with_ids, "ctxpar::swa::own");
     impl::unpack_records(
         space, recv, input,
@@ -405,7 +405,7 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::gathered")),
         length * bytes);
     impl::pack_records(space, own_rot, impl::Index<MemorySpace>(), n_r, send);
-    allgatherv(space, group, send, recv, counts);
+    allgatherv(space, group, send, recv, counts, unchecked);
     std::vector<std::int64_t> source(static_cast<std::size_t>(length));
     for (std::int64_t a = 0; a < length; ++a)
       source[a] = displ[layout.owner(a)] + layout.record_of(a);
@@ -467,7 +467,7 @@ DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, cons
         st.reshard.recv_total() * bytes);
     impl::pack_records(space, input, st.reshard_send_records, st.reshard.send_total(), send);
     alltoallv(space, group, send, impl::scaled(st.reshard.send_counts, bytes), recv,
-              impl::scaled(st.reshard.recv_counts, bytes));
+              impl::scaled(st.reshard.recv_counts, bytes), unchecked);
     impl::unpack_records(space, recv, input, st.reshard_source, result.next_cache);
   }
   return result;
@@ -580,7 +580,7 @@ StepGradients<Scalar, MemorySpace> backward(
     impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::returned_gradients_in",
                                                    fused.send_total(), 2 * per);
     alltoallv(space, group, back, impl::scaled(fused.recv_counts, 2 * per), got,
-              impl::scaled(fused.send_counts, 2 * per));
+              impl::scaled(fused.send_counts, 2 * per), unchecked);
     const auto records =
         impl::to_device<MemorySpace>(fused.send_records, "ctxpar::swa::assembly_send_records");
     std::int64_t from = 0;
@@ -602,7 +602,7 @@ StepGradients<Scalar, MemorySpace> backward(
     impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::cache_gradients_in",
                                                    st.reshard.send_total(), 2 * per);
     alltoallv(space, group, back, impl::scaled(st.reshard.recv_counts, 2 * per), got,
-              impl::scaled(st.reshard.send_counts, 2 * per));
+              impl::scaled(st.reshard.send_counts, 2 * per), unchecked);
     std::int64_t from = 0;
     for (int r = 0; r < st.layout.ranks; ++r) {
       impl::add_gradient_records(space, got, st.reshard_send_records, from,

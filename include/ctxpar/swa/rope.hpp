@@ -5,6 +5,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -51,6 +52,9 @@ void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos
   const std::string op = "ctxpar::swa::rope";
   require_local(x.extent(2) % 2 == 0, op, "the head dimension must be even", "an even D",
                 x.extent(2));
+  // base^(-2d/D) is NaN or Inf for a base of 0, a negative base or NaN: every output would be NaN.
+  require_local(std::isfinite(base) && base > 0.0, op, "the RoPE base must be finite and positive",
+                "a finite base > 0", base);
   require_local(
       x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1) && x.extent(2) == y.extent(2), op,
       "input and output shapes must match", x.extent(0), y.extent(0));

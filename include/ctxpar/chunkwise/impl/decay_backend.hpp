@@ -5,6 +5,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -50,6 +51,9 @@ class DecayBackend {
     const auto s = shape(in);
     chk.require(options_.chunk_size >= 1, "the chunk size must be positive", ">= 1",
                 options_.chunk_size);
+    // A NaN or infinite scale makes every output NaN while the run still "succeeds".
+    chk.require(std::isfinite(options_.scale), "the scale must be finite (0 = K^(-1/2))",
+                "a finite scale", options_.scale);
     chk.require(s.key_dim > 0, "the key dimension K must be positive", "K > 0", s.key_dim);
     chk.require(s.value_dim > 0, "the value dimension V must be positive", "V > 0", s.value_dim);
     chk.require(s.heads > 0, "the head count H must be positive", "H > 0", s.heads);
@@ -119,7 +123,9 @@ class DecayBackend {
     saved.g =
         typename saved_type::input_view(in.g.data(), s.tokens, s.heads, Diagonal ? s.key_dim : 1);
     saved.scale = scale(s.key_dim);
-    decay_forward_prepare<Diagonal>(space, saved, seqs, options_.chunk_size, summary);
+    decay_forward_prepare<Diagonal>(space, saved, seqs,
+                                    chunkwise::effective_chunk(options_.chunk_size, seqs.length()),
+                                    summary);
   }
 
   /// Contract method 2: outputs (and final states) from the composed `s_in`.

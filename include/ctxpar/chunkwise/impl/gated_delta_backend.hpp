@@ -7,6 +7,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -105,6 +106,9 @@ class Backend {
     const std::int64_t T = s.tokens, H = s.heads, K = s.key_dim, V = s.value_dim, n = n_h_;
     chk.require(options_.chunk_size >= 1, "the chunk size must be positive", ">= 1",
                 options_.chunk_size);
+    // A NaN or infinite scale makes every output NaN while the run still "succeeds".
+    chk.require(std::isfinite(options_.scale), "the scale must be finite (0 = K^(-1/2))",
+                "a finite scale", options_.scale);
     chk.require(n_h_ >= 1, "the number of householder steps n_h must be at least 1", "n_h >= 1",
                 n_h_);
     chk.require(K > 0, "the key dimension K must be positive", "K > 0", K);
@@ -267,7 +271,7 @@ class Backend {
     pb.heads = static_cast<int>(s.heads);
     pb.key_dim = static_cast<int>(s.key_dim);
     pb.value_dim = static_cast<int>(s.value_dim);
-    pb.chunk = options_.chunk_size * n_h_;
+    pb.chunk = chunkwise::effective_chunk(options_.chunk_size, s.tokens) * n_h_;
     pb.scale = static_cast<Scalar>(scale(s.key_dim));
     return pb;
   }

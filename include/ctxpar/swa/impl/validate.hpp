@@ -90,6 +90,13 @@ bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
        "0 or " + std::to_string(cache.pos.extent(0)), std::to_string(cache.ids.extent(0)));
   need(options.window >= 0, "the window must be non-negative (0 = unlimited)", ">= 0",
        std::to_string(options.window));
+  // A base of 0, a negative base or NaN turns every angle into NaN or Inf, and a non-finite scale
+  // every score: the step would return NaN everywhere and still "succeed".
+  need(std::isfinite(options.rope_base) && options.rope_base > 0.0,
+       "options.rope_base must be finite and positive", "a finite base > 0",
+       ctxpar::impl::to_text(options.rope_base));
+  need(std::isfinite(options.scale), "options.scale must be finite (0 = 1 / sqrt(D))",
+       "a finite scale", ctxpar::impl::to_text(options.scale));
   if (!ok) return false;
   const auto pos = host_positions(cache.pos, chunk.pos);
   for (std::size_t i = 1; i < pos.extent(0); ++i) {
