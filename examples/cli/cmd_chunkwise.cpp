@@ -192,9 +192,12 @@ struct Pass {
 
   void run(const ctxpar::Group& group, const Backend& backend, const Settings& s,
            std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
+    // The token count is q.npy's, so the plan checks cu_seqlens.npy against it (agreed): offsets
+    // past T would read past the inputs, offsets short of T would leave the tail unread.
+    const std::int64_t tokens = f.at("q").extent(0);
     const auto plan = s.layout == "zigzag"
-                          ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, cu)
-                          : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
+                          ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, tokens, cu)
+                          : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, tokens, cu);
     rows.clear();
     for (int slot = 0; slot < plan.slots(); ++slot) {
       const int v = plan.virtual_shard(group.rank(), slot);
@@ -349,7 +352,7 @@ template <class Policy, class Scalar, class Backend>
 int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings& s,
               std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu,
               ctxpar::cli::OutputDir& out) {
-  const std::int64_t T = cu.back();
+  const std::int64_t T = f.at("q").extent(0);
   group.reset_traffic();
   Pass<Policy, Scalar, Backend> cp;
   cp.run(group, backend, s, f, cu);

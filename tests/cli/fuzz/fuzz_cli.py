@@ -4,7 +4,7 @@
 Each case is a subcommand, its options and an input directory, with what must happen:
   "refuse"  a non-zero exit whose message names the culprit (a file or an option);
   "pass"    exit 0, the --out files present, and no backend warning the user did not cause;
-  "fail"    a non-zero exit (the subcommand's own distributed-vs-single-rank check must fail);
+  "fail"    exit 1 (the subcommand's own distributed-vs-single-rank check must fail);
   "either"  exit 0 or 1 (non-finite inputs: propagated as the single-rank operator does); with
             exit 0 the summary must say the non-finite patterns are equal and count the NaN/Inf
             in the written output.
@@ -503,6 +503,8 @@ def judge(case, np_, rc, text, out_dir, elapsed, timed_out):
     elif case.expect == "fail":
         if rc == 0:
             wrong.append("exit 0 although the distributed result was corrupted")
+        elif rc != 1:
+            wrong.append(f"exit {rc}, not the failed check's 1")
     elif case.expect == "either":
         if rc not in (0, 1, 2):
             wrong.append(f"exit {rc}")
