@@ -154,8 +154,8 @@ std::vector<float> forward_with(int n_h, const cw::BackendOptions& options) {
     in.v = fill(cw::substep_view<float, mem>("v", T, n, H, V), 3, -1.0, 1.0);
     in.g = g;
     in.beta = fill(cw::token_view<float, mem>("beta", T, n, H), 5, 0.1, 0.9);
-    cw::chunkwise_cp_forward(exec(), group,
-                             cw::GatedDeltaProductBackend<float, mem>(n_h, options), plan, in, out);
+    cw::chunkwise_cp_forward(exec(), group, cw::GatedDeltaProductBackend<float, mem>(n_h, options),
+                             plan, in, out);
   }
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
   return std::vector<float>(h.data(), h.data() + h.span());
@@ -170,11 +170,12 @@ BOOST_AUTO_TEST_CASE(non_finite_scale_is_refused_on_every_rank) {
   for (int n_h : {1, 2}) {
     for (int bad_rank : {p - 1, 0, -1}) {
       const bool bad = bad_rank < 0 || group.rank() == bad_rank;
-      for (double scale : {std::numeric_limits<double>::quiet_NaN(),
-                           std::numeric_limits<double>::infinity()}) {
+      for (double scale :
+           {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
         auto call = [&] { forward_with(n_h, cw::BackendOptions{16, bad ? scale : 0.0}); };
-        CTXPAR_TEST_ALL(group, ctxpar::test::throws_everywhere(group, call, "the scale must be finite",
-                                                               bad_rank < 0 ? 0 : bad_rank));
+        CTXPAR_TEST_ALL(group,
+                        ctxpar::test::throws_everywhere(group, call, "the scale must be finite",
+                                                        bad_rank < 0 ? 0 : bad_rank));
       }
     }
   }

@@ -37,6 +37,16 @@ void each_bad_rank(const std::string& needle, Body body, Expected expected) {
 }
 auto same_rank = [](int bad) { return bad; };
 
+// As `each_bad_rank`, then once more with every rank bad (`bad == -1`; rank 0 is named).
+template <class Body>
+void each_bad_rank_or_all(const std::string& needle, Body body) {
+  each_bad_rank(needle, body, same_rank);
+  BOOST_TEST_CONTEXT("every rank bad: " << needle) {
+    CTXPAR_TEST_ALL(world(), throws_everywhere(
+                                 world(), [&] { body(-1); }, needle, 0));
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(heads_not_divisible_without_uneven_policy) {
@@ -285,10 +295,10 @@ BOOST_AUTO_TEST_CASE(empty_cu_seqlens_is_one_dense_sequence) {
 BOOST_AUTO_TEST_CASE(token_channel_product_overflow) {
   const int p = world().size(), me = world().rank();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
-  const std::int64_t huge = std::int64_t{p} << 60;  // T · channels >= 2^63 for channels >= 8
-  each_bad_rank(
-      "T * channels must fit in int64", [&](int bad) { make_plan(s, me == bad ? huge : 4 * p); },
-      same_rank);
+  // A multiple of P near 2^62: T · channels >= 2^63 for any layout of 2 or more channels.
+  const std::int64_t huge = p * ((std::int64_t{1} << 62) / p);
+  each_bad_rank_or_all("T * channels must fit in int64",
+                       [&](int bad) { make_plan(s, bad < 0 || me == bad ? huge : 4 * p); });
 }
 
 // Options that make the layer NaN or allocate nothing sensible: eps 0, negative or NaN, chunk
@@ -305,14 +315,11 @@ BOOST_AUTO_TEST_CASE(layer_options) {
       {"options.chunk_size must be positive", [](ch::GdpOptions& o) { o.chunk_size = 0; }},
       {"options.chunk_size must be positive", [](ch::GdpOptions& o) { o.chunk_size = -3; }}};
   for (const auto& [needle, spoil] : faults) {
-    each_bad_rank(
-        needle,
-        [&](int bad) {
-          ch::GdpOptions o;
-          if (me == bad) spoil(o);
-          ch::GdpContextParallel<double, mem> cp(world(), s, t, {}, o);
-        },
-        same_rank);
+    each_bad_rank_or_all(needle, [&](int bad) {
+      ch::GdpOptions o;
+      if (bad < 0 || me == bad) spoil(o);
+      ch::GdpContextParallel<double, mem> cp(world(), s, t, {}, o);
+    });
   }
   bool ok = true;
   try {

@@ -250,14 +250,18 @@ BOOST_AUTO_TEST_CASE(non_finite_or_non_positive_parameters_on_one_rank_or_all) {
            ok;
     }
   }
-  // Every rank passes the same bad base: the lowest rank (0) is named.
-  {
+  // Every rank passes the same bad base or scale: the lowest rank (0) is named.
+  for (int fault = 0; fault < 3; ++fault) {
     Inputs in = good_inputs();
-    in.options.rope_base = nan;
+    if (fault == 0) in.options.rope_base = nan;
+    if (fault == 1) in.options.rope_base = 0.0;
+    if (fault == 2) in.options.scale = inf;
     auto call = [&] {
       ctxpar::swa::forward(Exec(), g, in.chunk, in.chunk_length, in.cache, in.options);
     };
-    ok = ctxpar::test::throws_everywhere(g, call, "options.rope_base", 0) && ok;
+    ok = ctxpar::test::throws_everywhere(
+             g, call, fault == 2 ? "options.scale must be finite" : "options.rope_base", 0) &&
+         ok;
   }
   // Just inside the bounds: a small positive base and a negative (finite) scale are valid and give
   // finite outputs.

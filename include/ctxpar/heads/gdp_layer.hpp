@@ -51,11 +51,10 @@ class GdpLayerCore {
                   cu.empty() ? std::string("an empty cu_seqlens")
                              : "cu_seqlens[0] = " + ctxpar::impl::to_text(cu.front()));
     for (std::size_t i = 1; i < cu.size(); ++i) {
-      require_local(cu[i] >= cu[i - 1], op, "cu_seqlens must be non-decreasing",
-                    "cu_seqlens[" + ctxpar::impl::to_text(i) + "] >= " +
-                        ctxpar::impl::to_text(cu[i - 1]),
-                    "cu_seqlens[" + ctxpar::impl::to_text(i) + "] = " +
-                        ctxpar::impl::to_text(cu[i]));
+      require_local(
+          cu[i] >= cu[i - 1], op, "cu_seqlens must be non-decreasing",
+          "cu_seqlens[" + ctxpar::impl::to_text(i) + "] >= " + ctxpar::impl::to_text(cu[i - 1]),
+          "cu_seqlens[" + ctxpar::impl::to_text(i) + "] = " + ctxpar::impl::to_text(cu[i]));
     }
     return cu.back();
   }
