@@ -32,7 +32,9 @@
 #include "ctxpar/chunkwise/gated_delta_rule.hpp"
 #include "ctxpar/chunkwise/scalar_decay.hpp"
 #include "json.hpp"
+#include "nonfinite.hpp"
 #include "npy.hpp"
+#include "output_dir.hpp"
 
 namespace {
 
@@ -103,10 +105,9 @@ std::vector<double> gather_rows(const ctxpar::Group& group, const View& local, c
 }
 
 template <class T>
-void write_values(const std::string& path, const std::vector<double>& values,
-                  std::vector<std::int64_t> shape) {
+NpyArray as_npy(const std::vector<double>& values, std::vector<std::int64_t> shape) {
   std::vector<T> cast(values.begin(), values.end());
-  ctxpar::cli::write_npy(path, NpyArray::from_values(std::move(shape), cast));
+  return NpyArray::from_values(std::move(shape), cast);
 }
 
 // The members every family's inputs and gradients share (q, k, v, g) plus β for the gated delta
@@ -166,6 +167,7 @@ struct Settings {
   int householder = 1, chunk = 64;
   double scale = 0;
   bool backward = false;
+  int perturb_rank = -1;  // test hook: corrupts one output value of this rank's distributed run
 };
 
 // Seconds `f` takes on this rank, started together on every rank and fenced at the end.
@@ -190,9 +192,12 @@ struct Pass {
 
   void run(const ctxpar::Group& group, const Backend& backend, const Settings& s,
            std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
+    // The token count is q.npy's, so the plan checks cu_seqlens.npy against it (agreed): offsets
+    // past T would read past the inputs, offsets short of T would leave the tail unread.
+    const std::int64_t tokens = f.at("q").extent(0);
     const auto plan = s.layout == "zigzag"
-                          ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, cu)
-                          : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
+                          ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, tokens, cu)
+                          : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, tokens, cu);
     rows.clear();
     for (int slot = 0; slot < plan.slots(); ++slot) {
       const int v = plan.virtual_shard(group.rank(), slot);
@@ -236,10 +241,15 @@ struct Pass {
   }
 };
 
+// Differences of the finite elements; where either value is NaN or ±Inf the two must agree in
+// kind (`nonfinite`), as the single-rank operator propagates them.
 struct Compare {
   double max_abs = 0, ref_norm = 0, diff_norm = 0;
+  ctxpar::cli::NonFinite nonfinite;
   void add(const std::vector<double>& a, const std::vector<double>& b) {
+    nonfinite.add(a, b);
     for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (!std::isfinite(a[i]) || !std::isfinite(b[i])) continue;
       max_abs = std::max(max_abs, std::fabs(a[i] - b[i]));
       diff_norm += (a[i] - b[i]) * (a[i] - b[i]);
       ref_norm += b[i] * b[i];
@@ -248,6 +258,10 @@ struct Compare {
   double relative_l2() const {
     return ref_norm > 0 ? std::sqrt(diff_norm / ref_norm) : std::sqrt(diff_norm);
   }
+  // The design's bar for a CP result against single-rank (summaries cross ranks in fp32, so both
+  // dtypes meet it and neither beats it by much at moderate lengths); the demo uses the same.
+  static constexpr double tolerance = 1e-4;
+  bool ok() const { return nonfinite.same_pattern() && relative_l2() <= tolerance; }
 };
 
 template <class View>
@@ -256,24 +270,15 @@ std::vector<double> host_values(const View& v) {
   return std::vector<double>(h.data(), h.data() + v.span());
 }
 
-template <class Policy, class Scalar, class Backend>
-int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings& s,
-              std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
+// Rank 0: the single-rank run, the comparison, and the output files; returns the exit status.
+template <class Scalar, class Backend, class CP>
+int check_and_keep(int ranks, const Backend& backend, const Settings& s,
+                   std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu,
+                   const CP& cp, const std::vector<double>& o,
+                   std::map<std::string, std::vector<double>>& grads,
+                   const ctxpar::cli::Json& traffic, const ctxpar::cli::Json& fwd,
+                   const ctxpar::cli::Json& bwd, ctxpar::cli::OutputDir& out) {
   const std::int64_t T = cu.back();
-  group.reset_traffic();
-  Pass<Policy, Scalar, Backend> cp;
-  cp.run(group, backend, s, f, cu);
-  ctxpar::cli::Json traffic = ctxpar::cli::gather_traffic(group);
-  const auto o = gather_rows(group, cp.o, cp.rows, T);
-  std::map<std::string, std::vector<double>> grads;
-  if (s.backward) {
-    each_gradient(cp.grads, [&](const char* name, const char*, const auto& view) {
-      grads[name] = gather_rows(group, view, cp.rows, T);
-    });
-  }
-  auto fwd = ctxpar::cli::gather_seconds(group, cp.forward_seconds);
-  auto bwd = ctxpar::cli::gather_seconds(group, cp.backward_seconds);
-  if (group.rank() != 0) return 0;
 
   // The single-rank path on rank 0, for the check.
   const ctxpar::Group self(MPI_COMM_SELF);
@@ -286,29 +291,28 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
   const auto ht = host_values(cp.ht);
   out_check.add(ht, host_values(one.ht));
   const auto shape_of = [&](const std::string& input) { return f[input].shape(); };
-  const std::string dir = s.out + "/";
-  write_values<Scalar>(dir + "o.npy", o,
-                       {T, f["v"].extent(f["v"].rank() - 2), f["v"].extent(f["v"].rank() - 1)});
-  write_values<Scalar>(
-      dir + "ht.npy", ht,
-      {static_cast<std::int64_t>(cu.size()) - 1, static_cast<std::int64_t>(cp.ht.extent(1)),
-       static_cast<std::int64_t>(cp.ht.extent(2)), static_cast<std::int64_t>(cp.ht.extent(3))});
+  out.add("o.npy", as_npy<Scalar>(
+                       o, {T, f["v"].extent(f["v"].rank() - 2), f["v"].extent(f["v"].rank() - 1)}));
+  out.add("ht.npy", as_npy<Scalar>(ht, {static_cast<std::int64_t>(cu.size()) - 1,
+                                        static_cast<std::int64_t>(cp.ht.extent(1)),
+                                        static_cast<std::int64_t>(cp.ht.extent(2)),
+                                        static_cast<std::int64_t>(cp.ht.extent(3))}));
   if (s.backward) {
     each_gradient(one.grads, [&](const char* name, const char* input, const auto& view) {
       grad_check.add(grads[name], host_values(view));
-      write_values<Scalar>(dir + name + ".npy", grads[name], shape_of(input));
+      out.add(std::string(name) + ".npy", as_npy<Scalar>(grads[name], shape_of(input)));
     });
     const auto dh0 = host_values(cp.dh0);
     grad_check.add(dh0, host_values(one.dh0));
-    write_values<Scalar>(
-        dir + "dh0.npy", dh0,
-        {static_cast<std::int64_t>(cu.size()) - 1, static_cast<std::int64_t>(cp.dh0.extent(1)),
-         static_cast<std::int64_t>(cp.dh0.extent(2)), static_cast<std::int64_t>(cp.dh0.extent(3))});
+    out.add("dh0.npy", as_npy<Scalar>(dh0, {static_cast<std::int64_t>(cu.size()) - 1,
+                                            static_cast<std::int64_t>(cp.dh0.extent(1)),
+                                            static_cast<std::int64_t>(cp.dh0.extent(2)),
+                                            static_cast<std::int64_t>(cp.dh0.extent(3))}));
   }
   ctxpar::cli::Json j = ctxpar::cli::Json::object();
   j["command"] = "chunkwise";
   j["family"] = s.family;
-  j["ranks"] = group.size();
+  j["ranks"] = ranks;
   j["tokens"] = T;
   j["sequences"] = static_cast<std::int64_t>(cu.size()) - 1;
   j["compose"] = s.compose;
@@ -321,27 +325,71 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
   ctxpar::cli::Json check = ctxpar::cli::Json::object();
   check["outputs_max_abs_diff"] = out_check.max_abs;
   check["outputs_relative_l2"] = out_check.relative_l2();
+  check["outputs_nonfinite"] = out_check.nonfinite.in_result;
+  check["outputs_nonfinite_pattern_equal"] = out_check.nonfinite.same_pattern();
   if (s.backward) {
     check["gradients_max_abs_diff"] = grad_check.max_abs;
     check["gradients_relative_l2"] = grad_check.relative_l2();
+    check["gradients_nonfinite"] = grad_check.nonfinite.in_result;
+    check["gradients_nonfinite_pattern_equal"] = grad_check.nonfinite.same_pattern();
   }
+  check["tolerance_relative_l2"] = Compare::tolerance;
+  const bool ok = out_check.ok() && (!s.backward || grad_check.ok());
+  check["passed"] = ok;
   j["check_vs_single_rank"] = check;
-  ctxpar::cli::write_json(group, dir + "chunkwise.json", j);
-  std::cout << "ctxpar chunkwise: " << s.family << " on " << group.size() << " rank(s), " << T
+  out.add("chunkwise.json", j);
+  std::cout << "ctxpar chunkwise: " << s.family << " on " << ranks << " rank(s), " << T
             << " tokens; vs single-rank: outputs rel L2 " << out_check.relative_l2();
   if (s.backward) std::cout << ", gradients rel L2 " << grad_check.relative_l2();
-  std::cout << "\n";
-  return 0;
+  std::cout << (ok ? " (ok)" : " (FAILED)") << "\n";
+  if (!out_check.nonfinite.same_pattern() || !grad_check.nonfinite.same_pattern())
+    std::cout
+        << "ctxpar chunkwise: NaN/Inf where the single-rank result has none, or the reverse\n";
+  return ok ? 0 : 1;
+}
+
+template <class Policy, class Scalar, class Backend>
+int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings& s,
+              std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu,
+              ctxpar::cli::OutputDir& out) {
+  const std::int64_t T = f.at("q").extent(0);
+  group.reset_traffic();
+  Pass<Policy, Scalar, Backend> cp;
+  cp.run(group, backend, s, f, cu);
+  if (group.rank() == s.perturb_rank && cp.o.extent(0) > 0) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cp.o);
+    h(0, 0, 0) += Scalar(1);
+    Kokkos::deep_copy(cp.o, h);
+  }
+  ctxpar::cli::Json traffic = ctxpar::cli::gather_traffic(group);
+  const auto o = gather_rows(group, cp.o, cp.rows, T);
+  std::map<std::string, std::vector<double>> grads;
+  if (s.backward) {
+    each_gradient(cp.grads, [&](const char* name, const char*, const auto& view) {
+      grads[name] = gather_rows(group, view, cp.rows, T);
+    });
+  }
+  auto fwd = ctxpar::cli::gather_seconds(group, cp.forward_seconds);
+  auto bwd = ctxpar::cli::gather_seconds(group, cp.backward_seconds);
+  int verdict = 0;
+  if (group.rank() == 0)
+    verdict = check_and_keep<Scalar>(group.size(), backend, s, f, cu, cp, o, grads, traffic, fwd,
+                                     bwd, out);
+  out.commit();
+  MPI_Bcast(&verdict, 1, MPI_INT, 0, group.mpi_comm());
+  return verdict;
 }
 
 template <class Scalar>
 int dispatch_policy(const ctxpar::Group& group, const Settings& s,
-                    std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
+                    std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu,
+                    ctxpar::cli::OutputDir& out) {
   const cw::BackendOptions options{s.chunk, s.scale};
   auto go = [&](const auto& backend) {
     using B = std::decay_t<decltype(backend)>;
-    return s.compose == "scan" ? run_typed<cw::ScanCompose, Scalar, B>(group, backend, s, f, cu)
-                               : run_typed<cw::GatherFold, Scalar, B>(group, backend, s, f, cu);
+    return s.compose == "scan"
+               ? run_typed<cw::ScanCompose, Scalar, B>(group, backend, s, f, cu, out)
+               : run_typed<cw::GatherFold, Scalar, B>(group, backend, s, f, cu, out);
   };
   if (s.family == "scalar") return go(cw::ScalarDecayBackend<Scalar, mem>(options));
   if (s.family == "diagonal") return go(cw::DiagonalGateBackend<Scalar, mem>(options));
@@ -382,6 +430,11 @@ std::map<std::string, NpyArray> read_files(const ctxpar::Group& group, const Set
                      K = q.rank() == 3 ? q.extent(2) : 0,
                      V = v.rank() >= 1 ? v.extent(v.rank() - 1) : 0, M = s.householder;
   chk.require(q.rank() == 3, "q.npy must be [T, H, K]", "3 dimensions", shape_text(q.shape()));
+  // Zero sizes are refused by the file that sets them, before the operator sees them.
+  chk.require(q.rank() != 3 || (T >= 1 && H >= 1 && K >= 1), "q.npy: T, H and K must be at least 1",
+              "[T, H, K] >= 1", shape_text(q.shape()));
+  chk.require(v.rank() == 0 || V >= 1, "v.npy: V (its last dimension) must be at least 1", ">= 1",
+              shape_text(v.shape()));
   const NpyArray* cu_file = f.count("cu_seqlens") ? &f.at("cu_seqlens") : nullptr;
   const std::int64_t N = cu_file && cu_file->rank() == 1 ? cu_file->extent(0) - 1 : 1;
   using Shape = std::vector<std::int64_t>;
@@ -399,6 +452,8 @@ std::map<std::string, NpyArray> read_files(const ctxpar::Group& group, const Set
       {"dht", {Shape{N, H, K, V}, "[N, H, K, V]"}}};
   const char* sizes =
       " (T, H, K from q.npy, V from v.npy, n_h from --householder, N from cu_seqlens.npy)";
+  chk.require(q.dtype() != ctxpar::cli::Dtype::int32, "q.npy must be float32 or float64",
+              "'<f4' or '<f8'", ctxpar::cli::descr(q.dtype()));
   for (const auto& [name, file] : f) {
     if (name == "cu_seqlens") {
       chk.require(
@@ -407,10 +462,12 @@ std::map<std::string, NpyArray> read_files(const ctxpar::Group& group, const Set
           std::string(ctxpar::cli::descr(file.dtype())) + " " + shape_text(file.shape()));
       continue;
     }
-    chk.require(file.dtype() == q.dtype() && file.dtype() != ctxpar::cli::Dtype::int32,
+    // q.npy sets the dtype, so its own dtype is checked before the others are compared with it:
+    // an int32 q.npy is blamed on q.npy, not on the first file that differs from it.
+    if (name == "q") continue;
+    chk.require(q.dtype() == ctxpar::cli::Dtype::int32 || file.dtype() == q.dtype(),
                 name + ".npy must have the dtype of q.npy (float32 or float64)",
                 ctxpar::cli::descr(q.dtype()), ctxpar::cli::descr(file.dtype()));
-    if (name == "q") continue;
     const auto& [shape, symbols] = expected.at(name);
     chk.require(file.shape() == shape, name + ".npy must be " + symbols + sizes, shape_text(shape),
                 shape_text(file.shape()));
@@ -447,7 +504,13 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
         "contiguous or zigzag", s.layout);
   usage(s.householder >= 1 && s.householder <= 3, "--householder must be 1, 2 or 3", "1..3",
         std::to_string(s.householder));
-  usage(s.chunk >= 1, "--chunk must be positive", ">= 1", std::to_string(s.chunk));
+  // The per-chunk C×C matrices grow with the square of the chunk: past 4096 they alone need
+  // 64 MiB per head and chunk, far beyond any useful chunk size.
+  usage(s.chunk >= 1 && s.chunk <= 4096, "--chunk must be in [1, 4096]", "1..4096",
+        std::to_string(s.chunk));
+  s.perturb_rank = args.get_in<int>("perturb-rank", -1, -1, group.size() - 1,
+                                    "names a rank that does not exist (-1: none)");
+  ctxpar::cli::OutputDir out(group, "ctxpar chunkwise", s.out);
 
   std::map<std::string, NpyArray> f;
   std::vector<std::int64_t> cu;
@@ -456,18 +519,14 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   } catch (const ctxpar::Error& e) {
     // The verdict is agreed: every rank reports it and returns, none is left in a collective.
     // One write per rank: the ranks print at the same moment, and piecewise output interleaves.
-    const std::string line = "ctxpar chunkwise: rank " + std::to_string(group.rank()) + " stops: " +
-                             e.what() + "\n";
+    const std::string line =
+        "ctxpar chunkwise: rank " + std::to_string(group.rank()) + " stops: " + e.what() + "\n";
     std::cerr << line << std::flush;
     return 2;
   }
-  if (::mkdir(s.out.c_str(), 0755) != 0 && !file_exists(s.out)) {
-    throw ctxpar::Error("ctxpar chunkwise", group.rank(), "cannot create --out",
-                        "a writable folder", s.out);
-  }
   if (f["q"].dtype() == ctxpar::cli::Dtype::float64)
-    return dispatch_policy<double>(group, s, f, cu);
-  return dispatch_policy<float>(group, s, f, cu);
+    return dispatch_policy<double>(group, s, f, cu, out);
+  return dispatch_policy<float>(group, s, f, cu, out);
 }
 
 // ---- the demo part: a gated delta rule CP run checked against the single-rank path --------------
@@ -560,9 +619,47 @@ bool demo_chunkwise(const ctxpar::Group& group, std::ostream& report) {
 
 }  // namespace
 
-CTXPAR_CLI_COMMAND("chunkwise",
-                   "chunkwise linear-attention / SSM context parallelism on .npy tensors",
-                   "--family F --in DIR --out DIR --householder M --compose C --layout L --chunk N "
-                   "--scale S --backward",
-                   run_chunkwise);
+CTXPAR_CLI_COMMAND(
+    "chunkwise", "chunkwise linear-attention / SSM context parallelism on .npy tensors",
+    "--family scalar|diagonal|gdn|gdp --in DIR --out DIR [--householder M] [--compose "
+    "gather|scan]\n"
+    "    [--layout contiguous|zigzag] [--chunk C] [--scale S] [--backward] [--perturb-rank R]\n\n"
+    "options [default]:\n"
+    "  --family F        scalar decay, diagonal gate, gdn (gated delta rule), gdp (gated delta\n"
+    "                    product) (required)\n"
+    "  --in DIR          directory of the input files below (required)\n"
+    "  --out DIR         output directory, created if absent (required)\n"
+    "  --householder M   gdp: householder copies n_h, 1..3 [1]\n"
+    "  --compose C       gather (all-gather and fold) or scan [gather]\n"
+    "  --layout L        contiguous or zigzag shards [contiguous]\n"
+    "  --chunk C         chunk length of the kernels, 1..4096 [64]\n"
+    "  --scale S         query scale, finite; 0 = 1/sqrt(K) [0]\n"
+    "  --backward        also the gradients [off]\n"
+    "  --perturb-rank R  test hook: corrupts one output value of rank R, so the check must fail;\n"
+    "                    -1 = none [-1]\n\n"
+    "input files in --in (C order, little-endian; T tokens, H heads, K key and V value dims):\n"
+    "  q.npy           [T, H, K]                 float32 or float64; sets the others' dtype\n"
+    "  k.npy           [T, H, K] (gdp [T, n_h, H, K])\n"
+    "  v.npy           [T, H, V] (gdp [T, n_h, H, V])\n"
+    "  g.npy           [T, H] log-decays (diagonal [T, H, K]); <= 0\n"
+    "  beta.npy        gdn [T, H], gdp [T, n_h, H]   (gdn and gdp only)\n"
+    "  cu_seqlens.npy  [N + 1] int32, optional: packed sequences, 0 = c_0 <= ... <= c_N = T [0, "
+    "T]\n"
+    "  h0.npy          [N, H, K, V], optional: initial states [zero]\n"
+    "  dout.npy        [T, H, V], optional: gradient of o for --backward [ones]\n"
+    "  dht.npy         [N, H, K, V], optional: gradient of the final states [zero]\n\n"
+    "output files in --out (written by rank 0 after the run, dtype of q):\n"
+    "  o.npy [T, H, V], ht.npy [N, H, K, V]; with --backward dq, dk, dv, dg, dbeta (.npy, shapes\n"
+    "  of q, k, v, g, beta) and dh0.npy [N, H, K, V]; chunkwise.json: sizes, times, traffic, the\n"
+    "  check: relative L2 of outputs and of gradients against single-rank <= 1e-4\n"
+    "\n"
+    "exit status: 0 the run passed its check; 1 the distributed result differs from the "
+    "single-rank\n"
+    "one (outputs are still written, with the verdict in the summary); 2 a bad option or input "
+    "file,\n"
+    "named in the message (nothing is written). Non-finite inputs are propagated as the "
+    "single-rank\n"
+    "operator propagates them: the check passes only when NaN/Inf appear in the same elements of\n"
+    "both results, and the summary counts them.\n",
+    run_chunkwise);
 CTXPAR_CLI_DEMO_PART("chunkwise", demo_chunkwise);

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,7 +30,9 @@
 #include "command.hpp"
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "json.hpp"
+#include "nonfinite.hpp"
 #include "npy.hpp"
+#include "output_dir.hpp"
 
 namespace {
 
@@ -94,7 +97,8 @@ std::vector<double> gather_natural(const ctxpar::Group& group, const std::vector
 }
 
 template <class Scalar, class HeadPolicy, class TokenOrder>
-Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, int chunk) {
+Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, int chunk,
+                  int perturb_rank) {
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
   const ch::GdpShape& s = in.shape;
   ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, in.tokens, in.cu,
@@ -126,6 +130,11 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   auto t0 = std::chrono::steady_clock::now();
   cp.forward(exec(), x, params, y, z, in.cu);
   exec().fence();
+  if (group.rank() == perturb_rank && rows > 0) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
+    h(0, 0) += Scalar(1);
+    Kokkos::deep_copy(y, h);
+  }
   out.forward_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (backward) {
@@ -150,19 +159,31 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
 
 template <class Scalar>
 Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag,
-                 bool backward, int chunk) {
+                 bool backward, int chunk, int perturb_rank = -1) {
+  const int r = perturb_rank;
   if (uneven) {
-    return zigzag ? run_layer<Scalar, ch::UnevenHeads, ch::Zigzag>(group, in, backward, chunk)
-                  : run_layer<Scalar, ch::UnevenHeads, ch::Contiguous>(group, in, backward, chunk);
+    return zigzag
+               ? run_layer<Scalar, ch::UnevenHeads, ch::Zigzag>(group, in, backward, chunk, r)
+               : run_layer<Scalar, ch::UnevenHeads, ch::Contiguous>(group, in, backward, chunk, r);
   }
-  return zigzag ? run_layer<Scalar, ch::EvenHeads, ch::Zigzag>(group, in, backward, chunk)
-                : run_layer<Scalar, ch::EvenHeads, ch::Contiguous>(group, in, backward, chunk);
+  return zigzag ? run_layer<Scalar, ch::EvenHeads, ch::Zigzag>(group, in, backward, chunk, r)
+                : run_layer<Scalar, ch::EvenHeads, ch::Contiguous>(group, in, backward, chunk, r);
 }
 
-double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+// The largest difference of the finite elements; NaN/Inf are compared by kind in `nonfinite`.
+double max_diff(const std::vector<double>& a, const std::vector<double>& b,
+                ctxpar::cli::NonFinite& nonfinite) {
+  nonfinite.add(a, b);
   double m = 0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    m = std::max(m, std::fabs(a[i] - b[i]));
+    if (std::isfinite(a[i]) && std::isfinite(b[i])) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+double max_abs(const std::vector<double>& a) {
+  double m = 0;
+  for (double v : a)
+    if (std::isfinite(v)) m = std::max(m, std::fabs(v));
   return m;
 }
 
@@ -186,10 +207,15 @@ bool file_exists(const std::string& path) {
 }
 
 // Runs the distributed layer and, on rank 0, the P = 1 layer; returns the JSON check record.
+// `passed` (rank 0) is the tool's verdict: every output and gradient within
+// 4·(T + P)·u·max(1, max|reference|) of the P = 1 layer — the forward moves the same per-head
+// arithmetic between ranks, the parameter gradients are sums over the T tokens reassociated across
+// P ranks — and NaN/Inf exactly where the P = 1 layer has them.
 template <class Scalar>
 Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag,
-                   bool backward, int chunk, Outputs& dist, std::map<std::string, double>& diffs) {
-  dist = dispatch<Scalar>(group, in, uneven, zigzag, backward, chunk);
+                   bool backward, int chunk, Outputs& dist, std::map<std::string, double>& diffs,
+                   bool* passed = nullptr, int perturb_rank = -1) {
+  dist = dispatch<Scalar>(group, in, uneven, zigzag, backward, chunk, perturb_rank);
   const Json traffic = ctxpar::cli::gather_traffic(group);
   std::int64_t formula = dist.formula_bytes;
   std::vector<std::int64_t> formulas(group.size());
@@ -200,17 +226,32 @@ Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bo
   if (group.rank() == 0) {
     const ctxpar::Group self(MPI_COMM_SELF);
     const Outputs single = dispatch<Scalar>(self, in, uneven, false, backward, chunk);
-    diffs["y"] = max_diff(dist.y, single.y);
-    diffs["z"] = max_diff(dist.z, single.z);
+    ctxpar::cli::NonFinite nonfinite;
+    const double u = std::numeric_limits<Scalar>::epsilon() / 2;
+    const double k = 4.0 * static_cast<double>(in.tokens + group.size()) * u;
+    bool ok = true;
+    auto compare = [&](const char* name, const std::vector<double>& got,
+                       const std::vector<double>& ref) {
+      diffs[name] = max_diff(got, ref, nonfinite);
+      ok = ok && diffs[name] <= k * std::max(1.0, max_abs(ref));
+    };
+    compare("y", dist.y, single.y);
+    compare("z", dist.z, single.z);
     if (backward) {
-      diffs["dx"] = max_diff(dist.dx, single.dx);
-      diffs["dconv_w"] = max_diff(dist.dw, single.dw);
-      diffs["dconv_b"] = max_diff(dist.db, single.db);
-      diffs["ddt_bias"] = max_diff(dist.ddt, single.ddt);
-      diffs["dA_log"] = max_diff(dist.dalog, single.dalog);
-      if (has_skip(in)) diffs["dD"] = max_diff(dist.dd, single.dd);
+      compare("dx", dist.dx, single.dx);
+      compare("dconv_w", dist.dw, single.dw);
+      compare("dconv_b", dist.db, single.db);
+      compare("ddt_bias", dist.ddt, single.ddt);
+      compare("dA_log", dist.dalog, single.dalog);
+      if (has_skip(in)) compare("dD", dist.dd, single.dd);
     }
+    ok = ok && nonfinite.same_pattern();
+    if (passed) *passed = ok;
     for (const auto& d : diffs) check["max_abs_diff_" + d.first] = d.second;
+    check["relative_bound"] = k;
+    check["nonfinite"] = nonfinite.in_result;
+    check["nonfinite_pattern_equal"] = nonfinite.same_pattern();
+    check["passed"] = ok;
     Json f = Json::array();
     for (std::int64_t v : formulas) f.push_back(v);
     check["alltoall_bytes_sent_formula_forward"] = f;
@@ -224,90 +265,112 @@ Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bo
 int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const std::string in_dir = args.get<std::string>("in"), out_dir = args.get<std::string>("out");
   Inputs in;
-  in.shape.nheads = args.get<int>("nheads");
-  in.shape.headdim = args.get<int>("headdim");
-  in.shape.ngroups = args.get<int>("ngroups");
-  in.shape.d_state = args.get<int>("dstate");
-  in.shape.householder = args.get<int>("householder");
-  in.shape.conv_width = args.get<int>("conv-width");
+  // Every size by its option's name: a zero would otherwise surface as an inconsistent channel
+  // section, and a huge one as an overflowing channel count.
+  const std::string size_why = "every size must be at least 1 (and at most 65536)";
+  for (const char* required :
+       {"nheads", "headdim", "ngroups", "dstate", "householder", "conv-width"})
+    (void)args.get<int>(required);
+  in.shape.nheads = args.get_in<int>("nheads", 0, 1, 65536, size_why);
+  in.shape.headdim = args.get_in<int>("headdim", 0, 1, 65536, size_why);
+  in.shape.ngroups = args.get_in<int>("ngroups", 0, 1, 65536, size_why);
+  in.shape.d_state = args.get_in<int>("dstate", 0, 1, 65536, size_why);
+  in.shape.householder = args.get_in<int>("householder", 0, 1, 64, size_why);
+  in.shape.conv_width = args.get_in<int>("conv-width", 0, 1, 1024, size_why);
+  args.require("ngroups", in.shape.nheads % in.shape.ngroups == 0,
+               "the key groups must divide the heads",
+               "a divisor of --nheads " + std::to_string(in.shape.nheads), in.shape.ngroups);
   const std::string layout = args.get<std::string>("layout", std::string("contiguous"));
   const bool uneven = args.has("uneven"), backward = args.has("backward");
-  const int chunk = args.get<int>("chunk", 64);
+  // The per-chunk C×C matrices grow with the square of the chunk (see ctxpar chunkwise).
+  const int chunk = args.get_in<int>("chunk", 64, 1, 4096);
+  const int perturb_rank = args.get_in<int>("perturb-rank", -1, -1, group.size() - 1,
+                                            "names a rank that does not exist (-1: none)");
   if (layout != "contiguous" && layout != "zigzag")
     throw ctxpar::cli::UsageError("ctxpar heads", -1, "--layout must be contiguous or zigzag",
                                   "contiguous|zigzag", layout);
+  ctxpar::cli::OutputDir out(group, "ctxpar heads", out_dir);
 
   const ch::GdpShape& s = in.shape;
-  const NpyArray x = ctxpar::cli::read_npy(in_dir + "/x.npy");
+  const std::string x_path = in_dir + "/x.npy";
+  const NpyArray x = ctxpar::cli::read_npy(x_path);
+  ctxpar::require_local(x.dtype() != ctxpar::cli::Dtype::int32, "ctxpar heads",
+                        x_path + " must be float32 or float64", "'<f4' or '<f8'",
+                        ctxpar::cli::descr(x.dtype()));
   const bool f32 = x.dtype() == ctxpar::cli::Dtype::float32;
-  ctxpar::require_local(x.rank() == 2, "ctxpar heads", "x.npy must be [T, C]", 2, x.rank());
+  ctxpar::require_local(x.rank() == 2, "ctxpar heads", x_path + " must be [T, C]", 2, x.rank());
   in.tokens = x.extent(0);
+  ctxpar::require_local(in.tokens >= 1, "ctxpar heads", x_path + " must hold at least one token",
+                        ">= 1 rows", in.tokens);
   const std::int64_t c = s.input_layout().channels();
   ctxpar::require_local(x.extent(1) == c, "ctxpar heads",
-                        "x.npy's channel count must match the layout [z | V | K | Q | b | a]", c,
-                        x.extent(1));
-  in.x = as_doubles(x, f32, "x.npy");
-  const NpyArray w = ctxpar::cli::read_npy(in_dir + "/conv_w.npy");
-  w.require_shape({s.conv_channels(), s.conv_width}, "conv_w.npy");
-  in.conv_w = as_doubles(w, f32, "conv_w.npy");
-  const NpyArray b = ctxpar::cli::read_npy(in_dir + "/conv_b.npy");
-  b.require_shape({s.conv_channels()}, "conv_b.npy");
-  in.conv_b = as_doubles(b, f32, "conv_b.npy");
-  const NpyArray dt = ctxpar::cli::read_npy(in_dir + "/dt_bias.npy");
-  dt.require_shape({s.nheads}, "dt_bias.npy");
-  in.dt = as_doubles(dt, f32, "dt_bias.npy");
-  const NpyArray al = ctxpar::cli::read_npy(in_dir + "/A_log.npy");
-  al.require_shape({s.nheads}, "A_log.npy");
-  in.alog = as_doubles(al, f32, "A_log.npy");
+                        x_path +
+                            "'s channel count must match the layout [z | V | K | Q | b | a] "
+                            "of --nheads, --headdim, --ngroups, --dstate, --householder",
+                        c, x.extent(1));
+  // Every file named by its path, dtype (that of x.npy) and shape.
+  auto read = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    const std::string path = in_dir + "/" + name;
+    const NpyArray a = ctxpar::cli::read_npy(path);
+    a.require_shape(shape, path);
+    return as_doubles(a, f32, path + " (dtype of x.npy)");
+  };
+  in.x = as_doubles(x, f32, x_path);
+  in.conv_w = read("conv_w.npy", {s.conv_channels(), s.conv_width});
+  in.conv_b = read("conv_b.npy", {s.conv_channels()});
+  in.dt = read("dt_bias.npy", {s.nheads});
+  in.alog = read("A_log.npy", {s.nheads});
   if (file_exists(in_dir + "/cu_seqlens.npy")) {
-    for (std::int32_t v :
-         ctxpar::cli::read_npy(in_dir + "/cu_seqlens.npy").values<std::int32_t>("cu_seqlens.npy"))
-      in.cu.push_back(v);
+    const std::string path = in_dir + "/cu_seqlens.npy";
+    const NpyArray cu = ctxpar::cli::read_npy(path);
+    ctxpar::require_local(cu.rank() == 1, "ctxpar heads", path + " must be int32 [N + 1]",
+                          "1 dimension", NpyArray::shape_text(cu.shape()));
+    for (std::int32_t v : cu.values<std::int32_t>(path)) in.cu.push_back(v);
   }
   if (file_exists(in_dir + "/D.npy")) {
-    const NpyArray d = ctxpar::cli::read_npy(in_dir + "/D.npy");
+    const std::string path = in_dir + "/D.npy";
+    const NpyArray d = ctxpar::cli::read_npy(path);
     const std::int64_t n = d.rank() == 1 ? d.extent(0) : -1;
     // [H] is per head; [H·d] per channel (D_has_hdim). With headdim 1 both read the same.
     ctxpar::require_local(n == s.nheads || n == s.d_inner(), "ctxpar heads",
-                          "D.npy must be [nheads] or [nheads·headdim]",
+                          path + " must be [nheads] or [nheads·headdim]",
                           std::to_string(s.nheads) + " or " + std::to_string(s.d_inner()),
-                          d.rank() == 1 ? std::to_string(n) : "rank " + std::to_string(d.rank()));
+                          NpyArray::shape_text(d.shape()));
     in.shape.skip = n == s.nheads ? ch::SkipTerm::per_head : ch::SkipTerm::per_channel;
-    in.d = as_doubles(d, f32, "D.npy");
+    in.d = as_doubles(d, f32, path + " (dtype of x.npy)");
   }
   if (file_exists(in_dir + "/dy.npy")) {
-    const NpyArray dy = ctxpar::cli::read_npy(in_dir + "/dy.npy");
-    dy.require_shape({in.tokens, s.d_inner()}, "dy.npy");
-    in.dy = as_doubles(dy, f32, "dy.npy");
+    in.dy = read("dy.npy", {in.tokens, s.d_inner()});
   } else {
     in.dy.assign(in.tokens * s.d_inner(), 1.0);
   }
 
   Outputs dist;
   std::map<std::string, double> diffs;
+  bool passed = true;
   Json check = f32 ? run_and_check<float>(group, in, uneven, layout == "zigzag", backward, chunk,
-                                          dist, diffs)
+                                          dist, diffs, &passed, perturb_rank)
                    : run_and_check<double>(group, in, uneven, layout == "zigzag", backward, chunk,
-                                           dist, diffs);
+                                           dist, diffs, &passed, perturb_rank);
   if (group.rank() == 0) {
-    auto write = [&](const std::string& name, const std::vector<double>& v,
-                     std::vector<std::int64_t> shape) {
+    auto keep = [&](const std::string& name, const std::vector<double>& v,
+                    std::vector<std::int64_t> shape) {
       if (f32) {
-        std::vector<float> f(v.begin(), v.end());
-        ctxpar::cli::write_npy(out_dir + "/" + name, f.data(), shape);
+        out.add(name,
+                NpyArray::from_values(std::move(shape), std::vector<float>(v.begin(), v.end())));
       } else {
-        ctxpar::cli::write_npy(out_dir + "/" + name, v.data(), shape);
+        out.add(name, NpyArray::from_values(std::move(shape), v));
       }
     };
-    write("y.npy", dist.y, {in.tokens, s.d_inner()});
-    write("z.npy", dist.z, {in.tokens, s.d_inner()});
+    keep("y.npy", dist.y, {in.tokens, s.d_inner()});
+    keep("z.npy", dist.z, {in.tokens, s.d_inner()});
     if (backward) {
-      write("dx.npy", dist.dx, {in.tokens, c});
-      write("dconv_w.npy", dist.dw, {s.conv_channels(), s.conv_width});
-      write("dconv_b.npy", dist.db, {s.conv_channels()});
-      write("ddt_bias.npy", dist.ddt, {s.nheads});
-      write("dA_log.npy", dist.dalog, {s.nheads});
-      if (has_skip(in)) write("dD.npy", dist.dd, {s.skip_size()});
+      keep("dx.npy", dist.dx, {in.tokens, c});
+      keep("dconv_w.npy", dist.dw, {s.conv_channels(), s.conv_width});
+      keep("dconv_b.npy", dist.db, {s.conv_channels()});
+      keep("ddt_bias.npy", dist.ddt, {s.nheads});
+      keep("dA_log.npy", dist.dalog, {s.nheads});
+      if (has_skip(in)) keep("dD.npy", dist.dd, {s.skip_size()});
     }
   }
   Json summary = Json::object();
@@ -326,8 +389,15 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   summary["packed_sequences"] = static_cast<std::int64_t>(in.cu.empty() ? 1 : in.cu.size() - 1);
   summary["dtype"] = f32 ? "float32" : "float64";
   summary["check_against_single_rank"] = check;
-  ctxpar::cli::write_json(group, out_dir + "/heads.json", summary);
-  return 0;
+  out.add("heads.json", summary);
+  out.commit();
+  int verdict = passed ? 0 : 1;
+  MPI_Bcast(&verdict, 1, MPI_INT, 0, group.mpi_comm());
+  if (group.rank() == 0)
+    std::cout << "ctxpar heads: " << group.size() << " rank(s), " << in.tokens
+              << " tokens; vs P = 1: " << (passed ? "within bounds (ok)" : "DIFFERS (FAILED)")
+              << " (see " << out_dir << "/heads.json)" << std::endl;
+  return verdict;
 }
 
 // Demo: a GDP layer (M = 2, ngroups = 1 < P when P > 1, packed sequences, zigzag, a per-head skip
@@ -377,7 +447,48 @@ bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
 
 CTXPAR_CLI_COMMAND(
     "heads", "head-partitioned (all-to-all) context parallelism for a Gated Delta Product layer",
-    "--in DIR --out DIR --nheads H --headdim d --ngroups G --dstate N --householder M --conv-width "
-    "w --layout L --uneven --backward --chunk C (optional D.npy in DIR: the skip term, dD.npy out)",
+    "--in DIR --out DIR --nheads H --headdim d --ngroups G --dstate N --householder M\n"
+    "    --conv-width w [--layout contiguous|zigzag] [--uneven] [--backward] [--chunk C]\n"
+    "    [--perturb-rank R]\n\n"
+    "options [default]:\n"
+    "  --in DIR          directory of the input files below (required)\n"
+    "  --out DIR         output directory, created if absent (required)\n"
+    "  --nheads H        heads, 1..65536 (required)\n"
+    "  --headdim d       value channels per head, 1..65536 (required)\n"
+    "  --ngroups G       key groups, divides H (required)\n"
+    "  --dstate N        key channels per group, 1..65536 (required)\n"
+    "  --householder M   householder copies, 1..64 (required)\n"
+    "  --conv-width w    causal conv width, 1..1024 (required)\n"
+    "  --layout L        contiguous or zigzag token shards [contiguous]\n"
+    "  --uneven          UnevenHeads (heads not divisible by the ranks) [EvenHeads]\n"
+    "  --backward        also the gradients [off]\n"
+    "  --chunk C         chunk length of the kernels, 1..4096 [64]\n"
+    "  --perturb-rank R  test hook: corrupts one output value of rank R, so the check must fail;\n"
+    "                    -1 = none [-1]\n\n"
+    "input files in --in (C order, little-endian; C = H·d·(M + 1) + G·N·(M + 1) + H·(M + 1),\n"
+    "C_conv = H·d·M + G·N·(M + 1)):\n"
+    "  x.npy           [T, C] input projection [z | V | K | Q | b | a], float32 or float64;\n"
+    "                  sets the others' dtype\n"
+    "  conv_w.npy      [C_conv, w]\n"
+    "  conv_b.npy      [C_conv]\n"
+    "  dt_bias.npy     [H]\n"
+    "  A_log.npy       [H]\n"
+    "  cu_seqlens.npy  [N + 1] int32, optional: packed sequences ending at T [one sequence]\n"
+    "  D.npy           [H] or [H·d], optional: skip term per head or per channel [none]\n"
+    "  dy.npy          [T, H·d], optional: gradient of y for --backward [ones]\n\n"
+    "output files in --out (written by rank 0 after the run, dtype of x):\n"
+    "  y.npy, z.npy [T, H·d]; with --backward dx.npy [T, C], dconv_w.npy [C_conv, w],\n"
+    "  dconv_b.npy [C_conv], ddt_bias.npy [H], dA_log.npy [H], dD.npy (shape of D.npy, when\n"
+    "  given); heads.json: shape, bytes per rank against the formula, times, the check: every\n"
+    "  output within 4·(T + P)·u·max(1, max|P = 1 value|) of the P = 1 layer\n"
+    "\n"
+    "exit status: 0 the run passed its check; 1 the distributed result differs from the "
+    "single-rank\n"
+    "one (outputs are still written, with the verdict in the summary); 2 a bad option or input "
+    "file,\n"
+    "named in the message (nothing is written). Non-finite inputs are propagated as the "
+    "single-rank\n"
+    "operator propagates them: the check passes only when NaN/Inf appear in the same elements of\n"
+    "both results, and the summary counts them.\n",
     run_heads);
 CTXPAR_CLI_DEMO_PART("heads", demo_heads);

@@ -360,6 +360,10 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     loss.error = std::fabs(d.loss - r.loss);
     loss.bound = 64.0 * p * std::ldexp(1.0, -24) * std::fabs(r.loss);
     loss.ok = loss.error <= loss.bound;
+    // NaN compares false, so a non-finite loss already fails the check; say what causes it.
+    if (root && !std::isfinite(r.loss))
+      report << "the single-rank loss is not finite at step " << step
+             << ": the weights diverged (a smaller --lr keeps them finite)\n";
 
     auto tally = [&](const Check& c) {
       ++checks;
@@ -581,7 +585,26 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   s.lr = args.get<double>("lr", s.lr);
   s.json = args.get("json", "");
   s.progress = !args.has("quiet");
-  s.perturb_rank = args.get<int>("perturb-rank", -1);
+  s.perturb_rank = args.get_in<int>("perturb-rank", -1, -1, world.size() - 1,
+                                    "names a rank that does not exist (-1: none)");
+  args.require("lr", s.lr >= 0, "the learning rate must be >= 0", ">= 0", s.lr);
+  // Each size by its option's name; the upper bounds keep a typo from asking for terabytes.
+  args.require("length", c.length >= 1 && c.length <= (std::int64_t(1) << 22),
+               "the sequence length must be in [1, 4194304]", "1..4194304", c.length);
+  args.require("model-dim", c.model_dim >= 1 && c.model_dim <= 4096,
+               "the model width must be in [1, 4096]", "1..4096", c.model_dim);
+  args.require("heads", c.heads >= 1 && c.heads <= 256, "the heads must be in [1, 256]", "1..256",
+               c.heads);
+  args.require("kv-heads", c.kv_heads >= 1 && c.kv_heads <= 256,
+               "the key/value heads must be in [1, 256]", "1..256", c.kv_heads);
+  args.require("head-dim", c.head_dim >= 2 && c.head_dim <= 1024 && c.head_dim % 2 == 0,
+               "the head dimension must be even (RoPE pairs) and in [2, 1024]", "2, 4, ..., 1024",
+               c.head_dim);
+  args.require("householder", c.householder >= 1 && c.householder <= 16,
+               "the householder copies must be in [1, 16]", "1..16", c.householder);
+  args.require("groups", c.groups >= 1 && c.heads % c.groups == 0,
+               "the key groups must divide --heads", "a divisor of " + std::to_string(c.heads),
+               c.groups);
   const std::string op = "ctxpar hybrid";
   auto usage = [&](bool ok, const std::string& what, const std::string& expected,
                    const std::string& actual) {
@@ -589,10 +612,6 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   };
   usage(c.length >= 1, "--length must be positive", ">= 1", std::to_string(c.length));
   usage(c.chunk >= 1, "--chunk must be positive", ">= 1", std::to_string(c.chunk));
-  usage(c.model_dim >= 1 && c.heads >= 1 && c.kv_heads >= 1 && c.head_dim >= 2,
-        "sizes must be positive (head dim even, >= 2)", "positive", "a zero or negative size");
-  usage(c.head_dim % 2 == 0, "--head-dim must be even (RoPE pairs)", "even",
-        std::to_string(c.head_dim));
   usage(c.heads % c.kv_heads == 0, "--heads must be a multiple of --kv-heads",
         "a multiple of " + std::to_string(c.kv_heads), std::to_string(c.heads));
   usage(c.window >= 0, "--window must be >= 0 (0 = unlimited)", ">= 0", std::to_string(c.window));
@@ -631,17 +650,37 @@ bool demo_hybrid(const Group& group, std::ostream& report) {
 
 }  // namespace
 
-CTXPAR_CLI_COMMAND("hybrid",
-                   "hybrid stack (SWA + Gated DeltaNet + Gated Delta Product) across ranks, "
-                   "checked against one rank",
-                   "[--length L] [--model-dim D] [--heads H] [--kv-heads H] [--head-dim D] "
-                   "[--window W] [--chunk T] "
-                   "[--swa-policy allgather|rope-after|halo] [--gdn-policy gather|scan] "
-                   "[--head-policy even|uneven] "
-                   "[--householder M] [--groups G] [--layout contiguous|zigzag] [--packed "
-                   "[--documents N]] [--steps S] "
-                   "[--lr X] [--json FILE] [--quiet] [--perturb-rank R (test hook: corrupts one "
-                   "value of rank R's GDN output, "
-                   "so the checks must fail)]",
-                   run_hybrid_command);
+CTXPAR_CLI_COMMAND(
+    "hybrid",
+    "hybrid stack (SWA + Gated DeltaNet + Gated Delta Product) across ranks, checked against one "
+    "rank",
+    "[--length L] [--model-dim D] [--heads H] [--kv-heads H] [--head-dim D] [--window W]\n"
+    "    [--chunk T] [--swa-policy P] [--gdn-policy P] [--head-policy P] [--householder M]\n"
+    "    [--groups G] [--layout L] [--packed [--documents N]] [--steps S] [--lr X] [--json FILE]\n"
+    "    [--quiet] [--perturb-rank R]\n\n"
+    "options [default]:\n"
+    "  --length L        tokens, 1..4194304 [2048]\n"
+    "  --model-dim D     residual width, 1..4096 [32]\n"
+    "  --heads H         heads of every layer, 1..256 [4]\n"
+    "  --kv-heads H      SWA key/value heads, divides --heads [2]\n"
+    "  --head-dim D      head dimension, even, 2..1024 [16]\n"
+    "  --window W        SWA window, 0 = unlimited [256]\n"
+    "  --chunk T         SWA stream chunk, >= 1 [L/4]\n"
+    "  --swa-policy P    allgather, rope-after or halo [allgather]\n"
+    "  --gdn-policy P    gather or scan [gather]\n"
+    "  --head-policy P   even or uneven [uneven]\n"
+    "  --householder M   GDP householder copies, 1..16 [2]\n"
+    "  --groups G        GDP key groups, divides --heads [1]\n"
+    "  --layout L        contiguous or zigzag [contiguous]\n"
+    "  --packed          several documents in the sequence [one]\n"
+    "  --documents N     with --packed: documents, 1..L [3]\n"
+    "  --steps S         SGD steps, >= 1 [3]\n"
+    "  --lr X            learning rate, finite, >= 0 [0.5]\n"
+    "  --json FILE       also write the results as JSON (rank 0) [none]\n"
+    "  --quiet           no progress lines [progress]\n"
+    "  --perturb-rank R  test hook: corrupts one value of rank R's GDN output, so the checks must\n"
+    "                    fail; -1 = none [-1]\n\n"
+    "no input files; the inputs are generated. exit status: 0 every check passed; 1 a check\n"
+    "failed (a NaN or Inf anywhere fails it); 2 a bad option, named in the message.\n",
+    run_hybrid_command);
 CTXPAR_CLI_DEMO_PART("hybrid", demo_hybrid);

@@ -17,7 +17,9 @@
 #include "command.hpp"
 #include "ctxpar/swa/swa.hpp"
 #include "json.hpp"
+#include "nonfinite.hpp"
 #include "npy.hpp"
+#include "output_dir.hpp"
 
 namespace {
 
@@ -219,27 +221,39 @@ StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& 
 }
 
 template <class Scalar>
-int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const std::string& in,
-              const std::string& out, std::int64_t window, std::int64_t step,
-              const std::string& policy, const std::string& layout, double base, bool backward,
-              bool check) {
+int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const std::string& in,
+              std::int64_t window, std::int64_t step, const std::string& policy,
+              const std::string& layout, double base, bool backward, bool check) {
   Stream<Scalar> s;
   // Qualified calls, no block-scope using-declaration: hipcc (clang) otherwise treats the results
   // as dependent inside this template and rejects `q.values<Scalar>`.
   const auto q = ctxpar::cli::read_npy(in + "/q.npy");
   const auto k = ctxpar::cli::read_npy(in + "/k.npy");
   const auto v = ctxpar::cli::read_npy(in + "/v.npy");
-  ctxpar::require_local(q.rank() == 3 && k.rank() == 3, "ctxpar swa",
-                        "q.npy and k.npy must be [T, heads, D]", 3, q.rank());
+  for (const auto* file : {&q, &k}) {
+    const std::string name = in + (file == &q ? "/q.npy" : "/k.npy");
+    ctxpar::require_local(file->rank() == 3, "ctxpar swa", name + " must be [T, heads, D]",
+                          "3 dimensions", ctxpar::cli::NpyArray::shape_text(file->shape()));
+    // An empty stream or a zero-sized head is refused here, by file: the operator would only
+    // report an inconsistent section or write empty outputs.
+    ctxpar::require_local(file->extent(0) >= 1 && file->extent(1) >= 1 && file->extent(2) >= 1,
+                          "ctxpar swa", name + ": every dimension must be at least 1",
+                          "T, heads, D >= 1", ctxpar::cli::NpyArray::shape_text(file->shape()));
+  }
   s.tokens = q.extent(0);
   s.hq = q.extent(1);
   s.hkv = k.extent(1);
   s.dim = q.extent(2);
+  ctxpar::require_local(s.hq % s.hkv == 0, "ctxpar swa",
+                        in + "/q.npy's heads must be a multiple of " + in + "/k.npy's heads",
+                        "a multiple of " + std::to_string(s.hkv), s.hq);
   k.require_shape({s.tokens, s.hkv, s.dim}, in + "/k.npy");
   v.require_shape({s.tokens, s.hkv, s.dim}, in + "/v.npy");
+  // q.npy sets the dtype: another file that differs is named together with q.npy.
+  const std::string same = " (which must have the dtype of q.npy)";
   s.q = q.values<Scalar>(in + "/q.npy");
-  s.k = k.values<Scalar>(in + "/k.npy");
-  s.v = v.values<Scalar>(in + "/v.npy");
+  s.k = k.values<Scalar>(in + "/k.npy" + same);
+  s.v = v.values<Scalar>(in + "/v.npy" + same);
   namespace fs = std::filesystem;
   if (fs::exists(in + "/pos.npy")) {
     const auto pos = ctxpar::cli::read_npy(in + "/pos.npy");
@@ -257,26 +271,23 @@ int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const s
   if (given_dout) {
     const auto d = ctxpar::cli::read_npy(in + "/dout.npy");
     d.require_shape({s.tokens, s.hq, s.dim}, in + "/dout.npy");
-    s.dout = d.values<Scalar>(in + "/dout.npy");
+    s.dout = d.values<Scalar>(in + "/dout.npy" + same);
   } else {
     s.dout.assign(s.q.size(), Scalar(1));
   }
-  (void)args;
-  if (step <= 0) step = std::max<std::int64_t>(s.tokens, 1);
+  if (step == 0) step = s.tokens;
   ctxpar::swa::Options o;
   o.window = window;
   o.rope_base = base;
   group.reset_traffic();
   const auto result = run_policy(policy, group, s, step, o, backward, layout);
   const ctxpar::cli::Json traffic = ctxpar::cli::gather_traffic(group);
-  if (group.rank() == 0) {
-    fs::create_directories(out);
-    ctxpar::cli::write_npy(out + "/out.npy", result.out.data(), {s.tokens, s.hq, s.dim});
-    if (backward) {
-      ctxpar::cli::write_npy(out + "/dq.npy", result.dq.data(), {s.tokens, s.hq, s.dim});
-      ctxpar::cli::write_npy(out + "/dk.npy", result.dk.data(), {s.tokens, s.hkv, s.dim});
-      ctxpar::cli::write_npy(out + "/dv.npy", result.dv.data(), {s.tokens, s.hkv, s.dim});
-    }
+  using ctxpar::cli::NpyArray;
+  out_dir.add("out.npy", NpyArray::from_values({s.tokens, s.hq, s.dim}, result.out));
+  if (backward) {
+    out_dir.add("dq.npy", NpyArray::from_values({s.tokens, s.hq, s.dim}, result.dq));
+    out_dir.add("dk.npy", NpyArray::from_values({s.tokens, s.hkv, s.dim}, result.dk));
+    out_dir.add("dv.npy", NpyArray::from_values({s.tokens, s.hkv, s.dim}, result.dv));
   }
   ctxpar::cli::Json summary = ctxpar::cli::Json::object();
   summary["command"] = "swa";
@@ -307,6 +318,19 @@ int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const s
   if (check && group.rank() == 0) {
     const auto single = single_run(s, step, o, backward);
     ctxpar::cli::Json c = ctxpar::cli::Json::object();
+    // Bitwise equality already requires the same NaN/Inf pattern in the output; the gradients,
+    // compared by their difference, must have the same pattern too (a NaN difference would
+    // otherwise hide in the maximum).
+    ctxpar::cli::NonFinite out_nf, grad_nf;
+    out_nf.add(result.out, single.out);
+    if (backward) {
+      grad_nf.add(result.dq, single.dq);
+      grad_nf.add(result.dk, single.dk);
+      grad_nf.add(result.dv, single.dv);
+    }
+    c["out_nonfinite"] = out_nf.in_result;
+    c["gradients_nonfinite"] = grad_nf.in_result;
+    c["gradients_nonfinite_pattern_equal"] = grad_nf.same_pattern();
     c["out_bitwise_equal"] = bitwise(result.out, single.out);
     c["out_max_relative_difference"] = max_relative(result.out, single.out);
     if (backward) {
@@ -315,12 +339,17 @@ int run_typed(const ctxpar::cli::Args& args, const ctxpar::Group& group, const s
       c["dv_max_relative_difference"] = max_relative(result.dv, single.dv);
     }
     summary["check_against_single_rank"] = c;
-    ok = bitwise(result.out, single.out);
+    ok = bitwise(result.out, single.out) && grad_nf.same_pattern();
+    summary["passed"] = ok;
   }
+  out_dir.add("summary.json", summary);
+  out_dir.commit();
   if (group.rank() == 0) {
-    ctxpar::cli::write_json(group, out + "/summary.json", summary);
     summary.dump(std::cout, 2);
     std::cout << "\n";
+    if (!ok)
+      std::cerr << "ctxpar swa: the distributed result differs from the single-rank one (see "
+                << out_dir.path() << "/summary.json)" << std::endl;
   }
   int verdict = ok ? 0 : 1;
   MPI_Bcast(&verdict, 1, MPI_INT, 0, group.mpi_comm());
@@ -335,6 +364,9 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const auto policy = args.get("policy", "allgather");
   const auto layout = args.get("layout", "segments");
   const auto base = args.get<double>("rope-base", 10000.0);
+  args.require("chunk", step >= 0, "the step must be >= 0 (0: the whole stream in one step)",
+               ">= 0", step);
+  args.require("rope-base", base > 0, "the RoPE base must be positive", "> 0", base);
   const bool backward = args.has("backward");
   const bool check = !args.has("no-check");
   if (policy != "allgather" && policy != "rope-after" && policy != "halo")
@@ -346,12 +378,15 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   if (window < 0)
     throw ctxpar::cli::UsageError("ctxpar swa", -1, "--window must be >= 0", ">= 0",
                                   std::to_string(window));
+  ctxpar::cli::OutputDir out_dir(group, "ctxpar swa", out);
   const auto q = ctxpar::cli::read_npy(in + "/q.npy");
+  ctxpar::require_local(q.dtype() != ctxpar::cli::Dtype::int32, "ctxpar swa",
+                        in + "/q.npy must be float32 or float64", "'<f4' or '<f8'",
+                        ctxpar::cli::descr(q.dtype()));
   if (q.dtype() == ctxpar::cli::Dtype::float64)
-    return run_typed<double>(args, group, in, out, window, step, policy, layout, base, backward,
+    return run_typed<double>(group, out_dir, in, window, step, policy, layout, base, backward,
                              check);
-  return run_typed<float>(args, group, in, out, window, step, policy, layout, base, backward,
-                          check);
+  return run_typed<float>(group, out_dir, in, window, step, policy, layout, base, backward, check);
 }
 
 /// The demo: a packed stream of 64 tokens (two documents, positions with gaps) in 13 steps of
@@ -400,7 +435,37 @@ bool demo_swa(const ctxpar::Group& group, std::ostream& report) {
 
 CTXPAR_CLI_COMMAND(
     "swa", "streamed sliding-window attention over .npy tensors, context parallel across the ranks",
-    "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo] "
-    "[--layout segments|whole-axis] [--rope-base B] [--backward] [--no-check]",
+    "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo]\n"
+    "    [--layout segments|whole-axis] [--rope-base B] [--backward] [--no-check]\n\n"
+    "options [default]:\n"
+    "  --in DIR         directory of the input files below (required)\n"
+    "  --out DIR        output directory, created if absent (required)\n"
+    "  --window W       sliding window in tokens, 0 = unlimited [0]\n"
+    "  --chunk t        tokens per streamed step, >= 0; 0 = the whole stream in one step [0]\n"
+    "  --policy P       allgather (RoPE before the gather), rope-after or halo [allgather]\n"
+    "  --layout L       segments or whole-axis shards of each step [segments]\n"
+    "  --rope-base B    RoPE base, finite and > 0 [10000]\n"
+    "  --backward       also the gradients, through every step [off]\n"
+    "  --no-check       skip the single-rank check on rank 0 [check]\n\n"
+    "input files in --in (C order, little-endian):\n"
+    "  q.npy      [T, Hq, D]   float32 or float64; sets the dtype of k, v, dout\n"
+    "  k.npy      [T, Hkv, D]  Hq a multiple of Hkv\n"
+    "  v.npy      [T, Hkv, D]\n"
+    "  pos.npy    [T] int32    optional: RoPE positions [0, 1, ..., T-1]\n"
+    "  seq.npy    [T] int32    optional: sequence ids of packed documents [one sequence]\n"
+    "  dout.npy   [T, Hq, D]   optional: gradient of out for --backward [ones]\n\n"
+    "output files in --out (written by rank 0 after the run):\n"
+    "  out.npy [T, Hq, D]; with --backward dq.npy [T, Hq, D], dk.npy and dv.npy [T, Hkv, D]\n"
+    "  (dtype of q); summary.json: sizes, times per step, traffic per rank, the check:\n"
+    "  the forward must be bitwise equal to the single-rank stream\n"
+    "\n"
+    "exit status: 0 the run passed its check; 1 the distributed result differs from the "
+    "single-rank\n"
+    "one (outputs are still written, with the verdict in the summary); 2 a bad option or input "
+    "file,\n"
+    "named in the message (nothing is written). Non-finite inputs are propagated as the "
+    "single-rank\n"
+    "operator propagates them: the check passes only when NaN/Inf appear in the same elements of\n"
+    "both results, and the summary counts them.\n",
     run_swa)
 CTXPAR_CLI_DEMO_PART("swa", demo_swa)

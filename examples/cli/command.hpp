@@ -17,9 +17,11 @@
 //                        "--q FILE [--length N] [--zigzag]", run_swa);
 //
 //   * `name` is what the user types after `ctxpar`; `summary` is one line for `ctxpar --help`;
-//     `usage` lists the options. Every `--option` spelled in `usage` is an allowed option, and
-//     nothing else is (plus `--help`): the tool rejects an unknown option before the command runs,
-//     with the same ctxpar::Error on every rank (argv is identical on every rank under mpirun).
+//     `usage` is the synopsis, then (after a blank line) each option with its default and each
+//     input and output file with its shape and dtype: `ctxpar <name> --help` prints it. Every
+//     `--option` spelled in `usage` is an allowed option, and nothing else is (plus `--help`): the
+//     tool rejects an unknown option before the command runs, with the same ctxpar::Error on every
+//     rank (argv is identical on every rank under mpirun).
 //   * `fn` runs on every rank with the parsed options and a Group over MPI_COMM_WORLD (MPI and
 //     Kokkos are initialised). Its return value is the exit status of that rank.
 //   * Options: `--key value`, `--key=value`, or `--flag`. A token after `--key` that does not
@@ -57,6 +59,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -147,6 +150,25 @@ class Args {
     return it == values_.end() ? fallback : convert<T>(key, it->second);
   }
 
+  /// The optional option `--key` as a `T` in `[lo, hi]`, or `fallback` when absent. Throws a
+  /// `UsageError` naming the option when it is out of range; `why` says what the range protects.
+  template <class T>
+  T get_in(const std::string& key, const T& fallback, const T& lo, const T& hi,
+           const std::string& why = "") const {
+    const T value = get<T>(key, fallback);
+    require(key, value >= lo && value <= hi, why.empty() ? "out of range" : why,
+            "a value in [" + impl::to_text(lo) + ", " + impl::to_text(hi) + "]", value);
+    return value;
+  }
+
+  /// Throws a `UsageError` naming `--key` unless `ok`: for checks of an option's value that need
+  /// more than a range (a rank that must exist, a size that must divide another).
+  template <class Expected, class Actual>
+  void require(const std::string& key, bool ok, const std::string& condition,
+               const Expected& expected, const Actual& actual) const {
+    if (!ok) fail("--" + key + ": " + condition, impl::to_text(expected), impl::to_text(actual));
+  }
+
   /// Overload so that `get<std::string>("k", "text")` works with a string literal.
   std::string get(const std::string& key, const char* fallback) const {
     return get<std::string>(key, std::string(fallback));
@@ -221,8 +243,11 @@ class Args {
       errno = 0;
       char* end = nullptr;
       const double parsed = std::strtod(s.c_str(), &end);
-      if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE) {
-        fail("option --" + key + " must be a number", "a finite number", s);
+      // strtod accepts "nan" and "inf": a non-finite option value (a scale, a RoPE base, a
+      // learning rate) only turns every output into NaN, so it is refused here, by name.
+      if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(parsed) ||
+          !std::isfinite(static_cast<T>(parsed))) {
+        fail("option --" + key + " must be a finite number", "a finite number", s);
       }
       return static_cast<T>(parsed);
     } else {
@@ -353,8 +378,8 @@ inline void print_help(std::ostream& out) {
 
 /// Writes one subcommand's usage.
 inline void print_usage(std::ostream& out, const Command& c) {
-  out << "usage: mpirun -np P ctxpar " << c.name << " " << full_usage(c) << "\n\n"
-      << c.summary << "\n";
+  out << "ctxpar " << c.name << ": " << c.summary << "\n\nusage: mpirun -np P ctxpar " << c.name
+      << " " << full_usage(c) << "\n";
 }
 
 /// What the tool was asked to do: show help (`command == nullptr` or `help`), or run `command`.

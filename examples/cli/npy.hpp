@@ -10,11 +10,13 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <sys/stat.h>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -209,12 +211,19 @@ inline std::vector<std::int64_t> parse_shape(const std::string& path, const std:
 
 /// Reads a `.npy` file. Throws `ctxpar::Error` on an unsupported or malformed file.
 inline NpyArray read_npy(const std::string& path) {
+  // A directory opens as a stream on Linux and then reads as zero bytes, and a FIFO would block:
+  // only a regular file is read, and anything else is named for what it is.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    impl::npy_fail(path, "cannot open the file", "a readable .npy file", "no such file");
+  if (S_ISDIR(st.st_mode)) impl::npy_fail(path, "is a directory", "a .npy file", "a directory");
+  if (!S_ISREG(st.st_mode))
+    impl::npy_fail(path, "is not a regular file", "a .npy file", "a special file");
   std::ifstream in(path, std::ios::binary);
-  if (!in)
-    impl::npy_fail(path, "cannot open the file", "a readable .npy file",
-                   "no such file or no access");
+  if (!in) impl::npy_fail(path, "cannot open the file", "a readable .npy file", "no access");
   const std::vector<char> file((std::istreambuf_iterator<char>(in)),
                                std::istreambuf_iterator<char>());
+  if (file.empty()) impl::npy_fail(path, "empty file", "a .npy file", "0 bytes");
   const std::string magic = "\x93NUMPY";
   if (file.size() < 10 || std::string(file.data(), 6) != magic) {
     impl::npy_fail(path, "not a .npy file (bad magic string)", "\\x93NUMPY", "other bytes");
@@ -263,8 +272,21 @@ inline NpyArray read_npy(const std::string& path) {
     impl::npy_fail(path, "malformed shape", "a tuple", shape_text);
   }
   std::vector<std::int64_t> shape = impl::parse_shape(path, shape_text);
+  // The element count of a hostile header can wrap around; no real file holds 2^62 bytes, so a
+  // byte count past that is refused before it is compared with the file's size.
+  constexpr std::int64_t max_bytes = std::int64_t(1) << 62;
+  const auto esize = static_cast<std::int64_t>(element_size(dtype));
   std::int64_t count = 1;
-  for (auto e : shape) count *= e;
+  bool zero = false;
+  for (auto e : shape) zero = zero || e == 0;
+  for (auto e : shape) {
+    if (zero) break;
+    if (count > max_bytes / esize / e)
+      impl::npy_fail(path, "the shape's byte count overflows", "at most 2^62 data bytes",
+                     shape_text);
+    count *= e;
+  }
+  if (zero) count = 0;
   const std::size_t data_begin = offset + header_len;
   const std::size_t expected = static_cast<std::size_t>(count) * element_size(dtype);
   if (file.size() - data_begin < expected) {
@@ -281,8 +303,8 @@ inline NpyArray read_npy(const std::string& path) {
       std::vector<char>(file.begin() + static_cast<std::ptrdiff_t>(data_begin), file.end()));
 }
 
-/// Writes `array` to `path` (version 1.0, or 2.0 if the header needs it). Throws on an I/O error.
-inline void write_npy(const std::string& path, const NpyArray& array) {
+/// Writes `array` in the `.npy` format to `out` (version 1.0, or 2.0 if the header needs it).
+inline void write_npy(std::ostream& out, const NpyArray& array) {
   std::string dict = std::string("{'descr': '") + descr(array.dtype()) +
                      "', 'fortran_order': False, 'shape': " + NpyArray::shape_text(array.shape()) +
                      ", }";
@@ -300,9 +322,6 @@ inline void write_npy(const std::string& path, const NpyArray& array) {
     major = 2;
     header = pad_to(12);
   }
-  std::ofstream out(path, std::ios::binary);
-  require_local(static_cast<bool>(out), "ctxpar::cli::write_npy",
-                path + ": cannot open for writing", "a writable path", "open failed");
   out.write("\x93NUMPY", 6);
   out.put(static_cast<char>(major));
   out.put(0);
@@ -311,6 +330,14 @@ inline void write_npy(const std::string& path, const NpyArray& array) {
   for (int i = 0; i < len_bytes; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xff));
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(array.bytes().data(), static_cast<std::streamsize>(array.bytes().size()));
+}
+
+/// Writes `array` to `path` (version 1.0, or 2.0 if the header needs it). Throws on an I/O error.
+inline void write_npy(const std::string& path, const NpyArray& array) {
+  std::ofstream out(path, std::ios::binary);
+  require_local(static_cast<bool>(out), "ctxpar::cli::write_npy",
+                path + ": cannot open for writing", "a writable path", "open failed");
+  write_npy(out, array);
   require_local(static_cast<bool>(out), "ctxpar::cli::write_npy", path + ": write failed",
                 "all bytes written", "an I/O error");
 }

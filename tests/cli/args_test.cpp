@@ -75,12 +75,34 @@ BOOST_AUTO_TEST_CASE(missing_and_ill_typed_options) {
                          {"ctxpar swa", "missing required option --length"}));
   BOOST_TEST(usage_error([&] { a.get<int>("n"); }, {"--n must be an integer", "12abc"}));
   BOOST_TEST(usage_error([&] { a.get<int>("n", 3); }, {"--n must be an integer"}));
-  BOOST_TEST(usage_error([&] { a.get<double>("x"); }, {"--x must be a number", "nan-ish"}));
+  BOOST_TEST(usage_error([&] { a.get<double>("x"); }, {"--x must be a finite number", "nan-ish"}));
   BOOST_TEST(usage_error([&] { a.get<int>("k"); }, {"--k is out of range", "99999999999"}));
   BOOST_TEST(usage_error([&] { a.get<unsigned>("u"); }, {"--u is out of range"}));
   BOOST_TEST(usage_error([&] { a.get<bool>("b"); }, {"--b must be a boolean", "maybe"}));
   BOOST_TEST(usage_error([&] { a.get<int>("flag"); }, {"--flag needs a value"}));
   BOOST_TEST(usage_error([&] { a.has("v"); }, {"--v is a flag and takes no value"}));
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_and_out_of_range_values_name_the_option) {
+  const Args a("chunkwise", {"--scale", "nan", "--s2", "inf", "--s3", "-inf", "--s4", "1e999",
+                             "--f", "1e300", "--chunk", "0", "--rank", "3", "--ok", "2.5"});
+  for (const char* key : {"scale", "s2", "s3", "s4"}) {
+    BOOST_TEST(
+        usage_error([&] { a.get<double>(key); },
+                    {"ctxpar chunkwise", "--" + std::string(key) + " must be a finite number"}));
+  }
+  // Finite as a double, infinite as a float.
+  BOOST_TEST(usage_error([&] { a.get<float>("f"); }, {"--f must be a finite number"}));
+  BOOST_TEST(a.get<double>("f") == 1e300);
+  BOOST_TEST(a.get<double>("ok") == 2.5);
+  BOOST_TEST(usage_error([&] { a.get_in<int>("chunk", 64, 1, 4096); },
+                         {"--chunk: out of range", "[1, 4096]", "got 0"}));
+  BOOST_TEST(a.get_in<int>("absent", 64, 1, 4096) == 64);
+  BOOST_TEST(
+      usage_error([&] { a.get_in<int>("rank", -1, -1, 1, "names a rank that does not exist"); },
+                  {"--rank: names a rank that does not exist", "[-1, 1]", "got 3"}));
+  BOOST_TEST(usage_error([&] { a.require("ok", false, "must be even", "even", 2.5); },
+                         {"--ok: must be even", "got 2.5"}));
 }
 
 BOOST_AUTO_TEST_CASE(unknown_repeated_and_positional_arguments) {

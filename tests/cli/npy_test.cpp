@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -152,6 +153,30 @@ BOOST_AUTO_TEST_CASE(unsupported_dtypes_orders_and_versions_are_errors) {
   write_raw(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12);
   BOOST_TEST(read_error([&] { ctxpar::cli::read_npy(path); }, {"trailing bytes"}));
   std::remove(path.c_str());
+}
+
+BOOST_AUTO_TEST_CASE(hostile_headers_directories_and_empty_files_name_the_file) {
+  const std::string path = temp_path("hostile");
+  // 2^32 · 2^32 · 2^32 elements wrap a 64-bit count to 0, which would match an empty data part.
+  write_raw(path,
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, "
+            "4294967296), }",
+            0);
+  BOOST_TEST(read_error([&] { ctxpar::cli::read_npy(path); },
+                        {path, "byte count overflows", "(4294967296, 4294967296, 4294967296)"}));
+  // Large but representable: compared with the file's size, not allocated.
+  write_raw(path, "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000000), }", 8);
+  BOOST_TEST(read_error([&] { ctxpar::cli::read_npy(path); }, {path, "truncated data"}));
+  // A zero extent makes the count zero whatever the others are.
+  write_raw(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4294967296), }", 0);
+  BOOST_TEST(ctxpar::cli::read_npy(path).size() == 0);
+  write_bytes(path, {});
+  BOOST_TEST(read_error([&] { ctxpar::cli::read_npy(path); }, {path, "empty file"}));
+  std::remove(path.c_str());
+  const std::string dir = temp_path("a-directory");
+  BOOST_TEST(std::system(("mkdir -p " + dir).c_str()) == 0);
+  BOOST_TEST(read_error([&] { ctxpar::cli::read_npy(dir); }, {dir, "is a directory"}));
+  std::remove(dir.c_str());
 }
 
 BOOST_AUTO_TEST_CASE(typed_access_checks_the_dtype_and_shape) {

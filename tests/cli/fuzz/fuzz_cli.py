@@ -1,0 +1,610 @@
+#!/usr/bin/env python3
+"""Fuzz suite of the `ctxpar` tool: malformed and nonsensical inputs to every subcommand.
+
+Each case is a subcommand, its options and an input directory, with what must happen:
+  "refuse"  a non-zero exit whose message names the culprit (a file or an option);
+  "pass"    exit 0, the --out files present, and no backend warning the user did not cause;
+  "fail"    exit 1 (the subcommand's own distributed-vs-single-rank check must fail);
+  "either"  exit 0 or 1 (non-finite inputs: propagated as the single-rank operator does); with
+            exit 0 the summary must say the non-finite patterns are equal and count the NaN/Inf
+            in the written output.
+Every case fails on a signal, a hang (timeout), a C++ terminate/backtrace, and, for a refused
+case, on an --out directory left behind. Each rank runs under an address-space limit (prlimit).
+
+Standard library only: .npy files are written with `struct`. Deterministic: the seed picks each
+case's rank count and the random values.
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import random
+import shlex
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+# ---- .npy files -----------------------------------------------------------------------------
+
+DESCR = {"f4": "<f4", "f8": "<f8", "i4": "<i4", "i8": "<i8", "f2": "<f2", ">f4": ">f4"}
+PACK = {"f4": "<f", "f8": "<d", "i4": "<i", "i8": "<q", "f2": "<e", ">f4": ">f"}
+
+
+def npy(dtype, shape, values=None, *, descr=None, fortran=False, version=1, shape_text=None,
+        header=None, extra=b"", cut=None):
+    """The bytes of a .npy file; the keyword arguments break it in one way each."""
+    count = 1
+    for e in shape:
+        count *= e
+    if values is None:
+        values = [0.0] * count
+    data = b"".join(struct.pack(PACK[dtype], v) for v in values) + extra
+    if shape_text is None:
+        shape_text = "(" + "".join(f"{e}, " for e in shape).rstrip(" ") + ")"
+        if len(shape) > 1:
+            shape_text = shape_text.replace(",)", ")")
+    if header is None:
+        header = (f"{{'descr': '{descr or DESCR[dtype]}', 'fortran_order': "
+                  f"{'True' if fortran else 'False'}, 'shape': {shape_text}, }}")
+    prefix = 10 if version == 1 else 12
+    pad = (64 - (prefix + len(header) + 1) % 64) % 64
+    h = (header + " " * pad + "\n").encode("latin-1")
+    out = b"\x93NUMPY" + bytes([version, 0])
+    out += struct.pack("<H", len(h)) if version == 1 else struct.pack("<I", len(h))
+    out += h + data
+    return out if cut is None else out[:cut]
+
+
+class Rng:
+    def __init__(self, seed):
+        self.r = random.Random(seed)
+
+    def values(self, n, lo=-1.0, hi=1.0):
+        return [self.r.uniform(lo, hi) for _ in range(n)]
+
+
+# ---- valid input sets -------------------------------------------------------------------------
+
+def swa_inputs(rng, T=9, H=2, HKV=1, D=4, dtype="f4"):
+    return {"q.npy": npy(dtype, (T, H, D), rng.values(T * H * D)),
+            "k.npy": npy(dtype, (T, HKV, D), rng.values(T * HKV * D)),
+            "v.npy": npy(dtype, (T, HKV, D), rng.values(T * HKV * D))}
+
+
+def chunkwise_inputs(rng, family="gdn", T=12, H=2, K=4, V=4, M=1, dtype="f4", cu=None):
+    f = {"q.npy": npy(dtype, (T, H, K), rng.values(T * H * K))}
+    kshape = (T, M, H, K) if family == "gdp" else (T, H, K)
+    vshape = (T, M, H, V) if family == "gdp" else (T, H, V)
+    n = 1
+    for e in kshape:
+        n *= e
+    # Unit-norm-ish keys keep the delta rule stable.
+    f["k.npy"] = npy(dtype, kshape, rng.values(n, -0.4, 0.4))
+    n = 1
+    for e in vshape:
+        n *= e
+    f["v.npy"] = npy(dtype, vshape, rng.values(n))
+    gshape = (T, H, K) if family == "diagonal" else (T, H)
+    n = 1
+    for e in gshape:
+        n *= e
+    f["g.npy"] = npy(dtype, gshape, rng.values(n, -0.5, -0.01))
+    if family in ("gdn", "gdp"):
+        bshape = (T, M, H) if family == "gdp" else (T, H)
+        n = 1
+        for e in bshape:
+            n *= e
+        f["beta.npy"] = npy(dtype, bshape, rng.values(n, 0.1, 0.9))
+    if cu is not None:
+        f["cu_seqlens.npy"] = npy("i4", (len(cu),), cu)
+    return f
+
+
+HEADS = dict(H=2, d=2, G=1, N=2, M=1, w=2)
+
+
+def heads_channels(H, d, G, N, M, w):
+    return H * d + M * H * d + M * G * N + G * N + M * H + H, H * d * M + G * N * (M + 1)
+
+
+def heads_inputs(rng, T=8, dtype="f4", cu=None):
+    H, d, G, N, M, w = (HEADS[k] for k in "HdGNMw")
+    c, cc = heads_channels(H, d, G, N, M, w)
+    f = {"x.npy": npy(dtype, (T, c), rng.values(T * c, -0.5, 0.5)),
+         "conv_w.npy": npy(dtype, (cc, w), rng.values(cc * w, -0.5, 0.5)),
+         "conv_b.npy": npy(dtype, (cc,), rng.values(cc, -0.1, 0.1)),
+         "dt_bias.npy": npy(dtype, (H,), rng.values(H)),
+         "A_log.npy": npy(dtype, (H,), rng.values(H, -0.5, 0.5))}
+    if cu is not None:
+        f["cu_seqlens.npy"] = npy("i4", (len(cu),), cu)
+    return f
+
+
+def heads_options():
+    H, d, G, N, M, w = (HEADS[k] for k in "HdGNMw")
+    # UnevenHeads: 2 heads over 3 ranks.
+    return {"nheads": H, "headdim": d, "ngroups": G, "dstate": N, "householder": M,
+            "conv-width": w, "uneven": None}
+
+
+# ---- cases ------------------------------------------------------------------------------------
+
+class Case:
+    def __init__(self, name, command, options, files=None, expect="refuse", culprits=(),
+                 ranks=None, outputs=()):
+        self.name, self.command, self.options = name, command, dict(options)
+        self.files = files  # None: the subcommand takes no --in
+        self.expect, self.culprits, self.ranks, self.outputs = expect, culprits, ranks, outputs
+
+
+def replace(files, name, content):
+    f = dict(files)
+    if content is None:
+        f.pop(name, None)
+    else:
+        f[name] = content
+    return f
+
+
+def npy_breakers(dtype, shape, wrong_rank_shape):
+    """Every way to break one .npy file: (label, content). Content is bytes, "DIR", "FIFO"."""
+    n = 1
+    for e in shape:
+        n *= e
+    good = npy(dtype, shape)
+    other = "f8" if dtype == "f4" else "f4"
+    return [
+        ("bad-magic", b"NOTNPY" + good[6:]),
+        ("empty", b""),
+        ("short", good[:7]),
+        ("truncated-header", good[:20]),
+        ("truncated-data", good[:-3]),
+        ("trailing-bytes", good + b"\0\0\0\0"),
+        ("huge-shape-overflow", npy(dtype, (), shape_text="(4294967296, 4294967296, 4294967296)")),
+        ("huge-shape", npy(dtype, (), shape_text="(1000000000, 1000000000)")),
+        ("shape-too-many-digits", npy(dtype, (), shape_text="(1234567890123456789012,)")),
+        ("negative-dim", npy(dtype, (), shape_text="(-1, 4)")),
+        ("shape-not-a-tuple", npy(dtype, (), shape_text="[3, 4]")),
+        ("shape-letters", npy(dtype, (), shape_text="(3, four)")),
+        ("header-unterminated", npy(dtype, shape, header="{'descr': '<f4', 'shape': (2, 3")),
+        ("header-no-descr", npy(dtype, shape, header="{'fortran_order': False, 'shape': (1,), }")),
+        ("header-len-zero", b"\x93NUMPY\x01\x00\x00\x00" + good[10:]),
+        ("header-len-huge", b"\x93NUMPY\x02\x00\xff\xff\xff\x7f" + good[10:]),
+        ("version-3", npy(dtype, shape, version=1)[:6] + b"\x03\x00" + good[8:]),
+        ("big-endian", npy(">f4", shape, [0.0] * n)),
+        ("fortran-order", npy(dtype, shape, fortran=True)),
+        ("dtype-int64", npy("i8", shape, [0] * n)),
+        ("dtype-float16", npy("f2", shape, [0.0] * n)),
+        ("dtype-other-float", npy(other, shape, [0.0] * n)),
+        ("dtype-int32", npy("i4", shape, [0] * n)),
+        ("wrong-rank", npy(dtype, wrong_rank_shape)),
+        ("zero-d", npy(dtype, (), [0.0])),
+        ("directory", "DIR"),
+        ("fifo", "FIFO"),
+        ("missing", None),
+    ]
+
+
+# The .npy reader is shared: every way of breaking a file runs against swa's q.npy; the other
+# files get a sample that still covers each kind of culprit (reader, dtype, rank, file system).
+SAMPLE = ("truncated-data", "huge-shape-overflow", "dtype-other-float", "dtype-int32", "wrong-rank",
+          "directory", "empty", "missing")
+PRIMARY_SAMPLE = SAMPLE + ("bad-magic", "huge-shape", "header-unterminated", "fifo",
+                           "big-endian", "zero-d")
+
+
+def make_cases(seed):
+    rng = Rng(seed)
+    cases = []
+
+    # swa ------------------------------------------------------------------------------------
+    swa = swa_inputs(rng)
+    swa_out = ("out.npy", "summary.json")
+    cases.append(Case("swa/valid", "swa", {}, swa, "pass", ranks=(1, 2, 3), outputs=swa_out))
+    cases.append(Case("swa/valid-backward-f8-halo", "swa",
+                      {"backward": None, "policy": "halo", "window": 3, "chunk": 4},
+                      swa_inputs(rng, dtype="f8"), "pass", ranks=(2, 3),
+                      outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
+    for label, content in npy_breakers("f4", (9, 2, 4), (9, 8)):
+        cases.append(Case(f"swa/q.npy/{label}", "swa", {}, replace(swa, "q.npy", content),
+                          culprits=("q.npy",)))
+    for label, content in npy_breakers("f4", (9, 1, 4), (9, 4)):
+        if label not in SAMPLE:
+            continue
+        cases.append(Case(f"swa/k.npy/{label}", "swa", {}, replace(swa, "k.npy", content),
+                          culprits=("k.npy",)))
+    for label, dims in (("zero-tokens", (0, 2, 4)), ("zero-heads", (9, 0, 4)),
+                        ("zero-dim", (9, 2, 0))):
+        cases.append(Case(f"swa/q.npy/{label}", "swa", {},
+                          replace(swa, "q.npy", npy("f4", dims)), culprits=("q.npy",)))
+    cases.append(Case("swa/v.npy/mismatched-tokens", "swa", {},
+                      replace(swa, "v.npy", npy("f4", (8, 1, 4))), culprits=("v.npy",)))
+    cases.append(Case("swa/k.npy/heads-not-dividing", "swa", {},
+                      replace(swa, "k.npy", npy("f4", (9, 3, 4))), culprits=("k.npy",)))
+    cases.append(Case("swa/pos.npy/wrong-length", "swa", {},
+                      replace(swa, "pos.npy", npy("i4", (4,), [0, 1, 2, 3])),
+                      culprits=("pos.npy",)))
+    cases.append(Case("swa/pos.npy/float", "swa", {},
+                      replace(swa, "pos.npy", npy("f4", (9,))), culprits=("pos.npy",)))
+    cases.append(Case("swa/seq.npy/wrong-length", "swa", {},
+                      replace(swa, "seq.npy", npy("i4", (3,), [0, 0, 1])), culprits=("seq.npy",)))
+    cases.append(Case("swa/dout.npy/wrong-shape", "swa", {"backward": None},
+                      replace(swa, "dout.npy", npy("f4", (9, 2, 3))), culprits=("dout.npy",)))
+    for opt, value in (("chunk", -1), ("chunk", "abc"), ("chunk", 2**70), ("window", -1),
+                       ("rope-base", 0), ("rope-base", -2), ("rope-base", "nan"),
+                       ("rope-base", "inf"), ("rope-base", "1e999"), ("policy", "bogus"),
+                       ("layout", "bogus")):
+        cases.append(Case(f"swa/--{opt}={value}", "swa", {opt: value}, swa,
+                          culprits=(f"--{opt}",)))
+    nan_q = npy("f4", (9, 2, 4), [float("nan") if i == 13 else v for i, v in
+                                  enumerate(rng.values(72))])
+    cases.append(Case("swa/q.npy/nan", "swa", {"backward": None}, replace(swa, "q.npy", nan_q),
+                      "either", ranks=(2,), outputs=swa_out))
+    inf_k = npy("f4", (9, 1, 4), [float("-inf") if i == 5 else v for i, v in
+                                  enumerate(rng.values(36))])
+    cases.append(Case("swa/k.npy/inf", "swa", {}, replace(swa, "k.npy", inf_k), "either",
+                      ranks=(3,), outputs=swa_out))
+
+    # chunkwise ------------------------------------------------------------------------------
+    cw = chunkwise_inputs(rng, "gdn", cu=[0, 5, 12])
+    base = {"family": "gdn", "chunk": 4}
+    cw_out = ("o.npy", "ht.npy", "chunkwise.json")
+    cases.append(Case("chunkwise/valid-gdn", "chunkwise", dict(base, backward=None), cw, "pass",
+                      ranks=(1, 2, 3), outputs=cw_out + ("dq.npy", "dg.npy", "dbeta.npy")))
+    for fam in ("scalar", "diagonal", "gdp"):
+        cases.append(Case(f"chunkwise/valid-{fam}", "chunkwise",
+                          {"family": fam, "chunk": 4, "householder": 2 if fam == "gdp" else 1},
+                          chunkwise_inputs(rng, fam, M=2 if fam == "gdp" else 1, dtype="f8"),
+                          "pass", ranks=(2,), outputs=cw_out))
+    cases.append(Case("chunkwise/perturbed-rank-fails-the-check", "chunkwise",
+                      dict(base, **{"perturb-rank": "LAST"}), cw, "fail", ranks=(1, 2, 3)))
+    for name, shape, wrong in (("q.npy", (12, 2, 4), (12, 8)), ("v.npy", (12, 2, 4), (12, 8)),
+                               ("g.npy", (12, 2), (12, 2, 1)), ("beta.npy", (12, 2), (24,))):
+        for label, content in npy_breakers("f4", shape, wrong):
+            if label not in (PRIMARY_SAMPLE if name == "q.npy" else SAMPLE[:5] + ("missing",)):
+                continue
+            cases.append(Case(f"chunkwise/{name}/{label}", "chunkwise", base,
+                              replace(cw, name, content), culprits=(name,)))
+    for label, dims in (("zero-tokens", (0, 2, 4)), ("zero-heads", (12, 0, 4)),
+                        ("zero-dim", (12, 2, 0))):
+        cases.append(Case(f"chunkwise/q.npy/{label}", "chunkwise", base,
+                          replace(cw, "q.npy", npy("f4", dims)), culprits=("q.npy",)))
+    cases.append(Case("chunkwise/v.npy/zero-dim", "chunkwise", base,
+                      replace(cw, "v.npy", npy("f4", (12, 2, 0))), culprits=("v.npy",)))
+    cases.append(Case("chunkwise/k.npy/mismatched-tokens", "chunkwise", base,
+                      replace(cw, "k.npy", npy("f4", (11, 2, 4))), culprits=("k.npy",)))
+    cases.append(Case("chunkwise/h0.npy/wrong-shape", "chunkwise", base,
+                      replace(cw, "h0.npy", npy("f4", (1, 2, 4, 4))), culprits=("h0.npy",)))
+    cases.append(Case("chunkwise/dht.npy/int32", "chunkwise", dict(base, backward=None),
+                      replace(cw, "dht.npy", npy("i4", (2, 2, 4, 4), [0] * 64)),
+                      culprits=("dht.npy",)))
+    for label, cu in (("short-of-T", [0, 5, 10]), ("past-T", [0, 5, 17]),
+                      ("huge", [0, 5, 2**31 - 1]), ("decreasing", [0, 8, 5, 12]),
+                      ("negative", [-3, 5, 12]), ("not-from-zero", [2, 5, 12]),
+                      ("one-entry", [0]), ("empty", [])):
+        cases.append(Case(f"chunkwise/cu_seqlens.npy/{label}", "chunkwise", base,
+                          replace(cw, "cu_seqlens.npy", npy("i4", (len(cu),), cu)),
+                          culprits=("cu_seqlens",)))
+    cases.append(Case("chunkwise/cu_seqlens.npy/int64", "chunkwise", base,
+                      replace(cw, "cu_seqlens.npy", npy("i8", (3,), [0, 5, 12])),
+                      culprits=("cu_seqlens",)))
+    cases.append(Case("chunkwise/cu_seqlens.npy/2d", "chunkwise", base,
+                      replace(cw, "cu_seqlens.npy", npy("i4", (3, 1), [0, 5, 12])),
+                      culprits=("cu_seqlens",)))
+    for opt, value in (("chunk", 0), ("chunk", -4), ("chunk", 10**6), ("chunk", 2**40),
+                       ("scale", "nan"), ("scale", "inf"), ("scale", "-inf"), ("scale", "1e999"),
+                       ("householder", 0), ("householder", 9), ("family", "bogus"),
+                       ("compose", "bogus"), ("layout", "bogus"), ("perturb-rank", "NP"),
+                       ("perturb-rank", -2)):
+        cases.append(Case(f"chunkwise/--{opt}={value}", "chunkwise", dict(base, **{opt: value}),
+                          cw, culprits=(f"--{opt}",)))
+    g_neg_inf = chunkwise_inputs(rng, "gdn", cu=[0, 5, 12])
+    g_vals = rng.values(24, -0.5, -0.01)
+    g_vals[14] = float("-inf")
+    g_neg_inf["g.npy"] = npy("f4", (12, 2), g_vals)
+    cases.append(Case("chunkwise/g.npy/log-decay-minus-inf", "chunkwise",
+                      dict(base, backward=None), g_neg_inf, "either", ranks=(1, 2, 3),
+                      outputs=cw_out))
+    v_nan = dict(cw)
+    vv = rng.values(96)
+    vv[40] = float("nan")
+    v_nan["v.npy"] = npy("f4", (12, 2, 4), vv)
+    cases.append(Case("chunkwise/v.npy/nan", "chunkwise", base, v_nan, "either", ranks=(2, 3),
+                      outputs=cw_out))
+
+    # heads ----------------------------------------------------------------------------------
+    hd = heads_inputs(rng, cu=[0, 3, 8])
+    ho = heads_options()
+    hd_out = ("y.npy", "z.npy", "heads.json")
+    cases.append(Case("heads/valid", "heads", dict(ho, backward=None), hd, "pass",
+                      ranks=(1, 2, 3), outputs=hd_out + ("dx.npy", "dconv_w.npy")))
+    cases.append(Case("heads/valid-f8-zigzag", "heads", dict(ho, layout="zigzag"),
+                      heads_inputs(rng, T=12, dtype="f8"), "pass", ranks=(2,), outputs=hd_out))
+    cases.append(Case("heads/perturbed-rank-fails-the-check", "heads",
+                      dict(ho, **{"perturb-rank": "LAST"}), hd, "fail", ranks=(2, 3)))
+    for opt in ("nheads", "headdim", "ngroups", "dstate", "householder", "conv-width"):
+        cases.append(Case(f"heads/--{opt}=0", "heads", dict(ho, **{opt: 0}), hd,
+                          culprits=(f"--{opt}",)))
+        cases.append(Case(f"heads/--{opt}=huge", "heads", dict(ho, **{opt: 10**8}), hd,
+                          culprits=(f"--{opt}",)))
+    cases.append(Case("heads/--nheads-missing", "heads",
+                      {k: v for k, v in ho.items() if k != "nheads"}, hd, culprits=("--nheads",)))
+    cases.append(Case("heads/even-heads-not-divisible-by-the-ranks", "heads",
+                      {k: v for k, v in ho.items() if k != "uneven"}, hd,
+                      culprits=("nheads",), ranks=(3,)))
+    cases.append(Case("heads/--ngroups-not-dividing", "heads", dict(ho, ngroups=3), hd,
+                      culprits=("--ngroups",)))
+    cases.append(Case("heads/--dstate-mismatching-x", "heads", dict(ho, dstate=3), hd,
+                      culprits=("x.npy",)))
+    for opt, value in (("chunk", 0), ("chunk", 10**7), ("layout", "bogus"),
+                       ("perturb-rank", "NP")):
+        cases.append(Case(f"heads/--{opt}={value}", "heads", dict(ho, **{opt: value}), hd,
+                          culprits=(f"--{opt}",)))
+    c, cc = heads_channels(*(HEADS[k] for k in "HdGNMw"))
+    for name, shape, wrong in (("x.npy", (8, c), (8, c, 1)), ("conv_w.npy", (cc, 2), (cc,)),
+                               ("A_log.npy", (2,), (2, 1))):
+        for label, content in npy_breakers("f4", shape, wrong):
+            if label not in (PRIMARY_SAMPLE if name == "x.npy" else SAMPLE[:5] + ("missing",)):
+                continue
+            cases.append(Case(f"heads/{name}/{label}", "heads", ho, replace(hd, name, content),
+                              culprits=(name,)))
+    cases.append(Case("heads/x.npy/zero-tokens", "heads", ho,
+                      replace(hd, "x.npy", npy("f4", (0, c))), culprits=("x.npy",)))
+    cases.append(Case("heads/D.npy/wrong-length", "heads", ho,
+                      replace(hd, "D.npy", npy("f4", (3,))), culprits=("D.npy",)))
+    cases.append(Case("heads/dy.npy/wrong-shape", "heads", dict(ho, backward=None),
+                      replace(hd, "dy.npy", npy("f4", (8, 3))), culprits=("dy.npy",)))
+    for label, cu in (("short-of-T", [0, 3, 6]), ("past-T", [0, 3, 11]),
+                      ("huge", [0, 3, 2**31 - 1]), ("decreasing", [0, 6, 3, 8]),
+                      ("negative", [-1, 3, 8]), ("one-entry", [0])):
+        cases.append(Case(f"heads/cu_seqlens.npy/{label}", "heads", ho,
+                          replace(hd, "cu_seqlens.npy", npy("i4", (len(cu),), cu)),
+                          culprits=("cu_seqlens",)))
+    cases.append(Case("heads/cu_seqlens.npy/float", "heads", ho,
+                      replace(hd, "cu_seqlens.npy", npy("f4", (3,), [0, 3, 8])),
+                      culprits=("cu_seqlens",)))
+    cases.append(Case("heads/cu_seqlens.npy/2d", "heads", ho,
+                      replace(hd, "cu_seqlens.npy", npy("i4", (3, 1), [0, 3, 8])),
+                      culprits=("cu_seqlens",)))
+    xs = rng.values(8 * c, -0.5, 0.5)
+    xs[c + 1] = float("nan")
+    cases.append(Case("heads/x.npy/nan", "heads", dict(ho, backward=None),
+                      replace(hd, "x.npy", npy("f4", (8, c), xs)), "either", ranks=(2,),
+                      outputs=hd_out))
+
+    # hybrid (no input files) ----------------------------------------------------------------
+    tiny = {"length": 24, "window": 6, "chunk": 8, "model-dim": 8, "heads": 2, "kv-heads": 1,
+            "head-dim": 4, "steps": 1, "quiet": None}
+    cases.append(Case("hybrid/valid", "hybrid", tiny, None, "pass", ranks=(1, 3)))
+    cases.append(Case("hybrid/perturbed-rank-fails-the-check", "hybrid",
+                      dict(tiny, **{"perturb-rank": "LAST"}), None, "fail", ranks=(2,)))
+    for opt, value in (("length", 0), ("length", 10**12), ("model-dim", 0), ("heads", 0),
+                       ("kv-heads", 0), ("kv-heads", 3), ("head-dim", 3), ("head-dim", 0),
+                       ("window", -1), ("chunk", 0), ("steps", 0), ("lr", "nan"), ("lr", -1),
+                       ("householder", 0), ("groups", 0), ("groups", 3), ("perturb-rank", "NP"),
+                       ("perturb-rank", -7), ("swa-policy", "bogus"), ("documents", 2)):
+        cases.append(Case(f"hybrid/--{opt}={value}", "hybrid", dict(tiny, **{opt: value}), None,
+                          culprits=(f"--{opt}",)))
+
+    # demo and the tool itself ---------------------------------------------------------------
+    for opt, value in (("length", -1), ("width", 0), ("part", "bogus"), ("length", "1e3")):
+        cases.append(Case(f"demo/--{opt}={value}", "demo", {opt: value}, None,
+                          culprits=(f"--{opt}",)))
+    for token in ("--kokkos-threads=abc", "--kokkos-threads=0", "--kokkos-threads",
+                  "--kokkos-numa=-1", "--kokkos-num-devices=1,x", "--kokkos-bogus=1",
+                  "--kokkos-disable-warnings=yes"):
+        cases.append(Case(f"tool/{token}", "swa", {token: "RAW"}, swa,
+                          culprits=(token.split("=")[0],)))
+    cases.append(Case("tool/unknown-option", "swa", {"bogus": 1}, swa, culprits=("--bogus",)))
+    cases.append(Case("tool/flag-with-value", "swa", {"backward=1": "RAW"}, swa,
+                      culprits=("--backward",)))
+    cases.append(Case("tool/--out-is-a-file", "swa", {"out": "FILE"}, swa, culprits=("--out",)))
+    cases.append(Case("tool/--out-under-a-file", "chunkwise", dict(base, out="UNDER_FILE"), cw,
+                      culprits=("--out",)))
+    cases.append(Case("tool/--in-missing", "heads", dict(ho, **{"in": "MISSING"}), hd,
+                      culprits=("x.npy",)))
+    return cases
+
+
+# ---- running -----------------------------------------------------------------------------------
+
+CRASH_MARKS = ("exited on signal", "Segmentation fault", "core dumped", "terminate called",
+               "Backtrace", "Aborted (", "AddressSanitizer", "runtime error:")
+UNCAUSED_WARNINGS = ("OMP_PROC_BIND environment variable not set",)
+
+
+def materialise(case, work):
+    """Writes the case's input directory; returns (in_dir, out_dir)."""
+    in_dir, out_dir = os.path.join(work, "in"), os.path.join(work, "out")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(in_dir)
+    for name, content in (case.files or {}).items():
+        path = os.path.join(in_dir, name)
+        if content == "DIR":
+            os.makedirs(path)
+        elif content == "FIFO":
+            os.mkfifo(path)
+        elif content is not None:
+            with open(path, "wb") as f:
+                f.write(content)
+    return in_dir, out_dir
+
+
+def command_line(case, np_, in_dir, out_dir, work):
+    args = [case.command]
+    opts = dict(case.options)
+    if case.files is not None:
+        opts.setdefault("in", in_dir)
+        opts.setdefault("out", out_dir)
+    for key, value in opts.items():
+        if value == "RAW":
+            args.append(key if key.startswith("--") else "--" + key)
+            continue
+        if key == "in" and value == "MISSING":
+            value = os.path.join(work, "no-such-dir")
+        if key == "out" and value == "FILE":
+            value = os.path.join(work, "a-file")
+            open(value, "w").close()
+        if key == "out" and value == "UNDER_FILE":
+            open(os.path.join(work, "a-file"), "w").close()
+            value = os.path.join(work, "a-file", "out")
+        if value == "LAST":
+            value = np_ - 1
+        if value == "NP":
+            value = np_
+        args.append("--" + key)
+        if value is not None:
+            args.append(str(value))
+    return args
+
+
+def count_nonfinite_npy(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    hlen = struct.unpack("<H", data[8:10])[0]
+    header = data[10:10 + hlen].decode("latin-1")
+    fmt = "<d" if "<f8" in header else "<f"
+    size = struct.calcsize(fmt)
+    body = data[10 + hlen:]
+    return sum(1 for (v,) in struct.iter_unpack(fmt, body[:len(body) // size * size])
+               if not math.isfinite(v))
+
+
+def judge(case, np_, rc, text, out_dir, elapsed, timed_out):
+    """The reasons this run is wrong (empty when it is right)."""
+    wrong = []
+    if timed_out:
+        return [f"hang: no exit within {elapsed:.0f} s"]
+    if rc < 0 or rc >= 128:
+        wrong.append(f"killed by a signal (status {rc})")
+    for mark in CRASH_MARKS:
+        if mark in text:
+            wrong.append(f"crash: output contains {mark!r}")
+    if case.expect == "refuse":
+        if rc == 0:
+            wrong.append("exit 0 with invalid input")
+        elif not any(c in text for c in case.culprits):
+            wrong.append(f"the message names none of {list(case.culprits)}")
+        if os.path.exists(out_dir) and os.listdir(out_dir):
+            wrong.append("a refused run left files in --out")
+    elif case.expect == "pass":
+        if rc != 0:
+            wrong.append(f"valid input refused (exit {rc})")
+        for w in UNCAUSED_WARNINGS:
+            if w in text:
+                wrong.append(f"a warning the user did not cause: {w!r}")
+        for name in case.outputs:
+            if not os.path.isfile(os.path.join(out_dir, name)):
+                wrong.append(f"--out lacks {name}")
+    elif case.expect == "fail":
+        if rc == 0:
+            wrong.append("exit 0 although the distributed result was corrupted")
+        elif rc != 1:
+            wrong.append(f"exit {rc}, not the failed check's 1")
+    elif case.expect == "either":
+        if rc not in (0, 1, 2):
+            wrong.append(f"exit {rc}")
+        if rc == 0:
+            summary = [n for n in case.outputs if n.endswith(".json")]
+            try:
+                with open(os.path.join(out_dir, summary[0])) as f:
+                    s = json.dumps(json.load(f))
+                if '"passed": true' not in s or "pattern_equal\": false" in s:
+                    wrong.append("exit 0 but the summary does not say the check passed")
+                written = sum(count_nonfinite_npy(os.path.join(out_dir, n))
+                              for n in case.outputs if n.endswith(".npy"))
+                if written and "nonfinite\": 0" in s and "nonfinite\": " + str(written) not in s:
+                    wrong.append(f"{written} NaN/Inf written but the summary counts none")
+            except (OSError, ValueError, IndexError) as e:
+                wrong.append(f"exit 0 without a readable summary ({e})")
+    return wrong
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--mpiexec", required=True, help="the launcher and its flags, before -np")
+    ap.add_argument("--np-flag", default="-np")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--ranks", default="1,2,3")
+    ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--memory-mb", type=int, default=3072, help="address-space limit per rank")
+    ap.add_argument("--only", default="",
+                    help="comma-separated name prefixes: run only those cases (e.g. swa/,tool/)")
+    ap.add_argument("--jobs", type=int, default=3, help="runs side by side")
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args()
+    ranks = [int(r) for r in a.ranks.split(",")]
+    prefixes = [p for p in a.only.split(",") if p]
+    cases = [c for c in make_cases(a.seed)
+             if not prefixes or any(c.name.startswith(p) for p in prefixes)]
+    if a.list:
+        for c in cases:
+            print(c.name)
+        return 0
+    pick = random.Random(a.seed + 1)
+    launcher = shlex.split(a.mpiexec)
+    prlimit = shutil.which("prlimit")
+    env = dict(os.environ)
+    # The tool must keep Kokkos quiet by itself: no OMP_PROC_BIND from the test environment.
+    env.pop("OMP_PROC_BIND", None)
+    env.pop("OMP_PLACES", None)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    runs = []
+    for index, case in enumerate(cases):
+        nps = [r for r in case.ranks if r in ranks] if case.ranks else []
+        for np_ in nps or [pick.choice(ranks)]:
+            runs.append((index, case, np_))
+
+    def run(job):
+        index, case, np_ = job
+        work = os.path.join(a.work, f"case{index:03d}_np{np_}")
+        in_dir, out_dir = materialise(case, work)
+        tool = [a.tool] + command_line(case, np_, in_dir, out_dir, work)
+        if prlimit:
+            tool = [prlimit, f"--as={a.memory_mb << 20}", "--"] + tool
+        cmd = launcher + [a.np_flag, str(np_)] + tool
+        t0 = time.time()
+        timed_out = False
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            timed_out = True
+        elapsed = time.time() - t0
+        text = out.decode("utf-8", "replace")
+        wrong = judge(case, np_, proc.returncode, text, out_dir, elapsed, timed_out)
+        if not wrong:
+            shutil.rmtree(work, ignore_errors=True)
+        return case, np_, proc.returncode, elapsed, wrong, text, " ".join(map(shlex.quote, cmd))
+
+    started = time.time()
+    failures = []
+    # mpirun's start-up is mostly waiting, so a few runs side by side use the cores better.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        for case, np_, rc, elapsed, wrong, text, cmd in pool.map(run, runs):
+            print(f"[{'ok' if not wrong else 'WRONG'}] {case.name} np={np_} exit={rc} "
+                  f"{elapsed:.1f}s", flush=True)
+            if wrong:
+                failures.append((case.name, np_, wrong, cmd))
+                for w in wrong:
+                    print(f"    {w}")
+                for line in text.strip().splitlines()[-6:]:
+                    print(f"    | {line[:300]}")
+    print(f"\n{len(runs)} runs of {len(cases)} cases in {time.time() - started:.0f} s: "
+          f"{len(failures)} wrong")
+    for name, np_, wrong, cmd in failures:
+        print(f"  {name} (np {np_}): {'; '.join(wrong)}\n    {cmd}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
