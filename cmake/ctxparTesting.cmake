@@ -21,6 +21,8 @@ set(CTXPAR_MPIEXEC_FLAGS --oversubscribe --bind-to none CACHE STRING "Extra flag
 # TSAN_OPTIONS) come from CTXPAR_TEST_EXTRA_ENVIRONMENT.
 set(CTXPAR_TEST_THREADS 1 CACHE STRING "Host threads per rank in the tests (OMP_NUM_THREADS)")
 set(CTXPAR_TEST_EXTRA_ENVIRONMENT "" CACHE STRING "Extra VAR=value entries for every test")
+set(CTXPAR_TEST_TIMEOUT_FACTOR 1 CACHE STRING
+  "Multiplies every test timeout (sanitizer builds run several times slower)")
 set(CTXPAR_TEST_ENVIRONMENT
   OMP_NUM_THREADS=${CTXPAR_TEST_THREADS} KOKKOS_NUM_THREADS=${CTXPAR_TEST_THREADS}
   OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -49,7 +51,8 @@ function(ctxpar_register_mpi_test name target)
       list(APPEND labels extended)
     endif()
     math(EXPR processors "${np} * ${CTXPAR_TEST_THREADS}")
-    set_tests_properties(${test_name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} PROCESSORS ${processors}
+    math(EXPR timeout "${ARG_TIMEOUT} * ${CTXPAR_TEST_TIMEOUT_FACTOR}")
+    set_tests_properties(${test_name} PROPERTIES TIMEOUT ${timeout} PROCESSORS ${processors}
       LABELS "${labels}" ENVIRONMENT "${CTXPAR_TEST_ENVIRONMENT}")
     if(ARG_WILL_FAIL)
       set_tests_properties(${test_name} PROPERTIES WILL_FAIL TRUE)
