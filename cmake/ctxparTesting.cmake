@@ -4,7 +4,8 @@
 # Builds one Boost.Test executable (with the shared MPI+Kokkos test main) and registers it with
 # ctest once per rank count: np 1, 2, 3, 4 in the default suite (odd counts find uneven-split
 # bugs) and np 5..8 oversubscribed under the `extended` label. Every entry has a timeout, so a
-# hang fails instead of stalling CI, and runs one OpenMP thread per rank.
+# hang fails instead of stalling CI, and runs CTXPAR_TEST_THREADS host threads per rank (one by
+# default; the `portable` and `tsan` presets ask for more so team kernels run on concurrent threads).
 set(CTXPAR_TEST_DEFAULT_RANKS 1 2 3 4 CACHE STRING "Rank counts of the default test suite")
 set(CTXPAR_TEST_EXTENDED_RANKS 5 6 7 8 CACHE STRING "Rank counts of the extended test label")
 
@@ -15,9 +16,18 @@ endfunction()
 
 # OpenMPI needs these to run as root and to oversubscribe a 2-core machine.
 set(CTXPAR_MPIEXEC_FLAGS --oversubscribe --bind-to none CACHE STRING "Extra flags for mpiexec in tests")
+# Host threads per rank: OMP_NUM_THREADS for the OpenMP backend, KOKKOS_NUM_THREADS for every
+# host backend (the Threads backend reads only that). Extra variables (e.g. OMP_WAIT_POLICY,
+# TSAN_OPTIONS) come from CTXPAR_TEST_EXTRA_ENVIRONMENT.
+set(CTXPAR_TEST_THREADS 1 CACHE STRING "Host threads per rank in the tests (OMP_NUM_THREADS)")
+set(CTXPAR_TEST_EXTRA_ENVIRONMENT "" CACHE STRING "Extra VAR=value entries for every test")
+set(CTXPAR_TEST_TIMEOUT_FACTOR 1 CACHE STRING
+  "Multiplies every test timeout (sanitizer builds run several times slower)")
 set(CTXPAR_TEST_ENVIRONMENT
-  OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
+  OMP_NUM_THREADS=${CTXPAR_TEST_THREADS} KOKKOS_NUM_THREADS=${CTXPAR_TEST_THREADS}
+  OMP_PROC_BIND=false OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+  ${CTXPAR_TEST_EXTRA_ENVIRONMENT})
 
 function(ctxpar_register_mpi_test name target)
   cmake_parse_arguments(ARG "WILL_FAIL;NO_EXTENDED" "TIMEOUT" "LABELS;RANKS;EXTENDED_RANKS;ARGS" ${ARGN})
@@ -40,7 +50,9 @@ function(ctxpar_register_mpi_test name target)
     if(np IN_LIST ARG_EXTENDED_RANKS)
       list(APPEND labels extended)
     endif()
-    set_tests_properties(${test_name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} PROCESSORS ${np}
+    math(EXPR processors "${np} * ${CTXPAR_TEST_THREADS}")
+    math(EXPR timeout "${ARG_TIMEOUT} * ${CTXPAR_TEST_TIMEOUT_FACTOR}")
+    set_tests_properties(${test_name} PROPERTIES TIMEOUT ${timeout} PROCESSORS ${processors}
       LABELS "${labels}" ENVIRONMENT "${CTXPAR_TEST_ENVIRONMENT}")
     if(ARG_WILL_FAIL)
       set_tests_properties(${test_name} PROPERTIES WILL_FAIL TRUE)

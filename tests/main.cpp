@@ -1,13 +1,17 @@
 // The one test main of ctxpar: MPI first (funneled threading), then Kokkos (which strips its
-// --kokkos-* flags from argv), then the Boost.Test runner. Ranks other than 0 write their Boost.Test
-// log to their own file so the console shows one report; verdicts are all-reduced by the tests.
+// --kokkos-* flags from argv), then the Boost.Test runner. Ranks other than 0 write their
+// Boost.Test log to their own file so the console shows one report; verdicts are all-reduced by the
+// tests.
 #include <Kokkos_Core.hpp>
 
 #include <boost/mpi/environment.hpp>
 #include <boost/test/results_reporter.hpp>
 #include <boost/test/unit_test.hpp>
 #include <fstream>
+#include <iostream>
 #include <string>
+
+#include "ctxpar/core/team_size.hpp"
 
 namespace {
 std::ofstream quiet_log;
@@ -27,5 +31,15 @@ bool init_unit_test() {
 int main(int argc, char* argv[]) {
   boost::mpi::environment env(argc, argv, boost::mpi::threading::funneled);
   Kokkos::ScopeGuard kokkos(argc, argv);
+  // A run that asks for multi-thread teams (the `portable` and `tsan` presets) but gives the host
+  // backend fewer threads would silently test one-thread teams again: refuse it on every rank.
+  const int threads = Kokkos::DefaultHostExecutionSpace().concurrency();
+  if (ctxpar::host_team_size() > threads) {
+    std::cerr << "ctxpar tests: CTXPAR_HOST_TEAM_SIZE asks for teams of "
+              << ctxpar::host_team_size() << " threads but "
+              << Kokkos::DefaultHostExecutionSpace::name() << " runs " << threads
+              << " (set OMP_NUM_THREADS / KOKKOS_NUM_THREADS)\n";
+    return 1;
+  }
   return boost::unit_test::unit_test_main(&init_unit_test, argc, argv);
 }

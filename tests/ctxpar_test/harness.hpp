@@ -3,8 +3,8 @@
 // (execution space × scalar) cases every typed test runs over.
 #pragma once
 
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -76,8 +76,8 @@ inline double uniform(std::uint64_t seed, std::uint64_t index) {
 /// Compares `n` values; `bound(i)` is the allowed absolute error of element i (derived from an
 /// error bound by the caller). Reports the first mismatch with the index text from `where(i)`.
 template <class Actual, class Expected, class Bound, class Where>
-bool all_close(const std::string& what, std::int64_t n, Actual actual, Expected expected, Bound bound,
-               Where where) {
+bool all_close(const std::string& what, std::int64_t n, Actual actual, Expected expected,
+               Bound bound, Where where) {
   for (std::int64_t i = 0; i < n; ++i) {
     const double a = static_cast<double>(actual(i));
     const double e = static_cast<double>(expected(i));
@@ -86,7 +86,8 @@ bool all_close(const std::string& what, std::int64_t n, Actual actual, Expected 
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       std::cerr << "[rank " << rank << "] " << what << " mismatch at " << where(i) << ": got " << a
-                << ", expected " << e << ", |diff| " << std::fabs(a - e) << " > bound " << b << "\n";
+                << ", expected " << e << ", |diff| " << std::fabs(a - e) << " > bound " << b
+                << "\n";
       return false;
     }
   }
@@ -122,13 +123,17 @@ template <class Exec>
 using both_scalars = std::tuple<Case<Exec, float>, Case<Exec, double>>;
 }  // namespace impl
 
-/// Every enabled host-testable backend × {float, double}.
+/// Every enabled host-testable backend × {float, double} (Threads is the backend of the `tsan`
+/// preset: ThreadSanitizer understands its pthreads barriers, not libgomp's).
 using cases = typename impl::concat<
 #ifdef KOKKOS_ENABLE_SERIAL
     impl::both_scalars<Kokkos::Serial>,
 #endif
 #ifdef KOKKOS_ENABLE_OPENMP
     impl::both_scalars<Kokkos::OpenMP>,
+#endif
+#ifdef KOKKOS_ENABLE_THREADS
+    impl::both_scalars<Kokkos::Threads>,
 #endif
     std::tuple<>>::type;
 
@@ -140,9 +145,13 @@ using execution_spaces = typename impl::concat<
 #ifdef KOKKOS_ENABLE_OPENMP
     std::tuple<Kokkos::OpenMP>,
 #endif
+#ifdef KOKKOS_ENABLE_THREADS
+    std::tuple<Kokkos::Threads>,
+#endif
     std::tuple<>>::type;
 
 }  // namespace ctxpar::test
 
 /// Asserts a verdict agreed across all ranks of `group`.
-#define CTXPAR_TEST_ALL(group, condition) BOOST_TEST(::ctxpar::test::all_ranks((group), (condition)))
+#define CTXPAR_TEST_ALL(group, condition) \
+  BOOST_TEST(::ctxpar::test::all_ranks((group), (condition)))

@@ -215,21 +215,19 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region("ctxpar::heads::to_head_parallel");
     check_views("ctxpar::heads::to_head_parallel", x, y);
-    using team = Kokkos::TeamPolicy<ExecutionSpace>;
     if (local_rows() > 0)
-      Kokkos::parallel_for("ctxpar::heads::pack_sequence", team(space, local_rows(), Kokkos::AUTO),
-                           impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
-                                              MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
+      impl::for_each_row("ctxpar::heads::pack_sequence", space, local_rows(),
+                         impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
+                                            MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
     if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
       exchange(space, buf_seq_, send_seq_, flat(y), recv_head_);
     } else {
       exchange(space, buf_seq_, send_seq_, buf_head_, recv_head_);
       if (tokens_ > 0)
-        Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo",
-                             team(space, tokens_, Kokkos::AUTO),
-                             impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
-                                              PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
-                                 buf_head_, y, order_, local_channels()});
+        impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space, tokens_,
+                           impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
+                                            PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+                               buf_head_, y, order_, local_channels()});
     }
   }
 
@@ -238,21 +236,19 @@ class TransposePlan {
   template <class ExecutionSpace, class SeqView>
   void pack(const ExecutionSpace& space, const SeqView& x) const {
     if (local_rows() > 0)
-      Kokkos::parallel_for("ctxpar::heads::pack_sequence",
-                           Kokkos::TeamPolicy<ExecutionSpace>(space, local_rows(), Kokkos::AUTO),
-                           impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
-                                              MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
+      impl::for_each_row("ctxpar::heads::pack_sequence", space, local_rows(),
+                         impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
+                                            MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
   }
   /// The local second half of `to_head_parallel` under `Zigzag` alone: unpacks the plan's receive
   /// buffer into `y` with the zigzag undo (no communication). For measuring the unpack bandwidth.
   template <class ExecutionSpace, class HeadView>
   void unpack(const ExecutionSpace& space, const HeadView& y) const {
     if (tokens_ > 0)
-      Kokkos::parallel_for("ctxpar::heads::unpack_head_zigzag_undo",
-                           Kokkos::TeamPolicy<ExecutionSpace>(space, tokens_, Kokkos::AUTO),
-                           impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
-                                            PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
-                               buf_head_, y, order_, local_channels()});
+      impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space, tokens_,
+                         impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
+                                          PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+                             buf_head_, y, order_, local_channels()});
   }
 
   /// Collective. The inverse of `to_head_parallel`: `y [tokens(), local_channels()]` →
@@ -309,21 +305,19 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region(op);
     check_views(op, x, y);
-    using team = Kokkos::TeamPolicy<ExecutionSpace>;
     if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
       exchange(space, flat(y), recv_head_, buf_seq_, send_seq_);
     } else {
       if (tokens_ > 0)
-        Kokkos::parallel_for("ctxpar::heads::pack_head_zigzag_redo",
-                             team(space, tokens_, Kokkos::AUTO),
-                             impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>,
-                                            PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
-                                 y, buf_head_, order_, local_channels()});
+        impl::for_each_row("ctxpar::heads::pack_head_zigzag_redo", space, tokens_,
+                           impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>,
+                                          PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+                               y, buf_head_, order_, local_channels()});
       exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
     }
     if (local_rows() > 0)
-      Kokkos::parallel_for(
-          "ctxpar::heads::unpack_sequence", team(space, local_rows(), Kokkos::AUTO),
+      impl::for_each_row(
+          "ctxpar::heads::unpack_sequence", space, local_rows(),
           impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView, MemorySpace,
                                ExecutionSpace>{buf_seq_, x, runs_, sum_repeats});
   }

@@ -36,6 +36,7 @@
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/chunkwise/impl/gated_delta_tiles.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/team_size.hpp"
 
 namespace ctxpar::chunkwise::impl {
 
@@ -912,11 +913,16 @@ auto range(const ExecutionSpace& space, std::int64_t n) {
   return Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n);
 }
 
-/// A team per (chunk, head) with `scratch` bytes of level-1 scratch.
-template <class ExecutionSpace>
+/// A team per (chunk, head) running `Functor` with `scratch` bytes of level-1 scratch. The team
+/// size is the library's one rule (`choose_team_size`), asked for this functor type: a
+/// value-initialised functor is enough for Kokkos to size the launch.
+template <class Functor, class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> chunk_teams(const ExecutionSpace& space, std::int64_t league,
                                                std::size_t scratch) {
-  Kokkos::TeamPolicy<ExecutionSpace> policy(space, static_cast<int>(league), Kokkos::AUTO);
+  const auto probe = Kokkos::TeamPolicy<ExecutionSpace>(space, static_cast<int>(league), 1)
+                         .set_scratch_size(1, Kokkos::PerTeam(scratch));
+  Kokkos::TeamPolicy<ExecutionSpace> policy(space, static_cast<int>(league),
+                                            ::ctxpar::impl::choose_team_size(probe, Functor{}));
   return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
 }
 
@@ -1001,7 +1007,7 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
   using update = ChunkUpdateTiles<Scalar, ExecutionSpace, MemorySpace, Diagonal>;
   if (C * H > 0)
     Kokkos::parallel_for("ctxpar::chunkwise::decay::chunk_update",
-                         chunk_teams(space, C * H, update::scratch_bytes(chunk, int(K))),
+                         chunk_teams<update>(space, C * H, update::scratch_bytes(chunk, int(K))),
                          update{saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
                                 saved.ds, saved.reset, int(H), int(K), int(V), chunk});
   const std::int64_t last = seqs.count() - 1;
@@ -1039,11 +1045,12 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
                        range(space, chain_items(seqs.count(), H, K, V)), chain);
   using output = OutputTiles<Scalar, ExecutionSpace, MemorySpace, Diagonal>;
   if (C * H > 0)
-    Kokkos::parallel_for("ctxpar::chunkwise::decay::output",
-                         chunk_teams(space, C * H, output::scratch_bytes(saved.chunk, int(K))),
-                         output{saved.q, saved.k, saved.v, saved.chunk_begin, saved.chunk_end,
-                                saved.gamma, saved.states, out, static_cast<Scalar>(saved.scale),
-                                int(H), int(K), int(V), saved.chunk, saved.reset});
+    Kokkos::parallel_for(
+        "ctxpar::chunkwise::decay::output",
+        chunk_teams<output>(space, C * H, output::scratch_bytes(saved.chunk, int(K))),
+        output{saved.q, saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
+               saved.states, out, static_cast<Scalar>(saved.scale), int(H), int(K), int(V),
+               saved.chunk, saved.reset});
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
@@ -1109,7 +1116,7 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
     if (C * H > 0)
       Kokkos::parallel_for(
           "ctxpar::chunkwise::decay::gradients",
-          chunk_teams(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
+          chunk_teams<grads>(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
           grads{GradientRowKernel<Scalar, MemorySpace, true>{
                     saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
                     saved.token_chunk, saved.gamma, saved.states, saved.gend, dq, dk, dv,
@@ -1120,7 +1127,7 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
     if (C * H > 0)
       Kokkos::parallel_for(
           "ctxpar::chunkwise::decay::gradients",
-          chunk_teams(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
+          chunk_teams<grads>(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
           grads{saved.q,
                 saved.k,
                 saved.v,

@@ -15,6 +15,7 @@
 #include "ctxpar/chunkwise/local_sequences.hpp"
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/team_size.hpp"
 
 namespace ctxpar::impl::gated_delta {
 
@@ -103,10 +104,15 @@ void plan_chunks(Saved<Scalar, MemorySpace, Inputs>& sv, const Problem<Scalar>& 
   sv.intra_done = sv.m_ready = sv.forward_done = false;
 }
 
-template <class ExecutionSpace>
+/// A team per work item running `Functor` with `scratch` bytes of level-1 scratch; the team size
+/// is the library's one rule (`choose_team_size`) for this functor type (a value-initialised
+/// functor is enough for Kokkos to size the launch).
+template <class Functor, class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> team_policy(const ExecutionSpace& space, int league,
                                                std::size_t scratch) {
-  Kokkos::TeamPolicy<ExecutionSpace> policy(space, league, Kokkos::AUTO);
+  const auto probe = Kokkos::TeamPolicy<ExecutionSpace>(space, league, 1)
+                         .set_scratch_size(1, Kokkos::PerTeam(scratch));
+  Kokkos::TeamPolicy<ExecutionSpace> policy(space, league, choose_team_size(probe, Functor{}));
   return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
 }
 
@@ -119,7 +125,8 @@ void run_intra(const ExecutionSpace& space, Saved<Scalar, MemorySpace, Inputs>& 
   if (league > 0)
     Kokkos::parallel_for(
         "ctxpar::chunkwise::gated_delta::intra_chunk",
-        team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim)),
+        team_policy<functor>(space, league,
+                             functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim)),
         functor{pb, sv.cd});
   sv.intra_done = true;
 }
@@ -138,13 +145,13 @@ void run_pass(const ExecutionSpace& space, const Saved<Scalar, MemorySpace, Inpu
     using functor = ReversePass<Scalar, ExecutionSpace, MemorySpace>;
     Kokkos::parallel_for(
         "ctxpar::chunkwise::gated_delta::reverse_pass",
-        team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
+        team_policy<functor>(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
         functor{pb, sv.cd, tg, blocks, nb});
   } else {
     using functor = ForwardPass<Scalar, ExecutionSpace, MemorySpace>;
     Kokkos::parallel_for(
         "ctxpar::chunkwise::gated_delta::forward_pass",
-        team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
+        team_policy<functor>(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
         functor{pb, sv.cd, tg, blocks, nb});
   }
 }
@@ -453,7 +460,8 @@ struct Engine {
     if (league > 0)
       Kokkos::parallel_for(
           "ctxpar::chunkwise::gated_delta::chunk_gradients",
-          team_policy(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim)),
+          team_policy<functor>(space, league,
+                               functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim)),
           functor{pb, sv.cd, gt});
     scatter_states(space, start, initial_grads, seqs.ordinals, starts);
     if (chunkwise::is_given(ds_in)) store_state(space, start, 0, ds_in);

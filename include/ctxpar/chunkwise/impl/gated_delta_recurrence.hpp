@@ -9,6 +9,7 @@
 #include "ctxpar/chunkwise/impl/gated_delta_kernels.hpp"
 #include "ctxpar/chunkwise/impl/gated_delta_tiles.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/team_size.hpp"
 
 namespace ctxpar::impl::gated_delta {
 
@@ -83,10 +84,13 @@ void recurrence_forward(const ExecutionSpace& space, const Problem<Scalar>& pb, 
       pass_block<ExecutionSpace>() < pb.value_dim ? pass_block<ExecutionSpace>() : pb.value_dim;
   const int blocks = (pb.value_dim + nb - 1) / nb;
   Recurrence<Scalar, ExecutionSpace> functor{pb, out, rows, nb, blocks};
-  Kokkos::TeamPolicy<ExecutionSpace> policy(space, pb.heads * blocks, Kokkos::AUTO);
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::gated_delta::recurrence_baseline",
-      policy.set_scratch_size(1, Kokkos::PerTeam(functor.scratch_bytes(pb.key_dim, nb))), functor);
+  const auto scratch = Kokkos::PerTeam(functor.scratch_bytes(pb.key_dim, nb));
+  const auto probe =
+      Kokkos::TeamPolicy<ExecutionSpace>(space, pb.heads * blocks, 1).set_scratch_size(1, scratch);
+  Kokkos::TeamPolicy<ExecutionSpace> policy(space, pb.heads * blocks,
+                                            choose_team_size(probe, functor));
+  Kokkos::parallel_for("ctxpar::chunkwise::gated_delta::recurrence_baseline",
+                       policy.set_scratch_size(1, scratch), functor);
 }
 
 }  // namespace ctxpar::impl::gated_delta

@@ -11,7 +11,23 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ctxpar/core/team_size.hpp"
+
 namespace ctxpar::heads::impl {
+
+/// Runs `functor` with one team per row of `rows`, the team size by the library's one rule
+/// (`choose_team_size`: device recommended size, host `host_team_size()`), so the row's
+/// `TeamThreadRange` splits run on concurrent threads wherever the backend allows.
+template <class ExecutionSpace, class Functor>
+void for_each_row(const char* label, const ExecutionSpace& space, std::int64_t rows,
+                  const Functor& functor) {
+  const Kokkos::TeamPolicy<ExecutionSpace> probe(space, static_cast<int>(rows), 1);
+  Kokkos::parallel_for(
+      label,
+      Kokkos::TeamPolicy<ExecutionSpace>(space, static_cast<int>(rows),
+                                         ::ctxpar::impl::choose_team_size(probe, functor)),
+      functor);
+}
 
 /// A contiguous run of the concatenated channel map: `length` channels starting at `P = 1`
 /// channel `source` go to rank `owner`, local channels `target - offset(owner)` onwards. `first`
