@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "ctxpar/chunkwise/backend.hpp"
-#include "ctxpar/chunkwise/impl/gated_delta_tiles.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/tile_product.hpp"
 
 namespace ctxpar::chunkwise::impl {
 
@@ -70,7 +70,7 @@ struct GammaKernel {
   }
 };
 
-namespace gd = ::ctxpar::impl::gated_delta;
+namespace gd = ::ctxpar::impl;  // the team tile product (core/impl/tile_product.hpp)
 
 template <class Scalar, class ExecutionSpace>
 using decay_scratch =
