@@ -119,21 +119,25 @@ template <int MR, int NR, class T>
 KOKKOS_INLINE_FUNCTION void register_tile(int i0, int j0, int p0, int p1, T alpha, Left<T> a,
                                           const T* b, int ldb, T* c, int ldc, bool accumulate) {
 #if CTXPAR_HOST_SIMD
-  if constexpr (NR % Simd<T>::lanes == 0) {
-    constexpr int lanes = Simd<T>::lanes, nv = NR / lanes;
-    simd_t<T> acc[MR][nv];
-    for (int r = 0; r < MR; ++r)
-      for (int v = 0; v < nv; ++v) acc[r][v] = simd_t<T>{};
-    simd_tile_accumulate<MR, nv>(a.ptr + static_cast<long>(i0) * a.row_stride, a.row_stride,
-                                 a.col_stride, p0, p1, b + j0, ldb, acc);
+  if constexpr (NR == 2 * Simd<T>::lanes) {
+    constexpr int lanes = Simd<T>::lanes;
+    simd_t<T> acc[MR][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = simd_t<T>{};
+    simd_tile_accumulate<MR, 2>(a.ptr + static_cast<long>(i0) * a.row_stride, a.row_stride,
+                                a.col_stride, p0, p1, b + j0, ldb, acc);
+    // Written out for the two vectors, one branch per row: this shape decides whether GCC
+    // contracts `alpha·acc + C` into FMAs under -march=native, so it is kept as it was.
     CTXPAR_UNROLL
     for (int r = 0; r < MR; ++r) {
       T* crow = c + static_cast<long>(i0 + r) * ldc + j0;
-      for (int v = 0; v < nv; ++v) {
-        simd_t<T> x = alpha * acc[r][v];
-        if (accumulate) x += simd_load(crow + v * lanes);
-        simd_store(crow + v * lanes, x);
+      simd_t<T> c0 = alpha * acc[r][0], c1 = alpha * acc[r][1];
+      if (accumulate) {
+        const simd_t<T> o0 = simd_load(crow), o1 = simd_load(crow + lanes);
+        c0 += o0;
+        c1 += o1;
       }
+      simd_store(crow, c0);
+      simd_store(crow + lanes, c1);
     }
     return;
   }
