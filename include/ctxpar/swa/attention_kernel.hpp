@@ -620,7 +620,7 @@ struct HostForwardKernel {
               simd_store(os + row * dp + d, simd_load<acc>(os + row * dp + d) * alpha);
         }
         for (int b = 0; b < rows; b += 4)
-          host_accumulate_rows<4>(p + b * key_tile, key_tile, 1, key_tile, vr, dp,
+          simd_rows_accumulate<4>(p + b * key_tile, key_tile, 1, key_tile, vr, dp,
                                   os + (r0 + b) * dp, dp, dp);
       }
     }
@@ -717,7 +717,7 @@ struct HostQueryGradientKernel {
             mask, dp, qs + r0 * dp, dos + r0 * dp, packed.kt.data() + off, packed.vt.data() + off,
             lses + r0, deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full, p, ds);
         for (int b = 0; b < rows; b += 4)
-          host_accumulate_rows<4>(ds + b * key_tile, key_tile, 1, key_tile, packed.kr.data() + off,
+          simd_rows_accumulate<4>(ds + b * key_tile, key_tile, 1, key_tile, packed.kr.data() + off,
                                   dp, dqs + (r0 + b) * dp, dp, dp);
       }
     }
@@ -819,8 +819,8 @@ struct HostKeyGradientKernel {
                                            ps + r0 * key_tile, dss + r0 * key_tile);
         for (int j = 0; j < key_tile; j += 4) {
           // Only the rows of queries in range: the rows past them may hold other queries.
-          host_accumulate_rows<4>(ps + j, 1, key_tile, nq, dos, dp, dvs + j * dp, dp, dp);
-          host_accumulate_rows<4>(dss + j, 1, key_tile, nq, qs, dp, dks + j * dp, dp, dp);
+          simd_rows_accumulate<4>(ps + j, 1, key_tile, nq, dos, dp, dvs + j * dp, dp, dp);
+          simd_rows_accumulate<4>(dss + j, 1, key_tile, nq, qs, dp, dks + j * dp, dp, dp);
         }
       }
     }

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "ctxpar/chunkwise/backend.hpp"
-#include "ctxpar/chunkwise/impl/gated_delta_tiles.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
 
 namespace ctxpar::chunkwise::impl {
@@ -146,7 +146,7 @@ struct GammaKernel {
   }
 };
 
-namespace gd = ::ctxpar::impl::gated_delta;
+namespace gd = ::ctxpar::impl;  // the team tile product (core/impl/tile_product.hpp)
 
 template <class Scalar, class ExecutionSpace>
 using decay_scratch =

@@ -13,8 +13,8 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "ctxpar/chunkwise/impl/gated_delta_tiles.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/tile_product.hpp"
 
 namespace ctxpar::impl::gated_delta {
 

@@ -7,8 +7,8 @@
 #include <Kokkos_Core.hpp>
 
 #include "ctxpar/chunkwise/impl/gated_delta_kernels.hpp"
-#include "ctxpar/chunkwise/impl/gated_delta_tiles.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/simd.hpp"
 #include "ctxpar/core/team_size.hpp"
 
 namespace ctxpar::impl::gated_delta {
@@ -17,15 +17,13 @@ namespace ctxpar::impl::gated_delta {
 template <class T>
 KOKKOS_INLINE_FUNCTION void scale_add(int n, T a, T* y, T b, const T* x) {
   int c = 0;
-#if CTXPAR_GD_HOST_SIMD
-  using vec = typename Simd<T>::type;
-  constexpr int W = simd_bytes / static_cast<int>(sizeof(T));
+#if CTXPAR_HOST_SIMD
+  constexpr int W = Simd<T>::lanes;
   for (; c + W <= n; c += W) {
-    vec vy, vx;
-    __builtin_memcpy(&vy, y + c, sizeof(vec));
-    __builtin_memcpy(&vx, x + c, sizeof(vec));
+    simd_t<T> vy = simd_load(y + c);
+    const simd_t<T> vx = simd_load(x + c);
     vy = a * vy + b * vx;
-    __builtin_memcpy(y + c, &vy, sizeof(vec));
+    simd_store(y + c, vy);
   }
 #endif
   for (; c < n; ++c) y[c] = a * y[c] + b * x[c];
