@@ -14,436 +14,16 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/expr/mask.hpp"
+#include "ctxpar/swa/attention_inputs.hpp"
+#include "ctxpar/swa/impl/attention_tiles.hpp"
 #include "ctxpar/swa/impl/host_kernel.hpp"
+#include "ctxpar/swa/impl/team_kernels.hpp"
 #include "ctxpar/swa/impl/tiles.hpp"
 #include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa {
 
-/// Accumulator type of the kernels: fp32 for fp32 (or narrower) inputs, fp64 for fp64 inputs.
-template <class Scalar>
-using accumulator_t = std::conditional_t<(sizeof(Scalar) > sizeof(float)), double, float>;
-
-/// Queries per tile of the kernels.
-inline constexpr int query_tile = 32;
-/// Keys per tile of the kernels. Key tiles start at multiples of `key_tile` on the whole key axis
-/// (see `AttentionInputs::key_origin`), so every query sums its keys in the same groups whatever
-/// part of the axis a rank holds.
-inline constexpr int key_tile = 32;
-
-/// Rotated inputs of the attention kernels: queries `[tq, Hq, D]` and keys/values `[nk, Hkv, D]`
-/// with their absolute positions (strictly increasing on each side) and optional ids.
-template <class Scalar, class MemorySpace>
-struct AttentionInputs {
-  /// Rotated queries `[tq, Hq, D]`.
-  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> q;
-  /// Query positions `[tq]`.
-  Kokkos::View<const std::int64_t*, MemorySpace> q_pos;
-  /// Query ids `[tq]`, or empty (one document).
-  Kokkos::View<const std::int32_t*, MemorySpace> q_ids;
-  /// Rotated keys `[nk, Hkv, D]`.
-  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> k;
-  /// Values `[nk, Hkv, D]`.
-  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> v;
-  /// Key positions `[nk]`.
-  Kokkos::View<const std::int64_t*, MemorySpace> k_pos;
-  /// Key ids `[nk]`, or empty.
-  Kokkos::View<const std::int32_t*, MemorySpace> k_ids;
-  /// Index of key 0 on the whole key axis; it anchors the key tiles.
-  std::int64_t key_origin = 0;
-  /// Window `W` bounding the keys a query may see to positions `(pos - W, pos]`; 0 = unlimited.
-  /// Keys outside are skipped without evaluating the mask, so the mask must not admit them.
-  std::int64_t window = 0;
-  /// Softmax scale.
-  double scale = 1.0;
-};
-
 namespace impl {
-
-template <class T>
-KOKKOS_INLINE_FUNCTION constexpr T masked_score() {
-  return std::is_same_v<T, float> ? static_cast<T>(-FLT_MAX) : static_cast<T>(-DBL_MAX);
-}
-
-template <class Scalar, class MemorySpace>
-struct KernelShape {
-  std::int64_t tq, nk;
-  int hq, hkv, dim, group;
-  KernelShape() = default;
-  explicit KernelShape(const AttentionInputs<Scalar, MemorySpace>& in)
-      : tq(static_cast<std::int64_t>(in.q.extent(0))),
-        nk(static_cast<std::int64_t>(in.k.extent(0))),
-        hq(static_cast<int>(in.q.extent(1))),
-        hkv(static_cast<int>(in.k.extent(1))),
-        dim(static_cast<int>(in.q.extent(2))),
-        group(hkv > 0 ? static_cast<int>(in.q.extent(1) / in.k.extent(1)) : 1) {}
-};
-
-template <class Scalar, class MemorySpace>
-KOKKOS_INLINE_FUNCTION mask::Token query_token(const AttentionInputs<Scalar, MemorySpace>& in,
-                                               std::int64_t i) {
-  return mask::Token{in.q_pos(i), in.q_ids.extent(0) > 0 ? in.q_ids(i) : 0};
-}
-template <class Scalar, class MemorySpace>
-KOKKOS_INLINE_FUNCTION mask::Token key_token(const AttentionInputs<Scalar, MemorySpace>& in,
-                                             std::int64_t j) {
-  return mask::Token{in.k_pos(j), in.k_ids.extent(0) > 0 ? in.k_ids(j) : 0};
-}
-
-/// Keys `[lo, hi)` that some query with position in `[first, last]` may see under the window,
-/// and the first key-tile start (local index, possibly negative) of the global tile grid.
-template <class Scalar, class MemorySpace>
-KOKKOS_INLINE_FUNCTION void key_range(const AttentionInputs<Scalar, MemorySpace>& in,
-                                      std::int64_t nk, std::int64_t first, std::int64_t last,
-                                      std::int64_t& lo, std::int64_t& hi, std::int64_t& tile0) {
-  lo = in.window > 0 ? lower_bound(in.k_pos, nk, first - in.window + 1) : 0;
-  hi = upper_bound(in.k_pos, nk, last);
-  const std::int64_t g = in.key_origin + lo;
-  tile0 = (g / key_tile) * key_tile - in.key_origin;
-}
-
-/// Loads key tile `[j0, j0 + key_tile)` of head `hk` transposed (`kt[d][j]`), the values row-major
-/// (`vs[j][d]`) or transposed, and the key tokens; keys outside `[lo, hi)` become zeros and are
-/// marked invalid so they never contribute.
-template <class Scalar, class MemorySpace, class T>
-KOKKOS_INLINE_FUNCTION void load_key_tile(const AttentionInputs<Scalar, MemorySpace>& in, int hk,
-                                          int dim, std::int64_t j0, std::int64_t lo,
-                                          std::int64_t hi, T* kt, T* vs, T* vt, T* ks,
-                                          mask::Token* tok, bool* valid) {
-  if (j0 >= lo && j0 + key_tile <= hi) {
-    // Interior tile: every key valid, rows read straight from contiguous memory.
-    for (int j = 0; j < key_tile; ++j) {
-      valid[j] = true;
-      tok[j] = key_token(in, j0 + j);
-      const Scalar* kr = &in.k(j0 + j, hk, 0);
-      const Scalar* vr = &in.v(j0 + j, hk, 0);
-      for (int d = 0; d < dim; ++d) kt[d * key_tile + j] = static_cast<T>(kr[d]);
-      if (ks)
-        for (int d = 0; d < dim; ++d) ks[j * dim + d] = static_cast<T>(kr[d]);
-      if (vs)
-        for (int d = 0; d < dim; ++d) vs[j * dim + d] = static_cast<T>(vr[d]);
-      if (vt)
-        for (int d = 0; d < dim; ++d) vt[d * key_tile + j] = static_cast<T>(vr[d]);
-    }
-    return;
-  }
-  for (int j = 0; j < key_tile; ++j) {
-    const std::int64_t g = j0 + j;
-    valid[j] = g >= lo && g < hi;
-    tok[j] = valid[j] ? key_token(in, g) : mask::Token{0, 0};
-    for (int d = 0; d < dim; ++d) {
-      const T kv = valid[j] ? static_cast<T>(in.k(g, hk, d)) : T(0);
-      const T vv = valid[j] ? static_cast<T>(in.v(g, hk, d)) : T(0);
-      kt[d * key_tile + j] = kv;
-      if (ks) ks[j * dim + d] = kv;
-      if (vs) vs[j * dim + d] = vv;
-      if (vt) vt[d * key_tile + j] = vv;
-    }
-  }
-}
-
-/// True when every (query, key) pair of the tiles is visible under the window mask, so the
-/// kernels may skip evaluating it per pair (the weights are then the same bits either way). Only
-/// for `WindowMask`, whose window is read from the mask itself; any other mask is always
-/// evaluated pair by pair.
-template <class Mask>
-KOKKOS_INLINE_FUNCTION bool tile_fully_visible(const Mask& mask, const mask::Token* qtok, int rows,
-                                               const mask::Token* ktok, const bool* valid) {
-  if constexpr (std::is_same_v<Mask, WindowMask>) {
-    if (!valid[0] || !valid[key_tile - 1]) return false;
-    const std::int64_t window = mask.left.right.window;
-    if (ktok[key_tile - 1].pos > qtok[0].pos) return false;
-    if (window > 0 && qtok[rows - 1].pos - ktok[0].pos >= window) return false;
-    const std::int32_t id = ktok[0].seq;
-    for (int j = 0; j < key_tile; ++j)
-      if (ktok[j].seq != id) return false;
-    for (int r = 0; r < rows; ++r)
-      if (qtok[r].seq != id) return false;
-    return true;
-  } else {
-    (void)mask;
-    (void)qtok;
-    (void)rows;
-    (void)ktok;
-    (void)valid;
-    return false;
-  }
-}
-
-/// Forward: one team per (query head, query tile); online softmax over the key tiles.
-template <class Scalar, class MemorySpace, class Mask, class Member>
-struct ForwardKernel {
-  using acc = accumulator_t<Scalar>;
-  AttentionInputs<Scalar, MemorySpace> in;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
-  Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> lse;
-  Mask mask;
-  KernelShape<Scalar, MemorySpace> shape;
-  std::int64_t tiles;
-  int level;
-
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
-    return sizeof(acc) * (3 * std::size_t(query_tile) * dim + 2 * std::size_t(key_tile) * dim +
-                          std::size_t(query_tile) * key_tile + 2 * query_tile) +
-           64;
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int D = shape.dim;
-    const int h = static_cast<int>(team.league_rank() / tiles);
-    const std::int64_t i0 = (team.league_rank() % tiles) * query_tile;
-    const std::int64_t nq = shape.tq - i0 < query_tile ? shape.tq - i0 : query_tile;
-    const int hk = h / shape.group;
-    acc* qs = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(D)));
-    acc* os = qs + query_tile * D;
-    acc* kt = os + query_tile * D;
-    acc* vs = kt + key_tile * D;
-    acc* ps = vs + key_tile * D;
-    acc* ms = ps + query_tile * key_tile;
-    acc* ls = ms + query_tile;
-    mask::Token qtok[query_tile], ktok[key_tile];
-    bool valid[key_tile];
-    const acc scale = static_cast<acc>(in.scale);
-    for (int r = 0; r < query_tile; ++r) {
-      const std::int64_t i = r < nq ? i0 + r : i0 + nq - 1;
-      qtok[r] = query_token(in, i);
-      for (int d = 0; d < D; ++d) {
-        qs[r * D + d] = r < nq ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
-        os[r * D + d] = acc(0);
-      }
-      ms[r] = masked_score<acc>();
-      ls[r] = acc(0);
-    }
-    std::int64_t lo, hi, j0;
-    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
-    for (; j0 < hi; j0 += key_tile) {
-      load_key_tile(in, hk, D, j0, lo, hi, kt, vs, static_cast<acc*>(nullptr),
-                    static_cast<acc*>(nullptr), ktok, valid);
-      const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, valid);
-      for (int r0 = 0; r0 < query_tile; r0 += block_rows) {
-        acc s[block_rows][key_tile];
-        rows_times_tile<key_tile>(qs + r0 * D, kt, D, s);
-        for (int r = 0; r < block_rows; ++r) {
-          const int row = r0 + r;
-          acc rowmax = masked_score<acc>();
-          if (full) {
-            for (int j = 0; j < key_tile; ++j) rowmax = rowmax > s[r][j] ? rowmax : s[r][j];
-          } else {
-            for (int j = 0; j < key_tile; ++j) {
-              const bool vis = valid[j] && mask(qtok[row], ktok[j]);
-              s[r][j] = vis ? s[r][j] : masked_score<acc>();
-              rowmax = rowmax > s[r][j] ? rowmax : s[r][j];
-            }
-          }
-          const acc mnew = ms[row] > rowmax ? ms[row] : rowmax;
-          const acc alpha = softmax_exp(ms[row] - mnew);
-          acc sum = 0;
-          if (full) {
-            for (int j = 0; j < key_tile; ++j) ps[row * key_tile + j] = softmax_exp(s[r][j] - mnew);
-          } else {
-            for (int j = 0; j < key_tile; ++j)
-              ps[row * key_tile + j] =
-                  s[r][j] == masked_score<acc>() ? acc(0) : softmax_exp(s[r][j] - mnew);
-          }
-          for (int j = 0; j < key_tile; ++j) sum += ps[row * key_tile + j];
-          ls[row] = ls[row] * alpha + sum;
-          ms[row] = mnew;
-          if (alpha != acc(1))
-            for (int d = 0; d < D; ++d) os[row * D + d] *= alpha;
-        }
-        accumulate_rows<key_tile>(ps + r0 * key_tile, vs, D, os + r0 * D);
-      }
-    }
-    for (int r = 0; r < nq; ++r) {
-      const acc l = ls[r];
-      const acc inv = l > acc(0) ? acc(1) / l : acc(0);
-      for (int d = 0; d < D; ++d) out(i0 + r, h, d) = static_cast<Scalar>(os[r * D + d] * inv);
-      lse(i0 + r, h) = l > acc(0) ? ms[r] + compat::log(l) : masked_score<acc>();
-    }
-  }
-};
-
-/// `delta_i = sum_d dO_id O_id` per (query, head), the row term of the softmax backward.
-template <class Scalar, class MemorySpace>
-struct DeltaKernel {
-  using acc = accumulator_t<Scalar>;
-  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> out, dout;
-  Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> delta;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t flat) const {
-    const std::int64_t heads = static_cast<std::int64_t>(out.extent(1));
-    const std::int64_t i = flat / heads, h = flat % heads;
-    acc s = 0;
-    for (std::size_t d = 0; d < out.extent(2); ++d)
-      s += static_cast<acc>(dout(i, h, d)) * static_cast<acc>(out(i, h, d));
-    delta(i, h) = s;
-  }
-};
-
-/// Softmax weights and their score gradients of a block of rows against one key tile.
-template <class Scalar, class MemorySpace, class Mask, class T>
-KOKKOS_INLINE_FUNCTION void weights_and_gradients(
-    const AttentionInputs<Scalar, MemorySpace>& in, const Mask& mask, int D, const T* qs,
-    const T* dos, const T* kt, const T* vt, const T* lse, const T* delta, const mask::Token* qtok,
-    const bool* qvalid, const mask::Token* ktok, const bool* kvalid, bool full, T* ps, T* dss) {
-  T s[block_rows][key_tile], dp[block_rows][key_tile];
-  rows_times_tile<key_tile>(qs, kt, D, s);
-  rows_times_tile<key_tile>(dos, vt, D, dp);
-  for (int r = 0; r < block_rows; ++r)
-    for (int j = 0; j < key_tile; ++j) {
-      const bool vis = qvalid[r] && (full || (kvalid[j] && mask(qtok[r], ktok[j])));
-      const T p = vis ? softmax_exp(s[r][j] - lse[r]) : T(0);
-      if (ps) ps[r * key_tile + j] = p;
-      dss[r * key_tile + j] = p * (dp[r][j] - delta[r]);
-    }
-  (void)in;
-}
-
-/// Backward for dQ: one team per (query head, query tile), the same key tiles as the forward.
-template <class Scalar, class MemorySpace, class Mask, class Member>
-struct QueryGradientKernel {
-  using acc = accumulator_t<Scalar>;
-  AttentionInputs<Scalar, MemorySpace> in;
-  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
-  Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
-  Mask mask;
-  KernelShape<Scalar, MemorySpace> shape;
-  std::int64_t tiles;
-  int level;
-
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
-    return sizeof(acc) * (3 * std::size_t(query_tile) * dim + 3 * std::size_t(key_tile) * dim +
-                          std::size_t(query_tile) * key_tile + 2 * query_tile) +
-           64;
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int D = shape.dim;
-    const int h = static_cast<int>(team.league_rank() / tiles);
-    const std::int64_t i0 = (team.league_rank() % tiles) * query_tile;
-    const std::int64_t nq = shape.tq - i0 < query_tile ? shape.tq - i0 : query_tile;
-    const int hk = h / shape.group;
-    acc* qs = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(D)));
-    acc* dos = qs + query_tile * D;
-    acc* dqs = dos + query_tile * D;
-    acc* kt = dqs + query_tile * D;
-    acc* vt = kt + key_tile * D;
-    acc* ks = vt + key_tile * D;
-    acc* dss = ks + key_tile * D;
-    acc* lses = dss + query_tile * key_tile;
-    acc* deltas = lses + query_tile;
-    mask::Token qtok[query_tile], ktok[key_tile];
-    bool qvalid[query_tile], kvalid[key_tile];
-    const acc scale = static_cast<acc>(in.scale);
-    for (int r = 0; r < query_tile; ++r) {
-      qvalid[r] = r < nq;
-      const std::int64_t i = qvalid[r] ? i0 + r : i0 + nq - 1;
-      qtok[r] = query_token(in, i);
-      lses[r] = lse(i, h);
-      deltas[r] = delta(i, h);
-      for (int d = 0; d < D; ++d) {
-        qs[r * D + d] = qvalid[r] ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
-        dos[r * D + d] = qvalid[r] ? static_cast<acc>(dout(i, h, d)) : acc(0);
-        dqs[r * D + d] = acc(0);
-      }
-    }
-    std::int64_t lo, hi, j0;
-    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
-    for (; j0 < hi; j0 += key_tile) {
-      load_key_tile(in, hk, D, j0, lo, hi, kt, static_cast<acc*>(nullptr), vt, ks, ktok, kvalid);
-      const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
-      for (int r0 = 0; r0 < query_tile; r0 += block_rows) {
-        weights_and_gradients(in, mask, D, qs + r0 * D, dos + r0 * D, kt, vt, lses + r0,
-                              deltas + r0, qtok + r0, qvalid + r0, ktok, kvalid, full,
-                              static_cast<acc*>(nullptr), dss + r0 * key_tile);
-        accumulate_rows<key_tile>(dss + r0 * key_tile, ks, D, dqs + r0 * D);
-      }
-    }
-    for (int r = 0; r < nq; ++r)
-      for (int d = 0; d < D; ++d) dq(i0 + r, h, d) = static_cast<Scalar>(dqs[r * D + d] * scale);
-  }
-};
-
-/// Backward for dK and dV: one team per (KV head, key tile), looping over the query heads of the
-/// group and the query tiles that can see the tile, so no two teams write the same key.
-template <class Scalar, class MemorySpace, class Mask, class Member>
-struct KeyGradientKernel {
-  using acc = accumulator_t<Scalar>;
-  AttentionInputs<Scalar, MemorySpace> in;
-  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
-  Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dk, dv;
-  Mask mask;
-  KernelShape<Scalar, MemorySpace> shape;
-  std::int64_t tiles;
-  int level;
-
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
-    return sizeof(acc) * (2 * std::size_t(query_tile) * dim + 4 * std::size_t(key_tile) * dim +
-                          2 * std::size_t(query_tile) * key_tile + 2 * query_tile) +
-           64;
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int D = shape.dim;
-    const int hk = static_cast<int>(team.league_rank() / tiles);
-    const std::int64_t j0 = (team.league_rank() % tiles) * key_tile;
-    const std::int64_t nkt = shape.nk - j0 < key_tile ? shape.nk - j0 : key_tile;
-    acc* kt = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(D)));
-    acc* vt = kt + key_tile * D;
-    acc* dks = vt + key_tile * D;
-    acc* dvs = dks + key_tile * D;
-    acc* qs = dvs + key_tile * D;
-    acc* dos = qs + query_tile * D;
-    acc* ps = dos + query_tile * D;
-    acc* dss = ps + query_tile * key_tile;
-    acc* lses = dss + query_tile * key_tile;
-    acc* deltas = lses + query_tile;
-    mask::Token qtok[query_tile], ktok[key_tile];
-    bool qvalid[query_tile], kvalid[key_tile];
-    const acc scale = static_cast<acc>(in.scale);
-    load_key_tile(in, hk, D, j0, j0, j0 + nkt, kt, static_cast<acc*>(nullptr), vt,
-                  static_cast<acc*>(nullptr), ktok, kvalid);
-    for (int x = 0; x < key_tile * D; ++x) {
-      dks[x] = acc(0);
-      dvs[x] = acc(0);
-    }
-    // Queries that may see a key of this tile: positions in [first key, last key + W - 1].
-    const std::int64_t first = in.k_pos(j0), last = in.k_pos(j0 + nkt - 1);
-    const std::int64_t qlo = lower_bound(in.q_pos, shape.tq, first);
-    const std::int64_t qhi =
-        in.window > 0 ? upper_bound(in.q_pos, shape.tq, last + in.window - 1) : shape.tq;
-    for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h) {
-      for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_tile) {
-        for (int r = 0; r < query_tile; ++r) {
-          qvalid[r] = i0 + r < qhi;
-          const std::int64_t i = qvalid[r] ? i0 + r : qhi - 1;
-          qtok[r] = query_token(in, i);
-          lses[r] = lse(i, h);
-          deltas[r] = delta(i, h);
-          for (int d = 0; d < D; ++d) {
-            qs[r * D + d] = qvalid[r] ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
-            dos[r * D + d] = qvalid[r] ? static_cast<acc>(dout(i, h, d)) : acc(0);
-          }
-        }
-        const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
-        for (int r0 = 0; r0 < query_tile; r0 += block_rows)
-          weights_and_gradients(in, mask, D, qs + r0 * D, dos + r0 * D, kt, vt, lses + r0,
-                                deltas + r0, qtok + r0, qvalid + r0, ktok, kvalid, full,
-                                ps + r0 * key_tile, dss + r0 * key_tile);
-        for (int j = 0; j < key_tile; j += block_rows) {
-          accumulate_columns<query_tile, key_tile>(ps, dos, D, j, dvs);
-          accumulate_columns<query_tile, key_tile>(dss, qs, D, j, dks);
-        }
-      }
-    }
-    for (std::int64_t j = 0; j < nkt; ++j)
-      for (int d = 0; d < D; ++d) {
-        dk(j0 + j, hk, d) = static_cast<Scalar>(dks[j * D + d]);
-        dv(j0 + j, hk, d) = static_cast<Scalar>(dvs[j * D + d]);
-      }
-  }
-};
 
 /// Keys and values of the local axis repacked on the global key-tile grid (host kernels): tile `t`
 /// of head `hk` starts at offset `(t * Hkv + hk) * key_tile * dp`, keys outside the axis and
@@ -832,6 +412,8 @@ struct HostKeyGradientKernel {
   }
 };
 
+/// Policy of the host SIMD kernels, which are written for one thread per team (the portable
+/// kernels choose their team size in `team_kernel_policy`).
 template <class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> kernel_policy(const ExecutionSpace& space, std::int64_t league,
                                                  std::size_t bytes, int& level) {
@@ -873,13 +455,14 @@ void attention_forward(
   impl::check_kernel_shapes(in, "ctxpar::swa::attention_forward");
   const impl::KernelShape<Scalar, MemorySpace> shape(in);
   if (shape.tq == 0 || shape.hq == 0) return;
-  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
-  int level = 0;
-  // Host spaces take the SIMD kernels; an empty key axis stays on the portable path.
+  // Host spaces take the SIMD kernels unless the portable kernels are asked for; an empty key
+  // axis stays on the portable path.
   if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
-    if (shape.nk > 0) {
+    if (shape.nk > 0 && !impl::portable_kernels()) {
+      using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
       using Kernel = impl::HostForwardKernel<Scalar, MemorySpace, Mask, Member>;
+      const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
+      int level = 0;
       const auto packed = impl::pack_keys(space, in, shape, true, false, false, true);
       auto policy =
           impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(packed.dp), level);
@@ -888,11 +471,7 @@ void attention_forward(
       return;
     }
   }
-  using Kernel = impl::ForwardKernel<Scalar, MemorySpace, Mask, Member>;
-  auto policy =
-      impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(shape.dim), level);
-  Kokkos::parallel_for("ctxpar::swa::attention_forward", policy,
-                       Kernel{in, out, lse, mask, shape, tiles, level});
+  impl::portable_attention_forward(space, mask, in, out, lse);
 }
 
 /// Backward of `attention_forward`: from `dout [tq, Hq, D]`, the forward's `out` and `lse`, writes
@@ -915,64 +494,43 @@ void attention_backward(
   using acc = accumulator_t<Scalar>;
   impl::check_kernel_shapes(in, "ctxpar::swa::attention_backward");
   const impl::KernelShape<Scalar, MemorySpace> shape(in);
-  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> delta(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::delta")), shape.tq,
-      shape.hq);
-  if (shape.tq > 0 && shape.hq > 0) {
-    Kokkos::parallel_for("ctxpar::swa::attention_delta",
-                         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-                             space, 0, shape.tq * shape.hq),
-                         impl::DeltaKernel<Scalar, MemorySpace>{out, dout, delta});
-    const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
-    int level = 0;
-    if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
-      if (shape.nk > 0) {
-        using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
-        const auto packed = impl::pack_keys(space, in, shape, true, true, true, false);
-        auto policy =
-            impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(packed.dp), level);
-        Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
-                             Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
-        const std::int64_t rows_per_head = shape.tq + query_tile;
-        const std::size_t n = static_cast<std::size_t>(shape.hq * rows_per_head * packed.dp);
-        Kokkos::View<acc*, MemorySpace> qrows(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                               std::string("ctxpar::swa::packed_rows")),
-            n),
-            dorows(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                      std::string("ctxpar::swa::packed_rows")),
-                   n);
-        Kokkos::parallel_for("ctxpar::swa::pack_rows",
-                             Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-                                 space, 0, shape.hq * rows_per_head),
-                             impl::PackRowsKernel<Scalar, MemorySpace>{
-                                 in.q, dout, qrows, dorows, static_cast<acc>(in.scale), shape.tq,
-                                 rows_per_head, shape.dim, packed.dp});
-        using KKernel = impl::HostKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
-        auto kpolicy = impl::kernel_policy(space, packed.tiles * shape.hkv,
-                                           KKernel::scratch_bytes(packed.dp), level);
-        Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", kpolicy,
-                             KKernel{in, dout, lse, delta, dk, dv, packed, qrows, dorows,
-                                     rows_per_head, mask, shape, level});
-        return;
-      }
+  if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
+    if (shape.tq > 0 && shape.hq > 0 && shape.nk > 0 && !impl::portable_kernels()) {
+      using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+      const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
+          impl::row_deltas(space, out, dout);
+      const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
+      int level = 0;
+      using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
+      const auto packed = impl::pack_keys(space, in, shape, true, true, true, false);
+      auto policy =
+          impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(packed.dp), level);
+      Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
+                           Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
+      const std::int64_t rows_per_head = shape.tq + query_tile;
+      const std::size_t n = static_cast<std::size_t>(shape.hq * rows_per_head * packed.dp);
+      Kokkos::View<acc*, MemorySpace> qrows(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::packed_rows")),
+          n),
+          dorows(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                    std::string("ctxpar::swa::packed_rows")),
+                 n);
+      Kokkos::parallel_for("ctxpar::swa::pack_rows",
+                           Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                               space, 0, shape.hq * rows_per_head),
+                           impl::PackRowsKernel<Scalar, MemorySpace>{
+                               in.q, dout, qrows, dorows, static_cast<acc>(in.scale), shape.tq,
+                               rows_per_head, shape.dim, packed.dp});
+      using KKernel = impl::HostKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
+      auto kpolicy = impl::kernel_policy(space, packed.tiles * shape.hkv,
+                                         KKernel::scratch_bytes(packed.dp), level);
+      Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", kpolicy,
+                           KKernel{in, dout, lse, delta, dk, dv, packed, qrows, dorows,
+                                   rows_per_head, mask, shape, level});
+      return;
     }
-    using QKernel = impl::QueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
-    auto policy =
-        impl::kernel_policy(space, tiles * shape.hq, QKernel::scratch_bytes(shape.dim), level);
-    Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
-                         QKernel{in, dout, lse, delta, dq, mask, shape, tiles, level});
   }
-  if (shape.nk > 0 && shape.hkv > 0) {
-    using KKernel = impl::KeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
-    const std::int64_t tiles = (shape.nk + key_tile - 1) / key_tile;
-    int level = 0;
-    auto policy =
-        impl::kernel_policy(space, tiles * shape.hkv, KKernel::scratch_bytes(shape.dim), level);
-    Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", policy,
-                         KKernel{in, dout, lse, delta, dk, dv, mask, shape, tiles, level});
-  }
+  impl::portable_attention_backward(space, mask, in, out, lse, dout, dq, dk, dv);
 }
 
 }  // namespace ctxpar::swa

@@ -1,0 +1,582 @@
+/// \file
+/// The portable sliding-window attention kernels, shaped like FlashAttention-2 for GPUs with Kokkos
+/// hierarchical parallelism: device backends always run them, host spaces run them in a
+/// `CTXPAR_PORTABLE_KERNELS` build or when a test asks (`set_portable_kernels`).
+///
+/// Mapping. Forward and dQ: a team per (query tile, key/value head, group of query heads), so the
+/// query heads of a GQA group share each staged key/value tile; threads (`TeamThreadRange`) over
+/// the team's query rows (query x head), vector lanes (`ThreadVectorRange`) over the keys of a
+/// tile for the scores and over the head dimension for the output rows. dK/dV: a team per (key
+/// tile, key/value head), threads over query rows for the weights, then over the tile's keys with
+/// lanes over the head dimension for the sums. Key/value tiles (and for dK/dV the query tiles) are
+/// loaded once into team scratch by the whole team, then a barrier; the online-softmax state of a
+/// row lives in scratch slots owned by the row's thread.
+///
+/// Determinism. Every output element has one owner (a row's thread, or a key's thread, and one
+/// lane per element) that sums its terms sequentially in a fixed order: forward and dQ rows over
+/// the key tiles of the global grid in increasing order, keys in order inside a tile, skipping
+/// tiles with no key visible to that row; dK/dV over the group's heads, the query tiles and their
+/// rows in order. Maxima and integer counts are the only cross-lane reductions (both exact). So
+/// every output is bitwise independent of the team size, and forward and dQ are bitwise
+/// independent of how queries and keys are split across ranks.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/team_size.hpp"
+#include "ctxpar/expr/mask.hpp"
+#include "ctxpar/swa/attention_inputs.hpp"
+#include "ctxpar/swa/impl/attention_tiles.hpp"
+
+namespace ctxpar::swa::impl {
+
+inline bool& portable_kernels_setting() {
+  static bool value = false;
+  return value;
+}
+
+/// True when host spaces run the portable team kernels instead of the host SIMD kernels (set by
+/// tests and benchmarks; a `CTXPAR_PORTABLE_KERNELS` build does so everywhere).
+inline bool portable_kernels() {
+  return portable_kernels_setting();
+}
+
+/// Makes host spaces run the portable team kernels (`true`) or the host SIMD kernels (`false`).
+inline void set_portable_kernels(bool on) {
+  portable_kernels_setting() = on;
+}
+
+/// Bytes of a scratch piece of `n` elements of `T`, rounded up so the next piece stays aligned.
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr std::size_t scratch_piece(std::size_t n) {
+  return (n * sizeof(T) + 15) / 16 * 16;
+}
+
+/// Hands out consecutive aligned pieces of one team-scratch allocation.
+struct ScratchCursor {
+  char* at;
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T* take(std::size_t n) {
+    T* piece = reinterpret_cast<T*>(at);
+    at += scratch_piece<T>(n);
+    return piece;
+  }
+};
+
+/// Loads keys `[j0, j0 + key_tile)` of head `hk` into scratch, cooperatively (threads over keys,
+/// lanes over the head dimension), in the layouts asked for: `kt`/`vt` transposed (`[d][j]`, for
+/// lanes over keys), `ks`/`vs` row-major (`[j][d]`, for lanes over `d`). Keys outside `[lo, hi)`
+/// become zeros and invalid. Ends with a team barrier.
+template <class Member, class Scalar, class MemorySpace, class T>
+KOKKOS_INLINE_FUNCTION void stage_key_tile(const Member& team,
+                                           const AttentionInputs<Scalar, MemorySpace>& in, int hk,
+                                           int dim, std::int64_t j0, std::int64_t lo,
+                                           std::int64_t hi, T* kt, T* ks, T* vt, T* vs,
+                                           mask::Token* tok, bool* valid) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, key_tile), [&](const int j) {
+    const std::int64_t g = j0 + j;
+    const bool ok = g >= lo && g < hi;
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dim), [&](const int d) {
+      const T kv = ok ? static_cast<T>(in.k(g, hk, d)) : T(0);
+      const T vv = ok ? static_cast<T>(in.v(g, hk, d)) : T(0);
+      if (kt) kt[d * key_tile + j] = kv;
+      if (ks) ks[j * dim + d] = kv;
+      if (vt) vt[d * key_tile + j] = vv;
+      if (vs) vs[j * dim + d] = vv;
+    });
+    Kokkos::single(Kokkos::PerThread(team), [&]() {
+      valid[j] = ok;
+      tok[j] = ok ? key_token(in, g) : mask::Token{0, 0};
+    });
+  });
+  team.team_barrier();
+}
+
+/// Where a team of the forward or dQ kernel works: query tile `[i0, i0 + nq)`, key/value head
+/// `hk` and query heads `[h0, h0 + heads)`; its rows are (head, query) pairs, `heads * nq` of them.
+struct QueryTeam {
+  std::int64_t i0, nq;
+  int hk, h0;
+  KOKKOS_INLINE_FUNCTION QueryTeam(std::int64_t league_rank, std::int64_t tiles, std::int64_t tq,
+                                   int group, int heads) {
+    const std::int64_t chunks = group / heads;
+    i0 = (league_rank % tiles) * query_tile;
+    nq = tq - i0 < query_tile ? tq - i0 : query_tile;
+    const std::int64_t rest = league_rank / tiles;
+    hk = static_cast<int>(rest / chunks);
+    h0 = hk * group + static_cast<int>(rest % chunks) * heads;
+  }
+};
+
+/// Forward: online softmax per row over the visible key tiles; writes `out` and the row
+/// log-sum-exp (`masked_score` and zeros for a row that sees no key).
+template <class Scalar, class MemorySpace, class Mask, class Member>
+struct TeamForwardKernel {
+  using acc = accumulator_t<Scalar>;
+  AttentionInputs<Scalar, MemorySpace> in;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
+  Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> lse;
+  Mask mask;
+  KernelShape<Scalar, MemorySpace> shape;
+  std::int64_t tiles;
+  int heads;  // query heads per team
+  int level;
+
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim, int heads) {
+    const std::size_t rows = std::size_t(heads) * query_tile;
+    return 2 * scratch_piece<acc>(rows * dim) +
+           2 * scratch_piece<acc>(std::size_t(key_tile) * dim) +
+           scratch_piece<acc>(rows * key_tile) + 2 * scratch_piece<acc>(rows) +
+           scratch_piece<mask::Token>(query_tile) + scratch_piece<mask::Token>(key_tile) +
+           scratch_piece<bool>(key_tile);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int D = shape.dim;
+    const QueryTeam qt(team.league_rank(), tiles, shape.tq, shape.group, heads);
+    const std::int64_t nq = qt.nq;
+    const int rows = static_cast<int>(heads * nq);
+    const std::size_t slots = std::size_t(heads) * query_tile;
+    ScratchCursor cur{
+        static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes(D, heads)))};
+    acc* qs = cur.take<acc>(slots * D);
+    acc* os = cur.take<acc>(slots * D);
+    acc* kt = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* vs = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* ps = cur.take<acc>(slots * key_tile);
+    acc* ms = cur.take<acc>(slots);
+    acc* ls = cur.take<acc>(slots);
+    mask::Token* qtok = cur.take<mask::Token>(query_tile);
+    mask::Token* ktok = cur.take<mask::Token>(key_tile);
+    bool* kvalid = cur.take<bool>(key_tile);
+    const acc scale = static_cast<acc>(in.scale);
+    const acc masked = masked_score<acc>();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
+      const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
+      const int slot = hh * query_tile + rr;
+      const std::int64_t i = qt.i0 + rr;
+      const int h = qt.h0 + hh;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+        qs[slot * D + d] = static_cast<acc>(in.q(i, h, d)) * scale;
+        os[slot * D + d] = acc(0);
+      });
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        ms[slot] = masked;
+        ls[slot] = acc(0);
+        if (hh == 0) qtok[rr] = query_token(in, i);
+      });
+    });
+    team.team_barrier();
+    std::int64_t lo, hi, j0;
+    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    for (; j0 < hi; j0 += key_tile) {
+      stage_key_tile(team, in, qt.hk, D, j0, lo, hi, kt, static_cast<acc*>(nullptr),
+                     static_cast<acc*>(nullptr), vs, ktok, kvalid);
+      const bool all = tile_fully_visible(mask, qtok, static_cast<int>(nq), ktok, kvalid);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
+        const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
+        const int slot = hh * query_tile + rr;
+        const acc* qr = qs + slot * D;
+        acc* pr = ps + slot * key_tile;
+        acc rowmax = masked;
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, key_tile),
+            [&](const int j, acc& best) {
+              acc s = 0;
+              for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
+              if (!all && !(kvalid[j] && mask(qtok[rr], ktok[j]))) s = masked;
+              pr[j] = s;
+              best = best > s ? best : s;
+            },
+            Kokkos::Max<acc>(rowmax));
+        // No key of this tile visible to the row: its state stays untouched, so the row's sums
+        // do not depend on which other rows share the team.
+        if (rowmax == masked) return;
+        const acc mold = ms[slot];
+        const acc mnew = mold > rowmax ? mold : rowmax;
+        const acc alpha = softmax_exp(mold - mnew);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, key_tile), [&](const int j) {
+          pr[j] = pr[j] == masked ? acc(0) : softmax_exp(pr[j] - mnew);
+        });
+        // Every lane sums the weights itself, in key order: the same bits on every lane.
+        acc sum = 0;
+        for (int j = 0; j < key_tile; ++j) sum += pr[j];
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+          acc o = os[slot * D + d];
+          if (alpha != acc(1)) o *= alpha;
+          for (int j = 0; j < key_tile; ++j) o += pr[j] * vs[j * D + d];
+          os[slot * D + d] = o;
+        });
+        Kokkos::single(Kokkos::PerThread(team), [&]() {
+          ls[slot] = ls[slot] * alpha + sum;
+          ms[slot] = mnew;
+        });
+      });
+      team.team_barrier();
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
+      const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
+      const int slot = hh * query_tile + rr;
+      const std::int64_t i = qt.i0 + rr;
+      const int h = qt.h0 + hh;
+      const acc l = ls[slot];
+      const acc inv = l > acc(0) ? acc(1) / l : acc(0);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+        out(i, h, d) = static_cast<Scalar>(os[slot * D + d] * inv);
+      });
+      Kokkos::single(Kokkos::PerThread(team),
+                     [&]() { lse(i, h) = l > acc(0) ? ms[slot] + compat::log(l) : masked; });
+    });
+  }
+};
+
+/// `delta_i = sum_d dO_id O_id` per (query, head), the row term of the softmax backward.
+template <class Scalar, class MemorySpace>
+struct DeltaKernel {
+  using acc = accumulator_t<Scalar>;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> out, dout;
+  Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> delta;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t flat) const {
+    const std::int64_t heads = static_cast<std::int64_t>(out.extent(1));
+    const std::int64_t i = flat / heads, h = flat % heads;
+    acc s = 0;
+    for (std::size_t d = 0; d < out.extent(2); ++d)
+      s += static_cast<acc>(dout(i, h, d)) * static_cast<acc>(out(i, h, d));
+    delta(i, h) = s;
+  }
+};
+
+/// The row terms `delta [tq, Hq]` of the softmax backward (used by both kernel families).
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> row_deltas(
+    const ExecutionSpace& space,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout) {
+  using acc = accumulator_t<Scalar>;
+  const std::int64_t tq = static_cast<std::int64_t>(out.extent(0)),
+                     hq = static_cast<std::int64_t>(out.extent(1));
+  Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> delta(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::delta")), tq, hq);
+  if (tq * hq > 0)
+    Kokkos::parallel_for(
+        "ctxpar::swa::attention_delta",
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, tq * hq),
+        DeltaKernel<Scalar, MemorySpace>{out, dout, delta});
+  return delta;
+}
+
+/// Backward for dQ: the forward's teams and key tiles; each row recomputes its weights from the
+/// saved lse and sums `dS_ij k_j` over the tiles it sees.
+template <class Scalar, class MemorySpace, class Mask, class Member>
+struct TeamQueryGradientKernel {
+  using acc = accumulator_t<Scalar>;
+  AttentionInputs<Scalar, MemorySpace> in;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
+  Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
+  Mask mask;
+  KernelShape<Scalar, MemorySpace> shape;
+  std::int64_t tiles;
+  int heads;  // query heads per team
+  int level;
+
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim, int heads) {
+    const std::size_t rows = std::size_t(heads) * query_tile;
+    return 3 * scratch_piece<acc>(rows * dim) +
+           3 * scratch_piece<acc>(std::size_t(key_tile) * dim) +
+           scratch_piece<acc>(rows * key_tile) + 2 * scratch_piece<acc>(rows) +
+           scratch_piece<mask::Token>(query_tile) + scratch_piece<mask::Token>(key_tile) +
+           scratch_piece<bool>(key_tile);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int D = shape.dim;
+    const QueryTeam qt(team.league_rank(), tiles, shape.tq, shape.group, heads);
+    const std::int64_t nq = qt.nq;
+    const int rows = static_cast<int>(heads * nq);
+    const std::size_t slots = std::size_t(heads) * query_tile;
+    ScratchCursor cur{
+        static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes(D, heads)))};
+    acc* qs = cur.take<acc>(slots * D);
+    acc* dos = cur.take<acc>(slots * D);
+    acc* dqs = cur.take<acc>(slots * D);
+    acc* kt = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* ks = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* vt = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* dss = cur.take<acc>(slots * key_tile);
+    acc* lses = cur.take<acc>(slots);
+    acc* deltas = cur.take<acc>(slots);
+    mask::Token* qtok = cur.take<mask::Token>(query_tile);
+    mask::Token* ktok = cur.take<mask::Token>(key_tile);
+    bool* kvalid = cur.take<bool>(key_tile);
+    const acc scale = static_cast<acc>(in.scale);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
+      const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
+      const int slot = hh * query_tile + rr;
+      const std::int64_t i = qt.i0 + rr;
+      const int h = qt.h0 + hh;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+        qs[slot * D + d] = static_cast<acc>(in.q(i, h, d)) * scale;
+        dos[slot * D + d] = static_cast<acc>(dout(i, h, d));
+        dqs[slot * D + d] = acc(0);
+      });
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        lses[slot] = lse(i, h);
+        deltas[slot] = delta(i, h);
+        if (hh == 0) qtok[rr] = query_token(in, i);
+      });
+    });
+    team.team_barrier();
+    std::int64_t lo, hi, j0;
+    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    for (; j0 < hi; j0 += key_tile) {
+      stage_key_tile(team, in, qt.hk, D, j0, lo, hi, kt, ks, vt, static_cast<acc*>(nullptr), ktok,
+                     kvalid);
+      const bool all = tile_fully_visible(mask, qtok, static_cast<int>(nq), ktok, kvalid);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
+        const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
+        const int slot = hh * query_tile + rr;
+        const acc* qr = qs + slot * D;
+        const acc* dor = dos + slot * D;
+        acc* dsr = dss + slot * key_tile;
+        const acc l = lses[slot], dl = deltas[slot];
+        int seen = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, key_tile),
+            [&](const int j, int& n) {
+              const bool vis = all || (kvalid[j] && mask(qtok[rr], ktok[j]));
+              acc s = 0, dp = 0;
+              for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
+              for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
+              const acc p = vis ? softmax_exp(s - l) : acc(0);
+              dsr[j] = p * (dp - dl);
+              n += vis ? 1 : 0;
+            },
+            seen);
+        // As in the forward: a tile the row cannot see leaves its sums untouched.
+        if (seen == 0) return;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+          acc x = dqs[slot * D + d];
+          for (int j = 0; j < key_tile; ++j) x += dsr[j] * ks[j * D + d];
+          dqs[slot * D + d] = x;
+        });
+      });
+      team.team_barrier();
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
+      const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
+      const int slot = hh * query_tile + rr;
+      const std::int64_t i = qt.i0 + rr;
+      const int h = qt.h0 + hh;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+        dq(i, h, d) = static_cast<Scalar>(dqs[slot * D + d] * scale);
+      });
+    });
+  }
+};
+
+/// Backward for dK and dV: a team per (key tile, key/value head) walks the group's query heads and
+/// the query tiles that can see its keys, so no two teams write the same key and no atomics are
+/// needed.
+template <class Scalar, class MemorySpace, class Mask, class Member>
+struct TeamKeyGradientKernel {
+  using acc = accumulator_t<Scalar>;
+  AttentionInputs<Scalar, MemorySpace> in;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
+  Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dk, dv;
+  Mask mask;
+  KernelShape<Scalar, MemorySpace> shape;
+  std::int64_t tiles;
+  int level;
+
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim) {
+    return 4 * scratch_piece<acc>(std::size_t(key_tile) * dim) +
+           2 * scratch_piece<acc>(std::size_t(query_tile) * dim) +
+           2 * scratch_piece<acc>(std::size_t(query_tile) * key_tile) +
+           2 * scratch_piece<acc>(query_tile) + scratch_piece<mask::Token>(query_tile) +
+           scratch_piece<mask::Token>(key_tile) + scratch_piece<bool>(key_tile);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int D = shape.dim;
+    const int hk = static_cast<int>(team.league_rank() / tiles);
+    const std::int64_t j0 = (team.league_rank() % tiles) * key_tile;
+    const int nkt = static_cast<int>(shape.nk - j0 < key_tile ? shape.nk - j0 : key_tile);
+    ScratchCursor cur{static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes(D)))};
+    acc* kt = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* vt = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* dks = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* dvs = cur.take<acc>(std::size_t(key_tile) * D);
+    acc* qs = cur.take<acc>(std::size_t(query_tile) * D);
+    acc* dos = cur.take<acc>(std::size_t(query_tile) * D);
+    acc* ps = cur.take<acc>(std::size_t(query_tile) * key_tile);
+    acc* dss = cur.take<acc>(std::size_t(query_tile) * key_tile);
+    acc* lses = cur.take<acc>(query_tile);
+    acc* deltas = cur.take<acc>(query_tile);
+    mask::Token* qtok = cur.take<mask::Token>(query_tile);
+    mask::Token* ktok = cur.take<mask::Token>(key_tile);
+    bool* kvalid = cur.take<bool>(key_tile);
+    const acc scale = static_cast<acc>(in.scale);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, key_tile), [&](const int j) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+        dks[j * D + d] = acc(0);
+        dvs[j * D + d] = acc(0);
+      });
+    });
+    stage_key_tile(team, in, hk, D, j0, j0, j0 + nkt, kt, static_cast<acc*>(nullptr), vt,
+                   static_cast<acc*>(nullptr), ktok, kvalid);
+    // Queries that may see a key of this tile: positions in [first key, last key + W - 1].
+    const std::int64_t first = in.k_pos(j0), last = in.k_pos(j0 + nkt - 1);
+    const std::int64_t qlo = lower_bound(in.q_pos, shape.tq, first);
+    const std::int64_t qhi =
+        in.window > 0 ? upper_bound(in.q_pos, shape.tq, last + in.window - 1) : shape.tq;
+    for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h) {
+      for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_tile) {
+        const int nq = static_cast<int>(qhi - i0 < query_tile ? qhi - i0 : query_tile);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nq), [&](const int r) {
+          const std::int64_t i = i0 + r;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+            qs[r * D + d] = static_cast<acc>(in.q(i, h, d)) * scale;
+            dos[r * D + d] = static_cast<acc>(dout(i, h, d));
+          });
+          Kokkos::single(Kokkos::PerThread(team), [&]() {
+            qtok[r] = query_token(in, i);
+            lses[r] = lse(i, h);
+            deltas[r] = delta(i, h);
+          });
+        });
+        team.team_barrier();
+        const bool all = tile_fully_visible(mask, qtok, nq, ktok, kvalid);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nq), [&](const int r) {
+          const acc* qr = qs + r * D;
+          const acc* dor = dos + r * D;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, key_tile), [&](const int j) {
+            const bool vis = all || (kvalid[j] && mask(qtok[r], ktok[j]));
+            acc s = 0, dp = 0;
+            for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
+            for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
+            const acc p = vis ? softmax_exp(s - lses[r]) : acc(0);
+            ps[r * key_tile + j] = p;
+            dss[r * key_tile + j] = p * (dp - deltas[r]);
+          });
+        });
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkt), [&](const int j) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+            acc xv = dvs[j * D + d], xk = dks[j * D + d];
+            for (int r = 0; r < nq; ++r) {
+              xv += ps[r * key_tile + j] * dos[r * D + d];
+              xk += dss[r * key_tile + j] * qs[r * D + d];
+            }
+            dvs[j * D + d] = xv;
+            dks[j * D + d] = xk;
+          });
+        });
+        // The next query tile overwrites qs, dos, ps and dss.
+        team.team_barrier();
+      }
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkt), [&](const int j) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+        dk(j0 + j, hk, d) = static_cast<Scalar>(dks[j * D + d]);
+        dv(j0 + j, hk, d) = static_cast<Scalar>(dvs[j * D + d]);
+      });
+    });
+  }
+};
+
+/// A team policy for a portable kernel: scratch at level 0 when `bytes` fit there, else level 1
+/// (written to `level`), vector lanes from the backend (a warp or wavefront slice of at most
+/// `key_tile` lanes on devices, 1 on hosts) and the team size of `choose_team_size`, at most
+/// `rows` (the rows a team's threads split).
+template <class ExecutionSpace, class Functor>
+Kokkos::TeamPolicy<ExecutionSpace> team_kernel_policy(const ExecutionSpace& space,
+                                                      std::int64_t league, std::size_t bytes,
+                                                      int rows, Functor& functor) {
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  functor.level = bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
+  const int lanes = std::max(1, std::min(key_tile, Policy::vector_length_max()));
+  Policy probe(space, static_cast<int>(league), 1, lanes);
+  probe.set_scratch_size(functor.level, Kokkos::PerTeam(bytes));
+  const int size = ctxpar::impl::choose_team_size(probe, functor, rows);
+  Policy policy(space, static_cast<int>(league), size, lanes);
+  policy.set_scratch_size(functor.level, Kokkos::PerTeam(bytes));
+  return policy;
+}
+
+/// Query heads per team of the forward and dQ kernels: the largest divisor of the GQA group whose
+/// rows (heads x `query_tile`) stay within 128 and whose scratch fits level 0, else 1. Sharing a
+/// staged key/value tile between the heads of a group divides its loads by that factor.
+template <class ExecutionSpace, class BytesOf>
+int heads_per_team(int group, const BytesOf& bytes_of) {
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  const std::size_t level0 = static_cast<std::size_t>(Policy::scratch_size_max(0));
+  for (int heads = group; heads > 1; --heads)
+    if (group % heads == 0 && heads * query_tile <= 128 && bytes_of(heads) <= level0) return heads;
+  return 1;
+}
+
+/// Forward attention with the portable team kernels (see `attention_forward`).
+template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
+void portable_attention_forward(
+    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
+    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
+  const KernelShape<Scalar, MemorySpace> shape(in);
+  if (shape.tq == 0 || shape.hq == 0) return;
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Kernel = TeamForwardKernel<Scalar, MemorySpace, Mask, Member>;
+  const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
+  const int heads = heads_per_team<ExecutionSpace>(
+      shape.group, [&](int n) { return Kernel::scratch_bytes(shape.dim, n); });
+  Kernel kernel{in, out, lse, mask, shape, tiles, heads, 0};
+  const auto policy =
+      team_kernel_policy(space, tiles * (shape.hq / heads), Kernel::scratch_bytes(shape.dim, heads),
+                         heads * query_tile, kernel);
+  Kokkos::parallel_for("ctxpar::swa::attention_forward", policy, kernel);
+}
+
+/// Backward attention with the portable team kernels (see `attention_backward`).
+template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
+void portable_attention_backward(
+    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
+    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
+  using acc = accumulator_t<Scalar>;
+  const KernelShape<Scalar, MemorySpace> shape(in);
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
+      row_deltas(space, out, dout);
+  if (shape.tq > 0 && shape.hq > 0) {
+    using Kernel = TeamQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
+    const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
+    const int heads = heads_per_team<ExecutionSpace>(
+        shape.group, [&](int n) { return Kernel::scratch_bytes(shape.dim, n); });
+    Kernel kernel{in, dout, lse, delta, dq, mask, shape, tiles, heads, 0};
+    const auto policy =
+        team_kernel_policy(space, tiles * (shape.hq / heads),
+                           Kernel::scratch_bytes(shape.dim, heads), heads * query_tile, kernel);
+    Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy, kernel);
+  }
+  if (shape.nk > 0 && shape.hkv > 0) {
+    using Kernel = TeamKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
+    const std::int64_t tiles = (shape.nk + key_tile - 1) / key_tile;
+    Kernel kernel{in, dout, lse, delta, dk, dv, mask, shape, tiles, 0};
+    const auto policy = team_kernel_policy(space, tiles * shape.hkv,
+                                           Kernel::scratch_bytes(shape.dim), query_tile, kernel);
+    Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", policy, kernel);
+  }
+}
+
+}  // namespace ctxpar::swa::impl
