@@ -18,7 +18,7 @@
 #include "ctxpar/swa/impl/attention_tiles.hpp"
 #include "ctxpar/swa/impl/host_kernel.hpp"
 #include "ctxpar/swa/impl/team_kernels.hpp"
-#include "ctxpar/swa/impl/tiles.hpp"
+#include "ctxpar/swa/impl/kernel_math.hpp"
 #include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa {

@@ -12,7 +12,7 @@
 
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
-#include "ctxpar/swa/impl/tiles.hpp"
+#include "ctxpar/swa/impl/kernel_math.hpp"
 #include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa::impl {

@@ -17,7 +17,7 @@
 #include "ctxpar/core/impl/simd.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
-#include "ctxpar/swa/impl/tiles.hpp"
+#include "ctxpar/swa/impl/kernel_math.hpp"
 
 namespace ctxpar::swa::impl {
 
