@@ -41,7 +41,7 @@ using ctxpar::impl::simd_t;
 using ctxpar::impl::simd_zero;
 using ctxpar::impl::simd_zero_where;
 
-/// The float `softmax_exp` of tiles.hpp (same range reduction and polynomial) on every lane.
+/// The float `softmax_exp` of kernel_math.hpp (same range reduction and polynomial) on every lane.
 inline simd_t<float> simd_exp(simd_t<float> x) {
 #if CTXPAR_HOST_SIMD
   // Branch-free on whole vectors: a per-lane loop with the clamps as branches stays scalar.
