@@ -17,8 +17,8 @@
 #include "ctxpar/swa/attention_inputs.hpp"
 #include "ctxpar/swa/impl/attention_tiles.hpp"
 #include "ctxpar/swa/impl/host_kernel.hpp"
-#include "ctxpar/swa/impl/team_kernels.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
+#include "ctxpar/swa/impl/team_kernels.hpp"
 #include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa {
@@ -415,8 +415,9 @@ struct HostKeyGradientKernel {
 /// Policy of the host SIMD kernels, which are written for one thread per team (the portable
 /// kernels choose their team size in `team_kernel_policy`).
 template <class ExecutionSpace>
-Kokkos::TeamPolicy<ExecutionSpace> kernel_policy(const ExecutionSpace& space, std::int64_t league,
-                                                 std::size_t bytes, int& level) {
+Kokkos::TeamPolicy<ExecutionSpace> host_kernel_policy(const ExecutionSpace& space,
+                                                      std::int64_t league, std::size_t bytes,
+                                                      int& level) {
   level = bytes <= 32768 ? 0 : 1;
   return Kokkos::TeamPolicy<ExecutionSpace>(space, static_cast<int>(league), 1)
       .set_scratch_size(level, Kokkos::PerTeam(bytes));
@@ -464,8 +465,8 @@ void attention_forward(
       const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
       int level = 0;
       const auto packed = impl::pack_keys(space, in, shape, true, false, false, true);
-      auto policy =
-          impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(packed.dp), level);
+      auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
+                                             Kernel::scratch_bytes(packed.dp), level);
       Kokkos::parallel_for("ctxpar::swa::attention_forward", policy,
                            Kernel{in, out, lse, packed, mask, shape, tiles, level});
       return;
@@ -503,8 +504,8 @@ void attention_backward(
       int level = 0;
       using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
       const auto packed = impl::pack_keys(space, in, shape, true, true, true, false);
-      auto policy =
-          impl::kernel_policy(space, tiles * shape.hq, Kernel::scratch_bytes(packed.dp), level);
+      auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
+                                             Kernel::scratch_bytes(packed.dp), level);
       Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
                            Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
       const std::int64_t rows_per_head = shape.tq + query_tile;
@@ -522,8 +523,8 @@ void attention_backward(
                                in.q, dout, qrows, dorows, static_cast<acc>(in.scale), shape.tq,
                                rows_per_head, shape.dim, packed.dp});
       using KKernel = impl::HostKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
-      auto kpolicy = impl::kernel_policy(space, packed.tiles * shape.hkv,
-                                         KKernel::scratch_bytes(packed.dp), level);
+      auto kpolicy = impl::host_kernel_policy(space, packed.tiles * shape.hkv,
+                                              KKernel::scratch_bytes(packed.dp), level);
       Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", kpolicy,
                            KKernel{in, dout, lse, delta, dk, dv, packed, qrows, dorows,
                                    rows_per_head, mask, shape, level});
