@@ -3,7 +3,10 @@
 //     in this run, D = 64, 128 and W = 512 ... 4096 with a full cache (every query sees W keys);
 //  2. CP efficiency T(1) / (2 T(2)) of the distributed step (forward + backward) at 2 ranks;
 //  3. bytes per rank of the all-gather and halo policies from the counters, next to the formulas,
-//     for several stream lengths and windows.
+//     for several stream lengths and windows;
+//  4. the portable (GPU-shaped) team kernels next to the host SIMD kernels in the same run, and
+//     their team-size sweep (1, 2, 4 threads per team; run with OMP_NUM_THREADS=4), outputs
+//     checked bitwise equal across team sizes.
 // FLOP counts (from the formula, not a profiler): a query that sees n keys costs 4 D n per head in
 // the forward (scores and weighted values, 2 flops per multiply-add) and 10 D n in the backward
 // (the usual 2.5x: score recompute, dP, dV, dQ, dK); the causal triangle is excluded by counting
@@ -23,6 +26,7 @@
 #include "common/rank_scaling.hpp"
 #include "common/sgemm.hpp"
 #include "common/timing.hpp"
+#include "ctxpar/core/team_size.hpp"
 #include "ctxpar/swa/swa.hpp"
 #include "swa/step_inputs.hpp"
 
@@ -146,20 +150,28 @@ double check_backward(const ctxpar::swa::AttentionInputs<float, Mem>& in, const 
   return worst;
 }
 
-ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::int64_t t,
-                                  std::int64_t hq, std::int64_t hkv, double sgemm, int repeats) {
-  Exec space;
+/// Inputs of a local-kernel case: `t` queries after a full cache of `W - 1` keys, so every query
+/// sees exactly `W` keys; q, k, v from seeds `seed`, `seed + 1`, `seed + 2`.
+ctxpar::swa::AttentionInputs<float, Mem> window_inputs(std::int64_t dim, std::int64_t window,
+                                                       std::int64_t t, std::int64_t hq,
+                                                       std::int64_t hkv, std::uint64_t seed) {
   const std::int64_t length = window - 1 + t;
   ctxpar::swa::AttentionInputs<float, Mem> in;
-  const Tensor q = random_tensor(1, t, hq, dim), k = random_tensor(2, length, hkv, dim),
-               v = random_tensor(3, length, hkv, dim);
-  in.q = q;
-  in.k = k;
-  in.v = v;
+  in.q = random_tensor(seed, t, hq, dim);
+  in.k = random_tensor(seed + 1, length, hkv, dim);
+  in.v = random_tensor(seed + 2, length, hkv, dim);
   in.q_pos = iota(t, window - 1);
   in.k_pos = iota(length, 0);
   in.window = window;
   in.scale = 1.0 / std::sqrt(double(dim));
+  return in;
+}
+
+ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::int64_t t,
+                                  std::int64_t hq, std::int64_t hkv, double sgemm, int repeats) {
+  Exec space;
+  const std::int64_t length = window - 1 + t;
+  const auto in = window_inputs(dim, window, t, hq, hkv, 1);
   Tensor out("out", t, hq, dim), dout = random_tensor(4, t, hq, dim);
   Tensor dq("dq", t, hq, dim), dk("dk", length, hkv, dim), dv("dv", length, hkv, dim);
   Kokkos::View<float**, Kokkos::LayoutRight, Mem> lse("lse", t, hq);
@@ -219,6 +231,121 @@ ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::in
       .set("backward_flop_formula", "10*D*Hq*t*W")
       .set("check_max_relative_error", err)
       .set("backward_check_max_relative_error", berr);
+}
+
+/// The portable (GPU-shaped) team kernels next to the host SIMD kernels on the same inputs in the
+/// same run (team size 1, the ratio portable / SIMD), then the portable kernels at 1, 2 and 4
+/// threads per team (OpenMP: needs OMP_NUM_THREADS >= 4), with every output checked bitwise equal
+/// across team sizes (the kernels promise it).
+ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::int64_t t,
+                                    std::int64_t hq, std::int64_t hkv, int repeats) {
+  Exec space;
+  const std::int64_t length = window - 1 + t;
+  const auto in = window_inputs(dim, window, t, hq, hkv, 11);
+  const Tensor dout = random_tensor(14, t, hq, dim);
+  const auto mask = ctxpar::swa::window_mask(window);
+  struct Outputs {
+    Tensor out, dq, dk, dv;
+    Kokkos::View<float**, Kokkos::LayoutRight, Mem> lse;
+  };
+  const auto fresh = [&] {
+    return Outputs{Tensor("out", t, hq, dim), Tensor("dq", t, hq, dim),
+                   Tensor("dk", length, hkv, dim), Tensor("dv", length, hkv, dim),
+                   Kokkos::View<float**, Kokkos::LayoutRight, Mem>("lse", t, hq)};
+  };
+  const auto run = [&](Outputs& o, ctxpar::bench::Timing& tf, ctxpar::bench::Timing& tb) {
+    tf = ctxpar::bench::time_it(
+        [&] {
+          ctxpar::swa::attention_forward(space, mask, in, o.out, o.lse);
+          space.fence();
+        },
+        1, repeats);
+    tb = ctxpar::bench::time_it(
+        [&] {
+          ctxpar::swa::attention_backward(
+              space, mask, in, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(o.out),
+              Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(o.lse),
+              Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), o.dq, o.dk, o.dv);
+          space.fence();
+        },
+        1, repeats);
+  };
+  const auto same = [](const auto& a, const auto& b) {
+    auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+    auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+    return ha.span() == hb.span() &&
+           std::memcmp(ha.data(), hb.data(), ha.span() * sizeof(*ha.data())) == 0;
+  };
+  const int saved_team = ctxpar::host_team_size();
+  const bool saved_portable = ctxpar::swa::impl::portable_kernels();
+  ctxpar::set_host_team_size(1);
+  ctxpar::swa::impl::set_portable_kernels(false);
+  Outputs simd = fresh();
+  ctxpar::bench::Timing sf, sb;
+  run(simd, sf, sb);
+  ctxpar::swa::impl::set_portable_kernels(true);
+  const double pairs = double(t) * double(window);
+  const double ffwd = 4.0 * dim * hq * pairs, fbwd = 10.0 * dim * hq * pairs;
+  const double simd_gf = ffwd / sf.median_s * 1e-9, simd_gb = fbwd / sb.median_s * 1e-9;
+  auto record = ctxpar::bench::Record("swa", "portable kernels D=" + std::to_string(dim) +
+                                                 " W=" + std::to_string(window))
+                    .set("kind", "portable_kernels")
+                    .set("dim", dim)
+                    .set("window", window)
+                    .set("queries", t)
+                    .set("q_heads", hq)
+                    .set("kv_heads", hkv)
+                    .set("threads", Exec::concurrency())
+                    .set("simd_forward", sf)
+                    .set("simd_backward", sb)
+                    .set("simd_forward_gflops", simd_gf)
+                    .set("simd_backward_gflops", simd_gb);
+  std::vector<Outputs> outs;
+  bool bitwise = true;
+  double check = 0;
+  for (const int team : {1, 2, 4}) {
+    ctxpar::set_host_team_size(team);
+    outs.push_back(fresh());
+    ctxpar::bench::Timing tf, tb;
+    run(outs.back(), tf, tb);
+    const double gf = ffwd / tf.median_s * 1e-9, gb = fbwd / tb.median_s * 1e-9;
+    const std::string key = "team" + std::to_string(team) + "_";
+    record.set(key + "forward", tf)
+        .set(key + "backward", tb)
+        .set(key + "forward_gflops", gf)
+        .set(key + "backward_gflops", gb);
+    if (team == 1) {
+      check = std::max(
+          check_rows(in, outs.back().out, window),
+          check_backward(in, dout, outs.back().dq, outs.back().dk, outs.back().dv, window));
+      record.set("portable_forward_gflops", gf)
+          .set("portable_backward_gflops", gb)
+          .set("portable_over_simd_forward", gf / simd_gf)
+          .set("portable_over_simd_backward", gb / simd_gb);
+    } else {
+      const auto& a = outs.back();
+      const auto& r = outs.front();
+      bitwise = bitwise && same(a.out, r.out) && same(a.lse, r.lse) && same(a.dq, r.dq) &&
+                same(a.dk, r.dk) && same(a.dv, r.dv);
+    }
+    std::printf(
+        "portable kernels D=%3lld W=%5lld team %d: forward %6.2f GFLOP/s (%.2fx the SIMD "
+        "kernel's %.2f), backward %6.2f GFLOP/s (%.2fx the SIMD kernel's %.2f)\n",
+        (long long)dim, (long long)window, team, gf, gf / simd_gf, simd_gf, gb, gb / simd_gb,
+        simd_gb);
+    std::fflush(stdout);
+  }
+  ctxpar::set_host_team_size(saved_team);
+  ctxpar::swa::impl::set_portable_kernels(saved_portable);
+  if (!(check < 1e-3))
+    throw std::runtime_error("swa bench: wrong portable kernel result, relative error " +
+                             std::to_string(check));
+  if (!bitwise)
+    throw std::runtime_error("swa bench: portable kernel outputs differ across team sizes");
+  std::printf("portable kernels: outputs bitwise equal at team sizes 1, 2, 4 (%d threads)\n",
+              Exec::concurrency());
+  return record.set("check_max_relative_error", check)
+      .set("bitwise_equal_across_team_sizes", bitwise);
 }
 
 /// One rank's shards of a step: cache of W-1 keys, chunk of t tokens, both split by BalancedChunks.
@@ -382,6 +509,8 @@ int main(int argc, char* argv[]) {
       for (std::int64_t w : windows)
         report.add(kernel_case(dim, w, quick ? 256 : 1024, 4, 1,
                                ctxpar::bench::sgemm_ceiling(1024, repeats).gflops, repeats));
+    for (std::int64_t dim : {64, 128})
+      report.add(portable_case(dim, quick ? 256 : 1024, quick ? 128 : 512, 4, 1, repeats));
   }
   MPI_Barrier(world.mpi_comm());
   if (world.size() >= 2) {
