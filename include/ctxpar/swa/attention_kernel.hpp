@@ -118,7 +118,8 @@ void host_mask_rows(const Mask& mask, const mask::Token* qtok, int rows, int val
 }
 
 /// Forward on the host: one team per (query head, query tile), register-blocked tile products
-/// on the packed keys; the same online softmax and summation order per row as `ForwardKernel`.
+/// on the packed keys; the same online softmax and summation order per row as the
+/// portable forward (`impl/team_kernels.hpp`).
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct HostForwardKernel {
   using acc = accumulator_t<Scalar>;
