@@ -118,8 +118,8 @@ void host_mask_rows(const Mask& mask, const mask::Token* qtok, int rows, int val
 }
 
 /// Forward on the host: one team per (query head, query tile), register-blocked tile products
-/// on the packed keys; the same online softmax and summation order per row as the
-/// portable forward (`impl/team_kernels.hpp`).
+/// on the packed keys; online softmax per row over the globally anchored key tiles, like the
+/// portable forward (`impl/team_kernels.hpp`), though not bitwise equal to it.
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct HostForwardKernel {
   using acc = accumulator_t<Scalar>;
