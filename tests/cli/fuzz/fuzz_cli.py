@@ -533,7 +533,9 @@ def main():
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--ranks", default="1,2,3")
     ap.add_argument("--timeout", type=float, default=60)
-    ap.add_argument("--memory-mb", type=int, default=3072, help="address-space limit per rank")
+    ap.add_argument("--memory-mb", type=int, default=3072,
+                    help="address-space limit per rank (0: none, for sanitizer builds, whose "
+                    "shadow memory needs terabytes of address space; they limit RSS instead)")
     ap.add_argument("--only", default="",
                     help="comma-separated name prefixes: run only those cases (e.g. swa/,tool/)")
     ap.add_argument("--jobs", type=int, default=3, help="runs side by side")
@@ -566,7 +568,7 @@ def main():
         work = os.path.join(a.work, f"case{index:03d}_np{np_}")
         in_dir, out_dir = materialise(case, work)
         tool = [a.tool] + command_line(case, np_, in_dir, out_dir, work)
-        if prlimit:
+        if prlimit and a.memory_mb > 0:
             tool = [prlimit, f"--as={a.memory_mb << 20}", "--"] + tool
         cmd = launcher + [a.np_flag, str(np_)] + tool
         t0 = time.time()
