@@ -1188,7 +1188,51 @@ def section_swa(recs, img, img_rel):
                           fmt(num(r, "halo_bytes_received") / num(r, "allgather_bytes_received")),
                           fmt((r["window"] - 1 + (r["length"] - r["window"] + 1) / r["ranks"]) / r["length"])]
                          for r in sorted(by, key=lambda r: (r["window"], r["length"]))]))
+    md += section_portable(recs)
     md += growth_section(recs, img, img_rel)
+    return md
+
+
+def portable_rows(recs):
+    """The portable (GPU-shaped) SWA kernels next to the host SIMD kernels (same inputs, same run),
+    and their team-size sweep. No target: the rows make a regression of the kernels GPUs run visible
+    on the CPU. A team size above the run's threads is clamped by the kernels, so it is not a sweep
+    point."""
+    rows = []
+    for r in pick(recs, "swa", kind="portable_kernels"):
+        threads = num(r, "threads")
+        teams = [(t, num(r, f"team{t}_forward_gflops"), num(r, f"team{t}_backward_gflops")) for t in (1, 2, 4)]
+        rows.append({"rec": r, "case": f"D={need(r, 'dim')} W={need(r, 'window')} Hq={need(r, 'q_heads')} "
+                                       f"Hkv={need(r, 'kv_heads')}",
+                     "threads": threads,
+                     "simd": (num(r, "simd_forward_gflops"), num(r, "simd_backward_gflops")),
+                     "portable": (num(r, "portable_forward_gflops"), num(r, "portable_backward_gflops")),
+                     "ratio": (num(r, "portable_over_simd_forward"), num(r, "portable_over_simd_backward")),
+                     "teams": [(t, f, b) for t, f, b in teams if t <= threads],
+                     "bitwise": need(r, "bitwise_equal_across_team_sizes"),
+                     "error": num(r, "check_max_relative_error")})
+    return rows
+
+
+def section_portable(recs):
+    rows = portable_rows(recs)
+    if not rows:
+        return ["\n### Portable (GPU-shaped) kernels on the host\n",
+                "_No records (bench/results/swa_portable.json; `bench/swa/run_swa.sh`)._\n"]
+    md = ["\n### Portable (GPU-shaped) kernels on the host\n",
+          f"The team kernels CUDA and HIP compile (`swa/impl/team_kernels.hpp`), run on the host next to the "
+          f"host SIMD kernels on the same inputs, one rank with {fmt(rows[0]['threads'])} OpenMP threads, from "
+          f"{run_facts([x['rec'] for x in rows])}. Both at one thread per team (league-parallel); then the portable "
+          "kernels at 1, 2 and 4 threads per team, whose outputs must be bitwise equal (the kernels promise it). "
+          "No target: this shows whether the source a GPU runs regresses. FLOP model as the kernel table above.\n\n",
+          table(["case", "SIMD fwd / bwd GFLOP/s", "portable fwd / bwd GFLOP/s", "portable ÷ SIMD fwd / bwd",
+                 "portable fwd / bwd GFLOP/s by threads per team", "bitwise equal across team sizes",
+                 "max rel. error vs fp64"],
+                [[x["case"], f"{fmt(x['simd'][0])} / {fmt(x['simd'][1])}",
+                  f"{fmt(x['portable'][0])} / {fmt(x['portable'][1])}",
+                  f"{fmt(x['ratio'][0])} / {fmt(x['ratio'][1])}",
+                  "; ".join(f"{t}: {fmt(f)} / {fmt(b)}" for t, f, b in x["teams"]),
+                  "yes" if x["bitwise"] else "**no**", fmt(x["error"])] for x in rows])]
     return md
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the sliding-window attention benchmarks: ctxpar_bench_swa at P = 2 (kernel ratios, CP
-# efficiency, bytes; bench/results/swa.json, exactly as scripts/bench runs a plain benchmark) and
+# efficiency, bytes; bench/results/swa.json, exactly as scripts/bench runs a plain benchmark), its
+# portable-kernel cases at one rank with 4 threads (bench/results/swa_portable.json), and
 # the growth sweep ctxpar_bench_swa_growth at P = 1..4 (oversubscribed on a small machine, one
 # thread per rank), merged into bench/results/swa_growth.json; then renders the growth table and
 # plot into docs/swa.md (bench/swa/plot_growth.sh).  usage: run_swa.sh BUILD_DIR [--quick]
@@ -19,6 +20,10 @@ if [ -z "${CTXPAR_SWA_GROWTH_ONLY:-}" ]; then
   mpirun "${flags[@]}" -np 2 "$build/bench/swa/ctxpar_bench_swa" --out "$here/bench/results/swa.json" "$@" ||
     status=$?
 fi
+# The portable (GPU-shaped) kernels next to the host SIMD kernels, and their team-size sweep
+# (1, 2, 4 threads per team): one rank with 4 OpenMP threads.
+OMP_NUM_THREADS=4 mpirun "${flags[@]}" -np 1 "$build/bench/swa/ctxpar_bench_swa" --portable-only \
+  --out "$here/bench/results/swa_portable.json" "$@" || status=$?
 for p in 1 2 3 4; do
   mpirun "${flags[@]}" -np "$p" "$build/bench/swa/ctxpar_bench_swa_growth" --out "$tmp/P$p.json" "$@"
 done

@@ -173,6 +173,23 @@ class Render(unittest.TestCase):
         self.assertAlmostEqual(factors["alltoall"][1], 2.0, places=6)
         self.assertAlmostEqual(factors["allgather"][0], 1.0, places=6)
 
+    def test_portable_kernels_rows(self):
+        r = rec("swa", "portable kernels D=64 W=256", kind="portable_kernels", dim=64, window=256, queries=128,
+                q_heads=4, kv_heads=1, threads=2, simd_forward_gflops=40.0, simd_backward_gflops=30.0,
+                portable_forward_gflops=10.0, portable_backward_gflops=6.0, portable_over_simd_forward=0.25,
+                portable_over_simd_backward=0.2, team1_forward_gflops=10.0, team1_backward_gflops=6.0,
+                team2_forward_gflops=9.0, team2_backward_gflops=5.0, team4_forward_gflops=8.0,
+                team4_backward_gflops=4.0, bitwise_equal_across_team_sizes=False, check_max_relative_error=1e-6)
+        rows = render.portable_rows([r])
+        self.assertEqual(len(rows), 1)
+        # 4 threads per team cannot run on 2 threads: not a sweep point.
+        self.assertEqual([t for t, _, _ in rows[0]["teams"]], [1, 2])
+        text = "".join(render.section_portable([r]))
+        self.assertIn("**no**", text)  # a broken bitwise promise shows
+        del r["team2_backward_gflops"]
+        with self.assertRaises(KeyError):
+            render.portable_rows([r])
+
     def test_broken_record_file_is_an_error(self):
         with open(os.path.join(self.tmp.name, "bad.json"), "w") as f:
             f.write("{not json")
