@@ -5,6 +5,8 @@ Each case is a subcommand, its options and an input directory, with what must ha
   "refuse"  a non-zero exit whose message names the culprit (a file or an option);
   "pass"    exit 0, the --out files present, and no backend warning the user did not cause;
   "fail"    exit 1 (the subcommand's own distributed-vs-single-rank check must fail);
+  "finite"  as "pass", and every written .npy is finite (a log-decay of −∞ is a hard reset, which
+            the token recurrence handles: no NaN may appear);
   "either"  exit 0 or 1 (non-finite inputs: propagated as the single-rank operator does); with
             exit 0 the summary must say the non-finite patterns are equal and count the NaN/Inf
             in the written output.
@@ -307,8 +309,8 @@ def make_cases(seed):
     g_vals[14] = float("-inf")
     g_neg_inf["g.npy"] = npy("f4", (12, 2), g_vals)
     cases.append(Case("chunkwise/g.npy/log-decay-minus-inf", "chunkwise",
-                      dict(base, backward=None), g_neg_inf, "either", ranks=(1, 2, 3),
-                      outputs=cw_out))
+                      dict(base, backward=None), g_neg_inf, "finite", ranks=(1, 2, 3),
+                      outputs=cw_out + ("dq.npy", "dk.npy", "dv.npy", "dg.npy", "dbeta.npy")))
     v_nan = dict(cw)
     vv = rng.values(96)
     vv[40] = float("nan")
@@ -491,7 +493,7 @@ def judge(case, np_, rc, text, out_dir, elapsed, timed_out):
             wrong.append(f"the message names none of {list(case.culprits)}")
         if os.path.exists(out_dir) and os.listdir(out_dir):
             wrong.append("a refused run left files in --out")
-    elif case.expect == "pass":
+    elif case.expect in ("pass", "finite"):
         if rc != 0:
             wrong.append(f"valid input refused (exit {rc})")
         for w in UNCAUSED_WARNINGS:
@@ -500,6 +502,10 @@ def judge(case, np_, rc, text, out_dir, elapsed, timed_out):
         for name in case.outputs:
             if not os.path.isfile(os.path.join(out_dir, name)):
                 wrong.append(f"--out lacks {name}")
+            elif case.expect == "finite" and name.endswith(".npy"):
+                bad = count_nonfinite_npy(os.path.join(out_dir, name))
+                if bad:
+                    wrong.append(f"{name} holds {bad} NaN/Inf")
     elif case.expect == "fail":
         if rc == 0:
             wrong.append("exit 0 although the distributed result was corrupted")
