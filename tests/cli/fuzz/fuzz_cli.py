@@ -11,7 +11,8 @@ Each case is a subcommand, its options and an input directory, with what must ha
             exit 0 the summary must say the non-finite patterns are equal and count the NaN/Inf
             in the written output.
 Every case fails on a signal, a hang (timeout), a C++ terminate/backtrace, and, for a refused
-case, on an --out directory left behind. Each rank runs under an address-space limit (prlimit).
+case, on an --out directory left behind. Each rank runs under an address-space limit (prlimit;
+none in an ASan build, whose shadow memory needs terabytes of address space: ASan limits RSS).
 
 Standard library only: .npy files are written with `struct`. Deterministic: the seed picks each
 case's rank count and the random values.
