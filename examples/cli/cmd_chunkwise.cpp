@@ -32,6 +32,7 @@
 #include "ctxpar/chunkwise/gated_delta_rule.hpp"
 #include "ctxpar/chunkwise/scalar_decay.hpp"
 #include "json.hpp"
+#include "measure.hpp"
 #include "nonfinite.hpp"
 #include "npy.hpp"
 #include "output_dir.hpp"
@@ -168,6 +169,7 @@ struct Settings {
   double scale = 0;
   bool backward = false;
   int perturb_rank = -1;  // test hook: corrupts one output value of this rank's distributed run
+  int repeat = 0;         // --repeat: calls after the checked one, timed and counted
 };
 
 // Seconds `f` takes on this rank, started together on every rank and fenced at the end.
@@ -189,9 +191,13 @@ struct Pass {
   cw::sequence_states_view<Scalar, mem> ht, dh0;
   Rows rows;
   double forward_seconds = 0, backward_seconds = 0;
+  ctxpar::cli::SteadyState steady;
 
+  // `repeat` more forward (+ backward) calls on the same plan and views after the first, into
+  // `steady` (the checked outputs are those of the last call: every call writes them whole).
   void run(const ctxpar::Group& group, const Backend& backend, const Settings& s,
-           std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu) {
+           std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu,
+           int repeat = 0) {
     // The token count is q.npy's, so the plan checks cu_seqlens.npy against it (agreed): offsets
     // past T would read past the inputs, offsets short of T would leave the tail unread.
     const std::int64_t tokens = f.at("q").extent(0);
@@ -215,10 +221,15 @@ struct Pass {
       fs.initial_states =
           take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["h0"], {{0, N}}, "h0.npy");
     cw::ChunkwiseContext<Backend> ctx;
-    forward_seconds = timed(group, [&] {
+    const auto forward_call = [&] {
       ctx = cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o, fs);
-    });
-    if (!s.backward) return;
+    };
+    forward_seconds = timed(group, forward_call);
+    steady.repeat = repeat;
+    if (!s.backward) {
+      for_each_repeat([&] { return timed(group, forward_call); }, [] { return 0.0; });
+      return;
+    }
     cw::const_token_view<Scalar, mem> dout;
     if (f.count("dout")) {
       dout = take_rows<cw::const_token_view<Scalar, mem>>(f["dout"], rows, "dout.npy");
@@ -235,9 +246,25 @@ struct Pass {
     if (f.count("dht"))
       bs.final_state_grads =
           take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["dht"], {{0, N}}, "dht.npy");
-    backward_seconds = timed(group, [&] {
+    const auto backward_call = [&] {
       cw::chunkwise_cp_backward<Policy>(exec(), group, backend, ctx, dout, grads, bs);
-    });
+    };
+    backward_seconds = timed(group, backward_call);
+    for_each_repeat([&] { return timed(group, forward_call); },
+                    [&] { return timed(group, backward_call); });
+  }
+
+ private:
+  template <class F, class B>
+  void for_each_repeat(F&& forward, B&& backward) {
+    if (steady.repeat == 0) return;
+    ctxpar::AllocationCounter counter;
+    for (int r = 0; r < steady.repeat; ++r) {
+      double fwd = 0, bwd = 0;
+      steady.counted(counter, [&] { fwd = forward(); });
+      steady.counted(counter, [&] { bwd = backward(); });
+      steady.add(fwd, bwd);
+    }
   }
 };
 
@@ -277,7 +304,8 @@ int check_and_keep(int ranks, const Backend& backend, const Settings& s,
                    const CP& cp, const std::vector<double>& o,
                    std::map<std::string, std::vector<double>>& grads,
                    const ctxpar::cli::Json& traffic, const ctxpar::cli::Json& fwd,
-                   const ctxpar::cli::Json& bwd, ctxpar::cli::OutputDir& out) {
+                   const ctxpar::cli::Json& bwd, const ctxpar::cli::Json& peak_rss,
+                   const ctxpar::cli::Json& steady, ctxpar::cli::OutputDir& out) {
   const std::int64_t T = cu.back();
 
   // The single-rank path on rank 0, for the check.
@@ -321,6 +349,8 @@ int check_and_keep(int ranks, const Backend& backend, const Settings& s,
   j["dtype"] = sizeof(Scalar) == 4 ? "float32" : "float64";
   j["forward_seconds"] = fwd;
   j["backward_seconds"] = bwd;
+  j["peak_rss_bytes"] = peak_rss;
+  if (s.repeat > 0) j["steady_state"] = steady;
   j["traffic"] = traffic;
   ctxpar::cli::Json check = ctxpar::cli::Json::object();
   check["outputs_max_abs_diff"] = out_check.max_abs;
@@ -355,7 +385,7 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
   const std::int64_t T = f.at("q").extent(0);
   group.reset_traffic();
   Pass<Policy, Scalar, Backend> cp;
-  cp.run(group, backend, s, f, cu);
+  cp.run(group, backend, s, f, cu, s.repeat);
   if (group.rank() == s.perturb_rank && cp.o.extent(0) > 0) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cp.o);
     h(0, 0, 0) += Scalar(1);
@@ -371,10 +401,13 @@ int run_typed(const ctxpar::Group& group, const Backend& backend, const Settings
   }
   auto fwd = ctxpar::cli::gather_seconds(group, cp.forward_seconds);
   auto bwd = ctxpar::cli::gather_seconds(group, cp.backward_seconds);
+  // Before the single-rank check, which only rank 0 runs.
+  const auto peak_rss = ctxpar::cli::gather_counts(group, ctxpar::cli::peak_rss_bytes());
+  const auto steady = cp.steady.to_json(group);
   int verdict = 0;
   if (group.rank() == 0)
     verdict = check_and_keep<Scalar>(group.size(), backend, s, f, cu, cp, o, grads, traffic, fwd,
-                                     bwd, out);
+                                     bwd, peak_rss, steady, out);
   out.commit();
   MPI_Bcast(&verdict, 1, MPI_INT, 0, group.mpi_comm());
   return verdict;
@@ -492,6 +525,7 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   s.chunk = args.get<int>("chunk", 64);
   s.scale = args.get<double>("scale", 0.0);
   s.backward = args.has("backward");
+  s.repeat = args.get_in<int>("repeat", 0, 0, 1000000);
   auto usage = [](bool ok, const std::string& what, const std::string& expected,
                   const std::string& got) {
     if (!ok) throw ctxpar::cli::UsageError("ctxpar chunkwise", -1, what, expected, got);
@@ -623,7 +657,8 @@ CTXPAR_CLI_COMMAND(
     "chunkwise", "chunkwise linear-attention / SSM context parallelism on .npy tensors",
     "--family scalar|diagonal|gdn|gdp --in DIR --out DIR [--householder M] [--compose "
     "gather|scan]\n"
-    "    [--layout contiguous|zigzag] [--chunk C] [--scale S] [--backward] [--perturb-rank R]\n\n"
+    "    [--layout contiguous|zigzag] [--chunk C] [--scale S] [--backward] [--perturb-rank R]\n"
+    "    [--repeat N]\n\n"
     "options [default]:\n"
     "  --family F        scalar decay, diagonal gate, gdn (gated delta rule), gdp (gated delta\n"
     "                    product) (required)\n"
@@ -636,7 +671,10 @@ CTXPAR_CLI_COMMAND(
     "  --scale S         query scale, finite; 0 = 1/sqrt(K) [0]\n"
     "  --backward        also the gradients [off]\n"
     "  --perturb-rank R  test hook: corrupts one output value of rank R, so the check must fail;\n"
-    "                    -1 = none [-1]\n\n"
+    "                    -1 = none [-1]\n"
+    "  --repeat N        N more calls on the same plan after the checked one (its warm-up):\n"
+    "                    chunkwise.json's steady_state has each rank's fastest forward and\n"
+    "                    backward and what the operator calls allocated in them [0]\n\n"
     "input files in --in (C order, little-endian; T tokens, H heads, K key and V value dims):\n"
     "  q.npy           [T, H, K]                 float32 or float64; sets the others' dtype\n"
     "  k.npy           [T, H, K] (gdp [T, n_h, H, K])\n"
@@ -650,7 +688,8 @@ CTXPAR_CLI_COMMAND(
     "  dht.npy         [N, H, K, V], optional: gradient of the final states [zero]\n\n"
     "output files in --out (written by rank 0 after the run, dtype of q):\n"
     "  o.npy [T, H, V], ht.npy [N, H, K, V]; with --backward dq, dk, dv, dg, dbeta (.npy, shapes\n"
-    "  of q, k, v, g, beta) and dh0.npy [N, H, K, V]; chunkwise.json: sizes, times, traffic, the\n"
+    "  of q, k, v, g, beta) and dh0.npy [N, H, K, V]; chunkwise.json: sizes, times, traffic, peak\n"
+    "  memory per rank, the\n"
     "  check: relative L2 of outputs and of gradients against single-rank <= 1e-4\n"
     "\n"
     "exit status: 0 the run passed its check; 1 the distributed result differs from the "

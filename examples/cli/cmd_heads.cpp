@@ -30,6 +30,7 @@
 #include "command.hpp"
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "json.hpp"
+#include "measure.hpp"
 #include "nonfinite.hpp"
 #include "npy.hpp"
 #include "output_dir.hpp"
@@ -54,6 +55,7 @@ struct Outputs {
   std::vector<double> y, z, dx, dw, db, ddt, dalog, dd;  // natural order (rank 0: y, z, dx)
   double forward_seconds = 0, backward_seconds = 0;
   std::int64_t formula_bytes = 0;
+  ctxpar::cli::SteadyState steady;  // --repeat
 };
 
 template <class View>
@@ -98,7 +100,7 @@ std::vector<double> gather_natural(const ctxpar::Group& group, const std::vector
 
 template <class Scalar, class HeadPolicy, class TokenOrder>
 Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, int chunk,
-                  int perturb_rank) {
+                  int perturb_rank, int repeat) {
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
   const ch::GdpShape& s = in.shape;
   ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, in.tokens, in.cu,
@@ -126,23 +128,39 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   fill(params.d, in.d);
   Outputs out;
   group.reset_traffic();
-  MPI_Barrier(group.mpi_comm());
-  auto t0 = std::chrono::steady_clock::now();
-  cp.forward(exec(), x, params, y, z, in.cu);
-  exec().fence();
+  const auto forward_call = [&] {
+    MPI_Barrier(group.mpi_comm());
+    const auto t0 = std::chrono::steady_clock::now();
+    cp.forward(exec(), x, params, y, z, in.cu);
+    exec().fence();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const auto backward_call = [&] {
+    if (!backward) return 0.0;
+    MPI_Barrier(group.mpi_comm());
+    const auto t0 = std::chrono::steady_clock::now();
+    cp.backward(exec(), dy, dz, dx, grads);
+    exec().fence();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  out.forward_seconds = forward_call();
+  out.backward_seconds = backward_call();
+  // --repeat: the same layer object and views again; every call writes its outputs whole, so
+  // the checked results are the last call's.
+  out.steady.repeat = repeat;
+  if (repeat > 0) {
+    ctxpar::AllocationCounter counter;
+    for (int r = 0; r < repeat; ++r) {
+      double fwd = 0, bwd = 0;
+      out.steady.counted(counter, [&] { fwd = forward_call(); });
+      out.steady.counted(counter, [&] { bwd = backward_call(); });
+      out.steady.add(fwd, bwd);
+    }
+  }
   if (group.rank() == perturb_rank && rows > 0) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
     h(0, 0) += Scalar(1);
     Kokkos::deep_copy(y, h);
-  }
-  out.forward_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (backward) {
-    t0 = std::chrono::steady_clock::now();
-    cp.backward(exec(), dy, dz, dx, grads);
-    exec().fence();
-    out.backward_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   // Per transpose: rows · (channels sent to other ranks) · sizeof; the forward has one input and
   // two output transposes.
@@ -159,15 +177,15 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
 
 template <class Scalar>
 Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag,
-                 bool backward, int chunk, int perturb_rank = -1) {
-  const int r = perturb_rank;
+                 bool backward, int chunk, int perturb_rank = -1, int repeat = 0) {
+  const int r = perturb_rank, n = repeat;
   if (uneven) {
-    return zigzag
-               ? run_layer<Scalar, ch::UnevenHeads, ch::Zigzag>(group, in, backward, chunk, r)
-               : run_layer<Scalar, ch::UnevenHeads, ch::Contiguous>(group, in, backward, chunk, r);
+    return zigzag ? run_layer<Scalar, ch::UnevenHeads, ch::Zigzag>(group, in, backward, chunk, r, n)
+                  : run_layer<Scalar, ch::UnevenHeads, ch::Contiguous>(group, in, backward, chunk,
+                                                                       r, n);
   }
-  return zigzag ? run_layer<Scalar, ch::EvenHeads, ch::Zigzag>(group, in, backward, chunk, r)
-                : run_layer<Scalar, ch::EvenHeads, ch::Contiguous>(group, in, backward, chunk, r);
+  return zigzag ? run_layer<Scalar, ch::EvenHeads, ch::Zigzag>(group, in, backward, chunk, r, n)
+                : run_layer<Scalar, ch::EvenHeads, ch::Contiguous>(group, in, backward, chunk, r, n);
 }
 
 // The largest difference of the finite elements; NaN/Inf are compared by kind in `nonfinite`.
@@ -214,8 +232,14 @@ bool file_exists(const std::string& path) {
 template <class Scalar>
 Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag,
                    bool backward, int chunk, Outputs& dist, std::map<std::string, double>& diffs,
-                   bool* passed = nullptr, int perturb_rank = -1) {
-  dist = dispatch<Scalar>(group, in, uneven, zigzag, backward, chunk, perturb_rank);
+                   bool* passed = nullptr, int perturb_rank = -1, int repeat = 0,
+                   Json* peak_rss = nullptr, Json* steady = nullptr) {
+  dist = dispatch<Scalar>(group, in, uneven, zigzag, backward, chunk, perturb_rank, repeat);
+  // Before the P = 1 layer, which only rank 0 runs.
+  const Json rss = ctxpar::cli::gather_counts(group, ctxpar::cli::peak_rss_bytes());
+  const Json steady_state = dist.steady.to_json(group);
+  if (peak_rss) *peak_rss = rss;
+  if (steady) *steady = steady_state;
   const Json traffic = ctxpar::cli::gather_traffic(group);
   std::int64_t formula = dist.formula_bytes;
   std::vector<std::int64_t> formulas(group.size());
@@ -286,6 +310,7 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const int chunk = args.get_in<int>("chunk", 64, 1, 4096);
   const int perturb_rank = args.get_in<int>("perturb-rank", -1, -1, group.size() - 1,
                                             "names a rank that does not exist (-1: none)");
+  const int repeat = args.get_in<int>("repeat", 0, 0, 1000000);
   if (layout != "contiguous" && layout != "zigzag")
     throw ctxpar::cli::UsageError("ctxpar heads", -1, "--layout must be contiguous or zigzag",
                                   "contiguous|zigzag", layout);
@@ -348,10 +373,13 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   Outputs dist;
   std::map<std::string, double> diffs;
   bool passed = true;
+  Json peak_rss, steady;
   Json check = f32 ? run_and_check<float>(group, in, uneven, layout == "zigzag", backward, chunk,
-                                          dist, diffs, &passed, perturb_rank)
+                                          dist, diffs, &passed, perturb_rank, repeat, &peak_rss,
+                                          &steady)
                    : run_and_check<double>(group, in, uneven, layout == "zigzag", backward, chunk,
-                                           dist, diffs, &passed, perturb_rank);
+                                           dist, diffs, &passed, perturb_rank, repeat, &peak_rss,
+                                           &steady);
   if (group.rank() == 0) {
     auto keep = [&](const std::string& name, const std::vector<double>& v,
                     std::vector<std::int64_t> shape) {
@@ -388,6 +416,8 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   summary["uneven"] = uneven;
   summary["packed_sequences"] = static_cast<std::int64_t>(in.cu.empty() ? 1 : in.cu.size() - 1);
   summary["dtype"] = f32 ? "float32" : "float64";
+  summary["peak_rss_bytes"] = peak_rss;
+  if (repeat > 0) summary["steady_state"] = steady;
   summary["check_against_single_rank"] = check;
   out.add("heads.json", summary);
   out.commit();
@@ -449,7 +479,7 @@ CTXPAR_CLI_COMMAND(
     "heads", "head-partitioned (all-to-all) context parallelism for a Gated Delta Product layer",
     "--in DIR --out DIR --nheads H --headdim d --ngroups G --dstate N --householder M\n"
     "    --conv-width w [--layout contiguous|zigzag] [--uneven] [--backward] [--chunk C]\n"
-    "    [--perturb-rank R]\n\n"
+    "    [--perturb-rank R] [--repeat N]\n\n"
     "options [default]:\n"
     "  --in DIR          directory of the input files below (required)\n"
     "  --out DIR         output directory, created if absent (required)\n"
@@ -464,7 +494,10 @@ CTXPAR_CLI_COMMAND(
     "  --backward        also the gradients [off]\n"
     "  --chunk C         chunk length of the kernels, 1..4096 [64]\n"
     "  --perturb-rank R  test hook: corrupts one output value of rank R, so the check must fail;\n"
-    "                    -1 = none [-1]\n\n"
+    "                    -1 = none [-1]\n"
+    "  --repeat N        N more calls of the same layer after the checked one (its warm-up):\n"
+    "                    heads.json's steady_state has each rank's fastest forward and backward\n"
+    "                    and what the layer calls allocated in them [0]\n\n"
     "input files in --in (C order, little-endian; C = H·d·(M + 1) + G·N·(M + 1) + H·(M + 1),\n"
     "C_conv = H·d·M + G·N·(M + 1)):\n"
     "  x.npy           [T, C] input projection [z | V | K | Q | b | a], float32 or float64;\n"
@@ -479,8 +512,8 @@ CTXPAR_CLI_COMMAND(
     "output files in --out (written by rank 0 after the run, dtype of x):\n"
     "  y.npy, z.npy [T, H·d]; with --backward dx.npy [T, C], dconv_w.npy [C_conv, w],\n"
     "  dconv_b.npy [C_conv], ddt_bias.npy [H], dA_log.npy [H], dD.npy (shape of D.npy, when\n"
-    "  given); heads.json: shape, bytes per rank against the formula, times, the check: every\n"
-    "  output within 4·(T + P)·u·max(1, max|P = 1 value|) of the P = 1 layer\n"
+    "  given); heads.json: shape, bytes per rank against the formula, times, peak memory per\n"
+    "  rank, the check: every output within 4·(T + P)·u·max(1, max|P = 1 value|) of the P = 1 layer\n"
     "\n"
     "exit status: 0 the run passed its check; 1 the distributed result differs from the "
     "single-rank\n"

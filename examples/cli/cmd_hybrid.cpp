@@ -27,6 +27,7 @@
 #include "hybrid/phase_clock.hpp"
 #include "hybrid/token_plan.hpp"
 #include "json.hpp"
+#include "measure.hpp"
 
 // Time inside MPI, through the standard profiling interface (PMPI): the collectives ctxpar's
 // communication layer calls are wrapped here, so the hybrid stack can split each layer's time into
@@ -528,6 +529,8 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
                         : "contiguous ring")
            << "); the GDP layer's causal conv runs inside its head-parallel core\n";
   }
+  // Every rank also runs the single-rank reference, so this includes the reference's memory.
+  const Json peak_rss = ctxpar::cli::gather_counts(world, ctxpar::cli::peak_rss_bytes());
   if (json != nullptr && root) {
     (*json)["benchmark"] = "hybrid";
     (*json)["case"] = std::string("hybrid P=") + std::to_string(p);
@@ -547,6 +550,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     (*json)["steps"] = steps_json;
     (*json)["checks"] = checks;
     (*json)["passed"] = all_ok;
+    (*json)["peak_rss_bytes"] = peak_rss;
   }
   return all_ok;
 }

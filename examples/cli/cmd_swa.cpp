@@ -17,6 +17,7 @@
 #include "command.hpp"
 #include "ctxpar/swa/swa.hpp"
 #include "json.hpp"
+#include "measure.hpp"
 #include "nonfinite.hpp"
 #include "npy.hpp"
 #include "output_dir.hpp"
@@ -40,6 +41,8 @@ template <class Scalar>
 struct StreamOutput {
   std::vector<Scalar> out, dq, dk, dv;
   std::vector<double> step_seconds;
+  /// Seconds of the backward through every step (slowest rank), 0 without --backward.
+  double backward_seconds = 0;
 };
 
 template <class Scalar>
@@ -92,12 +95,34 @@ void reduce_rows(const ctxpar::Group& group, std::vector<Scalar>& x) {
     MPI_Reduce(x.data(), nullptr, static_cast<int>(x.size()), type, MPI_SUM, 0, group.mpi_comm());
 }
 
+/// Runs `call` on every rank from a common start, fenced; returns the slowest rank's seconds.
+/// With `steady`, also counts what the call allocated.
+template <class F>
+double timed_call(const ctxpar::Group& group, ctxpar::cli::SteadyState* steady,
+                  const ctxpar::AllocationCounter* counter, F&& call) {
+  MPI_Barrier(group.mpi_comm());
+  const double start = MPI_Wtime();
+  if (steady != nullptr)
+    steady->counted(*counter, [&] {
+      call();
+      Exec().fence();
+    });
+  else
+    call();
+  Exec().fence();
+  double mine = MPI_Wtime() - start, slowest = 0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
+  return slowest;
+}
+
 /// Streams the whole input in steps of `step` tokens with the carried cache, sharded across
-/// `group`, forward (and backward through every step when asked). Collective.
+/// `group`, forward (and backward through every step when asked). With `steady` (a --repeat
+/// repetition), counts what the operator calls allocate. Collective.
 template <class Scalar, class Policy, class Layout = ctxpar::swa::SegmentChunks>
 StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>& s,
                                 std::int64_t step, const ctxpar::swa::Options& options,
-                                bool backward) {
+                                bool backward, ctxpar::cli::SteadyState* steady = nullptr,
+                                const ctxpar::AllocationCounter* counter = nullptr) {
   Exec space;
   const int p = group.size(), me = group.rank();
   const std::int64_t qsize = s.tokens * s.hq * s.dim, ksize = s.tokens * s.hkv * s.dim;
@@ -110,13 +135,10 @@ StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>
     const std::int64_t t = std::min(step, s.tokens - from);
     const ctxpar::BalancedChunks split{t, p};
     const auto chunk = chunk_of(s, from + split.begin(me), split.size(me));
-    MPI_Barrier(group.mpi_comm());
-    const double start = MPI_Wtime();
-    auto r = ctxpar::swa::forward<Policy, Layout>(space, group, chunk, t, cache, options);
-    space.fence();
-    double mine = MPI_Wtime() - start, slowest = 0;
-    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
-    o.step_seconds.push_back(slowest);
+    ctxpar::swa::DistributedResult<Scalar, Mem> r;
+    o.step_seconds.push_back(timed_call(group, steady, counter, [&] {
+      r = ctxpar::swa::forward<Policy, Layout>(space, group, chunk, t, cache, options);
+    }));
     place(o.out, r.out, from + split.begin(me));
     cache = r.next_cache;
     if (backward) {
@@ -132,8 +154,11 @@ StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>
   ctxpar::swa::CacheGradient<Scalar, Mem> carried;
   for (std::size_t k = states.size(); k-- > 0;) {
     const auto n = static_cast<std::int64_t>(states[k].q_rot.extent(0));
-    auto g = ctxpar::swa::backward(space, group, states[k], rows(s.dout, froms[k], n, s.hq, s.dim),
-                                   carried);
+    const auto dout = rows(s.dout, froms[k], n, s.hq, s.dim);
+    ctxpar::swa::StepGradients<Scalar, Mem> g;
+    o.backward_seconds += timed_call(group, steady, counter, [&] {
+      g = ctxpar::swa::backward(space, group, states[k], dout, carried);
+    });
     place(o.dq, g.dq, froms[k]);
     place(o.dk, g.dk, froms[k]);
     place(o.dv, g.dv, froms[k]);
@@ -201,12 +226,17 @@ bool bitwise(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
 template <class Scalar, class Layout>
 StreamOutput<Scalar> run_policy_in(const std::string& policy, const ctxpar::Group& group,
                                    const Stream<Scalar>& s, std::int64_t step,
-                                   const ctxpar::swa::Options& o, bool backward) {
+                                   const ctxpar::swa::Options& o, bool backward,
+                                   ctxpar::cli::SteadyState* steady,
+                                   const ctxpar::AllocationCounter* counter) {
   if (policy == "allgather")
-    return stream_run<Scalar, ctxpar::swa::RopeBeforeGather, Layout>(group, s, step, o, backward);
+    return stream_run<Scalar, ctxpar::swa::RopeBeforeGather, Layout>(group, s, step, o, backward,
+                                                                     steady, counter);
   if (policy == "rope-after")
-    return stream_run<Scalar, ctxpar::swa::RopeAfterGather, Layout>(group, s, step, o, backward);
-  return stream_run<Scalar, ctxpar::swa::HaloKV, Layout>(group, s, step, o, backward);
+    return stream_run<Scalar, ctxpar::swa::RopeAfterGather, Layout>(group, s, step, o, backward,
+                                                                    steady, counter);
+  return stream_run<Scalar, ctxpar::swa::HaloKV, Layout>(group, s, step, o, backward, steady,
+                                                         counter);
 }
 
 /// `layout`: "segments" (SegmentChunks, the default) or "whole-axis" (WholeAxisChunks).
@@ -214,16 +244,20 @@ template <class Scalar>
 StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& group,
                                 const Stream<Scalar>& s, std::int64_t step,
                                 const ctxpar::swa::Options& o, bool backward,
-                                const std::string& layout = "segments") {
+                                const std::string& layout = "segments",
+                                ctxpar::cli::SteadyState* steady = nullptr,
+                                const ctxpar::AllocationCounter* counter = nullptr) {
   if (layout == "whole-axis")
-    return run_policy_in<Scalar, ctxpar::swa::WholeAxisChunks>(policy, group, s, step, o, backward);
-  return run_policy_in<Scalar, ctxpar::swa::SegmentChunks>(policy, group, s, step, o, backward);
+    return run_policy_in<Scalar, ctxpar::swa::WholeAxisChunks>(policy, group, s, step, o, backward,
+                                                               steady, counter);
+  return run_policy_in<Scalar, ctxpar::swa::SegmentChunks>(policy, group, s, step, o, backward,
+                                                           steady, counter);
 }
 
 template <class Scalar>
 int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const std::string& in,
               std::int64_t window, std::int64_t step, const std::string& policy,
-              const std::string& layout, double base, bool backward, bool check) {
+              const std::string& layout, double base, bool backward, bool check, int repeat) {
   Stream<Scalar> s;
   // Qualified calls, no block-scope using-declaration: hipcc (clang) otherwise treats the results
   // as dependent inside this template and rejects `q.values<Scalar>`.
@@ -282,6 +316,20 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   group.reset_traffic();
   const auto result = run_policy(policy, group, s, step, o, backward, layout);
   const ctxpar::cli::Json traffic = ctxpar::cli::gather_traffic(group);
+  // --repeat: the same stream again on the same ranks, the first run being the warm-up.
+  ctxpar::cli::SteadyState steady;
+  steady.repeat = repeat;
+  if (repeat > 0) {
+    ctxpar::AllocationCounter counter;
+    for (int r = 0; r < repeat; ++r) {
+      const auto again = run_policy(policy, group, s, step, o, backward, layout, &steady, &counter);
+      double forward = 0;
+      for (double x : again.step_seconds) forward += x;
+      steady.add(forward, again.backward_seconds);
+    }
+  }
+  const ctxpar::cli::Json steady_json = steady.to_json(group);
+  const ctxpar::cli::Json peak_rss = ctxpar::cli::gather_counts(group, ctxpar::cli::peak_rss_bytes());
   using ctxpar::cli::NpyArray;
   out_dir.add("out.npy", NpyArray::from_values({s.tokens, s.hq, s.dim}, result.out));
   if (backward) {
@@ -313,6 +361,9 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   summary["steps"] = static_cast<std::int64_t>(result.step_seconds.size());
   summary["forward_seconds_per_step"] = seconds;
   summary["forward_seconds_total"] = total;
+  if (backward) summary["backward_seconds_total"] = result.backward_seconds;
+  summary["peak_rss_bytes"] = peak_rss;
+  if (repeat > 0) summary["steady_state"] = steady_json;
   summary["traffic_per_rank"] = traffic;
   bool ok = true;
   if (check && group.rank() == 0) {
@@ -369,6 +420,7 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   args.require("rope-base", base > 0, "the RoPE base must be positive", "> 0", base);
   const bool backward = args.has("backward");
   const bool check = !args.has("no-check");
+  const int repeat = args.get_in<int>("repeat", 0, 0, 1000000);
   if (policy != "allgather" && policy != "rope-after" && policy != "halo")
     throw ctxpar::cli::UsageError("ctxpar swa", -1, "unknown --policy",
                                   "allgather, rope-after or halo", policy);
@@ -385,8 +437,9 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
                         ctxpar::cli::descr(q.dtype()));
   if (q.dtype() == ctxpar::cli::Dtype::float64)
     return run_typed<double>(group, out_dir, in, window, step, policy, layout, base, backward,
-                             check);
-  return run_typed<float>(group, out_dir, in, window, step, policy, layout, base, backward, check);
+                             check, repeat);
+  return run_typed<float>(group, out_dir, in, window, step, policy, layout, base, backward, check,
+                          repeat);
 }
 
 /// The demo: a packed stream of 64 tokens (two documents, positions with gaps) in 13 steps of
@@ -436,7 +489,7 @@ bool demo_swa(const ctxpar::Group& group, std::ostream& report) {
 CTXPAR_CLI_COMMAND(
     "swa", "streamed sliding-window attention over .npy tensors, context parallel across the ranks",
     "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo]\n"
-    "    [--layout segments|whole-axis] [--rope-base B] [--backward] [--no-check]\n\n"
+    "    [--layout segments|whole-axis] [--rope-base B] [--backward] [--no-check] [--repeat N]\n\n"
     "options [default]:\n"
     "  --in DIR         directory of the input files below (required)\n"
     "  --out DIR        output directory, created if absent (required)\n"
@@ -446,7 +499,10 @@ CTXPAR_CLI_COMMAND(
     "  --layout L       segments or whole-axis shards of each step [segments]\n"
     "  --rope-base B    RoPE base, finite and > 0 [10000]\n"
     "  --backward       also the gradients, through every step [off]\n"
-    "  --no-check       skip the single-rank check on rank 0 [check]\n\n"
+    "  --no-check       skip the single-rank check on rank 0 [check]\n"
+    "  --repeat N       N more runs after the checked one (its warm-up): summary.json's\n"
+    "                   steady_state has each rank's fastest forward and backward and what\n"
+    "                   the operator calls allocated in them [0]\n\n"
     "input files in --in (C order, little-endian):\n"
     "  q.npy      [T, Hq, D]   float32 or float64; sets the dtype of k, v, dout\n"
     "  k.npy      [T, Hkv, D]  Hq a multiple of Hkv\n"
@@ -456,7 +512,8 @@ CTXPAR_CLI_COMMAND(
     "  dout.npy   [T, Hq, D]   optional: gradient of out for --backward [ones]\n\n"
     "output files in --out (written by rank 0 after the run):\n"
     "  out.npy [T, Hq, D]; with --backward dq.npy [T, Hq, D], dk.npy and dv.npy [T, Hkv, D]\n"
-    "  (dtype of q); summary.json: sizes, times per step, traffic per rank, the check:\n"
+    "  (dtype of q); summary.json: sizes, times per step, traffic and peak memory per rank, the\n"
+    "  check:\n"
     "  the forward must be bitwise equal to the single-rank stream\n"
     "\n"
     "exit status: 0 the run passed its check; 1 the distributed result differs from the "

@@ -212,6 +212,13 @@ def make_cases(seed):
                       {"backward": None, "policy": "halo", "window": 3, "chunk": 4},
                       swa_inputs(rng, dtype="f8"), "pass", ranks=(2, 3),
                       outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
+    # --repeat: the checked result is the last of the repeated runs, so the check still holds.
+    cases.append(Case("swa/valid-repeat", "swa",
+                      {"backward": None, "policy": "halo", "window": 3, "chunk": 4, "repeat": 2},
+                      swa, "pass", ranks=(1, 3), outputs=swa_out + ("dq.npy",)))
+    for bad in ("-1", "x", "2000000"):
+        cases.append(Case(f"swa/repeat={bad}", "swa", {"repeat": bad}, swa,
+                          culprits=("--repeat",), ranks=(2,)))
     for label, content in npy_breakers("f4", (9, 2, 4), (9, 8)):
         cases.append(Case(f"swa/q.npy/{label}", "swa", {}, replace(swa, "q.npy", content),
                           culprits=("q.npy",)))
@@ -265,6 +272,16 @@ def make_cases(seed):
                           "pass", ranks=(2,), outputs=cw_out))
     cases.append(Case("chunkwise/perturbed-rank-fails-the-check", "chunkwise",
                       dict(base, **{"perturb-rank": "LAST"}), cw, "fail", ranks=(1, 2, 3)))
+    # --repeat: gradients written whole on every call (not accumulated), and a corrupted rank is
+    # still caught after the repetitions.
+    cases.append(Case("chunkwise/valid-gdn-repeat", "chunkwise",
+                      dict(base, backward=None, repeat=2), cw, "pass", ranks=(2, 3),
+                      outputs=cw_out + ("dq.npy",)))
+    cases.append(Case("chunkwise/perturbed-rank-with-repeat-fails", "chunkwise",
+                      dict(base, backward=None, repeat=1, **{"perturb-rank": "LAST"}), cw, "fail",
+                      ranks=(2,)))
+    cases.append(Case("chunkwise/repeat=-1", "chunkwise", dict(base, repeat=-1), cw,
+                      culprits=("--repeat",), ranks=(2,)))
     for name, shape, wrong in (("q.npy", (12, 2, 4), (12, 8)), ("v.npy", (12, 2, 4), (12, 8)),
                                ("g.npy", (12, 2), (12, 2, 1)), ("beta.npy", (12, 2), (24,))):
         for label, content in npy_breakers("f4", shape, wrong):
@@ -329,6 +346,13 @@ def make_cases(seed):
                       heads_inputs(rng, T=12, dtype="f8"), "pass", ranks=(2,), outputs=hd_out))
     cases.append(Case("heads/perturbed-rank-fails-the-check", "heads",
                       dict(ho, **{"perturb-rank": "LAST"}), hd, "fail", ranks=(2, 3)))
+    cases.append(Case("heads/valid-repeat", "heads", dict(ho, backward=None, repeat=2), hd, "pass",
+                      ranks=(3,), outputs=hd_out + ("dx.npy",)))
+    cases.append(Case("heads/perturbed-rank-with-repeat-fails", "heads",
+                      dict(ho, backward=None, repeat=1, **{"perturb-rank": "LAST"}), hd, "fail",
+                      ranks=(2,)))
+    cases.append(Case("heads/repeat=x", "heads", dict(ho, repeat="x"), hd,
+                      culprits=("--repeat",), ranks=(2,)))
     for opt in ("nheads", "headdim", "ngroups", "dstate", "householder", "conv-width"):
         cases.append(Case(f"heads/--{opt}=0", "heads", dict(ho, **{opt: 0}), hd,
                           culprits=(f"--{opt}",)))

@@ -1,0 +1,77 @@
+// What every subcommand's JSON summary reports about cost: per-rank peak resident memory and, with
+// `--repeat N`, the steady state of the operator calls (the fastest of N repeated calls after the
+// checked first one, which is their warm-up, and what Kokkos allocated inside them).
+#pragma once
+
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "ctxpar/comm/group.hpp"
+#include "ctxpar/core/allocation_counter.hpp"
+#include "json.hpp"
+
+namespace ctxpar::cli {
+
+/// This process's peak resident set so far, in bytes (Linux reports `ru_maxrss` in KiB).
+inline std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
+}
+
+/// Every rank's `value`, as a JSON array on rank 0 (null elsewhere). Collective.
+inline Json gather_counts(const Group& group, std::int64_t value) {
+  std::vector<std::int64_t> all(static_cast<std::size_t>(group.rank() == 0 ? group.size() : 0));
+  MPI_Gather(&value, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, 0, group.mpi_comm());
+  if (group.rank() != 0) return Json();
+  Json out = Json::array();
+  for (std::int64_t v : all) out.push_back(v);
+  return out;
+}
+
+/// One rank's figures over the repeated operator calls of `--repeat N`.
+struct SteadyState {
+  /// Repetitions asked for (0: none, the summary then has no `steady_state`).
+  int repeat = 0;
+  /// Fastest forward and backward of the repetitions on this rank, in seconds.
+  double forward_seconds = std::numeric_limits<double>::infinity();
+  double backward_seconds = std::numeric_limits<double>::infinity();
+  /// Allocations Kokkos made inside the operator calls of all repetitions, and their bytes.
+  std::int64_t allocations = 0, bytes = 0;
+
+  /// Runs `call` (operator calls only: the counts are taken around it) and adds what it allocated.
+  template <class F>
+  void counted(const AllocationCounter& counter, F&& call) {
+    const std::int64_t n0 = counter.allocations(), b0 = counter.bytes();
+    call();
+    allocations += counter.allocations() - n0;
+    bytes += counter.bytes() - b0;
+  }
+  /// Records one repetition's forward and backward seconds (0 for a backward not run).
+  void add(double forward, double backward) {
+    forward_seconds = std::min(forward_seconds, forward);
+    backward_seconds = std::min(backward_seconds, backward);
+  }
+  /// `{"repeat", "forward_seconds", "backward_seconds", "allocations", "bytes_allocated"}`, each
+  /// per rank, on rank 0: the counts are totals over the `repeat` calls (a call is one forward and,
+  /// with --backward, one backward), so a steady state shows 0. Collective.
+  Json to_json(const Group& group) const {
+    Json out = Json::object();
+    out["repeat"] = repeat;
+    Json fwd = gather_seconds(group, forward_seconds), bwd = gather_seconds(group, backward_seconds);
+    Json calls = gather_counts(group, allocations), call_bytes = gather_counts(group, bytes);
+    if (group.rank() != 0) return Json();
+    out["forward_seconds"] = fwd;
+    out["backward_seconds"] = bwd;
+    out["allocations"] = calls;
+    out["bytes_allocated"] = call_bytes;
+    return out;
+  }
+};
+
+}  // namespace ctxpar::cli
