@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "ctxpar/comm/group.hpp"
@@ -43,14 +45,22 @@ struct SteadyState {
   double backward_seconds = std::numeric_limits<double>::infinity();
   /// Allocations Kokkos made inside the operator calls of all repetitions, and their bytes.
   std::int64_t allocations = 0, bytes = 0;
+  /// Those allocations by Kokkos label.
+  std::map<std::string, std::int64_t> labels;
 
   /// Runs `call` (operator calls only: the counts are taken around it) and adds what it allocated.
   template <class F>
   void counted(const AllocationCounter& counter, F&& call) {
     const std::int64_t n0 = counter.allocations(), b0 = counter.bytes();
+    const auto labels0 = counter.labels();
     call();
     allocations += counter.allocations() - n0;
     bytes += counter.bytes() - b0;
+    for (const auto& [label, n] : counter.labels()) {
+      const auto before = labels0.find(label);
+      const std::int64_t added = n - (before == labels0.end() ? 0 : before->second);
+      if (added > 0) labels[label] += added;
+    }
   }
   /// Records one repetition's forward and backward seconds (0 for a backward not run).
   void add(double forward, double backward) {
@@ -59,7 +69,8 @@ struct SteadyState {
   }
   /// `{"repeat", "forward_seconds", "backward_seconds", "allocations", "bytes_allocated"}`, each
   /// per rank, on rank 0: the counts are totals over the `repeat` calls (a call is one forward and,
-  /// with --backward, one backward), so a steady state shows 0. Collective.
+  /// with --backward, one backward), so a steady state shows 0; and `allocation_labels_rank0`,
+  /// rank 0's allocations by label. Collective.
   Json to_json(const Group& group) const {
     Json out = Json::object();
     out["repeat"] = repeat;
@@ -70,6 +81,9 @@ struct SteadyState {
     out["backward_seconds"] = bwd;
     out["allocations"] = calls;
     out["bytes_allocated"] = call_bytes;
+    Json by_label = Json::object();
+    for (const auto& [label, n] : labels) by_label[label] = n;
+    out["allocation_labels_rank0"] = by_label;
     return out;
   }
 };

@@ -32,6 +32,9 @@ BOOST_AUTO_TEST_CASE(counts_allocations_bytes_and_deallocations) {
                                                                     std::string("b")),
                                                  7, 9);
       ok = ok && counter.allocations() == 2 && counter.bytes() >= 1000 * 8 + 63 * 4;
+      const auto labels = counter.labels();
+      ok = ok && labels.size() == 2 && labels.count("a") == 1 && labels.at("a") == 1 &&
+           labels.count("b") == 1;
       // Copies, subviews and unmanaged views share memory: nothing new.
       const std::int64_t before = counter.allocations();
       auto copy = a;
@@ -43,7 +46,8 @@ BOOST_AUTO_TEST_CASE(counts_allocations_bytes_and_deallocations) {
     }
     ok = ok && counter.deallocations() == 2;
     counter.reset();
-    ok = ok && counter.allocations() == 0 && counter.bytes() == 0 && counter.deallocations() == 0;
+    ok = ok && counter.allocations() == 0 && counter.bytes() == 0 && counter.deallocations() == 0 &&
+         counter.labels().empty();
     // A view that existed before the counter is not counted when it is reused.
     Kokkos::deep_copy(outside, 1.0);
     ok = ok && counter.allocations() == 0;

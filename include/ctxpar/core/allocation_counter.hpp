@@ -6,6 +6,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
 
 #include "ctxpar/core/error.hpp"
 
@@ -19,6 +22,8 @@ struct AllocationTotals {
   std::atomic<std::int64_t> bytes{0};
   std::atomic<std::int64_t> deallocations{0};
   std::atomic<bool> live{false};
+  std::mutex labels_mutex;
+  std::map<std::string, std::int64_t> labels;  // allocations per Kokkos label
 };
 
 inline AllocationTotals& allocation_totals() {
@@ -26,11 +31,13 @@ inline AllocationTotals& allocation_totals() {
   return totals;
 }
 
-inline void count_allocation(const Kokkos_Profiling_SpaceHandle, const char*, const void* const,
-                             const std::uint64_t size) {
+inline void count_allocation(const Kokkos_Profiling_SpaceHandle, const char* label,
+                             const void* const, const std::uint64_t size) {
   auto& t = allocation_totals();
   t.allocations.fetch_add(1, std::memory_order_relaxed);
   t.bytes.fetch_add(static_cast<std::int64_t>(size), std::memory_order_relaxed);
+  const std::lock_guard<std::mutex> lock(t.labels_mutex);
+  ++t.labels[label != nullptr ? label : ""];
 }
 
 inline void count_deallocation(const Kokkos_Profiling_SpaceHandle, const char*, const void* const,
@@ -77,12 +84,20 @@ class AllocationCounter {
   std::int64_t bytes() const { return impl::allocation_totals().bytes.load(); }
   /// Deallocations since construction or the last `reset()`.
   std::int64_t deallocations() const { return impl::allocation_totals().deallocations.load(); }
-  /// Sets the three counts to zero.
+  /// The allocations by Kokkos label (the view's label): where a steady state still allocates.
+  std::map<std::string, std::int64_t> labels() const {
+    auto& t = impl::allocation_totals();
+    const std::lock_guard<std::mutex> lock(t.labels_mutex);
+    return t.labels;
+  }
+  /// Sets the counts to zero and forgets the labels.
   void reset() {
     auto& t = impl::allocation_totals();
     t.allocations.store(0);
     t.bytes.store(0);
     t.deallocations.store(0);
+    const std::lock_guard<std::mutex> lock(t.labels_mutex);
+    t.labels.clear();
   }
 
  private:
