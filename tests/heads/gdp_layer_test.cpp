@@ -3,6 +3,7 @@
 // plain-loop oracle (forward and backward, inputs and every parameter), on every rank, for
 // M ∈ {1, 2, 3}, ngroups below/equal/above P, contiguous and zigzag, dense and packed, with the
 // skip term D per head, per channel and absent.
+#include "ctxpar/core/allocation_counter.hpp"
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "ctxpar_test/harness.hpp"
 #include "gdp_oracle.hpp"
@@ -356,4 +357,66 @@ BOOST_AUTO_TEST_CASE(packed_isolation) {
   }
   if (!ok) std::cerr << "[rank " << me << "] a packed document leaked into another\n";
   CTXPAR_TEST_ALL(group, ok);
+}
+
+// Plans own their memory: after a warm-up call, forward + backward of the same layer object on the
+// same shapes allocate nothing (counted through Kokkos's allocation hooks), on every rank, and a
+// call with other values in between changes nothing in the results of the next call with the
+// first values (the reused work buffers are recomputed, not stale).
+BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
+  using exec = Kokkos::DefaultExecutionSpace;
+  using mem = exec::memory_space;
+  using matrix = Kokkos::View<double**, Kokkos::LayoutRight, mem>;
+  const auto& group = world();
+  const int p = group.size(), me = group.rank();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 3, ch::SkipTerm::per_head};
+  const std::vector<std::int64_t> cu{0, 2 * p, 2 * p, 6 * p, 8 * p};  // an empty one too
+  const std::int64_t t_total = cu.back(), c = s.input_layout().channels(), di = s.d_inner();
+  ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(group, s, t_total, cu,
+                                                                    ch::GdpOptions{l2_eps, 4});
+  const auto& plan = cp.input_plan();
+  const std::int64_t rows = plan.local_rows();
+  std::vector<std::int64_t> natural(rows);
+  for (std::int64_t t = 0; t < rows; ++t) natural[t] = plan.natural_row(me, t);
+  const auto d = make_data(s, t_total, 77), other = make_data(s, t_total, 78);
+  auto params = ch::GdpParameters<double, mem>::allocate(s),
+       grads = ch::GdpParameters<double, mem>::allocate(s, "g");
+  fill(params.conv_weight, d.conv_w);
+  fill(params.conv_bias, d.conv_b);
+  fill(params.dt_bias, d.dt);
+  fill(params.a_log, d.alog);
+  fill(params.d, d.D);
+  matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
+      dz("dz", rows, di), dx("dx", rows, c);
+  fill(dy, rows_of(d.dy, di, natural));
+  fill(dz, rows_of(d.dz, di, natural));
+  auto call = [&](const heads_test::GdpData& data) {
+    fill(x, rows_of(data.x, c, natural));
+    cp.forward(exec(), x, params, y, z, cu);
+    cp.backward(exec(), dy, dz, dx, grads);
+    exec().fence();
+  };
+  auto results = [&] {
+    return std::vector<std::vector<double>>{read(y), read(z), read(dx), read(grads.conv_weight),
+                                            read(grads.dt_bias), read(grads.a_log)};
+  };
+  call(d);  // warm-up: the layer's work buffers are allocated here
+  const auto first = results();
+  std::int64_t allocations = 0;
+  {
+    ctxpar::AllocationCounter counter;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      call(other);
+      call(d);
+    }
+    allocations = counter.allocations();
+    if (allocations != 0) {
+      std::cerr << "[rank " << me << "] " << allocations << " allocations in steady state:";
+      for (const auto& [label, n] : counter.labels()) std::cerr << " " << label << " x" << n;
+      std::cerr << "\n";
+    }
+  }
+  const bool same = results() == first;
+  if (!same) std::cerr << "[rank " << me << "] a repeated call changed the results\n";
+  CTXPAR_TEST_ALL(group, allocations == 0 && same);
 }

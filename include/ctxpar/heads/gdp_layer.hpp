@@ -293,12 +293,10 @@ class GdpLayerCore {
   void recurrence_forward(const ExecutionSpace& space) {
     if (dims_.heads == 0) return;
     const inputs_type in = recurrence_inputs();
-    // A fresh bundle: the backend caches its per-chunk work by input pointer, and these buffers
-    // are reused with new values on every forward.
-    saved_ = typename backend_type::saved_type{};
-    chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state", dims_.heads, dims_.d_state,
-                                            dims_.headdim);
-    backend_.forward_apply(space, in, seqs_, zero, {}, rec_.o, {}, saved_);
+    // The same bundle on every forward: these input buffers hold new values each time, so every
+    // computed quantity is marked stale, and the bundle's memory is reused (no allocation).
+    saved_.invalidate();
+    backend_.forward_apply(space, in, seqs_, zero_state(), {}, rec_.o, {}, saved_);
   }
   template <class ExecutionSpace>
   void recurrence_backward(const ExecutionSpace& space, const tensor3& dout) {
@@ -310,9 +308,15 @@ class GdpLayerCore {
     g.dv = chunkwise::substep_view<Scalar, MemorySpace>(grads_.v.data(), t, m, h, dims_.headdim);
     g.dg = grads_.g;
     g.dbeta = chunkwise::token_view<Scalar, MemorySpace>(grads_.beta.data(), t, m, h);
-    chunkwise::state_view<MemorySpace> zero("ctxpar::heads::zero_state_grad", h, dims_.d_state,
-                                            dims_.headdim);
-    backend_.backward_apply(space, saved_, dout, seqs_, zero, {}, g, {}, {});
+    backend_.backward_apply(space, saved_, dout, seqs_, zero_state(), {}, g, {}, {});
+  }
+  // The zero state entering (and the zero gradient leaving) the rank's whole sequences: read
+  // only, allocated on first use.
+  chunkwise::const_state_view<MemorySpace> zero_state() {
+    if (zero_.data() == nullptr)
+      zero_ = chunkwise::state_view<MemorySpace>("ctxpar::heads::zero_state", dims_.heads,
+                                                 dims_.d_state, dims_.headdim);
+    return zero_;
   }
 
   struct Grads {
@@ -336,6 +340,7 @@ class GdpLayerCore {
   chunkwise::LocalSequences seqs_;
   backend_type backend_{1};
   typename backend_type::saved_type saved_;
+  chunkwise::state_view<MemorySpace> zero_;
 };
 
 }  // namespace ctxpar::heads

@@ -19,7 +19,14 @@
 
 namespace ctxpar::impl::gated_delta {
 
-/// What the forward keeps for the backward (views only), plus the chunk layout.
+/// A contiguous `[n, H, K, V]` Scalar buffer.
+template <class Scalar, class MemorySpace>
+using states_buffer = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
+
+/// What the forward keeps for the backward (views only), plus the chunk layout and the work
+/// buffers of the calls. A bundle kept across calls (the heads layer keeps one) reuses all of them
+/// while the shapes and the chunk layout stay the same: after `invalidate()`, the next call
+/// recomputes everything into the same memory and allocates nothing.
 template <class Scalar, class MemorySpace, class Inputs>
 struct Saved {
   Inputs inputs;                                ///< the forward inputs (views)
@@ -42,7 +49,37 @@ struct Saved {
   /// at every local sequence's start and the chunk gradients' inputs are saved.
   bool backward_applied = false;
   Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace> start;  ///< `[n, H, K, V]`
+
+  /// The chunk layout `cd` was allocated and uploaded for: (first row, rows, sequence) per chunk,
+  /// the chunk range per sequence, and (C, H, K, V, n_h).
+  std::vector<int> planned_rows, planned_first, planned_dims;
+  /// Work buffers of the apply steps (initial and final states, their gradients), `[n, H, K, V]`.
+  states_buffer<Scalar, MemorySpace> init_work, final_work, dinit_work, dstart_work;
+  /// Per state row: (take the composed state?, row of the user's states or -1), and its mirror.
+  Kokkos::View<int* [2], MemorySpace> state_rows;
+  typename Kokkos::View<int* [2], MemorySpace>::HostMirror state_rows_host;
+
+  /// Marks every computed quantity stale (new values in the same input buffers), keeping the
+  /// memory for the next call.
+  void invalidate() {
+    intra_done = prepared = m_ready = forward_done = forward_applied = backward_applied = false;
+    out = {};
+    fin = {};
+    start = {};
+  }
 };
+
+/// `slot` when it already has the extents `[n, H, K, V]`, else a new buffer there (labelled).
+template <class Scalar, class MemorySpace>
+states_buffer<Scalar, MemorySpace> reuse_states(states_buffer<Scalar, MemorySpace>& slot,
+                                                const char* label, int n, int H, int K, int V) {
+  if (slot.data() == nullptr || static_cast<int>(slot.extent(0)) != n ||
+      static_cast<int>(slot.extent(1)) != H || static_cast<int>(slot.extent(2)) != K ||
+      static_cast<int>(slot.extent(3)) != V)
+    slot = states_buffer<Scalar, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n, H, K, V);
+  return slot;
+}
 
 /// Number of chunks of `rows` sub-steps.
 inline int chunks_of(std::int64_t rows, int chunk) {
@@ -64,6 +101,16 @@ void plan_chunks(Saved<Scalar, MemorySpace, Inputs>& sv, const Problem<Scalar>& 
     }
     first.push_back(static_cast<int>(rows.size() / 3));
   }
+  sv.cu_seqlens = seqs.cu_seqlens;
+  sv.intra_done = sv.m_ready = sv.forward_done = false;
+  const std::vector<int> dims{C, H, K, V, pb.n_h};
+  // The same layout and shapes as the buffers hold: everything is recomputed into them.
+  if (sv.cd.x.data() != nullptr && rows == sv.planned_rows && first == sv.planned_first &&
+      dims == sv.planned_dims)
+    return;
+  sv.planned_rows = rows;
+  sv.planned_first = first;
+  sv.planned_dims = dims;
   const int nc = first.back();
   using view = typename ChunkData<Scalar, MemorySpace>::view;
   auto alloc = [&](const char* what, std::size_t n) {
@@ -100,8 +147,6 @@ void plan_chunks(Saved<Scalar, MemorySpace, Inputs>& sv, const Problem<Scalar>& 
   cd.dse = alloc("dse", blocks * K * V);
   sv.m = Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace>(
       "ctxpar::chunkwise::gated_delta::m", H, K, K);
-  sv.cu_seqlens = seqs.cu_seqlens;
-  sv.intra_done = sv.m_ready = sv.forward_done = false;
 }
 
 /// A team per work item running `Functor` with `scratch` bytes of level-1 scratch; the team size
@@ -185,22 +230,24 @@ void store_summary_transition(const ExecutionSpace& space, const Dst& dst,
       });
 }
 
-/// A contiguous `[n, H, K, V]` Scalar buffer.
-template <class Scalar, class MemorySpace>
-using states_buffer = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
-
 /// Fills `buf` row `i` with `(i == pick_first ? first : 0) + (use_row[i] ? rows(ordinals[i]) : 0)`
 /// (each term only when its view is given): the composed fp32 state from other shards plus the
-/// user's own state of a sequence that starts (ends) here.
+/// user's own state of a sequence that starts (ends) here. The row table goes through `table` and
+/// its mirror `table_host`, (re)allocated only when their length is not `n`.
 template <class ExecutionSpace, class Scalar, class MemorySpace, class Rows>
 void fill_states(const ExecutionSpace& space, const states_buffer<Scalar, MemorySpace>& buf,
                  const chunkwise::const_state_view<MemorySpace>& first, int pick_first,
                  const Rows& rows_view, const std::vector<std::int32_t>& ordinals,
-                 const std::vector<bool>& use_row) {
+                 const std::vector<bool>& use_row, Kokkos::View<int* [2], MemorySpace>& table,
+                 typename Kokkos::View<int* [2], MemorySpace>::HostMirror& table_host) {
   const int n = static_cast<int>(buf.extent(0)), H = static_cast<int>(buf.extent(1)),
             K = static_cast<int>(buf.extent(2)), V = static_cast<int>(buf.extent(3));
-  Kokkos::View<int* [2], MemorySpace> source("ctxpar::chunkwise::gated_delta::state_rows", n);
-  auto host = Kokkos::create_mirror_view(source);
+  if (table.data() == nullptr || static_cast<int>(table.extent(0)) != n) {
+    table = Kokkos::View<int* [2], MemorySpace>("ctxpar::chunkwise::gated_delta::state_rows", n);
+    table_host = Kokkos::create_mirror_view(table);
+  }
+  const auto source = table;
+  const auto host = table_host;
   const bool rows_given = chunkwise::is_given(rows_view);
   const bool first_given = chunkwise::is_given(first);
   for (int i = 0; i < n; ++i) {
@@ -343,16 +390,15 @@ struct Engine {
       return;
     }
     sv.forward_applied = false;
-    buffer init(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::init"), n,
-        pb.heads, pb.key_dim, pb.value_dim);
-    buffer fin(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::final"), n,
-        pb.heads, pb.key_dim, pb.value_dim);
+    const buffer init = reuse_states(sv.init_work, "ctxpar::chunkwise::gated_delta::init", n,
+                                     pb.heads, pb.key_dim, pb.value_dim);
+    const buffer fin = reuse_states(sv.final_work, "ctxpar::chunkwise::gated_delta::final", n,
+                                    pb.heads, pb.key_dim, pb.value_dim);
     std::vector<bool> starts(static_cast<std::size_t>(n)), ends(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i)
       starts[std::size_t(i)] = seqs.starts_here(i), ends[std::size_t(i)] = seqs.ends_here(i);
-    fill_states(space, init, s_in, 0, initial_states, seqs.ordinals, starts);
+    fill_states(space, init, s_in, 0, initial_states, seqs.ordinals, starts, sv.state_rows,
+                sv.state_rows_host);
     PassTargets<Scalar> tg;
     tg.init = init.data();
     tg.final_state = fin.data();
@@ -437,13 +483,12 @@ struct Engine {
         static_cast<int>(sv.start.extent(0)) == n) {
       start = sv.start;  // backward_prepare ran this pass from a zero ds_out (zero_boundary)
     } else {
-      buffer init(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dinit"),
-          n, pb.heads, pb.key_dim, pb.value_dim);
-      start = buffer(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dstart"),
-          n, pb.heads, pb.key_dim, pb.value_dim);
-      fill_states(space, init, ds_out, n - 1, final_grads, seqs.ordinals, ends_here);
+      const buffer init = reuse_states(sv.dinit_work, "ctxpar::chunkwise::gated_delta::dinit", n,
+                                       pb.heads, pb.key_dim, pb.value_dim);
+      start = reuse_states(sv.dstart_work, "ctxpar::chunkwise::gated_delta::dstart", n, pb.heads,
+                           pb.key_dim, pb.value_dim);
+      fill_states(space, init, ds_out, n - 1, final_grads, seqs.ordinals, ends_here, sv.state_rows,
+                  sv.state_rows_host);
       PassTargets<Scalar> tg;
       tg.init = init.data();
       tg.final_state = start.data();
