@@ -38,6 +38,16 @@ void fill(const View& v, const std::vector<double>& values) {
     h.data()[i] = static_cast<typename View::value_type>(values[i]);
   Kokkos::deep_copy(v, h);
 }
+/// The full parameters from the test data (D only when the shape has a skip term: `d.D` is empty
+/// otherwise, and so is `p.d`).
+template <class Parameters>
+void fill_parameters(const Parameters& p, const heads_test::GdpData& d) {
+  fill(p.conv_weight, d.conv_w);
+  fill(p.conv_bias, d.conv_b);
+  fill(p.dt_bias, d.dt);
+  fill(p.a_log, d.alog);
+  fill(p.d, d.D);
+}
 template <class View>
 std::vector<double> read(const View& v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
@@ -77,11 +87,7 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group,
   fill(dz, rows_of(d.dz, di, natural));
   auto params = ch::GdpParameters<Scalar, mem>::allocate(s),
        grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
-  fill(params.conv_weight, d.conv_w);
-  fill(params.conv_bias, d.conv_b);
-  fill(params.dt_bias, d.dt);
-  fill(params.a_log, d.alog);
-  fill(params.d, d.D);
+  fill_parameters(params, d);
   cp.forward(Exec(), x, params, y, z);
   cp.backward(Exec(), dy, dz, dx, grads);
   Run<Scalar, mem> r;
@@ -307,10 +313,7 @@ BOOST_AUTO_TEST_CASE(packed_isolation) {
   auto d = make_data(s, t_total, 900);
   auto params = ch::GdpParameters<double, mem>::allocate(s),
        grads = ch::GdpParameters<double, mem>::allocate(s, "g");
-  fill(params.conv_weight, d.conv_w);
-  fill(params.conv_bias, d.conv_b);
-  fill(params.dt_bias, d.dt);
-  fill(params.a_log, d.alog);
+  fill_parameters(params, d);
   std::vector<std::int64_t> natural(rows);
   for (std::int64_t t = 0; t < rows; ++t) natural[t] = plan.natural_row(me, t);
   auto run = [&](const std::vector<double>& x_all, const std::vector<double>& dy_all,
@@ -381,11 +384,7 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   const auto d = make_data(s, t_total, 77), other = make_data(s, t_total, 78);
   auto params = ch::GdpParameters<double, mem>::allocate(s),
        grads = ch::GdpParameters<double, mem>::allocate(s, "g");
-  fill(params.conv_weight, d.conv_w);
-  fill(params.conv_bias, d.conv_b);
-  fill(params.dt_bias, d.dt);
-  fill(params.a_log, d.alog);
-  fill(params.d, d.D);
+  fill_parameters(params, d);
   matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
       dz("dz", rows, di), dx("dx", rows, c);
   fill(dy, rows_of(d.dy, di, natural));
