@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ctxpar/comm/comm.hpp"
+#include "ctxpar/core/allocation_counter.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/config.hpp"
 #include "ctxpar/core/error.hpp"
