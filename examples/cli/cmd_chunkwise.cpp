@@ -227,7 +227,7 @@ struct Pass {
     forward_seconds = timed(group, forward_call);
     steady.repeat = repeat;
     if (!s.backward) {
-      for_each_repeat([&] { return timed(group, forward_call); }, [] { return 0.0; });
+      steady.run([&] { return timed(group, forward_call); }, [] { return 0.0; });
       return;
     }
     cw::const_token_view<Scalar, mem> dout;
@@ -250,21 +250,8 @@ struct Pass {
       cw::chunkwise_cp_backward<Policy>(exec(), group, backend, ctx, dout, grads, bs);
     };
     backward_seconds = timed(group, backward_call);
-    for_each_repeat([&] { return timed(group, forward_call); },
-                    [&] { return timed(group, backward_call); });
-  }
-
- private:
-  template <class F, class B>
-  void for_each_repeat(F&& forward, B&& backward) {
-    if (steady.repeat == 0) return;
-    ctxpar::AllocationCounter counter;
-    for (int r = 0; r < steady.repeat; ++r) {
-      double fwd = 0, bwd = 0;
-      steady.counted(counter, [&] { fwd = forward(); });
-      steady.counted(counter, [&] { bwd = backward(); });
-      steady.add(fwd, bwd);
-    }
+    steady.run([&] { return timed(group, forward_call); },
+               [&] { return timed(group, backward_call); });
   }
 };
 

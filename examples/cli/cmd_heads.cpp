@@ -148,15 +148,7 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   // --repeat: the same layer object and views again; every call writes its outputs whole, so
   // the checked results are the last call's.
   out.steady.repeat = repeat;
-  if (repeat > 0) {
-    ctxpar::AllocationCounter counter;
-    for (int r = 0; r < repeat; ++r) {
-      double fwd = 0, bwd = 0;
-      out.steady.counted(counter, [&] { fwd = forward_call(); });
-      out.steady.counted(counter, [&] { bwd = backward_call(); });
-      out.steady.add(fwd, bwd);
-    }
-  }
+  out.steady.run(forward_call, backward_call);
   if (group.rank() == perturb_rank && rows > 0) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
     h(0, 0) += Scalar(1);

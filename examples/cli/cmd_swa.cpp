@@ -100,16 +100,16 @@ void reduce_rows(const ctxpar::Group& group, std::vector<Scalar>& x) {
 template <class F>
 double timed_call(const ctxpar::Group& group, ctxpar::cli::SteadyState* steady,
                   const ctxpar::AllocationCounter* counter, F&& call) {
+  const auto fenced = [&] {
+    call();
+    Exec().fence();
+  };
   MPI_Barrier(group.mpi_comm());
   const double start = MPI_Wtime();
   if (steady != nullptr)
-    steady->counted(*counter, [&] {
-      call();
-      Exec().fence();
-    });
+    steady->counted(*counter, fenced);
   else
-    call();
-  Exec().fence();
+    fenced();
   double mine = MPI_Wtime() - start, slowest = 0;
   MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
   return slowest;

@@ -62,6 +62,20 @@ struct SteadyState {
       if (added > 0) labels[label] += added;
     }
   }
+  /// The `repeat` repetitions of an operator that keeps its state between calls: `forward()` and
+  /// `backward()` each run the operator call and return its seconds (0 for a backward not run);
+  /// their allocations are counted.
+  template <class F, class B>
+  void run(F&& forward, B&& backward) {
+    if (repeat == 0) return;
+    AllocationCounter counter;
+    for (int r = 0; r < repeat; ++r) {
+      double fwd = 0, bwd = 0;
+      counted(counter, [&] { fwd = forward(); });
+      counted(counter, [&] { bwd = backward(); });
+      add(fwd, bwd);
+    }
+  }
   /// Records one repetition's forward and backward seconds (0 for a backward not run).
   void add(double forward, double backward) {
     forward_seconds = std::min(forward_seconds, forward);
