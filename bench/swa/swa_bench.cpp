@@ -358,11 +358,19 @@ ctxpar::bench::Timing time_step(const ctxpar::Group& group, std::int64_t c, std:
   ctxpar::swa::Options o;
   o.window = window;
   const Tensor dout = random_tensor(4, in.chunk.length(), hq, dim);
+  // The plan is built once; the timed calls reuse its workspace and the same outputs, state and
+  // gradients (the warm-up call allocates them), as a training loop's steady state does.
+  ctxpar::swa::StepPlan<Policy, ctxpar::swa::SegmentChunks, Exec, float, Mem> plan(
+      space, group, ctxpar::swa::StepShape{hq, hkv, dim}, o);
+  Tensor out;
+  ctxpar::swa::Cache<float, Mem> next_cache;
+  ctxpar::swa::DistributedState<float, Mem> state;
+  ctxpar::swa::StepGradients<float, Mem> grads;
   return ctxpar::bench::time_collective(
       group.mpi_comm(),
       [&] {
-        auto r = ctxpar::swa::forward<Policy>(space, group, in.chunk, t, in.cache, o);
-        ctxpar::swa::backward(space, group, r.state, dout);
+        plan.forward(in.chunk, in.cache, out, next_cache, state);
+        plan.backward(state, dout, {}, grads);
         space.fence();
       },
       1, repeats);
@@ -425,11 +433,21 @@ ctxpar::bench::Record bytes_case(const ctxpar::Group& group, std::int64_t t, std
   ctxpar::swa::Options o;
   o.window = window;
   const std::int64_t record = 2 * hkv * dim * 4 + 16;
+  // Both plans are built before the counters start: only the forward calls are counted.
+  const ctxpar::swa::StepShape shape{hq, hkv, dim};
+  ctxpar::swa::StepPlan<ctxpar::swa::RopeBeforeGather, ctxpar::swa::SegmentChunks, Exec, float, Mem>
+      gather_plan(space, group, shape, o);
+  ctxpar::swa::StepPlan<ctxpar::swa::HaloKV, ctxpar::swa::SegmentChunks, Exec, float, Mem>
+      halo_plan(space, group, shape, o);
+  Tensor out;
+  ctxpar::swa::Cache<float, Mem> next_cache;
+  // One state per plan: a state keeps the exchange tables of the plan that filled it.
+  ctxpar::swa::DistributedState<float, Mem> gather_state, halo_state;
   group.reset_traffic();
-  ctxpar::swa::forward<ctxpar::swa::RopeBeforeGather>(space, group, in.chunk, t, in.cache, o);
+  gather_plan.forward(in.chunk, in.cache, out, next_cache, gather_state);
   const auto ag = group.traffic(ctxpar::CollectiveKind::allgather).bytes_received;
   group.reset_traffic();
-  ctxpar::swa::forward<ctxpar::swa::HaloKV>(space, group, in.chunk, t, in.cache, o);
+  halo_plan.forward(in.chunk, in.cache, out, next_cache, halo_state);
   const auto halo = group.traffic(ctxpar::CollectiveKind::sendrecv).bytes_received;
   const ctxpar::BalancedChunks cs{c, group.size()}, ts{t, group.size()};
   const std::int64_t own = cs.size(group.rank()) + ts.size(group.rank());

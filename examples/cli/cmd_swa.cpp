@@ -116,60 +116,74 @@ double timed_call(const ctxpar::Group& group, ctxpar::cli::SteadyState* steady,
 }
 
 /// Streams the whole input in steps of `step` tokens with the carried cache, sharded across
-/// `group`, forward (and backward through every step when asked). With `steady` (a --repeat
-/// repetition), counts what the operator calls allocate. Collective.
-template <class Scalar, class Policy, class Layout = ctxpar::swa::SegmentChunks>
-StreamOutput<Scalar> stream_run(const ctxpar::Group& group, const Stream<Scalar>& s,
-                                std::int64_t step, const ctxpar::swa::Options& options,
-                                bool backward, ctxpar::cli::SteadyState* steady = nullptr,
-                                const ctxpar::AllocationCounter* counter = nullptr) {
-  Exec space;
-  const int p = group.size(), me = group.rank();
-  const std::int64_t qsize = s.tokens * s.hq * s.dim, ksize = s.tokens * s.hkv * s.dim;
-  StreamOutput<Scalar> o;
-  o.out.assign(qsize, Scalar(0));
-  auto cache = ctxpar::swa::empty_cache<Scalar, Mem>(s.hkv, s.dim);
-  std::vector<ctxpar::swa::DistributedState<Scalar, Mem>> states;
-  std::vector<std::int64_t> froms;
-  for (std::int64_t from = 0; from < s.tokens; from += step) {
-    const std::int64_t t = std::min(step, s.tokens - from);
-    const ctxpar::BalancedChunks split{t, p};
-    const auto chunk = chunk_of(s, from + split.begin(me), split.size(me));
-    ctxpar::swa::DistributedResult<Scalar, Mem> r;
-    o.step_seconds.push_back(timed_call(group, steady, counter, [&] {
-      r = ctxpar::swa::forward<Policy, Layout>(space, group, chunk, t, cache, options);
-    }));
-    place(o.out, r.out, from + split.begin(me));
-    cache = r.next_cache;
-    if (backward) {
-      states.push_back(r.state);
+/// `group`, forward (and backward through every step when asked). One plan serves every step and
+/// every run; each step keeps its cache, state, output and gradients between runs, so a repeated
+/// run (--repeat) allocates nothing. Collective.
+template <class Scalar, class Policy, class Layout>
+class StreamRunner {
+ public:
+  StreamRunner(const ctxpar::Group& group, const Stream<Scalar>& s,
+               const ctxpar::swa::Options& options)
+      : plan_(Exec(), group, {s.hq, s.hkv, s.dim}, options) {}
+
+  /// One run over the stream. With `steady`, counts what the operator calls allocate.
+  StreamOutput<Scalar> run(const ctxpar::Group& group, const Stream<Scalar>& s, std::int64_t step,
+                           bool backward, ctxpar::cli::SteadyState* steady = nullptr,
+                           const ctxpar::AllocationCounter* counter = nullptr) {
+    const int p = group.size(), me = group.rank();
+    const std::int64_t qsize = s.tokens * s.hq * s.dim, ksize = s.tokens * s.hkv * s.dim;
+    const std::size_t steps = static_cast<std::size_t>((s.tokens + step - 1) / step);
+    if (caches_.empty()) {
+      caches_.resize(steps + 1);
+      caches_[0] = ctxpar::swa::empty_cache<Scalar, Mem>(s.hkv, s.dim);
+      states_.resize(steps);
+      outs_.resize(steps);
+      grads_.resize(steps);
+    }
+    StreamOutput<Scalar> o;
+    o.out.assign(qsize, Scalar(0));
+    std::vector<std::int64_t> froms;
+    for (std::int64_t from = 0, k = 0; from < s.tokens; from += step, ++k) {
+      const std::int64_t t = std::min(step, s.tokens - from);
+      const ctxpar::BalancedChunks split{t, p};
+      const auto chunk = chunk_of(s, from + split.begin(me), split.size(me));
+      o.step_seconds.push_back(timed_call(group, steady, counter, [&] {
+        plan_.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k]);
+      }));
+      place(o.out, outs_[k], from + split.begin(me));
       froms.push_back(from + split.begin(me));
     }
+    reduce_rows(group, o.out);
+    if (!backward) return o;
+    o.dq.assign(qsize, Scalar(0));
+    o.dk.assign(ksize, Scalar(0));
+    o.dv.assign(ksize, Scalar(0));
+    ctxpar::swa::CacheGradient<Scalar, Mem> carried;
+    for (std::size_t k = steps; k-- > 0;) {
+      const auto n = static_cast<std::int64_t>(states_[k].q_rot.extent(0));
+      const auto dout = rows(s.dout, froms[k], n, s.hq, s.dim);
+      auto& g = grads_[k];
+      o.backward_seconds +=
+          timed_call(group, steady, counter, [&] { plan_.backward(states_[k], dout, carried, g); });
+      place(o.dq, g.dq, froms[k]);
+      place(o.dk, g.dk, froms[k]);
+      place(o.dv, g.dv, froms[k]);
+      carried.dk = g.dk_cache;
+      carried.dv = g.dv_cache;
+    }
+    reduce_rows(group, o.dq);
+    reduce_rows(group, o.dk);
+    reduce_rows(group, o.dv);
+    return o;
   }
-  reduce_rows(group, o.out);
-  if (!backward) return o;
-  o.dq.assign(qsize, Scalar(0));
-  o.dk.assign(ksize, Scalar(0));
-  o.dv.assign(ksize, Scalar(0));
-  ctxpar::swa::CacheGradient<Scalar, Mem> carried;
-  for (std::size_t k = states.size(); k-- > 0;) {
-    const auto n = static_cast<std::int64_t>(states[k].q_rot.extent(0));
-    const auto dout = rows(s.dout, froms[k], n, s.hq, s.dim);
-    ctxpar::swa::StepGradients<Scalar, Mem> g;
-    o.backward_seconds += timed_call(group, steady, counter, [&] {
-      g = ctxpar::swa::backward(space, group, states[k], dout, carried);
-    });
-    place(o.dq, g.dq, froms[k]);
-    place(o.dk, g.dk, froms[k]);
-    place(o.dv, g.dv, froms[k]);
-    carried.dk = g.dk_cache;
-    carried.dv = g.dv_cache;
-  }
-  reduce_rows(group, o.dq);
-  reduce_rows(group, o.dk);
-  reduce_rows(group, o.dv);
-  return o;
-}
+
+ private:
+  ctxpar::swa::StepPlan<Policy, Layout, Exec, Scalar, Mem> plan_;
+  std::vector<ctxpar::swa::Cache<Scalar, Mem>> caches_;  // caches_[k]: the input of step k
+  std::vector<ctxpar::swa::DistributedState<Scalar, Mem>> states_;
+  std::vector<ctxpar::swa::Tensor<Scalar, Mem>> outs_;
+  std::vector<ctxpar::swa::StepGradients<Scalar, Mem>> grads_;
+};
 
 /// The same stream through the single-rank step on this rank alone.
 template <class Scalar>
@@ -223,35 +237,36 @@ bool bitwise(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Scalar)) == 0);
 }
 
-template <class Scalar, class Layout>
-StreamOutput<Scalar> run_policy_in(const std::string& policy, const ctxpar::Group& group,
-                                   const Stream<Scalar>& s, std::int64_t step,
-                                   const ctxpar::swa::Options& o, bool backward,
-                                   ctxpar::cli::SteadyState* steady,
-                                   const ctxpar::AllocationCounter* counter) {
-  if (policy == "allgather")
-    return stream_run<Scalar, ctxpar::swa::RopeBeforeGather, Layout>(group, s, step, o, backward,
-                                                                     steady, counter);
-  if (policy == "rope-after")
-    return stream_run<Scalar, ctxpar::swa::RopeAfterGather, Layout>(group, s, step, o, backward,
-                                                                    steady, counter);
-  return stream_run<Scalar, ctxpar::swa::HaloKV, Layout>(group, s, step, o, backward, steady,
-                                                         counter);
+/// Calls `f(policy_tag, layout_tag)` with the tags named by `policy` ("allgather", "rope-after",
+/// "halo") and `layout` ("segments": SegmentChunks, the default; "whole-axis": WholeAxisChunks).
+template <class F>
+void with_policy(const std::string& policy, const std::string& layout, F&& f) {
+  auto in_layout = [&](auto layout_tag) {
+    if (policy == "allgather")
+      f(ctxpar::swa::RopeBeforeGather{}, layout_tag);
+    else if (policy == "rope-after")
+      f(ctxpar::swa::RopeAfterGather{}, layout_tag);
+    else
+      f(ctxpar::swa::HaloKV{}, layout_tag);
+  };
+  if (layout == "whole-axis")
+    in_layout(ctxpar::swa::WholeAxisChunks{});
+  else
+    in_layout(ctxpar::swa::SegmentChunks{});
 }
 
-/// `layout`: "segments" (SegmentChunks, the default) or "whole-axis" (WholeAxisChunks).
+/// One run of the stream under `policy` and `layout` on a fresh plan.
 template <class Scalar>
 StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& group,
                                 const Stream<Scalar>& s, std::int64_t step,
                                 const ctxpar::swa::Options& o, bool backward,
-                                const std::string& layout = "segments",
-                                ctxpar::cli::SteadyState* steady = nullptr,
-                                const ctxpar::AllocationCounter* counter = nullptr) {
-  if (layout == "whole-axis")
-    return run_policy_in<Scalar, ctxpar::swa::WholeAxisChunks>(policy, group, s, step, o, backward,
-                                                               steady, counter);
-  return run_policy_in<Scalar, ctxpar::swa::SegmentChunks>(policy, group, s, step, o, backward,
-                                                           steady, counter);
+                                const std::string& layout = "segments") {
+  StreamOutput<Scalar> result;
+  with_policy(policy, layout, [&](auto policy_tag, auto layout_tag) {
+    StreamRunner<Scalar, decltype(policy_tag), decltype(layout_tag)> runner(group, s, o);
+    result = runner.run(group, s, step, backward);
+  });
+  return result;
 }
 
 template <class Scalar>
@@ -313,23 +328,30 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   ctxpar::swa::Options o;
   o.window = window;
   o.rope_base = base;
-  group.reset_traffic();
-  const auto result = run_policy(policy, group, s, step, o, backward, layout);
-  const ctxpar::cli::Json traffic = ctxpar::cli::gather_traffic(group);
-  // --repeat: the same stream again on the same ranks, the first run being the warm-up.
+  StreamOutput<Scalar> result;
+  ctxpar::cli::Json traffic;
   ctxpar::cli::SteadyState steady;
   steady.repeat = repeat;
-  if (repeat > 0) {
-    ctxpar::AllocationCounter counter;
-    for (int r = 0; r < repeat; ++r) {
-      const auto again = run_policy(policy, group, s, step, o, backward, layout, &steady, &counter);
-      double forward = 0;
-      for (double x : again.step_seconds) forward += x;
-      steady.add(forward, again.backward_seconds);
+  with_policy(policy, layout, [&](auto policy_tag, auto layout_tag) {
+    StreamRunner<Scalar, decltype(policy_tag), decltype(layout_tag)> runner(group, s, o);
+    group.reset_traffic();
+    result = runner.run(group, s, step, backward);
+    traffic = ctxpar::cli::gather_traffic(group);
+    // --repeat: the same stream again on the same plan and state, the first run being the
+    // warm-up.
+    if (repeat > 0) {
+      ctxpar::AllocationCounter counter;
+      for (int r = 0; r < repeat; ++r) {
+        const auto again = runner.run(group, s, step, backward, &steady, &counter);
+        double forward = 0;
+        for (double x : again.step_seconds) forward += x;
+        steady.add(forward, again.backward_seconds);
+      }
     }
-  }
+  });
   const ctxpar::cli::Json steady_json = steady.to_json(group);
-  const ctxpar::cli::Json peak_rss = ctxpar::cli::gather_counts(group, ctxpar::cli::peak_rss_bytes());
+  const ctxpar::cli::Json peak_rss =
+      ctxpar::cli::gather_counts(group, ctxpar::cli::peak_rss_bytes());
   using ctxpar::cli::NpyArray;
   out_dir.add("out.npy", NpyArray::from_values({s.tokens, s.hq, s.dim}, result.out));
   if (backward) {

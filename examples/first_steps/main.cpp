@@ -2,7 +2,7 @@
 // against the same operator run on a one-rank group (or the single-rank step).
 //
 //   1. sliding-window attention: a two-step stream with a carried cache, forward and backward
-//      (ctxpar::swa::forward / backward against swa::step_forward / step_backward);
+//      (a swa::StepPlan's forward / backward against swa::step_forward / step_backward);
 //   2. chunkwise gated delta rule (GDN) over two packed sequences, forward and backward
 //      (ctxpar::chunkwise::chunkwise_cp_forward / chunkwise_cp_backward, run again on a one-rank
 //      group built from MPI_COMM_SELF);
@@ -106,19 +106,21 @@ int swa_part(const ctxpar::Group& group) {
     return tensor("dout", 4, step * t + row0, n, hq, d);
   };
 
-  // Distributed: every rank passes its BalancedChunks(t, P) share and the global chunk length t.
-  std::vector<swa::DistributedResult<real, mem>> mine;
-  auto cache = swa::empty_cache<real, mem>(hkv, d);  // this rank's cache shard; empty at first
-  for (std::int64_t s = 0; s < steps; ++s) {
-    mine.push_back(swa::forward<swa::HaloKV>(
-        exec(), group, chunk(s, shard.begin(me), shard.size(me)), t, cache, opt));
-    cache = mine.back().next_cache;  // stays sharded over the ranks
-  }
+  // Distributed: a plan is built once (collectively) and runs every step; every rank passes its
+  // BalancedChunks(t, P) share of each chunk. The caller owns the carried caches (sharded over the
+  // ranks), the outputs, and one saved state per step for the backward.
+  swa::StepPlan<swa::HaloKV, swa::SegmentChunks, exec, real> plan(exec(), group, {hq, hkv, d}, opt);
+  std::vector<swa::Cache<real, mem>> caches(steps + 1);  // caches[s]: the input of step s
+  caches[0] = swa::empty_cache<real, mem>(hkv, d);
+  std::vector<swa::Tensor<real, mem>> outs(steps);  // empty views: the plan allocates them
+  std::vector<swa::DistributedState<real, mem>> saved(steps);
+  for (std::int64_t s = 0; s < steps; ++s)
+    plan.forward(chunk(s, shard.begin(me), shard.size(me)), caches[s], outs[s], caches[s + 1],
+                 saved[s]);
   std::vector<swa::StepGradients<real, mem>> grads(steps);
   swa::CacheGradient<real, mem> carried;  // empty for the last step
   for (std::int64_t s = steps - 1; s >= 0; --s) {
-    grads[s] = swa::backward(exec(), group, mine[s].state, dout(s, shard.begin(me), shard.size(me)),
-                             carried);
+    plan.backward(saved[s], dout(s, shard.begin(me), shard.size(me)), carried, grads[s]);
     carried = {grads[s].dk_cache, grads[s].dv_cache};
   }
 
@@ -140,7 +142,7 @@ int swa_part(const ctxpar::Group& group) {
   // same terms in another order (reduce-scatter), so they agree to a few ulps.
   double out = 0, dq = 0, dk = 0, dv = 0;
   for (std::int64_t s = 0; s < steps; ++s) {
-    out = std::fmax(out, rel_diff(mine[s].out, whole[s].out, shard.begin(me)));
+    out = std::fmax(out, rel_diff(outs[s], whole[s].out, shard.begin(me)));
     dq = std::fmax(dq, rel_diff(grads[s].dq, grads1[s].dq, shard.begin(me)));
     dk = std::fmax(dk, rel_diff(grads[s].dk, grads1[s].dk, shard.begin(me)));
     dv = std::fmax(dv, rel_diff(grads[s].dv, grads1[s].dv, shard.begin(me)));

@@ -9,6 +9,7 @@
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/core/workspace.hpp"
 #include "ctxpar/expr/expr.hpp"
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"

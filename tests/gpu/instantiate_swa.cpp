@@ -15,9 +15,14 @@ template <class Scalar, class Policy, class Layout>
 void distributed(const Group& group, const ctxpar::swa::Chunk<Scalar, memory>& chunk,
                  const ctxpar::swa::Cache<Scalar, memory>& cache,
                  const ctxpar::swa::Options& options) {
-  auto r = ctxpar::swa::forward<Policy, Layout>(exec(), group, chunk, chunk.length(), cache, options);
-  ctxpar::swa::CacheGradient<Scalar, memory> d_next{r.next_cache.k, r.next_cache.v};
-  ctxpar::swa::backward(exec(), group, r.state, r.out, d_next);
+  ctxpar::swa::StepPlan<Policy, Layout, exec, Scalar> plan(exec(), group, {2, 1, 8}, options);
+  ctxpar::swa::Tensor<Scalar, memory> out;
+  ctxpar::swa::Cache<Scalar, memory> next_cache;
+  ctxpar::swa::DistributedState<Scalar, memory> state;
+  plan.forward(chunk, cache, out, next_cache, state);
+  ctxpar::swa::CacheGradient<Scalar, memory> d_next{next_cache.k, next_cache.v};
+  ctxpar::swa::StepGradients<Scalar, memory> grads;
+  plan.backward(state, out, d_next, grads);
 }
 
 template <class Scalar>

@@ -55,6 +55,14 @@ const char* layout_name() {
   return std::is_same_v<Layout, WholeAxisChunks> ? "WholeAxisChunks" : "SegmentChunks";
 }
 
+/// What a rank's forward wrote.
+template <class Scalar, class Mem>
+struct Result {
+  ctxpar::swa::Tensor<Scalar, Mem> out;
+  ctxpar::swa::Cache<Scalar, Mem> next_cache;
+  ctxpar::swa::DistributedState<Scalar, Mem> state;
+};
+
 /// The oracle and the single-rank step of one case, shared by every policy and layout.
 template <class C>
 struct Reference {
@@ -82,9 +90,13 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c, const Reference<C>& r
   o.rope_base = spec.base;
   const auto& s = ref.s;
   auto sh = shards_of<Scalar, Mem>(s.problem, 0, c, t, group.rank(), group.size());
-  auto r = ctxpar::swa::forward<Policy, Layout>(space, group, sh.chunk, t, sh.cache, o);
+  ctxpar::swa::StepPlan<Policy, Layout, typename C::execution_space, Scalar, Mem> plan(
+      space, group, {spec.hq, spec.hkv, spec.dim}, o);
+  Result<Scalar, Mem> r;
+  plan.forward(sh.chunk, sh.cache, r.out, r.next_cache, r.state);
   auto dout = ts::to_view<Scalar, Mem>(s.dout, sh.chunk_from, sh.chunk.length());
-  auto gr = ctxpar::swa::backward(space, group, r.state, dout);
+  ctxpar::swa::StepGradients<Scalar, Mem> gr;
+  plan.backward(r.state, dout, {}, gr);
   const std::int64_t q0 = sh.chunk_from - c, tr = sh.chunk.length();
   auto slice = [&](const auto& v, std::int64_t from, std::int64_t n) {
     return ctxpar::swa::impl::tokens(v, from, n);
@@ -256,10 +268,18 @@ bool stream_case(LayoutPlan plan) {
   ctxpar::swa::Options o;
   o.window = spec.window;
   const std::int64_t step = 5;
+  using Exec = typename C::execution_space;
+  // One plan per layout serves every step; each step keeps its own state. The cache objects
+  // alternate (a step's next cache is the following step's input).
+  ctxpar::swa::StepPlan<Policy, SegmentChunks, Exec, Scalar, Mem> segment_plan(
+      space, group, {spec.hq, spec.hkv, spec.dim}, o);
+  ctxpar::swa::StepPlan<Policy, WholeAxisChunks, Exec, Scalar, Mem> whole_plan(
+      space, group, {spec.hq, spec.hkv, spec.dim}, o);
   std::vector<ctxpar::swa::DistributedState<Scalar, Mem>> states;
+  std::vector<bool> wholes;
   std::vector<std::int64_t> froms;
-  auto cache = ts::block_of<Scalar, Mem>(s.problem, 0, 0);
-  auto single_cache = cache;
+  ctxpar::swa::Cache<Scalar, Mem> caches[2] = {ts::block_of<Scalar, Mem>(s.problem, 0, 0), {}};
+  auto single_cache = caches[0];
   bool ok = true;
   std::int64_t c = 0;
   for (std::int64_t from = 0, k = 0; from < spec.tokens; from += step, ++k) {
@@ -267,26 +287,34 @@ bool stream_case(LayoutPlan plan) {
     auto sh = shards_of<Scalar, Mem>(s.problem, from - c, c, t, group.rank(), group.size());
     const bool whole =
         plan == LayoutPlan::whole_axis || (plan == LayoutPlan::alternating && k % 2 == 1);
-    auto r =
-        whole ? ctxpar::swa::forward<Policy, WholeAxisChunks>(space, group, sh.chunk, t, cache, o)
-              : ctxpar::swa::forward<Policy, SegmentChunks>(space, group, sh.chunk, t, cache, o);
+    Result<Scalar, Mem> r;
+    const auto& cache = caches[k % 2];
+    auto& next = caches[(k + 1) % 2];
+    if (whole)
+      whole_plan.forward(sh.chunk, cache, r.out, next, r.state);
+    else
+      segment_plan.forward(sh.chunk, cache, r.out, next, r.state);
     auto single = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t),
                                             single_cache, o);
     ok = ts::close_to("streamed out", r.out, f.out, b.out, sh.chunk_from) && ok;
     ok = ts::bitwise_equal(r.out, ctxpar::swa::impl::tokens(single.out, sh.chunk_from - from,
                                                             sh.chunk.length())) &&
          ok;
-    cache = r.next_cache;
     single_cache = single.next_cache;
     c = ctxpar::swa::next_cache_length(spec.window, c + t);
     states.push_back(r.state);
+    wholes.push_back(whole);
     froms.push_back(sh.chunk_from);
   }
   ctxpar::swa::CacheGradient<Scalar, Mem> carried;
   for (std::size_t k = states.size(); k-- > 0;) {
     const auto& st = states[k];
-    auto gr = ctxpar::swa::backward(
-        space, group, st, ts::to_view<Scalar, Mem>(s.dout, froms[k], st.q_rot.extent(0)), carried);
+    ctxpar::swa::StepGradients<Scalar, Mem> gr;
+    const auto dout = ts::to_view<Scalar, Mem>(s.dout, froms[k], st.q_rot.extent(0));
+    if (wholes[k])
+      whole_plan.backward(st, dout, carried, gr);
+    else
+      segment_plan.backward(st, dout, carried, gr);
     ok = ts::close_to("streamed dq", gr.dq, g.dq, b.dq, froms[k]) && ok;
     ok = ts::close_to("streamed dk", gr.dk, g.dk, b.dk, froms[k]) && ok;
     ok = ts::close_to("streamed dv", gr.dv, g.dv, b.dv, froms[k]) && ok;

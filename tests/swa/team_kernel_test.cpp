@@ -56,7 +56,12 @@ template <class Scalar, class Mem>
 struct Run {
   ctxpar::swa::StepResult<Scalar, Mem> single;
   ctxpar::swa::StepGradients<Scalar, Mem> single_g;
-  ctxpar::swa::DistributedResult<Scalar, Mem> dist;
+  /// What this rank's distributed forward wrote.
+  struct {
+    ctxpar::swa::Tensor<Scalar, Mem> out;
+    ctxpar::swa::Cache<Scalar, Mem> next_cache;
+    ctxpar::swa::DistributedState<Scalar, Mem> state;
+  } dist;
   ctxpar::swa::StepGradients<Scalar, Mem> dist_g;
 };
 
@@ -103,22 +108,21 @@ bool variant_case(const Variant& v, std::uint64_t seed) {
   const std::int64_t q0 = qs.begin(rank), tr = qs.size(rank);
   bool ok = true;
   std::vector<Run<Scalar, Mem>> runs;
+  // One plan serves every team size (its scratch is reused); each run has its own outputs and
+  // state.
+  StepPlan<RopeBeforeGather, SegmentChunks, typename C::execution_space, Scalar, Mem> plan(
+      space, group, StepShape{spec.hq, spec.hkv, spec.dim}, o);
   for (const int team : team_sizes) {
     ctxpar::set_host_team_size(team);
     Run<Scalar, Mem> r;
     r.single = step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, v.c, t),
                             ts::block_of<Scalar, Mem>(s.problem, 0, v.c), o);
     r.single_g = step_backward(space, r.single.state, ts::to_view<Scalar, Mem>(s.dout, v.c, t));
-    r.dist = forward<RopeBeforeGather, SegmentChunks>(
-        space, group, ts::chunk_of<Scalar, Mem>(s.problem, chunk_from, tr), t,
-        ts::block_of<Scalar, Mem>(s.problem, cache_from, cs.size(rank)), o);
+    plan.forward(ts::chunk_of<Scalar, Mem>(s.problem, chunk_from, tr),
+                 ts::block_of<Scalar, Mem>(s.problem, cache_from, cs.size(rank)), r.dist.out,
+                 r.dist.next_cache, r.dist.state);
     auto dout = ts::to_view<Scalar, Mem>(s.dout, chunk_from, tr);
-    const auto dg = backward(space, group, r.dist.state, dout);
-    r.dist_g.dq = dg.dq;
-    r.dist_g.dk = dg.dk;
-    r.dist_g.dv = dg.dv;
-    r.dist_g.dk_cache = dg.dk_cache;
-    r.dist_g.dv_cache = dg.dv_cache;
+    plan.backward(r.dist.state, dout, {}, r.dist_g);
     // Against the oracle: the single-rank step on the whole chunk, the distributed one on this
     // rank's shards.
     ok = ts::close_to("single out", r.single.out, f.out, b.out, v.c) && ok;

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "ctxpar/chunkwise/driver.hpp"
@@ -183,9 +184,16 @@ class SwaLayer {
     const bool packed = plan_.cu_seqlens.size() > 2;
     swa::Options opt;
     opt.window = cfg_.window;
-    auto cache = swa::empty_cache<double, memory_space>(hkv, d);
+    // One plan for every step and call; each step keeps its cache, state and output.
+    const std::size_t steps = step_begin_.size();
+    if (caches_.size() != steps + 1) {
+      caches_.assign(steps + 1, swa::Cache<double, memory_space>{});
+      caches_[0] = swa::empty_cache<double, memory_space>(hkv, d);
+      states_.assign(steps, swa::DistributedState<double, memory_space>{});
+      outs_.assign(steps, swa::Tensor<double, memory_space>{});
+    }
+    if (step_plan_.index() == 0) make_plan(opt);
     Matrix o_stream(s.rows, hq * d);
-    states_.clear();
     std::int64_t row = 0;
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
@@ -207,10 +215,13 @@ class SwaLayer {
       }
       Kokkos::deep_copy(chunk.pos, hp);
       Kokkos::deep_copy(chunk.ids, hi);
-      auto res = run_forward(chunk, step_length_[k], cache, opt);
-      detail::download(res.out, o_stream, row);
-      cache = res.next_cache;
-      states_.push_back(res.state);
+      std::visit(
+          [&](auto& plan) {
+            if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>)
+              plan.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k]);
+          },
+          step_plan_);
+      detail::download(outs_[k], o_stream, row);
       row += n;
     }
     stats.forward_seconds = detail::now_fenced(timer);
@@ -242,7 +253,13 @@ class SwaLayer {
     for (std::size_t k = states_.size(); k-- > 0;) {
       const std::int64_t n = offset[k + 1] - offset[k];
       auto dv = detail::upload3(ds, offset[k], n, hq, d, "ctxpar::hybrid::dout");
-      auto gr = swa::backward(execution_space(), group_, states_[k], dv, carried);
+      swa::StepGradients<double, memory_space> gr;
+      std::visit(
+          [&](auto& plan) {
+            if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>)
+              plan.backward(states_[k], dv, carried, gr);
+          },
+          step_plan_);
       Matrix part(n, (hq + 2 * hkv) * d), piece(n, hq * d), kv(n, hkv * d);
       detail::download(gr.dq, piece, 0);
       set_columns(part, 0, piece);
@@ -284,14 +301,19 @@ class SwaLayer {
   }
 
  private:
-  swa::DistributedResult<double, memory_space> run_forward(
-      const swa::Chunk<double, memory_space>& chunk, std::int64_t t,
-      const swa::Cache<double, memory_space>& cache, const swa::Options& opt) const {
-    const execution_space space;
+  template <class Policy>
+  using StepPlanOf = swa::StepPlan<Policy, swa::SegmentChunks, execution_space, double>;
+
+  /// The step plan of the configured policy (the tool's run-time choice picks one of the
+  /// compile-time tags). Collective.
+  void make_plan(const swa::Options& opt) {
+    const swa::StepShape shape{cfg_.heads, cfg_.kv_heads, cfg_.head_dim};
     if (cfg_.swa_policy == 1)
-      return swa::forward<swa::RopeAfterGather>(space, group_, chunk, t, cache, opt);
-    if (cfg_.swa_policy == 2) return swa::forward<swa::HaloKV>(space, group_, chunk, t, cache, opt);
-    return swa::forward<swa::RopeBeforeGather>(space, group_, chunk, t, cache, opt);
+      step_plan_.emplace<StepPlanOf<swa::RopeAfterGather>>(execution_space(), group_, shape, opt);
+    else if (cfg_.swa_policy == 2)
+      step_plan_.emplace<StepPlanOf<swa::HaloKV>>(execution_space(), group_, shape, opt);
+    else
+      step_plan_.emplace<StepPlanOf<swa::RopeBeforeGather>>(execution_space(), group_, shape, opt);
   }
 
   // Bytes every rank sends and receives per the design (10-swa.md): per step, the all-gather of
@@ -364,7 +386,12 @@ class SwaLayer {
   std::vector<std::int64_t> step_begin_, step_length_, stream_tokens_;
   Relayout relayout_;
   Matrix x_, o_;
+  std::variant<std::monostate, StepPlanOf<swa::RopeBeforeGather>, StepPlanOf<swa::RopeAfterGather>,
+               StepPlanOf<swa::HaloKV>>
+      step_plan_;
+  std::vector<swa::Cache<double, memory_space>> caches_;  // caches_[k]: the input of step k
   std::vector<swa::DistributedState<double, memory_space>> states_;
+  std::vector<swa::Tensor<double, memory_space>> outs_;
   Traffic fwd_traffic_, relayout_fwd_;
 };
 

@@ -79,7 +79,8 @@ class Preconditions {
     MPI_Bcast(packed.data(), length, MPI_CHAR, lowest, comm);
     const std::size_t a = packed.find('\0');
     const std::size_t b = packed.find('\0', a + 1);
-    throw Error(op_, lowest, packed.substr(0, a), packed.substr(a + 1, b - a - 1), packed.substr(b + 1));
+    throw Error(op_, lowest, packed.substr(0, a), packed.substr(a + 1, b - a - 1),
+                packed.substr(b + 1));
   }
 
  private:
@@ -100,6 +101,16 @@ inline std::int64_t fingerprint(std::initializer_list<std::int64_t> values) {
       h ^= static_cast<std::uint64_t>((static_cast<std::uint64_t>(v) >> (8 * byte)) & 0xffu);
       h *= 1099511628211ull;
     }
+  }
+  return static_cast<std::int64_t>(h);
+}
+
+/// A 64-bit fingerprint (FNV-1a) of a name, e.g. a policy tag's, for `require_same`.
+inline std::int64_t fingerprint(const char* name) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const char* c = name; *c != '\0'; ++c) {
+    h ^= static_cast<std::uint64_t>(static_cast<unsigned char>(*c));
+    h *= 1099511628211ull;
   }
   return static_cast<std::int64_t>(h);
 }

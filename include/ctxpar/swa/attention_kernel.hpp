@@ -70,22 +70,21 @@ struct PackKeysKernel {
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 PackedKeys<accumulator_t<Scalar>, MemorySpace> pack_keys(
     const ExecutionSpace& space, const AttentionInputs<Scalar, MemorySpace>& in,
-    const KernelShape<Scalar, MemorySpace>& shape, bool kt, bool kr, bool vt, bool vr) {
+    const KernelShape<Scalar, MemorySpace>& shape, AttentionWorkspace<MemorySpace>& workspace,
+    bool kt, bool kr, bool vt, bool vr) {
   using acc = accumulator_t<Scalar>;
   PackedKeys<acc, MemorySpace> p;
   p.base = -(in.key_origin % key_tile);
   p.tiles = (shape.nk - p.base + key_tile - 1) / key_tile;
   p.dp = padded_dim<acc>(shape.dim);
   const std::size_t n = static_cast<std::size_t>(p.tiles * shape.hkv * key_tile * p.dp);
-  const auto alloc = [&](bool want) {
-    return Kokkos::View<acc*, MemorySpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::packed_keys")),
-        want ? n : 0);
+  const auto alloc = [&](GrowingBuffer<MemorySpace>& storage, bool want) {
+    return carve<Kokkos::View<acc*, MemorySpace>>(storage, want ? n : 0);
   };
-  p.kt = alloc(kt);
-  p.kr = alloc(kr);
-  p.vt = alloc(vt);
-  p.vr = alloc(vr);
+  p.kt = alloc(workspace.keys_t, kt);
+  p.kr = alloc(workspace.keys_r, kr);
+  p.vt = alloc(workspace.values_t, vt);
+  p.vr = alloc(workspace.values_r, vr);
   if (n > 0)
     Kokkos::parallel_for("ctxpar::swa::pack_keys",
                          Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
@@ -448,7 +447,8 @@ template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void attention_forward(
     const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
+    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
+    AttentionWorkspace<MemorySpace>& workspace) {
   static_assert(mask::is_mask_v<Mask>,
                 "ctxpar::swa::attention_forward: the mask must be a ctxpar::mask expression");
   static_assert(
@@ -465,7 +465,7 @@ void attention_forward(
       using Kernel = impl::HostForwardKernel<Scalar, MemorySpace, Mask, Member>;
       const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
       int level = 0;
-      const auto packed = impl::pack_keys(space, in, shape, true, false, false, true);
+      const auto packed = impl::pack_keys(space, in, shape, workspace, true, false, false, true);
       auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
                                              Kernel::scratch_bytes(packed.dp), level);
       Kokkos::parallel_for("ctxpar::swa::attention_forward", policy,
@@ -487,7 +487,8 @@ void attention_backward(
     const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv,
+    AttentionWorkspace<MemorySpace>& workspace) {
   static_assert(mask::is_mask_v<Mask>,
                 "ctxpar::swa::attention_backward: the mask must be a ctxpar::mask expression");
   static_assert(
@@ -500,23 +501,19 @@ void attention_backward(
     if (shape.tq > 0 && shape.hq > 0 && shape.nk > 0 && !impl::portable_kernels()) {
       using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
       const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
-          impl::row_deltas(space, out, dout);
+          impl::row_deltas(space, out, dout, workspace.delta);
       const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
       int level = 0;
       using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
-      const auto packed = impl::pack_keys(space, in, shape, true, true, true, false);
+      const auto packed = impl::pack_keys(space, in, shape, workspace, true, true, true, false);
       auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
                                              Kernel::scratch_bytes(packed.dp), level);
       Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
                            Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
       const std::int64_t rows_per_head = shape.tq + query_tile;
       const std::size_t n = static_cast<std::size_t>(shape.hq * rows_per_head * packed.dp);
-      Kokkos::View<acc*, MemorySpace> qrows(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::packed_rows")),
-          n),
-          dorows(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                    std::string("ctxpar::swa::packed_rows")),
-                 n);
+      const auto qrows = carve<Kokkos::View<acc*, MemorySpace>>(workspace.query_rows, n);
+      const auto dorows = carve<Kokkos::View<acc*, MemorySpace>>(workspace.grad_rows, n);
       Kokkos::parallel_for("ctxpar::swa::pack_rows",
                            Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
                                space, 0, shape.hq * rows_per_head),
@@ -532,7 +529,31 @@ void attention_backward(
       return;
     }
   }
-  impl::portable_attention_backward(space, mask, in, out, lse, dout, dq, dk, dv);
+  impl::portable_attention_backward(space, mask, in, out, lse, dout, dq, dk, dv, workspace);
+}
+
+/// `attention_forward` with scratch allocated for this call only.
+template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
+void attention_forward(
+    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
+    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
+  AttentionWorkspace<MemorySpace> workspace;
+  attention_forward(space, mask, in, out, lse, workspace);
+}
+
+/// `attention_backward` with scratch allocated for this call only.
+template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
+void attention_backward(
+    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
+    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
+  AttentionWorkspace<MemorySpace> workspace;
+  attention_backward(space, mask, in, out, lse, dout, dq, dk, dv, workspace);
 }
 
 }  // namespace ctxpar::swa

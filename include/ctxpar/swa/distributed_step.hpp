@@ -1,12 +1,17 @@
 /// \file
-/// The context-parallel sliding-window attention step: the key/value axis `cache ++ chunk` and the
-/// queries are sharded over the ranks of a `Group`; the policy tag chooses how keys reach the
-/// queries that need them (`RopeBeforeGather`, `RopeAfterGather`, `HaloKV`).
+/// The context-parallel sliding-window attention step as a plan: `StepPlan` is built once,
+/// collectively, for a shape, options, a policy tag (how keys reach the queries that need them:
+/// `RopeBeforeGather`, `RopeAfterGather`, `HaloKV`) and a key/value layout tag; its `forward` and
+/// `backward` take the caller's views and write into them. The plan owns its staging buffers and
+/// kernel scratch; what one step's backward needs from its forward (`DistributedState`, with the
+/// exchange tables of the step's layout) is an object the caller owns, one per step in flight.
+/// After the first call with given shapes, a forward + backward allocates nothing.
 #pragma once
 
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -21,8 +26,10 @@
 #include "ctxpar/comm/sendrecv.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/core/workspace.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
 #include "ctxpar/swa/attention_kernel.hpp"
+#include "ctxpar/swa/attention_workspace.hpp"
 #include "ctxpar/swa/cache.hpp"
 #include "ctxpar/swa/impl/axis.hpp"
 #include "ctxpar/swa/impl/layout.hpp"
@@ -37,12 +44,105 @@
 
 namespace ctxpar::swa {
 
-/// What the distributed backward needs from the distributed forward, on one rank.
+/// The sizes a `StepPlan` is built for; every rank passes the same. The chunk and cache lengths
+/// are those of each call's shards (a stream's first steps carry a shorter cache, its last chunk
+/// may be short); each `DistributedState` keeps the exchange tables of its step's lengths.
+struct StepShape {
+  /// Query heads `Hq`.
+  std::int64_t query_heads = 0;
+  /// Key/value heads `Hkv` (`Hq % Hkv == 0`).
+  std::int64_t kv_heads = 0;
+  /// Head dimension `D` (even).
+  std::int64_t head_dim = 0;
+};
+
+namespace impl {
+
+/// A fused exchange's tables on the device.
+template <class MemorySpace>
+struct DeviceFused {
+  Index<MemorySpace> send_records, source_a, source_b;
+};
+
+/// The exchange tables of one step layout (cache and chunk lengths, window, rank count), on the
+/// host and uploaded to the device. Built when a forward meets a layout its state was not built
+/// for, reused otherwise.
+template <class MemorySpace>
+struct StepTables {
+  AxisLayout layout;
+  std::int64_t window = -1;
+  bool ready = false;
+  /// Next-cache re-shard from the caller's per-segment shards (and its device tables).
+  ExchangePlan reshard;
+  Index<MemorySpace> reshard_source, reshard_send_records;
+  /// `HaloKV`: the halo exchange and its records to send.
+  ExchangePlan halo;
+  Index<MemorySpace> halo_send_records;
+  /// Axis token -> gathered record (all-gather policies) or halo slot / own record (`HaloKV`).
+  Index<MemorySpace> axis_source;
+  /// All-gather policies: records of each rank.
+  std::vector<int> gather_counts;
+  /// `WholeAxisChunks`: the move onto the whole-axis owners, fused with the next-cache re-shard
+  /// (`with_reshard`) or alone, and their device tables.
+  ExchangePlan assembly;
+  FusedPlan with_reshard, alone;
+  DeviceFused<MemorySpace> with_reshard_d, alone_d;
+
+  bool matches(const AxisLayout& l, std::int64_t w) const {
+    return ready && w == window && l.cache == layout.cache && l.chunk == layout.chunk &&
+           l.ranks == layout.ranks && l.whole_axis == layout.whole_axis;
+  }
+};
+
+/// Copies host `values` into the device view `out` (reallocated only when its length differs).
+template <class MemorySpace>
+void upload(const std::vector<std::int64_t>& values, Index<MemorySpace>& out,
+            const std::string& label) {
+  ctxpar::impl::ensure_extents(out, label, values.size());
+  auto h = Kokkos::create_mirror_view(out);
+  for (std::size_t i = 0; i < values.size(); ++i) h(i) = values[i];
+  Kokkos::deep_copy(out, h);
+}
+
+/// Reallocates the views of `block` unless they already hold `n` tokens (ids only `with_ids`).
+template <class Scalar, class MemorySpace>
+void ensure_block(KvBlock<Scalar, MemorySpace>& block, std::int64_t n, std::int64_t kv_heads,
+                  std::int64_t dim, bool with_ids, const std::string& label) {
+  ctxpar::impl::ensure_extents(block.k, label, n, kv_heads, dim);
+  ctxpar::impl::ensure_extents(block.v, label, n, kv_heads, dim);
+  ctxpar::impl::ensure_extents(block.pos, label, n);
+  ctxpar::impl::ensure_extents(block.ids, label, with_ids ? n : 0);
+}
+
+/// Four grow-only buffers a key/value block is carved from.
+template <class Scalar, class MemorySpace>
+struct BlockBuffers {
+  GrowingBuffer<MemorySpace> k, v, pos, ids;
+  explicit BlockBuffers(const std::string& label) : k(label), v(label), pos(label), ids(label) {}
+  KvBlock<Scalar, MemorySpace> carve(std::int64_t n, std::int64_t kv_heads, std::int64_t dim,
+                                     bool with_ids) {
+    KvBlock<Scalar, MemorySpace> b;
+    b.k = ctxpar::carve<Tensor<Scalar, MemorySpace>>(k, n, kv_heads, dim);
+    b.v = ctxpar::carve<Tensor<Scalar, MemorySpace>>(v, n, kv_heads, dim);
+    b.pos = ctxpar::carve<Positions<MemorySpace>>(pos, n);
+    b.ids = ctxpar::carve<Ids<MemorySpace>>(ids, with_ids ? n : 0);
+    return b;
+  }
+  std::size_t bytes() const {
+    return k.capacity_bytes() + v.capacity_bytes() + pos.capacity_bytes() + ids.capacity_bytes();
+  }
+};
+
+}  // namespace impl
+
+/// What the backward of one distributed step needs from its forward, on one rank. The caller owns
+/// one per step in flight (a streaming chain keeps one per step until that step's backward); a
+/// forward reuses its memory while the step's shapes stay the same. Filled by `StepPlan::forward`.
 template <class Scalar, class MemorySpace>
 struct DistributedState {
-  /// This rank's rotated queries `[t_r, Hq, D]`, positions and ids.
+  /// This rank's rotated queries `[t_r, Hq, D]`.
   Tensor<Scalar, MemorySpace> q_rot;
-  /// Positions of this rank's queries.
+  /// Positions of this rank's queries (the caller's chunk positions).
   Positions<MemorySpace> q_pos;
   /// Ids of this rank's queries (or empty).
   Ids<MemorySpace> q_ids;
@@ -51,60 +151,30 @@ struct DistributedState {
   KvBlock<Scalar, MemorySpace> axis;
   /// Index of `axis` token 0 on the whole axis.
   std::int64_t key_origin = 0;
-  /// Forward output of this rank's queries and the row log-sum-exp.
+  /// The forward's output (the caller's view; the backward reads it).
   Tensor<Scalar, MemorySpace> out;
   /// Row log-sum-exp `[t_r, Hq]`.
   Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> lse;
-  /// Options of the forward and the scale in use.
-  Options options;
-  /// Softmax scale in use.
-  double scale = 1.0;
-  /// Lengths of the whole cache and chunk of this step.
-  impl::AxisLayout layout;
-  /// Length of the whole next cache.
-  std::int64_t next_cache_length = 0;
-  /// Positions of this rank's key/value records (its axis tokens under the layout in use), for
-  /// the RoPE backward.
+  /// Positions of this rank's key/value records under the layout in use, for the RoPE backward.
   Positions<MemorySpace> own_pos;
-  /// Axis token -> gathered record (all-gather) or halo slot / own record (`HaloKV`).
-  impl::Index<MemorySpace> axis_source;
-  /// The halo exchange (`HaloKV`).
-  impl::ExchangePlan halo;
-  /// The next-cache exchange (from the caller's per-segment shards).
-  impl::ExchangePlan reshard;
-  /// `WholeAxisChunks`: the move of the caller's shards onto the whole-axis owners.
-  impl::ExchangePlan assembly;
-  /// Device copy of the halo plan's records to send.
-  impl::Index<MemorySpace> halo_send_records;
-  /// Device copy of the next-cache plan's source records.
-  impl::Index<MemorySpace> reshard_source;
-  /// Device copy of the next-cache plan's records to send.
-  impl::Index<MemorySpace> reshard_send_records;
-  /// 0: RopeBeforeGather, 1: RopeAfterGather, 2: HaloKV.
-  int policy = 0;
-  /// True under `WholeAxisChunks` (also recorded in `layout.whole_axis`).
-  bool whole_axis = false;
-};
+  /// Exchange tables of this step's layout.
+  impl::StepTables<MemorySpace> tables;
+  /// Fingerprint of the plan whose forward filled it (0: never filled).
+  std::int64_t plan = 0;
 
-/// Result of a distributed forward step on one rank.
-template <class Scalar, class MemorySpace>
-struct DistributedResult {
-  /// Output of this rank's queries `[t_r, Hq, D]`.
-  Tensor<Scalar, MemorySpace> out;
-  /// This rank's shard of the next cache (raw), split by `BalancedChunks(n, P)`.
-  Cache<Scalar, MemorySpace> next_cache;
-  /// Saved for the backward.
-  DistributedState<Scalar, MemorySpace> state;
+  /// Bytes of device memory held (saved activations and tables).
+  std::size_t bytes() const {
+    return q_rot.span() * sizeof(Scalar) + axis.k.span() * sizeof(Scalar) +
+           axis.v.span() * sizeof(Scalar) + axis.pos.span() * sizeof(std::int64_t) +
+           axis.ids.span() * sizeof(std::int32_t) + lse.span() * sizeof(accumulator_t<Scalar>) +
+           own_pos.span() * sizeof(std::int64_t) +
+           (tables.axis_source.span() + tables.reshard_source.span() +
+            tables.reshard_send_records.span() + tables.halo_send_records.span()) *
+               sizeof(std::int64_t);
+  }
 };
 
 namespace impl {
-
-template <class Policy>
-constexpr int policy_id() {
-  if constexpr (std::is_same_v<Policy, RopeBeforeGather>) return 0;
-  if constexpr (std::is_same_v<Policy, RopeAfterGather>) return 1;
-  return 2;
-}
 
 /// A plan that moves nothing (the missing half of a fused exchange).
 inline ExchangePlan empty_plan(int ranks) {
@@ -112,12 +182,6 @@ inline ExchangePlan empty_plan(int ranks) {
   plan.send_counts.assign(static_cast<std::size_t>(ranks), 0);
   plan.recv_counts.assign(static_cast<std::size_t>(ranks), 0);
   return plan;
-}
-
-inline std::int64_t bits_of(double x) {
-  std::int64_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
 }
 
 /// Point-to-point exchange of packed blocks: `send_counts[j]` elements (rank-major in `send`) go to
@@ -149,13 +213,16 @@ inline std::vector<int> scaled(const std::vector<int>& counts, std::int64_t fact
   return out;
 }
 
-/// Collective checks of the distributed forward, agreed before any data moves. Returns the
-/// layout of the step.
+/// The per-call checks of a distributed forward (the plan's constructor agreed on the shape and
+/// options), recorded into `chk`: this rank's inputs, the shard sizes, the order of positions
+/// across shard borders, ids on every rank or none, and message sizes that fit an MPI count.
+/// Returns the layout of the step; `agreement` is the plan's host buffer for the exchanged facts.
 template <class Scalar, class MemorySpace>
-AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>& chunk,
-                           std::int64_t chunk_length, const Cache<Scalar, MemorySpace>& cache,
-                           const Options& options, int policy, bool whole_axis, bool& with_ids) {
-  Preconditions chk(group, "ctxpar::swa::forward");
+AxisLayout check_call(Preconditions& chk, const Group& group,
+                      const Chunk<Scalar, MemorySpace>& chunk,
+                      const Cache<Scalar, MemorySpace>& cache, const Options& options,
+                      bool whole_axis, std::int64_t record_bytes,
+                      std::vector<std::int64_t>& agreement, bool& with_ids) {
   impl::check_inputs(chk, chunk, cache, options);
   const int p = group.size(), me = group.rank();
   auto first = [](const Positions<MemorySpace>& pos, bool last) -> std::int64_t {
@@ -173,13 +240,15 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
                                first(chunk.pos, false),
                                first(chunk.pos, true),
                                chunk.ids.extent(0) > 0 || cache.ids.extent(0) > 0 ? 1 : 0};
-  std::vector<std::int64_t> all(static_cast<std::size_t>(fields * p));
+  std::vector<std::int64_t>& all = agreement;
+  all.resize(static_cast<std::size_t>(fields * p));
   MPI_Allgather(mine, fields, MPI_INT64_T, all.data(), fields, MPI_INT64_T, group.mpi_comm());
   group.record(CollectiveKind::agreement, 0, 0);
   auto at = [&](int r, int f) { return all[static_cast<std::size_t>(r * fields + f)]; };
-  std::int64_t c = 0, any_ids = 0;
+  std::int64_t c = 0, chunk_length = 0, any_ids = 0;
   for (int r = 0; r < p; ++r) {
     c += at(r, 0);
+    chunk_length += at(r, 3);
     if (at(r, 0) + at(r, 3) > 0) any_ids = any_ids || at(r, 6);
   }
   chk.require(
@@ -237,16 +306,16 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
   if (at(me, 0) + at(me, 3) > 0)
     chk.require(at(me, 6) == any_ids, "ids must be given on every rank or on none",
                 any_ids ? "ids" : "no ids", at(me, 6) ? "ids" : "no ids");
-  chk.require_same("the window", options.window)
-      .require_same("the head dimension", static_cast<std::int64_t>(chunk.q.extent(2)))
-      .require_same("the query head count", static_cast<std::int64_t>(chunk.q.extent(1)))
-      .require_same("the key/value head count", static_cast<std::int64_t>(chunk.k.extent(1)))
-      .require_same("the chunk length", chunk_length)
-      .require_same("the RoPE base", bits_of(options.rope_base))
-      .require_same("the softmax scale", bits_of(options.scale))
-      .require_same("the policy", policy)
-      .require_same("the key/value layout", whole_axis ? 1 : 0);
-  chk.agree();
+  // Every message of the step moves at most the whole axis of records (or of dK | dV gradient
+  // records) and its size is an MPI `int`.
+  const std::int64_t per_token =
+      record_bytes > 2 * static_cast<std::int64_t>(chunk.k.extent(1) * chunk.k.extent(2))
+          ? record_bytes
+          : 2 * static_cast<std::int64_t>(chunk.k.extent(1) * chunk.k.extent(2));
+  chk.require(per_token == 0 || c + chunk_length <= INT_MAX / per_token,
+              "the key/value axis of one step must fit one MPI message (cache + chunk tokens)",
+              "at most " + std::to_string(per_token == 0 ? 0 : INT_MAX / per_token) + " tokens",
+              std::to_string(c + chunk_length));
   with_ids = any_ids != 0;
   AxisLayout layout;
   layout.cache = c;
@@ -258,373 +327,505 @@ AxisLayout agree_on_inputs(const Group& group, const Chunk<Scalar, MemorySpace>&
 
 }  // namespace impl
 
-/// Forward of one context-parallel streaming step. Collective over `group`.
+/// One context-parallel streaming step of sliding-window attention, planned once and executed many
+/// times. Collective: build it, and call `forward` / `backward`, on every rank of `group`.
 ///
-/// Every rank passes its shard of the chunk — tokens `BalancedChunks(t, P)` of the `t =
-/// chunk_length` chunk tokens: raw q, k, v, positions, ids — and its shard of the carried cache
-/// (`BalancedChunks(c, P)` of the `c` cached keys, raw). The key/value axis is `cache ++ chunk`;
-/// each rank computes the outputs of its own queries. The returned next cache is sharded by
-/// `BalancedChunks(n, P)` over the last `n = min(W-1, c+t)` axis tokens, so the persistent state of
-/// a rank is `O((W + t) / P)`. Communication per call (besides the precondition agreement):
+/// Every rank passes its shard of the chunk — tokens `BalancedChunks(t, P)` of the `t` chunk
+/// tokens of the call: raw q, k, v, positions, ids — and its shard of the
+/// carried cache (`BalancedChunks(c, P)` of the `c` cached keys, raw). The key/value axis is
+/// `cache ++ chunk`; each rank computes the outputs of its own queries. The next cache is sharded
+/// by `BalancedChunks(n, P)` over the last `n = min(W-1, c+t)` axis tokens, so the persistent
+/// state of a rank is `O((W + t) / P)`. Communication per call (besides the checks' agreement):
 /// - `RopeBeforeGather`: one all-gather of rotated K | V | pos | id records, and one all-to-all of
 ///   the raw records of the next cache's shards (at most `W - 1` tokens in all);
 /// - `RopeAfterGather`: one all-gather of raw records, nothing else (the next cache is cut
-/// locally);
+///   locally);
 /// - `HaloKV`: point-to-point messages of the `W - 1` rotated records before each rank's first
-/// query
-///   (from whichever ranks own them), and the next-cache all-to-all.
-/// Under the `WholeAxisChunks` layout the key/value records are first moved onto the owners of
-/// `BalancedChunks(L, P)` (one all-to-all, fused with the next-cache re-shard, so the forward
-/// still has one all-to-all), and the all-gather / halo above move those records.
+///   query (from whichever ranks own them), and the next-cache all-to-all.
+/// Under `WholeAxisChunks` the key/value records first move onto the owners of
+/// `BalancedChunks(L, P)` (one all-to-all, fused with the next-cache re-shard), and the all-gather
+/// or halo above moves those records. The backward reduce-scatters the partial key/value
+/// gradients to their owners (all-gather policies) or sends them back point to point (`HaloKV`);
+/// RoPE's backward runs per shard on the owners.
+///
 /// Forward outputs are bitwise identical for every rank count, policy and layout (same key tiles
 /// and summation order per query). Bad input on any rank makes every rank throw the same
 /// `ctxpar::Error` before any data moves.
-template <class Policy = RopeBeforeGather, class Layout = SegmentChunks, class ExecutionSpace,
-          class Scalar, class MemorySpace>
-DistributedResult<Scalar, MemorySpace> forward(const ExecutionSpace& space, const Group& group,
-                                               const Chunk<Scalar, MemorySpace>& chunk,
-                                               std::int64_t chunk_length,
-                                               const Cache<Scalar, MemorySpace>& cache,
-                                               const Options& options, Policy = Policy{},
-                                               Layout = Layout{}) {
-  static_assert(
-      is_policy_v<Policy>,
-      "ctxpar::swa::forward: the policy must be RopeBeforeGather, RopeAfterGather or HaloKV");
+///
+/// Memory: the plan owns grow-only staging buffers and kernel scratch (`workspace_bytes()`); each
+/// `DistributedState` owns the saved activations and exchange tables of its step. Outputs the
+/// caller leaves empty are allocated on the first call and reused after.
+template <class Policy, class Layout, class ExecutionSpace, class Scalar,
+          class MemorySpace = typename ExecutionSpace::memory_space>
+class StepPlan {
+  static_assert(is_policy_v<Policy>,
+                "ctxpar::swa::StepPlan: the policy must be RopeBeforeGather, RopeAfterGather or "
+                "HaloKV");
   static_assert(is_kv_layout_v<Layout>,
-                "ctxpar::swa::forward: the layout must be SegmentChunks or WholeAxisChunks");
-  constexpr bool whole = std::is_same_v<Layout, WholeAxisChunks>;
+                "ctxpar::swa::StepPlan: the layout must be SegmentChunks or WholeAxisChunks");
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
+                "ctxpar::swa::StepPlan: the memory space must be accessible from the execution "
+                "space");
+  static constexpr bool rope_after_gather = std::is_same_v<Policy, RopeAfterGather>;
+  static constexpr bool halo = std::is_same_v<Policy, HaloKV>;
+  static constexpr bool whole_axis = std::is_same_v<Layout, WholeAxisChunks>;
+
+ public:
+  /// `[tokens, heads, D]` tensors of the step.
   using tensor_type = Tensor<Scalar, MemorySpace>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::forward", ExecutionSpace, tensor_type);
-  compat::ScopedRegion region("ctxpar::swa::forward");
-  constexpr int policy = impl::policy_id<Policy>();
-  bool with_ids = false;
-  const impl::AxisLayout layout =
-      impl::agree_on_inputs(group, chunk, chunk_length, cache, options, policy, whole, with_ids);
-  const int me = group.rank();
-  const std::int64_t hq = chunk.q.extent(1), hkv = chunk.k.extent(1), dim = chunk.q.extent(2);
-  const std::int64_t c_r = cache.length(), t_r = chunk.length(), n_in = c_r + t_r;
-  const std::int64_t n_r = layout.records(me);
-  const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
+  /// A rank's chunk shard.
+  using chunk_type = Chunk<Scalar, MemorySpace>;
+  /// A rank's cache shard.
+  using cache_type = Cache<Scalar, MemorySpace>;
+  /// What one step's backward needs from its forward.
+  using state_type = DistributedState<Scalar, MemorySpace>;
+  /// Gradients of a rank's shards.
+  using gradients_type = StepGradients<Scalar, MemorySpace>;
+  /// Gradient arriving at a rank's next-cache shard.
+  using cache_gradient_type = CacheGradient<Scalar, MemorySpace>;
 
-  DistributedResult<Scalar, MemorySpace> result;
-  DistributedState<Scalar, MemorySpace>& st = result.state;
-  st.options = options;
-  st.scale = impl::effective_scale(options, dim);
-  st.layout = layout;
-  st.policy = policy;
-  st.whole_axis = whole;
-  st.next_cache_length = next_cache_length(options.window, layout.length());
-
-  // The caller's records: its cache shard then its chunk shard, raw.
-  KvBlock<Scalar, MemorySpace> input =
-      allocate_block<Scalar, MemorySpace>(n_in, hkv, dim, with_ids, "ctxpar::swa::input");
-  impl::copy_tokens(space, input.k, 0, cache.k, 0, c_r);
-  impl::copy_tokens(space, input.k, c_r, chunk.k, 0, t_r);
-  impl::copy_tokens(space, input.v, 0, cache.v, 0, c_r);
-  impl::copy_tokens(space, input.v, c_r, chunk.v, 0, t_r);
-  impl::copy_tokens(space, input.pos, 0, cache.pos, 0, c_r);
-  impl::copy_tokens(space, input.pos, c_r, chunk.pos, 0, t_r);
-  if (with_ids) {
-    if (cache.ids.extent(0) > 0) impl::copy_tokens(space, input.ids, 0, cache.ids, 0, c_r);
-    if (chunk.ids.extent(0) > 0) impl::copy_tokens(space, input.ids, c_r, chunk.ids, 0, t_r);
-  }
-
-  // The next cache, re-sharded by BalancedChunks(n, P) over the last n axis tokens, always from
-  // the caller's raw records (so both layouts carry the same state between steps).
-  const std::int64_t n = st.next_cache_length;
-  const impl::AxisLayout segments = layout.per_segment();
-  st.reshard =
-      impl::make_plan(segments, me, [&](int r) { return impl::next_cache_range(layout, n, r); });
-  st.reshard_source =
-      impl::to_device<MemorySpace>(st.reshard.source, "ctxpar::swa::reshard_source");
-  st.reshard_send_records =
-      impl::to_device<MemorySpace>(st.reshard.send_records, "ctxpar::swa::reshard_send_records");
-  const std::int64_t n_next = st.reshard.hi - st.reshard.lo;
-  result.next_cache =
-      allocate_block<Scalar, MemorySpace>(n_next, hkv, dim, with_ids, "ctxpar::swa::next_cache");
-
-  // This rank's key/value records under the layout in use.
-  KvBlock<Scalar, MemorySpace> own = input;
-  if constexpr (whole) {
-    // One all-to-all: records onto their whole-axis owners, and the next cache's raw records.
-    st.assembly = impl::make_plan(segments, me, [&](int r) { return layout.axis_range(r); });
-    const impl::FusedPlan fused =
-        impl::fuse(st.assembly, policy == 1 ? impl::empty_plan(layout.ranks) : st.reshard);
-    impl::Bytes<MemorySpace> send(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::assembly_send")),
-        fused.send_total() * bytes);
-    impl::Bytes<MemorySpace> recv(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::assembly_recv")),
-        fused.recv_total() * bytes);
-    impl::pack_records(
-        space, input,
-        impl::to_device<MemorySpace>(fused.send_records, "ctxpar::swa::assembly_send_records"),
-        fused.send_total(), send);
-    alltoallv(space, group, send, impl::scaled(fused.send_counts, bytes), recv,
-              impl::scaled(fused.recv_counts, bytes), unchecked);
-    own = allocate_block<Scalar, MemorySpace>(n_r, hkv, dim, with_ids, "ctxpar::swa::own");
-    impl::unpack_records(
-        space, recv, input,
-        impl::to_device<MemorySpace>(fused.source_a, "ctxpar::swa::assembly_source"), own);
-    if constexpr (policy != 1)
-      impl::unpack_records(
-          space, recv, input,
-          impl::to_device<MemorySpace>(fused.source_b, "ctxpar::swa::assembly_reshard_source"),
-          result.next_cache);
-  }
-  st.own_pos = own.pos;
-  KvBlock<Scalar, MemorySpace> own_rot = own;
-  if constexpr (policy != 1) {
-    own_rot.k = tensor_type(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::own_k_rot")), n_r,
-        hkv, dim);
-    rope_forward(space, own.k, own.pos, options.rope_base, own_rot.k);
-  }
-
-  st.q_rot = tensor_type(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::q_rot")), t_r, hq,
-      dim);
-  rope_forward(space, chunk.q, chunk.pos, options.rope_base, st.q_rot);
-  st.q_pos = chunk.pos;
-  st.q_ids = with_ids ? chunk.ids : Ids<MemorySpace>("ctxpar::swa::no_ids", 0);
-
-  const std::int64_t length = layout.length();
-  KvBlock<Scalar, MemorySpace> raw_axis;
-  if constexpr (policy != 2) {
-    // One all-gather of every rank's records; the axis is then reassembled in axis order.
-    std::vector<int> counts(static_cast<std::size_t>(layout.ranks));
-    std::vector<std::int64_t> displ(static_cast<std::size_t>(layout.ranks), 0);
-    for (int r = 0; r < layout.ranks; ++r) {
-      counts[r] = static_cast<int>(layout.records(r) * bytes);
-      if (r > 0) displ[r] = displ[r - 1] + layout.records(r - 1);
-    }
-    impl::Bytes<MemorySpace> send(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::send")),
-        n_r * bytes);
-    impl::Bytes<MemorySpace> recv(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::gathered")),
-        length * bytes);
-    impl::pack_records(space, own_rot, impl::Index<MemorySpace>(), n_r, send);
-    allgatherv(space, group, send, recv, counts, unchecked);
-    std::vector<std::int64_t> source(static_cast<std::size_t>(length));
-    for (std::int64_t a = 0; a < length; ++a)
-      source[a] = displ[layout.owner(a)] + layout.record_of(a);
-    st.axis_source = impl::to_device<MemorySpace>(source, "ctxpar::swa::axis_source");
-    KvBlock<Scalar, MemorySpace> gathered =
-        allocate_block<Scalar, MemorySpace>(length, hkv, dim, with_ids, "ctxpar::swa::axis");
-    impl::unpack_records(space, recv, own_rot, st.axis_source, gathered);
-    st.axis = gathered;
-    if constexpr (policy == 1) {
-      raw_axis = gathered;
-      st.axis.k = tensor_type(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::k_rot")),
-          length, hkv, dim);
-      rope_forward(space, raw_axis.k, raw_axis.pos, options.rope_base, st.axis.k);
-    }
-    st.key_origin = 0;
-  } else {
-    // Only the W - 1 records before this rank's first query travel, point to point.
-    st.halo = impl::make_plan(layout, me,
-                              [&](int r) { return impl::halo_range(layout, options.window, r); });
-    impl::Bytes<MemorySpace> send(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::halo_send")),
-        st.halo.send_total() * bytes);
-    impl::Bytes<MemorySpace> recv(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::halo_recv")),
-        st.halo.recv_total() * bytes);
-    st.halo_send_records =
-        impl::to_device<MemorySpace>(st.halo.send_records, "ctxpar::swa::halo_send_records");
-    impl::pack_records(space, own_rot, st.halo_send_records, st.halo.send_total(), send);
-    impl::exchange_pairwise(space, group, send, impl::scaled(st.halo.send_counts, bytes), recv,
-                            impl::scaled(st.halo.recv_counts, bytes));
-    const std::vector<std::int64_t>& source = st.halo.source;
-    st.key_origin = t_r > 0 ? st.halo.lo : 0;
-    st.axis_source = impl::to_device<MemorySpace>(source, "ctxpar::swa::axis_source");
-    st.axis = allocate_block<Scalar, MemorySpace>(static_cast<std::int64_t>(source.size()), hkv,
-                                                  dim, with_ids, "ctxpar::swa::halo_axis");
-    impl::unpack_records(space, recv, own_rot, st.axis_source, st.axis);
-  }
-
-  st.out = tensor_type("ctxpar::swa::out", t_r, hq, dim);
-  st.lse = decltype(st.lse)("ctxpar::swa::lse", t_r, hq);
-  const auto in = impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, st.key_origin,
-                                         options.window, st.scale);
-  attention_forward(space, window_mask(options.window), in, st.out, st.lse);
-  result.out = st.out;
-
-  if constexpr (policy == 1) {
-    impl::copy_tokens(space, result.next_cache.k, 0, raw_axis.k, st.reshard.lo, n_next);
-    impl::copy_tokens(space, result.next_cache.v, 0, raw_axis.v, st.reshard.lo, n_next);
-    impl::copy_tokens(space, result.next_cache.pos, 0, raw_axis.pos, st.reshard.lo, n_next);
-    if (with_ids)
-      impl::copy_tokens(space, result.next_cache.ids, 0, raw_axis.ids, st.reshard.lo, n_next);
-  } else if constexpr (!whole) {
-    impl::Bytes<MemorySpace> send(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::reshard_send")),
-        st.reshard.send_total() * bytes);
-    impl::Bytes<MemorySpace> recv(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::reshard_recv")),
-        st.reshard.recv_total() * bytes);
-    impl::pack_records(space, input, st.reshard_send_records, st.reshard.send_total(), send);
-    alltoallv(space, group, send, impl::scaled(st.reshard.send_counts, bytes), recv,
-              impl::scaled(st.reshard.recv_counts, bytes), unchecked);
-    impl::unpack_records(space, recv, input, st.reshard_source, result.next_cache);
-  }
-  return result;
-}
-
-/// Backward of `forward`. Collective over `group`. From this rank's `dout [t_r, Hq, D]` and the
-/// gradient of this rank's shard of the next cache (empty on every rank for the last step) returns
-/// dq, dk, dv of this rank's chunk shard and dK, dV of its cache shard. Partial key/value
-/// gradients of the gathered axis are reduce-scattered to their owners (all-gather policies) or
-/// sent back point to point (`HaloKV`); RoPE's backward runs per shard on the owners.
-template <class ExecutionSpace, class Scalar, class MemorySpace>
-StepGradients<Scalar, MemorySpace> backward(
-    const ExecutionSpace& space, const Group& group,
-    const DistributedState<Scalar, MemorySpace>& st, const Tensor<Scalar, MemorySpace>& dout,
-    const CacheGradient<Scalar, MemorySpace>& d_next_cache = {}) {
-  using tensor_type = Tensor<Scalar, MemorySpace>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::backward", ExecutionSpace, tensor_type);
-  compat::ScopedRegion region("ctxpar::swa::backward");
-  const int me = group.rank();
-  const std::int64_t t_r = st.q_rot.extent(0), hq = st.q_rot.extent(1), dim = st.q_rot.extent(2);
-  const std::int64_t hkv = st.axis.k.extent(1), per = hkv * dim;
-  const std::int64_t c_r = st.layout.cache_split().size(me), n_in = c_r + t_r;
-  const std::int64_t n_r = st.layout.records(me);
-  const bool has_next = d_next_cache.dk.data() != nullptr || d_next_cache.dv.data() != nullptr;
-  const std::int64_t n_next = st.reshard.hi - st.reshard.lo;
-  {
-    Preconditions chk(group, "ctxpar::swa::backward");
+  /// Builds the plan. Collective: every rank must pass the same shape and options (checked, with
+  /// the policy and layout tags); bad values make every rank throw the same `ctxpar::Error`.
+  StepPlan(const ExecutionSpace& space, const Group& group, const StepShape& shape,
+           const Options& options)
+      : space_(space), group_(group), shape_(shape), options_(options) {
+    Preconditions chk(group, "ctxpar::swa::StepPlan");
     chk.require(
-        dout.extent(0) == static_cast<std::size_t>(t_r) &&
-            dout.extent(1) == static_cast<std::size_t>(hq) &&
-            dout.extent(2) == static_cast<std::size_t>(dim),
-        "dout must have the shape of this rank's output",
-        "[" + std::to_string(t_r) + ", " + std::to_string(hq) + ", " + std::to_string(dim) + "]",
-        "[" + std::to_string(dout.extent(0)) + ", " + std::to_string(dout.extent(1)) + ", " +
-            std::to_string(dout.extent(2)) + "]");
-    chk.require(!has_next || (d_next_cache.dk.extent(0) == static_cast<std::size_t>(n_next) &&
-                              d_next_cache.dv.extent(0) == static_cast<std::size_t>(n_next)),
-                "the next-cache gradient must match this rank's next-cache shard",
-                std::to_string(n_next), std::to_string(d_next_cache.dk.extent(0)));
-    chk.require_same("whether a next-cache gradient is given", has_next ? 1 : 0);
+        shape.query_heads > 0 && shape.kv_heads > 0 && shape.query_heads % shape.kv_heads == 0,
+        "shape.query_heads must be a positive multiple of shape.kv_heads (GQA)",
+        "Hq % Hkv == 0, both > 0",
+        std::to_string(shape.query_heads) + " and " + std::to_string(shape.kv_heads));
+    chk.require(shape.head_dim > 0 && shape.head_dim % 2 == 0,
+                "shape.head_dim must be positive and even (RoPE rotates pairs)", "an even D > 0",
+                shape.head_dim);
+    chk.require(options.window >= 0, "the window must be non-negative (0 = unlimited)", ">= 0",
+                options.window);
+    chk.require(std::isfinite(options.rope_base) && options.rope_base > 0.0,
+                "options.rope_base must be finite and positive", "a finite base > 0",
+                ctxpar::impl::to_text(options.rope_base));
+    chk.require(std::isfinite(options.scale), "options.scale must be finite (0 = 1 / sqrt(D))",
+                "a finite scale", ctxpar::impl::to_text(options.scale));
+    fingerprint_ =
+        fingerprint({shape.query_heads, shape.kv_heads, shape.head_dim, options.window,
+                     bits_of(options.rope_base), bits_of(options.scale), fingerprint(Policy::name),
+                     fingerprint(Layout::name), group.size()});
+    chk.require_same("the query head count", shape.query_heads)
+        .require_same("the key/value head count", shape.kv_heads)
+        .require_same("the head dimension", shape.head_dim)
+        .require_same("the window", options.window)
+        .require_same("the RoPE base", bits_of(options.rope_base))
+        .require_same("the softmax scale", bits_of(options.scale))
+        .require_same(std::string("the policy (") + Policy::name + " here)",
+                      fingerprint(Policy::name))
+        .require_same(std::string("the key/value layout (") + Layout::name + " here)",
+                      fingerprint(Layout::name));
     chk.agree();
+    scale_ = impl::effective_scale(options, shape.head_dim);
+    agreement_.reserve(static_cast<std::size_t>(7 * group.size()));
   }
 
-  tensor_type dq_rot("ctxpar::swa::dq_rot", t_r, hq, dim);
-  tensor_type dk_axis("ctxpar::swa::dk_axis", st.axis.length(), hkv, dim);
-  tensor_type dv_axis("ctxpar::swa::dv_axis", st.axis.length(), hkv, dim);
-  const auto in = impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, st.key_origin,
-                                         st.options.window, st.scale);
-  attention_backward(
-      space, window_mask(st.options.window), in,
-      Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
-      Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(st.lse),
-      Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
-      dv_axis);
+  /// Forward of one step. `chunk` and `cache` are this rank's shards; `out [t_r, Hq, D]` receives
+  /// this rank's outputs (an empty view is allocated), `next_cache` becomes this rank's shard of
+  /// the next cache (its views are reallocated only when its length changes; it must not share
+  /// memory with `cache`), and `saved` receives what `backward` needs. `out` and the chunk's
+  /// positions and ids are read again by the backward: keep them unchanged until then.
+  void forward(const chunk_type& chunk, const cache_type& cache, tensor_type& out,
+               cache_type& next_cache, state_type& saved) {
+    compat::ScopedRegion region("ctxpar::swa::StepPlan::forward");
+    const int me = group_.rank();
+    const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
+    const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
+    const std::int64_t t_r = chunk.length(), c_r = cache.length(), n_in = c_r + t_r;
+    bool with_ids = false;
+    impl::AxisLayout layout;
+    {
+      Preconditions chk(group_, "ctxpar::swa::StepPlan::forward");
+      chk.require(chunk.q.extent(1) == static_cast<std::size_t>(hq) &&
+                      chunk.q.extent(2) == static_cast<std::size_t>(dim) &&
+                      chunk.k.extent(1) == static_cast<std::size_t>(hkv),
+                  "the chunk shard must have the plan's heads and head dimension",
+                  "q [t_r, " + std::to_string(hq) + ", " + std::to_string(dim) + "], k [t_r, " +
+                      std::to_string(hkv) + ", " + std::to_string(dim) + "]",
+                  "q [" + std::to_string(chunk.q.extent(0)) + ", " +
+                      std::to_string(chunk.q.extent(1)) + ", " + std::to_string(chunk.q.extent(2)) +
+                      "], k heads " + std::to_string(chunk.k.extent(1)));
+      chk.require(
+          ctxpar::impl::is_unallocated(out) || ctxpar::impl::has_extents(out, t_r, hq, dim),
+          "out must be empty or have the shape of this rank's output",
+          "[" + std::to_string(t_r) + ", " + std::to_string(hq) + ", " + std::to_string(dim) + "]",
+          "[" + std::to_string(out.extent(0)) + ", " + std::to_string(out.extent(1)) + ", " +
+              std::to_string(out.extent(2)) + "]");
+      auto same = [](const auto& a, const auto& b) {
+        return a.data() != nullptr && a.data() == b.data();
+      };
+      const bool aliased = same(next_cache.k, cache.k) || same(next_cache.v, cache.v) ||
+                           same(next_cache.pos, cache.pos) || same(next_cache.ids, cache.ids);
+      chk.require(!aliased, "next_cache must not share memory with cache", "separate cache objects",
+                  "the same views");
+      layout = impl::check_call(chk, group_, chunk, cache, options_, whole_axis, bytes, agreement_,
+                                with_ids);
+      chk.agree();
+    }
+    impl::StepTables<MemorySpace>& tb = saved.tables;
+    // Tables are reused only when this plan built them for this layout (another policy's tables
+    // for the same lengths would move the wrong records).
+    if (saved.plan != fingerprint_ || !tb.matches(layout, options_.window))
+      build_tables(tb, layout);
+    saved.plan = fingerprint_;
+    const std::int64_t n_r = layout.records(me), length = layout.length();
 
-  tensor_type own_dk("ctxpar::swa::own_dk", n_r, hkv, dim),
-      own_dv("ctxpar::swa::own_dv", n_r, hkv, dim);
-  if (st.policy != 2) {
-    // Sum every rank's partial gradient of the gathered axis onto the owners.
-    const std::int64_t length = st.layout.length();
-    impl::GradientRecords<Scalar, MemorySpace> all("ctxpar::swa::gradient_records", length,
-                                                   2 * per);
-    impl::route_gradients(space, dk_axis, dv_axis, st.axis_source, all, own_dk, own_dv);
-    impl::GradientRecords<Scalar, MemorySpace> mine(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::own_gradients")),
-        n_r, 2 * per);
-    std::vector<int> counts(static_cast<std::size_t>(st.layout.ranks));
-    for (int r = 0; r < st.layout.ranks; ++r)
-      counts[r] = static_cast<int>(st.layout.records(r) * 2 * per);
-    reduce_scatter(space, group, all, mine, counts);
-    impl::split_gradient_records(space, mine, own_dk, own_dv);
-  } else {
-    // Own keys accumulate locally; halo keys go back to their owners, who add them up.
-    impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::halo_gradients",
-                                                    st.halo.recv_total(), 2 * per);
-    impl::route_gradients(space, dk_axis, dv_axis, st.axis_source, back, own_dk, own_dv);
-    impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::halo_gradients_in",
-                                                   st.halo.send_total(), 2 * per);
-    using flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
-    impl::exchange_pairwise(
-        space, group, flat(back.data(), back.span()), impl::scaled(st.halo.recv_counts, 2 * per),
-        flat(got.data(), got.span()), impl::scaled(st.halo.send_counts, 2 * per));
-    std::int64_t from = 0;
-    for (int r = 0; r < st.layout.ranks; ++r) {
-      impl::add_gradient_records(space, got, st.halo_send_records, from,
-                                 from + st.halo.send_counts[r], own_dk, own_dv);
-      from += st.halo.send_counts[r];
+    // The caller's records: its cache shard then its chunk shard, raw.
+    const KvBlock<Scalar, MemorySpace> input = input_.carve(n_in, hkv, dim, with_ids);
+    impl::copy_tokens(space_, input.k, 0, cache.k, 0, c_r);
+    impl::copy_tokens(space_, input.k, c_r, chunk.k, 0, t_r);
+    impl::copy_tokens(space_, input.v, 0, cache.v, 0, c_r);
+    impl::copy_tokens(space_, input.v, c_r, chunk.v, 0, t_r);
+    impl::copy_tokens(space_, input.pos, 0, cache.pos, 0, c_r);
+    impl::copy_tokens(space_, input.pos, c_r, chunk.pos, 0, t_r);
+    if (with_ids) {
+      if (cache.ids.extent(0) > 0) impl::copy_tokens(space_, input.ids, 0, cache.ids, 0, c_r);
+      if (chunk.ids.extent(0) > 0) impl::copy_tokens(space_, input.ids, c_r, chunk.ids, 0, t_r);
+    }
+
+    // The next cache is always cut from the caller's raw records, so both layouts carry the same
+    // state between steps.
+    const std::int64_t n_next = tb.reshard.hi - tb.reshard.lo;
+    impl::ensure_block(next_cache, n_next, hkv, dim, with_ids, "ctxpar::swa::next_cache");
+
+    // This rank's key/value records under the layout in use.
+    KvBlock<Scalar, MemorySpace> own = input;
+    if constexpr (whole_axis) {
+      // One all-to-all: records onto their whole-axis owners, and the next cache's raw records.
+      const impl::FusedPlan& f = rope_after_gather ? tb.alone : tb.with_reshard;
+      const impl::DeviceFused<MemorySpace>& fd = rope_after_gather ? tb.alone_d : tb.with_reshard_d;
+      const auto send = carve<impl::Bytes<MemorySpace>>(send_, f.send_total() * bytes);
+      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, f.recv_total() * bytes);
+      impl::pack_records(space_, input, fd.send_records, f.send_total(), send);
+      alltoallv(space_, group_, send, impl::scaled(f.send_counts, bytes), recv,
+                impl::scaled(f.recv_counts, bytes), unchecked);
+      own = own_.carve(n_r, hkv, dim, with_ids);
+      impl::unpack_records(space_, recv, input, fd.source_a, own);
+      if constexpr (!rope_after_gather)
+        impl::unpack_records(space_, recv, input, fd.source_b, next_cache);
+    }
+    // The records live in the plan's workspace; their positions stay with the step.
+    ctxpar::impl::ensure_extents(saved.own_pos, "ctxpar::swa::own_pos", n_r);
+    Kokkos::deep_copy(space_, saved.own_pos, own.pos);
+    KvBlock<Scalar, MemorySpace> own_rot = own;
+    if constexpr (!rope_after_gather) {
+      own_rot.k = carve<tensor_type>(own_rot_k_, n_r, hkv, dim);
+      rope_forward(space_, own.k, own.pos, options_.rope_base, own_rot.k);
+    }
+
+    ctxpar::impl::ensure_extents(saved.q_rot, "ctxpar::swa::q_rot", t_r, hq, dim);
+    rope_forward(space_, chunk.q, chunk.pos, options_.rope_base, saved.q_rot);
+    saved.q_pos = chunk.pos;
+    saved.q_ids = with_ids ? chunk.ids : Ids<MemorySpace>();
+
+    KvBlock<Scalar, MemorySpace> raw_axis;
+    if constexpr (!halo) {
+      // One all-gather of every rank's records; the axis is then reassembled in axis order.
+      const auto send = carve<impl::Bytes<MemorySpace>>(send_, n_r * bytes);
+      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, length * bytes);
+      impl::pack_records(space_, own_rot, impl::Index<MemorySpace>(), n_r, send);
+      allgatherv(space_, group_, send, recv, impl::scaled(tb.gather_counts, bytes), unchecked);
+      impl::ensure_block(saved.axis, length, hkv, dim, with_ids, "ctxpar::swa::axis");
+      if constexpr (rope_after_gather) {
+        // Raw keys land in the workspace; the step keeps the rotated ones.
+        raw_axis = saved.axis;
+        raw_axis.k = carve<tensor_type>(raw_k_, length, hkv, dim);
+        impl::unpack_records(space_, recv, own_rot, tb.axis_source, raw_axis);
+        rope_forward(space_, raw_axis.k, raw_axis.pos, options_.rope_base, saved.axis.k);
+      } else {
+        impl::unpack_records(space_, recv, own_rot, tb.axis_source, saved.axis);
+      }
+      saved.key_origin = 0;
+    } else {
+      // Only the W - 1 records before this rank's first query travel, point to point.
+      const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.halo.send_total() * bytes);
+      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.halo.recv_total() * bytes);
+      impl::pack_records(space_, own_rot, tb.halo_send_records, tb.halo.send_total(), send);
+      impl::exchange_pairwise(space_, group_, send, impl::scaled(tb.halo.send_counts, bytes), recv,
+                              impl::scaled(tb.halo.recv_counts, bytes));
+      saved.key_origin = t_r > 0 ? tb.halo.lo : 0;
+      impl::ensure_block(saved.axis, static_cast<std::int64_t>(tb.halo.source.size()), hkv, dim,
+                         with_ids, "ctxpar::swa::halo_axis");
+      impl::unpack_records(space_, recv, own_rot, tb.axis_source, saved.axis);
+    }
+
+    if (ctxpar::impl::is_unallocated(out))
+      out = tensor_type(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::out")), t_r, hq,
+          dim);
+    saved.out = out;
+    ctxpar::impl::ensure_extents(saved.lse, "ctxpar::swa::lse", t_r, hq);
+    const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
+                                           saved.key_origin, options_.window, scale_);
+    attention_forward(space_, window_mask(options_.window), in, out, saved.lse, attention_);
+
+    if constexpr (rope_after_gather) {
+      impl::copy_tokens(space_, next_cache.k, 0, raw_axis.k, tb.reshard.lo, n_next);
+      impl::copy_tokens(space_, next_cache.v, 0, raw_axis.v, tb.reshard.lo, n_next);
+      impl::copy_tokens(space_, next_cache.pos, 0, raw_axis.pos, tb.reshard.lo, n_next);
+      if (with_ids)
+        impl::copy_tokens(space_, next_cache.ids, 0, raw_axis.ids, tb.reshard.lo, n_next);
+    } else if constexpr (!whole_axis) {
+      const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.reshard.send_total() * bytes);
+      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.reshard.recv_total() * bytes);
+      impl::pack_records(space_, input, tb.reshard_send_records, tb.reshard.send_total(), send);
+      alltoallv(space_, group_, send, impl::scaled(tb.reshard.send_counts, bytes), recv,
+                impl::scaled(tb.reshard.recv_counts, bytes), unchecked);
+      impl::unpack_records(space_, recv, input, tb.reshard_source, next_cache);
     }
   }
-  rope_backward(space, own_dk, st.own_pos, st.options.rope_base, own_dk);
 
-  if (st.whole_axis) {
-    // One all-to-all back to the caller's shards: the gradients of the records that moved onto
-    // their whole-axis owners, and (raw keys, so after the RoPE backward) the next-cache gradient.
-    tensor_type in_dk("ctxpar::swa::input_dk", n_in, hkv, dim),
-        in_dv("ctxpar::swa::input_dv", n_in, hkv, dim);
-    const impl::FusedPlan fused =
-        impl::fuse(st.assembly, has_next ? st.reshard : impl::empty_plan(st.layout.ranks));
-    impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::returned_gradients",
-                                                    fused.recv_total(), 2 * per);
-    impl::route_gradients(
-        space, own_dk, own_dv,
-        impl::to_device<MemorySpace>(fused.source_a, "ctxpar::swa::assembly_source"), back, in_dk,
-        in_dv);
-    if (has_next)
-      impl::route_gradients(
-          space, d_next_cache.dk, d_next_cache.dv,
-          impl::to_device<MemorySpace>(fused.source_b, "ctxpar::swa::assembly_reshard_source"),
-          back, in_dk, in_dv);
-    impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::returned_gradients_in",
-                                                   fused.send_total(), 2 * per);
-    alltoallv(space, group, back, impl::scaled(fused.recv_counts, 2 * per), got,
-              impl::scaled(fused.send_counts, 2 * per), unchecked);
-    const auto records =
-        impl::to_device<MemorySpace>(fused.send_records, "ctxpar::swa::assembly_send_records");
-    std::int64_t from = 0;
-    for (int r = 0; r < st.layout.ranks; ++r) {
+  /// Backward of the `forward` that filled `saved`. From this rank's `dout [t_r, Hq, D]` and the
+  /// gradient of this rank's next-cache shard (empty on every rank for the last step) writes dq,
+  /// dk, dv of this rank's chunk shard and dk_cache, dv_cache of its cache shard into `grads`
+  /// (empty views are allocated; given views must have the shard's shape).
+  void backward(const state_type& saved, const tensor_type& dout,
+                const cache_gradient_type& d_next_cache, gradients_type& grads) {
+    compat::ScopedRegion region("ctxpar::swa::StepPlan::backward");
+    const impl::StepTables<MemorySpace>& tb = saved.tables;
+    const int me = group_.rank();
+    const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
+    const std::int64_t per = hkv * dim;
+    const std::int64_t t_r = saved.q_rot.extent(0);
+    const std::int64_t c_r = tb.layout.cache_split().size(me), n_in = c_r + t_r;
+    const std::int64_t n_r = tb.layout.records(me);
+    const std::int64_t n_next = tb.reshard.hi - tb.reshard.lo;
+    const bool has_next = d_next_cache.dk.data() != nullptr || d_next_cache.dv.data() != nullptr;
+    {
+      Preconditions chk(group_, "ctxpar::swa::StepPlan::backward");
+      const bool from_here = saved.plan == fingerprint_ && tb.ready;
+      chk.require(from_here, "saved must come from a forward of this plan",
+                  "a state filled by this plan's forward",
+                  saved.plan == 0 ? "a state no forward filled" : "a state of another plan");
+      auto shape3 = [](const auto& v) {
+        return "[" + std::to_string(v.extent(0)) + ", " + std::to_string(v.extent(1)) + ", " +
+               std::to_string(v.extent(2)) + "]";
+      };
+      auto want3 = [](std::int64_t a, std::int64_t b, std::int64_t c) {
+        return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
+      };
+      if (from_here) {
+        chk.require(ctxpar::impl::has_extents(dout, t_r, hq, dim),
+                    "dout must have the shape of this rank's output", want3(t_r, hq, dim),
+                    shape3(dout));
+        chk.require(!has_next || (ctxpar::impl::has_extents(d_next_cache.dk, n_next, hkv, dim) &&
+                                  ctxpar::impl::has_extents(d_next_cache.dv, n_next, hkv, dim)),
+                    "the next-cache gradient must match this rank's next-cache shard",
+                    want3(n_next, hkv, dim), shape3(d_next_cache.dk));
+        auto output = [&](const tensor_type& v, const char* name, std::int64_t n, std::int64_t h) {
+          chk.require(ctxpar::impl::is_unallocated(v) || ctxpar::impl::has_extents(v, n, h, dim),
+                      std::string("grads.") + name + " must be empty or have its shard's shape",
+                      want3(n, h, dim), shape3(v));
+        };
+        output(grads.dq, "dq", t_r, hq);
+        output(grads.dk, "dk", t_r, hkv);
+        output(grads.dv, "dv", t_r, hkv);
+        output(grads.dk_cache, "dk_cache", c_r, hkv);
+        output(grads.dv_cache, "dv_cache", c_r, hkv);
+      }
+      chk.require_same("whether a next-cache gradient is given", has_next ? 1 : 0);
+      chk.agree();
+    }
+
+    const auto dq_rot = carve<tensor_type>(dq_rot_, t_r, hq, dim);
+    const auto dk_axis = carve<tensor_type>(dk_axis_, saved.axis.length(), hkv, dim);
+    const auto dv_axis = carve<tensor_type>(dv_axis_, saved.axis.length(), hkv, dim);
+    const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
+                                           saved.key_origin, options_.window, scale_);
+    attention_backward(
+        space_, window_mask(options_.window), in,
+        Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(saved.out),
+        Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(saved.lse),
+        Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
+        dv_axis, attention_);
+
+    using records_type = impl::GradientRecords<Scalar, MemorySpace>;
+    tensor_type own_dk = carve<tensor_type>(own_dk_, n_r, hkv, dim),
+                own_dv = carve<tensor_type>(own_dv_, n_r, hkv, dim);
+    if constexpr (!halo) {
+      // Every axis token has its own gathered slot, so routing fills `all` completely; the
+      // reduce-scatter sums every rank's partial gradient onto the owners.
+      const std::int64_t length = tb.layout.length();
+      const auto all = carve<records_type>(records_a_, length, 2 * per);
+      impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, all, own_dk, own_dv);
+      const auto mine = carve<records_type>(records_b_, n_r, 2 * per);
+      reduce_scatter(space_, group_, all, mine, impl::scaled(tb.gather_counts, 2 * per));
+      impl::split_gradient_records(space_, mine, own_dk, own_dv);
+    } else {
+      // Own keys accumulate locally; halo keys go back to their owners, who add them up.
+      Kokkos::deep_copy(space_, own_dk, Scalar(0));
+      Kokkos::deep_copy(space_, own_dv, Scalar(0));
+      const auto back = carve<records_type>(records_a_, tb.halo.recv_total(), 2 * per);
+      impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, back, own_dk, own_dv);
+      const auto got = carve<records_type>(records_b_, tb.halo.send_total(), 2 * per);
+      using flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
+      impl::exchange_pairwise(space_, group_, flat(back.data(), back.span()),
+                              impl::scaled(tb.halo.recv_counts, 2 * per),
+                              flat(got.data(), got.span()),
+                              impl::scaled(tb.halo.send_counts, 2 * per));
+      add_blocks(got, tb.halo_send_records, tb.halo.send_counts, nullptr, own_dk, own_dv);
+    }
+    rope_backward(space_, own_dk, saved.own_pos, options_.rope_base, own_dk);
+
+    if constexpr (whole_axis) {
+      // One all-to-all back to the caller's shards: the gradients of the records that moved onto
+      // their whole-axis owners, and (raw keys, so after the RoPE backward) the next-cache
+      // gradient.
+      const auto in_dk = carve<tensor_type>(in_dk_, n_in, hkv, dim),
+                 in_dv = carve<tensor_type>(in_dv_, n_in, hkv, dim);
+      Kokkos::deep_copy(space_, in_dk, Scalar(0));
+      Kokkos::deep_copy(space_, in_dv, Scalar(0));
+      const impl::FusedPlan& f = has_next ? tb.with_reshard : tb.alone;
+      const impl::DeviceFused<MemorySpace>& fd = has_next ? tb.with_reshard_d : tb.alone_d;
+      const auto back = carve<records_type>(records_a_, f.recv_total(), 2 * per);
+      impl::route_gradients(space_, own_dk, own_dv, fd.source_a, back, in_dk, in_dv);
+      if (has_next)
+        impl::route_gradients(space_, d_next_cache.dk, d_next_cache.dv, fd.source_b, back, in_dk,
+                              in_dv);
+      const auto got = carve<records_type>(records_b_, f.send_total(), 2 * per);
+      alltoallv(space_, group_, back, impl::scaled(f.recv_counts, 2 * per), got,
+                impl::scaled(f.send_counts, 2 * per), unchecked);
       // A record may be in both halves of one peer's block: add them in two passes.
-      impl::add_gradient_records(space, got, records, from, from + fused.send_a[r], in_dk, in_dv);
-      impl::add_gradient_records(space, got, records, from + fused.send_a[r],
-                                 from + fused.send_counts[r], in_dk, in_dv);
-      from += fused.send_counts[r];
+      add_blocks(got, fd.send_records, f.send_counts, &f.send_a, in_dk, in_dv);
+      own_dk = in_dk;
+      own_dv = in_dv;
+    } else if (has_next) {
+      // The next cache holds raw keys, so its gradient joins after the RoPE backward.
+      const auto back = carve<records_type>(records_a_, tb.reshard.recv_total(), 2 * per);
+      impl::route_gradients(space_, d_next_cache.dk, d_next_cache.dv, tb.reshard_source, back,
+                            own_dk, own_dv);
+      const auto got = carve<records_type>(records_b_, tb.reshard.send_total(), 2 * per);
+      alltoallv(space_, group_, back, impl::scaled(tb.reshard.recv_counts, 2 * per), got,
+                impl::scaled(tb.reshard.send_counts, 2 * per), unchecked);
+      add_blocks(got, tb.reshard_send_records, tb.reshard.send_counts, nullptr, own_dk, own_dv);
     }
-    own_dk = in_dk;
-    own_dv = in_dv;
-  } else if (has_next) {
-    // The next cache holds raw keys, so its gradient joins after the RoPE backward.
-    impl::GradientRecords<Scalar, MemorySpace> back("ctxpar::swa::cache_gradients",
-                                                    st.reshard.recv_total(), 2 * per);
-    impl::route_gradients(space, d_next_cache.dk, d_next_cache.dv, st.reshard_source, back, own_dk,
-                          own_dv);
-    impl::GradientRecords<Scalar, MemorySpace> got("ctxpar::swa::cache_gradients_in",
-                                                   st.reshard.send_total(), 2 * per);
-    alltoallv(space, group, back, impl::scaled(st.reshard.recv_counts, 2 * per), got,
-              impl::scaled(st.reshard.send_counts, 2 * per), unchecked);
+
+    allocate_if_empty(grads.dq, "ctxpar::swa::dq", t_r, hq);
+    allocate_if_empty(grads.dk, "ctxpar::swa::dk", t_r, hkv);
+    allocate_if_empty(grads.dv, "ctxpar::swa::dv", t_r, hkv);
+    allocate_if_empty(grads.dk_cache, "ctxpar::swa::dk_cache", c_r, hkv);
+    allocate_if_empty(grads.dv_cache, "ctxpar::swa::dv_cache", c_r, hkv);
+    rope_backward(space_, dq_rot, saved.q_pos, options_.rope_base, grads.dq);
+    impl::copy_tokens(space_, grads.dk_cache, 0, own_dk, 0, c_r);
+    impl::copy_tokens(space_, grads.dv_cache, 0, own_dv, 0, c_r);
+    impl::copy_tokens(space_, grads.dk, 0, own_dk, c_r, t_r);
+    impl::copy_tokens(space_, grads.dv, 0, own_dv, c_r, t_r);
+  }
+
+  /// The shape the plan was built for.
+  const StepShape& shape() const { return shape_; }
+  /// The options the plan was built with.
+  const Options& options() const { return options_; }
+  /// The ranks of the plan.
+  const Group& group() const { return group_; }
+  /// Bytes of staging buffers and kernel scratch the plan holds now (they grow to the largest
+  /// step seen and never shrink).
+  std::size_t workspace_bytes() const {
+    return input_.bytes() + own_.bytes() + own_rot_k_.capacity_bytes() + raw_k_.capacity_bytes() +
+           send_.capacity_bytes() + recv_.capacity_bytes() + dq_rot_.capacity_bytes() +
+           dk_axis_.capacity_bytes() + dv_axis_.capacity_bytes() + own_dk_.capacity_bytes() +
+           own_dv_.capacity_bytes() + in_dk_.capacity_bytes() + in_dv_.capacity_bytes() +
+           records_a_.capacity_bytes() + records_b_.capacity_bytes() + attention_.bytes();
+  }
+
+ private:
+  static std::int64_t bits_of(double x) {
+    std::int64_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+  }
+
+  void allocate_if_empty(tensor_type& v, const char* label, std::int64_t n, std::int64_t heads) {
+    if (ctxpar::impl::is_unallocated(v))
+      v = tensor_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n, heads,
+                      shape_.head_dim);
+  }
+
+  /// Adds received gradient blocks (rank-major, `counts[r]` records from rank `r`) into own
+  /// tokens `records(slot)`. With `first_half`, each peer's block is added in two passes (its
+  /// first `(*first_half)[r]` records, then the rest), since a record may appear in both.
+  template <class Records>
+  void add_blocks(const Records& got, const impl::Index<MemorySpace>& records,
+                  const std::vector<int>& counts, const std::vector<int>* first_half,
+                  const tensor_type& dk, const tensor_type& dv) {
     std::int64_t from = 0;
-    for (int r = 0; r < st.layout.ranks; ++r) {
-      impl::add_gradient_records(space, got, st.reshard_send_records, from,
-                                 from + st.reshard.send_counts[r], own_dk, own_dv);
-      from += st.reshard.send_counts[r];
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      const std::int64_t split = first_half ? from + (*first_half)[r] : from;
+      if (first_half) impl::add_gradient_records(space_, got, records, from, split, dk, dv);
+      impl::add_gradient_records(space_, got, records, split, from + counts[r], dk, dv);
+      from += counts[r];
     }
   }
 
-  StepGradients<Scalar, MemorySpace> g;
-  g.dq =
-      tensor_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::dq")),
-                  t_r, hq, dim);
-  rope_backward(space, dq_rot, st.q_pos, st.options.rope_base, g.dq);
-  g.dk = tensor_type("ctxpar::swa::dk", t_r, hkv, dim);
-  g.dv = tensor_type("ctxpar::swa::dv", t_r, hkv, dim);
-  g.dk_cache = tensor_type("ctxpar::swa::dk_cache", c_r, hkv, dim);
-  g.dv_cache = tensor_type("ctxpar::swa::dv_cache", c_r, hkv, dim);
-  impl::copy_tokens(space, g.dk_cache, 0, own_dk, 0, c_r);
-  impl::copy_tokens(space, g.dv_cache, 0, own_dv, 0, c_r);
-  impl::copy_tokens(space, g.dk, 0, own_dk, c_r, t_r);
-  impl::copy_tokens(space, g.dv, 0, own_dv, c_r, t_r);
-  return g;
-}
+  /// The exchange tables of `layout` on this rank, into `tb`.
+  void build_tables(impl::StepTables<MemorySpace>& tb, const impl::AxisLayout& layout) const {
+    const int me = group_.rank();
+    tb.layout = layout;
+    tb.window = options_.window;
+    const std::int64_t n = next_cache_length(options_.window, layout.length());
+    const impl::AxisLayout segments = layout.per_segment();
+    tb.reshard =
+        impl::make_plan(segments, me, [&](int r) { return impl::next_cache_range(layout, n, r); });
+    impl::upload(tb.reshard.source, tb.reshard_source, "ctxpar::swa::reshard_source");
+    impl::upload(tb.reshard.send_records, tb.reshard_send_records,
+                 "ctxpar::swa::reshard_send_records");
+    if constexpr (whole_axis) {
+      tb.assembly = impl::make_plan(segments, me, [&](int r) { return layout.axis_range(r); });
+      tb.with_reshard = impl::fuse(tb.assembly, tb.reshard);
+      tb.alone = impl::fuse(tb.assembly, impl::empty_plan(layout.ranks));
+      auto device = [](const impl::FusedPlan& f, impl::DeviceFused<MemorySpace>& d) {
+        impl::upload(f.send_records, d.send_records, "ctxpar::swa::assembly_send_records");
+        impl::upload(f.source_a, d.source_a, "ctxpar::swa::assembly_source");
+        impl::upload(f.source_b, d.source_b, "ctxpar::swa::assembly_reshard_source");
+      };
+      device(tb.with_reshard, tb.with_reshard_d);
+      device(tb.alone, tb.alone_d);
+    }
+    if constexpr (!halo) {
+      const std::int64_t length = layout.length();
+      tb.gather_counts.assign(static_cast<std::size_t>(layout.ranks), 0);
+      std::vector<std::int64_t> displ(static_cast<std::size_t>(layout.ranks), 0);
+      for (int r = 0; r < layout.ranks; ++r) {
+        tb.gather_counts[r] = static_cast<int>(layout.records(r));
+        if (r > 0) displ[r] = displ[r - 1] + layout.records(r - 1);
+      }
+      std::vector<std::int64_t> source(static_cast<std::size_t>(length));
+      for (std::int64_t a = 0; a < length; ++a)
+        source[a] = displ[layout.owner(a)] + layout.record_of(a);
+      impl::upload(source, tb.axis_source, "ctxpar::swa::axis_source");
+    } else {
+      tb.halo = impl::make_plan(
+          layout, me, [&](int r) { return impl::halo_range(layout, options_.window, r); });
+      impl::upload(tb.halo.send_records, tb.halo_send_records, "ctxpar::swa::halo_send_records");
+      impl::upload(tb.halo.source, tb.axis_source, "ctxpar::swa::axis_source");
+    }
+    tb.ready = true;
+  }
+
+  ExecutionSpace space_;
+  Group group_;
+  StepShape shape_;
+  Options options_;
+  double scale_ = 1.0;
+  std::int64_t fingerprint_ = 0;
+  std::vector<std::int64_t> agreement_;
+  // Forward staging: the caller's records, the whole-axis owners' records, rotated own keys, the
+  // raw gathered keys (RopeAfterGather), and one send / one receive buffer that every exchange of
+  // the step reuses in turn.
+  impl::BlockBuffers<Scalar, MemorySpace> input_{"ctxpar::swa::input"}, own_{"ctxpar::swa::own"};
+  GrowingBuffer<MemorySpace> own_rot_k_{"ctxpar::swa::own_k_rot"}, raw_k_{"ctxpar::swa::raw_k"};
+  GrowingBuffer<MemorySpace> send_{"ctxpar::swa::send"}, recv_{"ctxpar::swa::recv"};
+  // Backward staging.
+  GrowingBuffer<MemorySpace> dq_rot_{"ctxpar::swa::dq_rot"}, dk_axis_{"ctxpar::swa::dk_axis"},
+      dv_axis_{"ctxpar::swa::dv_axis"}, own_dk_{"ctxpar::swa::own_dk"},
+      own_dv_{"ctxpar::swa::own_dv"}, in_dk_{"ctxpar::swa::input_dk"},
+      in_dv_{"ctxpar::swa::input_dv"}, records_a_{"ctxpar::swa::gradient_records"},
+      records_b_{"ctxpar::swa::gradient_records"};
+  AttentionWorkspace<MemorySpace> attention_;
+};
 
 }  // namespace ctxpar::swa

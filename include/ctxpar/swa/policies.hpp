@@ -11,17 +11,26 @@ namespace ctxpar::swa {
 /// all-gather (uneven counts) moves rotated K, raw V, positions and ids as one packed record per
 /// token. RoPE is element-wise in the position, so the gathered keys are bit-identical to rotating
 /// the whole axis at once.
-struct RopeBeforeGather {};
+struct RopeBeforeGather {
+  /// Name in errors and plan fingerprints.
+  static constexpr const char* name = "RopeBeforeGather";
+};
 
 /// Fallback policy: gather the raw keys (with V, positions and ids, one all-gather), rotate the
 /// whole gathered axis once. Costs the rotation of the whole axis on every rank, saves the raw-key
 /// exchange of the next cache.
-struct RopeAfterGather {};
+struct RopeAfterGather {
+  /// Name in errors and plan fingerprints.
+  static constexpr const char* name = "RopeAfterGather";
+};
 
 /// Window-bounded policy: every rank receives only the `W - 1` keys before its first query (from
 /// whichever ranks own them, point-to-point) instead of the whole axis; traffic O(W) per rank
 /// instead of O(L). Unlimited windows (`W = 0`) fall back to every key before the rank's queries.
-struct HaloKV {};
+struct HaloKV {
+  /// Name in errors and plan fingerprints.
+  static constexpr const char* name = "HaloKV";
+};
 
 /// True for the three policy tags above.
 template <class Policy>
@@ -33,7 +42,10 @@ inline constexpr bool is_policy_v =
 /// keys and its chunk keys are the keys of its own queries (`BalancedChunks(t, P)`), so the chunk
 /// K/V never move before the attention and the halo of `HaloKV` is only the `W - 1` keys before a
 /// rank's first query.
-struct SegmentChunks {};
+struct SegmentChunks {
+  /// Name in errors and plan fingerprints.
+  static constexpr const char* name = "SegmentChunks";
+};
 
 /// Key/value layout of the literal torch.chunk rule over the whole axis: for the step, rank `r`
 /// owns the records `[BalancedChunks(L, P).begin(r), end(r))` of `cache ++ chunk` (raw K, V,
@@ -42,7 +54,10 @@ struct SegmentChunks {};
 /// the carried cache by `BalancedChunks(c, P)`); one all-to-all at the start of the forward moves
 /// the records whose owner differs onto the axis owners (fused with the next-cache re-shard) and
 /// one at the end of the backward sends their gradients back (fused with the next-cache gradient).
-struct WholeAxisChunks {};
+struct WholeAxisChunks {
+  /// Name in errors and plan fingerprints.
+  static constexpr const char* name = "WholeAxisChunks";
+};
 
 /// True for the two key/value layout tags above.
 template <class Layout>

@@ -32,6 +32,7 @@
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
+#include "ctxpar/swa/attention_workspace.hpp"
 #include "ctxpar/swa/impl/attention_tiles.hpp"
 
 namespace ctxpar::swa::impl {
@@ -257,12 +258,12 @@ template <class ExecutionSpace, class Scalar, class MemorySpace>
 Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> row_deltas(
     const ExecutionSpace& space,
     const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout) {
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
+    GrowingBuffer<MemorySpace>& storage) {
   using acc = accumulator_t<Scalar>;
   const std::int64_t tq = static_cast<std::int64_t>(out.extent(0)),
                      hq = static_cast<std::int64_t>(out.extent(1));
-  Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> delta(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::delta")), tq, hq);
+  const auto delta = carve<Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace>>(storage, tq, hq);
   if (tq * hq > 0)
     Kokkos::parallel_for(
         "ctxpar::swa::attention_delta",
@@ -552,12 +553,13 @@ void portable_attention_backward(
     const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv,
+    AttentionWorkspace<MemorySpace>& workspace) {
   using acc = accumulator_t<Scalar>;
   const KernelShape<Scalar, MemorySpace> shape(in);
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
-      row_deltas(space, out, dout);
+      row_deltas(space, out, dout, workspace.delta);
   if (shape.tq > 0 && shape.hq > 0) {
     using Kernel = TeamQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
     const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;

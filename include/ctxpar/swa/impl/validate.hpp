@@ -34,17 +34,38 @@ bool all_finite(const View& view) {
   return true;
 }
 
-/// Positions of the cache then the chunk on the host, for the ordering checks.
+/// Index `i` (on the axis `a ++ b`) of the first position not greater than the one before it, or
+/// -1 when the axis is strictly increasing. Runs where the positions live (no host copy).
 template <class MemorySpace>
-Kokkos::View<std::int64_t*, Kokkos::HostSpace> host_positions(const Positions<MemorySpace>& a,
-                                                              const Positions<MemorySpace>& b) {
-  Kokkos::View<std::int64_t*, Kokkos::HostSpace> all("ctxpar::swa::host_positions",
-                                                     a.extent(0) + b.extent(0));
-  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
-  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
-  for (std::size_t i = 0; i < ha.extent(0); ++i) all(i) = ha(i);
-  for (std::size_t i = 0; i < hb.extent(0); ++i) all(ha.extent(0) + i) = hb(i);
-  return all;
+std::int64_t first_disorder(const Positions<MemorySpace>& a, const Positions<MemorySpace>& b) {
+  using Exec = typename MemorySpace::execution_space;
+  const std::int64_t na = static_cast<std::int64_t>(a.extent(0)),
+                     n = na + static_cast<std::int64_t>(b.extent(0));
+  if (n < 2) return -1;
+  std::int64_t first = n;
+  const auto pa = a;
+  const auto pb = b;
+  Kokkos::parallel_reduce(
+      "ctxpar::swa::check_positions",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(1, n),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
+        const std::int64_t x = i < na ? pa(i) : pb(i - na);
+        const std::int64_t y = i - 1 < na ? pa(i - 1) : pb(i - 1 - na);
+        if (!(x > y) && i < m) m = i;
+      },
+      Kokkos::Min<std::int64_t>(first));
+  return first < n ? first : -1;
+}
+
+/// Position `i` of the axis `a ++ b`, read back to the host.
+template <class MemorySpace>
+std::int64_t position_at(const Positions<MemorySpace>& a, const Positions<MemorySpace>& b,
+                         std::int64_t i) {
+  const std::int64_t na = static_cast<std::int64_t>(a.extent(0));
+  std::int64_t v = 0;
+  Kokkos::deep_copy(Kokkos::View<std::int64_t, Kokkos::HostSpace>(&v),
+                    i < na ? Kokkos::subview(a, i) : Kokkos::subview(b, i - na));
+  return v;
 }
 
 /// Shape, id, ordering and (optionally) finiteness checks on one rank's chunk and cache. Returns
@@ -98,15 +119,13 @@ bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
   need(std::isfinite(options.scale), "options.scale must be finite (0 = 1 / sqrt(D))",
        "a finite scale", ctxpar::impl::to_text(options.scale));
   if (!ok) return false;
-  const auto pos = host_positions(cache.pos, chunk.pos);
-  for (std::size_t i = 1; i < pos.extent(0); ++i) {
-    if (!(pos(i) > pos(i - 1))) {
-      chk.require(false,
-                  "positions must be strictly increasing along the key/value axis (cache ++ chunk)",
-                  "position " + std::to_string(i) + " > " + std::to_string(pos(i - 1)),
-                  std::to_string(pos(i)));
-      return false;
-    }
+  if (const std::int64_t i = first_disorder(cache.pos, chunk.pos); i > 0) {
+    chk.require(false,
+                "positions must be strictly increasing along the key/value axis (cache ++ chunk)",
+                "position " + std::to_string(i) + " > " +
+                    std::to_string(position_at(cache.pos, chunk.pos, i - 1)),
+                std::to_string(position_at(cache.pos, chunk.pos, i)));
+    return false;
   }
   if (options.check_finite) {
     const bool finite = all_finite(chunk.q) && all_finite(chunk.k) && all_finite(chunk.v) &&
