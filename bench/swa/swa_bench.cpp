@@ -376,6 +376,90 @@ ctxpar::bench::Timing time_step(const ctxpar::Group& group, std::int64_t c, std:
       1, repeats);
 }
 
+/// The step a user calls next to the local kernels it runs, one rank, same run, same shapes: the
+/// plan's steady-state forward (backward) against `attention_forward` (`attention_backward`) on
+/// the step's own rotated queries and gathered axis with a kept workspace. The ratio's target is
+/// at most 1.25 (issue: the step as fast as its kernels); what the step adds is the RoPE of
+/// queries and keys, the packing and unpacking of the key/value records and the next-cache cut.
+ctxpar::bench::Record step_vs_kernel_case(std::int64_t t, std::int64_t window, std::int64_t hq,
+                                          std::int64_t hkv, std::int64_t dim, int repeats) {
+  using Policy = ctxpar::swa::RopeBeforeGather;
+  Exec space;
+  MPI_Comm solo_comm;
+  MPI_Comm_split(MPI_COMM_SELF, 0, 0, &solo_comm);
+  ctxpar::Group solo(solo_comm);
+  const auto in = step_inputs(0, 1, 0, t, hq, hkv, dim);
+  ctxpar::swa::Options o;
+  o.window = window;
+  const Tensor dout = random_tensor(4, t, hq, dim);
+  ctxpar::swa::StepPlan<Policy, ctxpar::swa::SegmentChunks, Exec, float, Mem> plan(
+      space, solo, ctxpar::swa::StepShape{hq, hkv, dim}, o);
+  Tensor out;
+  ctxpar::swa::Cache<float, Mem> next_cache;
+  ctxpar::swa::DistributedState<float, Mem> state;
+  ctxpar::swa::StepGradients<float, Mem> grads;
+  const auto step_f = ctxpar::bench::time_it(
+      [&] {
+        plan.forward(in.chunk, in.cache, out, next_cache, state);
+        space.fence();
+      },
+      1, repeats);
+  const auto step_b = ctxpar::bench::time_it(
+      [&] {
+        plan.backward(state, dout, {}, grads);
+        space.fence();
+      },
+      1, repeats);
+  // The kernels alone on the step's own inputs.
+  const auto kin =
+      ctxpar::swa::impl::attention_inputs(state.q_rot, state.q_pos, state.q_ids, state.axis,
+                                          state.key_origin, window, 1.0 / std::sqrt(double(dim)));
+  const auto mask = ctxpar::swa::window_mask(window);
+  ctxpar::swa::AttentionWorkspace<Mem> workspace;
+  Tensor kout("out", t, hq, dim), dq("dq", t, hq, dim), dk("dk", t, hkv, dim),
+      dv("dv", t, hkv, dim);
+  Kokkos::View<float**, Kokkos::LayoutRight, Mem> lse("lse", t, hq);
+  const auto kernel_f = ctxpar::bench::time_it(
+      [&] {
+        ctxpar::swa::attention_forward(space, mask, kin, kout, lse, workspace);
+        space.fence();
+      },
+      1, repeats);
+  const auto kernel_b = ctxpar::bench::time_it(
+      [&] {
+        ctxpar::swa::attention_backward(
+            space, mask, kin, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(kout),
+            Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(lse),
+            Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv, workspace);
+        space.fence();
+      },
+      1, repeats);
+  MPI_Comm_free(&solo_comm);
+  const double rf = step_f.min_s / kernel_f.min_s, rb = step_b.min_s / kernel_b.min_s;
+  std::printf(
+      "step vs kernel t=%lld W=%lld Hq=%lld Hkv=%lld D=%lld (1 rank, minimum of %d): forward step "
+      "%.4f s / kernel %.4f s = %.3f, backward step %.4f s / kernel %.4f s = %.3f (target <= "
+      "1.25)\n",
+      (long long)t, (long long)window, (long long)hq, (long long)hkv, (long long)dim, repeats,
+      step_f.min_s, kernel_f.min_s, rf, step_b.min_s, kernel_b.min_s, rb);
+  std::fflush(stdout);
+  return ctxpar::bench::Record("swa", "step vs kernel Hkv=" + std::to_string(hkv))
+      .set("kind", "step_vs_kernel")
+      .set("queries", t)
+      .set("window", window)
+      .set("q_heads", hq)
+      .set("kv_heads", hkv)
+      .set("dim", dim)
+      .set("step_forward", step_f)
+      .set("kernel_forward", kernel_f)
+      .set("step_backward", step_b)
+      .set("kernel_backward", kernel_b)
+      .set("forward_step_over_kernel", rf)
+      .set("backward_step_over_kernel", rb)
+      .set("rule", "minimum over repeats")
+      .set("target", 1.25);
+}
+
 template <class Policy>
 ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std::int64_t t,
                               std::int64_t window, std::int64_t dim, int repeats) {
@@ -544,6 +628,9 @@ int main(int argc, char* argv[]) {
         report.add(kernel_case(dim, w, quick ? 256 : 1024, 4, 1,
                                ctxpar::bench::sgemm_ceiling(1024, repeats).gflops, repeats));
   }
+  if (world.rank() == 0)
+    for (std::int64_t hkv : {8, 1})  // MHA and 8:1 GQA at the shape of the PyTorch comparison
+      report.add(step_vs_kernel_case(quick ? 1024 : 4096, 1024, 8, hkv, 64, repeats));
   MPI_Barrier(world.mpi_comm());
   if (world.size() >= 2) {
     const std::int64_t t = quick ? 512 : 4096;

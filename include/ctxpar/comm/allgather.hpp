@@ -100,6 +100,30 @@ void allgatherv(const ExecutionSpace& space, const Group& group, const SendView&
   group.record(CollectiveKind::allgather, own * elem * (group.size() - 1), (total - own) * elem);
 }
 
+/// `allgatherv` in place, without the agreement (see `ctxpar::unchecked`): this rank's
+/// `counts[rank]` elements already sit in `recv` at its displacement (the sum of the counts before
+/// it), and every other rank's block arrives around them — no separate send buffer and no copy of
+/// the rank's own block. Collective.
+template <class ExecutionSpace, class RecvView>
+void allgatherv_in_place(const ExecutionSpace& space, const Group& group, const RecvView& recv,
+                         const std::vector<int>& counts, Unchecked) {
+  const std::string op = "ctxpar::allgatherv_in_place";
+  require_local(static_cast<int>(counts.size()) == group.size(), op, "one count per rank",
+                group.size(), counts.size());
+  const std::vector<int> displs = impl::displacements(counts, op);
+  const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+  require_local(static_cast<std::int64_t>(recv.span()) >= total, op,
+                "recv must hold the sum of counts", total, recv.span());
+  compat::fence(space, "ctxpar::comm::allgatherv_in_place::before");
+  impl::MpiBuffer<RecvView> r(recv, true, op);
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.data(), counts.data(), displs.data(),
+                 impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  r.copy_out(total);
+  const std::int64_t elem = sizeof(typename impl::MpiBuffer<RecvView>::value_type);
+  const std::int64_t own = counts[group.rank()];
+  group.record(CollectiveKind::allgather, own * elem * (group.size() - 1), (total - own) * elem);
+}
+
 /// Gathers every rank's `send` into `recv` in rank order with uneven contributions: `counts[j]`
 /// elements come from rank `j` (zero is allowed) and `send.span()` must equal `counts[rank]`.
 /// `recv` must hold at least the sum of `counts`. Collective. The preconditions, including the

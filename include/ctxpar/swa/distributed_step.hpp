@@ -435,7 +435,7 @@ class StepPlan {
     const int me = group_.rank();
     const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
     const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
-    const std::int64_t t_r = chunk.length(), c_r = cache.length(), n_in = c_r + t_r;
+    const std::int64_t t_r = chunk.length(), c_r = cache.length();
     bool with_ids = false;
     impl::AxisLayout layout;
     {
@@ -474,18 +474,10 @@ class StepPlan {
     saved.plan = fingerprint_;
     const std::int64_t n_r = layout.records(me), length = layout.length();
 
-    // The caller's records: its cache shard then its chunk shard, raw.
-    const KvBlock<Scalar, MemorySpace> input = input_.carve(n_in, hkv, dim, with_ids);
-    impl::copy_tokens(space_, input.k, 0, cache.k, 0, c_r);
-    impl::copy_tokens(space_, input.k, c_r, chunk.k, 0, t_r);
-    impl::copy_tokens(space_, input.v, 0, cache.v, 0, c_r);
-    impl::copy_tokens(space_, input.v, c_r, chunk.v, 0, t_r);
-    impl::copy_tokens(space_, input.pos, 0, cache.pos, 0, c_r);
-    impl::copy_tokens(space_, input.pos, c_r, chunk.pos, 0, t_r);
-    if (with_ids) {
-      if (cache.ids.extent(0) > 0) impl::copy_tokens(space_, input.ids, 0, cache.ids, 0, c_r);
-      if (chunk.ids.extent(0) > 0) impl::copy_tokens(space_, input.ids, c_r, chunk.ids, 0, t_r);
-    }
+    // The caller's records, read in place: its cache shard then its chunk shard, raw.
+    const impl::TokenSource<Scalar, MemorySpace> input{
+        cache, KvBlock<Scalar, MemorySpace>{chunk.k, chunk.v, chunk.pos, chunk.ids}, c_r};
+    const double base = options_.rope_base;
 
     // The next cache is always cut from the caller's raw records, so both layouts carry the same
     // state between steps.
@@ -493,7 +485,7 @@ class StepPlan {
     impl::ensure_block(next_cache, n_next, hkv, dim, with_ids, "ctxpar::swa::next_cache");
 
     // This rank's key/value records under the layout in use.
-    KvBlock<Scalar, MemorySpace> own = input;
+    impl::TokenSource<Scalar, MemorySpace> own = input;
     if constexpr (whole_axis) {
       // One all-to-all: records onto their whole-axis owners, and the next cache's raw records.
       const impl::FusedPlan& f = rope_after_gather ? tb.alone : tb.with_reshard;
@@ -503,54 +495,57 @@ class StepPlan {
       impl::pack_records(space_, input, fd.send_records, f.send_total(), send);
       alltoallv(space_, group_, send, impl::scaled(f.send_counts, bytes), recv,
                 impl::scaled(f.recv_counts, bytes), unchecked);
-      own = own_.carve(n_r, hkv, dim, with_ids);
-      impl::unpack_records(space_, recv, input, fd.source_a, own);
+      const KvBlock<Scalar, MemorySpace> owned = own_.carve(n_r, hkv, dim, with_ids);
+      impl::unpack_records(space_, recv, input, fd.source_a, owned);
       if constexpr (!rope_after_gather)
         impl::unpack_records(space_, recv, input, fd.source_b, next_cache);
+      own = impl::source_of(owned);
     }
-    // The records live in the plan's workspace; their positions stay with the step.
+    // The records' positions stay with the step (for the RoPE backward).
     ctxpar::impl::ensure_extents(saved.own_pos, "ctxpar::swa::own_pos", n_r);
-    Kokkos::deep_copy(space_, saved.own_pos, own.pos);
-    KvBlock<Scalar, MemorySpace> own_rot = own;
-    if constexpr (!rope_after_gather) {
-      own_rot.k = carve<tensor_type>(own_rot_k_, n_r, hkv, dim);
-      rope_forward(space_, own.k, own.pos, options_.rope_base, own_rot.k);
-    }
+    impl::copy_tokens(space_, saved.own_pos, 0, own.first.pos, 0, own.split);
+    impl::copy_tokens(space_, saved.own_pos, own.split, own.second.pos, 0, n_r - own.split);
 
     ctxpar::impl::ensure_extents(saved.q_rot, "ctxpar::swa::q_rot", t_r, hq, dim);
-    rope_forward(space_, chunk.q, chunk.pos, options_.rope_base, saved.q_rot);
+    rope_forward(space_, chunk.q, chunk.pos, base, saved.q_rot);
     saved.q_pos = chunk.pos;
     saved.q_ids = with_ids ? chunk.ids : Ids<MemorySpace>();
 
     KvBlock<Scalar, MemorySpace> raw_axis;
     if constexpr (!halo) {
-      // One all-gather of every rank's records; the axis is then reassembled in axis order.
-      const auto send = carve<impl::Bytes<MemorySpace>>(send_, n_r * bytes);
+      // One all-gather of every rank's records, packed (keys rotated on the way, unless the
+      // policy rotates after the gather) straight into this rank's place in the receive buffer;
+      // the axis is then reassembled in axis order.
       const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, length * bytes);
-      impl::pack_records(space_, own_rot, impl::Index<MemorySpace>(), n_r, send);
-      allgatherv(space_, group_, send, recv, impl::scaled(tb.gather_counts, bytes), unchecked);
+      std::int64_t first = 0;
+      for (int r = 0; r < me; ++r) first += tb.gather_counts[r];
+      const impl::Bytes<MemorySpace> mine(recv.data() + first * bytes, n_r * bytes);
+      impl::pack_records(space_, own, impl::Index<MemorySpace>(), n_r, mine,
+                         rope_after_gather ? 0.0 : base);
+      allgatherv_in_place(space_, group_, recv, impl::scaled(tb.gather_counts, bytes), unchecked);
       impl::ensure_block(saved.axis, length, hkv, dim, with_ids, "ctxpar::swa::axis");
       if constexpr (rope_after_gather) {
         // Raw keys land in the workspace; the step keeps the rotated ones.
         raw_axis = saved.axis;
         raw_axis.k = carve<tensor_type>(raw_k_, length, hkv, dim);
-        impl::unpack_records(space_, recv, own_rot, tb.axis_source, raw_axis);
-        rope_forward(space_, raw_axis.k, raw_axis.pos, options_.rope_base, saved.axis.k);
+        impl::unpack_records(space_, recv, own, tb.axis_source, raw_axis);
+        rope_forward(space_, raw_axis.k, raw_axis.pos, base, saved.axis.k);
       } else {
-        impl::unpack_records(space_, recv, own_rot, tb.axis_source, saved.axis);
+        impl::unpack_records(space_, recv, own, tb.axis_source, saved.axis);
       }
       saved.key_origin = 0;
     } else {
-      // Only the W - 1 records before this rank's first query travel, point to point.
+      // Only the W - 1 records before this rank's first query travel, point to point, rotated on
+      // the way; its own keys are rotated as they join the axis.
       const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.halo.send_total() * bytes);
       const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.halo.recv_total() * bytes);
-      impl::pack_records(space_, own_rot, tb.halo_send_records, tb.halo.send_total(), send);
+      impl::pack_records(space_, own, tb.halo_send_records, tb.halo.send_total(), send, base);
       impl::exchange_pairwise(space_, group_, send, impl::scaled(tb.halo.send_counts, bytes), recv,
                               impl::scaled(tb.halo.recv_counts, bytes));
       saved.key_origin = t_r > 0 ? tb.halo.lo : 0;
       impl::ensure_block(saved.axis, static_cast<std::int64_t>(tb.halo.source.size()), hkv, dim,
                          with_ids, "ctxpar::swa::halo_axis");
-      impl::unpack_records(space_, recv, own_rot, tb.axis_source, saved.axis);
+      impl::unpack_records(space_, recv, own, tb.axis_source, saved.axis, base);
     }
 
     if (ctxpar::impl::is_unallocated(out))
@@ -725,11 +720,11 @@ class StepPlan {
   /// Bytes of staging buffers and kernel scratch the plan holds now (they grow to the largest
   /// step seen and never shrink).
   std::size_t workspace_bytes() const {
-    return input_.bytes() + own_.bytes() + own_rot_k_.capacity_bytes() + raw_k_.capacity_bytes() +
-           send_.capacity_bytes() + recv_.capacity_bytes() + dq_rot_.capacity_bytes() +
-           dk_axis_.capacity_bytes() + dv_axis_.capacity_bytes() + own_dk_.capacity_bytes() +
-           own_dv_.capacity_bytes() + in_dk_.capacity_bytes() + in_dv_.capacity_bytes() +
-           records_a_.capacity_bytes() + records_b_.capacity_bytes() + attention_.bytes();
+    return own_.bytes() + raw_k_.capacity_bytes() + send_.capacity_bytes() +
+           recv_.capacity_bytes() + dq_rot_.capacity_bytes() + dk_axis_.capacity_bytes() +
+           dv_axis_.capacity_bytes() + own_dk_.capacity_bytes() + own_dv_.capacity_bytes() +
+           in_dk_.capacity_bytes() + in_dv_.capacity_bytes() + records_a_.capacity_bytes() +
+           records_b_.capacity_bytes() + attention_.bytes();
   }
 
  private:
@@ -813,11 +808,11 @@ class StepPlan {
   double scale_ = 1.0;
   std::int64_t fingerprint_ = 0;
   std::vector<std::int64_t> agreement_;
-  // Forward staging: the caller's records, the whole-axis owners' records, rotated own keys, the
-  // raw gathered keys (RopeAfterGather), and one send / one receive buffer that every exchange of
-  // the step reuses in turn.
-  impl::BlockBuffers<Scalar, MemorySpace> input_{"ctxpar::swa::input"}, own_{"ctxpar::swa::own"};
-  GrowingBuffer<MemorySpace> own_rot_k_{"ctxpar::swa::own_k_rot"}, raw_k_{"ctxpar::swa::raw_k"};
+  // Forward staging: the whole-axis owners' records, the raw gathered keys (RopeAfterGather), and
+  // one send / one receive buffer that every exchange of the step reuses in turn. The caller's
+  // shards are read in place and keys are rotated inside the packing, so neither is copied.
+  impl::BlockBuffers<Scalar, MemorySpace> own_{"ctxpar::swa::own"};
+  GrowingBuffer<MemorySpace> raw_k_{"ctxpar::swa::raw_k"};
   GrowingBuffer<MemorySpace> send_{"ctxpar::swa::send"}, recv_{"ctxpar::swa::recv"};
   // Backward staging.
   GrowingBuffer<MemorySpace> dq_rot_{"ctxpar::swa::dq_rot"}, dk_axis_{"ctxpar::swa::dk_axis"},

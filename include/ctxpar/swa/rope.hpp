@@ -17,9 +17,24 @@ namespace ctxpar::swa {
 
 namespace impl {
 
-/// Rotates pair `(d, d + D/2)` of every (token, head) by `sign * pos * base^(-2d/D)`. The angle,
-/// its cosine and sine and the products are evaluated in double from nothing but (position, d),
-/// so a token's rotation is the same bit pattern whichever shard or batch it is rotated in.
+/// Cosine and `sign` times the sine of the RoPE angle of pair `(d, d + half)` at position `pos`:
+/// `pos * base^(-2d/D)`, in double from nothing but (position, d), so every kernel that rotates
+/// (this file's, and the record packing that rotates keys on the way into a message) produces the
+/// same bits.
+KOKKOS_INLINE_FUNCTION void rope_rotation(std::int64_t pos, std::int64_t d, std::int64_t half,
+                                          double base, double sign, double& c, double& s) {
+  const double dim = static_cast<double>(2 * half);
+  const double angle =
+      static_cast<double>(pos) * compat::pow(base, -2.0 * static_cast<double>(d) / dim);
+  c = compat::cos(angle);
+  s = sign * compat::sin(angle);
+}
+
+/// Rotates pair `(d, d + D/2)` of every head of token `i` by `sign * pos * base^(-2d/D)`. The
+/// angle, its cosine and sine and the products are evaluated in double from nothing but
+/// (position, d), so a token's rotation is the same bit pattern whichever shard or batch it is
+/// rotated in. One work item per (token, d) serves every head: the angle does not depend on the
+/// head, and the transcendental functions cost far more than the rotation itself.
 template <class InView, class OutView, class PosView>
 struct RopeFunctor {
   InView x;
@@ -31,18 +46,16 @@ struct RopeFunctor {
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t flat) const {
     const std::int64_t d = flat % half;
-    const std::int64_t h = (flat / half) % heads;
-    const std::int64_t i = flat / (half * heads);
-    const double dim = static_cast<double>(2 * half);
-    const double angle =
-        static_cast<double>(pos(i)) * compat::pow(base, -2.0 * static_cast<double>(d) / dim);
-    const double c = compat::cos(angle);
-    const double s = sign * compat::sin(angle);
-    const double a = static_cast<double>(x(i, h, d));
-    const double b = static_cast<double>(x(i, h, d + half));
+    const std::int64_t i = flat / half;
+    double c = 1.0, s = 0.0;
+    rope_rotation(pos(i), d, half, base, sign, c, s);
     using value_type = typename OutView::non_const_value_type;
-    y(i, h, d) = static_cast<value_type>(a * c - b * s);
-    y(i, h, d + half) = static_cast<value_type>(b * c + a * s);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const double a = static_cast<double>(x(i, h, d));
+      const double b = static_cast<double>(x(i, h, d + half));
+      y(i, h, d) = static_cast<value_type>(a * c - b * s);
+      y(i, h, d + half) = static_cast<value_type>(b * c + a * s);
+    }
   }
 };
 
@@ -64,10 +77,10 @@ void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos
                      heads = static_cast<std::int64_t>(x.extent(1));
   const std::int64_t half = static_cast<std::int64_t>(x.extent(2)) / 2;
   if (n * heads * half == 0) return;
-  Kokkos::parallel_for(label,
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-                           space, 0, n * heads * half),
-                       RopeFunctor<InView, OutView, PosView>{x, y, pos, base, sign, heads, half});
+  Kokkos::parallel_for(
+      label,
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * half),
+      RopeFunctor<InView, OutView, PosView>{x, y, pos, base, sign, heads, half});
 }
 
 }  // namespace impl

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ctxpar/swa/rope.hpp"
 #include "ctxpar/swa/tensors.hpp"
 
 namespace ctxpar::swa::impl {
@@ -34,65 +35,123 @@ Index<MemorySpace> to_device(const std::vector<std::int64_t>& v, const std::stri
   return d;
 }
 
-/// Writes record `slot` of `out` from token `index(slot)` of `block` (or token `slot` when `index`
-/// is empty).
+/// The key/value tokens a rank hands to an exchange, read in place: `first` then `second` (its
+/// cache shard then its chunk shard, or one block with `second` empty), so the step never copies
+/// them into one block first.
+template <class Scalar, class MemorySpace>
+struct TokenSource {
+  KvBlock<Scalar, MemorySpace> first, second;
+  /// Tokens of `first`.
+  std::int64_t split = 0;
+
+  KOKKOS_INLINE_FUNCTION Scalar k(std::int64_t i, std::int64_t h, std::int64_t d) const {
+    return i < split ? first.k(i, h, d) : second.k(i - split, h, d);
+  }
+  KOKKOS_INLINE_FUNCTION Scalar v(std::int64_t i, std::int64_t h, std::int64_t d) const {
+    return i < split ? first.v(i, h, d) : second.v(i - split, h, d);
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t pos(std::int64_t i) const {
+    return i < split ? first.pos(i) : second.pos(i - split);
+  }
+  /// The token's id, 0 where its block has none.
+  KOKKOS_INLINE_FUNCTION std::int32_t id(std::int64_t i) const {
+    if (i < split) return first.ids.extent(0) > 0 ? first.ids(i) : 0;
+    return second.ids.extent(0) > 0 ? second.ids(i - split) : 0;
+  }
+};
+
+/// `block` alone as a token source.
+template <class Scalar, class MemorySpace>
+TokenSource<Scalar, MemorySpace> source_of(const KvBlock<Scalar, MemorySpace>& block) {
+  return {block, KvBlock<Scalar, MemorySpace>{}, block.length()};
+}
+
+/// Writes record `slot` of `out` from token `index(slot)` of `src` (or token `slot` when `index`
+/// is empty). With `rope_base > 0` the keys are rotated at their positions on the way in (the
+/// same bits as `rope_forward`), so no rotated copy of the keys is ever written. One work item
+/// per (record, pair `d`) serves every head; item `half` writes the position and id.
 template <class Scalar, class MemorySpace>
 struct PackRecords {
-  KvBlock<Scalar, MemorySpace> block;
+  TokenSource<Scalar, MemorySpace> src;
   Index<MemorySpace> index;
   Bytes<MemorySpace> out;
-  std::int64_t per, bytes;
+  std::int64_t heads, half, bytes;
+  double rope_base;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    const std::int64_t slot = x / (per + 1), e = x % (per + 1);
+    const std::int64_t slot = x / (half + 1), d = x % (half + 1);
     const std::int64_t i = index.extent(0) > 0 ? index(slot) : slot;
     unsigned char* base = out.data() + slot * bytes;
-    Scalar* kv = reinterpret_cast<Scalar*>(base);
-    const std::int64_t dim = static_cast<std::int64_t>(block.k.extent(2));
-    if (e < per) {
-      kv[e] = block.k(i, e / dim, e % dim);
-      kv[per + e] = block.v(i, e / dim, e % dim);
+    const std::int64_t dim = 2 * half, per = heads * dim;
+    if (d < half) {
+      Scalar* kv = reinterpret_cast<Scalar*>(base);
+      double c = 1.0, s = 0.0;
+      if (rope_base > 0.0) rope_rotation(src.pos(i), d, half, rope_base, 1.0, c, s);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t e = h * dim + d;
+        if (rope_base > 0.0) {
+          const double ka = static_cast<double>(src.k(i, h, d));
+          const double kb = static_cast<double>(src.k(i, h, d + half));
+          kv[e] = static_cast<Scalar>(ka * c - kb * s);
+          kv[e + half] = static_cast<Scalar>(kb * c + ka * s);
+        } else {
+          kv[e] = src.k(i, h, d);
+          kv[e + half] = src.k(i, h, d + half);
+        }
+        kv[per + e] = src.v(i, h, d);
+        kv[per + e + half] = src.v(i, h, d + half);
+      }
     } else {
       std::int64_t* p = reinterpret_cast<std::int64_t*>(base + 2 * per * sizeof(Scalar));
-      *p = block.pos(i);
-      *reinterpret_cast<std::int32_t*>(p + 1) = block.ids.extent(0) > 0 ? block.ids(i) : 0;
+      *p = src.pos(i);
+      *reinterpret_cast<std::int32_t*>(p + 1) = src.id(i);
       *(reinterpret_cast<std::int32_t*>(p + 1) + 1) = 0;
     }
   }
 };
 
+/// Packs `slots` records into `out` (see `PackRecords`); `rope_base > 0` rotates the keys.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-void pack_records(const ExecutionSpace& space, const KvBlock<Scalar, MemorySpace>& block,
+void pack_records(const ExecutionSpace& space, const TokenSource<Scalar, MemorySpace>& src,
                   const Index<MemorySpace>& index, std::int64_t slots,
-                  const Bytes<MemorySpace>& out) {
-  const std::int64_t per = static_cast<std::int64_t>(block.k.extent(1) * block.k.extent(2));
-  if (slots == 0) return;
+                  const Bytes<MemorySpace>& out, double rope_base = 0.0) {
+  const std::int64_t heads = static_cast<std::int64_t>(src.first.k.extent(1)),
+                     dim = static_cast<std::int64_t>(src.first.k.extent(2));
+  if (slots == 0 || heads * dim == 0) return;
   Kokkos::parallel_for(
       "ctxpar::swa::pack_records",
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,
-                                                                           slots * (per + 1)),
-      PackRecords<Scalar, MemorySpace>{block, index, out, per,
-                                       record_bytes<Scalar>(block.k.extent(1), block.k.extent(2))});
+                                                                           slots * (dim / 2 + 1)),
+      PackRecords<Scalar, MemorySpace>{src, index, out, heads, dim / 2,
+                                       record_bytes<Scalar>(heads, dim), rope_base});
 }
 
-/// Writes token `i` of `axis` from record `source(i)` of `in` (>= 0) or from token
-/// `-(source(i) + 1)` of `own` (< 0).
+/// Writes token `i` of `axis` from record `source(i)` of `in` (>= 0, copied as it travelled) or
+/// from token `-(source(i) + 1)` of `own` (< 0; its keys rotated on the way when
+/// `own_rope_base > 0`). One work item per (token, pair `d`); item `half` writes position and id.
 template <class Scalar, class MemorySpace>
 struct UnpackRecords {
   Bytes<MemorySpace> in;
-  KvBlock<Scalar, MemorySpace> own, axis;
+  TokenSource<Scalar, MemorySpace> own;
+  KvBlock<Scalar, MemorySpace> axis;
   Index<MemorySpace> source;
-  std::int64_t per, bytes;
+  std::int64_t heads, half, bytes;
+  double own_rope_base;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    const std::int64_t i = x / (per + 1), e = x % (per + 1);
+    const std::int64_t i = x / (half + 1), d = x % (half + 1);
     const std::int64_t s = source(i);
-    const std::int64_t dim = static_cast<std::int64_t>(axis.k.extent(2));
+    const std::int64_t dim = 2 * half, per = heads * dim;
     const bool with_ids = axis.ids.extent(0) > 0;
     if (s >= 0) {
       const unsigned char* base = in.data() + s * bytes;
-      const Scalar* kv = reinterpret_cast<const Scalar*>(base);
-      if (e < per) {
-        axis.k(i, e / dim, e % dim) = kv[e];
-        axis.v(i, e / dim, e % dim) = kv[per + e];
+      if (d < half) {
+        const Scalar* kv = reinterpret_cast<const Scalar*>(base);
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const std::int64_t e = h * dim + d;
+          axis.k(i, h, d) = kv[e];
+          axis.k(i, h, d + half) = kv[e + half];
+          axis.v(i, h, d) = kv[per + e];
+          axis.v(i, h, d + half) = kv[per + e + half];
+        }
       } else {
         const std::int64_t* p =
             reinterpret_cast<const std::int64_t*>(base + 2 * per * sizeof(Scalar));
@@ -101,29 +160,45 @@ struct UnpackRecords {
       }
     } else {
       const std::int64_t j = -(s + 1);
-      if (e < per) {
-        axis.k(i, e / dim, e % dim) = own.k(j, e / dim, e % dim);
-        axis.v(i, e / dim, e % dim) = own.v(j, e / dim, e % dim);
+      if (d < half) {
+        double c = 1.0, sn = 0.0;
+        if (own_rope_base > 0.0) rope_rotation(own.pos(j), d, half, own_rope_base, 1.0, c, sn);
+        for (std::int64_t h = 0; h < heads; ++h) {
+          if (own_rope_base > 0.0) {
+            const double ka = static_cast<double>(own.k(j, h, d));
+            const double kb = static_cast<double>(own.k(j, h, d + half));
+            axis.k(i, h, d) = static_cast<Scalar>(ka * c - kb * sn);
+            axis.k(i, h, d + half) = static_cast<Scalar>(kb * c + ka * sn);
+          } else {
+            axis.k(i, h, d) = own.k(j, h, d);
+            axis.k(i, h, d + half) = own.k(j, h, d + half);
+          }
+          axis.v(i, h, d) = own.v(j, h, d);
+          axis.v(i, h, d + half) = own.v(j, h, d + half);
+        }
       } else {
         axis.pos(i) = own.pos(j);
-        if (with_ids) axis.ids(i) = own.ids.extent(0) > 0 ? own.ids(j) : 0;
+        if (with_ids) axis.ids(i) = own.id(j);
       }
     }
   }
 };
 
+/// Unpacks into `axis` (see `UnpackRecords`); `own_rope_base > 0` rotates the own tokens' keys.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void unpack_records(const ExecutionSpace& space, const Bytes<MemorySpace>& in,
-                    const KvBlock<Scalar, MemorySpace>& own, const Index<MemorySpace>& source,
-                    const KvBlock<Scalar, MemorySpace>& axis) {
-  const std::int64_t per = static_cast<std::int64_t>(axis.k.extent(1) * axis.k.extent(2));
+                    const TokenSource<Scalar, MemorySpace>& own, const Index<MemorySpace>& source,
+                    const KvBlock<Scalar, MemorySpace>& axis, double own_rope_base = 0.0) {
+  const std::int64_t heads = static_cast<std::int64_t>(axis.k.extent(1)),
+                     dim = static_cast<std::int64_t>(axis.k.extent(2));
   const std::int64_t n = static_cast<std::int64_t>(source.extent(0));
-  if (n == 0) return;
+  if (n == 0 || heads * dim == 0) return;
   Kokkos::parallel_for(
       "ctxpar::swa::unpack_records",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * (per + 1)),
-      UnpackRecords<Scalar, MemorySpace>{in, own, axis, source, per,
-                                         record_bytes<Scalar>(axis.k.extent(1), axis.k.extent(2))});
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,
+                                                                           n * (dim / 2 + 1)),
+      UnpackRecords<Scalar, MemorySpace>{in, own, axis, source, heads, dim / 2,
+                                         record_bytes<Scalar>(heads, dim), own_rope_base});
 }
 
 /// Gradient records are `[slots, 2 * Hkv * D]` scalars: dK then dV.
