@@ -149,6 +149,22 @@ class Render(unittest.TestCase):
         self.assertEqual(row[4], "**met**")  # only the valid case is judged
         self.assertIn("1 case(s) invalid", row[6])
 
+    def test_step_over_kernel_is_a_ceiling_and_the_worst_pass_decides(self):
+        def step(hkv, fwd, bwd):
+            return rec("swa", f"step vs kernel Hkv={hkv}", kind="step_vs_kernel", queries=4096, window=1024,
+                       q_heads=8, kv_heads=hkv, dim=64, forward_step_over_kernel=fwd,
+                       backward_step_over_kernel=bwd, step_forward_median_s=0.3, kernel_forward_median_s=0.25)
+        rows = [r for r in render.summary_rows([step(8, 1.10, 1.01), step(1, 1.02, 1.09)])
+                if r[0].startswith("SWA step")]
+        self.assertEqual(rows[0][4], "**met**")
+        self.assertTrue(rows[0][3].startswith("1.1 "), rows[0][3])
+        rows = [r for r in render.summary_rows([step(8, 1.30, 1.01)]) if r[0].startswith("SWA step")]
+        self.assertEqual(rows[0][4], "**missed**")
+        with self.assertRaises(KeyError):
+            bad = step(8, 1.1, 1.0)
+            del bad["backward_step_over_kernel"]
+            render.fig_step_vs_kernel([bad])
+
     def test_verdict_is_the_worst_case(self):
         self.assertEqual(render.verdict([0.95, 0.89], lambda v: v >= 0.9), "**missed**")
         self.assertEqual(render.verdict([0.95, 0.91], lambda v: v >= 0.9), "**met**")
