@@ -7,3 +7,5 @@ ctxpar_add_mpi_test(NAME chunkwise_gated_delta_cp SOURCES gated_delta_cp_test.cp
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_errors SOURCES gated_delta_errors_test.cpp LABELS chunkwise TIMEOUT 120)
 ctxpar_add_mpi_test(NAME chunkwise_gated_delta_numerics SOURCES gated_delta_numerics_test.cpp
   LABELS chunkwise TIMEOUT 300)
+# The driver on a reused context allocates nothing in steady state (Kokkos Tools allocation callbacks).
+ctxpar_add_mpi_test(NAME chunkwise_steady_state SOURCES steady_state_test.cpp LABELS chunkwise TIMEOUT 120)

@@ -492,12 +492,13 @@ class GdnLayer {
     chunkwise::token_view<double, memory_space> out("ctxpar::hybrid::gdn_out", t, h, d);
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
+    // The layer's context is passed back every call, so its memory is reused.
     if (cfg_.gdn_policy == 1) {
-      ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::ScanCompose>(execution_space(), group_,
-                                                                     backend_, plan_, in, out);
+      chunkwise::chunkwise_cp_forward<chunkwise::ScanCompose>(execution_space(), group_, backend_,
+                                                              plan_, in, out, ctx_);
     } else {
-      ctx_ = chunkwise::chunkwise_cp_forward<chunkwise::GatherFold>(execution_space(), group_,
-                                                                    backend_, plan_, in, out);
+      chunkwise::chunkwise_cp_forward<chunkwise::GatherFold>(execution_space(), group_, backend_,
+                                                             plan_, in, out, ctx_);
     }
     stats.forward_seconds = detail::now_fenced(timer) + conv_seconds_;
     fwd_traffic_ = detail::minus(group_.total_data_traffic(), t0);

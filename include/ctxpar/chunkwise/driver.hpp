@@ -28,6 +28,7 @@
 #include "ctxpar/core/checked_product.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/core/workspace.hpp"
 
 namespace ctxpar::chunkwise {
 
@@ -48,8 +49,60 @@ struct BackwardStates {
   sequence_states_view<Scalar, MemorySpace> initial_state_grads;      ///< `dh0` (out)
 };
 
+namespace impl {
+
+/// The driver's memory between calls on one context: the slots' summaries, the composed incoming
+/// states (forward) and outgoing gradients (backward), and the composition's scratch. Reused while
+/// the plan's slot count, the rank count and the shape stay the same.
+template <class Transition, class MemorySpace>
+struct DriverWorkspace {
+  SummaryStore<Transition, MemorySpace> forward_local, backward_local, gathered;
+  std::vector<state_view<MemorySpace>> s_in, ds_out;
+  state_view<MemorySpace> fold_tmp;
+  std::vector<Kokkos::View<float*, MemorySpace>> scan_records;
+  GrowingBuffer<MemorySpace> scan_tmp{"ctxpar::chunkwise::scan_tmp"},
+      scan_own{"ctxpar::chunkwise::scan_own"}, scan_total{"ctxpar::chunkwise::scan_total"};
+  ScanWorkspace<MemorySpace> scan;
+};
+
+/// `store` with these parameters and every record zero: reallocated only when they change.
+template <class Transition, class ExecutionSpace, class MemorySpace>
+void ensure_store(const ExecutionSpace& space, SummaryStore<Transition, MemorySpace>& store,
+                  SummaryForm form, int count, std::int64_t heads, std::int64_t k, std::int64_t v,
+                  const std::string& label) {
+  if (store.form() != form || store.count() != count || store.heads() != heads ||
+      store.key_dim() != k || store.value_dim() != v ||
+      (store.packed().data() == nullptr && store.states().data() == nullptr)) {
+    store = SummaryStore<Transition, MemorySpace>(form, count, heads, k, v, label);
+    return;
+  }
+  if (form == SummaryForm::packed) {
+    Kokkos::deep_copy(space, store.packed(), 0.0f);
+  } else {
+    Kokkos::deep_copy(space, store.states(), 0.0f);
+    Kokkos::deep_copy(space, store.transitions(), 0.0f);
+  }
+}
+
+/// `count` zeroed `[H, K, V]` states, reallocated only when their shape changes.
+template <class ExecutionSpace, class MemorySpace>
+void ensure_states(const ExecutionSpace& space, std::vector<state_view<MemorySpace>>& states,
+                   int count, std::int64_t heads, std::int64_t k, std::int64_t v,
+                   const std::string& label) {
+  states.resize(static_cast<std::size_t>(count));
+  for (auto& s : states) {
+    if (ctxpar::impl::has_extents(s, heads, k, v) && s.data() != nullptr)
+      Kokkos::deep_copy(space, s, 0.0f);
+    else
+      s = state_view<MemorySpace>(label, heads, k, v);
+  }
+}
+
+}  // namespace impl
+
 /// What a forward call keeps for its backward: the plan, the backend's saved state per virtual
-/// shard, the inputs and the plan fingerprint.
+/// shard, the inputs, and the driver's memory. A context passed back to the next forward is
+/// reused: with the same plan and shapes, its memory is not allocated again.
 template <class Backend>
 struct ChunkwiseContext {
   ChunkwisePlan plan;                               ///< the sequence layout
@@ -59,6 +112,8 @@ struct ChunkwiseContext {
   std::int64_t key_dim = 0;                         ///< `K`
   std::int64_t value_dim = 0;                       ///< `V`
   bool initial_states_given = false;                ///< forward got `h0`
+  /// The driver's memory (summaries, composed states, composition scratch).
+  impl::DriverWorkspace<typename Backend::transition_type, typename Backend::memory_space> work;
 };
 
 namespace impl {
@@ -118,14 +173,16 @@ class Composer {
   using flat_record = Kokkos::View<float*, memory_space>;
 
   Composer(const ExecutionSpace& space, const Group& group, const ChunkwisePlan& plan,
-           std::int64_t heads, std::int64_t k, std::int64_t v, bool backward)
+           std::int64_t heads, std::int64_t k, std::int64_t v, bool backward,
+           DriverWorkspace<Transition, memory_space>& work)
       : space_(space),
         group_(group),
         plan_(plan),
         heads_(heads),
         k_(k),
         v_(v),
-        backward_(backward) {}
+        backward_(backward),
+        work_(work) {}
 
   // The boundary value of slot `slot`'s sequence: its initial state (forward, first local sequence)
   // or its final-state gradient (backward, last local sequence); zero when `states` is empty.
@@ -141,10 +198,12 @@ class Composer {
                    const const_sequence_states_view<Scalar, memory_space>& boundary,
                    std::vector<state_view<memory_space>>& result) const {
     const int slots = plan_.slots();
-    SummaryStore<Transition, memory_space> all(form, slots * group_.size(), heads_, k_, v_,
-                                               "ctxpar::chunkwise::gathered");
+    SummaryStore<Transition, memory_space>& all = work_.gathered;
+    ensure_store(space_, all, form, slots * group_.size(), heads_, k_, v_,
+                 "ctxpar::chunkwise::gathered");
     gather_store(space_, group_, local, all);
-    state_view<memory_space> tmp("ctxpar::chunkwise::fold_tmp", heads_, k_, v_);
+    ctxpar::impl::ensure_extents(work_.fold_tmp, "ctxpar::chunkwise::fold_tmp", heads_, k_, v_);
+    const state_view<memory_space> tmp = work_.fold_tmp;
     for (int slot = 0; slot < slots; ++slot) {
       const int v = plan_.virtual_shard(group_.rank(), slot);
       if (plan_.shard_length(v) == 0) continue;
@@ -176,12 +235,16 @@ class Composer {
                     std::vector<state_view<memory_space>>& result) const {
     const int slots = plan_.slots(), me = group_.rank(), p = group_.size();
     const std::int64_t kv = k_ * v_, m = scan_m_size<Transition>(k_), n = heads_ * (kv + m);
-    std::vector<flat_record> records;
+    std::vector<flat_record>& records = work_.scan_records;
+    records.resize(static_cast<std::size_t>(slots));
     for (int slot = 0; slot < slots; ++slot) {
-      records.emplace_back("ctxpar::chunkwise::scan_record", n);
-      to_scan_record(local[slot], plan_.virtual_shard(me, slot), boundary, records.back());
+      // Every part of the record is written before the scan reads it.
+      ctxpar::impl::ensure_extents(records[static_cast<std::size_t>(slot)],
+                                   "ctxpar::chunkwise::scan_record", n);
+      to_scan_record(local[slot], plan_.virtual_shard(me, slot), boundary,
+                     records[static_cast<std::size_t>(slot)]);
     }
-    flat_record tmp("ctxpar::chunkwise::scan_tmp", n);
+    const flat_record tmp = carve<flat_record>(work_.scan_tmp, n);
     auto combine = [&](const flat_record& earlier, const flat_record& inout) {
       compose_segmented(inout, earlier, tmp);
       Kokkos::deep_copy(space_, inout, tmp);
@@ -189,22 +252,22 @@ class Composer {
     std::vector<flat_record> prefix(static_cast<std::size_t>(slots));
     std::vector<bool> have(static_cast<std::size_t>(slots), false);
     if (slots == 1) {
-      have[0] =
-          exclusive_scan(space_, group_, records[0], combine,
-                         backward_ ? ScanDirection::reverse : ScanDirection::forward, unchecked);
+      have[0] = exclusive_scan(space_, group_, records[0], combine,
+                               backward_ ? ScanDirection::reverse : ScanDirection::forward,
+                               unchecked, work_.scan);
       prefix[0] = records[0];
     } else {
       // Forward: chain A = first chunks in rank order, chain B = second chunks in reverse rank
       // order. Backward: chain A = second chunks in rank order (rank 0's is the farthest), chain B
       // = first chunks in reverse. Chain B starts on rank P-1 with the total of chain A.
       const int a = backward_ ? 1 : 0, b = 1 - a;
-      flat_record own_a("ctxpar::chunkwise::scan_own", n);
+      const flat_record own_a = carve<flat_record>(work_.scan_own, n);
       Kokkos::deep_copy(space_, own_a, records[static_cast<std::size_t>(a)]);
       have[static_cast<std::size_t>(a)] =
           exclusive_scan(space_, group_, records[static_cast<std::size_t>(a)], combine,
-                         ScanDirection::forward, unchecked);
+                         ScanDirection::forward, unchecked, work_.scan);
       prefix[static_cast<std::size_t>(a)] = records[static_cast<std::size_t>(a)];
-      flat_record total("ctxpar::chunkwise::scan_total", n);
+      const flat_record total = carve<flat_record>(work_.scan_total, n);
       if (me == p - 1) {
         if (have[static_cast<std::size_t>(a)]) {
           compose_segmented(own_a, records[static_cast<std::size_t>(a)], total);
@@ -215,7 +278,7 @@ class Composer {
         Kokkos::deep_copy(space_, records[static_cast<std::size_t>(b)], tmp);
       }
       const bool got = exclusive_scan(space_, group_, records[static_cast<std::size_t>(b)], combine,
-                                      ScanDirection::reverse, unchecked);
+                                      ScanDirection::reverse, unchecked, work_.scan);
       prefix[static_cast<std::size_t>(b)] =
           me == p - 1 ? total : records[static_cast<std::size_t>(b)];
       have[static_cast<std::size_t>(b)] = me == p - 1 ? true : got;
@@ -285,6 +348,7 @@ class Composer {
   const ChunkwisePlan& plan_;
   std::int64_t heads_, k_, v_;
   bool backward_;
+  DriverWorkspace<Transition, memory_space>& work_;
 };
 
 // What the forward composition reads of slot summaries of shard `v` (see SummaryNeeds).
@@ -388,12 +452,15 @@ void check_states(Preconditions& chk, const View& states, const char* what, std:
 /// shards concatenated, as described by `plan`), and receives `output [T_local, H, V]`; with
 /// `states.final_states` every rank receives every sequence's final state. Collective; bad input
 /// on any rank makes every rank throw the same `ctxpar::Error` before any data moves. `Policy`
-/// is `GatherFold` or `ScanCompose`. Returns what `chunkwise_cp_backward` needs.
+/// is `GatherFold` or `ScanCompose`. Fills `ctx` with what `chunkwise_cp_backward` needs; a
+/// context passed back to the next forward keeps its memory (the steady state of a training loop:
+/// one context per layer, reused every step).
 template <class Policy = GatherFold, class ExecutionSpace, class Backend>
-ChunkwiseContext<Backend> chunkwise_cp_forward(
+void chunkwise_cp_forward(
     const ExecutionSpace& space, const Group& group, const Backend& backend,
     const ChunkwisePlan& plan, const typename Backend::inputs_type& inputs,
     const token_view<typename Backend::scalar_type, typename Backend::memory_space>& output,
+    ChunkwiseContext<Backend>& ctx,
     const ForwardStates<typename Backend::scalar_type, typename Backend::memory_space>& states = {},
     const DriverOptions& options = {}) {
   static_assert(
@@ -432,7 +499,6 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
   }
   chk.agree();
 
-  ChunkwiseContext<Backend> ctx;
   ctx.plan = plan;
   ctx.inputs = inputs;
   ctx.heads = shape.heads;
@@ -442,14 +508,15 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
   const int slots = plan.slots();
   ctx.saved.resize(static_cast<std::size_t>(slots));
 
-  SummaryStore<transition, memory_space> local(options.form, slots, shape.heads, shape.key_dim,
-                                               shape.value_dim,
-                                               "ctxpar::chunkwise::forward_summary");
-  std::vector<state_view<memory_space>> s_in;
+  SummaryStore<transition, memory_space>& local = ctx.work.forward_local;
+  impl::ensure_store(space, local, options.form, slots, shape.heads, shape.key_dim, shape.value_dim,
+                     "ctxpar::chunkwise::forward_summary");
+  std::vector<state_view<memory_space>>& s_in = ctx.work.s_in;
+  impl::ensure_states(space, s_in, slots, shape.heads, shape.key_dim, shape.value_dim,
+                      "ctxpar::chunkwise::s_in");
   for (int slot = 0; slot < slots; ++slot) {
     const int v = plan.virtual_shard(group.rank(), slot);
     const std::int64_t off = plan.local_offset(slot), len = plan.shard_length(v);
-    s_in.emplace_back("ctxpar::chunkwise::s_in", shape.heads, shape.key_dim, shape.value_dim);
     if (len == 0) {
       identity_summary<transition>(space, local[slot], shape.key_dim, shape.value_dim);
     } else {
@@ -460,7 +527,7 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
     }
   }
   impl::Composer<transition, ExecutionSpace, scalar> composer(
-      space, group, plan, shape.heads, shape.key_dim, shape.value_dim, false);
+      space, group, ctx.plan, shape.heads, shape.key_dim, shape.value_dim, false, ctx.work);
   if constexpr (std::is_same_v<Policy, GatherFold>) {
     composer.gather_fold(local, options.form, states.initial_states, s_in);
   } else {
@@ -488,6 +555,18 @@ ChunkwiseContext<Backend> chunkwise_cp_forward(
     }
     allreduce_sum(space, group, states.final_states, unchecked);
   }
+}
+
+/// Chunkwise CP forward into a fresh context (see the overload above), returned.
+template <class Policy = GatherFold, class ExecutionSpace, class Backend>
+ChunkwiseContext<Backend> chunkwise_cp_forward(
+    const ExecutionSpace& space, const Group& group, const Backend& backend,
+    const ChunkwisePlan& plan, const typename Backend::inputs_type& inputs,
+    const token_view<typename Backend::scalar_type, typename Backend::memory_space>& output,
+    const ForwardStates<typename Backend::scalar_type, typename Backend::memory_space>& states = {},
+    const DriverOptions& options = {}) {
+  ChunkwiseContext<Backend> ctx;
+  chunkwise_cp_forward<Policy>(space, group, backend, plan, inputs, output, ctx, states, options);
   return ctx;
 }
 
@@ -541,14 +620,15 @@ void chunkwise_cp_backward(const ExecutionSpace& space, const Group& group, cons
   chk.agree();
 
   const int slots = plan.slots();
-  SummaryStore<transition, memory_space> local(options.form, slots, shape.heads, shape.key_dim,
-                                               shape.value_dim,
-                                               "ctxpar::chunkwise::backward_summary");
-  std::vector<state_view<memory_space>> ds_out;
+  SummaryStore<transition, memory_space>& local = ctx.work.backward_local;
+  impl::ensure_store(space, local, options.form, slots, shape.heads, shape.key_dim, shape.value_dim,
+                     "ctxpar::chunkwise::backward_summary");
+  std::vector<state_view<memory_space>>& ds_out = ctx.work.ds_out;
+  impl::ensure_states(space, ds_out, slots, shape.heads, shape.key_dim, shape.value_dim,
+                      "ctxpar::chunkwise::ds_out");
   for (int slot = 0; slot < slots; ++slot) {
     const int v = plan.virtual_shard(group.rank(), slot);
     const std::int64_t off = plan.local_offset(slot), len = plan.shard_length(v);
-    ds_out.emplace_back("ctxpar::chunkwise::ds_out", shape.heads, shape.key_dim, shape.value_dim);
     if (len == 0) {
       identity_summary<transition>(space, local[slot], shape.key_dim, shape.value_dim);
     } else {
@@ -560,8 +640,8 @@ void chunkwise_cp_backward(const ExecutionSpace& space, const Group& group, cons
                                   impl::backward_needs(seqs, is_given(states.final_state_grads)));
     }
   }
-  impl::Composer<transition, ExecutionSpace, scalar> composer(space, group, plan, shape.heads,
-                                                              shape.key_dim, shape.value_dim, true);
+  impl::Composer<transition, ExecutionSpace, scalar> composer(
+      space, group, plan, shape.heads, shape.key_dim, shape.value_dim, true, ctx.work);
   if constexpr (std::is_same_v<Policy, GatherFold>) {
     composer.gather_fold(local, options.form, states.final_state_grads, ds_out);
   } else {

@@ -3,8 +3,8 @@
 /// **non-commutative** operation (e.g. composing state summaries).
 #pragma once
 
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #include <cstdint>
 #include <string>
@@ -13,12 +13,25 @@
 #include "ctxpar/comm/impl/agreed_checks.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
 #include "ctxpar/comm/unchecked.hpp"
+#include "ctxpar/core/workspace.hpp"
 
 namespace ctxpar {
 
 /// Order in which ranks are scanned: rank 0 first (`forward`) or rank `size()-1` first (`reverse`,
 /// for suffix scans such as a backward pass).
 enum class ScanDirection { forward, reverse };
+
+/// Scratch of a scan (three records), kept by a caller that scans repeatedly so that a
+/// steady-state scan allocates nothing.
+template <class MemorySpace>
+struct ScanWorkspace {
+  /// The running inclusive part.
+  GrowingBuffer<MemorySpace> inclusive{"ctxpar::comm::scan::inclusive"};
+  /// The record received in a round.
+  GrowingBuffer<MemorySpace> received{"ctxpar::comm::scan::received"};
+  /// The exclusive result.
+  GrowingBuffer<MemorySpace> exclusive{"ctxpar::comm::scan::exclusive"};
+};
 
 namespace impl {
 
@@ -27,21 +40,27 @@ namespace impl {
 // `inout := earlier ∘ inout` where `earlier` covers ranks that come first in scan order.
 template <class ExecutionSpace, class View, class Combine>
 bool scan_records(const ExecutionSpace& space, const Group& group, const View& record,
-                  Combine&& combine, ScanDirection direction, bool inclusive) {
+                  Combine&& combine, ScanDirection direction, bool inclusive,
+                  ScanWorkspace<typename View::memory_space>& work) {
   const std::string op = "ctxpar::scan";
-  static_assert(compat::view_rank<View> == 1, "ctxpar::exclusive_scan / inclusive_scan: the record must be a rank-1 view");
+  static_assert(compat::view_rank<View> == 1,
+                "ctxpar::exclusive_scan / inclusive_scan: the record must be a rank-1 view");
   const int p = group.size();
   const int me = direction == ScanDirection::forward ? group.rank() : p - 1 - group.rank();
-  auto to_rank = [&](int ordinal) { return direction == ScanDirection::forward ? ordinal : p - 1 - ordinal; };
-  using buffer_type = Kokkos::View<typename View::non_const_value_type*, typename View::memory_space>;
+  auto to_rank = [&](int ordinal) {
+    return direction == ScanDirection::forward ? ordinal : p - 1 - ordinal;
+  };
+  using buffer_type =
+      Kokkos::View<typename View::non_const_value_type*, typename View::memory_space>;
   const auto n = record.extent(0);
-  buffer_type inclusive_part(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::comm::scan::inclusive"), n);
-  buffer_type received(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::comm::scan::received"), n);
-  buffer_type exclusive_part(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::comm::scan::exclusive"), n);
+  const buffer_type inclusive_part = carve<buffer_type>(work.inclusive, n);
+  const buffer_type received = carve<buffer_type>(work.received, n);
+  const buffer_type exclusive_part = carve<buffer_type>(work.exclusive, n);
   Kokkos::deep_copy(space, inclusive_part, record);
   bool have_exclusive = false;
   std::int64_t sent = 0, got = 0;
-  const std::int64_t bytes = static_cast<std::int64_t>(n * sizeof(typename View::non_const_value_type));
+  const std::int64_t bytes =
+      static_cast<std::int64_t>(n * sizeof(typename View::non_const_value_type));
   for (int d = 1; d < p; d <<= 1) {
     const int dest = me + d < p ? to_rank(me + d) : MPI_PROC_NULL;
     const int source = me - d >= 0 ? to_rank(me - d) : MPI_PROC_NULL;
@@ -69,7 +88,7 @@ bool scan_records(const ExecutionSpace& space, const Group& group, const View& r
   } else if (have_exclusive) {
     Kokkos::deep_copy(space, record, exclusive_part);
   }
-  // The temporaries die here; the copy must finish before the caller reads `record`.
+  // The caller may reuse the workspace at once; the copy must finish before it reads `record`.
   compat::fence(space, "ctxpar::comm::scan::after");
   return inclusive || have_exclusive;
 }
@@ -86,18 +105,29 @@ void agree_scan(const Group& group, const View& record) {
 
 }  // namespace impl
 
+/// `exclusive_scan` without the agreement (see `ctxpar::unchecked`), its scratch in `work`.
+/// Collective.
+template <class ExecutionSpace, class View, class Combine>
+bool exclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
+                    Combine&& combine, ScanDirection direction, Unchecked,
+                    ScanWorkspace<typename View::memory_space>& work) {
+  return impl::scan_records(space, group, record, combine, direction, false, work);
+}
+
 /// `exclusive_scan` without the agreement (see `ctxpar::unchecked`). Collective.
 template <class ExecutionSpace, class View, class Combine>
 bool exclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
                     Combine&& combine, ScanDirection direction, Unchecked) {
-  return impl::scan_records(space, group, record, combine, direction, false);
+  ScanWorkspace<typename View::memory_space> work;
+  return impl::scan_records(space, group, record, combine, direction, false, work);
 }
 
 /// `inclusive_scan` without the agreement (see `ctxpar::unchecked`). Collective.
 template <class ExecutionSpace, class View, class Combine>
 void inclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
                     Combine&& combine, ScanDirection direction, Unchecked) {
-  impl::scan_records(space, group, record, combine, direction, true);
+  ScanWorkspace<typename View::memory_space> work;
+  impl::scan_records(space, group, record, combine, direction, true, work);
 }
 
 /// Exclusive scan: on return `record` holds `r_first ∘ … ∘ r_prev` over the ranks before this one
@@ -110,7 +140,8 @@ template <class ExecutionSpace, class View, class Combine>
 bool exclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
                     Combine&& combine, ScanDirection direction = ScanDirection::forward) {
   impl::agree_scan(group, record);
-  return impl::scan_records(space, group, record, combine, direction, false);
+  ScanWorkspace<typename View::memory_space> work;
+  return impl::scan_records(space, group, record, combine, direction, false, work);
 }
 
 /// Inclusive scan: on return `record` holds the composition over this rank and every rank before
@@ -119,7 +150,8 @@ template <class ExecutionSpace, class View, class Combine>
 void inclusive_scan(const ExecutionSpace& space, const Group& group, const View& record,
                     Combine&& combine, ScanDirection direction = ScanDirection::forward) {
   impl::agree_scan(group, record);
-  impl::scan_records(space, group, record, combine, direction, true);
+  ScanWorkspace<typename View::memory_space> work;
+  impl::scan_records(space, group, record, combine, direction, true, work);
 }
 
 }  // namespace ctxpar

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ctxpar {
 
@@ -74,6 +75,15 @@ void ensure_extents(View& view, const std::string& label, Extents... extents) {
   if (!has_extents(view, extents...) || (view.data() == nullptr && view.span() > 0))
     view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
                 static_cast<std::size_t>(extents)...);
+}
+
+/// Copies host `values` into the device view `out`, reallocating it only when its length differs:
+/// how a plan uploads its index tables (again only when they change).
+template <class T, class View>
+void upload(const std::vector<T>& values, View& out, const std::string& label) {
+  ensure_extents(out, label, values.size());
+  Kokkos::deep_copy(out, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                             values.data(), values.size()));
 }
 
 /// True when `view` is an output the plan may allocate: it was never given storage.

@@ -94,16 +94,6 @@ struct StepTables {
   }
 };
 
-/// Copies host `values` into the device view `out` (reallocated only when its length differs).
-template <class MemorySpace>
-void upload(const std::vector<std::int64_t>& values, Index<MemorySpace>& out,
-            const std::string& label) {
-  ctxpar::impl::ensure_extents(out, label, values.size());
-  auto h = Kokkos::create_mirror_view(out);
-  for (std::size_t i = 0; i < values.size(); ++i) h(i) = values[i];
-  Kokkos::deep_copy(out, h);
-}
-
 /// Reallocates the views of `block` unless they already hold `n` tokens (ids only `with_ids`).
 template <class Scalar, class MemorySpace>
 void ensure_block(KvBlock<Scalar, MemorySpace>& block, std::int64_t n, std::int64_t kv_heads,
@@ -765,17 +755,17 @@ class StepPlan {
     const impl::AxisLayout segments = layout.per_segment();
     tb.reshard =
         impl::make_plan(segments, me, [&](int r) { return impl::next_cache_range(layout, n, r); });
-    impl::upload(tb.reshard.source, tb.reshard_source, "ctxpar::swa::reshard_source");
-    impl::upload(tb.reshard.send_records, tb.reshard_send_records,
-                 "ctxpar::swa::reshard_send_records");
+    ctxpar::impl::upload(tb.reshard.source, tb.reshard_source, "ctxpar::swa::reshard_source");
+    ctxpar::impl::upload(tb.reshard.send_records, tb.reshard_send_records,
+                         "ctxpar::swa::reshard_send_records");
     if constexpr (whole_axis) {
       tb.assembly = impl::make_plan(segments, me, [&](int r) { return layout.axis_range(r); });
       tb.with_reshard = impl::fuse(tb.assembly, tb.reshard);
       tb.alone = impl::fuse(tb.assembly, impl::empty_plan(layout.ranks));
       auto device = [](const impl::FusedPlan& f, impl::DeviceFused<MemorySpace>& d) {
-        impl::upload(f.send_records, d.send_records, "ctxpar::swa::assembly_send_records");
-        impl::upload(f.source_a, d.source_a, "ctxpar::swa::assembly_source");
-        impl::upload(f.source_b, d.source_b, "ctxpar::swa::assembly_reshard_source");
+        ctxpar::impl::upload(f.send_records, d.send_records, "ctxpar::swa::assembly_send_records");
+        ctxpar::impl::upload(f.source_a, d.source_a, "ctxpar::swa::assembly_source");
+        ctxpar::impl::upload(f.source_b, d.source_b, "ctxpar::swa::assembly_reshard_source");
       };
       device(tb.with_reshard, tb.with_reshard_d);
       device(tb.alone, tb.alone_d);
@@ -791,12 +781,13 @@ class StepPlan {
       std::vector<std::int64_t> source(static_cast<std::size_t>(length));
       for (std::int64_t a = 0; a < length; ++a)
         source[a] = displ[layout.owner(a)] + layout.record_of(a);
-      impl::upload(source, tb.axis_source, "ctxpar::swa::axis_source");
+      ctxpar::impl::upload(source, tb.axis_source, "ctxpar::swa::axis_source");
     } else {
       tb.halo = impl::make_plan(
           layout, me, [&](int r) { return impl::halo_range(layout, options_.window, r); });
-      impl::upload(tb.halo.send_records, tb.halo_send_records, "ctxpar::swa::halo_send_records");
-      impl::upload(tb.halo.source, tb.axis_source, "ctxpar::swa::axis_source");
+      ctxpar::impl::upload(tb.halo.send_records, tb.halo_send_records,
+                           "ctxpar::swa::halo_send_records");
+      ctxpar::impl::upload(tb.halo.source, tb.axis_source, "ctxpar::swa::axis_source");
     }
     tb.ready = true;
   }

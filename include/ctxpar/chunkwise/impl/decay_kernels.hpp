@@ -37,6 +37,7 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
+#include "ctxpar/core/workspace.hpp"
 
 namespace ctxpar::chunkwise::impl {
 
@@ -948,20 +949,15 @@ void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSeque
   saved.chunks = static_cast<std::int64_t>(cb.size());
   saved.chunk = chunk;
   saved.host_seq_chunk = sc;
-  auto upload = [](const std::vector<std::int64_t>& host, const std::string& label) {
-    Kokkos::View<std::int64_t*, MemorySpace> d(label, host.size());
-    Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> h(host.data(),
-                                                                                    host.size());
-    Kokkos::deep_copy(d, h);
-    return d;
-  };
-  saved.chunk_begin = upload(cb, "ctxpar::chunkwise::decay::chunk_begin");
-  saved.chunk_end = upload(ce, "ctxpar::chunkwise::decay::chunk_end");
-  saved.token_chunk = upload(tc, "ctxpar::chunkwise::decay::token_chunk");
-  saved.seq_chunk = upload(sc, "ctxpar::chunkwise::decay::seq_chunk");
-  saved.seq_ordinal = upload(so, "ctxpar::chunkwise::decay::seq_ordinal");
-  saved.seq_starts = upload(st, "ctxpar::chunkwise::decay::seq_starts");
-  saved.seq_ends = upload(se, "ctxpar::chunkwise::decay::seq_ends");
+  // Re-uploaded every call (the values may change), reallocated only when a length changes.
+  using ctxpar::impl::upload;
+  upload(cb, saved.chunk_begin, "ctxpar::chunkwise::decay::chunk_begin");
+  upload(ce, saved.chunk_end, "ctxpar::chunkwise::decay::chunk_end");
+  upload(tc, saved.token_chunk, "ctxpar::chunkwise::decay::token_chunk");
+  upload(sc, saved.seq_chunk, "ctxpar::chunkwise::decay::seq_chunk");
+  upload(so, saved.seq_ordinal, "ctxpar::chunkwise::decay::seq_ordinal");
+  upload(st, saved.seq_starts, "ctxpar::chunkwise::decay::seq_starts");
+  upload(se, saved.seq_ends, "ctxpar::chunkwise::decay::seq_ends");
 }
 
 /// A chain kernel of either direction over `saved` with its shared fields set: the sequence
@@ -989,17 +985,15 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
   build_chunk_tables(saved, seqs, chunk);
   const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
                      V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
-  saved.gamma =
-      typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::gamma", T, H, G);
-  saved.logm =
-      typename DecaySaved<Scalar, MemorySpace>::work3("ctxpar::chunkwise::decay::logm", C, H, G);
-  saved.ds = typename DecaySaved<Scalar, MemorySpace>::work4(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::ds"), C, H, K, V);
-  saved.reset = decltype(saved.reset)(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::reset"), T, H, G);
-  saved.gamma_lo = typename DecaySaved<Scalar, MemorySpace>::work3(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::gamma_lo"), T, H,
-      G);
+  // The saved arrays keep their memory from call to call while the shapes stay the same.
+  using ctxpar::impl::ensure_extents;
+  ensure_extents(saved.gamma, "ctxpar::chunkwise::decay::gamma", T, H, G);
+  Kokkos::deep_copy(space, saved.gamma, Scalar(0));
+  ensure_extents(saved.logm, "ctxpar::chunkwise::decay::logm", C, H, G);
+  Kokkos::deep_copy(space, saved.logm, Scalar(0));
+  ensure_extents(saved.ds, "ctxpar::chunkwise::decay::ds", C, H, K, V);
+  ensure_extents(saved.reset, "ctxpar::chunkwise::decay::reset", T, H, G);
+  ensure_extents(saved.gamma_lo, "ctxpar::chunkwise::decay::gamma_lo", T, H, G);
   Kokkos::parallel_for(
       "ctxpar::chunkwise::decay::gamma", range(space, C * H * G),
       GammaKernel<Scalar, MemorySpace>{saved.g, saved.chunk_begin, saved.chunk_end, saved.gamma,
@@ -1029,9 +1023,7 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
                          const sequence_states_view<Scalar, MemorySpace>& finals) {
   const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
                      C = saved.chunks;
-  saved.states = typename DecaySaved<Scalar, MemorySpace>::work4(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::states"), C, H, K,
-      V);
+  ctxpar::impl::ensure_extents(saved.states, "ctxpar::chunkwise::decay::states", C, H, K, V);
   auto chain = make_chain<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, true);
   chain.ds = saved.ds;
   chain.states = saved.states;
@@ -1060,9 +1052,7 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
                             const SummaryViews<MemorySpace>& summary) {
   const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
                      G = saved.g.extent(2), C = saved.chunks;
-  saved.dmat = typename DecaySaved<Scalar, MemorySpace>::work4(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::dmat"), C, H, K,
-      V);
+  ctxpar::impl::ensure_extents(saved.dmat, "ctxpar::chunkwise::decay::dmat", C, H, K, V);
   Kokkos::parallel_for(
       "ctxpar::chunkwise::decay::query_output", range(space, C * H * K),
       QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
@@ -1091,9 +1081,7 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
                           const state_view<MemorySpace>& ds_in) {
   const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
                      V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
-  saved.gend = typename DecaySaved<Scalar, MemorySpace>::work4(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::decay::gend"), C, H, K,
-      V);
+  ctxpar::impl::ensure_extents(saved.gend, "ctxpar::chunkwise::decay::gend", C, H, K, V);
   auto chain = make_chain<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, true);
   chain.dmat = saved.dmat;
   chain.gend = saved.gend;

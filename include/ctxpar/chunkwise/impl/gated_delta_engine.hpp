@@ -16,6 +16,7 @@
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/team_size.hpp"
+#include "ctxpar/core/workspace.hpp"
 
 namespace ctxpar::impl::gated_delta {
 
@@ -55,6 +56,10 @@ struct Saved {
   std::vector<int> planned_rows, planned_first, planned_dims;
   /// Work buffers of the apply steps (initial and final states, their gradients), `[n, H, K, V]`.
   states_buffer<Scalar, MemorySpace> init_work, final_work, dinit_work, dstart_work;
+  /// Memory of the prepare steps' outputs (`out`, `fin`, `start` point into it while valid) and
+  /// of one `[1, H, K, V]` summary state; kept so a steady-state call allocates nothing.
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out_work;
+  states_buffer<Scalar, MemorySpace> prepared_final_work, prepared_start_work, summary_work;
   /// Per state row: (take the composed state?, row of the user's states or -1), and its mirror.
   Kokkos::View<int* [2], MemorySpace> state_rows;
   typename Kokkos::View<int* [2], MemorySpace>::HostMirror state_rows_host;
@@ -328,12 +333,11 @@ struct Engine {
       // The apply would run this very pass from zero: run it once here, keep the outputs, and
       // take dS from the trailing sequence's final state.
       const int n = seqs.count();
-      sv.out = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::out"),
-          tokens, pb.heads, pb.value_dim);
-      sv.fin = buffer(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::final"),
-          n, pb.heads, pb.key_dim, pb.value_dim);
+      ctxpar::impl::ensure_extents(sv.out_work, "ctxpar::chunkwise::gated_delta::out", tokens,
+                                   pb.heads, pb.value_dim);
+      sv.out = sv.out_work;
+      sv.fin = reuse_states(sv.prepared_final_work, "ctxpar::chunkwise::gated_delta::final", n,
+                            pb.heads, pb.key_dim, pb.value_dim);
       PassTargets<Scalar> tg;
       tg.final_state = sv.fin.data();
       tg.out = sv.out.data();
@@ -346,9 +350,8 @@ struct Engine {
       return;
     }
     if (!needs.transition) {
-      buffer ds(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::ds"), 1,
-          pb.heads, pb.key_dim, pb.value_dim);
+      const buffer ds = reuse_states(sv.summary_work, "ctxpar::chunkwise::gated_delta::ds", 1,
+                                     pb.heads, pb.key_dim, pb.value_dim);
       PassTargets<Scalar> tg;
       tg.final_state = ds.data();
       tg.row_base = last;
@@ -356,8 +359,8 @@ struct Engine {
       store_summary_state(space, summary.state, ds.data(), std::int64_t(pb.key_dim) * pb.value_dim);
       return;
     }
-    buffer ds(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::ds"),
-              1, pb.heads, pb.key_dim, pb.value_dim);
+    const buffer ds = reuse_states(sv.summary_work, "ctxpar::chunkwise::gated_delta::ds", 1,
+                                   pb.heads, pb.key_dim, pb.value_dim);
     PassTargets<Scalar> tg;
     tg.final_state = ds.data();
     tg.row_base = last;
@@ -423,9 +426,8 @@ struct Engine {
       // The apply would run this reverse pass from a zero ds_out: run it once here (saving what
       // the chunk gradients read) and take γ from the leading sequence's start.
       const int n = seqs.count();
-      sv.start = buffer(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::chunkwise::gated_delta::dstart"),
-          n, pb.heads, pb.key_dim, pb.value_dim);
+      sv.start = reuse_states(sv.prepared_start_work, "ctxpar::chunkwise::gated_delta::dstart", n,
+                              pb.heads, pb.key_dim, pb.value_dim);
       PassTargets<Scalar> tg;
       tg.final_state = sv.start.data();
       tg.dout = output_grad.data();
@@ -437,9 +439,9 @@ struct Engine {
       return;
     }
     if (!needs.transition) {
-      buffer gamma(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                      "ctxpar::chunkwise::gated_delta::gamma_summary"),
-                   1, pb.heads, pb.key_dim, pb.value_dim);
+      const buffer gamma =
+          reuse_states(sv.summary_work, "ctxpar::chunkwise::gated_delta::gamma_summary", 1,
+                       pb.heads, pb.key_dim, pb.value_dim);
       PassTargets<Scalar> tg;
       tg.final_state = gamma.data();
       tg.dout = output_grad.data();
@@ -448,9 +450,9 @@ struct Engine {
                           std::int64_t(pb.key_dim) * pb.value_dim);
       return;
     }
-    buffer gamma(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                    "ctxpar::chunkwise::gated_delta::gamma_summary"),
-                 1, pb.heads, pb.key_dim, pb.value_dim);
+    const buffer gamma =
+        reuse_states(sv.summary_work, "ctxpar::chunkwise::gated_delta::gamma_summary", 1, pb.heads,
+                     pb.key_dim, pb.value_dim);
     const bool reuse_m = sv.m_ready && seqs.count() == 1;
     PassTargets<Scalar> tg;
     tg.final_state = gamma.data();
