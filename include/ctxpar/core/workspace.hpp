@@ -72,7 +72,7 @@ bool has_extents(const View& view, Extents... extents) {
 /// and reused while shapes stay the same.
 template <class View, class... Extents>
 void ensure_extents(View& view, const std::string& label, Extents... extents) {
-  if (!has_extents(view, extents...) || (view.data() == nullptr && view.span() > 0))
+  if (!has_extents(view, extents...))
     view = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
                 static_cast<std::size_t>(extents)...);
 }

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "ctxpar/swa/rope.hpp"
 #include "ctxpar/swa/tensors.hpp"
@@ -25,15 +24,6 @@ template <class MemorySpace>
 using Bytes = Kokkos::View<unsigned char*, MemorySpace>;
 template <class MemorySpace>
 using Index = Kokkos::View<std::int64_t*, MemorySpace>;
-
-template <class MemorySpace>
-Index<MemorySpace> to_device(const std::vector<std::int64_t>& v, const std::string& label) {
-  Index<MemorySpace> d(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), v.size());
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
-  Kokkos::deep_copy(d, h);
-  return d;
-}
 
 /// The key/value tokens a rank hands to an exchange, read in place: `first` then `second` (its
 /// cache shard then its chunk shard, or one block with `second` empty), so the step never copies
