@@ -7,6 +7,7 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/config.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"

@@ -451,6 +451,14 @@ BOOST_AUTO_TEST_CASE(int_count_overflow_guard) {
                     "elements, got "
                     "2147483648)");
   ok = ok && throws([&] { ctxpar::impl::mpi_count(-1, "ctxpar::alltoallv"); }, "got -1");
+  // Callers outside comm/ name the quantity that overflowed (the head transposes' blocks).
+  ok = ok && throws(
+                 [&] {
+                   ctxpar::impl::mpi_count(too_many, "ctxpar::heads::TransposePlan",
+                                           "an all-to-all block");
+                 },
+                 "ctxpar::heads::TransposePlan: an all-to-all block must fit in int (expected at "
+                 "most 2147483647 elements, got 2147483648)");
   // Displacements: the running sum overflows although every single count fits.
   ok = ok && throws(
                  [&] {
@@ -477,7 +485,8 @@ BOOST_AUTO_TEST_CASE(negative_count_is_refused) {
   CTXPAR_TEST_ALL(world(), refused);
 }
 
-// Byte counters count payload to and from other ranks only: a message to itself is a call, not traffic.
+// Byte counters count payload to and from other ranks only: a message to itself is a call, not
+// traffic.
 BOOST_AUTO_TEST_CASE(sendrecv_to_self_is_not_traffic) {
   const auto& g = world();
   const int me = g.rank();

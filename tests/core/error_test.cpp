@@ -2,9 +2,11 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 #include "ctxpar_test/harness.hpp"
 
 using ctxpar::test::world;
@@ -80,6 +82,24 @@ BOOST_AUTO_TEST_CASE(fingerprint_separates_small_inputs) {
   ok = ok && ctxpar::fingerprint({1, 2, 3}) == ctxpar::fingerprint({1, 2, 3});
   ok = ok && ctxpar::fingerprint({1, 2}) != ctxpar::fingerprint({2, 1});
   ok = ok && ctxpar::fingerprint({std::int64_t{1} << 40}) != ctxpar::fingerprint({0});
+  CTXPAR_TEST_ALL(world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE(fingerprint_of_a_vector) {
+  // A vector hashes by value, whatever its integer type; its length is part of the hash, so a
+  // trailing zero or a split between two vectors changes it; order matters.
+  const std::vector<std::int32_t> ids{0, 0, 1, 1, 1, 2};
+  const std::vector<std::int64_t> wide(ids.begin(), ids.end());
+  bool ok = ctxpar::fingerprint(ids) == ctxpar::fingerprint(wide);
+  ok = ok && ctxpar::fingerprint(std::vector<int>{1, 2}) !=
+                 ctxpar::fingerprint(std::vector<int>{1, 2, 0});
+  ok = ok &&
+       ctxpar::fingerprint(std::vector<int>{1, 2}) != ctxpar::fingerprint(std::vector<int>{2, 1});
+  ok = ok && ctxpar::fingerprint(std::vector<int>{}) != ctxpar::fingerprint(std::vector<int>{0});
+  ok = ok && ctxpar::fingerprint({ctxpar::fingerprint(std::vector<int>{1}),
+                                  ctxpar::fingerprint(std::vector<int>{2, 3})}) !=
+                 ctxpar::fingerprint({ctxpar::fingerprint(std::vector<int>{1, 2}),
+                                      ctxpar::fingerprint(std::vector<int>{3})});
   CTXPAR_TEST_ALL(world(), ok);
 }
 

@@ -184,9 +184,9 @@ BOOST_AUTO_TEST_CASE(local_validation_errors) {
                     "got nheads = 12)");
   ok &= local_error([] { ctxpar::HeadPartition::create(0, 2, ctxpar::UnevenHeads{}); },
                     "heads must be positive");
-  ok &= local_error(
-      [] { ctxpar::HeadPartition::create(4, 2).counts(std::int64_t{1} << 30); },
-      "a collective count must fit in int (expected at most 2147483647, got 2147483648)");
+  ok &= local_error([] { ctxpar::HeadPartition::create(4, 2).counts(std::int64_t{1} << 30); },
+                    "a collective count must fit in int (expected at most 2147483647 elements, got "
+                    "2147483648)");
   ok &=
       local_error([] { ctxpar::KeyGroupPartition::create(8, 4, 2).counts(std::int64_t{1} << 30); },
                   "ctxpar::KeyGroupPartition::counts: a collective count must fit in int");

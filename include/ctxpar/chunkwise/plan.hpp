@@ -163,17 +163,8 @@ class ChunkwisePlan {
   }
   /// A fingerprint of the layout (T, sequence boundaries, zigzag) for `Preconditions`.
   std::int64_t fingerprint() const {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](std::int64_t x) {
-      for (int b = 0; b < 8; ++b) {
-        h ^= (static_cast<std::uint64_t>(x) >> (8 * b)) & 0xffu;
-        h *= 1099511628211ull;
-      }
-    };
-    mix(zigzag_ ? 1 : 0);
-    for (auto o : offsets_) mix(o);
-    for (auto c : cu_) mix(c);
-    return static_cast<std::int64_t>(h);
+    return ctxpar::fingerprint(
+        {zigzag_ ? 1 : 0, ctxpar::fingerprint(offsets_), ctxpar::fingerprint(cu_)});
   }
 
  private:

@@ -13,6 +13,7 @@
 #include "ctxpar/comm/impl/agreed_checks.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
 #include "ctxpar/comm/unchecked.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 
 namespace ctxpar {
 
@@ -135,7 +136,7 @@ void allgatherv(const ExecutionSpace& space, const Group& group, const SendView&
   const std::string op = "ctxpar::allgatherv";
   impl::agree_on_checks(
       group, op, [&] { impl::allgatherv_checks(group, send, recv, counts, op); },
-      "counts (fingerprint)", impl::counts_fingerprint(counts));
+      "counts (fingerprint)", fingerprint(counts));
   allgatherv(space, group, send, recv, counts, unchecked);
 }
 

@@ -11,6 +11,7 @@
 
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 
 namespace ctxpar {
 
@@ -91,28 +92,5 @@ class Preconditions {
   std::vector<std::string> same_names_;
   std::vector<std::int64_t> same_values_;
 };
-
-/// A 64-bit fingerprint of several integers (FNV-1a), for `Preconditions::require_same` on a whole
-/// plan at once.
-inline std::int64_t fingerprint(std::initializer_list<std::int64_t> values) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::int64_t v : values) {
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= static_cast<std::uint64_t>((static_cast<std::uint64_t>(v) >> (8 * byte)) & 0xffu);
-      h *= 1099511628211ull;
-    }
-  }
-  return static_cast<std::int64_t>(h);
-}
-
-/// A 64-bit fingerprint (FNV-1a) of a name, e.g. a policy tag's, for `require_same`.
-inline std::int64_t fingerprint(const char* name) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const char* c = name; *c != '\0'; ++c) {
-    h ^= static_cast<std::uint64_t>(static_cast<unsigned char>(*c));
-    h *= 1099511628211ull;
-  }
-  return static_cast<std::int64_t>(h);
-}
 
 }  // namespace ctxpar

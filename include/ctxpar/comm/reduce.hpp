@@ -12,6 +12,7 @@
 #include "ctxpar/comm/impl/agreed_checks.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
 #include "ctxpar/comm/unchecked.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 
 namespace ctxpar {
 
@@ -66,7 +67,7 @@ void reduce_scatter(const ExecutionSpace& space, const Group& group, const SendV
   const std::string op = "ctxpar::reduce_scatter";
   impl::agree_on_checks(
       group, op, [&] { impl::reduce_scatter_checks(group, send, recv, counts, op); },
-      "counts (fingerprint)", impl::counts_fingerprint(counts));
+      "counts (fingerprint)", fingerprint(counts));
   reduce_scatter(space, group, send, recv, counts, unchecked);
 }
 

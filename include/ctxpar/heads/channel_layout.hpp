@@ -8,7 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/core/error.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 #include "ctxpar/heads/skip_term.hpp"
 #include "ctxpar/partition/head_partition.hpp"
 
@@ -121,11 +122,11 @@ class ChannelLayout {
 
   /// A fingerprint of the whole layout, for `Preconditions::require_same`.
   std::int64_t fingerprint_value() const {
-    std::int64_t h =
-        ctxpar::fingerprint({nheads_, ngroups_, static_cast<std::int64_t>(sections_.size())});
+    // Names only label messages; everything that places a channel is hashed, in order.
+    std::vector<std::int64_t> fields{nheads_, ngroups_};
     for (const Section& s : sections_)
-      h = ctxpar::fingerprint({h, s.copies, s.units, s.width, static_cast<std::int64_t>(s.kind)});
-    return h;
+      fields.insert(fields.end(), {s.copies, s.units, s.width, static_cast<std::int64_t>(s.kind)});
+    return ctxpar::fingerprint(fields);
   }
 
  private:

@@ -15,6 +15,7 @@
 
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
+#include "ctxpar/core/workspace.hpp"
 #include "ctxpar/heads/channel_layout.hpp"
 #include "ctxpar/heads/gdp_layer.hpp"
 #include "ctxpar/heads/transpose_plan.hpp"
@@ -137,13 +138,14 @@ class GdpContextParallel {
     dims_.off_a = in.local_offset(in.find("a"), b, me);
     core_ = GdpLayerCore<Scalar, MemorySpace>(dims_, pre_.cu_seqlens(), options);
 
-    conv_map_ = to_device("ctxpar::heads::conv_map", shape.conv_layout().channel_map(b, me));
+    ctxpar::impl::upload(shape.conv_layout().channel_map(b, me), conv_map_,
+                         "ctxpar::heads::conv_map");
     std::vector<std::int64_t> heads(dims_.heads), channels(dims_.d_inner());
     for (int h = 0; h < dims_.heads; ++h) heads[h] = dims_.head_begin + h;
     for (std::int64_t c = 0; c < dims_.d_inner(); ++c)
       channels[c] = std::int64_t(dims_.head_begin) * shape.headdim + c;
-    head_map_ = to_device("ctxpar::heads::head_map", heads);
-    channel_map_ = to_device("ctxpar::heads::d_inner_map", channels);
+    ctxpar::impl::upload(heads, head_map_, "ctxpar::heads::head_map");
+    ctxpar::impl::upload(channels, channel_map_, "ctxpar::heads::d_inner_map");
     local_ = allocate_local("local_parameters");
     local_grad_ = allocate_local("local_gradients");
     u_ = matrix("ctxpar::heads::u", tokens, pre_.local_channels());
@@ -372,14 +374,6 @@ class GdpContextParallel {
     Kokkos::parallel_for(
         label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n),
         impl::Scatter1<Src, Dst, index_view>{src, dst, map});
-  }
-
-  static index_view to_device(const std::string& label, const std::vector<std::int64_t>& host) {
-    index_view d(label, host.size());
-    auto h = Kokkos::create_mirror_view(d);
-    for (std::size_t i = 0; i < host.size(); ++i) h(i) = host[i];
-    Kokkos::deep_copy(d, h);
-    return d;
   }
 
   GdpShape shape_;

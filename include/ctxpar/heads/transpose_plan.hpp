@@ -14,10 +14,13 @@
 
 #include "ctxpar/comm/alltoall.hpp"
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/impl/mpi_count.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/core/checked_product.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/core/workspace.hpp"
 #include "ctxpar/heads/channel_layout.hpp"
 #include "ctxpar/heads/impl/transpose_kernels.hpp"
 #include "ctxpar/heads/policies.hpp"
@@ -96,12 +99,11 @@ class TransposePlan {
       chk.require(tokens_ % (2 * p) == 0 && tokens_ > 0, "T % 2P == 0 (and T > 0) under Zigzag",
                   "a positive multiple of " + std::to_string(2 * p), tokens_);
     }
-    std::int64_t cu_hash = ctxpar::fingerprint({static_cast<std::int64_t>(cu_.size())});
-    for (std::int64_t c : cu_) cu_hash = ctxpar::fingerprint({cu_hash, c});
-    chk.require_same("the plan (layout, T, cu_seqlens, policies)",
-                     ctxpar::fingerprint({layout_.fingerprint_value(), tokens_, cu_hash,
-                                          std::is_same_v<HeadPolicy, UnevenHeads> ? 1 : 0,
-                                          std::is_same_v<TokenOrder, Zigzag> ? 1 : 0}));
+    chk.require_same(
+        "the plan (layout, T, cu_seqlens, policies)",
+        ctxpar::fingerprint({layout_.fingerprint_value(), tokens_, ctxpar::fingerprint(cu_),
+                             std::is_same_v<HeadPolicy, UnevenHeads> ? 1 : 0,
+                             std::is_same_v<TokenOrder, Zigzag> ? 1 : 0}));
     chk.agree();
     if (!packed) cu_ = {0, tokens_};
 
@@ -151,7 +153,7 @@ class TransposePlan {
       run.block_stride = offset[run.owner + 1] - o;
       run.block_base = local_rows() * o + (run.target - o);
     }
-    runs_ = to_device<impl::ChannelRun>("ctxpar::heads::channel_runs", runs);
+    ctxpar::impl::upload(runs, runs_, "ctxpar::heads::channel_runs");
 
     if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
       // A dense sequence is one packed sequence: the same closed form covers both.
@@ -160,8 +162,10 @@ class TransposePlan {
     }
 
     for (int j = 0; j < p; ++j) {
-      send_seq_.push_back(checked_count(local_rows() * (offset[j + 1] - offset[j])));
-      recv_head_.push_back(checked_count(rows(j) * local_channels()));
+      send_seq_.push_back(ctxpar::impl::mpi_count(local_rows() * (offset[j + 1] - offset[j]), op,
+                                                  "an all-to-all block"));
+      recv_head_.push_back(
+          ctxpar::impl::mpi_count(rows(j) * local_channels(), op, "an all-to-all block"));
     }
     buf_seq_ = Kokkos::View<Scalar*, MemorySpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::sequence_buffer"),
@@ -366,22 +370,6 @@ class TransposePlan {
   static auto flat(const View& v) {
     return Kokkos::View<typename View::value_type*, typename View::memory_space,
                         Kokkos::MemoryUnmanaged>(v.data(), v.span());
-  }
-
-  template <class T>
-  static Kokkos::View<T*, MemorySpace> to_device(const std::string& label,
-                                                 const std::vector<T>& host) {
-    Kokkos::View<T*, MemorySpace> d(label, host.size());
-    auto h = Kokkos::create_mirror_view(d);
-    for (std::size_t i = 0; i < host.size(); ++i) h(i) = host[i];
-    Kokkos::deep_copy(d, h);
-    return d;
-  }
-
-  static int checked_count(std::int64_t n) {
-    require_local(n <= INT32_MAX, "ctxpar::heads::TransposePlan",
-                  "an all-to-all block must fit an MPI int count", INT32_MAX, n);
-    return static_cast<int>(n);
   }
 
   static std::string describe(const std::vector<std::int64_t>& cu) {

@@ -7,7 +7,6 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <climits>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,7 +14,8 @@
 #include <vector>
 
 #include "ctxpar/comm/group.hpp"
-#include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/comm/impl/mpi_count.hpp"
+#include "ctxpar/comm/impl/violation.hpp"
 #include "ctxpar/core/error.hpp"
 
 namespace ctxpar {
@@ -31,63 +31,37 @@ struct EvenHeads {};
 struct UnevenHeads {};
 
 namespace impl {
-/// A violated head-partition precondition, in the words of `ctxpar::Error`.
-struct HeadViolation {
-  std::string condition, expected, actual;
-};
-
-inline std::optional<HeadViolation> check_heads(int nheads, int ngroups, int parts, bool even) {
-  if (parts < 1)
-    return HeadViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
-  if (nheads < 1)
-    return HeadViolation{"the number of heads must be positive", ">= 1", to_text(nheads)};
+/// The first violated precondition of a head (and key-group) partition, if any; `even` adds the
+/// `EvenHeads` divisibility rules.
+inline std::optional<Violation> check_heads(int nheads, int ngroups, int parts, bool even) {
+  if (parts < 1) return Violation{"the number of ranks must be positive", ">= 1", to_text(parts)};
+  if (nheads < 1) return Violation{"the number of heads must be positive", ">= 1", to_text(nheads)};
   if (ngroups < 1)
-    return HeadViolation{"the number of key groups must be positive", ">= 1", to_text(ngroups)};
+    return Violation{"the number of key groups must be positive", ">= 1", to_text(ngroups)};
   if (nheads % ngroups != 0) {
-    return HeadViolation{"the number of heads must be divisible by the number of key groups",
-                         "a multiple of ngroups = " + to_text(ngroups),
-                         "nheads = " + to_text(nheads)};
+    return Violation{"the number of heads must be divisible by the number of key groups",
+                     "a multiple of ngroups = " + to_text(ngroups), "nheads = " + to_text(nheads)};
   }
   if (!even) return std::nullopt;
   if (nheads % parts != 0) {
-    return HeadViolation{
+    return Violation{
         "the number of heads must be divisible by the number of ranks P (or choose "
         "ctxpar::UnevenHeads)",
         "a multiple of P = " + to_text(parts), "nheads = " + to_text(nheads)};
   }
   if (ngroups < parts && parts % ngroups != 0) {
-    return HeadViolation{
+    return Violation{
         "with fewer key groups than ranks, P must be divisible by the number of key groups "
         "(each group is repeated P / ngroups times)",
         "a divisor of P = " + to_text(parts), "ngroups = " + to_text(ngroups)};
   }
   if (ngroups >= parts && ngroups % parts != 0) {
-    return HeadViolation{
+    return Violation{
         "with at least as many key groups as ranks, the number of key groups must be "
         "divisible by P",
         "a multiple of P = " + to_text(parts), "ngroups = " + to_text(ngroups)};
   }
   return std::nullopt;
-}
-
-/// A count for the v-collectives (MPI takes `int`), refused clearly instead of wrapping.
-inline int count_as_int(std::int64_t count, const std::string& op) {
-  require_local(count >= 0 && count <= INT_MAX, op, "a collective count must fit in int",
-                "at most " + to_text(INT_MAX), count);
-  return static_cast<int>(count);
-}
-
-inline void throw_if_bad(const std::optional<HeadViolation>& bad, const std::string& op) {
-  if (bad) throw Error(op, -1, bad->condition, bad->expected, bad->actual);
-}
-
-inline void agree_on_heads(const Group& group, const std::optional<HeadViolation>& bad,
-                           const std::string& op, int nheads, int ngroups) {
-  Preconditions checks(group, op);
-  if (bad) checks.require(false, bad->condition, bad->expected, bad->actual);
-  checks.require_same("the number of heads", bad ? -1 : nheads);
-  checks.require_same("the number of key groups", bad ? -1 : ngroups);
-  checks.agree();
 }
 }  // namespace impl
 
@@ -109,9 +83,9 @@ struct HeadPartition {
   template <class Policy = EvenHeads>
   static HeadPartition create(const Group& group, int nheads, Policy = {},
                               const std::string& op = "ctxpar::HeadPartition") {
-    impl::agree_on_heads(
-        group, impl::check_heads(nheads, 1, group.size(), std::is_same_v<Policy, EvenHeads>), op,
-        nheads, 1);
+    impl::agree_on(group,
+                   impl::check_heads(nheads, 1, group.size(), std::is_same_v<Policy, EvenHeads>),
+                   op, {{"the number of heads", nheads}, {"the number of key groups", 1}});
     return HeadPartition{nheads, group.size()};
   }
 
@@ -138,8 +112,8 @@ struct HeadPartition {
   std::vector<int> counts(std::int64_t per_head = 1) const {
     std::vector<int> c(static_cast<std::size_t>(nparts));
     for (int r = 0; r < nparts; ++r)
-      c[static_cast<std::size_t>(r)] =
-          impl::count_as_int(size(r) * per_head, "ctxpar::HeadPartition::counts");
+      c[static_cast<std::size_t>(r)] = impl::mpi_count(
+          size(r) * per_head, "ctxpar::HeadPartition::counts", "a collective count");
     return c;
   }
 };
@@ -166,9 +140,9 @@ struct KeyGroupPartition {
   template <class Policy = EvenHeads>
   static KeyGroupPartition create(const Group& group, int nheads, int ngroups, Policy = {},
                                   const std::string& op = "ctxpar::KeyGroupPartition") {
-    impl::agree_on_heads(
+    impl::agree_on(
         group, impl::check_heads(nheads, ngroups, group.size(), std::is_same_v<Policy, EvenHeads>),
-        op, nheads, ngroups);
+        op, {{"the number of heads", nheads}, {"the number of key groups", ngroups}});
     return KeyGroupPartition{HeadPartition{nheads, group.size()}, ngroups};
   }
 
@@ -202,8 +176,8 @@ struct KeyGroupPartition {
   std::vector<int> counts(std::int64_t per_group = 1) const {
     std::vector<int> c(static_cast<std::size_t>(heads.nparts));
     for (int r = 0; r < heads.nparts; ++r) {
-      c[static_cast<std::size_t>(r)] =
-          impl::count_as_int(size(r) * per_group, "ctxpar::KeyGroupPartition::counts");
+      c[static_cast<std::size_t>(r)] = impl::mpi_count(
+          size(r) * per_group, "ctxpar::KeyGroupPartition::counts", "a collective count");
     }
     return c;
   }

@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "ctxpar/comm/group.hpp"
-#include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/comm/impl/violation.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 
 namespace ctxpar {
 
@@ -37,43 +38,24 @@ struct PackedShard {
 
 namespace impl {
 
-/// A violated precondition of the packed metadata, in the words of `ctxpar::Error`.
-struct PackedViolation {
-  std::string condition, expected, actual;
-};
-
-/// FNV-1a over a whole id vector, so ranks can agree that they were given the same ids.
-inline std::int64_t fingerprint_ids(const std::vector<std::int32_t>& ids) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::int32_t v : ids) {
-    for (int byte = 0; byte < 4; ++byte) {
-      h ^= (static_cast<std::uint32_t>(v) >> (8 * byte)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  }
-  return static_cast<std::int64_t>(h);
-}
-
 /// Checks the split itself: at least one token and `T % P == 0`.
-inline std::optional<PackedViolation> check_split(std::int64_t total, int parts) {
-  if (parts < 1)
-    return PackedViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
+inline std::optional<Violation> check_split(std::int64_t total, int parts) {
+  if (parts < 1) return Violation{"the number of ranks must be positive", ">= 1", to_text(parts)};
   if (total < 1) {
-    return PackedViolation{"packed input must hold at least one token (T >= 1)", ">= 1",
-                           to_text(total)};
+    return Violation{"packed input must hold at least one token (T >= 1)", ">= 1", to_text(total)};
   }
   if (total % parts != 0) {
-    return PackedViolation{"the token count T must be divisible by the number of ranks P",
-                           "a multiple of " + to_text(parts),
-                           "T = " + to_text(total) + " (T % P = " + to_text(total % parts) + ")"};
+    return Violation{"the token count T must be divisible by the number of ranks P",
+                     "a multiple of " + to_text(parts),
+                     "T = " + to_text(total) + " (T % P = " + to_text(total % parts) + ")"};
   }
   return std::nullopt;
 }
 
 /// Converts typed ids to int32, checking range and order; `ids` receives the converted values.
 template <class Integer>
-std::optional<PackedViolation> convert_seq_idx(const Integer* data, std::int64_t n,
-                                               std::vector<std::int32_t>& ids) {
+std::optional<Violation> convert_seq_idx(const Integer* data, std::int64_t n,
+                                         std::vector<std::int32_t>& ids) {
   ids.clear();
   if (n > 0) ids.reserve(static_cast<std::size_t>(n));
   constexpr auto lo = std::numeric_limits<std::int32_t>::min();
@@ -87,15 +69,15 @@ std::optional<PackedViolation> convert_seq_idx(const Integer* data, std::int64_t
       fits = static_cast<unsigned long long>(v) <= static_cast<unsigned long long>(hi);
     }
     if (!fits) {
-      return PackedViolation{"sequence ids must be int32 values",
-                             "[" + to_text(lo) + ", " + to_text(hi) + "]",
-                             to_text(+v) + " at token " + to_text(i)};
+      return Violation{"sequence ids must be int32 values",
+                       "[" + to_text(lo) + ", " + to_text(hi) + "]",
+                       to_text(+v) + " at token " + to_text(i)};
     }
     const auto id = static_cast<std::int32_t>(v);
     if (i > 0 && id < ids.back()) {
-      return PackedViolation{"sequence ids must be non-decreasing",
-                             "seq_idx[" + to_text(i) + "] >= " + to_text(ids.back()),
-                             "seq_idx[" + to_text(i) + "] = " + to_text(id)};
+      return Violation{"sequence ids must be non-decreasing",
+                       "seq_idx[" + to_text(i) + "] >= " + to_text(ids.back()),
+                       "seq_idx[" + to_text(i) + "] = " + to_text(id)};
     }
     ids.push_back(id);
   }
@@ -105,31 +87,31 @@ std::optional<PackedViolation> convert_seq_idx(const Integer* data, std::int64_t
 /// Expands cumulative sequence lengths into per-token ids (sequence `s` gets id `s`; empty
 /// sequences simply own no token).
 template <class Integer>
-std::optional<PackedViolation> expand_cu_seqlens(const std::vector<Integer>& cu,
-                                                 std::vector<std::int32_t>& ids) {
+std::optional<Violation> expand_cu_seqlens(const std::vector<Integer>& cu,
+                                           std::vector<std::int32_t>& ids) {
   static_assert(std::is_integral_v<Integer>, "ctxpar::PackedMetadata: cu_seqlens must be integers");
   ids.clear();
   if (cu.empty() || cu.front() != 0) {
-    return PackedViolation{"cu_seqlens must start with 0", "cu_seqlens[0] = 0",
-                           cu.empty() ? std::string("an empty cu_seqlens")
-                                      : "cu_seqlens[0] = " + to_text(+cu.front())};
+    return Violation{"cu_seqlens must start with 0", "cu_seqlens[0] = 0",
+                     cu.empty() ? std::string("an empty cu_seqlens")
+                                : "cu_seqlens[0] = " + to_text(+cu.front())};
   }
   if (cu.size() - 1 > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-    return PackedViolation{"the number of sequences must fit in int32",
-                           "at most " + to_text(std::numeric_limits<std::int32_t>::max()),
-                           to_text(cu.size() - 1)};
+    return Violation{"the number of sequences must fit in int32",
+                     "at most " + to_text(std::numeric_limits<std::int32_t>::max()),
+                     to_text(cu.size() - 1)};
   }
   for (std::size_t s = 1; s < cu.size(); ++s) {
     if (cu[s] < cu[s - 1]) {
-      return PackedViolation{"cu_seqlens must be non-decreasing",
-                             "cu_seqlens[" + to_text(s) + "] >= " + to_text(+cu[s - 1]),
-                             "cu_seqlens[" + to_text(s) + "] = " + to_text(+cu[s])};
+      return Violation{"cu_seqlens must be non-decreasing",
+                       "cu_seqlens[" + to_text(s) + "] >= " + to_text(+cu[s - 1]),
+                       "cu_seqlens[" + to_text(s) + "] = " + to_text(+cu[s])};
     }
   }
   const auto total = static_cast<long long>(cu.back());
   if (total > (std::int64_t{1} << 40)) {
-    return PackedViolation{"cu_seqlens describes an implausibly long input", "at most 2^40 tokens",
-                           to_text(total)};
+    return Violation{"cu_seqlens describes an implausibly long input", "at most 2^40 tokens",
+                     to_text(total)};
   }
   ids.reserve(static_cast<std::size_t>(total));
   for (std::size_t s = 1; s < cu.size(); ++s) {
@@ -175,7 +157,7 @@ class PackedMetadata {
     std::vector<std::int32_t> ids;
     auto bad = impl::convert_seq_idx(seq_idx, n, ids);
     if (!bad) bad = impl::check_split(n, parts);
-    throw_if(bad, op);
+    impl::throw_if_bad(bad, op);
     return PackedMetadata(std::move(ids), parts);
   }
 
@@ -201,7 +183,7 @@ class PackedMetadata {
     std::vector<std::int32_t> ids;
     auto bad = impl::expand_cu_seqlens(cu_seqlens, ids);
     if (!bad) bad = impl::check_split(static_cast<std::int64_t>(ids.size()), parts);
-    throw_if(bad, op);
+    impl::throw_if_bad(bad, op);
     return PackedMetadata(std::move(ids), parts);
   }
 
@@ -303,24 +285,11 @@ class PackedMetadata {
     starts_.push_back(static_cast<std::int64_t>(ids_.size()));
   }
 
-  static void throw_if(const std::optional<impl::PackedViolation>& bad, const std::string& op) {
-    if (bad) throw Error(op, -1, bad->condition, bad->expected, bad->actual);
-  }
-
   static PackedMetadata agreed(const Group& group, std::vector<std::int32_t> ids,
-                               const std::optional<impl::PackedViolation>& bad,
-                               const std::string& op) {
-    Preconditions checks(group, op);
-    if (bad) checks.require(false, bad->condition, bad->expected, bad->actual);
-    // Only compare the ids when they are valid here: a local violation's message should win.
-    if (!bad) {
-      checks.require_same("the token count T", static_cast<std::int64_t>(ids.size()));
-      checks.require_same("the sequence ids (fingerprint)", impl::fingerprint_ids(ids));
-    } else {
-      checks.require_same("the token count T", -1);
-      checks.require_same("the sequence ids (fingerprint)", 0);
-    }
-    checks.agree();
+                               const std::optional<impl::Violation>& bad, const std::string& op) {
+    impl::agree_on(group, bad, op,
+                   {{"the token count T", static_cast<std::int64_t>(ids.size())},
+                    {"the sequence ids (fingerprint)", ctxpar::fingerprint(ids)}});
     return PackedMetadata(std::move(ids), group.size());
   }
 

@@ -23,10 +23,12 @@
 #include <vector>
 
 #include "ctxpar/comm/group.hpp"
-#include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/comm/impl/violation.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/fingerprint.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/core/workspace.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
 
 namespace ctxpar {
@@ -85,34 +87,17 @@ struct ContiguousLayout {
 };
 
 namespace impl {
-/// A violated layout precondition, in the words of `ctxpar::Error`.
-struct LayoutViolation {
-  std::string condition, expected, actual;
-};
-
-inline std::optional<LayoutViolation> check_dense_zigzag(std::int64_t length, int parts) {
-  if (parts < 1)
-    return LayoutViolation{"the number of ranks must be positive", ">= 1", to_text(parts)};
+/// The dense zigzag layout's precondition: `length` is a positive multiple of `2 * parts`.
+inline std::optional<Violation> check_dense_zigzag(std::int64_t length, int parts) {
+  if (parts < 1) return Violation{"the number of ranks must be positive", ">= 1", to_text(parts)};
   const std::int64_t two_p = 2 * static_cast<std::int64_t>(parts);
   if (length < two_p || length % two_p != 0) {
-    return LayoutViolation{
-        "the zigzag layout needs a sequence length that is a positive multiple of 2P",
-        "a positive multiple of " + to_text(two_p), to_text(length)};
+    return Violation{"the zigzag layout needs a sequence length that is a positive multiple of 2P",
+                     "a positive multiple of " + to_text(two_p), to_text(length)};
   }
   return std::nullopt;
 }
 
-inline void throw_if_bad(const std::optional<LayoutViolation>& bad, const std::string& op) {
-  if (bad) throw Error(op, -1, bad->condition, bad->expected, bad->actual);
-}
-
-inline void agree_on(const Group& group, const std::optional<LayoutViolation>& bad,
-                     const std::string& op, const std::string& what, std::int64_t print) {
-  Preconditions checks(group, op);
-  if (bad) checks.require(false, bad->condition, bad->expected, bad->actual);
-  checks.require_same(what, bad ? -1 : print);
-  checks.agree();
-}
 }  // namespace impl
 
 /// Dense zigzag layout: `T` tokens (a positive multiple of `2P`), chunk `C = T / (2P)`, every rank
@@ -132,8 +117,8 @@ struct ZigzagLayout {
   /// length is bad on any rank or differs between ranks.
   static ZigzagLayout create(const Group& group, std::int64_t length,
                              const std::string& op = "ctxpar::ZigzagLayout") {
-    impl::agree_on(group, impl::check_dense_zigzag(length, group.size()), op, "the sequence length",
-                   length);
+    impl::agree_on(group, impl::check_dense_zigzag(length, group.size()), op,
+                   {{"the sequence length", length}});
     return ZigzagLayout{length, group.size()};
   }
 
@@ -203,12 +188,8 @@ class PackedZigzagLayout {
   template <class Integer>
   static PackedZigzagLayout create(const Group& group, const std::vector<Integer>& cu_seqlens,
                                    const std::string& op = "ctxpar::PackedZigzagLayout") {
-    const auto bad = check(cu_seqlens, group.size());
-    std::vector<std::int64_t> values(cu_seqlens.begin(), cu_seqlens.end());
-    std::uint64_t h = 1469598103934665603ull;
-    for (std::int64_t v : values) h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ull;
-    impl::agree_on(group, bad, op, "cu_seqlens (fingerprint)",
-                   static_cast<std::int64_t>(h & 0x3fffffffffffffffull));
+    impl::agree_on(group, check(cu_seqlens, group.size()), op,
+                   {{"cu_seqlens (fingerprint)", ctxpar::fingerprint(cu_seqlens)}});
     return PackedZigzagLayout(cu_seqlens, group.size());
   }
 
@@ -275,30 +256,29 @@ class PackedZigzagLayout {
 
  private:
   template <class Integer>
-  static std::optional<impl::LayoutViolation> check(const std::vector<Integer>& cu, int parts) {
+  static std::optional<impl::Violation> check(const std::vector<Integer>& cu, int parts) {
     static_assert(std::is_integral_v<Integer>,
                   "ctxpar::PackedZigzagLayout: cu_seqlens must be integers");
     if (parts < 1)
-      return impl::LayoutViolation{"the number of ranks must be positive", ">= 1",
-                                   impl::to_text(parts)};
+      return impl::Violation{"the number of ranks must be positive", ">= 1", impl::to_text(parts)};
     if (cu.size() < 2 || cu.front() != 0) {
-      return impl::LayoutViolation{
-          "cu_seqlens must start with 0 and hold at least one sequence", "[0, c_1, ..., T]",
-          cu.empty() ? std::string("an empty list")
-                     : "cu_seqlens[0] = " + impl::to_text(+cu.front()) + " with " +
-                           impl::to_text(cu.size()) + " entries"};
+      return impl::Violation{"cu_seqlens must start with 0 and hold at least one sequence",
+                             "[0, c_1, ..., T]",
+                             cu.empty() ? std::string("an empty list")
+                                        : "cu_seqlens[0] = " + impl::to_text(+cu.front()) +
+                                              " with " + impl::to_text(cu.size()) + " entries"};
     }
     const std::int64_t two_p = 2 * static_cast<std::int64_t>(parts);
     for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
       const auto len = static_cast<std::int64_t>(cu[s + 1]) - static_cast<std::int64_t>(cu[s]);
       if (len < 0) {
-        return impl::LayoutViolation{
+        return impl::Violation{
             "cu_seqlens must be non-decreasing",
             "cu_seqlens[" + impl::to_text(s + 1) + "] >= " + impl::to_text(+cu[s]),
             "cu_seqlens[" + impl::to_text(s + 1) + "] = " + impl::to_text(+cu[s + 1])};
       }
       if (len % two_p != 0) {
-        return impl::LayoutViolation{
+        return impl::Violation{
             "every packed sequence length must be divisible by 2P for the zigzag layout "
             "(sequence " +
                 impl::to_text(s) + " has length " + impl::to_text(len) + ")",
@@ -307,23 +287,17 @@ class PackedZigzagLayout {
       }
     }
     if (cu.back() <= 0) {
-      return impl::LayoutViolation{"packed input must hold at least one token", "T >= 1",
-                                   impl::to_text(+cu.back())};
+      return impl::Violation{"packed input must hold at least one token", "T >= 1",
+                             impl::to_text(+cu.back())};
     }
     return std::nullopt;
   }
 
   template <class Integer>
   PackedZigzagLayout(const std::vector<Integer>& cu, int parts)
-      : cu_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::partition::zigzag_cu_seqlens"),
-            cu.size()),
-        total_(static_cast<std::int64_t>(cu.back())),
-        nparts_(parts) {
-    auto host = Kokkos::create_mirror_view(cu_);
-    for (std::size_t s = 0; s < cu.size(); ++s) {
-      host(s) = static_cast<std::int64_t>(cu[s]);
-    }
-    Kokkos::deep_copy(cu_, host);
+      : total_(static_cast<std::int64_t>(cu.back())), nparts_(parts) {
+    impl::upload(std::vector<std::int64_t>(cu.begin(), cu.end()), cu_,
+                 "ctxpar::partition::zigzag_cu_seqlens");
   }
 
   // The sequence holding natural token i: the last s with cu_(s) <= i, skipping empty sequences.

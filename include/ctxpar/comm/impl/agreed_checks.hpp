@@ -3,12 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "ctxpar/comm/group.hpp"
-#include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/comm/impl/violation.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/view_checks.hpp"
 
@@ -22,18 +22,17 @@ namespace ctxpar::impl {
 template <class Checks>
 void agree_on_checks(const Group& group, const std::string& op, Checks&& checks,
                      const char* same_what = nullptr, std::int64_t same_value = 0) {
-  Preconditions chk(group, op);
-  bool ok = true;
+  std::optional<Violation> bad;
   try {
     std::forward<Checks>(checks)();
   } catch (const Error& e) {
-    ok = false;
-    chk.require(false, e.condition(), e.expected(), e.actual());
+    bad = Violation{e.condition(), e.expected(), e.actual()};
   }
-  // A rank that failed locally contributes a value no valid rank can have, so the mismatch does
-  // not hide its own (more precise) message: the lowest failing rank's message wins either way.
-  if (same_what != nullptr) chk.require_same(same_what, ok ? same_value : -1);
-  chk.agree();
+  if (same_what != nullptr) {
+    agree_on(group, bad, op, {{same_what, same_value}});
+  } else {
+    agree_on(group, bad, op);
+  }
 }
 
 /// Both buffers of a collective must be contiguous (MPI sees one flat range of each).
@@ -41,13 +40,6 @@ template <class SendView, class RecvView>
 void require_buffers(const SendView& send, const RecvView& recv, const std::string& op) {
   require_contiguous(send, op, "every buffer handed to a collective");
   require_contiguous(recv, op, "every buffer handed to a collective");
-}
-
-/// A fingerprint of a per-rank count vector, for agreeing that every rank passed the same one.
-inline std::int64_t counts_fingerprint(const std::vector<int>& counts) {
-  std::int64_t hash = ctxpar::fingerprint({static_cast<std::int64_t>(counts.size())});
-  for (int c : counts) hash = ctxpar::fingerprint({hash, c});
-  return hash;
 }
 
 }  // namespace ctxpar::impl

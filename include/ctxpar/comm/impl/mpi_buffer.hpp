@@ -3,20 +3,19 @@
 /// the view is host-accessible, otherwise through a host copy (staging).
 #pragma once
 
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #include <boost/mpi/datatype.hpp>
-#include <climits>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "ctxpar/comm/impl/mpi_count.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/config.hpp"
-#include "ctxpar/core/error.hpp"
 #include "ctxpar/core/view_checks.hpp"
 
 namespace ctxpar::impl {
@@ -28,13 +27,6 @@ MPI_Datatype mpi_datatype_of() {
   static_assert(std::is_arithmetic_v<value_type>,
                 "ctxpar collectives: views must hold arithmetic scalars (float, double, int, ...)");
   return boost::mpi::get_mpi_datatype<value_type>(value_type());
-}
-
-/// Converts an element count to MPI's `int`, with a clear error instead of a silent wrap.
-inline int mpi_count(std::int64_t count, const std::string& op) {
-  require_local(count >= 0 && count <= INT_MAX, op, "an MPI count must fit in int",
-                "at most " + std::to_string(INT_MAX) + " elements", count);
-  return static_cast<int>(count);
 }
 
 /// A contiguous view's memory as MPI sees it. For a staged (device, non-device-aware) view the
