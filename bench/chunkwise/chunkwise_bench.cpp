@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <iostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/json.hpp"
@@ -93,12 +94,17 @@ struct Runner {
   typename B::gradients_type grads;
   cw::token_view<float, mem> o;
   cw::const_token_view<float, mem> dout;
+  // One operator and one context per policy, built once; every call reuses their memory.
+  cw::CpPlan<cw::GatherFold, B, exec> gather;
+  cw::CpPlan<cw::ScanCompose, B, exec> scan;
+  cw::ChunkwiseContext<B> gather_ctx, scan_ctx;
 
   Runner(const ctxpar::Group& g, const Data& d, int chunk, bool diagonal_gates = false)
       : group(g),
         backend(cw::BackendOptions{chunk, 0.0}),
-        plan(
-            cw::ChunkwisePlan::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, d.T})) {
+        plan(cw::ChunkwisePlan::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, d.T})),
+        gather(exec(), g, backend, plan, cw::ChunkwiseShape{plan.local_length(), d.H, d.K, d.V}),
+        scan(exec(), g, backend, plan, cw::ChunkwiseShape{plan.local_length(), d.H, d.K, d.V}) {
     const int v = g.rank();
     const std::int64_t b = plan.shard_begin(v), e = b + plan.shard_length(v);
     const std::size_t H = d.H, K = d.K, V = d.V;
@@ -126,15 +132,26 @@ struct Runner {
     dout = rows_of<cw::const_token_view<float, mem>>(d.dout, H * V, b, e, H, V);
   }
 
+  template <class Policy>
+  auto& cp() {
+    if constexpr (std::is_same_v<Policy, cw::GatherFold>)
+      return gather;
+    else
+      return scan;
+  }
+  template <class Policy>
+  cw::ChunkwiseContext<B>& ctx() {
+    return std::is_same_v<Policy, cw::GatherFold> ? gather_ctx : scan_ctx;
+  }
   template <class Policy = cw::GatherFold>
   void forward() {
-    cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o);
+    cp<Policy>().forward(in, o, ctx<Policy>());
     exec().fence();
   }
   template <class Policy = cw::GatherFold>
   void both() {
-    auto ctx = cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o);
-    cw::chunkwise_cp_backward<Policy>(exec(), group, backend, ctx, dout, grads);
+    cp<Policy>().forward(in, o, ctx<Policy>());
+    cp<Policy>().backward(ctx<Policy>(), dout, grads);
     exec().fence();
   }
 };

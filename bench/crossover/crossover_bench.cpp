@@ -1,5 +1,5 @@
 // Mechanism B vs mechanism C on the same layer, forward + backward, through the public APIs:
-//   B: ctxpar::chunkwise::chunkwise_cp_forward/backward (GatherFold and ScanCompose) on the rank's
+//   B: ctxpar::chunkwise::CpPlan forward/backward (GatherFold and ScanCompose) on the rank's
 //      T/P tokens of every head; the ranks exchange one fp32 summary record per head.
 //   C: ctxpar::heads::TransposePlan — one to_head_parallel of the fused input projection
 //      [T/P, q|k|v|g|β] to [T, the rank's heads], the single-device chunkwise recurrence on the
@@ -24,8 +24,10 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/json.hpp"
@@ -348,6 +350,13 @@ struct Crossover {
   cw::ChunkwisePlan plan_local;
   matrix_view x_seq, x_head, dx_head, dx_seq, y_seq, y_head, dy_seq, dy_head;
   Tensors xh, dxh;
+  // The chunkwise operators, built once (B: one per policy over the world; C: the recurrence of
+  // the rank's Hj heads over the whole sequence), each with its context: calls reuse their memory.
+  template <class Policy>
+  using cp_type = cw::CpPlan<Policy, backend_type, exec>;
+  std::optional<cp_type<cw::GatherFold>> b_gather, c_local;
+  std::optional<cp_type<cw::ScanCompose>> b_scan;
+  cw::ChunkwiseContext<backend_type> b_gather_ctx, b_scan_ctx, c_ctx;
 
   Crossover(const ctxpar::Group& w, const ctxpar::Group& sf, const Shape& shape, std::int64_t per_rank)
       : world(w),
@@ -364,6 +373,9 @@ struct Crossover {
         plan_out(w, ch::ChannelLayout::heads_only(shape.H, shape.V, "y"), T),
         plan_local(cw::ChunkwisePlan::create(sf, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})) {
     Hj = static_cast<int>(plan_out.local_channels() / s.V);
+    b_gather.emplace(exec(), w, backend, plan_b, cw::ChunkwiseShape{t, s.H, s.K, s.V});
+    b_scan.emplace(exec(), w, backend, plan_b, cw::ChunkwiseShape{t, s.H, s.K, s.V});
+    c_local.emplace(exec(), sf, backend, plan_local, cw::ChunkwiseShape{T, Hj, s.K, s.V});
     const std::int64_t b = me * t, e = b + t, C = s.channels(s.H);
     x_seq = to_device("x_seq", fused_rows(s, b, e), t, C);
     dy_seq = to_device("dy_seq", dout_rows(s, b, e), t, std::int64_t{s.H} * s.V);
@@ -386,8 +398,14 @@ struct Crossover {
 
   template <class Policy>
   void run_b() {
-    auto ctx = cw::chunkwise_cp_forward<Policy>(exec(), world, backend, plan_b, F::inputs(s, xb), ob);
-    cw::chunkwise_cp_backward<Policy>(exec(), world, backend, ctx, doutb, F::gradients(s, dxb));
+    auto& ctx = std::is_same_v<Policy, cw::GatherFold> ? b_gather_ctx : b_scan_ctx;
+    if constexpr (std::is_same_v<Policy, cw::GatherFold>) {
+      b_gather->forward(F::inputs(s, xb), ob, ctx);
+      b_gather->backward(ctx, doutb, F::gradients(s, dxb));
+    } else {
+      b_scan->forward(F::inputs(s, xb), ob, ctx);
+      b_scan->backward(ctx, doutb, F::gradients(s, dxb));
+    }
     exec().fence();
   }
 
@@ -411,14 +429,13 @@ struct Crossover {
     xh.copy(space, s, x_head, false);
     mark(phase_copy);
     const cw::token_view<float, mem> oh(y_head.data(), T, Hj, s.V);
-    auto ctx = cw::chunkwise_cp_forward<cw::GatherFold>(space, self, backend, plan_local,
-                                                        F::inputs(s, xh), oh);
+    c_local->forward(F::inputs(s, xh), oh, c_ctx);
     mark(phase_local);
     plan_out.to_sequence_parallel(space, y_head, y_seq);
     plan_out.to_head_parallel(space, dy_seq, dy_head);
     mark(phase_transpose);
     const cw::const_token_view<float, mem> doh(dy_head.data(), T, Hj, s.V);
-    cw::chunkwise_cp_backward<cw::GatherFold>(space, self, backend, ctx, doh, F::gradients(s, dxh));
+    c_local->backward(c_ctx, doh, F::gradients(s, dxh));
     mark(phase_local);
     dxh.copy(space, s, dx_head, true);
     mark(phase_copy);
@@ -446,10 +463,12 @@ struct Crossover {
     Tensors in(s, "x1_", T, s.H), grad(s, "dx1_", T, s.H);
     in.copy(exec(), s, x, false);
     cw::token_view<float, mem> o("o1", T, s.H, s.V);
-    auto ctx = cw::chunkwise_cp_forward<cw::GatherFold>(exec(), self, backend, plan_local, F::inputs(s, in), o);
-    cw::chunkwise_cp_backward<cw::GatherFold>(
-        exec(), self, backend, ctx, cw::const_token_view<float, mem>(dy.data(), T, s.H, s.V),
-        F::gradients(s, grad));
+    auto one = cw::make_cp_plan<cw::GatherFold>(exec(), self, backend, plan_local,
+                                                cw::ChunkwiseShape{T, s.H, s.K, s.V});
+    cw::ChunkwiseContext<backend_type> ctx;
+    one.forward(F::inputs(s, in), o, ctx);
+    one.backward(ctx, cw::const_token_view<float, mem>(dy.data(), T, s.H, s.V),
+                 F::gradients(s, grad));
     matrix_view dx("dx1", T, C);
     grad.copy(exec(), s, dx, true);
     exec().fence();

@@ -220,11 +220,11 @@ struct Pass {
     if (f.count("h0"))
       fs.initial_states =
           take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["h0"], {{0, N}}, "h0.npy");
+    // One plan and one context for every call: a repeated call reuses their memory (the steady
+    // state).
+    auto cp = cw::make_cp_plan<Policy>(exec(), group, backend, plan, shape);
     cw::ChunkwiseContext<Backend> ctx;
-    const auto forward_call = [&] {
-      // One context for every call: a repeated call reuses its memory (the steady state).
-      cw::chunkwise_cp_forward<Policy>(exec(), group, backend, plan, in, o, ctx, fs);
-    };
+    const auto forward_call = [&] { cp.forward(in, o, ctx, fs); };
     forward_seconds = timed(group, forward_call);
     steady.repeat = repeat;
     if (!s.backward) {
@@ -247,9 +247,7 @@ struct Pass {
     if (f.count("dht"))
       bs.final_state_grads =
           take_rows<cw::const_sequence_states_view<Scalar, mem>>(f["dht"], {{0, N}}, "dht.npy");
-    const auto backward_call = [&] {
-      cw::chunkwise_cp_backward<Policy>(exec(), group, backend, ctx, dout, grads, bs);
-    };
+    const auto backward_call = [&] { cp.backward(ctx, dout, grads, bs); };
     backward_seconds = timed(group, backward_call);
     steady.run([&] { return timed(group, forward_call); },
                [&] { return timed(group, backward_call); });

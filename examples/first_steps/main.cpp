@@ -4,8 +4,8 @@
 //   1. sliding-window attention: a two-step stream with a carried cache, forward and backward
 //      (a swa::StepPlan's forward / backward against swa::step_forward / step_backward);
 //   2. chunkwise gated delta rule (GDN) over two packed sequences, forward and backward
-//      (ctxpar::chunkwise::chunkwise_cp_forward / chunkwise_cp_backward, run again on a one-rank
-//      group built from MPI_COMM_SELF);
+//      (a ctxpar::chunkwise::CpPlan's forward / backward, run again on a one-rank group built
+//      from MPI_COMM_SELF);
 //   3. head-parallel transposes of a Gated Delta Product input projection
 //      (ctxpar::heads::TransposePlan: to_head_parallel, to_sequence_parallel, the adjoint).
 //
@@ -200,11 +200,14 @@ int gdn_part(const ctxpar::Group& group) {
     const std::int64_t n = plan.local_length();  // == e - b
     Tensor o("o", n, H, V), dq("dq", n, H, K), dk("dk", n, H, K), dv("dv", n, H, V);
     Heads dg("dg", n, H), dbeta("dbeta", n, H);
+    // The operator: built once per layer (collective, it agrees on the shape and options), then
+    // called every step. The policy is a compile-time tag.
+    auto cp = cw::make_cp_plan<cw::ScanCompose>(exec(), grp, backend, plan,
+                                                cw::ChunkwiseShape{n, H, K, V});
     // The context keeps references to the inputs: do not overwrite them before the backward.
-    auto ctx = cw::chunkwise_cp_forward<cw::ScanCompose>(exec(), grp, backend, plan, in, o);
-    cw::chunkwise_cp_backward<cw::ScanCompose>(
-        exec(), grp, backend, ctx, rows3(dout),
-        cw::GatedDeltaRuleGradients<real, mem>{dq, dk, dv, dg, dbeta});
+    cw::ChunkwiseContext<cw::GatedDeltaRuleBackend<real, mem>> ctx;
+    cp.forward(in, o, ctx);
+    cp.backward(ctx, rows3(dout), cw::GatedDeltaRuleGradients<real, mem>{dq, dk, dv, dg, dbeta});
     return std::array<Tensor, 4>{o, dq, dk, dv};
   };
 

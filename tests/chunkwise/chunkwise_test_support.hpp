@@ -1,8 +1,8 @@
 // Shared machinery of the chunkwise CP tests, generic over the backend through an *adapter*:
 // - a problem (global fp64 inputs built from (seed, index), packed boundaries, optional initial
 //   states, output and final-state gradients),
-// - `run_cp<Policy>`: uploads the rank's rows (contiguous or zigzag), runs chunkwise_cp_forward /
-//   chunkwise_cp_backward and returns host copies of everything the rank computed,
+// - `run_cp<Policy>`: uploads the rank's rows (contiguous or zigzag), runs a `CpPlan`'s forward and
+//   backward and returns host copies of everything the rank computed,
 // - `check_against`: compares a run on every owned token (and every state row) with a reference
 //   (the fp64 oracle or the single-rank path) under a per-element bound.
 //
@@ -136,11 +136,13 @@ Result run_cp(const Group& group, const typename A::problem& prob, const CaseOpt
   }
   cw::DriverOptions dopt;
   dopt.form = opt.form;
-  auto ctx = cw::chunkwise_cp_forward<Policy>(space, group, backend, plan, in, out, fs, dopt);
+  auto cp = cw::make_cp_plan<Policy>(space, group, backend, plan, backend.shape(in), dopt);
+  cw::ChunkwiseContext<backend_t> ctx;
+  cp.forward(in, out, ctx, fs);
   const auto dout =
       upload_rows<cw::const_token_view<scalar, mem>>(prob.dout, H * V, rows, "dout", H, V);
   const auto grads = A::gradients(prob, local);
-  cw::chunkwise_cp_backward<Policy>(space, group, backend, ctx, dout, grads, bs, dopt);
+  cp.backward(ctx, dout, grads, bs);
 
   Result res;
   const std::int64_t T = prob.T;

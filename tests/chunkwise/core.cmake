@@ -5,3 +5,4 @@ ctxpar_add_mpi_test(NAME chunkwise_summary SOURCES summary_test.cpp LABELS chunk
 ctxpar_add_mpi_test(NAME chunkwise_errors SOURCES errors_test.cpp LABELS chunkwise TIMEOUT 300)
 ctxpar_add_mpi_test(NAME chunkwise_short_conv SOURCES short_conv_test.cpp LABELS chunkwise TIMEOUT 120)
 ctxpar_add_mpi_test(NAME chunkwise_decay_numerics SOURCES decay_numerics_test.cpp LABELS chunkwise TIMEOUT 300)
+ctxpar_add_mpi_test(NAME chunkwise_cp_plan SOURCES cp_plan_test.cpp LABELS chunkwise TIMEOUT 120)

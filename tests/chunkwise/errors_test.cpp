@@ -65,19 +65,24 @@ void run(Fault fault, bool bad) {
     cw::DiagonalGateBackend<float, mem> backend(cw::BackendOptions{chunk, 0.0});
     cw::DiagonalGateInputs<float, mem> in{q, k, v,
                                           cw::token_view<float, mem>("g", rows, heads, k_dim)};
-    cw::chunkwise_cp_forward(exec(), group, backend, plan, in, o, {}, options);
+    cw::ChunkwiseContext<decltype(backend)> ctx;
+    cw::make_cp_plan<cw::GatherFold>(exec(), group, backend, plan, backend.shape(in), options)
+        .forward(in, o, ctx);
     return;
   }
   cw::ScalarDecayBackend<float, mem> backend(cw::BackendOptions{chunk, 0.0});
   cw::ScalarDecayInputs<float, mem> in{q, k, v, g};
-  auto ctx = cw::chunkwise_cp_forward(exec(), group, backend, plan, in, o, {}, options);
+  auto cp =
+      cw::make_cp_plan<cw::GatherFold>(exec(), group, backend, plan, backend.shape(in), options);
+  cw::ChunkwiseContext<decltype(backend)> ctx;
+  cp.forward(in, o, ctx);
   cw::token_view<float, mem> dout("dout", bad && fault == Fault::dout_shape ? rows + 1 : rows,
                                   heads, v_dim);
   cw::ScalarDecayGradients<float, mem> grads{cw::token_view<float, mem>("dq", rows, heads, k_dim),
                                              cw::token_view<float, mem>("dk", rows, heads, k_dim),
                                              cw::token_view<float, mem>("dv", rows, heads, v_dim),
                                              cw::head_view<float, mem>("dg", rows, heads)};
-  cw::chunkwise_cp_backward(exec(), group, backend, ctx, dout, grads);
+  cp.backward(ctx, dout, grads);
 }
 
 // The rank an agreement failure names: the bad rank for local checks; for "every rank must agree"
@@ -315,7 +320,9 @@ cw::token_view<float, mem> forward_with(const cw::BackendOptions& options) {
   Kokkos::deep_copy(g, -0.2f);
   cw::ScalarDecayBackend<float, mem> backend(options);
   cw::ScalarDecayInputs<float, mem> in{q, k, v, g};
-  cw::chunkwise_cp_forward(exec(), group, backend, plan, in, o);
+  cw::ChunkwiseContext<decltype(backend)> ctx;
+  cw::make_cp_plan<cw::GatherFold>(exec(), group, backend, plan, backend.shape(in))
+      .forward(in, o, ctx);
   return o;
 }
 
@@ -380,8 +387,10 @@ BOOST_AUTO_TEST_CASE(summary_size_overflow_is_refused) {
     cw::token_view<float, mem> q("q", L, 1, K), k("k", L, 1, K), v("v", L, 1, V), o("o", L, 1, V);
     cw::head_view<float, mem> g("g", L, 1);
     cw::ScalarDecayBackend<float, mem> backend(cw::BackendOptions{16, 0.0});
-    cw::chunkwise_cp_forward(exec(), group, backend, plan,
-                             cw::ScalarDecayInputs<float, mem>{q, k, v, g}, o);
+    const cw::ScalarDecayInputs<float, mem> in{q, k, v, g};
+    cw::ChunkwiseContext<decltype(backend)> ctx;
+    cw::make_cp_plan<cw::GatherFold>(exec(), group, backend, plan, backend.shape(in))
+        .forward(in, o, ctx);
   };
   CTXPAR_TEST_ALL(group, throws_everywhere(group, call, "must fit an MPI int count", 0));
 }

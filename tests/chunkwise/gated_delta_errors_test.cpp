@@ -45,7 +45,9 @@ void run_gdn(const Shape& s, const cw::ChunkwisePlan& plan) {
   in.beta = cw::head_view<float, mem>("beta", s.tb, s.hb);
   cw::token_view<float, mem> out("o", s.tq, s.hq, s.vv);
   const cw::GatedDeltaRuleBackend<float, mem> backend;
-  cw::chunkwise_cp_forward(exec(), world(), backend, plan, in, out);
+  cw::ChunkwiseContext<cw::GatedDeltaRuleBackend<float, mem>> ctx;
+  cw::make_cp_plan<cw::GatherFold>(exec(), world(), backend, plan, backend.shape(in))
+      .forward(in, out, ctx);
 }
 
 void run_gdp(const Shape& s, const cw::ChunkwisePlan& plan) {
@@ -58,7 +60,9 @@ void run_gdp(const Shape& s, const cw::ChunkwisePlan& plan) {
   in.beta = cw::token_view<float, mem>("beta", s.tb, n, s.hb);
   cw::token_view<float, mem> out("o", s.tq, s.hq, s.vv);
   const cw::GatedDeltaProductBackend<float, mem> backend(s.n_h);
-  cw::chunkwise_cp_forward(exec(), world(), backend, plan, in, out);
+  cw::ChunkwiseContext<cw::GatedDeltaProductBackend<float, mem>> ctx;
+  cw::make_cp_plan<cw::GatherFold>(exec(), world(), backend, plan, backend.shape(in))
+      .forward(in, out, ctx);
 }
 
 template <class Run, class Break>
@@ -145,8 +149,10 @@ std::vector<float> forward_with(int n_h, const cw::BackendOptions& options) {
     in.v = fill(cw::token_view<float, mem>("v", T, H, V), 3, -1.0, 1.0);
     in.g = g;
     in.beta = fill(cw::head_view<float, mem>("beta", T, H), 5, 0.1, 0.9);
-    cw::chunkwise_cp_forward(exec(), group, cw::GatedDeltaRuleBackend<float, mem>(options), plan,
-                             in, out);
+    const cw::GatedDeltaRuleBackend<float, mem> backend(options);
+    cw::ChunkwiseContext<cw::GatedDeltaRuleBackend<float, mem>> ctx;
+    cw::make_cp_plan<cw::GatherFold>(exec(), group, backend, plan, backend.shape(in))
+        .forward(in, out, ctx);
   } else {
     cw::GatedDeltaProductInputs<float, mem> in;
     in.q = q;
@@ -154,8 +160,10 @@ std::vector<float> forward_with(int n_h, const cw::BackendOptions& options) {
     in.v = fill(cw::substep_view<float, mem>("v", T, n, H, V), 3, -1.0, 1.0);
     in.g = g;
     in.beta = fill(cw::token_view<float, mem>("beta", T, n, H), 5, 0.1, 0.9);
-    cw::chunkwise_cp_forward(exec(), group, cw::GatedDeltaProductBackend<float, mem>(n_h, options),
-                             plan, in, out);
+    const cw::GatedDeltaProductBackend<float, mem> backend(n_h, options);
+    cw::ChunkwiseContext<cw::GatedDeltaProductBackend<float, mem>> ctx;
+    cw::make_cp_plan<cw::GatherFold>(exec(), group, backend, plan, backend.shape(in))
+        .forward(in, out, ctx);
   }
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
   return std::vector<float>(h.data(), h.data() + h.span());

@@ -1,4 +1,4 @@
-// The chunkwise driver on a reused context: after one warm-up forward + backward, repeating them
+// A chunkwise CpPlan on a reused context: after one warm-up forward + backward, repeating them
 // (with other values in between) allocates nothing on any rank, for every backend and both
 // composition policies, on one sequence, packed sequences and zigzag shards, and leaves the results
 // bitwise unchanged.
@@ -159,15 +159,17 @@ template <class Case, class Policy>
 bool steady_on(const char* name, const cw::ChunkwisePlan& plan) {
   const auto& group = world();
   Case c(plan.local_length(), 2, 4, 3);
+  auto cp = cw::make_cp_plan<Policy>(exec(), group, c.backend, plan, c.backend.shape(c.inputs()));
   cw::ChunkwiseContext<typename Case::Backend> ctx;
   auto call = [&] {
-    cw::chunkwise_cp_forward<Policy>(exec(), group, c.backend, plan, c.inputs(), c.out, ctx);
-    cw::chunkwise_cp_backward<Policy>(exec(), group, c.backend, ctx, c.dout, c.grads);
+    cp.forward(c.inputs(), c.out, ctx);
+    cp.backward(ctx, c.dout, c.grads);
     exec().fence();
   };
   c.set(1.0);
-  call();  // warm-up: the context's memory is allocated here
+  call();  // warm-up: the plan's and the context's memory is allocated here
   const auto first = c.results();
+  const std::size_t workspace = cp.workspace_bytes();
   std::int64_t allocations = 0;
   {
     ctxpar::AllocationCounter counter;
@@ -187,7 +189,11 @@ bool steady_on(const char* name, const cw::ChunkwisePlan& plan) {
   }
   const bool same = c.results() == first;
   if (!same) std::cerr << "[rank " << group.rank() << "] " << name << ": results changed\n";
-  return allocations == 0 && same;
+  const bool held = workspace > 0 && cp.workspace_bytes() == workspace;
+  if (!held)
+    std::cerr << "[rank " << group.rank() << "] " << name << ": workspace " << workspace
+              << " bytes after the warm-up, " << cp.workspace_bytes() << " after the repeats\n";
+  return allocations == 0 && same && held;
 }
 
 /// The layouts a context is reused on: one sequence, three packed sequences, zigzag shards.

@@ -48,11 +48,12 @@ void instantiate_driver(const Group& group, const Backend& backend, const Inputs
   cw::ForwardStates<scalar, mem> fs{cw::const_sequence_states_view<scalar, mem>(
                                         cw::sequence_states_view<scalar, mem>("h0", 1, h, k, v)),
                                     cw::sequence_states_view<scalar, mem>("ht", 1, h, k, v)};
-  auto ctx = cw::chunkwise_cp_forward<Policy>(space, group, backend, plan, in, o, fs);
+  cw::CpPlan<Policy, Backend, exec> cp(space, group, backend, plan, cw::ChunkwiseShape{t, h, k, v});
+  cw::ChunkwiseContext<Backend> ctx;
+  cp.forward(in, o, ctx, fs);
   cw::BackwardStates<scalar, mem> bs{cw::const_sequence_states_view<scalar, mem>(fs.final_states),
                                      cw::sequence_states_view<scalar, mem>("dh0", 1, h, k, v)};
-  cw::chunkwise_cp_backward<Policy>(space, group, backend, ctx,
-                                    cw::const_token_view<scalar, mem>(o), grads, bs);
+  cp.backward(ctx, cw::const_token_view<scalar, mem>(o), grads, bs);
 }
 
 template <class T>
@@ -105,7 +106,8 @@ void instantiate_backends(const Group& group) {
   cw::short_conv_backward(space, group, cx(x), cx(wt), Kokkos::View<const std::int32_t*, mem>(ids),
                           cx(y), dx, dw, dbias);
   // The zigzag halo routing (two chunks per rank) is a separate code path.
-  cw::short_conv_forward(space, group, ctxpar::Zigzag{}, cx(x), cx(wt), Kokkos::View<const T*, mem>(bias),
+  cw::short_conv_forward(space, group, ctxpar::Zigzag{}, cx(x), cx(wt),
+                         Kokkos::View<const T*, mem>(bias),
                          Kokkos::View<const std::int32_t*, mem>(ids), y);
   cw::short_conv_backward(space, group, ctxpar::Zigzag{}, cx(x), cx(wt),
                           Kokkos::View<const std::int32_t*, mem>(ids), cx(y), dx, dw, dbias);

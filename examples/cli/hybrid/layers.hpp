@@ -411,6 +411,7 @@ class GdnLayer {
         plan_(plan.zigzag ? chunkwise::ChunkwisePlan::create(group, Zigzag{}, plan.cu_seqlens)
                           : chunkwise::ChunkwisePlan::create(group, Contiguous{}, plan.cu_seqlens)),
         backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}),
+        cp_(make_cp(group, plan_, backend_, cfg)),
         conv_(cfg.gdn_conv),
         zigzag_(plan.zigzag) {
     packed_ = plan.cu_seqlens.size() > 2;
@@ -492,14 +493,8 @@ class GdnLayer {
     chunkwise::token_view<double, memory_space> out("ctxpar::hybrid::gdn_out", t, h, d);
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
-    // The layer's context is passed back every call, so its memory is reused.
-    if (cfg_.gdn_policy == 1) {
-      chunkwise::chunkwise_cp_forward<chunkwise::ScanCompose>(execution_space(), group_, backend_,
-                                                              plan_, in, out, ctx_);
-    } else {
-      chunkwise::chunkwise_cp_forward<chunkwise::GatherFold>(execution_space(), group_, backend_,
-                                                             plan_, in, out, ctx_);
-    }
+    // The layer's plan and context serve every call, so their memory is reused.
+    std::visit([&](auto& cp) { cp.forward(in, out, ctx_); }, cp_);
     stats.forward_seconds = detail::now_fenced(timer) + conv_seconds_;
     fwd_traffic_ = detail::minus(group_.total_data_traffic(), t0);
     fwd_traffic_.calls += conv_fwd_traffic_.calls;
@@ -527,13 +522,7 @@ class GdnLayer {
     gr.dbeta = chunkwise::head_view<double, memory_space>("ctxpar::hybrid::gdn_dbeta", t, h);
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
-    if (cfg_.gdn_policy == 1) {
-      chunkwise::chunkwise_cp_backward<chunkwise::ScanCompose>(execution_space(), group_, backend_,
-                                                               ctx_, dout_v, gr);
-    } else {
-      chunkwise::chunkwise_cp_backward<chunkwise::GatherFold>(execution_space(), group_, backend_,
-                                                              ctx_, dout_v, gr);
-    }
+    std::visit([&](auto& cp) { cp.backward(ctx_, dout_v, gr); }, cp_);
     stats.backward_seconds = detail::now_fenced(timer);
     stats.measured = detail::minus(group_.total_data_traffic(), t0);
     stats.measured.calls += fwd_traffic_.calls;
@@ -649,6 +638,19 @@ class GdnLayer {
     stats.formula_received = recv;
   }
 
+  // The chunkwise operator of the configured composition policy (a compile-time tag of the plan).
+  using cp_type =
+      std::variant<chunkwise::CpPlan<chunkwise::GatherFold, backend_type, execution_space>,
+                   chunkwise::CpPlan<chunkwise::ScanCompose, backend_type, execution_space>>;
+  static cp_type make_cp(const Group& group, const chunkwise::ChunkwisePlan& layout,
+                         const backend_type& backend, const StackConfig& cfg) {
+    const chunkwise::ChunkwiseShape shape{layout.local_length(), cfg.heads, cfg.head_dim,
+                                          cfg.head_dim};
+    if (cfg.gdn_policy == 1)
+      return cp_type(std::in_place_index<1>, execution_space(), group, backend, layout, shape);
+    return cp_type(std::in_place_index<0>, execution_space(), group, backend, layout, shape);
+  }
+
   using const_matrix = Kokkos::View<const double**, Kokkos::LayoutRight, memory_space>;
   static const_matrix const2(const detail::Tensor2& v) { return const_matrix(v); }
   Kokkos::View<const std::int32_t*, memory_space> const_ids() const {
@@ -660,6 +662,7 @@ class GdnLayer {
   StackConfig cfg_;
   chunkwise::ChunkwisePlan plan_;
   backend_type backend_;
+  cp_type cp_;
   bool conv_ = true, zigzag_ = false, packed_ = false;
   Kokkos::View<std::int32_t*, memory_space> ids_;
   detail::Tensor2 pre_v_, conv_w_;

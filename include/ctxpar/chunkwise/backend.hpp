@@ -1,7 +1,7 @@
 /// \file
 /// The chunkwise backend contract: the four local methods every model family implements, and a
-/// compile-time checker for it. The driver (`chunkwise_cp_forward` / `chunkwise_cp_backward`) owns
-/// all communication; a backend never touches the communicator.
+/// compile-time checker for it. The driver (`CpPlan`'s `forward` / `backward`) owns all
+/// communication; a backend never touches the communicator.
 ///
 /// ## The contract
 ///

@@ -1,6 +1,6 @@
 /// \file
-/// `chunkwise_cp_forward` / `chunkwise_cp_backward`: the communication driver of chunkwise context
-/// parallelism. It validates inputs collectively, calls a backend's four local methods (see
+/// `CpPlan`: the communication driver of chunkwise context parallelism, as a plan built once per
+/// layer. It validates its shape and inputs collectively, calls a backend's four local methods (see
 /// `backend.hpp`) for each of the rank's virtual shards, exchanges summaries with the chosen
 /// composition policy, folds them in fp32, and hands each shard exactly the incoming state
 /// (forward) or outgoing gradient (backward) of the sequence fragment it continues.
@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -51,9 +52,9 @@ struct BackwardStates {
 
 namespace impl {
 
-/// The driver's memory between calls on one context: the slots' summaries, the composed incoming
-/// states (forward) and outgoing gradients (backward), and the composition's scratch. Reused while
-/// the plan's slot count, the rank count and the shape stay the same.
+/// A `CpPlan`'s memory between calls: the slots' summaries, the composed incoming states (forward)
+/// and outgoing gradients (backward), and the composition's scratch. Nothing in it outlives a
+/// call's use, so one plan serves any number of contexts.
 template <class Transition, class MemorySpace>
 struct DriverWorkspace {
   SummaryStore<Transition, MemorySpace> forward_local, backward_local, gathered;
@@ -100,20 +101,15 @@ void ensure_states(const ExecutionSpace& space, std::vector<state_view<MemorySpa
 
 }  // namespace impl
 
-/// What a forward call keeps for its backward: the plan, the backend's saved state per virtual
-/// shard, the inputs, and the driver's memory. A context passed back to the next forward is
-/// reused: with the same plan and shapes, its memory is not allocated again.
+/// What one forward keeps for its backward, owned by the caller: the rank's inputs (views, read
+/// again by the backward) and the backend's saved arrays per local slot. A context passed back to
+/// the same plan's next forward is refilled in place: with the same shapes its memory is not
+/// allocated again. Keep one per forward you will differentiate.
 template <class Backend>
 struct ChunkwiseContext {
-  ChunkwisePlan plan;                               ///< the sequence layout
   typename Backend::inputs_type inputs;             ///< the rank's inputs (views)
   std::vector<typename Backend::saved_type> saved;  ///< one per local slot
-  std::int64_t heads = 0;                           ///< `H`
-  std::int64_t key_dim = 0;                         ///< `K`
-  std::int64_t value_dim = 0;                       ///< `V`
-  bool initial_states_given = false;                ///< forward got `h0`
-  /// The driver's memory (summaries, composed states, composition scratch).
-  impl::DriverWorkspace<typename Backend::transition_type, typename Backend::memory_space> work;
+  std::int64_t plan = 0;  ///< id of the `CpPlan` whose forward filled it (0: none)
 };
 
 namespace impl {
@@ -395,9 +391,19 @@ void call_backward_prepare(const ExecutionSpace& space, const Backend& backend,
   }
 }
 
+// What a `CpPlan` checks once, at construction: the shape and options its calls will use, local
+// violations first (each rank's own message), then the values every rank must agree on.
 template <class Backend, class Policy>
-void common_checks(Preconditions& chk, const Backend& backend, const ChunkwisePlan& plan,
-                   const ChunkwiseShape& shape, const DriverOptions& options) {
+void build_checks(Preconditions& chk, const Backend& backend, const ChunkwisePlan& plan,
+                  const ChunkwiseShape& shape, const DriverOptions& options) {
+  // The messages of the backends' per-call checks: a bad value is named the same way whether the
+  // plan or a call sees it.
+  chk.require(backend.chunk_size() >= 1, "the chunk size must be positive", ">= 1",
+              backend.chunk_size());
+  chk.require(shape.key_dim > 0, "the key dimension K must be positive", "K > 0", shape.key_dim);
+  chk.require(shape.value_dim > 0, "the value dimension V must be positive", "V > 0",
+              shape.value_dim);
+  chk.require(shape.heads > 0, "the head count H must be positive", "H > 0", shape.heads);
   chk.require(shape.tokens == plan.local_length(),
               "the local token count must match the plan's shard(s)", plan.local_length(),
               shape.tokens);
@@ -424,7 +430,7 @@ void common_checks(Preconditions& chk, const Backend& backend, const ChunkwisePl
   chk.require_same("the key dimension K", shape.key_dim);
   chk.require_same("the value dimension V", shape.value_dim);
   chk.require_same("the chunk size", backend.chunk_size());
-  chk.require_same("the composition policy", Policy::id);
+  chk.require_same("the composition policy", fingerprint(Policy::name));
   chk.require_same("the summary form", options.form == SummaryForm::packed ? 0 : 1);
   chk.require_same("the sequence layout (T, cu_seqlens, zigzag)", plan.fingerprint());
 }
@@ -446,231 +452,316 @@ void check_states(Preconditions& chk, const View& states, const char* what, std:
           ", " + ctxpar::impl::to_text(states.extent(3)) + "]");
 }
 
+// Each plan object gets its own id, so that a context filled by another plan is recognised.
+inline std::int64_t next_plan_id() {
+  static std::atomic<std::int64_t> next{0};
+  return ++next;
+}
+
 }  // namespace impl
 
-/// Chunkwise CP forward. Every rank passes its local inputs (its shard, or for zigzag its two
-/// shards concatenated, as described by `plan`), and receives `output [T_local, H, V]`; with
-/// `states.final_states` every rank receives every sequence's final state. Collective; bad input
-/// on any rank makes every rank throw the same `ctxpar::Error` before any data moves. `Policy`
-/// is `GatherFold` or `ScanCompose`. Fills `ctx` with what `chunkwise_cp_backward` needs; a
-/// context passed back to the next forward keeps its memory (the steady state of a training loop:
-/// one context per layer, reused every step).
-template <class Policy = GatherFold, class ExecutionSpace, class Backend>
-void chunkwise_cp_forward(
-    const ExecutionSpace& space, const Group& group, const Backend& backend,
-    const ChunkwisePlan& plan, const typename Backend::inputs_type& inputs,
-    const token_view<typename Backend::scalar_type, typename Backend::memory_space>& output,
-    ChunkwiseContext<Backend>& ctx,
-    const ForwardStates<typename Backend::scalar_type, typename Backend::memory_space>& states = {},
-    const DriverOptions& options = {}) {
-  static_assert(
-      is_composition_policy_v<Policy>,
-      "ctxpar::chunkwise::chunkwise_cp_forward: Policy must be GatherFold or ScanCompose");
+/// Chunkwise context parallelism of one layer, as a plan: built once, collectively, for a backend,
+/// a sequence layout (`ChunkwisePlan`), the rank's shape `[T_local, H, K, V]` and options, with the
+/// composition policy (`GatherFold` or `ScanCompose`) a compile-time tag. `forward` and `backward`
+/// take the caller's views and write into them; what a backward needs from its forward lives in a
+/// caller-owned `ChunkwiseContext`.
+///
+/// Memory: the plan owns the driver's memory — the slots' summaries, the composed incoming states
+/// and outgoing gradients, the composition and scan scratch (`workspace_bytes()`) — and the
+/// context the backend's saved arrays; both grow to what a call needs and are reused, so a
+/// steady-state forward + backward allocates nothing. Not copyable (its memory is not shared);
+/// movable.
+template <class Policy, class Backend, class ExecutionSpace>
+class CpPlan {
+  static_assert(is_composition_policy_v<Policy>,
+                "ctxpar::chunkwise::CpPlan: Policy must be GatherFold or ScanCompose");
   static_assert(check_chunkwise_backend<Backend, ExecutionSpace>(),
-                "ctxpar::chunkwise::chunkwise_cp_forward: Backend does not satisfy the contract");
+                "ctxpar::chunkwise::CpPlan: Backend does not satisfy the contract");
+  static_assert(
+      Kokkos::SpaceAccessibility<ExecutionSpace, typename Backend::memory_space>::accessible,
+      "ctxpar::chunkwise::CpPlan: the backend's memory space must be accessible from "
+      "the execution space");
+
+ public:
+  /// The composition policy tag.
+  using policy_type = Policy;
+  /// The model family's backend.
+  using backend_type = Backend;
+  /// Where the kernels run.
+  using execution_space = ExecutionSpace;
+  /// Where the views live.
   using memory_space = typename Backend::memory_space;
-  using scalar = typename Backend::scalar_type;
-  using transition = typename Backend::transition_type;
-  using output_view = token_view<scalar, memory_space>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::chunkwise_cp_forward", ExecutionSpace, output_view);
-  compat::ScopedRegion region("ctxpar::chunkwise::forward");
-  const std::string op = "ctxpar::chunkwise::chunkwise_cp_forward";
+  /// The activation type.
+  using scalar_type = typename Backend::scalar_type;
+  /// The backend's inputs (q, k, v, gates, …).
+  using inputs_type = typename Backend::inputs_type;
+  /// The backend's input gradients.
+  using gradients_type = typename Backend::gradients_type;
+  /// What a forward keeps for its backward.
+  using context_type = ChunkwiseContext<Backend>;
+  /// Optional per-sequence states of a forward.
+  using forward_states_type = ForwardStates<scalar_type, memory_space>;
+  /// Optional per-sequence state gradients of a backward.
+  using backward_states_type = BackwardStates<scalar_type, memory_space>;
 
-  const ChunkwiseShape shape = backend.shape(inputs);
-  Preconditions chk(group, op);
-  backend.check(chk, inputs);
-  impl::common_checks<Backend, Policy>(chk, backend, plan, shape, options);
-  chk.require(static_cast<std::int64_t>(output.extent(0)) == shape.tokens &&
-                  static_cast<std::int64_t>(output.extent(1)) == shape.heads &&
-                  static_cast<std::int64_t>(output.extent(2)) == shape.value_dim,
-              "the output must be [T, H, V]",
-              "[" + ctxpar::impl::to_text(shape.tokens) + ", " +
-                  ctxpar::impl::to_text(shape.heads) + ", " +
-                  ctxpar::impl::to_text(shape.value_dim) + "]",
-              "[" + ctxpar::impl::to_text(output.extent(0)) + ", " +
-                  ctxpar::impl::to_text(output.extent(1)) + ", " +
-                  ctxpar::impl::to_text(output.extent(2)) + "]");
-  impl::check_states(chk, states.initial_states, "the initial states", plan.sequence_count(),
-                     shape);
-  impl::check_states(chk, states.final_states, "the final states", plan.sequence_count(), shape);
-  if (options.check_finite && chk.locally_ok()) {
-    chk.require(!backend.has_non_finite(space, inputs), "the inputs must be finite (check_finite)",
-                "no NaN or Inf", "a NaN or Inf value");
+  /// Builds the plan. Collective: every rank passes its local shape (`shape.tokens` =
+  /// `layout.local_length()`) and the same backend family, chunk size, `H`, `K`, `V`, policy,
+  /// summary form and layout (checked); a bad or disagreeing value makes every rank throw the
+  /// same `ctxpar::Error`. Allocates nothing: memory is taken by the first calls.
+  CpPlan(const ExecutionSpace& space, const Group& group, const Backend& backend,
+         const ChunkwisePlan& layout, const ChunkwiseShape& shape,
+         const DriverOptions& options = {})
+      : space_(space),
+        group_(group),
+        backend_(backend),
+        layout_(layout),
+        shape_(shape),
+        options_(options),
+        id_(impl::next_plan_id()) {
+    Preconditions chk(group, "ctxpar::chunkwise::CpPlan");
+    impl::build_checks<Backend, Policy>(chk, backend, layout, shape, options);
+    chk.agree();
   }
-  chk.agree();
 
-  ctx.plan = plan;
-  ctx.inputs = inputs;
-  ctx.heads = shape.heads;
-  ctx.key_dim = shape.key_dim;
-  ctx.value_dim = shape.value_dim;
-  ctx.initial_states_given = is_given(states.initial_states);
-  const int slots = plan.slots();
-  ctx.saved.resize(static_cast<std::size_t>(slots));
+  CpPlan(const CpPlan&) = delete;             ///< not copyable: the plan owns its memory
+  CpPlan& operator=(const CpPlan&) = delete;  ///< not copyable: the plan owns its memory
+  CpPlan(CpPlan&&) = default;                 ///< movable
+  CpPlan& operator=(CpPlan&&) = default;      ///< movable
 
-  SummaryStore<transition, memory_space>& local = ctx.work.forward_local;
-  impl::ensure_store(space, local, options.form, slots, shape.heads, shape.key_dim, shape.value_dim,
-                     "ctxpar::chunkwise::forward_summary");
-  std::vector<state_view<memory_space>>& s_in = ctx.work.s_in;
-  impl::ensure_states(space, s_in, slots, shape.heads, shape.key_dim, shape.value_dim,
-                      "ctxpar::chunkwise::s_in");
-  for (int slot = 0; slot < slots; ++slot) {
-    const int v = plan.virtual_shard(group.rank(), slot);
-    const std::int64_t off = plan.local_offset(slot), len = plan.shard_length(v);
-    if (len == 0) {
-      identity_summary<transition>(space, local[slot], shape.key_dim, shape.value_dim);
-    } else {
-      const LocalSequences seqs = plan.local_sequences(v);
-      impl::call_forward_prepare(space, backend, backend.slice(inputs, off, off + len), seqs,
-                                 local[slot], ctx.saved[static_cast<std::size_t>(slot)],
-                                 impl::forward_needs(seqs, is_given(states.initial_states)));
+  /// Forward. Every rank passes its local inputs (its shard, or for zigzag its two shards
+  /// concatenated, as the layout says) and receives `output [T_local, H, V]`; with
+  /// `states.final_states` every rank receives every sequence's final state. Fills `ctx` with what
+  /// `backward` needs (a context of another plan is refilled from scratch). Collective; bad input
+  /// on any rank makes every rank throw the same `ctxpar::Error` before any data moves. Keep the
+  /// inputs unchanged until the backward: it reads them again.
+  void forward(const inputs_type& inputs, const token_view<scalar_type, memory_space>& output,
+               context_type& ctx, const forward_states_type& states = {}) {
+    using transition = typename Backend::transition_type;
+    compat::ScopedRegion region("ctxpar::chunkwise::CpPlan::forward");
+    {
+      Preconditions chk(group_, "ctxpar::chunkwise::CpPlan::forward");
+      backend_.check(chk, inputs);
+      const ChunkwiseShape s = backend_.shape(inputs);
+      chk.require(s.tokens == shape_.tokens && s.heads == shape_.heads &&
+                      s.key_dim == shape_.key_dim && s.value_dim == shape_.value_dim,
+                  "the inputs must have the plan's shape [T, H, K, V]", dims(shape_), dims(s));
+      chk.require(ctxpar::impl::has_extents(output, shape_.tokens, shape_.heads, shape_.value_dim),
+                  "the output must be [T, H, V]",
+                  dims3(shape_.tokens, shape_.heads, shape_.value_dim),
+                  dims3(output.extent(0), output.extent(1), output.extent(2)));
+      impl::check_states(chk, states.initial_states, "the initial states", layout_.sequence_count(),
+                         shape_);
+      impl::check_states(chk, states.final_states, "the final states", layout_.sequence_count(),
+                         shape_);
+      if (options_.check_finite && chk.locally_ok()) {
+        chk.require(!backend_.has_non_finite(space_, inputs),
+                    "the inputs must be finite (check_finite)", "no NaN or Inf",
+                    "a NaN or Inf value");
+      }
+      chk.agree();
     }
-  }
-  impl::Composer<transition, ExecutionSpace, scalar> composer(
-      space, group, ctx.plan, shape.heads, shape.key_dim, shape.value_dim, false, ctx.work);
-  if constexpr (std::is_same_v<Policy, GatherFold>) {
-    composer.gather_fold(local, options.form, states.initial_states, s_in);
-  } else {
-    composer.scan_compose(local, states.initial_states, s_in);
-  }
-  if (is_given(states.final_states)) Kokkos::deep_copy(space, states.final_states, scalar(0));
-  for (int slot = 0; slot < slots; ++slot) {
-    const int v = plan.virtual_shard(group.rank(), slot);
-    const std::int64_t off = plan.local_offset(slot), len = plan.shard_length(v);
-    if (len == 0) continue;
-    const auto range = std::make_pair(off, off + len);
-    token_view<scalar, memory_space> out = Kokkos::subview(output, range, Kokkos::ALL, Kokkos::ALL);
-    backend.forward_apply(space, backend.slice(inputs, off, off + len), plan.local_sequences(v),
-                          s_in[static_cast<std::size_t>(slot)], states.initial_states, out,
-                          states.final_states, ctx.saved[static_cast<std::size_t>(slot)]);
-  }
-  if (is_given(states.final_states)) {
-    // A sequence without tokens ends where it starts: its final state is its initial state.
-    if (group.rank() == 0 && is_given(states.initial_states)) {
-      for (int n : plan.empty_sequences()) {
-        Kokkos::deep_copy(
-            space, Kokkos::subview(states.final_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
-            Kokkos::subview(states.initial_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+
+    // Another plan's saved arrays may have other shapes: start them afresh.
+    if (ctx.plan != id_) ctx.saved.clear();
+    ctx.plan = 0;
+    ctx.inputs = inputs;
+    const int slots = layout_.slots(), me = group_.rank();
+    ctx.saved.resize(static_cast<std::size_t>(slots));
+    const bool h0 = is_given(states.initial_states);
+
+    SummaryStore<transition, memory_space>& local = work_.forward_local;
+    impl::ensure_store(space_, local, options_.form, slots, shape_.heads, shape_.key_dim,
+                       shape_.value_dim, "ctxpar::chunkwise::forward_summary");
+    std::vector<state_view<memory_space>>& s_in = work_.s_in;
+    impl::ensure_states(space_, s_in, slots, shape_.heads, shape_.key_dim, shape_.value_dim,
+                        "ctxpar::chunkwise::s_in");
+    for (int slot = 0; slot < slots; ++slot) {
+      const int v = layout_.virtual_shard(me, slot);
+      const std::int64_t off = layout_.local_offset(slot), len = layout_.shard_length(v);
+      if (len == 0) {
+        identity_summary<transition>(space_, local[slot], shape_.key_dim, shape_.value_dim);
+      } else {
+        const LocalSequences seqs = layout_.local_sequences(v);
+        impl::call_forward_prepare(space_, backend_, backend_.slice(inputs, off, off + len), seqs,
+                                   local[slot], ctx.saved[static_cast<std::size_t>(slot)],
+                                   impl::forward_needs(seqs, h0));
       }
     }
-    allreduce_sum(space, group, states.final_states, unchecked);
-  }
-}
-
-/// Chunkwise CP forward into a fresh context (see the overload above), returned.
-template <class Policy = GatherFold, class ExecutionSpace, class Backend>
-ChunkwiseContext<Backend> chunkwise_cp_forward(
-    const ExecutionSpace& space, const Group& group, const Backend& backend,
-    const ChunkwisePlan& plan, const typename Backend::inputs_type& inputs,
-    const token_view<typename Backend::scalar_type, typename Backend::memory_space>& output,
-    const ForwardStates<typename Backend::scalar_type, typename Backend::memory_space>& states = {},
-    const DriverOptions& options = {}) {
-  ChunkwiseContext<Backend> ctx;
-  chunkwise_cp_forward<Policy>(space, group, backend, plan, inputs, output, ctx, states, options);
-  return ctx;
-}
-
-/// Chunkwise CP backward: from `output_grad [T_local, H, V]` (and optionally the final-state
-/// gradients) computes every input gradient of the rank's tokens into `grads` and, when asked,
-/// every sequence's initial-state gradient on every rank. Same policy and options as the forward.
-/// Collective.
-template <class Policy = GatherFold, class ExecutionSpace, class Backend>
-void chunkwise_cp_backward(const ExecutionSpace& space, const Group& group, const Backend& backend,
-                           ChunkwiseContext<Backend>& ctx,
-                           const const_token_view<typename Backend::scalar_type,
-                                                  typename Backend::memory_space>& output_grad,
-                           const typename Backend::gradients_type& grads,
-                           const BackwardStates<typename Backend::scalar_type,
-                                                typename Backend::memory_space>& states = {},
-                           const DriverOptions& options = {}) {
-  static_assert(
-      is_composition_policy_v<Policy>,
-      "ctxpar::chunkwise::chunkwise_cp_backward: Policy must be GatherFold or ScanCompose");
-  static_assert(check_chunkwise_backend<Backend, ExecutionSpace>(),
-                "ctxpar::chunkwise::chunkwise_cp_backward: Backend does not satisfy the contract");
-  using memory_space = typename Backend::memory_space;
-  using scalar = typename Backend::scalar_type;
-  using transition = typename Backend::transition_type;
-  using output_view = token_view<scalar, memory_space>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::chunkwise_cp_backward", ExecutionSpace, output_view);
-  compat::ScopedRegion region("ctxpar::chunkwise::backward");
-  const std::string op = "ctxpar::chunkwise::chunkwise_cp_backward";
-  const ChunkwisePlan& plan = ctx.plan;
-
-  const ChunkwiseShape shape = backend.shape(ctx.inputs);
-  Preconditions chk(group, op);
-  backend.check_gradients(chk, ctx.inputs, grads);
-  impl::common_checks<Backend, Policy>(chk, backend, plan, shape, options);
-  chk.require(static_cast<std::int64_t>(output_grad.extent(0)) == shape.tokens &&
-                  static_cast<std::int64_t>(output_grad.extent(1)) == shape.heads &&
-                  static_cast<std::int64_t>(output_grad.extent(2)) == shape.value_dim,
-              "the output gradient must be [T, H, V]",
-              "[" + ctxpar::impl::to_text(shape.tokens) + ", " +
-                  ctxpar::impl::to_text(shape.heads) + ", " +
-                  ctxpar::impl::to_text(shape.value_dim) + "]",
-              "[" + ctxpar::impl::to_text(output_grad.extent(0)) + ", " +
-                  ctxpar::impl::to_text(output_grad.extent(1)) + ", " +
-                  ctxpar::impl::to_text(output_grad.extent(2)) + "]");
-  chk.require(static_cast<int>(ctx.saved.size()) == plan.slots(),
-              "the context must come from chunkwise_cp_forward", plan.slots(), ctx.saved.size());
-  impl::check_states(chk, states.final_state_grads, "the final-state gradients",
-                     plan.sequence_count(), shape);
-  impl::check_states(chk, states.initial_state_grads, "the initial-state gradients",
-                     plan.sequence_count(), shape);
-  chk.agree();
-
-  const int slots = plan.slots();
-  SummaryStore<transition, memory_space>& local = ctx.work.backward_local;
-  impl::ensure_store(space, local, options.form, slots, shape.heads, shape.key_dim, shape.value_dim,
-                     "ctxpar::chunkwise::backward_summary");
-  std::vector<state_view<memory_space>>& ds_out = ctx.work.ds_out;
-  impl::ensure_states(space, ds_out, slots, shape.heads, shape.key_dim, shape.value_dim,
-                      "ctxpar::chunkwise::ds_out");
-  for (int slot = 0; slot < slots; ++slot) {
-    const int v = plan.virtual_shard(group.rank(), slot);
-    const std::int64_t off = plan.local_offset(slot), len = plan.shard_length(v);
-    if (len == 0) {
-      identity_summary<transition>(space, local[slot], shape.key_dim, shape.value_dim);
+    impl::Composer<transition, ExecutionSpace, scalar_type> composer(
+        space_, group_, layout_, shape_.heads, shape_.key_dim, shape_.value_dim, false, work_);
+    if constexpr (std::is_same_v<Policy, GatherFold>) {
+      composer.gather_fold(local, options_.form, states.initial_states, s_in);
     } else {
-      const_token_view<scalar, memory_space> dout =
-          Kokkos::subview(output_grad, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL);
-      const LocalSequences seqs = plan.local_sequences(v);
-      impl::call_backward_prepare(space, backend, ctx.saved[static_cast<std::size_t>(slot)], dout,
-                                  seqs, local[slot],
-                                  impl::backward_needs(seqs, is_given(states.final_state_grads)));
+      composer.scan_compose(local, states.initial_states, s_in);
     }
+    if (is_given(states.final_states))
+      Kokkos::deep_copy(space_, states.final_states, scalar_type(0));
+    for (int slot = 0; slot < slots; ++slot) {
+      const int v = layout_.virtual_shard(me, slot);
+      const std::int64_t off = layout_.local_offset(slot), len = layout_.shard_length(v);
+      if (len == 0) continue;
+      token_view<scalar_type, memory_space> out =
+          Kokkos::subview(output, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL);
+      backend_.forward_apply(space_, backend_.slice(inputs, off, off + len),
+                             layout_.local_sequences(v), s_in[static_cast<std::size_t>(slot)],
+                             states.initial_states, out, states.final_states,
+                             ctx.saved[static_cast<std::size_t>(slot)]);
+    }
+    if (is_given(states.final_states)) {
+      // A sequence without tokens ends where it starts: its final state is its initial state.
+      if (me == 0 && h0) {
+        for (int n : layout_.empty_sequences()) {
+          Kokkos::deep_copy(
+              space_,
+              Kokkos::subview(states.final_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
+              Kokkos::subview(states.initial_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+        }
+      }
+      allreduce_sum(space_, group_, states.final_states, unchecked);
+    }
+    ctx.plan = id_;
   }
-  impl::Composer<transition, ExecutionSpace, scalar> composer(
-      space, group, plan, shape.heads, shape.key_dim, shape.value_dim, true, ctx.work);
-  if constexpr (std::is_same_v<Policy, GatherFold>) {
-    composer.gather_fold(local, options.form, states.final_state_grads, ds_out);
-  } else {
-    composer.scan_compose(local, states.final_state_grads, ds_out);
-  }
-  if (is_given(states.initial_state_grads))
-    Kokkos::deep_copy(space, states.initial_state_grads, scalar(0));
-  for (int slot = 0; slot < slots; ++slot) {
-    const int v = plan.virtual_shard(group.rank(), slot);
-    const std::int64_t off = plan.local_offset(slot), len = plan.shard_length(v);
-    if (len == 0) continue;
-    const_token_view<scalar, memory_space> dout =
-        Kokkos::subview(output_grad, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL);
-    backend.backward_apply(space, ctx.saved[static_cast<std::size_t>(slot)], dout,
-                           plan.local_sequences(v), ds_out[static_cast<std::size_t>(slot)],
-                           states.final_state_grads, backend.slice(grads, off, off + len),
-                           states.initial_state_grads, state_view<memory_space>());
-  }
-  if (is_given(states.initial_state_grads)) {
-    if (group.rank() == 0 && is_given(states.final_state_grads)) {
-      for (int n : plan.empty_sequences()) {
-        Kokkos::deep_copy(
-            space,
-            Kokkos::subview(states.initial_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
-            Kokkos::subview(states.final_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+
+  /// Backward of the forward that filled `ctx` (on this plan): from `output_grad [T_local, H, V]`
+  /// (and optionally the final-state gradients) writes every input gradient of the rank's tokens
+  /// into `grads` and, when asked, every sequence's initial-state gradient on every rank.
+  /// Collective; a context no forward of this plan filled is refused on every rank.
+  void backward(context_type& ctx, const const_token_view<scalar_type, memory_space>& output_grad,
+                const gradients_type& grads, const backward_states_type& states = {}) {
+    using transition = typename Backend::transition_type;
+    compat::ScopedRegion region("ctxpar::chunkwise::CpPlan::backward");
+    {
+      Preconditions chk(group_, "ctxpar::chunkwise::CpPlan::backward");
+      const bool from_here = ctx.plan == id_;
+      chk.require(from_here, "the context must come from a forward of this plan",
+                  "a context filled by this plan's forward",
+                  ctx.plan == 0 ? "a context no forward filled" : "a context of another plan");
+      if (from_here) backend_.check_gradients(chk, ctx.inputs, grads);
+      chk.require(
+          ctxpar::impl::has_extents(output_grad, shape_.tokens, shape_.heads, shape_.value_dim),
+          "the output gradient must be [T, H, V]",
+          dims3(shape_.tokens, shape_.heads, shape_.value_dim),
+          dims3(output_grad.extent(0), output_grad.extent(1), output_grad.extent(2)));
+      impl::check_states(chk, states.final_state_grads, "the final-state gradients",
+                         layout_.sequence_count(), shape_);
+      impl::check_states(chk, states.initial_state_grads, "the initial-state gradients",
+                         layout_.sequence_count(), shape_);
+      chk.agree();
+    }
+
+    const int slots = layout_.slots(), me = group_.rank();
+    const bool dht = is_given(states.final_state_grads);
+    SummaryStore<transition, memory_space>& local = work_.backward_local;
+    impl::ensure_store(space_, local, options_.form, slots, shape_.heads, shape_.key_dim,
+                       shape_.value_dim, "ctxpar::chunkwise::backward_summary");
+    std::vector<state_view<memory_space>>& ds_out = work_.ds_out;
+    impl::ensure_states(space_, ds_out, slots, shape_.heads, shape_.key_dim, shape_.value_dim,
+                        "ctxpar::chunkwise::ds_out");
+    auto dout_of = [&](std::int64_t off, std::int64_t len) {
+      return const_token_view<scalar_type, memory_space>(
+          Kokkos::subview(output_grad, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL));
+    };
+    for (int slot = 0; slot < slots; ++slot) {
+      const int v = layout_.virtual_shard(me, slot);
+      const std::int64_t off = layout_.local_offset(slot), len = layout_.shard_length(v);
+      if (len == 0) {
+        identity_summary<transition>(space_, local[slot], shape_.key_dim, shape_.value_dim);
+      } else {
+        const LocalSequences seqs = layout_.local_sequences(v);
+        impl::call_backward_prepare(space_, backend_, ctx.saved[static_cast<std::size_t>(slot)],
+                                    dout_of(off, len), seqs, local[slot],
+                                    impl::backward_needs(seqs, dht));
       }
     }
-    allreduce_sum(space, group, states.initial_state_grads, unchecked);
+    impl::Composer<transition, ExecutionSpace, scalar_type> composer(
+        space_, group_, layout_, shape_.heads, shape_.key_dim, shape_.value_dim, true, work_);
+    if constexpr (std::is_same_v<Policy, GatherFold>) {
+      composer.gather_fold(local, options_.form, states.final_state_grads, ds_out);
+    } else {
+      composer.scan_compose(local, states.final_state_grads, ds_out);
+    }
+    if (is_given(states.initial_state_grads))
+      Kokkos::deep_copy(space_, states.initial_state_grads, scalar_type(0));
+    for (int slot = 0; slot < slots; ++slot) {
+      const int v = layout_.virtual_shard(me, slot);
+      const std::int64_t off = layout_.local_offset(slot), len = layout_.shard_length(v);
+      if (len == 0) continue;
+      backend_.backward_apply(space_, ctx.saved[static_cast<std::size_t>(slot)], dout_of(off, len),
+                              layout_.local_sequences(v), ds_out[static_cast<std::size_t>(slot)],
+                              states.final_state_grads, backend_.slice(grads, off, off + len),
+                              states.initial_state_grads, state_view<memory_space>());
+    }
+    if (is_given(states.initial_state_grads)) {
+      if (me == 0 && dht) {
+        for (int n : layout_.empty_sequences()) {
+          Kokkos::deep_copy(
+              space_,
+              Kokkos::subview(states.initial_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
+              Kokkos::subview(states.final_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+        }
+      }
+      allreduce_sum(space_, group_, states.initial_state_grads, unchecked);
+    }
   }
-}
 
+  /// The rank's shape `[T_local, H, K, V]` the plan was built for.
+  const ChunkwiseShape& shape() const { return shape_; }
+  /// The sequence layout.
+  const ChunkwisePlan& layout() const { return layout_; }
+  /// The options the plan was built with.
+  const DriverOptions& options() const { return options_; }
+  /// The backend the plan calls.
+  const Backend& backend() const { return backend_; }
+  /// The ranks of the plan.
+  const Group& group() const { return group_; }
+  /// Bytes of driver memory the plan holds now (summaries, composed states and gradients,
+  /// composition and scan scratch); it grows to what the calls need and never shrinks. The
+  /// backend's saved arrays live in the contexts.
+  std::size_t workspace_bytes() const {
+    auto floats = [](const auto& view) { return view.span() * sizeof(float); };
+    auto store = [&](const auto& s) {
+      return floats(s.packed()) + floats(s.states()) + floats(s.transitions());
+    };
+    std::size_t bytes = store(work_.forward_local) + store(work_.backward_local) +
+                        store(work_.gathered) + floats(work_.fold_tmp);
+    for (const auto& s : work_.s_in) bytes += floats(s);
+    for (const auto& s : work_.ds_out) bytes += floats(s);
+    for (const auto& r : work_.scan_records) bytes += floats(r);
+    return bytes + work_.scan_tmp.capacity_bytes() + work_.scan_own.capacity_bytes() +
+           work_.scan_total.capacity_bytes() + work_.scan.inclusive.capacity_bytes() +
+           work_.scan.received.capacity_bytes() + work_.scan.exclusive.capacity_bytes();
+  }
+
+ private:
+  template <class A, class B, class C>
+  static std::string dims3(A a, B b, C c) {
+    return "[" + ctxpar::impl::to_text(a) + ", " + ctxpar::impl::to_text(b) + ", " +
+           ctxpar::impl::to_text(c) + "]";
+  }
+  static std::string dims(const ChunkwiseShape& s) {
+    return "[" + ctxpar::impl::to_text(s.tokens) + ", " + ctxpar::impl::to_text(s.heads) + ", " +
+           ctxpar::impl::to_text(s.key_dim) + ", " + ctxpar::impl::to_text(s.value_dim) + "]";
+  }
+
+  ExecutionSpace space_;
+  Group group_;
+  Backend backend_;
+  ChunkwisePlan layout_;
+  ChunkwiseShape shape_;
+  DriverOptions options_;
+  std::int64_t id_;
+  impl::DriverWorkspace<typename Backend::transition_type, memory_space> work_;
+};
+
+/// A `CpPlan` whose backend and execution space are deduced from the arguments:
+/// `auto cp = make_cp_plan<ScanCompose>(space, group, backend, layout, shape, options);`.
+/// Collective (see the constructor).
+template <class Policy, class ExecutionSpace, class Backend>
+CpPlan<Policy, Backend, ExecutionSpace> make_cp_plan(const ExecutionSpace& space,
+                                                     const Group& group, const Backend& backend,
+                                                     const ChunkwisePlan& layout,
+                                                     const ChunkwiseShape& shape,
+                                                     const DriverOptions& options = {}) {
+  return CpPlan<Policy, Backend, ExecutionSpace>(space, group, backend, layout, shape, options);
+}
 }  // namespace ctxpar::chunkwise

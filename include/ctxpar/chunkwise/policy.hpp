@@ -12,9 +12,7 @@ namespace ctxpar::chunkwise {
 /// the slice it needs sequentially in fp32: forward over `[preceding_start, v)`, backward from
 /// `following_stop − 1` down to `v + 1`; an empty slice gives zero (or the user's state).
 struct GatherFold {
-  /// Stable id (plan fingerprints).
-  static constexpr int id = 0;
-  /// Name in reports.
+  /// Name in reports and in the plan's agreement (`ctxpar::fingerprint`).
   static constexpr const char* name = "gather";
 };
 
@@ -24,9 +22,7 @@ struct GatherFold {
 /// a sequence resets the scan by carrying `M = 0` (its sequence's initial state or final-state
 /// gradient folded into its state part).
 struct ScanCompose {
-  /// Stable id (plan fingerprints).
-  static constexpr int id = 1;
-  /// Name in reports.
+  /// Name in reports and in the plan's agreement (`ctxpar::fingerprint`).
   static constexpr const char* name = "scan";
 };
 
@@ -35,7 +31,7 @@ template <class T>
 inline constexpr bool is_composition_policy_v =
     std::is_same_v<T, GatherFold> || std::is_same_v<T, ScanCompose>;
 
-/// Options of `chunkwise_cp_forward` / `chunkwise_cp_backward`.
+/// Options of a `CpPlan` (fixed at construction, agreed by every rank).
 struct DriverOptions {
   SummaryForm form = SummaryForm::packed;  ///< packed (one collective) or unpacked (two)
   bool check_finite = false;               ///< refuse NaN/Inf inputs (costs one pass over them)
