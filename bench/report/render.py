@@ -712,6 +712,305 @@ def fig_bytes(recs):
 
 
 # ----------------------------------------------------------------------------------------------
+# Long-context cost (bench/longctx): per-token time and peak memory per rank vs T per rank.
+
+# Every timing record of the sweep must carry these; one without is a RecordKeyError.
+LONGCTX_KEYS = ("mechanism", "pass", "P", "T_per_rank", "repeats", "median_s", "min_s", "per_token_ns_median",
+                "per_token_ns_min", "peak_rss_bytes", "load_average")
+# The target's two lengths (tokens per rank): 128 Ki against 4 Ki (design doc, 50-performance.md).
+LONGCTX_FROM, LONGCTX_TO = 4096, 131072
+LONGCTX_NAMES = {"swa": "A: SWA", "chunkwise": "B: chunkwise GDN", "heads": "C: head-parallel GdpContextParallel"}
+# What the code of a kernel does that makes its per-token time grow with T, printed when the
+# profile names it as the part of a call that grows most (read from the kernel, not measured).
+LONGCTX_CAUSES = {
+    "ctxpar::heads::conv_backward_weights":
+        "`ConvBackwardWeights` (include/ctxpar/heads/impl/layer_kernels.hpp) runs one thread per conv channel "
+        "that walks all rows (T·P tokens: the head-parallel layout holds the whole sequence) of the row-major "
+        "`[rows, C]` `dpre` and `u`, 1 + 2·width times: a column walk touches one 64-byte line per 4-byte element, "
+        "which the next channel reuses only while those lines of both arrays stay in cache (4 Ki rows: 0.5 MiB, "
+        "inside a 1 MiB L2; 128 Ki rows: 16 MiB, not). Its per-token time then grows with T. A blocked reduction over tokens (all channels of a block of rows per step, partial sums per channel) "
+        "would read each line once; reported to the heads owner, not changed here.",
+}
+# Linear in T/P means a straight line through every point: the largest |fit − measured| ÷
+# measured over the sweep's lengths at most this.
+LONGCTX_LINEAR_RESIDUAL = 0.05
+
+
+def longctx_records(recs):
+    rs = [r for r in pick(recs, "longctx") if r.get("kind", "longctx") == "longctx"]
+    for r in rs:
+        for k in LONGCTX_KEYS:
+            need(r, k)
+        for k in LONGCTX_KEYS[2:]:
+            num(r, k)
+    return rs
+
+
+def fig_longctx(recs):
+    """Per (mechanism, pass, P): the sweep's points (T, per-token ns median and min, load) and the
+    per-token ratio at LONGCTX_TO ÷ LONGCTX_FROM, by the median (the verdict rule) and by the
+    minimum over repeats. A sweep cut short takes its largest T as `to` and says so."""
+    series = {}
+    for r in longctx_records(recs):
+        series.setdefault((need(r, "mechanism"), need(r, "pass"), num(r, "P")), []).append(r)
+    rows = []
+    order = lambda kv: (LONGCTX_NAMES.get(kv[0][0], kv[0][0]), kv[0][1], kv[0][2])
+    for (mech, pas, p), rs in sorted(series.items(), key=order):
+        by_t = {num(r, "T_per_rank"): r for r in rs}
+        ts = sorted(by_t)
+        row = {"mechanism": mech, "name": LONGCTX_NAMES.get(mech, mech), "pass": pas, "P": p,
+               "points": [(t, num(by_t[t], "per_token_ns_median"), num(by_t[t], "per_token_ns_min"),
+                           num(by_t[t], "load_average"), num(by_t[t], "repeats")) for t in ts],
+               "from": None, "to": None, "ratio_median": None, "ratio_min": None}
+        top = max(ts)
+        if LONGCTX_FROM in by_t and top > LONGCTX_FROM:
+            a, b = by_t[LONGCTX_FROM], by_t[top]
+            row.update({"from": LONGCTX_FROM, "to": top,
+                        "ratio_median": num(b, "per_token_ns_median") / num(a, "per_token_ns_median"),
+                        "ratio_min": num(b, "per_token_ns_min") / num(a, "per_token_ns_min"),
+                        "load": (num(a, "load_average"), num(b, "load_average"))})
+        rows.append(row)
+    return rows
+
+
+def fit_line(points):
+    """Least squares y = a + b·x; returns (a, b, largest |fit − y| ÷ y)."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+    a = my - b * mx
+    return a, b, max(abs(a + b * x - y) / y for x, y in points)
+
+
+def fig_longctx_memory(recs):
+    """Per (mechanism, P): peak resident memory per rank (VmHWM, largest rank) against T/P =
+    T_per_rank, fitted to a + b·T/P over the records whose process ran that case alone."""
+    pts = {}
+    for r in longctx_records(recs):
+        if need(r, "pass") != "forward" or r.get("rss_own_process") is not True:
+            continue  # both passes of a case share one process: one point per case
+        pts.setdefault((need(r, "mechanism"), num(r, "P")), {})[num(r, "T_per_rank")] = num(r, "peak_rss_bytes")
+    rows = []
+    for (mech, p), by_t in sorted(pts.items(), key=lambda kv: (LONGCTX_NAMES.get(kv[0][0], kv[0][0]), kv[0][1])):
+        xy = sorted(by_t.items())
+        if len(xy) < 3:
+            continue
+        a, b, resid = fit_line(xy)
+        rows.append({"mechanism": mech, "name": LONGCTX_NAMES.get(mech, mech), "P": p, "points": xy,
+                     "a": a, "b": b, "residual": resid})
+    return rows
+
+
+def longctx_profiles(recs):
+    out = {}
+    for r in pick(recs, "longctx", kind="longctx_profile"):
+        labels = [(need(r, f"label{i}"), num(r, f"label{i}_s"), num(r, f"label{i}_calls"))
+                  for i in range(int(num(r, "labels")))]
+        out[(need(r, "mechanism"), need(r, "pass"), num(r, "P"), num(r, "T_per_rank"))] = {
+            "wall": num(r, "wall_s"), "kernels": num(r, "kernels_s"), "outside": num(r, "outside_kernels_s"),
+            "other": num(r, "other_kernels_s"), "labels": labels, "load": num(r, "load_average")}
+    return out
+
+
+def longctx_summary(recs, add):
+    xs = fig_longctx(recs)
+    for mech in sorted({x["mechanism"] for x in xs}, key=lambda m: LONGCTX_NAMES.get(m, m)):
+        ms = [x for x in xs if x["mechanism"] == mech and x["ratio_median"] is not None]
+        if not ms:
+            continue
+        worst = max(ms, key=lambda x: x["ratio_median"])
+        short = [x for x in ms if x["to"] != LONGCTX_TO]
+        loads = [l for x in ms for l in x["load"]]
+        note = (f"worst: {worst['pass']} P = {worst['P']}; by the minimum over repeats "
+                f"{fmt(min(x['ratio_min'] for x in ms))}–{fmt(max(x['ratio_min'] for x in ms))}; "
+                f"load average {fmt(min(loads))}–{fmt(max(loads))}")
+        if short:
+            note += f"; **sweep cut short: to T = {max(x['to'] for x in short)}**"
+        add(f"per-token time at 128 Ki ÷ 4 Ki tokens per rank — {LONGCTX_NAMES.get(mech, mech)}",
+            "per-token time ratio, median of repeats (forward and forward+backward, P = 1, 2)",
+            f"≤ {TARGETS['per_token']}", [x["ratio_median"] for x in ms], lambda v: v <= TARGETS["per_token"],
+            "[long context](#long-context-cost-per-token-and-memory-per-rank)", note, lower_is_worse=False)
+    mem = fig_longctx_memory(recs)
+    if mem:
+        ts = [t for x in mem for t, _ in x["points"]]
+        add(f"peak memory per rank linear in T/P ({tokens_label(min(ts))}–{tokens_label(max(ts))} per rank)",
+            "largest abs(fit − measured) ÷ measured, fit a + b·T/P", f"≤ {fmt(LONGCTX_LINEAR_RESIDUAL)}",
+            [x["residual"] for x in mem], lambda v: v <= LONGCTX_LINEAR_RESIDUAL,
+            "[long context](#long-context-cost-per-token-and-memory-per-rank)",
+            "; ".join(f"{x['name']} P = {x['P']}: b = {fmt(x['b'])} B/token" for x in mem), lower_is_worse=False)
+
+
+def tokens_label(t):
+    return f"{t // 1024} Ki" if t >= 1024 and t % 1024 == 0 else str(t)
+
+
+def section_longctx(recs, img, img_rel):
+    md = ["\n## Long context: cost per token and memory per rank\n"]
+    rs = longctx_records(recs)
+    if not rs:
+        md.append("_No records (bench/results/longctx.json: `bench/longctx/run_longctx.sh BUILD_DIR`)._\n")
+        return md
+    xs = fig_longctx(recs)
+    first = lambda mech, key: span([r for r in rs if r["mechanism"] == mech], key)
+    md.append(f"From {run_facts(rs)}. `bench/longctx/run_longctx.sh` runs every mechanism at P = 1 and P = 2 "
+              "(one thread per rank), T per rank from 1 Ki to 128 Ki tokens in powers of 2, **one process per "
+              "(mechanism, P, T)** so that each peak resident memory (VmHWM, the largest rank's) is that case's own. "
+              "Each case builds its plan once, makes one untimed forward + backward, then times "
+              f"{span(rs, 'repeats')} calls of the forward and {span(rs, 'repeats')} of forward + backward (slowest "
+              "rank, after a barrier). Per-token time = seconds ÷ T per rank. Shapes (fp32): SWA `StepPlan<HaloKV, "
+              f"SegmentChunks>` after a full cache, W = {first('swa', 'window')}, Hq = {first('swa', 'q_heads')}, "
+              f"Hkv = {first('swa', 'kv_heads')}, D = {first('swa', 'dim')}; chunkwise gated delta rule "
+              f"`CpPlan<GatherFold>`, H = {first('chunkwise', 'heads')}, K = {first('chunkwise', 'key_dim')}, "
+              f"V = {first('chunkwise', 'value_dim')}, chunk {first('chunkwise', 'chunk')}; heads "
+              f"`GdpContextParallel<EvenHeads>`, H = {first('heads', 'heads')}, d = {first('heads', 'headdim')}, "
+              f"N = {first('heads', 'd_state')}, G = {first('heads', 'groups')}. The target: per-token time at "
+              f"128 Ki ≤ {TARGETS['per_token']} × its value at 4 Ki; the verdict takes the median of the repeats "
+              "(Definitions), the minimum is shown beside it.\n\n")
+    top_load = max(num(r, "load_average") for r in rs)
+    if top_load > CORES:
+        md.append(f"**A loaded run**: load average up to {fmt(top_load)} on {CORES} cores while it ran (each record "
+                  "carries the load at its end); the verdicts below are provisional until a quiet run of "
+                  "`bench/longctx/run_longctx.sh build/bench` confirms them.\n\n")
+    ts = sorted({t for x in xs for t, *_ in x["points"]})
+    header = ["mechanism", "pass", "P"] + [tokens_label(t) for t in ts] + ["128 Ki ÷ 4 Ki (median)", "(min)"]
+    rows = []
+    for x in xs:
+        by_t = {t: (med, mn) for t, med, mn, _, _ in x["points"]}
+        ratio = "–" if x["ratio_median"] is None else (
+            fmt(x["ratio_median"]) + ("" if x["to"] == LONGCTX_TO else f" (to {tokens_label(x['to'])})"))
+        rows.append([x["name"], x["pass"], x["P"]] +
+                    [f"{by_t[t][0] / 1e3:.3g}" if t in by_t else "–" for t in ts] +
+                    [ratio, fmt(x["ratio_min"])])
+    md.append("Per-token time, µs per token per rank (median of the repeats):\n\n")
+    md.append(table(header, rows))
+    # Plot 1: per-token time vs T (log2 x), one line per series.
+    files, plots = [], []
+    mechs = sorted({x["mechanism"] for x in xs}, key=lambda m: LONGCTX_NAMES.get(m, m))
+    for i, x in enumerate(xs):
+        f = os.path.join(img, f"longctx_t_{i}.dat")
+        write_data(f, [[t, med / 1e3] for t, med, *_ in x["points"]])
+        files.append(f)
+        style = (f"w lp lc {mechs.index(x['mechanism']) + 1} dt {1 if x['pass'] == 'forward' else 2} "
+                 f"pt {4 + 2 * int(x['P'])}")
+        plots.append(f"'{f}' u 1:2 {style} t '{x['name']} {x['pass']} P={x['P']}'")
+    png = os.path.join(img, "perf_longctx_time.png")
+    ok = gnuplot(f"""set terminal pngcairo noenhanced size 820,440 font ',8'
+set output '{png}'
+set logscale x 2
+set logscale y
+set xlabel 'T tokens per rank'
+set ylabel 'µs per token per rank (median of repeats)'
+set key outside right font ',7'
+set title 'long context: per-token time vs T (flat = linear cost; bench/results/longctx.json)'
+plot {', '.join(plots)}
+""", png) if plots else False
+    if ok:
+        md.append(f"\n![per-token time vs T]({img_rel}/perf_longctx_time.png)\n")
+    # Memory: peak RSS per rank vs T/P with the fitted line.
+    mem = fig_longctx_memory(recs)
+    if mem:
+        md.append("\nPeak resident memory per rank (VmHWM of the case's own process, largest rank) against T/P "
+                  "(= T per rank), fitted by least squares to `a + b·T/P`: `b` is the memory per token per rank, "
+                  "`a` what a process holds before the sequence (libraries, MPI, Kokkos). The residual is the "
+                  f"largest |fit − measured| ÷ measured over the sweep (linear: ≤ {fmt(LONGCTX_LINEAR_RESIDUAL)}).\n\n")
+        mts = sorted({t for x in mem for t, _ in x["points"]})
+        md.append(table(["mechanism", "P"] + [tokens_label(t) for t in mts] +
+                        ["b (bytes per token per rank)", "a", "residual"],
+                        [[x["name"], x["P"]] + [human_bytes(dict(x["points"]).get(t)) for t in mts] +
+                         [fmt(x["b"]), human_bytes(x["a"]), fmt(x["residual"])] for x in mem]))
+        plots = []
+        for i, x in enumerate(mem):
+            f = os.path.join(img, f"longctx_m_{i}.dat")
+            write_data(f, [[t, v / 2**20, (x["a"] + x["b"] * t) / 2**20] for t, v in x["points"]])
+            files.append(f)
+            c = mechs.index(x["mechanism"]) + 1 if x["mechanism"] in mechs else i + 1
+            plots.append(f"'{f}' u 1:2 w p lc {c} pt {4 + 2 * int(x['P'])} t '{x['name']} P={x['P']}'")
+            plots.append(f"'{f}' u 1:3 w l lc {c} dt {int(x['P'])} t 'fit: {fmt(x['b'])} B/token'")
+        png = os.path.join(img, "perf_longctx_memory.png")
+        ok = gnuplot(f"""set terminal pngcairo noenhanced size 820,440 font ',8'
+set output '{png}'
+set logscale xy 2
+set xlabel 'T/P tokens per rank'
+set ylabel 'peak resident MiB per rank (VmHWM)'
+set key outside right font ',7'
+set title 'long context: peak memory per rank vs T/P, with a + b T/P fits'
+plot {', '.join(plots)}
+""", png) if plots else False
+        if ok:
+            md.append(f"\n![peak memory per rank vs T/P]({img_rel}/perf_longctx_memory.png)\n")
+    for f in files:
+        os.remove(f)
+    # Where the time goes, for a series above the target: the measured profile of one call at both ends.
+    prof = longctx_profiles(recs)
+    missed = [x for x in xs if x["ratio_median"] is not None and x["ratio_median"] > TARGETS["per_token"]]
+    if missed:
+        md.append(f"\n**Above the target ({TARGETS['per_token']})**: "
+                  + "; ".join(f"{x['name']} {x['pass']} P = {x['P']}: {fmt(x['ratio_median'])} by the median, "
+                              f"{fmt(x['ratio_min'])} by the minimum (load {fmt(x['load'][0])} at 4 Ki, "
+                              f"{fmt(x['load'][1])} at {tokens_label(x['to'])})" for x in missed) + ".\n")
+    shown = [(x["mechanism"], x["pass"], x["P"]) for x in missed
+             if len({t for (m, pas, p, t) in prof if (m, pas, p) == (x["mechanism"], x["pass"], x["P"])}) >= 2]
+    if shown:
+        md.append("\nMeasured profile of each series above the target (`--profile`: rank 0, the fastest of a few calls "
+                  "after a warm-up, Kokkos Tools begin/end callbacks of every kernel and deep copy; *outside kernels* is "
+                  "communication and host work). Seconds per 1 Ki tokens per rank, at the sweep's two ends, for the heaviest labels:\n\n")
+        prow = []
+        for m, pas, p in shown:
+            ends = sorted(t for (mm, pp, qq, t) in prof if (mm, pp, qq) == (m, pas, p))
+            if len(ends) < 2:
+                continue
+            lo, hi = prof[(m, pas, p, ends[0])], prof[(m, pas, p, ends[-1])]
+            per = lambda s, t: s / t * 1024
+            names = [lab for lab, _, _ in hi["labels"]]
+            lo_by = {lab: s for lab, s, _ in lo["labels"]}
+            hi_by = {lab: s for lab, s, _ in hi["labels"]}
+            for lab in names:
+                a = lo_by.get(lab)
+                prow.append([LONGCTX_NAMES.get(m, m), pas, p, f"`{lab}`",
+                             fmt(per(a, ends[0])) if a is not None else "(not in the top 6)",
+                             fmt(per(hi_by[lab], ends[-1])),
+                             fmt(per(hi_by[lab], ends[-1]) / per(a, ends[0])) if a else "–"])
+            for what in ("other", "outside", "wall"):
+                a, b = per(lo[what], ends[0]), per(hi[what], ends[-1])
+                prow.append([LONGCTX_NAMES.get(m, m), pas, p, {"other": "other kernels", "outside": "outside kernels",
+                                                             "wall": "**whole call**"}[what],
+                             fmt(a), fmt(b), fmt(b / a) if a > 0 else "–"])
+        if prow:
+            md.append(table(["mechanism", "pass", "P", "label", "s per Ki tokens at the smallest T",
+                             "at the largest T", "ratio"], prow))
+    # For each series above the target with a profile at both ends: which part grew the most.
+    for x in missed:
+        ends = sorted(t for (m, pas, p, t) in prof if (m, pas, p) == (x["mechanism"], x["pass"], x["P"]))
+        if len(ends) < 2:
+            continue
+        lo, hi = prof[(x["mechanism"], x["pass"], x["P"], ends[0])], prof[(x["mechanism"], x["pass"], x["P"], ends[-1])]
+        per_lo = {lab: s / ends[0] * 1024 for lab, s, _ in lo["labels"]}
+        per_hi = {lab: s / ends[-1] * 1024 for lab, s, _ in hi["labels"]}
+        per_lo["outside kernels"] = lo["outside"] / ends[0] * 1024
+        per_hi["outside kernels"] = hi["outside"] / ends[-1] * 1024
+        growth = {lab: per_hi[lab] - per_lo.get(lab, 0.0) for lab in per_hi}
+        w_lo, w_hi = lo["wall"] / ends[0] * 1024, hi["wall"] / ends[-1] * 1024
+        lab = max(growth, key=growth.get)
+        grows = per_lo.get(lab) and per_hi[lab] / per_lo[lab] > TARGETS["per_token"] and growth[lab] > 0
+        text = (f"\n{x['name']} {x['pass']} P = {x['P']}: the profiled call goes from {fmt(w_lo)} to {fmt(w_hi)} s "
+                f"per Ki tokens ({tokens_label(ends[0])} → {tokens_label(ends[-1])}, ×{fmt(w_hi / w_lo)}; load "
+                f"{fmt(lo['load'])} and {fmt(hi['load'])})")
+        text += (f", within the target: it does not reproduce the timed excess, which is put down to the load of "
+                 "the timed run" if w_hi / w_lo <= TARGETS["per_token"] else ", above the target as timed")
+        if grows:
+            text += (f"; the part that grows most is `{lab}`, {fmt(per_lo[lab])} → {fmt(per_hi[lab])} s per Ki tokens "
+                     f"(×{fmt(per_hi[lab] / per_lo[lab])}, {fmt(growth[lab] / hi['wall'] * ends[-1] / 1024 * 100)} % "
+                     f"of the call at {tokens_label(ends[-1])})."
+                     + (" " + LONGCTX_CAUSES[lab] if lab in LONGCTX_CAUSES else ""))
+        else:
+            text += "; no part of it grows past the target."
+        md.append(text + "\n")
+    return md
+
+
+# ----------------------------------------------------------------------------------------------
 # The summary: one row per target, verdict by the rule of DEFINITIONS.
 
 
@@ -784,6 +1083,7 @@ def summary_rows(recs):
             f"≤ {TARGETS['per_token']}", [x["ratio"] for x in xs], lambda v: v <= TARGETS["per_token"],
             "[growth](#how-cost-grows)",
             f"worst: {worst['case']}, T = {worst['from']} → {worst['to']}" if worst else "", lower_is_worse=False)
+    longctx_summary(recs, add)
     add("steady-state allocations per forward+backward on a plan", "count (Kokkos Tools)", "0", [], None,
         "–", "no benchmark writes it yet (the plan-then-execute issue)")
     bv, off, skipped = fig_bytes(recs)
@@ -849,7 +1149,7 @@ def crossover_section(recs, img, img_rel):
                       f"householder steps {r.get('householder')}, chunk {r.get('chunk')}")
     ranks = sorted({r["ranks"] for r in cx})
     md.append("`bench/crossover` runs one layer's forward + backward through the public APIs: **B** = "
-              "`chunkwise_cp_forward/backward` with `GatherFold` or `ScanCompose` on each rank's `t` tokens of "
+              "a `chunkwise::CpPlan`'s `forward`/`backward` with `GatherFold` or `ScanCompose` on each rank's `t` tokens of "
               "every head; **C** = `TransposePlan::to_head_parallel` of the fused input projection, the "
               "single-device chunkwise recurrence over the whole sequence of the rank's heads, "
               "`to_sequence_parallel` of the output, and the reverse path in the backward "
@@ -1657,6 +1957,7 @@ def render(recs, args):
                      ("CP efficiency", lambda: section_cp(recs, args.img, img_rel)),
                      ("PyTorch", lambda: section_torch(recs, args.img, img_rel)),
                      ("growth", lambda: section_growth(recs)),
+                     ("long context", lambda: section_longctx(recs, args.img, img_rel)),
                      ("hybrid", lambda: section_hybrid(recs)),
                      ("expressions", lambda: section_expr(recs)),
                      ("alpha-beta", lambda: section_alpha_beta(recs, fits, args, img_rel)),

@@ -221,5 +221,105 @@ class Render(unittest.TestCase):
         self.assertNotIn("could not be rendered", text)
 
 
+def longctx(mech, pas, p, t, ns_median, ns_min, peak, **over):
+    r = rec("longctx", f"{mech} {pas} P={p} T={t}", kind="longctx", mechanism=mech, P=p, T_per_rank=t,
+            repeats=3, median_s=ns_median * t * 1e-9, min_s=ns_min * t * 1e-9, per_token_ns_median=ns_median,
+            per_token_ns_min=ns_min, peak_rss_bytes=peak, rss_own_process=True, load_average=0.5)
+    r["pass"] = pas
+    r.update(over)
+    return r
+
+
+def longctx_sweep(ratio_at_top, a=20 * 2**20, b=12000):
+    """SWA at P = 1, both passes: per-token time 100 ns at 1 Ki and 4 Ki, ratio_at_top × that at
+    128 Ki (the minimum 10 % lower throughout); peak memory exactly a + b·T."""
+    out = []
+    for pas in ("forward", "forward+backward"):
+        for t, ns in ((1024, 100.0), (4096, 100.0), (131072, 100.0 * ratio_at_top)):
+            out.append(longctx("swa", pas, 1, t, ns, 0.9 * ns, a + b * t))
+    return out
+
+
+class LongContext(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.args = argparse.Namespace(img=os.path.join(self.tmp.name, "img"), out=os.path.join(self.tmp.name, "p.md"),
+                                       command="test", results=self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def summary_line(self, text, what):
+        return next(line for line in text.splitlines() if line.startswith("| " + what))
+
+    def test_ratio_is_128k_over_4k_and_memory_fit_recovers_the_constant(self):
+        recs = longctx_sweep(1.1)
+        rows = render.fig_longctx(recs)
+        self.assertEqual(len(rows), 2)
+        for x in rows:
+            self.assertEqual((x["from"], x["to"]), (4096, 131072))
+            self.assertAlmostEqual(x["ratio_median"], 1.1)
+            self.assertAlmostEqual(x["ratio_min"], 1.1)
+        (m,) = render.fig_longctx_memory(recs)  # one point per process: the forward record
+        self.assertAlmostEqual(m["b"], 12000)
+        self.assertAlmostEqual(m["a"], 20 * 2**20, delta=1e-3)
+        self.assertLess(m["residual"], 1e-12)
+        text = render.render(recs, self.args)
+        self.assertIn("**met**", self.summary_line(text, "per-token time at 128 Ki ÷ 4 Ki tokens per rank — A: SWA"))
+        self.assertIn("b = 12000 B/token", self.summary_line(text, "peak memory per rank linear in T/P"))
+
+    def test_ratio_above_the_target_is_missed_and_named(self):
+        text = render.render(longctx_sweep(1.5), self.args)
+        self.assertIn("**missed**", self.summary_line(text, "per-token time at 128 Ki ÷ 4 Ki tokens per rank — A: SWA"))
+        self.assertIn("**Above the target (1.2)**", text)
+
+    def test_memory_not_linear_is_missed(self):
+        recs = longctx_sweep(1.0)
+        for r in recs:
+            if r["T_per_rank"] == 4096:
+                r["peak_rss_bytes"] *= 3  # a bump no straight line goes through
+        text = render.render(recs, self.args)
+        self.assertIn("**missed**", self.summary_line(text, "peak memory per rank linear in T/P"))
+
+    def test_a_cut_short_sweep_says_so(self):
+        recs = [r for r in longctx_sweep(1.0) if r["T_per_rank"] != 131072]
+        recs += [longctx("swa", pas, 1, 16384, 100.0, 90.0, 20 * 2**20 + 12000 * 16384)
+                 for pas in ("forward", "forward+backward")]
+        text = render.render(recs, self.args)
+        self.assertIn("sweep cut short: to T = 16384", text)
+
+    def test_missing_key_raises(self):
+        for key in ("peak_rss_bytes", "per_token_ns_median", "per_token_ns_min", "T_per_rank", "load_average",
+                    "pass"):
+            recs = longctx_sweep(1.0)
+            del recs[2][key]
+            with self.assertRaises(render.RecordKeyError, msg=key) as cm:
+                render.render(recs, self.args)
+            self.assertIn(f"'{key}'", str(cm.exception))
+
+    def test_a_miss_names_the_part_of_the_profile_that_grows(self):
+        def prof(t, steady_s, growing_s, outside_s):
+            r = rec("longctx", f"profile swa forward P=1 T={t}", kind="longctx_profile", mechanism="swa", P=1,
+                    T_per_rank=t, wall_s=steady_s + growing_s + outside_s, kernels_s=steady_s + growing_s,
+                    outside_kernels_s=outside_s, other_kernels_s=0.0, labels=2, label0="steady", label0_s=steady_s,
+                    label0_calls=1, label1="growing", label1_s=growing_s, label1_calls=1, load_average=0.5)
+            r["pass"] = "forward"
+            return r
+        # per Ki tokens: steady 1 → 1, growing 0.1 → 0.6, outside 0.1 → 0.1
+        profs = [prof(4096, 4.0, 0.4, 0.4), prof(131072, 128.0, 76.8, 12.8)]
+        text = render.render(longctx_sweep(1.5) + profs, self.args)
+        self.assertIn("×1.42; load 0.5 and 0.5), above the target as timed; the part that grows most is `growing`, 0.1 → 0.6 s per Ki "
+                      "tokens (×6, 29.4 % of the call at 128 Ki)", text)
+
+    def test_profile_record_without_its_labels_raises(self):
+        prof = rec("longctx", "profile swa forward P=1 T=4096", kind="longctx_profile", mechanism="swa",
+                   P=1, T_per_rank=4096, wall_s=1.0, kernels_s=0.9, outside_kernels_s=0.1, other_kernels_s=0.0,
+                   labels=1, label0="ctxpar::swa::attention", label0_s=0.9, load_average=0.5)  # no label0_calls
+        prof["pass"] = "forward"
+        with self.assertRaises(render.RecordKeyError) as cm:
+            render.render(longctx_sweep(1.5) + [prof], self.args)
+        self.assertIn("'label0_calls'", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main()
