@@ -4,6 +4,7 @@
 // forward and backward, and a few SGD steps. Every layer output and every gradient is compared
 // with the same stack run on one rank (each process runs it on MPI_COMM_SELF over the whole
 // sequence and compares its own rows).
+#include <malloc.h>
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -22,9 +23,11 @@
 
 #include "command.hpp"
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/preconditions.hpp"
 #include "hybrid/host_math.hpp"
 #include "hybrid/layers.hpp"
 #include "hybrid/phase_clock.hpp"
+#include "hybrid/reference_files.hpp"
 #include "hybrid/token_plan.hpp"
 #include "json.hpp"
 #include "measure.hpp"
@@ -104,6 +107,8 @@ struct Settings {
   bool progress = true;
   int perturb_rank =
       -1;  // test hook: corrupt one GDN output value on this rank (distributed run only)
+  std::string save_reference;  // P = 1: write the run's values here (the reference job)
+  std::string reference;       // compare with the values a P = 1 run saved here
 };
 
 // Everything one forward + backward of the stack produced on this rank.
@@ -154,10 +159,17 @@ RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& 
     st.work_seconds += (t.seconds() - (PhaseClock::mpi - mpi0));
     return result;
   };
-  out.x1 = timed(0, [&] { return swa.forward(x0, w, out.layers[0]); });
-  out.x2 = timed(1, [&] { return gdn.forward(out.x1, w, out.layers[1]); });
+  // What each forward leaves resident for the backward (its output is counted with it).
+  auto held = [&](int l, auto&& f) {
+    const std::int64_t before = ctxpar::cli::current_rss_bytes();
+    auto result = timed(l, f);
+    out.layers[l].held_bytes += ctxpar::cli::current_rss_bytes() - before;
+    return result;
+  };
+  out.x1 = held(0, [&] { return swa.forward(x0, w, out.layers[0]); });
+  out.x2 = held(1, [&] { return gdn.forward(out.x1, w, out.layers[1]); });
   if (group.rank() == perturb_rank && out.x2.rows > 0) out.x2(out.x2.rows - 1, 0) += 1e-3;
-  out.x3 = timed(2, [&] { return gdp.forward(out.x2, w, out.layers[2]); });
+  out.x3 = held(2, [&] { return gdp.forward(out.x2, w, out.layers[2]); });
   // loss = ½·Σ|x3|² / L over all tokens.
   double local = 0;
   for (double v : out.x3.data) local += 0.5 * v * v / static_cast<double>(plan.length);
@@ -192,17 +204,18 @@ double max_abs(const Matrix& m) {
 // compositions each state goes through and the layers after it: bound = 64·P·u32·max|ref|.
 // The sliding-window layer's forward is bitwise identical by design (same key tiles and order),
 // so in the first step, before any weight update has carried fp32-level differences into the
-// weights, its output gets fp64 rounding only.
+// weights, its output gets fp64 rounding only. `ref` holds the single-rank run's values of this
+// rank's rows, in the same order as `got`; max|ref| is taken over every rank's rows.
 Check compare_rows(const Group& group, const std::string& what, const Matrix& got,
-                   const Matrix& ref, const std::vector<std::int64_t>& tokens, bool fp64_only) {
+                   const Matrix& ref, bool fp64_only) {
   Check c;
   c.what = what;
-  for (std::size_t j = 0; j < tokens.size(); ++j)
-    for (std::int64_t k = 0; k < got.cols; ++k)
-      c.error =
-          std::max(c.error, std::fabs(got(static_cast<std::int64_t>(j), k) - ref(tokens[j], k)));
+  for (std::size_t i = 0; i < got.data.size(); ++i)
+    c.error = std::max(c.error, std::fabs(got.data[i] - ref.data[i]));
   const double u = fp64_only ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
-  c.bound = 64.0 * group.size() * u * max_abs(ref);
+  double scale = max_abs(ref);
+  MPI_Allreduce(MPI_IN_PLACE, &scale, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
+  c.bound = 64.0 * group.size() * u * scale;
   MPI_Allreduce(MPI_IN_PLACE, &c.error, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
   c.ok = c.error <= c.bound && !std::isnan(c.error);
   return c;
@@ -302,6 +315,31 @@ std::vector<std::int64_t> documents(std::int64_t length, int n, std::int64_t mul
   return cu;
 }
 
+// What fixes the values of a run: a reference saved by one run can check another only if these
+// agree (the layout and the rank count may differ; the document boundaries must not).
+ReferenceKey reference_key(const Settings& s, const TokenPlan& plan) {
+  const StackConfig& c = s.stack;
+  std::ostringstream cu, lr;
+  for (std::size_t i = 0; i < plan.cu_seqlens.size(); ++i)
+    cu << (i ? "," : "") << plan.cu_seqlens[i];
+  lr.precision(17);
+  lr << s.lr;
+  return {{"length", std::to_string(c.length)},
+          {"model-dim", std::to_string(c.model_dim)},
+          {"heads", std::to_string(c.heads)},
+          {"kv-heads", std::to_string(c.kv_heads)},
+          {"head-dim", std::to_string(c.head_dim)},
+          {"window", std::to_string(c.window)},
+          {"chunk", std::to_string(c.chunk)},
+          {"swa-policy", SwaLayer::policy_name(c.swa_policy)},
+          {"gdn-policy", GdnLayer::policy_name(c.gdn_policy)},
+          {"householder", std::to_string(c.householder)},
+          {"kernel-chunk", std::to_string(c.kernel_chunk)},
+          {"groups", std::to_string(c.groups)},
+          {"lr", lr.str()},
+          {"documents", cu.str()}};
+}
+
 // Runs the stack distributed and on one rank, `steps` SGD steps, and writes the report. Returns
 // true iff every check passed on every rank.
 bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Json* json) {
@@ -326,10 +364,15 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
            << s.documents << " document" << (s.documents > 1 ? "s" : "") << "; d_model "
            << cfg.model_dim << ", heads " << cfg.heads << " (SWA kv " << cfg.kv_heads
            << "), head dim " << cfg.head_dim << ", window " << cfg.window << ", SWA stream chunk "
-           << cfg.chunk << ", GDP M = " << cfg.householder << "\n"
-           << "  reference: the same stack on one rank (MPI_COMM_SELF) over the whole sequence; "
-              "each rank "
-              "compares its rows\n";
+           << cfg.chunk << ", GDP M = " << cfg.householder << ", kernel chunk " << cfg.kernel_chunk
+           << "\n"
+           << (!s.save_reference.empty()
+                   ? "  this run is the reference: its values go to " + s.save_reference + "\n"
+               : !s.reference.empty()
+                   ? "  reference: the values a P = 1 run saved in " + s.reference +
+                         "; each rank reads and compares its rows\n"
+                   : "  reference: the same stack on one rank (MPI_COMM_SELF) over the whole "
+                     "sequence; each rank compares its rows\n");
   }
   bool all_ok = true;
   int checks = 0, failed = 0;
@@ -340,19 +383,57 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
       std::cerr << "[hybrid] step " << step << "/" << s.steps << ": distributed pass… "
                 << std::flush;
     RunOutput d = run_stack(layers, relayout, plan, cfg, w, s.perturb_rank);
-    const double t_dist = wall.seconds();
-    if (root && s.progress) std::cerr << "single-rank reference… " << std::flush;
-    RunOutput r = run_stack(self, self_relayout, single, cfg, w_ref);
-    if (root && s.progress)
+    // The single-rank values of this rank's rows: from the files of a P = 1 run, or from the
+    // whole stack run again here on MPI_COMM_SELF. A P = 1 run saving the reference is the
+    // reference itself: it writes its values and compares nothing.
+    ReferenceStep r;
+    RunOutput in_process;
+    const bool saving = !s.save_reference.empty(), from_files = !s.reference.empty();
+    if (saving) {
+      r = ReferenceStep{d.x1, d.x2, d.x3, d.dx0, d.dx1, d.dx2, d.grads, d.loss, {}};
+      for (const LayerStats& st : d.layers) r.layer_seconds.push_back(st.total_seconds);
+      if (step == 1) write_reference_key(s.save_reference, reference_key(s, plan), d.grads);
+      write_reference_step(s.save_reference, step, r);
+      if (root && s.progress) std::cerr << "reference written\n";
+    } else if (from_files) {
+      if (root && s.progress) std::cerr << "reading the reference… " << std::flush;
+      // Collective verdict: a rank whose rows cannot be read must not leave the others waiting
+      // in the next collective. Every rank throws the lowest failing rank's error.
+      ctxpar::Preconditions chk(world, "ctxpar hybrid");
+      try {
+        r = read_reference_step(s.reference, reference_key(s, plan), step, cfg.length,
+                                cfg.model_dim, mine);
+      } catch (const ctxpar::Error& e) {
+        chk.require(false, e.condition(), e.expected(), e.actual());
+      }
+      try {
+        chk.agree();
+      } catch (const ctxpar::Error& e) {
+        throw ctxpar::cli::UsageError(e.op(), e.rank(), e.condition(), e.expected(), e.actual());
+      }
+    } else {
+      if (root && s.progress) std::cerr << "single-rank reference… " << std::flush;
+      in_process = run_stack(self, self_relayout, single, cfg, w_ref);
+      auto rows = [&](const Matrix& m) {
+        Matrix out(static_cast<std::int64_t>(mine.size()), m.cols);
+        for (std::size_t j = 0; j < mine.size(); ++j)
+          for (std::int64_t k = 0; k < m.cols; ++k)
+            out(static_cast<std::int64_t>(j), k) = m(mine[j], k);
+        return out;
+      };
+      r = ReferenceStep{rows(in_process.x1),  rows(in_process.x2),  rows(in_process.x3),
+                        rows(in_process.dx0), rows(in_process.dx1), rows(in_process.dx2),
+                        in_process.grads,     in_process.loss,      {}};
+    }
+    if (root && s.progress && !saving)
       std::cerr << "compare (" << std::fixed << std::setprecision(1) << wall.seconds() << " s)\n";
-    (void)t_dist;
 
-    std::vector<Check> outs = {compare_rows(world, "swa out", d.x1, r.x1, mine, step == 1),
-                               compare_rows(world, "gdn out", d.x2, r.x2, mine, false),
-                               compare_rows(world, "gdp out", d.x3, r.x3, mine, false)};
-    std::vector<Check> ins = {compare_rows(world, "d swa in", d.dx0, r.dx0, mine, false),
-                              compare_rows(world, "d gdn in", d.dx1, r.dx1, mine, false),
-                              compare_rows(world, "d gdp in", d.dx2, r.dx2, mine, false)};
+    std::vector<Check> outs = {compare_rows(world, "swa out", d.x1, r.x1, step == 1),
+                               compare_rows(world, "gdn out", d.x2, r.x2, false),
+                               compare_rows(world, "gdp out", d.x3, r.x3, false)};
+    std::vector<Check> ins = {compare_rows(world, "d swa in", d.dx0, r.dx0, false),
+                              compare_rows(world, "d gdn in", d.dx1, r.dx1, false),
+                              compare_rows(world, "d gdp in", d.dx2, r.dx2, false)};
     std::vector<Check> grads;
     for (const auto& kv : d.grads)
       grads.push_back(compare_all(world, kv.first, kv.second, r.grads.at(kv.first)));
@@ -371,10 +452,12 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
       if (!c.ok) ++failed;
       all_ok = all_ok && c.ok;
     };
-    for (const auto& c : outs) tally(c);
-    for (const auto& c : ins) tally(c);
-    for (const auto& c : grads) tally(c);
-    tally(loss);
+    if (!saving) {  // a run saving the reference compares nothing: it is the reference
+      for (const auto& c : outs) tally(c);
+      for (const auto& c : ins) tally(c);
+      for (const auto& c : grads) tally(c);
+      tally(loss);
+    }
 
     Json step_json = Json::object();
     step_json["step"] = step;
@@ -397,11 +480,19 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     const char* short_name[3] = {"swa", "gdn", "gdp"};
     const Check* in_check[3] = {&ins[0], &ins[1], &ins[2]};
     Phases dist_ph[3], ref_ph[3];
-    double eff[3];
+    double eff[3], held_per_token[3];
     for (int l = 0; l < 3; ++l) {
       const LayerStats& st = d.layers[l];
       dist_ph[l] = phases(world, st);
-      ref_ph[l] = phases(world, r.layers[l]);
+      held_per_token[l] =
+          max_over_ranks(world, static_cast<double>(st.held_bytes) /
+                                    static_cast<double>(std::max<std::size_t>(mine.size(), 1)));
+      // T(1): the single-rank run of the same processes (in-process reference, while every rank
+      // runs it: contended), or the saved P = 1 job's own time (solo), or this P = 1 run's.
+      if (!saving && !from_files) ref_ph[l] = phases(world, in_process.layers[l]);
+      if (from_files && static_cast<std::size_t>(l) < r.layer_seconds.size())
+        ref_ph[l].total = r.layer_seconds[static_cast<std::size_t>(l)];
+      if (saving) ref_ph[l].total = dist_ph[l].total;
       eff[l] = ref_ph[l].total / (p * std::max(dist_ph[l].total, 1e-12));
       const double fwd = max_over_ranks(world, st.forward_seconds),
                    bwd = max_over_ranks(world, st.backward_seconds);
@@ -461,16 +552,25 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
         lj["relayout_bytes_received_rank0"] = st.relayout.bytes_received;
         lj["phases_seconds"] = Json::object();
         lj["phases_seconds"]["distributed"] = ph_json(dist_ph[l]);
-        lj["phases_seconds"]["single_rank"] = ph_json(ref_ph[l]);
+        if (!saving && !from_files) lj["phases_seconds"]["single_rank"] = ph_json(ref_ph[l]);
         lj["cp_efficiency"] = eff[l];
+        lj["held_bytes_per_token_max_rank"] = held_per_token[l];
+        lj["single_rank_seconds"] = ref_ph[l].total;
+        lj["single_rank_baseline"] = from_files ? "solo (the saved P = 1 job)"
+                                     : saving   ? "this run"
+                                                : "contended";
         layer_json.push_back(lj);
       }
     }
-    // Where the time goes, per layer and phase, here and in the single-rank reference that ran in
-    // the same processes right after (so both saw the same machine load).
+    // Where the time goes, per layer and phase, here and (in-process reference) in the
+    // single-rank run of the same processes right after, which saw the same machine load. With a
+    // saved reference, T(1) is the P = 1 job's own forward + backward time.
+    const bool ref_row = !saving && !from_files;
     if (root) {
-      report << "  time by phase, forward + backward, ms (slowest rank; P=1: the single-rank "
-                "reference of this step)\n"
+      report << "  time by phase, forward + backward, ms (slowest rank"
+             << (ref_row      ? "; P=1: the single-rank reference of this step)\n"
+                 : from_files ? "; T(1) from the saved P = 1 job)\n"
+                              : ")\n")
              << "  layer    P    total  compute     comm relayout  staging     glue  MPI calls  "
                 "imbalance   CP efficiency "
                 "P=1/(P*P="
@@ -479,10 +579,14 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     for (int l = 0; l < 3; ++l) {
       const Phases &dist = dist_ph[l], &ref = ref_ph[l];
       if (root) {
-        for (int which = 0; which < 2; ++which) {
+        if (from_files)
+          report << "  " << std::left << std::setw(5) << short_name[l] << std::right << std::setw(5)
+                 << 1 << std::fixed << std::setprecision(1) << std::setw(9) << 1e3 * ref.total
+                 << "  (saved P = 1 job)\n";
+        for (int which = ref_row ? 0 : 1; which < 2; ++which) {
           const Phases& ph = which == 0 ? ref : dist;
           std::ostringstream row;
-          row << "  " << std::left << std::setw(5) << (which == 0 ? short_name[l] : "")
+          row << "  " << std::left << std::setw(5) << (which == 0 || !ref_row ? short_name[l] : "")
               << std::right << std::setw(5) << (which == 0 ? 1 : p) << std::fixed
               << std::setprecision(1);
           for (double v : {ph.total, ph.compute, ph.comm, ph.relayout, ph.staging, ph.glue})
@@ -495,6 +599,11 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
       }
     }
     if (root) {
+      report << std::fixed << std::setprecision(0)
+             << "  resident memory each forward leaves for its backward, bytes per token of the "
+                "rank's shard (max over ranks): swa "
+             << held_per_token[0] << ", gdn " << held_per_token[1] << ", gdp " << held_per_token[2]
+             << "\n";
       report << "  weight gradients (summed over ranks) vs P=1:";
       int col = 0;
       for (const auto& g : grads) {
@@ -520,17 +629,33 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     report << "\n"
            << (all_ok ? "all " + std::to_string(checks) + " checks passed"
                       : std::to_string(failed) + " of " + std::to_string(checks) + " checks FAILED")
-           << " (outputs, input gradients, weight gradients and loss of every layer against the "
-              "single-rank run, "
-              "bytes against their formulas)\n"
+           << (s.save_reference.empty()
+                   ? " (outputs, input gradients, weight gradients and loss of every layer against "
+                     "the single-rank run, bytes against their formulas)\n"
+                   : " (bytes against their formulas); this run is the reference: its values are "
+                     "in " +
+                         s.save_reference + " for `--reference`\n")
            << "  the GDN layer includes its short conv with the halo exchange "
               "(chunkwise/short_conv.hpp, "
            << (s.zigzag ? "zigzag: chunk r's halo from rank r-1, chunk 2P-1-r's from rank r+1"
                         : "contiguous ring")
            << "); the GDP layer's causal conv runs inside its head-parallel core\n";
   }
-  // Every rank also runs the single-rank reference, so this includes the reference's memory.
-  const Json peak_rss = ctxpar::cli::gather_counts(world, ctxpar::cli::peak_rss_bytes());
+  // With the in-process reference every rank also runs the whole sequence on one rank, so this
+  // includes the reference's memory; with a saved reference it is the distributed run's alone.
+  const std::int64_t my_peak = ctxpar::cli::peak_rss_bytes();
+  const Json peak_rss = ctxpar::cli::gather_counts(world, my_peak);
+  const double peak_max = max_over_ranks(world, static_cast<double>(my_peak));
+  if (root) {
+    report << "peak resident memory per rank: " << human_bytes(peak_max) << " (max over ranks; "
+           << std::fixed << std::setprecision(0)
+           << peak_max / static_cast<double>(std::max<std::size_t>(mine.size(), 1))
+           << " bytes per token of the shard"
+           << (s.save_reference.empty() && s.reference.empty()
+                   ? ", with the in-process whole-sequence reference"
+                   : "")
+           << ")\n";
+  }
   if (json != nullptr && root) {
     (*json)["benchmark"] = "hybrid";
     (*json)["case"] = std::string("hybrid P=") + std::to_string(p);
@@ -566,6 +691,10 @@ int policy_index(const ctxpar::cli::Args& args, const std::string& key,
 }
 
 int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
+  // Large blocks come from mmap and go back to the system when freed (a fixed threshold also stops
+  // glibc from raising it after the first large free), so the resident set measures live memory:
+  // what each forward keeps for the backward, and the peak.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   Settings s;
   StackConfig& c = s.stack;
   c.length = args.get<std::int64_t>("length", c.length);
@@ -579,6 +708,7 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   c.gdn_policy = policy_index(args, "gdn-policy", {"gather", "scan"}, "gather");
   c.uneven_heads = policy_index(args, "head-policy", {"even", "uneven"}, "uneven") == 1;
   c.householder = args.get<int>("householder", c.householder);
+  c.kernel_chunk = args.get<int>("kernel-chunk", c.kernel_chunk);
   c.groups = args.get<int>("groups", c.groups);
   s.zigzag = policy_index(args, "layout", {"contiguous", "zigzag"}, "contiguous") == 1;
   s.documents = args.has("packed") ? args.get<int>("documents", 3) : 1;
@@ -589,6 +719,8 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   s.lr = args.get<double>("lr", s.lr);
   s.json = args.get("json", "");
   s.progress = !args.has("quiet");
+  s.save_reference = args.get("save-reference", "");
+  s.reference = args.get("reference", "");
   s.perturb_rank = args.get_in<int>("perturb-rank", -1, -1, world.size() - 1,
                                     "names a rank that does not exist (-1: none)");
   args.require("lr", s.lr >= 0, "the learning rate must be >= 0", ">= 0", s.lr);
@@ -606,6 +738,9 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
                c.head_dim);
   args.require("householder", c.householder >= 1 && c.householder <= 16,
                "the householder copies must be in [1, 16]", "1..16", c.householder);
+  args.require("kernel-chunk", c.kernel_chunk >= 1 && c.kernel_chunk <= 4096,
+               "the chunk of the GDN and GDP kernels must be in [1, 4096]", "1..4096",
+               c.kernel_chunk);
   args.require("groups", c.groups >= 1 && c.heads % c.groups == 0,
                "the key groups must divide --heads", "a divisor of " + std::to_string(c.heads),
                c.groups);
@@ -622,6 +757,18 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   usage(s.documents >= 1 && s.documents <= c.length, "--documents must be in [1, L]",
         "1.." + std::to_string(c.length), std::to_string(s.documents));
   usage(s.steps >= 1, "--steps must be positive", ">= 1", std::to_string(s.steps));
+  usage(s.save_reference.empty() || s.reference.empty(),
+        "--save-reference and --reference exclude each other (a run either is the reference or "
+        "checks against one)",
+        "one of them", "both");
+  usage(s.save_reference.empty() || world.size() == 1,
+        "--save-reference runs at P = 1 (the single-rank reference)", "1 rank",
+        std::to_string(world.size()) + " ranks");
+  usage(s.save_reference.empty() || s.perturb_rank < 0,
+        "--perturb-rank would corrupt the reference itself",
+        "no --perturb-rank with "
+        "--save-reference",
+        std::to_string(s.perturb_rank));
   usage(!s.zigzag || c.length % (2 * world.size()) == 0,
         "--layout zigzag needs L to be a multiple of 2P",
         "a multiple of " + std::to_string(2 * world.size()), std::to_string(c.length));
@@ -660,8 +807,9 @@ CTXPAR_CLI_COMMAND(
     "rank",
     "[--length L] [--model-dim D] [--heads H] [--kv-heads H] [--head-dim D] [--window W]\n"
     "    [--chunk T] [--swa-policy P] [--gdn-policy P] [--head-policy P] [--householder M]\n"
-    "    [--groups G] [--layout L] [--packed [--documents N]] [--steps S] [--lr X] [--json FILE]\n"
-    "    [--quiet] [--perturb-rank R]\n\n"
+    "    [--groups G] [--kernel-chunk C] [--layout L] [--packed [--documents N]] [--steps S] [--lr "
+    "X] [--json FILE]\n"
+    "    [--quiet] [--perturb-rank R] [--save-reference DIR | --reference DIR]\n\n"
     "options [default]:\n"
     "  --length L        tokens, 1..4194304 [2048]\n"
     "  --model-dim D     residual width, 1..4096 [32]\n"
@@ -675,6 +823,8 @@ CTXPAR_CLI_COMMAND(
     "  --head-policy P   even or uneven [uneven]\n"
     "  --householder M   GDP householder copies, 1..16 [2]\n"
     "  --groups G        GDP key groups, divides --heads [1]\n"
+    "  --kernel-chunk C  chunk of the GDN and GDP kernels, 1..4096; their saved per-chunk\n"
+    "                    C x C matrices cost 2·C values per token and head [64]\n"
     "  --layout L        contiguous or zigzag [contiguous]\n"
     "  --packed          several documents in the sequence [one]\n"
     "  --documents N     with --packed: documents, 1..L [3]\n"
@@ -683,7 +833,12 @@ CTXPAR_CLI_COMMAND(
     "  --json FILE       also write the results as JSON (rank 0) [none]\n"
     "  --quiet           no progress lines [progress]\n"
     "  --perturb-rank R  test hook: corrupts one value of rank R's GDN output, so the checks must\n"
-    "                    fail; -1 = none [-1]\n\n"
+    "                    fail; -1 = none [-1]\n"
+    "  --save-reference DIR  P = 1 only: write this run's values (every step's layer outputs,\n"
+    "                    input gradients, weight gradients, loss, layer times) to DIR [none]\n"
+    "  --reference DIR   compare with the values a P = 1 run saved in DIR (the same options but\n"
+    "                    --layout), each rank reading its rows, instead of running the whole\n"
+    "                    sequence on one rank in every process [run it in-process]\n\n"
     "no input files; the inputs are generated. exit status: 0 every check passed; 1 a check\n"
     "failed (a NaN or Inf anywhere fails it); 2 a bad option, named in the message.\n",
     run_hybrid_command);

@@ -5,9 +5,11 @@
 
 #include <mpi.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -24,6 +26,16 @@ inline std::int64_t peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
+}
+
+/// This process's resident set now, in bytes (`/proc/self/statm`; 0 where it cannot be read).
+inline std::int64_t current_rss_bytes() {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<std::int64_t>(resident) * sysconf(_SC_PAGESIZE);
 }
 
 /// Every rank's `value`, as a JSON array on rank 0 (null elsewhere). Collective.
@@ -88,7 +100,8 @@ struct SteadyState {
   Json to_json(const Group& group) const {
     Json out = Json::object();
     out["repeat"] = repeat;
-    Json fwd = gather_seconds(group, forward_seconds), bwd = gather_seconds(group, backward_seconds);
+    Json fwd = gather_seconds(group, forward_seconds),
+         bwd = gather_seconds(group, backward_seconds);
     Json calls = gather_counts(group, allocations), call_bytes = gather_counts(group, bytes);
     if (group.rank() != 0) return Json();
     out["forward_seconds"] = fwd;

@@ -48,7 +48,7 @@ struct StackConfig {
   int householder = 2;          ///< GDP householder copies `M`
   int groups = 1;               ///< GDP key groups
   int conv_width = 4;           ///< GDP conv width
-  int gdn_chunk = 64;           ///< chunk of the chunkwise kernels
+  int kernel_chunk = 64;        ///< chunk of the GDN and GDP chunkwise kernels
   bool gdn_conv = true;         ///< GDN short conv (contiguous or zigzag shards)
 };
 
@@ -68,6 +68,9 @@ struct LayerStats {
          glue_seconds = 0;
   double work_seconds = 0;  ///< wall time outside MPI (for the imbalance between ranks)
   long mpi_calls = 0;       ///< MPI calls made (each one a point where ranks wait for each other)
+  /// Resident memory the layer's forward left behind for its backward (the growth of the
+  /// process's resident set across the forward call; activations and saved operator state).
+  std::int64_t held_bytes = 0;
   std::string note;         ///< what is not there yet
 };
 
@@ -410,7 +413,7 @@ class GdnLayer {
         cfg_(cfg),
         plan_(plan.zigzag ? chunkwise::ChunkwisePlan::create(group, Zigzag{}, plan.cu_seqlens)
                           : chunkwise::ChunkwisePlan::create(group, Contiguous{}, plan.cu_seqlens)),
-        backend_(chunkwise::BackendOptions{cfg.gdn_chunk, 0.0}),
+        backend_(chunkwise::BackendOptions{cfg.kernel_chunk, 0.0}),
         cp_(make_cp(group, plan_, backend_, cfg)),
         conv_(cfg.gdn_conv),
         zigzag_(plan.zigzag) {
@@ -692,6 +695,8 @@ class GdpLayer {
            const StackConfig& cfg)
       : group_(group), relayout_group_(&relayout_group), cfg_(cfg) {
     const heads::GdpShape s = shape(cfg);
+    heads::GdpOptions o;
+    o.chunk_size = cfg.kernel_chunk;
     const std::vector<std::int64_t> cu =
         plan.cu_seqlens.size() > 2 ? plan.cu_seqlens : std::vector<std::int64_t>{};
     if (plan.zigzag && !cu.empty()) {
@@ -708,14 +713,14 @@ class GdpLayer {
     }
     if (cfg.uneven_heads) {
       if (plan.zigzag)
-        impl_ = std::make_unique<Impl<UnevenHeads, Zigzag>>(group, s, plan.length, cu);
+        impl_ = std::make_unique<Impl<UnevenHeads, Zigzag>>(group, s, plan.length, cu, o);
       else
-        impl_ = std::make_unique<Impl<UnevenHeads, Contiguous>>(group, s, plan.length, cu);
+        impl_ = std::make_unique<Impl<UnevenHeads, Contiguous>>(group, s, plan.length, cu, o);
     } else {
       if (plan.zigzag)
-        impl_ = std::make_unique<Impl<EvenHeads, Zigzag>>(group, s, plan.length, cu);
+        impl_ = std::make_unique<Impl<EvenHeads, Zigzag>>(group, s, plan.length, cu, o);
       else
-        impl_ = std::make_unique<Impl<EvenHeads, Contiguous>>(group, s, plan.length, cu);
+        impl_ = std::make_unique<Impl<EvenHeads, Contiguous>>(group, s, plan.length, cu, o);
     }
   }
 
@@ -866,8 +871,8 @@ class GdpLayer {
   struct Impl : Base {
     heads::GdpContextParallel<double, memory_space, HeadPolicy, TokenOrder> layer;
     Impl(const Group& g, const heads::GdpShape& s, std::int64_t t,
-         const std::vector<std::int64_t>& cu)
-        : layer(g, s, t, cu) {}
+         const std::vector<std::int64_t>& cu, const heads::GdpOptions& o)
+        : layer(g, s, t, cu, o) {}
     void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p,
                  const detail::Tensor2& y, const detail::Tensor2& z) override {
       layer.forward(execution_space(), u, p, y, z);
