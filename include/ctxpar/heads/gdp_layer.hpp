@@ -18,6 +18,7 @@
 #include "ctxpar/chunkwise/gated_delta_product.hpp"
 #include "ctxpar/chunkwise/local_sequences.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/expr/expr.hpp"
 #include "ctxpar/heads/impl/layer_kernels.hpp"
@@ -199,11 +200,14 @@ class GdpLayerCore {
           "ctxpar::heads::conv_backward_input", p2(space, {0, 0}, {t, cc}),
           impl::ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
               dact_, conv_w_, du, seq_end_, dims_.off_v, dims_.width});
-      Kokkos::parallel_for(
-          "ctxpar::heads::conv_backward_weights", p1(space, 0, cc),
-          impl::ConvBackwardWeights<matrix, matrix, matrix, vector,
-                                    Kokkos::View<std::int64_t*, MemorySpace>>{
-              dact_, u_, dconv_w, dconv_b, seq_start_, dims_.off_v, t, dims_.width});
+      using weights_kernel = impl::ConvBackwardWeights<matrix, matrix, matrix, vector,
+                                                       Kokkos::View<std::int64_t*, MemorySpace>>;
+      const int block =
+          ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> ? weights_kernel::max_block : 1;
+      Kokkos::parallel_for("ctxpar::heads::conv_backward_weights",
+                           p1(space, 0, (cc + block - 1) / block),
+                           weights_kernel{dact_, u_, dconv_w, dconv_b, seq_start_, dims_.off_v, t,
+                                          dims_.width, cc, block});
     }
     gates_backward(space, du);
     Kokkos::parallel_for("ctxpar::heads::gate_param_grads",
