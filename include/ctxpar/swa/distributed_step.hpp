@@ -206,14 +206,16 @@ inline std::vector<int> scaled(const std::vector<int>& counts, std::int64_t fact
 /// The per-call checks of a distributed forward (the plan's constructor agreed on the shape and
 /// options), recorded into `chk`: this rank's inputs, the shard sizes, the order of positions
 /// across shard borders, ids on every rank or none, and message sizes that fit an MPI count.
-/// Returns the layout of the step; `agreement` is the plan's host buffer for the exchanged facts.
+/// Returns the layout of the step; `agreement` is the plan's host buffer for the exchanged facts
+/// and `cell` its device word for the position-order check.
 template <class Scalar, class MemorySpace>
 AxisLayout check_call(Preconditions& chk, const Group& group,
                       const Chunk<Scalar, MemorySpace>& chunk,
                       const Cache<Scalar, MemorySpace>& cache, const Options& options,
                       bool whole_axis, std::int64_t record_bytes,
-                      std::vector<std::int64_t>& agreement, bool& with_ids) {
-  impl::check_inputs(chk, chunk, cache, options);
+                      std::vector<std::int64_t>& agreement,
+                      const Kokkos::View<std::int64_t, MemorySpace>& cell, bool& with_ids) {
+  impl::check_inputs(chk, chunk, cache, options, cell);
   const int p = group.size(), me = group.rank();
   auto first = [](const Positions<MemorySpace>& pos, bool last) -> std::int64_t {
     if (pos.extent(0) == 0) return 0;
@@ -453,7 +455,7 @@ class StepPlan {
       chk.require(!aliased, "next_cache must not share memory with cache", "separate cache objects",
                   "the same views");
       layout = impl::check_call(chk, group_, chunk, cache, options_, whole_axis, bytes, agreement_,
-                                with_ids);
+                                disorder_cell_, with_ids);
       chk.agree();
     }
     impl::StepTables<MemorySpace>& tb = saved.tables;
@@ -799,6 +801,8 @@ class StepPlan {
   double scale_ = 1.0;
   std::int64_t fingerprint_ = 0;
   std::vector<std::int64_t> agreement_;
+  // The device word of the per-call position-order check.
+  Kokkos::View<std::int64_t, MemorySpace> disorder_cell_{"ctxpar::swa::check_positions"};
   // Forward staging: the whole-axis owners' records, the raw gathered keys (RopeAfterGather), and
   // one send / one receive buffer that every exchange of the step reuses in turn. The caller's
   // shards are read in place and keys are rotated inside the packing, so neither is copied.

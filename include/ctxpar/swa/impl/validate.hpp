@@ -35,26 +35,33 @@ bool all_finite(const View& view) {
 }
 
 /// Index `i` (on the axis `a ++ b`) of the first position not greater than the one before it, or
-/// -1 when the axis is strictly increasing. Runs where the positions live (no host copy).
+/// -1 when the axis is strictly increasing. Runs where the positions live (no host copy); `cell` is
+/// one caller-owned device word. A plain parallel_for with an atomic minimum, not a
+/// parallel_reduce: on the Threads backend a top-level reduction between team kernels makes the
+/// backend free and reallocate its per-thread scratch on every call, which would break a plan's
+/// no-allocation steady state.
 template <class MemorySpace>
-std::int64_t first_disorder(const Positions<MemorySpace>& a, const Positions<MemorySpace>& b) {
+std::int64_t first_disorder(const Positions<MemorySpace>& a, const Positions<MemorySpace>& b,
+                            const Kokkos::View<std::int64_t, MemorySpace>& cell) {
   using Exec = typename MemorySpace::execution_space;
   const std::int64_t na = static_cast<std::int64_t>(a.extent(0)),
                      n = na + static_cast<std::int64_t>(b.extent(0));
   if (n < 2) return -1;
-  std::int64_t first = n;
+  Kokkos::deep_copy(cell, n);
   const auto pa = a;
   const auto pb = b;
-  Kokkos::parallel_reduce(
+  const auto first = cell;
+  Kokkos::parallel_for(
       "ctxpar::swa::check_positions",
       Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(1, n),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
+      KOKKOS_LAMBDA(const std::int64_t i) {
         const std::int64_t x = i < na ? pa(i) : pb(i - na);
         const std::int64_t y = i - 1 < na ? pa(i - 1) : pb(i - 1 - na);
-        if (!(x > y) && i < m) m = i;
-      },
-      Kokkos::Min<std::int64_t>(first));
-  return first < n ? first : -1;
+        if (!(x > y)) Kokkos::atomic_fetch_min(&first(), i);
+      });
+  std::int64_t found = n;
+  Kokkos::deep_copy(Kokkos::View<std::int64_t, Kokkos::HostSpace>(&found), cell);
+  return found < n ? found : -1;
 }
 
 /// Position `i` of the axis `a ++ b`, read back to the host.
@@ -70,9 +77,11 @@ std::int64_t position_at(const Positions<MemorySpace>& a, const Positions<Memory
 
 /// Shape, id, ordering and (optionally) finiteness checks on one rank's chunk and cache. Returns
 /// false when a shape check failed (later checks would index out of range and are skipped).
+/// `cell` is one device word the position check may write (a plan owns one).
 template <class Checker, class Scalar, class MemorySpace>
 bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
-                  const KvBlock<Scalar, MemorySpace>& cache, const Options& options) {
+                  const KvBlock<Scalar, MemorySpace>& cache, const Options& options,
+                  const Kokkos::View<std::int64_t, MemorySpace>& cell) {
   const auto t = chunk.q.extent(0), hq = chunk.q.extent(1), dim = chunk.q.extent(2);
   const auto hkv = chunk.k.extent(1);
   bool ok = true;
@@ -119,7 +128,7 @@ bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
   need(std::isfinite(options.scale), "options.scale must be finite (0 = 1 / sqrt(D))",
        "a finite scale", ctxpar::impl::to_text(options.scale));
   if (!ok) return false;
-  if (const std::int64_t i = first_disorder(cache.pos, chunk.pos); i > 0) {
+  if (const std::int64_t i = first_disorder(cache.pos, chunk.pos, cell); i > 0) {
     chk.require(false,
                 "positions must be strictly increasing along the key/value axis (cache ++ chunk)",
                 "position " + std::to_string(i) + " > " +
