@@ -566,6 +566,24 @@ def fig_torch(recs):
             rows.append({"op": op, "case": f"D = {r['dim']}, W = {r['window']}", "rec": r, "raw": raw,
                          "norm": raw / gap, "ctxpar_sgemm": num(mine, "sgemm_gflops"),
                          "torch_sgemm": num(r, "sgemm_gflops"), "raw_of_minima": r.get(key + "_min")})
+    # The step a user calls (plan.forward / plan.backward) against torch at the same shape: paired
+    # here from both files' medians, normalised by the SGEMM of the ctxpar run that timed the step.
+    steps = {step_shape(r): r for r in pick(recs, "swa", kind="step_vs_kernel")}
+    for r in pick(recs, "swa_torch", kind="step"):
+        mine = steps.get(step_shape(r))
+        if mine is None:
+            continue  # listed by unpaired_torch()
+        ceilings = pick(recs, "swa", kind="ceiling")
+        if not ceilings:
+            raise RecordKeyError({"benchmark": "swa", "case": "sgemm ceiling"}, "gflops")
+        own_sgemm = sum(num(c, "gflops") for c in ceilings) / len(ceilings)
+        gap = own_sgemm / num(r, "sgemm_gflops")
+        for op in ("forward", "backward"):
+            raw = num(r, f"{op}_median_s") / num(mine, f"step_{op}_median_s")
+            rows.append({"op": f"SWA step {op}", "case": f"t = {r['queries']}, W = {r['window']}, Hq = {r['q_heads']}, "
+                         f"Hkv = {r['kv_heads']}, D = {r['dim']}", "rec": r, "raw": raw, "norm": raw / gap,
+                         "ctxpar_sgemm": own_sgemm, "torch_sgemm": num(r, "sgemm_gflops"),
+                         "raw_of_minima": num(r, f"{op}_min_s") / num(mine, f"step_{op}_min_s")})
     for r in pick(recs, "chunkwise_torch"):
         if "speedup_forward" not in r:
             continue
@@ -579,11 +597,18 @@ def fig_torch(recs):
     return rows
 
 
+def step_shape(r):
+    """The shape key of an SWA step record (ctxpar's step_vs_kernel or torch's step)."""
+    return tuple(need(r, k) for k in ("queries", "window", "q_heads", "kv_heads", "dim"))
+
+
 def unpaired_torch(recs):
     """Torch cases with no ctxpar case of the same shape in these records."""
     kern = {(r.get("dim"), r.get("window")) for r in pick(recs, "swa", kind="local_kernel")}
-    return [str(r.get("case")) for r in pick(recs, "swa_torch")
-            if "ctxpar_forward_speedup" in r and (r.get("dim"), r.get("window")) not in kern]
+    steps = {step_shape(r) for r in pick(recs, "swa", kind="step_vs_kernel")}
+    return ([str(r.get("case")) for r in pick(recs, "swa_torch")
+             if "ctxpar_forward_speedup" in r and (r.get("dim"), r.get("window")) not in kern] +
+            [str(r.get("case")) for r in pick(recs, "swa_torch", kind="step") if step_shape(r) not in steps])
 
 
 def cp_baseline(r):

@@ -584,6 +584,8 @@ int main(int argc, char* argv[]) {
   // The team-size sweep needs several threads per rank while every other case times one thread,
   // so it is its own invocation: `OMP_NUM_THREADS=4 mpirun -np 1 ctxpar_bench_swa --portable-only`.
   bool portable_only = false;
+  // The step-vs-kernel cases alone (the shape of the PyTorch comparison), for a profile.
+  bool step_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) {
       out_path = argv[++i];
@@ -593,10 +595,13 @@ int main(int argc, char* argv[]) {
       quick = true;
     } else if (!std::strcmp(argv[i], "--portable-only")) {
       portable_only = true;
+    } else if (!std::strcmp(argv[i], "--step-only")) {
+      step_only = true;
     } else {
       std::fprintf(
           stderr,
-          "usage: mpirun -np 2 ctxpar_bench_swa [--out FILE.json] [--repeats N] [--quick]\n"
+          "usage: mpirun -np 2 ctxpar_bench_swa [--out FILE.json] [--repeats N] [--quick] "
+          "[--step-only]\n"
           "       OMP_NUM_THREADS=4 mpirun -np 1 ctxpar_bench_swa --portable-only "
           "[--out FILE.json] [--repeats N] [--quick]\n");
       return 2;
@@ -613,7 +618,7 @@ int main(int argc, char* argv[]) {
   }
   const ctxpar::Group world(MPI_COMM_WORLD);
   ctxpar::bench::Report report(ctxpar::bench::this_machine());
-  if (world.rank() == 0) {
+  auto add_ceiling = [&] {
     const auto ceiling = ctxpar::bench::sgemm_ceiling(1024, repeats);
     std::printf("Eigen SGEMM (n=1024, 1 thread): %.2f GFLOP/s\n", ceiling.gflops);
     report.add(ctxpar::bench::Record("swa", "sgemm ceiling")
@@ -621,6 +626,19 @@ int main(int argc, char* argv[]) {
                    .set("n", 1024)
                    .set("sgemm", ceiling.timing)
                    .set("gflops", ceiling.gflops));
+    return ceiling;
+  };
+  if (step_only) {
+    if (world.rank() == 0) {
+      add_ceiling();
+      for (std::int64_t hkv : {8, 1})
+        report.add(step_vs_kernel_case(quick ? 1024 : 4096, 1024, 8, hkv, 64, repeats));
+      if (!out_path.empty()) report.write(out_path);
+    }
+    return 0;
+  }
+  if (world.rank() == 0) {
+    add_ceiling();
     const std::vector<std::int64_t> windows =
         quick ? std::vector<std::int64_t>{512} : std::vector<std::int64_t>{512, 1024, 2048, 4096};
     for (std::int64_t dim : {64, 128})

@@ -136,6 +136,24 @@ class Render(unittest.TestCase):
         with self.assertRaises(KeyError):
             render.fig_torch([mine, torch])
 
+    def test_torch_step_pairs_the_step_a_user_calls_by_shape(self):
+        shape = dict(queries=4096, window=1024, q_heads=8, dim=64)
+        ceiling = rec("swa", "sgemm ceiling", kind="ceiling", gflops=180.0)
+        step = rec("swa", "step vs kernel Hkv=8", kind="step_vs_kernel", kv_heads=8, step_forward_median_s=0.1,
+                   step_forward_min_s=0.08, step_backward_median_s=0.5, step_backward_min_s=0.4, **shape)
+        torch = rec("swa_torch", "torch step Hkv=8", kind="step", kv_heads=8, sgemm_gflops=120.0,
+                    forward_median_s=0.25, forward_min_s=0.24, backward_median_s=0.6, backward_min_s=0.6, **shape)
+        rows = {x["op"]: x for x in render.fig_torch([ceiling, step, torch])}
+        self.assertAlmostEqual(rows["SWA step forward"]["raw"], 2.5)
+        self.assertAlmostEqual(rows["SWA step forward"]["norm"], 2.5 / 1.5)
+        self.assertAlmostEqual(rows["SWA step forward"]["raw_of_minima"], 3.0)
+        self.assertAlmostEqual(rows["SWA step backward"]["raw"], 1.2)
+        gqa = dict(torch, case="torch step Hkv=1", kv_heads=1)
+        self.assertEqual(len(render.fig_torch([ceiling, step, torch, gqa])), 2)  # no GQA step to pair with
+        self.assertEqual(render.unpaired_torch([ceiling, step, torch, gqa]), ["torch step Hkv=1"])
+        with self.assertRaises(KeyError):
+            render.fig_torch([step, torch])  # no ctxpar SGEMM in the run: no normalisation invented
+
     def test_pack_ratio_above_the_physical_ceiling_is_invalid_not_pooled(self):
         def pack(p, ratio, rnd):
             return rec("heads", "pack_x", ratio_to_triad=ratio, round=rnd, machine={"ranks": p})
