@@ -1683,7 +1683,29 @@ def section_torch(recs, img, img_rel):
                     [[x["op"], x["case"], fmt(x["raw"]) + "×", fmt(x["norm"]) + "×", fmt(x["ctxpar_sgemm"]),
                       fmt(x["torch_sgemm"]), fmt(x["raw_of_minima"]) + "×" if isnum(x["raw_of_minima"]) else "–"]
                      for x in tr]))
+    need_rows = [x for x in tr if x["op"] == "SWA step forward"]
+    if need_rows:
+        md.append("\nWhat the raw target asks of the step forward: torch's time ÷ 2 for the FLOPs the step must do "
+                  "(4·D per visible query–key pair and query head), as a fraction of ctxpar's same-run SGEMM. A "
+                  "fraction near or above 1 is out of reach for attention, whose softmax is not a multiply-add.\n\n")
+        md.append(table(["case", "visible pairs", "GFLOP/s needed for 2×", "÷ ctxpar SGEMM"],
+                        [[x["case"], f"{step_visible_pairs(x['rec']):,}", fmt(need_gflops(x)),
+                          fmt(need_gflops(x) / x["ctxpar_sgemm"])] for x in need_rows]))
     return md
+
+
+def step_visible_pairs(r):
+    """Query–key pairs inside the window of a step with no cache: query i sees min(i + 1, W) keys."""
+    t, w = num(r, "queries"), num(r, "window")
+    w = t if w == 0 else min(w, t)
+    return w * (w + 1) // 2 + (t - w) * w
+
+
+def need_gflops(row):
+    """GFLOP/s the ctxpar step forward needs to be twice as fast as torch's median forward."""
+    r = row["rec"]
+    flops = 4.0 * num(r, "dim") * num(r, "q_heads") * step_visible_pairs(r)
+    return flops / (num(r, "forward_median_s") / TARGETS["torch_raw"]) * 1e-9
 
 
 def section_hybrid(recs):

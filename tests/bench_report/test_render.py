@@ -153,6 +153,11 @@ class Render(unittest.TestCase):
         self.assertEqual(render.unpaired_torch([ceiling, step, torch, gqa]), ["torch step Hkv=1"])
         with self.assertRaises(KeyError):
             render.fig_torch([step, torch])  # no ctxpar SGEMM in the run: no normalisation invented
+        # Visible pairs with no cache: the first W queries see 1..W keys, the rest W each.
+        small = dict(queries=6, window=4, q_heads=1, dim=1)
+        self.assertEqual(render.step_visible_pairs(small), 1 + 2 + 3 + 4 + 4 + 4)
+        row = {"rec": dict(small, forward_median_s=2.0)}
+        self.assertAlmostEqual(render.need_gflops(row), 4.0 * 18 / 1.0 * 1e-9)
 
     def test_pack_ratio_above_the_physical_ceiling_is_invalid_not_pooled(self):
         def pack(p, ratio, rnd):
