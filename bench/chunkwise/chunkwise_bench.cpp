@@ -10,15 +10,20 @@
 // - summary bytes per rank (group counters) against the formula of each transition structure;
 // - GatherFold vs ScanCompose: time of a latency-bound forward+backward and summary memory per
 //   rank (buffers the driver allocates: P·slots records vs a constant number), for this P.
+// - step vs kernel (P = 1, or rank 0 alone with --step-only, which runs nothing else): the GDN
+//   plan's steady-state forward and backward ÷ the backend's local kernels on the same inputs.
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/json.hpp"
@@ -209,6 +214,19 @@ double rel_l2(const std::vector<float>& a, const cw::token_view<float, mem>& b) 
   return std::sqrt(num / den);
 }
 
+// Relative L2 distance of two device views of the same extents.
+template <class View>
+double rel_l2_between(const View& a, const View& b) {
+  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ha.span(); ++i) {
+    num += (ha.data()[i] - hb.data()[i]) * (ha.data()[i] - hb.data()[i]);
+    den += hb.data()[i] * hb.data()[i];
+  }
+  return std::sqrt(num / den);
+}
+
 // Useful flops of the scalar-decay chunkwise forward per head and chunk of c tokens (the model of
 // 21-chunkwise-kernels.md §3 for this family): scores QKᵀ⊙L C²K, their product with V 2·C²V/2·2,
 // the inter-chunk read Γ Q S 2CKV, the chunk update dS = K̃ᵀV 2CKV.
@@ -231,6 +249,99 @@ double gdn_local_chunk_flops(double c, double k, double v) {
 constexpr const char* gdn_flop_model =
     "triangular: C^2K + C^3/3 + (C^2V + C^2K) + C^2K + 2CKV + (2CKV + C^2V) + 2CKV per chunk";
 
+// Times `a` and `b` in alternation, one call each per round after `warmup` rounds, so that both
+// medians see the same drift of a shared machine's load (a ratio near 1 is what is measured).
+// Each must fence before returning.
+template <class A, class B>
+std::pair<bench::Timing, bench::Timing> time_alternating(A&& a, B&& b, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) {
+    a();
+    b();
+  }
+  auto seconds = [](auto& f) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::vector<double> ta, tb;
+  for (int i = 0; i < repeats; ++i) {
+    ta.push_back(seconds(a));
+    tb.push_back(seconds(b));
+  }
+  return {bench::summarise(ta), bench::summarise(tb)};
+}
+
+// The step a user calls next to the local kernels it runs, one rank, same run, same inputs: the
+// GatherFold plan's steady-state forward (backward, after a forward filled the context) against
+// the GDN backend's own forward_prepare + forward_apply (backward_prepare + backward_apply) on the
+// same views, with the summary needs the driver passes at one rank, a kept saved bundle and a zero
+// boundary state, and no composition or exchange. What the step adds: the per-call checks and
+// their agreement, the summary and state buffers, the one-rank composition and the slicing. The
+// target is at most 1.25 (the step as fast as its kernels).
+bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std::int64_t H,
+                                  std::int64_t K, std::int64_t V, int chunk, int repeats) {
+  using B = cw::GatedDeltaRuleBackend<float, mem>;
+  const Data d(T, H, K, V);
+  Runner<B> step(self, d, chunk);
+  cw::ChunkwiseContext<B>& ctx = step.ctx<cw::GatherFold>();
+  // The kernels alone on the same input views, into their own output and gradients.
+  const B& backend = step.backend;
+  const cw::LocalSequences seqs = step.plan.local_sequences(0);
+  const cw::SummaryNeeds forward_needs = cw::impl::forward_needs(seqs, false);
+  const cw::SummaryNeeds backward_needs = cw::impl::backward_needs(seqs, false);
+  cw::SummaryStore<cw::DenseTransition, mem> summary(cw::SummaryForm::packed, 1, H, K, V);
+  cw::state_view<mem> zero("zero_state", H, K, V);
+  typename B::saved_type saved;
+  cw::token_view<float, mem> o("kernel_o", T, H, V);
+  typename B::gradients_type grads;
+  grads.dq = decltype(grads.dq)("kernel_dq", T, H, K);
+  grads.dk = decltype(grads.dk)("kernel_dk", T, H, K);
+  grads.dv = decltype(grads.dv)("kernel_dv", T, H, V);
+  grads.dg = decltype(grads.dg)("kernel_dg", T, H);
+  grads.dbeta = decltype(grads.dbeta)("kernel_dbeta", T, H);
+  // One warm-up round (the first calls take the plan's, the context's and the bundle's memory).
+  const auto [step_f, kernel_f] = time_alternating(
+      [&] { step.forward(); },
+      [&] {
+        backend.forward_prepare(exec(), step.in, seqs, summary[0], saved, forward_needs);
+        backend.forward_apply(exec(), step.in, seqs, zero, {}, o, {}, saved);
+        exec().fence();
+      },
+      1, repeats);
+  const auto [step_b, kernel_b] = time_alternating(
+      [&] {
+        step.cp<cw::GatherFold>().backward(ctx, step.dout, step.grads);
+        exec().fence();
+      },
+      [&] {
+        backend.backward_prepare(exec(), saved, step.dout, seqs, summary[0], backward_needs);
+        backend.backward_apply(exec(), saved, step.dout, seqs, zero, {}, grads, {},
+                               cw::state_view<mem>());
+        exec().fence();
+      },
+      1, repeats);
+  // Recorded beside the ratio: 0 says both paths computed bitwise the same, so the same work.
+  const double out_diff = rel_l2_between(step.o, o),
+               dq_diff = rel_l2_between(step.grads.dq, grads.dq);
+  const double rf = step_f.median_s / kernel_f.median_s, rb = step_b.median_s / kernel_b.median_s;
+  std::printf(
+      "step vs kernel gdn T=%lld H=%lld K=%lld V=%lld C=%d (1 rank, median of %d): forward step "
+      "%.5f s / kernel %.5f s = %.3f, backward step %.5f s / kernel %.5f s = %.3f (target <= "
+      "1.25; rel L2 out %.2g, dq %.2g)\n",
+      (long long)T, (long long)H, (long long)K, (long long)V, chunk, repeats, step_f.median_s,
+      kernel_f.median_s, rf, step_b.median_s, kernel_b.median_s, rb, out_diff, dq_diff);
+  std::fflush(stdout);
+  bench::Record r("chunkwise", "step vs kernel gdn");
+  r.set("kind", "step_vs_kernel").set("family", "gdn").set("policy", "GatherFold");
+  r.set("tokens", T).set("heads", H).set("key_dim", K).set("value_dim", V).set("chunk", chunk);
+  r.set("step_forward", step_f).set("kernel_forward", kernel_f);
+  r.set("step_backward", step_b).set("kernel_backward", kernel_b);
+  r.set("forward_step_over_kernel", rf).set("backward_step_over_kernel", rb);
+  r.set("rel_l2_output_step_vs_kernel", out_diff).set("rel_l2_dq_step_vs_kernel", dq_diff);
+  r.set("rule", "median over repeats").set("target", 1.25);
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -239,18 +350,34 @@ int main(int argc, char** argv) {
   {
     std::string out_path = "chunkwise.json";
     bool quick = false;
+    // The step-vs-kernel case alone (one rank), for a profile of what the step adds.
+    bool step_only = false;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--out" && i + 1 < argc) out_path = argv[++i];
       if (a == "--quick") quick = true;
+      if (a == "--step-only") step_only = true;
     }
     const ctxpar::Group world(MPI_COMM_WORLD);
     const ctxpar::Group self(MPI_COMM_SELF);
     const int p = world.size(), rank = world.rank();
     bench::Report report(bench::this_machine());
     const int repeats = quick ? 3 : 5;
+    // The shape of the GDN local kernel case below. Each call takes milliseconds, so more repeats
+    // than the other cases keep the median of a ratio near 1 steady on a shared machine.
+    auto add_step_vs_kernel = [&] {
+      report.add(step_vs_kernel_case(self, quick ? 512 : 2048, 1, 128, 128, 64, quick ? 3 : 21));
+    };
+    if (step_only) {
+      if (rank == 0) {
+        add_step_vs_kernel();
+        report.write(out_path);
+      }
+      MPI_Barrier(world.mpi_comm());
+    }
 
-    if (p == 1) {
+    if (p == 1 && !step_only) add_step_vs_kernel();
+    if (p == 1 && !step_only) {
       // Local kernels against the same-run SGEMM ceiling and the recurrence.
       // The ceiling is re-measured around every case (the mean of just before and just after):
       // on this shared machine the load drifts within a run.
@@ -418,7 +545,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    if (p == 1 && !quick) {
+    if (p == 1 && !quick && !step_only) {
       // Growth with T (chunk 64, K = V = 128, one head): the time of each family's forward should
       // be linear in T, so its GFLOP/s flat.
       const auto sgemm = bench::sgemm_ceiling(1024, 3);
@@ -443,7 +570,7 @@ int main(int argc, char** argv) {
       }
     }
 
-    if (p == 2) {
+    if (p == 2 && !step_only) {
       // CP efficiency on a compute-bound size (docs/performance.md, "Definitions"): T(1) is the
       // single-rank job on rank 0 alone while the other rank waits in a barrier, T(2) the CP run;
       // the machine's contention ceiling (SGEMM on both ranks at once / alone) is recorded beside
@@ -479,7 +606,7 @@ int main(int argc, char** argv) {
                   << " (machine ceiling " << ceiling << ")\n";
     }
 
-    if (p >= 2) {
+    if (p >= 2 && !step_only) {
       // Summary bytes per structure vs formula, and GatherFold vs ScanCompose on a latency-bound
       // size (few tokens per rank).
       const std::int64_t H = 2, K = 32, V = 32, L = 32;
@@ -534,7 +661,7 @@ int main(int argc, char** argv) {
       Runner<cw::GatedDeltaRuleBackend<float, mem>> gdn(world, d, 16);
       measure(gdn, "gdn", K * K);
     }
-    if (rank == 0) report.write(out_path);
+    if (rank == 0 && !step_only) report.write(out_path);
   }
   Kokkos::finalize();
   MPI_Finalize();

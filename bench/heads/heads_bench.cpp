@@ -6,21 +6,29 @@
 //  - the crossover against the chunkwise summary exchange of mechanism B: per rank, B all-gathers
 //    one fp32 summary (M [K, K] + dS [K, V]) per head, independent of T; C transposes the input
 //    projection and y, z back, linear in T/P. Both measured in the same run.
-//   mpirun -np P ctxpar_bench_heads --out FILE [--quick]
+//  - the layer step a user calls (GdpContextParallel forward, backward) ÷ the gated delta product
+//    kernels it runs, at P = 1 (or rank 0 alone with --step-only, which runs nothing else).
+//   mpirun -np P ctxpar_bench_heads --out FILE [--quick] [--step-only]
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/json.hpp"
 #include "common/timing.hpp"
 #include "common/triad.hpp"
+#include "ctxpar/chunkwise/gated_delta_product.hpp"
 #include "ctxpar/comm/allgather.hpp"
+#include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "ctxpar/heads/transpose_plan.hpp"
 
 namespace {
@@ -161,6 +169,172 @@ void transpose(cb::Report& report, const ctxpar::Group& group, std::int64_t per_
               << "\n";
 }
 
+// A value in [-1, 1) from a seed and an index (splitmix64), so inputs need no generator state.
+double hashed(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1.0;
+}
+
+// Fills `v` with `shift + scale · hashed(seed, i)` in memory order.
+template <class View>
+void fill_hashed(const View& v, std::uint64_t seed, double scale, double shift = 0.0) {
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < h.span(); ++i)
+    h.data()[i] = static_cast<scalar>(shift + scale * hashed(seed, i));
+  Kokkos::deep_copy(v, h);
+}
+
+// Times `a` and `b` in alternation, one call each per round after `warmup` rounds, so that both
+// medians see the same drift of a shared machine's load (a ratio near 1 is what is measured).
+// Each must fence before returning.
+template <class A, class B>
+std::pair<cb::Timing, cb::Timing> time_alternating(A&& a, B&& b, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) {
+    a();
+    b();
+  }
+  auto seconds = [](auto& f) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::vector<double> ta, tb;
+  for (int i = 0; i < repeats; ++i) {
+    ta.push_back(seconds(a));
+    tb.push_back(seconds(b));
+  }
+  return {cb::summarise(ta), cb::summarise(tb)};
+}
+
+// The layer step a user calls next to the recurrence kernels it runs, one rank, same run: the
+// steady-state `GdpContextParallel::forward` (`backward`) against the gated delta product backend's
+// `forward_apply` (`backward_apply`) on head-sharded inputs of the shape the layer hands it
+// ([T, M, H, N] keys, [T, M, H, d] values, ...), with a kept saved bundle and a zero boundary
+// state, as `GdpLayerCore` calls it, and no transpose. The layer keeps its q, k, v, β, g private:
+// the kernels get the layer's β and log-gates recomputed from the same x and parameters, and q, k,
+// v of the same shapes (unit-norm keys). What the step adds: the transposes (local copies at
+// P = 1), parameter slicing and gradient folding, the conv and SiLU, the split and L2
+// normalisation, the gates, and their backward. Target at most 1.25.
+cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk, int repeats) {
+  MPI_Comm solo_comm;
+  MPI_Comm_split(MPI_COMM_SELF, 0, 0, &solo_comm);
+  cb::Record r("heads", "step vs kernel gdp_M" + std::to_string(s.householder));
+  {  // the layer and its group end before their communicator is freed
+    const ctxpar::Group solo(solo_comm);
+    const std::int64_t c = s.input_layout().channels(), di = s.d_inner();
+    const int m = s.householder, h = s.nheads, n = s.d_state, d = s.headdim;
+    ch::GdpContextParallel<scalar, mem, ch::EvenHeads, ctxpar::Contiguous> layer(
+        solo, s, t, {}, ch::GdpOptions{1e-6, chunk});
+    matrix x("x", t, c), y("y", t, di), z("z", t, di), dy("dy", t, di), dz("dz", t, di),
+        dx("dx", t, c);
+    auto params = ch::GdpParameters<scalar, mem>::allocate(s),
+         grads = ch::GdpParameters<scalar, mem>::allocate(s, "grads");
+    // The ranges of the layer tests' inputs (tests/heads/gdp_layer_test.cpp).
+    fill_hashed(x, 1, 1.0);
+    fill_hashed(dy, 2, 1.0);
+    fill_hashed(dz, 3, 1.0);
+    fill_hashed(params.conv_weight, 4, 0.6);
+    fill_hashed(params.conv_bias, 5, 0.2);
+    fill_hashed(params.dt_bias, 6, 1.0);
+    fill_hashed(params.a_log, 7, 0.5);
+    namespace cw = ctxpar::chunkwise;
+    using backend_type = cw::GatedDeltaProductBackend<scalar, mem>;
+    const backend_type backend(m, cw::BackendOptions{chunk, 0.0});
+    cw::token_view<scalar, mem> q("q", t, h, n), o("o", t, h, d), dout("dout", t, h, d),
+        beta("beta", t, m, h);
+    cw::substep_view<scalar, mem> k("k", t, m, h, n), v("v", t, m, h, d);
+    cw::head_view<scalar, mem> g("g", t, h);
+    fill_hashed(q, 8, 1.0);
+    fill_hashed(v, 9, 1.0);
+    fill_hashed(dout, 10, 1.0);
+    {
+      // The layer's own gates from the same x, dt_bias and A_log (u = x at P = 1), so the
+      // kernels work on the decays the step's recurrence sees (a guessed gate range would set
+      // other exponents in every decay factor).
+      const auto& dims = layer.local_dims();
+      auto x_of = [&](std::int64_t row, std::int64_t col) {
+        return static_cast<scalar>(hashed(1, static_cast<std::uint64_t>(row * c + col)));
+      };
+      auto hg = Kokkos::create_mirror_view(g);
+      auto hb = Kokkos::create_mirror_view(beta);
+      for (std::int64_t r = 0; r < t; ++r)
+        for (int j = 0; j < h; ++j) {
+          const auto dt = static_cast<scalar>(hashed(6, j)),
+                     a_log = static_cast<scalar>(0.5 * hashed(7, j));
+          hg(r, j) = -std::exp(a_log) * ch::impl::softplus(x_of(r, dims.off_a + j) + dt);
+          for (int i = 0; i < m; ++i)
+            hb(r, i, j) = ch::impl::sigmoid(x_of(r, dims.off_b + std::int64_t(i) * h + j));
+        }
+      Kokkos::deep_copy(g, hg);
+      Kokkos::deep_copy(beta, hb);
+    }
+    {
+      auto hk = Kokkos::create_mirror_view(k);
+      for (std::int64_t r = 0; r < t * m * h; ++r) {
+        double norm = 0;
+        for (int j = 0; j < n; ++j) norm += hashed(13, r * n + j) * hashed(13, r * n + j);
+        for (int j = 0; j < n; ++j)
+          hk.data()[r * n + j] = static_cast<scalar>(hashed(13, r * n + j) / std::sqrt(norm));
+      }
+      Kokkos::deep_copy(k, hk);
+    }
+    typename backend_type::inputs_type in{q, k, v, g, beta};
+    typename backend_type::gradients_type kg;
+    kg.dq = cw::token_view<scalar, mem>("dq", t, h, n);
+    kg.dk = cw::substep_view<scalar, mem>("dk", t, m, h, n);
+    kg.dv = cw::substep_view<scalar, mem>("dv", t, m, h, d);
+    kg.dg = cw::head_view<scalar, mem>("dg", t, h);
+    kg.dbeta = cw::token_view<scalar, mem>("dbeta", t, m, h);
+    const cw::LocalSequences seqs = cw::LocalSequences::from_cu_seqlens({0, t});
+    const cw::state_view<mem> zero("zero_state", h, n, d);
+    typename backend_type::saved_type saved;
+    // One warm-up round, after which the layer allocates nothing.
+    const auto [step_f, kernel_f] = time_alternating(
+        [&] {
+          layer.forward(exec(), x, params, y, z);
+          exec().fence();
+        },
+        [&] {
+          // As the layer does: the same bundle on new values, every computed quantity stale.
+          saved.invalidate();
+          backend.forward_apply(exec(), in, seqs, zero, {}, o, {}, saved);
+          exec().fence();
+        },
+        1, repeats);
+    const auto [step_b, kernel_b] = time_alternating(
+        [&] {
+          layer.backward(exec(), dy, dz, dx, grads);
+          exec().fence();
+        },
+        [&] {
+          backend.backward_apply(exec(), saved, dout, seqs, zero, {}, kg, {}, {});
+          exec().fence();
+        },
+        1, repeats);
+    const double rf = step_f.median_s / kernel_f.median_s, rb = step_b.median_s / kernel_b.median_s;
+    std::printf(
+        "step vs kernel gdp T=%lld H=%d d=%d G=%d N=%d M=%d w=%d C=%d (1 rank, median of %d): "
+        "forward step %.5f s / kernel %.5f s = %.3f, backward step %.5f s / kernel %.5f s = %.3f "
+        "(target <= 1.25)\n",
+        (long long)t, h, d, s.ngroups, n, m, s.conv_width, chunk, repeats, step_f.median_s,
+        kernel_f.median_s, rf, step_b.median_s, kernel_b.median_s, rb);
+    std::fflush(stdout);
+    r.set("kind", "step_vs_kernel").set("tokens", t).set("heads", h).set("headdim", d);
+    r.set("groups", s.ngroups).set("d_state", n).set("householder", m);
+    r.set("conv_width", s.conv_width).set("chunk", chunk);
+    r.set("step_forward", step_f).set("kernel_forward", kernel_f);
+    r.set("step_backward", step_b).set("kernel_backward", kernel_b);
+    r.set("forward_step_over_kernel", rf).set("backward_step_over_kernel", rb);
+    r.set("kernel_inputs",
+          "the layer's gates and beta from the same x and parameters; q, k, v of the same shapes");
+    r.set("rule", "median over repeats").set("target", 1.25);
+  }
+  MPI_Comm_free(&solo_comm);
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char* argv[]) {
@@ -169,14 +343,21 @@ int main(int argc, char* argv[]) {
     Kokkos::ScopeGuard kokkos(argc, argv);
     std::string out = "heads.json";
     bool quick = false;
+    // The step-vs-kernel case alone (rank 0), for a profile of what the step adds.
+    bool step_only = false;
     for (int i = 1; i < argc; ++i) {
       if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
       if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+      if (std::strcmp(argv[i], "--step-only") == 0) step_only = true;
     }
     const ctxpar::Group group(MPI_COMM_WORLD);
     cb::Report report(cb::this_machine());
     // GDN-like (M = 1) and GDP (M = 2) layers, 8 heads of 64, d_state 64, 2 key groups.
     const ch::GdpShape gdn{8, 64, 2, 64, 1, 4}, gdp{8, 64, 2, 64, 2, 4};
+    // One rank (the P = 1 run, or rank 0 alone under --step-only) at the GDP shape below.
+    if ((step_only || group.size() == 1) && group.rank() == 0)
+      report.add(step_vs_kernel_case(gdp, quick ? 512 : 2048, 64, quick ? 3 : 7));
+    MPI_Barrier(group.mpi_comm());
     // Same-run memory ceiling on every rank (ranks share the machine's bandwidth, as the
     // kernels do), measured again before every round of kernels.
     const std::size_t triad_n = std::size_t{1} << (quick ? 22 : 24);
@@ -198,10 +379,11 @@ int main(int argc, char* argv[]) {
         }
       }
     };
-    if (even) {
-      run(ch::EvenHeads{});
-    } else {
-      run(ch::UnevenHeads{});
+    if (!step_only) {
+      if (even)
+        run(ch::EvenHeads{});
+      else
+        run(ch::UnevenHeads{});
     }
     if (group.rank() == 0) report.write(out);
   }

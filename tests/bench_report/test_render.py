@@ -188,6 +188,64 @@ class Render(unittest.TestCase):
             del bad["backward_step_over_kernel"]
             render.fig_step_vs_kernel([bad])
 
+    @staticmethod
+    def step_record(benchmark, case, step_f, kernel_f, step_b, kernel_b, **shape):
+        """A step_vs_kernel record as the benches write it: medians and their step ÷ kernel ratios."""
+        return rec(benchmark, case, kind="step_vs_kernel", step_forward_median_s=step_f,
+                   kernel_forward_median_s=kernel_f, step_backward_median_s=step_b,
+                   kernel_backward_median_s=kernel_b, forward_step_over_kernel=step_f / kernel_f,
+                   backward_step_over_kernel=step_b / kernel_b, **shape)
+
+    def gdn_step(self, step_f, kernel_f, step_b, kernel_b):
+        return self.step_record("chunkwise", "step vs kernel gdn", step_f, kernel_f, step_b, kernel_b,
+                                tokens=2048, heads=1, key_dim=128, value_dim=128, chunk=64)
+
+    def gdp_step(self, step_f, kernel_f, step_b, kernel_b):
+        return self.step_record("heads", "step vs kernel gdp_M2", step_f, kernel_f, step_b, kernel_b,
+                                tokens=2048, heads=8, headdim=64, groups=2, d_state=64, householder=2, chunk=64)
+
+    def test_step_vs_kernel_ratio_is_step_over_kernel_for_every_mechanism(self):
+        rows = {x["mechanism"]: x for x in render.fig_step_vs_kernel(
+            [self.gdn_step(0.012, 0.010, 0.030, 0.025), self.gdp_step(0.30, 0.20, 0.34, 0.17)])}
+        self.assertEqual(set(rows), {"chunkwise GDN", "heads GDP"})
+        self.assertAlmostEqual(rows["chunkwise GDN"]["fwd"], 1.2)
+        self.assertAlmostEqual(rows["chunkwise GDN"]["bwd"], 1.2)
+        self.assertAlmostEqual(rows["heads GDP"]["fwd"], 1.5)
+        self.assertAlmostEqual(rows["heads GDP"]["bwd"], 2.0)  # backward's own ratio, not forward's
+        self.assertIn("M = 2", rows["heads GDP"]["case"])
+        # The table shows the medians the ratios come from, next to the ratios.
+        md = render.step_vs_kernel_table([rows["heads GDP"]])
+        for figure in (render.fmt(1.5), render.fmt(2.0), render.fmt(0.30), render.fmt(0.17)):
+            self.assertIn(figure, md)
+
+    def test_step_vs_kernel_missing_key_raises(self):
+        for make, key in ((self.gdn_step, "backward_step_over_kernel"), (self.gdn_step, "key_dim"),
+                          (self.gdp_step, "forward_step_over_kernel"), (self.gdp_step, "householder")):
+            bad = make(0.012, 0.010, 0.030, 0.025)
+            del bad[key]
+            with self.assertRaises(KeyError, msg=key):
+                render.fig_step_vs_kernel([bad])
+        bad = self.gdp_step(0.30, 0.20, 0.34, 0.17)
+        del bad["kernel_backward_median_s"]
+        with self.assertRaises(KeyError):
+            render.step_vs_kernel_table(render.fig_step_vs_kernel([bad]))
+
+    def test_step_vs_kernel_summary_row_per_mechanism_worst_pass_decides(self):
+        swa = rec("swa", "step vs kernel Hkv=8", kind="step_vs_kernel", queries=4096, window=1024, q_heads=8,
+                  kv_heads=8, dim=64, forward_step_over_kernel=1.10, backward_step_over_kernel=1.05)
+        recs = [swa, self.gdn_step(0.011, 0.010, 0.026, 0.020), self.gdp_step(0.30, 0.20, 0.34, 0.17)]
+        rows = {r[0].split(" step ")[0]: r for r in render.summary_rows(recs) if " step ÷ its local kernels" in r[0]}
+        self.assertEqual(set(rows), {"SWA", "chunkwise GDN", "heads GDP"})
+        self.assertEqual(rows["SWA"][4], "**met**")
+        self.assertEqual(rows["chunkwise GDN"][4], "**missed**")  # backward 1.3 > 1.25, forward 1.1 within
+        self.assertTrue(rows["chunkwise GDN"][3].startswith(render.fmt(1.3)), rows["chunkwise GDN"][3])
+        self.assertTrue(rows["heads GDP"][3].startswith(render.fmt(2.0)), rows["heads GDP"][3])
+        self.assertIn("#b-chunkwise", rows["chunkwise GDN"][5])
+        self.assertIn("#c-head", rows["heads GDP"][5])
+        # A mechanism without records keeps its row, unmeasured rather than dropped.
+        rows = {r[0].split(" step ")[0]: r for r in render.summary_rows([swa]) if " step ÷ its local kernels" in r[0]}
+        self.assertEqual(rows["heads GDP"][4], "not measured")
+
     def test_verdict_is_the_worst_case(self):
         self.assertEqual(render.verdict([0.95, 0.89], lambda v: v >= 0.9), "**missed**")
         self.assertEqual(render.verdict([0.95, 0.91], lambda v: v >= 0.9), "**met**")
