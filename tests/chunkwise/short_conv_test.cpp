@@ -2,7 +2,8 @@
 // against an fp64 oracle of the whole sequence and against the single-rank path, on every rank,
 // for contiguous shards (uneven, empty) and zigzag shards (chunk r's halo from rank r-1, chunk
 // 2P-1-r's from rank r+1 or rank P-1 itself), dense and packed (documents ending on, just before
-// and just after shard and chunk borders), with and without bias; and the collective errors for a
+// and just after shard and chunk borders), with and without bias; the plan (ShortConvPlan) against
+// the free functions, with no allocation after its first call; and the collective errors for a
 // shard or chunk shorter than w - 1 on one rank.
 #include <boost/test/unit_test.hpp>
 
@@ -10,10 +11,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ctxpar/chunkwise/short_conv.hpp"
+#include "ctxpar/core/allocation_counter.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
 #include "ctxpar_test/harness.hpp"
 
@@ -101,7 +105,8 @@ ConvRun<Scalar> run_conv(const ctxpar::Group& group, bool zigzag,
                          const std::vector<std::int64_t>& tokens, const std::vector<double>& x,
                          const std::vector<double>& dy, const std::vector<double>& w,
                          const std::vector<double>& b, const std::vector<int>& ids, bool packed,
-                         std::int64_t C, std::int64_t W) {
+                         std::int64_t C, std::int64_t W, int plan_repeats = -1,
+                         std::int64_t* allocations = nullptr) {
   const std::int64_t L = static_cast<std::int64_t>(tokens.size());
   rows_t<Scalar> xl("x", L, C), dyl("dy", L, C), wv("w", C, W);
   ConvRun<Scalar> out{rows_t<Scalar>("y", L, C), rows_t<Scalar>("dx", L, C),
@@ -131,6 +136,32 @@ ConvRun<Scalar> run_conv(const ctxpar::Group& group, bool zigzag,
   using crows = Kokkos::View<const Scalar**, Kokkos::LayoutRight, mem>;
   const Kokkos::View<const Scalar*, mem> cb(bv);
   const Kokkos::View<const std::int32_t*, mem> cid(idv);
+  // With plan_repeats >= 0: one warm-up forward + backward on a ShortConvPlan, then
+  // plan_repeats more on the same plan, whose allocations go to *allocations. Otherwise the free
+  // functions, once (their allocations to *allocations when given).
+  auto through_plan = [&](auto layout) {
+    cw::ShortConvPlan<decltype(layout), Scalar, mem, exec> plan(exec(), group, layout);
+    auto call = [&] {
+      plan.forward(crows(xl), crows(wv), cb, cid, out.y);
+      plan.backward(crows(xl), crows(wv), cid, crows(dyl), out.dx, out.dw, out.db);
+      exec().fence();
+    };
+    call();
+    const std::size_t warm = plan.workspace_bytes();
+    ctxpar::AllocationCounter counter;
+    for (int r = 0; r < plan_repeats; ++r) call();
+    *allocations = counter.allocations();
+    if (plan.workspace_bytes() != warm) *allocations += 1000000;  // a buffer regrew: not steady
+  };
+  if (plan_repeats >= 0) {
+    if (zigzag)
+      through_plan(ctxpar::Zigzag{});
+    else
+      through_plan(ctxpar::Contiguous{});
+    return out;
+  }
+  std::optional<ctxpar::AllocationCounter> counter;
+  if (allocations) counter.emplace();
   if (zigzag) {
     cw::short_conv_forward(exec(), group, ctxpar::Zigzag{}, crows(xl), crows(wv), cb, cid, out.y);
     cw::short_conv_backward(exec(), group, ctxpar::Zigzag{}, crows(xl), crows(wv), cid, crows(dyl),
@@ -141,7 +172,60 @@ ConvRun<Scalar> run_conv(const ctxpar::Group& group, bool zigzag,
                             out.db);
   }
   exec().fence();
+  if (allocations) *allocations = counter->allocations();
   return out;
+}
+
+// The plan gives the free functions' results to the bit, on every rank, and allocates nothing
+// after its first call; the free functions' own allocations are counted too, so the counter is
+// shown to see the conv's halo buffers (a plan that dropped its workspace would fail).
+template <class Scalar>
+bool check_plan(const std::vector<std::int64_t>& lengths, std::int64_t C, std::int64_t W,
+                bool packed, bool zigzag, std::uint64_t seed) {
+  const auto& group = world();
+  std::vector<int> ids;
+  for (std::size_t d = 0; d < lengths.size(); ++d)
+    ids.insert(ids.end(), static_cast<std::size_t>(lengths[d]), packed ? static_cast<int>(d) : 0);
+  const std::int64_t T = static_cast<std::int64_t>(ids.size());
+  std::vector<double> x(static_cast<std::size_t>(T * C)), dy(x.size()),
+      w(static_cast<std::size_t>(C * W)), b(static_cast<std::size_t>(C));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = uniform(seed, i);
+    dy[i] = uniform(seed + 1, i);
+  }
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = uniform(seed + 2, i);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = uniform(seed + 3, i);
+  const std::vector<std::int64_t> mine = shard_tokens(T, group.size(), group.rank(), zigzag);
+  const std::int64_t L = static_cast<std::int64_t>(mine.size());
+  std::int64_t free_allocations = 0, plan_allocations = -1;
+  const auto f = run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, -1,
+                                  &free_allocations);
+  const auto q = run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, 3,
+                                  &plan_allocations);
+  const std::string tag = std::string(zigzag ? " zigzag" : " contiguous") +
+                          (packed ? " packed" : " dense") + " rank " + std::to_string(group.rank());
+  auto where = [&](std::int64_t i) { return "flat index " + std::to_string(i) + tag; };
+  auto same = [&](const char* what, std::int64_t n, const Scalar* a, const Scalar* b) {
+    return all_close(
+        what, n, [&](std::int64_t i) { return static_cast<double>(a[i]); },
+        [&](std::int64_t i) { return static_cast<double>(b[i]); },
+        [&](std::int64_t) { return 0.0; }, where);
+  };
+  bool ok = same("plan y", L * C, q.y.data(), f.y.data());
+  ok = same("plan dx", L * C, q.dx.data(), f.dx.data()) && ok;
+  ok = same("plan dweight", C * W, q.dw.data(), f.dw.data()) && ok;
+  ok = same("plan dbias", C, q.db.data(), f.db.data()) && ok;
+  if (plan_allocations != 0) {
+    std::cerr << "ShortConvPlan" << tag << ": " << plan_allocations
+              << " allocations in 3 calls after the warm-up\n";
+    ok = false;
+  }
+  if (free_allocations == 0) {
+    std::cerr << "short_conv free functions" << tag
+              << ": no allocation counted, so the counter cannot see the halo buffers\n";
+    ok = false;
+  }
+  return ok;
 }
 
 template <class Scalar>
@@ -294,6 +378,17 @@ BOOST_AUTO_TEST_CASE(conv_halo_zigzag_matches_whole_sequence_oracle) {
   // Width 1 (no halo) and width 2.
   CTXPAR_TEST_ALL(group, check_conv<double>({4 * p}, 2, 1, false, true, true, 50));
   CTXPAR_TEST_ALL(group, check_conv<double>({2 * p}, 2, 2, true, true, true, 51));
+}
+
+BOOST_AUTO_TEST_CASE(conv_plan_matches_the_free_functions_and_allocates_nothing_after_warm_up) {
+  const auto& group = world();
+  const int p = group.size();
+  const std::int64_t W = 4, chunk = 5;
+  CTXPAR_TEST_ALL(group, check_plan<double>({6 * p - 2}, 5, W, false, false, 60));
+  CTXPAR_TEST_ALL(group, check_plan<float>(documents_near(6 * p, 6), 3, W, true, false, 61));
+  CTXPAR_TEST_ALL(group, check_plan<double>({2 * p * chunk}, 5, W, false, true, 62));
+  CTXPAR_TEST_ALL(group,
+                  check_plan<double>(documents_near(2 * p * chunk, chunk), 3, W, true, true, 63));
 }
 
 BOOST_AUTO_TEST_CASE(conv_shard_shorter_than_halo_on_one_rank) {

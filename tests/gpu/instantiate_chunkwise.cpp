@@ -111,6 +111,11 @@ void instantiate_backends(const Group& group) {
                          Kokkos::View<const std::int32_t*, mem>(ids), y);
   cw::short_conv_backward(space, group, ctxpar::Zigzag{}, cx(x), cx(wt),
                           Kokkos::View<const std::int32_t*, mem>(ids), cx(y), dx, dw, dbias);
+  // The plan: the same kernels through kept halo buffers (grow-only prefixes of device views).
+  cw::ShortConvPlan<ctxpar::Zigzag, T, mem> plan(space, group);
+  plan.forward(cx(x), cx(wt), Kokkos::View<const T*, mem>(bias),
+               Kokkos::View<const std::int32_t*, mem>(ids), y);
+  plan.backward(cx(x), cx(wt), Kokkos::View<const std::int32_t*, mem>(ids), cx(y), dx, dw, dbias);
 }
 
 }  // namespace ctxpar::gpu_check

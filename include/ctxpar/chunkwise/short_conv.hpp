@@ -23,6 +23,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -43,6 +44,45 @@ template <class Scalar, class MemorySpace>
 struct ConvViews {
   using rows = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
   using ids = Kokkos::View<const std::int32_t*, MemorySpace>;
+};
+
+// The halo exchange's buffers, kept between calls by `ShortConvPlan` (the free functions make a
+// fresh one per call). Each grows to the largest shape seen and is used through a prefix, so a
+// steady state allocates nothing.
+template <class Scalar, class MemorySpace>
+struct ConvWorkspace {
+  using rows_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  using ids_view = Kokkos::View<std::int32_t*, MemorySpace>;
+  rows_view halo, send, recv, dhalo, back, halo_send;
+  ids_view halo_ids, send_ids, recv_ids;
+
+  // The first `n` rows of `buffer` ([*, channels]), reallocated first when it is shorter or has
+  // another channel count.
+  static rows_view rows(rows_view& buffer, const char* label, std::int64_t n,
+                        std::int64_t channels) {
+    if (static_cast<std::int64_t>(buffer.extent(0)) < n ||
+        static_cast<std::int64_t>(buffer.extent(1)) != channels)
+      buffer = rows_view(std::string(label),
+                         static_cast<std::size_t>(std::max<std::int64_t>(
+                             n, static_cast<std::int64_t>(buffer.extent(0)))),
+                         static_cast<std::size_t>(channels));
+    return Kokkos::subview(buffer, std::make_pair(std::int64_t(0), n), Kokkos::ALL);
+  }
+  // The first `n` entries of `buffer`, reallocated first when it is shorter.
+  static ids_view ids(ids_view& buffer, const char* label, std::int64_t n) {
+    if (static_cast<std::int64_t>(buffer.extent(0)) < n)
+      buffer = ids_view(std::string(label), static_cast<std::size_t>(std::max<std::int64_t>(
+                                                n, static_cast<std::int64_t>(buffer.extent(0)))));
+    return Kokkos::subview(buffer, std::make_pair(std::int64_t(0), n));
+  }
+  // Bytes held now.
+  std::size_t bytes() const {
+    std::size_t b = 0;
+    for (const rows_view* v : {&halo, &send, &recv, &dhalo, &back, &halo_send})
+      b += v->span() * sizeof(Scalar);
+    for (const ids_view* v : {&halo_ids, &send_ids, &recv_ids}) b += v->span() * sizeof(std::int32_t);
+    return b;
+  }
 };
 
 // Where a fragment's halo comes from and where its tail goes: another rank, nobody (sequence
@@ -209,19 +249,6 @@ inline void conv_layout_checks(Zigzag, const Group& group, std::int64_t tokens, 
                   " on " + ctxpar::impl::to_text(group.size()) + " ranks)");
 }
 
-// Copies `rows` rows of `from` starting at `first` into a fresh contiguous buffer.
-template <class ExecutionSpace, class View>
-auto conv_rows(const ExecutionSpace& space, const View& from, std::int64_t first, std::int64_t rows,
-               const char* label) {
-  Kokkos::View<typename View::non_const_data_type, typename View::array_layout,
-               typename View::memory_space>
-      out(std::string(label), static_cast<std::size_t>(rows), from.extent(1));
-  if (rows > 0)
-    Kokkos::deep_copy(space, out,
-                      Kokkos::subview(from, std::make_pair(first, first + rows), Kokkos::ALL));
-  return out;
-}
-
 // Shared checks and the forward halo exchange of x (and ids).
 template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace>
 ConvSource<Scalar, MemorySpace> conv_halo(
@@ -229,7 +256,7 @@ ConvSource<Scalar, MemorySpace> conv_halo(
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
     const Kokkos::View<const std::int32_t*, MemorySpace>& ids, Preconditions& chk,
-    ConvLinks& links) {
+    ConvLinks& links, ConvWorkspace<Scalar, MemorySpace>& ws) {
   const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
   chk.require(w >= 1, "the conv width w must be positive", ">= 1", w);
   chk.require(static_cast<std::int64_t>(weight.extent(0)) == channels,
@@ -244,10 +271,12 @@ ConvSource<Scalar, MemorySpace> conv_halo(
 
   links = conv_links(layout, group, tokens);
   const std::int64_t h = w < 1 ? 0 : w - 1;
-  using rows_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
-  using ids_view = Kokkos::View<std::int32_t*, MemorySpace>;
-  rows_view halo("ctxpar::chunkwise::conv::halo", links.fragments * h, channels);
-  ids_view halo_ids("ctxpar::chunkwise::conv::halo_ids", links.fragments * h);
+  using workspace = ConvWorkspace<Scalar, MemorySpace>;
+  const auto halo = workspace::rows(ws.halo, "ctxpar::chunkwise::conv::halo", links.fragments * h,
+                                    channels);
+  const auto halo_ids =
+      workspace::ids(ws.halo_ids, "ctxpar::chunkwise::conv::halo_ids", links.fragments * h);
+  Kokkos::deep_copy(space, halo, Scalar(0));  // zeros at the sequence start (no sender)
   if (ids.data()) Kokkos::deep_copy(space, halo_ids, -1);  // zero halo: never the same sequence
   for (int f = 0; f < links.fragments; ++f) {
     // Fragment f's tail (at most w-1 rows; only a shard that sends nothing may be shorter).
@@ -255,13 +284,18 @@ ConvSource<Scalar, MemorySpace> conv_halo(
     const std::int64_t first = fe - fb >= h ? fe - h : fb;
     const auto halo_f = Kokkos::subview(halo, std::make_pair(f * h, (f + 1) * h), Kokkos::ALL);
     const auto halo_ids_f = Kokkos::subview(halo_ids, std::make_pair(f * h, (f + 1) * h));
-    auto send = conv_rows(space, x, first, fe - first, "ctxpar::chunkwise::conv::send");
-    rows_view recv("ctxpar::chunkwise::conv::recv", h, channels);
+    const auto send =
+        workspace::rows(ws.send, "ctxpar::chunkwise::conv::send", fe - first, channels);
+    if (fe > first)
+      Kokkos::deep_copy(space, send,
+                        Kokkos::subview(x, std::make_pair(first, fe), Kokkos::ALL));
+    const auto recv = workspace::rows(ws.recv, "ctxpar::chunkwise::conv::recv", h, channels);
     sendrecv(space, group, send, links.tail_to[f], recv, links.halo_from[f], 41 + 2 * f);
     if (links.halo_from[f] != no_rank) Kokkos::deep_copy(space, halo_f, recv);
     if (ids.data()) {
-      ids_view send_ids("ctxpar::chunkwise::conv::send_ids", fe - first),
-          recv_ids("ctxpar::chunkwise::conv::recv_ids", h);
+      const auto send_ids =
+          workspace::ids(ws.send_ids, "ctxpar::chunkwise::conv::send_ids", fe - first);
+      const auto recv_ids = workspace::ids(ws.recv_ids, "ctxpar::chunkwise::conv::recv_ids", h);
       if (fe > first)
         Kokkos::deep_copy(space, send_ids, Kokkos::subview(ids, std::make_pair(first, fe)));
       sendrecv(space, group, send_ids, links.tail_to[f], recv_ids, links.halo_from[f], 42 + 2 * f);
@@ -295,7 +329,8 @@ void conv_forward(const ExecutionSpace& space, const Group& group, Layout layout
                   const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
                   const Kokkos::View<const Scalar*, MemorySpace>& bias,
                   const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-                  const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+                  const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y,
+                  ConvWorkspace<Scalar, MemorySpace>& ws) {
   using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_forward", ExecutionSpace, x_view);
   compat::ScopedRegion region("ctxpar::chunkwise::short_conv_forward");
@@ -307,7 +342,7 @@ void conv_forward(const ExecutionSpace& space, const Group& group, Layout layout
   chk.require(bias.data() == nullptr || bias.extent(0) == x.extent(1), "bias must be [C]",
               x.extent(1), bias.extent(0));
   ConvLinks links;
-  const auto src = conv_halo(space, group, layout, x, weight, seq_ids, chk, links);
+  const auto src = conv_halo(space, group, layout, x, weight, seq_ids, chk, links, ws);
   const std::int64_t channels = x.extent(1);
   Kokkos::parallel_for("ctxpar::chunkwise::conv::forward",
                        conv_range(space, x.extent(0) * channels),
@@ -323,7 +358,8 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
                    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
                    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
                    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
-                   const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+                   const Kokkos::View<Scalar*, MemorySpace>& dbias,
+                   ConvWorkspace<Scalar, MemorySpace>& ws) {
   using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_backward", ExecutionSpace, x_view);
   compat::ScopedRegion region("ctxpar::chunkwise::short_conv_backward");
@@ -337,11 +373,13 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
   chk.require(dbias.data() == nullptr || dbias.extent(0) == x.extent(1), "dbias must be [C]",
               x.extent(1), dbias.extent(0));
   ConvLinks links;
-  const auto src = conv_halo(space, group, layout, x, weight, seq_ids, chk, links);
+  const auto src = conv_halo(space, group, layout, x, weight, seq_ids, chk, links, ws);
   const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
   const std::int64_t h = w - 1;
-  using rows_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
-  rows_view dhalo("ctxpar::chunkwise::conv::dhalo", links.fragments * h, channels);
+  using workspace = ConvWorkspace<Scalar, MemorySpace>;
+  const auto dhalo =
+      workspace::rows(ws.dhalo, "ctxpar::chunkwise::conv::dhalo", links.fragments * h, channels);
+  Kokkos::deep_copy(space, dhalo, Scalar(0));
   Kokkos::parallel_for(
       "ctxpar::chunkwise::conv::input_grad",
       conv_range(space, (tokens + links.fragments * h) * channels),
@@ -352,10 +390,15 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
   for (int f = 0; f < links.fragments; ++f) {
     const std::int64_t fb = f == 0 ? 0 : links.split, fe = f == 0 ? links.split : tokens;
     const std::int64_t back_rows = links.tail_to[f] != no_rank ? (fe - fb < h ? fe - fb : h) : 0;
-    rows_view back("ctxpar::chunkwise::conv::halo_grad", back_rows, channels);
+    const auto back =
+        workspace::rows(ws.back, "ctxpar::chunkwise::conv::halo_grad", back_rows, channels);
     const std::int64_t send_rows = links.halo_from[f] != no_rank ? h : 0;
-    auto send =
-        conv_rows(space, rows_view(dhalo), f * h, send_rows, "ctxpar::chunkwise::conv::halo_send");
+    const auto send =
+        workspace::rows(ws.halo_send, "ctxpar::chunkwise::conv::halo_send", send_rows, channels);
+    if (send_rows > 0)
+      Kokkos::deep_copy(space, send,
+                        Kokkos::subview(dhalo, std::make_pair(f * h, f * h + send_rows),
+                                        Kokkos::ALL));
     sendrecv(space, group, send, links.halo_from[f], back, links.tail_to[f], 45 + f);
     if (back_rows > 0) {
       Kokkos::parallel_for("ctxpar::chunkwise::conv::add_halo_grad",
@@ -388,8 +431,9 @@ void short_conv_forward(
     const Kokkos::View<const Scalar*, MemorySpace>& bias,
     const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+  impl::ConvWorkspace<Scalar, MemorySpace> ws;
   impl::conv_forward(space, group, Contiguous{}, "ctxpar::chunkwise::short_conv_forward", x, weight,
-                     bias, seq_ids, y);
+                     bias, seq_ids, y, ws);
 }
 
 /// Forward of the conv over a zigzag shard: `x [2C, C_ch]` holds natural chunk `r` then chunk
@@ -405,8 +449,9 @@ void short_conv_forward(
     const Kokkos::View<const Scalar*, MemorySpace>& bias,
     const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+  impl::ConvWorkspace<Scalar, MemorySpace> ws;
   impl::conv_forward(space, group, layout, "ctxpar::chunkwise::short_conv_forward", x, weight, bias,
-                     seq_ids, y);
+                     seq_ids, y, ws);
 }
 
 /// Forward with the layout tag spelled out (`Contiguous`), the same as the untagged overload.
@@ -418,8 +463,9 @@ void short_conv_forward(
     const Kokkos::View<const Scalar*, MemorySpace>& bias,
     const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+  impl::ConvWorkspace<Scalar, MemorySpace> ws;
   impl::conv_forward(space, group, layout, "ctxpar::chunkwise::short_conv_forward", x, weight, bias,
-                     seq_ids, y);
+                     seq_ids, y, ws);
 }
 
 /// Backward of `short_conv_forward` (contiguous shards): `dx [T, C]` (including the gradient that
@@ -435,8 +481,9 @@ void short_conv_backward(
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
     const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+  impl::ConvWorkspace<Scalar, MemorySpace> ws;
   impl::conv_backward(space, group, Contiguous{}, "ctxpar::chunkwise::short_conv_backward", x,
-                      weight, seq_ids, dy, dx, dweight, dbias);
+                      weight, seq_ids, dy, dx, dweight, dbias, ws);
 }
 
 /// Backward of the zigzag `short_conv_forward`: each halo's gradient returns to the chunk it came
@@ -451,8 +498,9 @@ void short_conv_backward(
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
     const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+  impl::ConvWorkspace<Scalar, MemorySpace> ws;
   impl::conv_backward(space, group, layout, "ctxpar::chunkwise::short_conv_backward", x, weight,
-                      seq_ids, dy, dx, dweight, dbias);
+                      seq_ids, dy, dx, dweight, dbias, ws);
 }
 
 /// Backward with the layout tag spelled out (`Contiguous`), the same as the untagged overload.
@@ -466,8 +514,52 @@ void short_conv_backward(
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
     const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+  impl::ConvWorkspace<Scalar, MemorySpace> ws;
   impl::conv_backward(space, group, layout, "ctxpar::chunkwise::short_conv_backward", x, weight,
-                      seq_ids, dy, dx, dweight, dbias);
+                      seq_ids, dy, dx, dweight, dbias, ws);
 }
+
+/// The short conv as a plan: built once for a group and a layout (`Contiguous` or `Zigzag`), it
+/// keeps the halo exchange's buffers between calls, so after the first call of a shape
+/// `forward` and `backward` allocate nothing (the buffers grow to the largest shape seen, never
+/// shrink; `workspace_bytes()` says how much they hold). Same arguments, checks, collectives and
+/// results as `short_conv_forward` / `short_conv_backward` with that layout. Construction is
+/// local (the calls agree on C, w and whether ids are given, as the free functions do).
+template <class Layout, class Scalar, class MemorySpace,
+          class ExecutionSpace = typename MemorySpace::execution_space>
+class ShortConvPlan {
+ public:
+  using rows_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  using ids_view = Kokkos::View<const std::int32_t*, MemorySpace>;
+
+  ShortConvPlan(const ExecutionSpace& space, const Group& group, Layout layout = Layout{})
+      : space_(space), group_(group), layout_(layout) {}
+
+  /// `y [T, C]` from `x [T, C]`, `weight [C, w]`, `bias [C]` (empty: none), `seq_ids [T]`
+  /// (empty: one sequence). Collective.
+  void forward(const rows_view& x, const rows_view& weight,
+               const Kokkos::View<const Scalar*, MemorySpace>& bias, const ids_view& seq_ids,
+               const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
+    impl::conv_forward(space_, group_, layout_, "ctxpar::chunkwise::ShortConvPlan::forward", x,
+                       weight, bias, seq_ids, y, workspace_);
+  }
+  /// `dx [T, C]`, `dweight [C, w]` and `dbias [C]` (empty: none), summed over the ranks, from
+  /// `dy [T, C]`. Collective.
+  void backward(const rows_view& x, const rows_view& weight, const ids_view& seq_ids,
+                const rows_view& dy, const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
+                const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
+                const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+    impl::conv_backward(space_, group_, layout_, "ctxpar::chunkwise::ShortConvPlan::backward", x,
+                        weight, seq_ids, dy, dx, dweight, dbias, workspace_);
+  }
+  /// Bytes of halo buffers the plan holds now.
+  std::size_t workspace_bytes() const { return workspace_.bytes(); }
+
+ private:
+  ExecutionSpace space_;
+  Group group_;
+  Layout layout_;
+  impl::ConvWorkspace<Scalar, MemorySpace> workspace_;
+};
 
 }  // namespace ctxpar::chunkwise

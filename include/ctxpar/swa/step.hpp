@@ -122,8 +122,7 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
   CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::step_forward", ExecutionSpace, tensor_type);
   compat::ScopedRegion region("ctxpar::swa::step_forward");
   impl::LocalChecker chk{"ctxpar::swa::step_forward"};
-  impl::check_inputs(chk, chunk, cache, options,
-                     Kokkos::View<std::int64_t, MemorySpace>("ctxpar::swa::check_positions"));
+  impl::check_inputs(chk, chunk, cache, options);
   const std::int64_t c = cache.length(), t = chunk.length();
   chk.require(options.window == 0 || c <= options.window - 1,
               "the cache must not be longer than W - 1",

@@ -146,4 +146,12 @@ bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
   return true;
 }
 
+/// The same with a device word of its own (the single-rank step, which allocates per call anyway).
+template <class Checker, class Scalar, class MemorySpace>
+bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
+                  const KvBlock<Scalar, MemorySpace>& cache, const Options& options) {
+  return check_inputs(chk, chunk, cache, options,
+                      Kokkos::View<std::int64_t, MemorySpace>("ctxpar::swa::check_positions"));
+}
+
 }  // namespace ctxpar::swa::impl
