@@ -109,6 +109,7 @@ struct Settings {
       -1;  // test hook: corrupt one GDN output value on this rank (distributed run only)
   std::string save_reference;  // P = 1: write the run's values here (the reference job)
   std::string reference;       // compare with the values a P = 1 run saved here
+  int repeat = 0;              // --repeat: stack calls on the same layers after the steps
 };
 
 // Everything one forward + backward of the stack produced on this rank.
@@ -133,16 +134,30 @@ void allreduce_sum(const Group& group, Matrix& m) {
                 group.mpi_comm());
 }
 
-RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& plan,
-                    const StackConfig& cfg, const Params& w, int perturb_rank = -1) {
+// The three layers, built once (collectively, in this order) and called for every step and
+// repetition: their operator plans, contexts and kept outputs serve every call.
+struct Stack {
+  SwaLayer swa;
+  GdnLayer gdn;
+  GdpLayer gdp;
+  Stack(const Group& group, const Group& relayout, const TokenPlan& plan, const StackConfig& cfg)
+      : swa(group, relayout, plan, cfg), gdn(group, plan, cfg), gdp(group, relayout, plan, cfg) {}
+};
+
+// One forward + backward of `stack`. With `counter`, each layer's allocations by label go to its
+// `LayerStats::allocation_labels`.
+RunOutput run_stack(Stack& stack, const Group& group, const TokenPlan& plan,
+                    const StackConfig& cfg, const Params& w, int perturb_rank = -1,
+                    const ctxpar::AllocationCounter* counter = nullptr) {
   RunOutput out;
   const Matrix x0 = input_rows(plan.tokens_of(group.rank()), cfg.model_dim);
-  SwaLayer swa(group, relayout, plan, cfg);
-  GdnLayer gdn(group, plan, cfg);
-  GdpLayer gdp(group, relayout, plan, cfg);
+  SwaLayer& swa = stack.swa;
+  GdnLayer& gdn = stack.gdn;
+  GdpLayer& gdp = stack.gdp;
   // Phase clocks around each layer call (the layers' own barriers-free wall time on this rank).
   auto timed = [&](int l, auto&& f) {
     Kokkos::fence();
+    const auto labels0 = counter ? counter->labels() : std::map<std::string, std::int64_t>{};
     const long calls0 = PhaseClock::mpi_calls;
     const double mpi0 = PhaseClock::mpi, st0 = PhaseClock::staging, re0 = PhaseClock::relayout,
                  rm0 = PhaseClock::relayout_mpi, gl0 = PhaseClock::glue;
@@ -157,6 +172,12 @@ RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& 
     st.glue_seconds += PhaseClock::glue - gl0;
     st.mpi_calls += PhaseClock::mpi_calls - calls0;
     st.work_seconds += (t.seconds() - (PhaseClock::mpi - mpi0));
+    if (counter)
+      for (const auto& [label, n] : counter->labels()) {
+        const auto before = labels0.find(label);
+        const std::int64_t added = n - (before == labels0.end() ? 0 : before->second);
+        if (added > 0) st.allocation_labels[label] += added;
+      }
     return result;
   };
   // What each forward leaves resident for the backward (its output is counted with it).
@@ -183,6 +204,13 @@ RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& 
   for (auto& kv : out.grads)
     if (!GdpLayer::reduced_by_operator(kv.first)) allreduce_sum(group, kv.second);
   return out;
+}
+
+// The whole stack built for this one call (the in-process single-rank reference).
+RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& plan,
+                    const StackConfig& cfg, const Params& w) {
+  Stack stack(group, relayout, plan, cfg);
+  return run_stack(stack, group, plan, cfg, w);
 }
 
 // One comparison of this rank's values against the single-rank run.
@@ -340,6 +368,83 @@ ReferenceKey reference_key(const Settings& s, const TokenPlan& plan) {
           {"documents", cu.str()}};
 }
 
+// True for the views this demo allocates to stage its host matrices (not an operator's).
+bool demo_staging(const std::string& label) { return label.rfind("ctxpar::hybrid::", 0) == 0; }
+
+// `repeat` more forward + backward calls of `stack` with weights `w`: per layer, every rank's
+// fastest operator forward and backward, and its allocations per call, the operators' and the
+// demo's staging apart. Prints a summary to `report` (rank 0) and returns the JSON (rank 0).
+// Collective.
+Json steady_state(const Group& world, Stack& stack, const TokenPlan& plan, const StackConfig& cfg,
+                  const Params& w, int repeat, std::ostream* report) {
+  if (repeat == 0) return Json();
+  constexpr int layers = 3;
+  const double inf = std::numeric_limits<double>::infinity();
+  double fwd[layers] = {inf, inf, inf}, bwd[layers] = {inf, inf, inf};
+  std::int64_t op[layers] = {0, 0, 0}, staging[layers] = {0, 0, 0};
+  std::map<std::string, std::int64_t> op_labels[layers];
+  const char* names[layers] = {"swa", "gdn", "gdp"};  // the "layer" keys of the step records
+  {
+    ctxpar::AllocationCounter counter;
+    for (int r = 0; r < repeat; ++r) {
+      const RunOutput o = run_stack(stack, world, plan, cfg, w, -1, &counter);
+      for (int l = 0; l < layers; ++l) {
+        fwd[l] = std::min(fwd[l], o.layers[l].forward_seconds);
+        bwd[l] = std::min(bwd[l], o.layers[l].backward_seconds);
+        for (const auto& [label, n] : o.layers[l].allocation_labels) {
+          if (demo_staging(label)) {
+            staging[l] += n;
+          } else {
+            op[l] += n;
+            op_labels[l][label] += n;
+          }
+        }
+      }
+    }
+  }
+  Json out = Json::object();
+  out["repeat"] = repeat;
+  Json per_layer = Json::array();
+  std::int64_t op_worst = 0;
+  for (int l = 0; l < layers; ++l) {
+    Json lj = Json::object();
+    lj["layer"] = names[l];
+    lj["forward_seconds"] = ctxpar::cli::gather_seconds(world, fwd[l]);
+    lj["backward_seconds"] = ctxpar::cli::gather_seconds(world, bwd[l]);
+    lj["operator_allocations"] = ctxpar::cli::gather_counts(world, op[l]);
+    lj["staging_allocations"] = ctxpar::cli::gather_counts(world, staging[l]);
+    const double f = max_over_ranks(world, fwd[l]), b = max_over_ranks(world, bwd[l]);
+    const auto op_max = static_cast<std::int64_t>(max_over_ranks(world, static_cast<double>(op[l])));
+    const auto st_max =
+        static_cast<std::int64_t>(max_over_ranks(world, static_cast<double>(staging[l])));
+    op_worst = std::max(op_worst, op_max);
+    Json by_label = Json::object();
+    for (const auto& [label, n] : op_labels[l]) by_label[label] = n;
+    lj["operator_allocation_labels_rank0"] = by_label;
+    per_layer.push_back(lj);
+    if (report) {
+      *report << "  " << names[l] << ": operator forward " << std::fixed << std::setprecision(4)
+              << f << " s, backward " << b << " s (fastest of " << repeat
+              << ", slowest rank); allocations in " << repeat << " call" << (repeat > 1 ? "s" : "")
+              << ": operator " << op_max << ", demo staging " << st_max << " (max over ranks)";
+      if (!op_labels[l].empty()) {
+        *report << "; rank 0's operator allocations:";
+        for (const auto& [label, n] : op_labels[l]) *report << " " << label << " x" << n;
+      }
+      *report << "\n";
+    }
+  }
+  if (report)
+    *report << "steady state over " << repeat << " more stack call" << (repeat > 1 ? "s" : "")
+            << " on the same layers: "
+            << (op_worst == 0 ? "the operators allocated nothing"
+                              : "the operators allocated " + std::to_string(op_worst) +
+                                    " times on the worst rank")
+            << "\n";
+  out["layers"] = per_layer;
+  return out;
+}
+
 // Runs the stack distributed and on one rank, `steps` SGD steps, and writes the report. Returns
 // true iff every check passed on every rank.
 bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Json* json) {
@@ -374,6 +479,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
                    : "  reference: the same stack on one rank (MPI_COMM_SELF) over the whole "
                      "sequence; each rank compares its rows\n");
   }
+  Stack stack(layers, relayout, plan, cfg);
   bool all_ok = true;
   int checks = 0, failed = 0;
   Json steps_json = Json::array();
@@ -382,7 +488,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     if (root && s.progress)
       std::cerr << "[hybrid] step " << step << "/" << s.steps << ": distributed pass… "
                 << std::flush;
-    RunOutput d = run_stack(layers, relayout, plan, cfg, w, s.perturb_rank);
+    RunOutput d = run_stack(stack, layers, plan, cfg, w, s.perturb_rank);
     // The single-rank values of this rank's rows: from the files of a P = 1 run, or from the
     // whole stack run again here on MPI_COMM_SELF. A P = 1 run saving the reference is the
     // reference itself: it writes its values and compares nothing.
@@ -624,6 +730,11 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
       for (std::size_t i = 0; i < kv.second.data.size(); ++i)
         kv.second.data[i] -= s.lr * r.grads.at(kv.first).data[i];
   }
+  // --repeat: the stack again on the same layers (after the steps, with the last weights): each
+  // layer's fastest operator forward and backward, and what the layer calls allocated, split into
+  // the operators' allocations and this demo's own staging (host matrices uploaded per call, the
+  // views labelled ctxpar::hybrid::*).
+  const Json steady = steady_state(world, stack, plan, cfg, w, s.repeat, root ? &report : nullptr);
   all_ok = all_ranks(world, all_ok);
   if (root) {
     report << "\n"
@@ -676,6 +787,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     (*json)["checks"] = checks;
     (*json)["passed"] = all_ok;
     (*json)["peak_rss_bytes"] = peak_rss;
+    if (s.repeat > 0) (*json)["steady_state"] = steady;
   }
   return all_ok;
 }
@@ -721,6 +833,7 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   s.progress = !args.has("quiet");
   s.save_reference = args.get("save-reference", "");
   s.reference = args.get("reference", "");
+  s.repeat = args.get_in<int>("repeat", 0, 0, 1000000);
   s.perturb_rank = args.get_in<int>("perturb-rank", -1, -1, world.size() - 1,
                                     "names a rank that does not exist (-1: none)");
   args.require("lr", s.lr >= 0, "the learning rate must be >= 0", ">= 0", s.lr);
@@ -809,7 +922,7 @@ CTXPAR_CLI_COMMAND(
     "    [--chunk T] [--swa-policy P] [--gdn-policy P] [--head-policy P] [--householder M]\n"
     "    [--groups G] [--kernel-chunk C] [--layout L] [--packed [--documents N]] [--steps S] [--lr "
     "X] [--json FILE]\n"
-    "    [--quiet] [--perturb-rank R] [--save-reference DIR | --reference DIR]\n\n"
+    "    [--quiet] [--perturb-rank R] [--save-reference DIR | --reference DIR] [--repeat N]\n\n"
     "options [default]:\n"
     "  --length L        tokens, 1..4194304 [2048]\n"
     "  --model-dim D     residual width, 1..4096 [32]\n"
@@ -838,7 +951,11 @@ CTXPAR_CLI_COMMAND(
     "                    input gradients, weight gradients, loss, layer times) to DIR [none]\n"
     "  --reference DIR   compare with the values a P = 1 run saved in DIR (the same options but\n"
     "                    --layout), each rank reading its rows, instead of running the whole\n"
-    "                    sequence on one rank in every process [run it in-process]\n\n"
+    "                    sequence on one rank in every process [run it in-process]\n"
+    "  --repeat N        N more forward + backward calls of the same layers after the checked\n"
+    "                    steps: each layer's fastest operator forward and backward, and what the\n"
+    "                    operators and the demo's staging allocated in them, in the report and\n"
+    "                    the JSON's steady_state [0]\n\n"
     "no input files; the inputs are generated. exit status: 0 every check passed; 1 a check\n"
     "failed (a NaN or Inf anywhere fails it); 2 a bad option, named in the message.\n",
     run_hybrid_command);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -71,6 +72,9 @@ struct LayerStats {
   /// Resident memory the layer's forward left behind for its backward (the growth of the
   /// process's resident set across the forward call; activations and saved operator state).
   std::int64_t held_bytes = 0;
+  /// Kokkos allocations made inside the layer's forward and backward while an
+  /// `AllocationCounter` was passed to the stack (`--repeat`), by view label.
+  std::map<std::string, std::int64_t> allocation_labels;
   std::string note;         ///< what is not there yet
 };
 
@@ -193,6 +197,7 @@ class SwaLayer {
       caches_.assign(steps + 1, swa::Cache<double, memory_space>{});
       caches_[0] = swa::empty_cache<double, memory_space>(hkv, d);
       states_.assign(steps, swa::DistributedState<double, memory_space>{});
+      grads_.assign(steps, swa::StepGradients<double, memory_space>{});
       outs_.assign(steps, swa::Tensor<double, memory_space>{});
     }
     if (step_plan_.index() == 0) make_plan(opt);
@@ -256,7 +261,8 @@ class SwaLayer {
     for (std::size_t k = states_.size(); k-- > 0;) {
       const std::int64_t n = offset[k + 1] - offset[k];
       auto dv = detail::upload3(ds, offset[k], n, hq, d, "ctxpar::hybrid::dout");
-      swa::StepGradients<double, memory_space> gr;
+      // Allocated by the plan on the first backward, written in place after that.
+      swa::StepGradients<double, memory_space>& gr = grads_[k];
       std::visit(
           [&](auto& plan) {
             if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>)
@@ -395,6 +401,7 @@ class SwaLayer {
   std::vector<swa::Cache<double, memory_space>> caches_;  // caches_[k]: the input of step k
   std::vector<swa::DistributedState<double, memory_space>> states_;
   std::vector<swa::Tensor<double, memory_space>> outs_;
+  std::vector<swa::StepGradients<double, memory_space>> grads_;
   Traffic fwd_traffic_, relayout_fwd_;
 };
 
@@ -463,11 +470,9 @@ class GdnLayer {
       detail::Tensor2 y("ctxpar::hybrid::gdn_conv_out", t, 3 * hk);
       const Kokkos::View<const double*, memory_space> cb(bias);
       if (zigzag_)
-        chunkwise::short_conv_forward(execution_space(), group_, Zigzag{}, const2(pre_v_),
-                                      const2(conv_w_), cb, const_ids(), y);
+        conv_zigzag_.forward(const2(pre_v_), const2(conv_w_), cb, const_ids(), y);
       else
-        chunkwise::short_conv_forward(execution_space(), group_, Contiguous{}, const2(pre_v_),
-                                      const2(conv_w_), cb, const_ids(), y);
+        conv_contiguous_.forward(const2(pre_v_), const2(conv_w_), cb, const_ids(), y);
       detail::download(y, conv_out_, 0);
     }
     conv_seconds_ = detail::now_fenced(conv_timer);
@@ -555,11 +560,11 @@ class GdnLayer {
       const Traffic c0 = group_.total_data_traffic();
       Kokkos::Timer conv_timer;
       if (zigzag_)
-        chunkwise::short_conv_backward(execution_space(), group_, Zigzag{}, const2(pre_v_),
-                                       const2(conv_w_), const_ids(), const2(dy_v), dx_v, dw, db);
+        conv_zigzag_.backward(const2(pre_v_), const2(conv_w_), const_ids(), const2(dy_v), dx_v,
+                              dw, db);
       else
-        chunkwise::short_conv_backward(execution_space(), group_, Contiguous{}, const2(pre_v_),
-                                       const2(conv_w_), const_ids(), const2(dy_v), dx_v, dw, db);
+        conv_contiguous_.backward(const2(pre_v_), const2(conv_w_), const_ids(), const2(dy_v),
+                                  dx_v, dw, db);
       stats.backward_seconds += detail::now_fenced(conv_timer);
       const Traffic c = detail::minus(group_.total_data_traffic(), c0);
       stats.measured.calls += c.calls;
@@ -669,6 +674,10 @@ class GdnLayer {
   bool conv_ = true, zigzag_ = false, packed_ = false;
   Kokkos::View<std::int32_t*, memory_space> ids_;
   detail::Tensor2 pre_v_, conv_w_;
+  // The conv's halo buffers, kept between calls (one plan per layout; only one is ever called).
+  chunkwise::ShortConvPlan<Contiguous, double, memory_space> conv_contiguous_{execution_space(),
+                                                                              group_};
+  chunkwise::ShortConvPlan<Zigzag, double, memory_space> conv_zigzag_{execution_space(), group_};
   Matrix conv_out_;
   double conv_seconds_ = 0;
   Traffic conv_fwd_traffic_;
@@ -828,7 +837,9 @@ class GdpLayer {
     auto dyv = detail::upload2(dyy, "ctxpar::hybrid::gdp_dy"),
          dzv = detail::upload2(dz, "ctxpar::hybrid::gdp_dz");
     detail::Tensor2 du("ctxpar::hybrid::gdp_du", dy.rows, s.input_layout().channels());
-    auto pg = heads::GdpParameters<double, memory_space>::allocate(s, "hybrid_grads");
+    // The backward overwrites the parameter gradients: one set serves every call.
+    if (!param_grads_) param_grads_ = heads::GdpParameters<double, memory_space>::allocate(s, "hybrid_grads");
+    const auto& pg = *param_grads_;
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
     impl_->backward(dyv, dzv, du, pg);
@@ -916,6 +927,7 @@ class GdpLayer {
   Relayout relayout_;
   bool relayout_on_ = false;
   std::unique_ptr<Base> impl_;
+  std::optional<heads::GdpParameters<double, memory_space>> param_grads_;
   Matrix x_, y_, z_, h_;
   Traffic fwd_traffic_;
 };
