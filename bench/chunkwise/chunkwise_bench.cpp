@@ -249,28 +249,6 @@ double gdn_local_chunk_flops(double c, double k, double v) {
 constexpr const char* gdn_flop_model =
     "triangular: C^2K + C^3/3 + (C^2V + C^2K) + C^2K + 2CKV + (2CKV + C^2V) + 2CKV per chunk";
 
-// Times `a` and `b` in alternation, one call each per round after `warmup` rounds, so that both
-// medians see the same drift of a shared machine's load (a ratio near 1 is what is measured).
-// Each must fence before returning.
-template <class A, class B>
-std::pair<bench::Timing, bench::Timing> time_alternating(A&& a, B&& b, int warmup, int repeats) {
-  for (int i = 0; i < warmup; ++i) {
-    a();
-    b();
-  }
-  auto seconds = [](auto& f) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  std::vector<double> ta, tb;
-  for (int i = 0; i < repeats; ++i) {
-    ta.push_back(seconds(a));
-    tb.push_back(seconds(b));
-  }
-  return {bench::summarise(ta), bench::summarise(tb)};
-}
-
 // The step a user calls next to the local kernels it runs, one rank, same run, same inputs: the
 // GatherFold plan's steady-state forward (backward, after a forward filled the context) against
 // the GDN backend's own forward_prepare + forward_apply (backward_prepare + backward_apply) on the
@@ -300,7 +278,7 @@ bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std
   grads.dg = decltype(grads.dg)("kernel_dg", T, H);
   grads.dbeta = decltype(grads.dbeta)("kernel_dbeta", T, H);
   // One warm-up round (the first calls take the plan's, the context's and the bundle's memory).
-  const auto [step_f, kernel_f] = time_alternating(
+  const auto [step_f, kernel_f] = bench::time_alternating(
       [&] { step.forward(); },
       [&] {
         backend.forward_prepare(exec(), step.in, seqs, summary[0], saved, forward_needs);
@@ -308,7 +286,7 @@ bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std
         exec().fence();
       },
       1, repeats);
-  const auto [step_b, kernel_b] = time_alternating(
+  const auto [step_b, kernel_b] = bench::time_alternating(
       [&] {
         step.cp<cw::GatherFold>().backward(ctx, step.dout, step.grads);
         exec().fence();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 namespace ctxpar::bench {
@@ -88,6 +89,28 @@ Timing time_solo(MPI_Comm comm, F&& f, int warmup = 2, int repeats = 7) {
   t.min_s = fields[1];
   t.max_s = fields[2];
   return t;
+}
+
+/// Times `a` and `b` in alternation, one call each per round after `warmup` rounds, so that both
+/// medians see the same drift of a shared machine's load (a ratio near 1 is what is measured).
+/// Each must fence before returning.
+template <class A, class B>
+std::pair<Timing, Timing> time_alternating(A&& a, B&& b, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) {
+    a();
+    b();
+  }
+  auto seconds = [](auto& f) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::vector<double> ta, tb;
+  for (int i = 0; i < repeats; ++i) {
+    ta.push_back(seconds(a));
+    tb.push_back(seconds(b));
+  }
+  return {summarise(ta), summarise(tb)};
 }
 
 }  // namespace ctxpar::bench

@@ -186,28 +186,6 @@ void fill_hashed(const View& v, std::uint64_t seed, double scale, double shift =
   Kokkos::deep_copy(v, h);
 }
 
-// Times `a` and `b` in alternation, one call each per round after `warmup` rounds, so that both
-// medians see the same drift of a shared machine's load (a ratio near 1 is what is measured).
-// Each must fence before returning.
-template <class A, class B>
-std::pair<cb::Timing, cb::Timing> time_alternating(A&& a, B&& b, int warmup, int repeats) {
-  for (int i = 0; i < warmup; ++i) {
-    a();
-    b();
-  }
-  auto seconds = [](auto& f) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  std::vector<double> ta, tb;
-  for (int i = 0; i < repeats; ++i) {
-    ta.push_back(seconds(a));
-    tb.push_back(seconds(b));
-  }
-  return {cb::summarise(ta), cb::summarise(tb)};
-}
-
 // The layer step a user calls next to the recurrence kernels it runs, one rank, same run: the
 // steady-state `GdpContextParallel::forward` (`backward`) against the gated delta product backend's
 // `forward_apply` (`backward_apply`) on head-sharded inputs of the shape the layer hands it
@@ -291,7 +269,7 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
     const cw::state_view<mem> zero("zero_state", h, n, d);
     typename backend_type::saved_type saved;
     // One warm-up round, after which the layer allocates nothing.
-    const auto [step_f, kernel_f] = time_alternating(
+    const auto [step_f, kernel_f] = cb::time_alternating(
         [&] {
           layer.forward(exec(), x, params, y, z);
           exec().fence();
@@ -303,7 +281,7 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
           exec().fence();
         },
         1, repeats);
-    const auto [step_b, kernel_b] = time_alternating(
+    const auto [step_b, kernel_b] = cb::time_alternating(
         [&] {
           layer.backward(exec(), dy, dz, dx, grads);
           exec().fence();
