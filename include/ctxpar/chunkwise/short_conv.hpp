@@ -529,9 +529,12 @@ template <class Layout, class Scalar, class MemorySpace,
           class ExecutionSpace = typename MemorySpace::execution_space>
 class ShortConvPlan {
  public:
+  /// Read-only `[rows, C]` (or `[C, w]`) values the calls take.
   using rows_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  /// Read-only per-token sequence ids.
   using ids_view = Kokkos::View<const std::int32_t*, MemorySpace>;
 
+  /// The conv on `group` with shards in `layout`; holds no buffer until the first call. Local.
   ShortConvPlan(const ExecutionSpace& space, const Group& group, Layout layout = Layout{})
       : space_(space), group_(group), layout_(layout) {}
 
