@@ -599,11 +599,11 @@ def fig_torch(recs):
     # The step a user calls (plan.forward / plan.backward) against torch at the same shape: paired
     # here from both files' medians, normalised by the SGEMM of the ctxpar run that timed the step.
     steps = {step_shape(r): r for r in pick(recs, "swa", kind="step_vs_kernel")}
+    ceilings = pick(recs, "swa", kind="ceiling")
     for r in pick(recs, "swa_torch", kind="step"):
         mine = steps.get(step_shape(r))
         if mine is None:
             continue  # listed by unpaired_torch()
-        ceilings = pick(recs, "swa", kind="ceiling")
         if not ceilings:
             raise RecordKeyError({"benchmark": "swa", "case": "sgemm ceiling"}, "gflops")
         own_sgemm = sum(num(c, "gflops") for c in ceilings) / len(ceilings)

@@ -838,7 +838,8 @@ class GdpLayer {
          dzv = detail::upload2(dz, "ctxpar::hybrid::gdp_dz");
     detail::Tensor2 du("ctxpar::hybrid::gdp_du", dy.rows, s.input_layout().channels());
     // The backward overwrites the parameter gradients: one set serves every call.
-    if (!param_grads_) param_grads_ = heads::GdpParameters<double, memory_space>::allocate(s, "hybrid_grads");
+    if (!param_grads_)
+      param_grads_ = heads::GdpParameters<double, memory_space>::allocate(s, "hybrid_grads");
     const auto& pg = *param_grads_;
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;

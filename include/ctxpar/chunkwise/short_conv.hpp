@@ -23,7 +23,6 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -34,6 +33,7 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/core/workspace.hpp"
 #include "ctxpar/partition/zigzag.hpp"
 
 namespace ctxpar::chunkwise {
@@ -47,40 +47,26 @@ struct ConvViews {
 };
 
 // The halo exchange's buffers, kept between calls by `ShortConvPlan` (the free functions make a
-// fresh one per call). Each grows to the largest shape seen and is used through a prefix, so a
-// steady state allocates nothing.
+// fresh one per call): grow-only storage that each call carves its views from, so a steady state
+// allocates nothing.
 template <class Scalar, class MemorySpace>
 struct ConvWorkspace {
   using rows_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
   using ids_view = Kokkos::View<std::int32_t*, MemorySpace>;
-  rows_view halo, send, recv, dhalo, back, halo_send;
-  ids_view halo_ids, send_ids, recv_ids;
+  GrowingBuffer<MemorySpace> halo{"ctxpar::chunkwise::conv::halo"},
+      send{"ctxpar::chunkwise::conv::send"}, recv{"ctxpar::chunkwise::conv::recv"},
+      dhalo{"ctxpar::chunkwise::conv::dhalo"}, back{"ctxpar::chunkwise::conv::halo_grad"},
+      halo_send{"ctxpar::chunkwise::conv::halo_send"},
+      halo_ids{"ctxpar::chunkwise::conv::halo_ids"},
+      send_ids{"ctxpar::chunkwise::conv::send_ids"},
+      recv_ids{"ctxpar::chunkwise::conv::recv_ids"};
 
-  // The first `n` rows of `buffer` ([*, channels]), reallocated first when it is shorter or has
-  // another channel count.
-  static rows_view rows(rows_view& buffer, const char* label, std::int64_t n,
-                        std::int64_t channels) {
-    if (static_cast<std::int64_t>(buffer.extent(0)) < n ||
-        static_cast<std::int64_t>(buffer.extent(1)) != channels)
-      buffer = rows_view(std::string(label),
-                         static_cast<std::size_t>(std::max<std::int64_t>(
-                             n, static_cast<std::int64_t>(buffer.extent(0)))),
-                         static_cast<std::size_t>(channels));
-    return Kokkos::subview(buffer, std::make_pair(std::int64_t(0), n), Kokkos::ALL);
-  }
-  // The first `n` entries of `buffer`, reallocated first when it is shorter.
-  static ids_view ids(ids_view& buffer, const char* label, std::int64_t n) {
-    if (static_cast<std::int64_t>(buffer.extent(0)) < n)
-      buffer = ids_view(std::string(label), static_cast<std::size_t>(std::max<std::int64_t>(
-                                                n, static_cast<std::int64_t>(buffer.extent(0)))));
-    return Kokkos::subview(buffer, std::make_pair(std::int64_t(0), n));
-  }
   // Bytes held now.
   std::size_t bytes() const {
     std::size_t b = 0;
-    for (const rows_view* v : {&halo, &send, &recv, &dhalo, &back, &halo_send})
-      b += v->span() * sizeof(Scalar);
-    for (const ids_view* v : {&halo_ids, &send_ids, &recv_ids}) b += v->span() * sizeof(std::int32_t);
+    for (const auto* buffer :
+         {&halo, &send, &recv, &dhalo, &back, &halo_send, &halo_ids, &send_ids, &recv_ids})
+      b += buffer->capacity_bytes();
     return b;
   }
 };
@@ -272,10 +258,9 @@ ConvSource<Scalar, MemorySpace> conv_halo(
   links = conv_links(layout, group, tokens);
   const std::int64_t h = w < 1 ? 0 : w - 1;
   using workspace = ConvWorkspace<Scalar, MemorySpace>;
-  const auto halo = workspace::rows(ws.halo, "ctxpar::chunkwise::conv::halo", links.fragments * h,
-                                    channels);
-  const auto halo_ids =
-      workspace::ids(ws.halo_ids, "ctxpar::chunkwise::conv::halo_ids", links.fragments * h);
+  const auto halo =
+      ctxpar::carve<typename workspace::rows_view>(ws.halo, links.fragments * h, channels);
+  const auto halo_ids = ctxpar::carve<typename workspace::ids_view>(ws.halo_ids, links.fragments * h);
   Kokkos::deep_copy(space, halo, Scalar(0));  // zeros at the sequence start (no sender)
   if (ids.data()) Kokkos::deep_copy(space, halo_ids, -1);  // zero halo: never the same sequence
   for (int f = 0; f < links.fragments; ++f) {
@@ -284,18 +269,16 @@ ConvSource<Scalar, MemorySpace> conv_halo(
     const std::int64_t first = fe - fb >= h ? fe - h : fb;
     const auto halo_f = Kokkos::subview(halo, std::make_pair(f * h, (f + 1) * h), Kokkos::ALL);
     const auto halo_ids_f = Kokkos::subview(halo_ids, std::make_pair(f * h, (f + 1) * h));
-    const auto send =
-        workspace::rows(ws.send, "ctxpar::chunkwise::conv::send", fe - first, channels);
+    const auto send = ctxpar::carve<typename workspace::rows_view>(ws.send, fe - first, channels);
     if (fe > first)
       Kokkos::deep_copy(space, send,
                         Kokkos::subview(x, std::make_pair(first, fe), Kokkos::ALL));
-    const auto recv = workspace::rows(ws.recv, "ctxpar::chunkwise::conv::recv", h, channels);
+    const auto recv = ctxpar::carve<typename workspace::rows_view>(ws.recv, h, channels);
     sendrecv(space, group, send, links.tail_to[f], recv, links.halo_from[f], 41 + 2 * f);
     if (links.halo_from[f] != no_rank) Kokkos::deep_copy(space, halo_f, recv);
     if (ids.data()) {
-      const auto send_ids =
-          workspace::ids(ws.send_ids, "ctxpar::chunkwise::conv::send_ids", fe - first);
-      const auto recv_ids = workspace::ids(ws.recv_ids, "ctxpar::chunkwise::conv::recv_ids", h);
+      const auto send_ids = ctxpar::carve<typename workspace::ids_view>(ws.send_ids, fe - first);
+      const auto recv_ids = ctxpar::carve<typename workspace::ids_view>(ws.recv_ids, h);
       if (fe > first)
         Kokkos::deep_copy(space, send_ids, Kokkos::subview(ids, std::make_pair(first, fe)));
       sendrecv(space, group, send_ids, links.tail_to[f], recv_ids, links.halo_from[f], 42 + 2 * f);
@@ -378,7 +361,7 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
   const std::int64_t h = w - 1;
   using workspace = ConvWorkspace<Scalar, MemorySpace>;
   const auto dhalo =
-      workspace::rows(ws.dhalo, "ctxpar::chunkwise::conv::dhalo", links.fragments * h, channels);
+      ctxpar::carve<typename workspace::rows_view>(ws.dhalo, links.fragments * h, channels);
   Kokkos::deep_copy(space, dhalo, Scalar(0));
   Kokkos::parallel_for(
       "ctxpar::chunkwise::conv::input_grad",
@@ -390,11 +373,9 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
   for (int f = 0; f < links.fragments; ++f) {
     const std::int64_t fb = f == 0 ? 0 : links.split, fe = f == 0 ? links.split : tokens;
     const std::int64_t back_rows = links.tail_to[f] != no_rank ? (fe - fb < h ? fe - fb : h) : 0;
-    const auto back =
-        workspace::rows(ws.back, "ctxpar::chunkwise::conv::halo_grad", back_rows, channels);
+    const auto back = ctxpar::carve<typename workspace::rows_view>(ws.back, back_rows, channels);
     const std::int64_t send_rows = links.halo_from[f] != no_rank ? h : 0;
-    const auto send =
-        workspace::rows(ws.halo_send, "ctxpar::chunkwise::conv::halo_send", send_rows, channels);
+    const auto send = ctxpar::carve<typename workspace::rows_view>(ws.halo_send, send_rows, channels);
     if (send_rows > 0)
       Kokkos::deep_copy(space, send,
                         Kokkos::subview(dhalo, std::make_pair(f * h, f * h + send_rows),
