@@ -172,17 +172,14 @@ class GdpLayerCore {
       return;
     }
     recurrence_backward(space, tensor3(dy.data(), t, h, dims_.headdim));
-    Kokkos::parallel_for("ctxpar::heads::l2norm_backward", p1(space, 0, t),
-                         impl::SplitNormalizeBackward<matrix, tensor3, tensor3, tensor3, matrix>{
-                             act_, rnorm_, grads_.k, grads_.q, grads_.v, dact_, dims_});
+    // One pass from dq, dk, dv to dpre (in dact_): the L2-norm backward, the skip term's output
+    // gradient joining dx_V (the skip term reads x_V) and SiLU's backward, fused at the store.
+    Kokkos::parallel_for(
+        "ctxpar::heads::l2norm_silu_backward", p1(space, 0, t),
+        impl::SplitNormalizeBackward<matrix, tensor3, tensor3, tensor3, matrix, matrix, vector>{
+            act_, pre_, rnorm_, grads_.k, grads_.q, grads_.v, dact_, dy, d_, dims_});
     if (dims_.skip != SkipTerm::none && dims_.d_inner() > 0) {
-      // The skip term reads x_V, so its output gradient joins dv before SiLU's backward; dD sums
-      // over this rank's tokens (over ranks in GdpContextParallel).
-      const tensor3 dy3(dy.data(), t, h, dims_.headdim);
-      const auto dx3 = value_copy0(dact_);
-      with_skip_weights(d_, [&](const auto& w) {
-        ctxpar::assign(space, dx3, expr::view(dx3) + w * expr::view(dy3));
-      });
+      // dD sums dy·x_V over this rank's tokens (over ranks in GdpContextParallel).
       const int width = dims_.skip == SkipTerm::per_head ? dims_.headdim : 1;
       Kokkos::parallel_for("ctxpar::heads::skip_grad",
                            p1(space, 0, static_cast<std::int64_t>(dd.extent(0))),
@@ -194,8 +191,6 @@ class GdpLayerCore {
     }
     const std::int64_t cc = dims_.conv_channels();
     if (cc > 0) {
-      Kokkos::parallel_for("ctxpar::heads::silu_backward", p2(space, {0, 0}, {t, cc}),
-                           impl::SiluBackward<matrix, matrix>{pre_, dact_});
       Kokkos::parallel_for(
           "ctxpar::heads::conv_backward_input", p2(space, {0, 0}, {t, cc}),
           impl::ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
@@ -223,7 +218,7 @@ class GdpLayerCore {
   using strided_matrix = Kokkos::View<Scalar**, Kokkos::LayoutStride, MemorySpace>;
   using strided_tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutStride, MemorySpace>;
 
-  // Householder copy 0 of the V section of `a` (`act_` or `dact_`, V first) as `[T, H, d]`.
+  // Householder copy 0 of the V section of `a` (`act_`, V first) as `[T, H, d]`.
   strided_tensor3 value_copy0(const matrix& a) const {
     const Kokkos::LayoutStride layout(tokens_, a.extent(1), dims_.heads, dims_.headdim,
                                       dims_.headdim, 1);

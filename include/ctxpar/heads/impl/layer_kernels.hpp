@@ -102,17 +102,12 @@ struct ConvForward {
   }
 };
 
-/// dpre = dact · SiLU'(pre), in place in `dact`.
-template <class Pre, class D>
-struct SiluBackward {
-  Pre pre;
-  D dact;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const {
-    using T = typename D::non_const_value_type;
-    const T x = pre(t, c), s = sigmoid(x);
-    dact(t, c) *= s * (T(1) + x * (T(1) - s));
-  }
-};
+/// SiLU'(x) = s·(1 + x·(1 − s)) with s = sigmoid(x).
+template <class T>
+KOKKOS_INLINE_FUNCTION T silu_grad(T x) {
+  const T s = sigmoid(x);
+  return s * (T(1) + x * (T(1) - s));
+}
 
 /// du(t, off_v + c) = Σ_k w(c, k)·dpre(t + w − 1 − k, c) over outputs in the token's sequence.
 template <class Dpre, class W, class Du, class Idx>
@@ -218,40 +213,61 @@ struct SplitNormalize {
   }
 };
 
-/// Backward of `SplitNormalize`: per key group, sums the gradients of the heads that read it and
-/// applies the L2-norm Jacobian `r·(dx̂ − x̂ (x̂·dx̂))`; writes `dact` for the V, K and Q channels.
-template <class Act, class R, class K3, class V3, class D>
+/// Backward of `SplitNormalize`, then of the skip term and of the SiLU, in one pass: per key
+/// group, sums the gradients of the heads that read it and applies the L2-norm Jacobian
+/// `r·(dx̂ − x̂ (x̂·dx̂))`; on the V channels of householder copy 0 adds `D ⊙ dy` when the layer has
+/// a skip term (it reads x_V); and stores each gradient times SiLU'(pre) as `dpre`, for every conv
+/// channel (V, K and Q). The SiLU factor is applied at the store, in the order the separate passes
+/// used, so `dpre` is the same as theirs.
+template <class Act, class R, class K3, class V3, class D, class Dy, class Skip>
 struct SplitNormalizeBackward {
-  Act act;
+  Act act, pre;
   R rk;
   K3 dk, dq;
   V3 dv;
-  D dact;
+  D dpre;
+  Dy dy;    // [T, H·d], read only with a skip term
+  Skip dd;  // D: [H] or [H·d] per dims.skip
   LocalDims dims;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
     using T = typename D::non_const_value_type;
     const std::int64_t off_k = dims.d_inner() * dims.copies;
     for (int m = 0; m < dims.copies; ++m)
       for (int h = 0; h < dims.heads; ++h)
-        for (int j = 0; j < dims.headdim; ++j)
-          dact(t, (std::int64_t(m) * dims.heads + h) * dims.headdim + j) =
-              dv(t * dims.copies + m, h, j);
+        for (int j = 0; j < dims.headdim; ++j) {
+          const std::int64_t c = (std::int64_t(m) * dims.heads + h) * dims.headdim + j;
+          T g = dv(t * dims.copies + m, h, j);
+          if (m == 0 && dims.skip != SkipTerm::none) {
+            const std::int64_t hj = std::int64_t(h) * dims.headdim + j;
+            const T w = dims.skip == SkipTerm::per_head ? dd(h) : dd(hj);
+            g = g + w * dy(t, hj);
+          }
+          dpre(t, c) = g * silu_grad(pre(t, c));
+        }
     for (int m = 0; m <= dims.copies; ++m) {
       for (int g = 0; g < dims.groups; ++g) {
         const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * dims.d_state;
         const T r = rk(t, m, g);
-        // dx̂ summed over the heads of this group, then x̂·dx̂.
+        // The local heads that read group g, [h0, h1): a group's heads are consecutive.
+        const int first = (dims.group_begin + g) * dims.heads_per_group - dims.head_begin;
+        const int h0 = first > 0 ? first : 0;
+        const int h1 =
+            first + dims.heads_per_group < dims.heads ? first + dims.heads_per_group : dims.heads;
+        // dx̂ summed over those heads in order (kept in dpre until the dot is known), then x̂·dx̂.
         T dot = 0;
         for (int n = 0; n < dims.d_state; ++n) {
           T s = 0;
-          for (int h = 0; h < dims.heads; ++h)
-            if (dims.group_of(h) == g)
-              s += m < dims.copies ? dk(t * dims.copies + m, h, n) : dq(t, h, n);
-          dact(t, base + n) = s;
+          if (m < dims.copies)
+            for (int h = h0; h < h1; ++h) s += dk(t * dims.copies + m, h, n);
+          else
+            for (int h = h0; h < h1; ++h) s += dq(t, h, n);
+          dpre(t, base + n) = s;
           dot += s * act(t, base + n) * r;
         }
-        for (int n = 0; n < dims.d_state; ++n)
-          dact(t, base + n) = r * (dact(t, base + n) - act(t, base + n) * r * dot);
+        for (int n = 0; n < dims.d_state; ++n) {
+          const T dx = r * (dpre(t, base + n) - act(t, base + n) * r * dot);
+          dpre(t, base + n) = dx * silu_grad(pre(t, base + n));
+        }
       }
     }
   }
