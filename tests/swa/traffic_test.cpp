@@ -119,6 +119,9 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
   const std::int64_t own = rule.records(me);
   constexpr bool gather = !std::is_same_v<Policy, ctxpar::swa::HaloKV>;
   constexpr bool after = std::is_same_v<Policy, ctxpar::swa::RopeAfterGather>;
+  // One rank alone gathers nothing and reduce-scatters nothing: its axis is its own tokens, read
+  // in place, and their gradients go straight to them.
+  const bool gathers = gather && p > 1;
 
   // The plan is built once, before the counted window: its constructor agrees on the shape and
   // options (one broadcast and one all-reduce of verdicts) and moves no data.
@@ -145,7 +148,7 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
     // Per call, besides the data: the inputs' facts (one all-gather) and the verdict (one
     // all-reduce).
     ok = expect_calls("forward agreement", g.traffic(CollectiveKind::agreement), 2) && ok;
-    if (gather) {
+    if (gathers) {
       ok = counters_match("forward allgather", g.traffic(CollectiveKind::allgather),
                           {own * record * (p - 1), (length - own) * record}, true) &&
            ok;
@@ -154,9 +157,13 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
     } else {
       ok = counters_match("forward allgather", g.traffic(CollectiveKind::allgather), {}, false) &&
            ok;
-      ok = counters_match("forward halo", g.traffic(CollectiveKind::sendrecv),
-                          {halo.sent * record, halo.received * record}, true) &&
-           ok;
+      if (gather)
+        ok = counters_match("forward sendrecv", g.traffic(CollectiveKind::sendrecv), {}, false) &&
+             ok;
+      else
+        ok = counters_match("forward halo", g.traffic(CollectiveKind::sendrecv),
+                            {halo.sent * record, halo.received * record}, true) &&
+             ok;
     }
     // One all-to-all: the next cache (not under RopeAfterGather, which cuts it from the gathered
     // raw axis) fused with the whole-axis assembly.
@@ -177,12 +184,17 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
     // Per call: the agreement on whether a next-cache gradient is given (one broadcast) and the
     // verdict (one all-reduce); under the all-gather policies the reduce-scatter agrees on its
     // counts as well (one broadcast, one all-reduce).
-    ok = expect_calls("backward agreement", g.traffic(CollectiveKind::agreement), gather ? 4 : 2) &&
-         ok;
-    if (gather) {
+    ok =
+        expect_calls("backward agreement", g.traffic(CollectiveKind::agreement), gathers ? 4 : 2) &&
+        ok;
+    if (gathers) {
       const std::int64_t total = length * grad;
       ok = counters_match("backward reduce_scatter", g.traffic(CollectiveKind::reduce_scatter),
                           {total - own * grad, own * grad * (p - 1)}, true) &&
+           ok;
+    } else if (gather) {
+      ok = counters_match("backward reduce_scatter", g.traffic(CollectiveKind::reduce_scatter), {},
+                          false) &&
            ok;
     } else {
       ok = counters_match("backward halo", g.traffic(CollectiveKind::sendrecv),

@@ -80,6 +80,10 @@ struct StepTables {
   Index<MemorySpace> halo_send_records;
   /// Axis token -> gathered record (all-gather policies) or halo slot / own record (`HaloKV`).
   Index<MemorySpace> axis_source;
+  /// All-gather policies, forward: as `axis_source`, but this rank's own tokens as own records
+  /// `-(j + 1)`, read in place rather than from the gathered buffer (at one rank, nothing is
+  /// packed or gathered at all). The backward keeps `axis_source`: every token has its slot there.
+  Index<MemorySpace> forward_axis_source;
   /// All-gather policies: records of each rank.
   std::vector<int> gather_counts;
   /// `WholeAxisChunks`: the move onto the whole-axis owners, fused with the next-cache re-shard
@@ -158,8 +162,9 @@ struct DistributedState {
            axis.v.span() * sizeof(Scalar) + axis.pos.span() * sizeof(std::int64_t) +
            axis.ids.span() * sizeof(std::int32_t) + lse.span() * sizeof(accumulator_t<Scalar>) +
            own_pos.span() * sizeof(std::int64_t) +
-           (tables.axis_source.span() + tables.reshard_source.span() +
-            tables.reshard_send_records.span() + tables.halo_send_records.span()) *
+           (tables.axis_source.span() + tables.forward_axis_source.span() +
+            tables.reshard_source.span() + tables.reshard_send_records.span() +
+            tables.halo_send_records.span()) *
                sizeof(std::int64_t);
   }
 };
@@ -507,23 +512,27 @@ class StepPlan {
     if constexpr (!halo) {
       // One all-gather of every rank's records, packed (keys rotated on the way, unless the
       // policy rotates after the gather) straight into this rank's place in the receive buffer;
-      // the axis is then reassembled in axis order.
-      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, length * bytes);
-      std::int64_t first = 0;
-      for (int r = 0; r < me; ++r) first += tb.gather_counts[r];
-      const impl::Bytes<MemorySpace> mine(recv.data() + first * bytes, n_r * bytes);
-      impl::pack_records(space_, own, impl::Index<MemorySpace>(), n_r, mine,
-                         rope_after_gather ? 0.0 : base);
-      allgatherv_in_place(space_, group_, recv, impl::scaled(tb.gather_counts, bytes), unchecked);
+      // the axis is then reassembled in axis order, this rank's own tokens read in place (keys
+      // rotated as they join). One rank alone has no peer to send to: nothing is packed.
+      impl::Bytes<MemorySpace> recv;
+      if (group_.size() > 1) {
+        recv = carve<impl::Bytes<MemorySpace>>(recv_, length * bytes);
+        std::int64_t first = 0;
+        for (int r = 0; r < me; ++r) first += tb.gather_counts[r];
+        const impl::Bytes<MemorySpace> mine(recv.data() + first * bytes, n_r * bytes);
+        impl::pack_records(space_, own, impl::Index<MemorySpace>(), n_r, mine,
+                           rope_after_gather ? 0.0 : base);
+        allgatherv_in_place(space_, group_, recv, impl::scaled(tb.gather_counts, bytes), unchecked);
+      }
       impl::ensure_block(saved.axis, length, hkv, dim, with_ids, "ctxpar::swa::axis");
       if constexpr (rope_after_gather) {
         // Raw keys land in the workspace; the step keeps the rotated ones.
         raw_axis = saved.axis;
         raw_axis.k = carve<tensor_type>(raw_k_, length, hkv, dim);
-        impl::unpack_records(space_, recv, own, tb.axis_source, raw_axis);
+        impl::unpack_records(space_, recv, own, tb.forward_axis_source, raw_axis);
         rope_forward(space_, raw_axis.k, raw_axis.pos, base, saved.axis.k);
       } else {
-        impl::unpack_records(space_, recv, own, tb.axis_source, saved.axis);
+        impl::unpack_records(space_, recv, own, tb.forward_axis_source, saved.axis, base);
       }
       saved.key_origin = 0;
     } else {
@@ -634,14 +643,22 @@ class StepPlan {
     tensor_type own_dk = carve<tensor_type>(own_dk_, n_r, hkv, dim),
                 own_dv = carve<tensor_type>(own_dv_, n_r, hkv, dim);
     if constexpr (!halo) {
-      // Every axis token has its own gathered slot, so routing fills `all` completely; the
-      // reduce-scatter sums every rank's partial gradient onto the owners.
-      const std::int64_t length = tb.layout.length();
-      const auto all = carve<records_type>(records_a_, length, 2 * per);
-      impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, all, own_dk, own_dv);
-      const auto mine = carve<records_type>(records_b_, n_r, 2 * per);
-      reduce_scatter(space_, group_, all, mine, impl::scaled(tb.gather_counts, 2 * per));
-      impl::split_gradient_records(space_, mine, own_dk, own_dv);
+      if (group_.size() == 1) {
+        // One rank: every axis token is its own, once; its gradient goes straight to it.
+        Kokkos::deep_copy(space_, own_dk, Scalar(0));
+        Kokkos::deep_copy(space_, own_dv, Scalar(0));
+        impl::route_gradients(space_, dk_axis, dv_axis, tb.forward_axis_source, records_type(),
+                              own_dk, own_dv);
+      } else {
+        // Every axis token has its own gathered slot, so routing fills `all` completely; the
+        // reduce-scatter sums every rank's partial gradient onto the owners.
+        const std::int64_t length = tb.layout.length();
+        const auto all = carve<records_type>(records_a_, length, 2 * per);
+        impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, all, own_dk, own_dv);
+        const auto mine = carve<records_type>(records_b_, n_r, 2 * per);
+        reduce_scatter(space_, group_, all, mine, impl::scaled(tb.gather_counts, 2 * per));
+        impl::split_gradient_records(space_, mine, own_dk, own_dv);
+      }
     } else {
       // Own keys accumulate locally; halo keys go back to their owners, who add them up.
       Kokkos::deep_copy(space_, own_dk, Scalar(0));
@@ -780,10 +797,15 @@ class StepPlan {
         tb.gather_counts[r] = static_cast<int>(layout.records(r));
         if (r > 0) displ[r] = displ[r - 1] + layout.records(r - 1);
       }
-      std::vector<std::int64_t> source(static_cast<std::size_t>(length));
-      for (std::int64_t a = 0; a < length; ++a)
+      std::vector<std::int64_t> source(static_cast<std::size_t>(length)),
+          forward_source(static_cast<std::size_t>(length));
+      for (std::int64_t a = 0; a < length; ++a) {
         source[a] = displ[layout.owner(a)] + layout.record_of(a);
+        forward_source[a] = layout.owner(a) == me ? -(layout.record_of(a) + 1) : source[a];
+      }
       ctxpar::impl::upload(source, tb.axis_source, "ctxpar::swa::axis_source");
+      ctxpar::impl::upload(forward_source, tb.forward_axis_source,
+                           "ctxpar::swa::forward_axis_source");
     } else {
       tb.halo = impl::make_plan(
           layout, me, [&](int r) { return impl::halo_range(layout, options_.window, r); });
