@@ -16,9 +16,14 @@
 
 namespace ctxpar::heads::impl {
 
+/// `1/(1 + e^−x)` for `x ≥ 0`, `e^x/(1 + e^x)` below (no overflow of `e^−x`). One `exp` of `−|x|`
+/// serves both sides and the side is chosen after it, so a random sign costs no mispredicted
+/// branch around the `exp` (the same bits as evaluating the chosen side alone).
 template <class T>
 KOKKOS_INLINE_FUNCTION T sigmoid(T x) {
-  return x >= T(0) ? T(1) / (T(1) + compat::exp(-x)) : compat::exp(x) / (T(1) + compat::exp(x));
+  const T e = compat::exp(x >= T(0) ? -x : x);
+  const T one_plus = T(1) + e;
+  return (x >= T(0) ? T(1) : e) / one_plus;
 }
 template <class T>
 KOKKOS_INLINE_FUNCTION T softplus(T x) {
