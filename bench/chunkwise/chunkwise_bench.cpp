@@ -27,8 +27,10 @@
 #include <vector>
 
 #include "common/json.hpp"
+#include "common/kernel_profile.hpp"
 #include "common/rank_scaling.hpp"
 #include "common/sgemm.hpp"
+#include "common/steady_state.hpp"
 #include "common/timing.hpp"
 #include "ctxpar/chunkwise/diagonal_gate.hpp"
 #include "ctxpar/chunkwise/driver.hpp"
@@ -277,30 +279,36 @@ bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std
   grads.dv = decltype(grads.dv)("kernel_dv", T, H, V);
   grads.dg = decltype(grads.dg)("kernel_dg", T, H);
   grads.dbeta = decltype(grads.dbeta)("kernel_dbeta", T, H);
+  const auto step_forward = [&] { step.forward(); };
+  const auto kernel_forward = [&] {
+    backend.forward_prepare(exec(), step.in, seqs, summary[0], saved, forward_needs);
+    backend.forward_apply(exec(), step.in, seqs, zero, {}, o, {}, saved);
+    exec().fence();
+  };
+  const auto step_backward = [&] {
+    step.cp<cw::GatherFold>().backward(ctx, step.dout, step.grads);
+    exec().fence();
+  };
+  const auto kernel_backward = [&] {
+    backend.backward_prepare(exec(), saved, step.dout, seqs, summary[0], backward_needs);
+    backend.backward_apply(exec(), saved, step.dout, seqs, zero, {}, grads, {},
+                           cw::state_view<mem>());
+    exec().fence();
+  };
   // One warm-up round (the first calls take the plan's, the context's and the bundle's memory).
-  const auto [step_f, kernel_f] = bench::time_alternating(
-      [&] { step.forward(); },
-      [&] {
-        backend.forward_prepare(exec(), step.in, seqs, summary[0], saved, forward_needs);
-        backend.forward_apply(exec(), step.in, seqs, zero, {}, o, {}, saved);
-        exec().fence();
-      },
-      1, repeats);
-  const auto [step_b, kernel_b] = bench::time_alternating(
-      [&] {
-        step.cp<cw::GatherFold>().backward(ctx, step.dout, step.grads);
-        exec().fence();
-      },
-      [&] {
-        backend.backward_prepare(exec(), saved, step.dout, seqs, summary[0], backward_needs);
-        backend.backward_apply(exec(), saved, step.dout, seqs, zero, {}, grads, {},
-                               cw::state_view<mem>());
-        exec().fence();
-      },
-      1, repeats);
+  const auto [step_f, kernel_f] = bench::time_alternating(step_forward, kernel_forward, 1, repeats);
+  const auto [step_b, kernel_b] =
+      bench::time_alternating(step_backward, kernel_backward, 1, repeats);
   // Recorded beside the ratio: 0 says both paths computed bitwise the same, so the same work.
   const double out_diff = rel_l2_between(step.o, o),
                dq_diff = rel_l2_between(step.grads.dq, grads.dq);
+  // Untimed, after the timings: what the warm step still allocates, and where its time goes.
+  const auto allocations = bench::count_steady_state_allocations([&] {
+    step_forward();
+    step_backward();
+  });
+  bench::Record r("chunkwise", "step vs kernel gdn");
+  bench::profile_step_and_kernels(r, step_forward, step_backward, kernel_forward, kernel_backward);
   const double rf = step_f.median_s / kernel_f.median_s, rb = step_b.median_s / kernel_b.median_s;
   std::printf(
       "step vs kernel gdn T=%lld H=%lld K=%lld V=%lld C=%d (1 rank, median of %d): forward step "
@@ -308,8 +316,9 @@ bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std
       "1.25; rel L2 out %.2g, dq %.2g)\n",
       (long long)T, (long long)H, (long long)K, (long long)V, chunk, repeats, step_f.median_s,
       kernel_f.median_s, rf, step_b.median_s, kernel_b.median_s, rb, out_diff, dq_diff);
+  std::printf("  steady state: %lld allocations in %d forward + backward calls\n",
+              (long long)allocations.allocations, allocations.calls);
   std::fflush(stdout);
-  bench::Record r("chunkwise", "step vs kernel gdn");
   r.set("kind", "step_vs_kernel").set("family", "gdn").set("policy", "GatherFold");
   r.set("tokens", T).set("heads", H).set("key_dim", K).set("value_dim", V).set("chunk", chunk);
   r.set("step_forward", step_f).set("kernel_forward", kernel_f);
@@ -317,6 +326,7 @@ bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std
   r.set("forward_step_over_kernel", rf).set("backward_step_over_kernel", rb);
   r.set("rel_l2_output_step_vs_kernel", out_diff).set("rel_l2_dq_step_vs_kernel", dq_diff);
   r.set("rule", "median over repeats").set("target", 1.25);
+  bench::set_steady_state(r, allocations);
   return r;
 }
 
@@ -483,8 +493,14 @@ int main(int argc, char** argv) {
         for (const int chunk : {32, 64, 128}) {
           cw::GatedDeltaRuleBackend<float, mem> b(cw::BackendOptions{chunk, 0.0});
           cw::token_view<float, mem> o("o", T, H, V);
+          // A kept bundle and zero state, as a plan keeps them: the time is the kernels', not the
+          // allocations a fresh bundle makes on every call (gated_delta_local_forward's).
+          typename cw::GatedDeltaRuleBackend<float, mem>::saved_type saved;
+          const cw::state_view<mem> zero("zero_state", H, K, V);
+          const cw::LocalSequences seqs = cw::LocalSequences::single(T);
           auto run = [&] {
-            cw::gated_delta_local_forward(exec(), b, base.in, o, false);
+            saved.invalidate();
+            b.forward_apply(exec(), base.in, seqs, zero, {}, o, {}, saved);
             exec().fence();
           };
           run();

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "common/json.hpp"
+#include "common/kernel_profile.hpp"
+#include "common/steady_state.hpp"
 #include "common/timing.hpp"
 #include "common/triad.hpp"
 #include "ctxpar/chunkwise/gated_delta_product.hpp"
@@ -268,29 +270,34 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
     const cw::LocalSequences seqs = cw::LocalSequences::from_cu_seqlens({0, t});
     const cw::state_view<mem> zero("zero_state", h, n, d);
     typename backend_type::saved_type saved;
+    const auto step_forward = [&] {
+      layer.forward(exec(), x, params, y, z);
+      exec().fence();
+    };
+    const auto kernel_forward = [&] {
+      // As the layer does: the same bundle on new values, every computed quantity stale.
+      saved.invalidate();
+      backend.forward_apply(exec(), in, seqs, zero, {}, o, {}, saved);
+      exec().fence();
+    };
+    const auto step_backward = [&] {
+      layer.backward(exec(), dy, dz, dx, grads);
+      exec().fence();
+    };
+    const auto kernel_backward = [&] {
+      backend.backward_apply(exec(), saved, dout, seqs, zero, {}, kg, {}, {});
+      exec().fence();
+    };
     // One warm-up round, after which the layer allocates nothing.
-    const auto [step_f, kernel_f] = cb::time_alternating(
-        [&] {
-          layer.forward(exec(), x, params, y, z);
-          exec().fence();
-        },
-        [&] {
-          // As the layer does: the same bundle on new values, every computed quantity stale.
-          saved.invalidate();
-          backend.forward_apply(exec(), in, seqs, zero, {}, o, {}, saved);
-          exec().fence();
-        },
-        1, repeats);
-    const auto [step_b, kernel_b] = cb::time_alternating(
-        [&] {
-          layer.backward(exec(), dy, dz, dx, grads);
-          exec().fence();
-        },
-        [&] {
-          backend.backward_apply(exec(), saved, dout, seqs, zero, {}, kg, {}, {});
-          exec().fence();
-        },
-        1, repeats);
+    const auto [step_f, kernel_f] = cb::time_alternating(step_forward, kernel_forward, 1, repeats);
+    const auto [step_b, kernel_b] =
+        cb::time_alternating(step_backward, kernel_backward, 1, repeats);
+    // Untimed, after the timings: what the warm step still allocates, and where its time goes.
+    const auto allocations = cb::count_steady_state_allocations([&] {
+      step_forward();
+      step_backward();
+    });
+    cb::profile_step_and_kernels(r, step_forward, step_backward, kernel_forward, kernel_backward);
     const double rf = step_f.median_s / kernel_f.median_s, rb = step_b.median_s / kernel_b.median_s;
     std::printf(
         "step vs kernel gdp T=%lld H=%d d=%d G=%d N=%d M=%d w=%d C=%d (1 rank, median of %d): "
@@ -298,6 +305,8 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
         "(target <= 1.25)\n",
         (long long)t, h, d, s.ngroups, n, m, s.conv_width, chunk, repeats, step_f.median_s,
         kernel_f.median_s, rf, step_b.median_s, kernel_b.median_s, rb);
+    std::printf("  steady state: %lld allocations in %d forward + backward calls\n",
+                (long long)allocations.allocations, allocations.calls);
     std::fflush(stdout);
     r.set("kind", "step_vs_kernel").set("tokens", t).set("heads", h).set("headdim", d);
     r.set("groups", s.ngroups).set("d_state", n).set("householder", m);
@@ -308,6 +317,7 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
     r.set("kernel_inputs",
           "the layer's gates and beta from the same x and parameters; q, k, v of the same shapes");
     r.set("rule", "median over repeats").set("target", 1.25);
+    cb::set_steady_state(r, allocations);
   }
   MPI_Comm_free(&solo_comm);
   return r;

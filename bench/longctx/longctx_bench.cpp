@@ -26,20 +26,18 @@
 
 #include <algorithm>
 #include <boost/mpi/environment.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/json.hpp"
+#include "common/kernel_profile.hpp"
 #include "common/timing.hpp"
 #include "ctxpar/chunkwise/driver.hpp"
 #include "ctxpar/chunkwise/gated_delta_rule.hpp"
@@ -73,84 +71,11 @@ std::int64_t max_over_ranks(const ctxpar::Group& g, std::int64_t x) {
   return m;
 }
 
-/// A measured profile by kernel: wall time of every Kokkos kernel and deep copy of one call,
-/// summed by label, through the Kokkos Tools callbacks (on host backends with one thread a kernel
-/// runs between its begin and end callbacks, so the difference is its time). The wall time a
-/// call spends outside every kernel is communication and host work. Used to say where the time
-/// goes when the per-token time is not flat; the timed calls run without it.
-namespace profile {
-using Clock = std::chrono::steady_clock;
-struct Entry {
-  double seconds = 0;
-  std::int64_t calls = 0;
-};
-std::map<std::string, Entry> totals;
-std::unordered_map<std::uint64_t, std::pair<std::string, Clock::time_point>> open;
-std::uint64_t next_id = 0;
-Clock::time_point copy_start;
-bool in_copy = false;
-
-void begin(const char* name, const std::uint32_t, std::uint64_t* id) {
-  *id = next_id++;
-  // A deep copy may run as a kernel of its own: its time counts once, as the copy's.
-  if (in_copy) return;
-  open.emplace(*id, std::make_pair(std::string(name != nullptr ? name : "?"), Clock::now()));
-}
-void end(const std::uint64_t id) {
-  const auto it = open.find(id);
-  if (it == open.end()) return;
-  Entry& e = totals[it->second.first];
-  e.seconds += std::chrono::duration<double>(Clock::now() - it->second.second).count();
-  ++e.calls;
-  open.erase(it);
-}
-void begin_copy(Kokkos::Tools::SpaceHandle, const char*, const void*, Kokkos::Tools::SpaceHandle,
-                const char*, const void*, std::uint64_t) {
-  copy_start = Clock::now();
-  in_copy = true;
-}
-void end_copy() {
-  in_copy = false;
-  Entry& e = totals["(deep_copy)"];
-  e.seconds += std::chrono::duration<double>(Clock::now() - copy_start).count();
-  ++e.calls;
-}
-
-/// Profiles one call of `f` on this rank: (wall seconds, per-label totals).
-template <class F>
-std::pair<double, std::map<std::string, Entry>> run(F&& f) {
-  namespace kt = Kokkos::Tools::Experimental;
-  totals.clear();
-  open.clear();
-  in_copy = false;
-  kt::set_begin_parallel_for_callback(begin);
-  kt::set_end_parallel_for_callback(end);
-  kt::set_begin_parallel_reduce_callback(begin);
-  kt::set_end_parallel_reduce_callback(end);
-  kt::set_begin_parallel_scan_callback(begin);
-  kt::set_end_parallel_scan_callback(end);
-  kt::set_begin_deep_copy_callback(begin_copy);
-  kt::set_end_deep_copy_callback(end_copy);
-  const auto start = Clock::now();
-  f();
-  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  kt::set_begin_parallel_for_callback(nullptr);
-  kt::set_end_parallel_for_callback(nullptr);
-  kt::set_begin_parallel_reduce_callback(nullptr);
-  kt::set_end_parallel_reduce_callback(nullptr);
-  kt::set_begin_parallel_scan_callback(nullptr);
-  kt::set_end_parallel_scan_callback(nullptr);
-  kt::set_begin_deep_copy_callback(nullptr);
-  kt::set_end_deep_copy_callback(nullptr);
-  return {wall, totals};
-}
-}  // namespace profile
-
 /// What a mechanism's case hands back: the two timings and its shape for the record.
 struct Measured {
   cb::Timing forward, both;
   /// Rank 0's profile of one forward and of one forward + backward (only with --profile).
-  std::pair<double, std::map<std::string, profile::Entry>> forward_profile, both_profile;
+  cb::KernelProfile forward_profile, both_profile;
   cb::Record shape{"longctx", ""};
 };
 
@@ -173,11 +98,11 @@ void time_passes(const ctxpar::Group& g, const Mode& mode, F&& fwd, B&& both, Me
     // is as noisy as a single timed one.
     for (int i = 0; i < mode.profile_calls; ++i) {
       MPI_Barrier(g.mpi_comm());
-      auto f = profile::run(fwd);
-      if (i == 0 || f.first < m.forward_profile.first) m.forward_profile = std::move(f);
+      auto f = cb::profile_kernels(fwd);
+      if (i == 0 || f.wall_s < m.forward_profile.wall_s) m.forward_profile = std::move(f);
       MPI_Barrier(g.mpi_comm());
-      auto b = profile::run(both);
-      if (i == 0 || b.first < m.both_profile.first) m.both_profile = std::move(b);
+      auto b = cb::profile_kernels(both);
+      if (i == 0 || b.wall_s < m.both_profile.wall_s) m.both_profile = std::move(b);
     }
     return;
   }
@@ -366,18 +291,9 @@ Measured heads_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode) {
 /// the time outside every kernel.
 void add_profiles(const ctxpar::Group& g, cb::Report& report, const std::string& mechanism,
                   std::int64_t t, const Measured& m, int calls) {
-  constexpr int shown = 6;
   for (int pass = 0; pass < 2; ++pass) {
-    const auto& [wall, labels] = pass == 0 ? m.forward_profile : m.both_profile;
+    const cb::KernelProfile& p = pass == 0 ? m.forward_profile : m.both_profile;
     const char* name = pass == 0 ? "forward" : "forward+backward";
-    std::vector<std::pair<std::string, profile::Entry>> sorted(labels.begin(), labels.end());
-    std::sort(sorted.begin(), sorted.end(),
-              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-    double in_kernels = 0, rest = 0;
-    for (std::size_t i = 0; i < sorted.size(); ++i) {
-      in_kernels += sorted[i].second.seconds;
-      if (i >= shown) rest += sorted[i].second.seconds;
-    }
     cb::Record r = m.shape;
     r.set("case", "profile " + mechanism + " " + name + " P=" + std::to_string(g.size()) +
                       " T=" + std::to_string(t));
@@ -390,29 +306,16 @@ void add_profiles(const ctxpar::Group& g, cb::Report& report, const std::string&
              "rank 0, the fastest of profile_calls calls after one warm-up forward+backward; "
              "Kokkos Tools begin/end callbacks of every parallel_for/reduce/scan and deep_copy")
         .set("profile_calls", calls)
-        .set("wall_s", wall)
-        .set("kernels_s", in_kernels)
-        .set("outside_kernels_s", wall - in_kernels)
-        .set("other_kernels_s", rest)
-        .set("labels", static_cast<int>(std::min<std::size_t>(shown, sorted.size())))
         .set("load_average", cb::load_average());
-    for (std::size_t i = 0; i < sorted.size() && i < shown; ++i) {
-      const std::string k = "label" + std::to_string(i);
-      r.set(k, sorted[i].first.substr(0, 80))
-          .set(k + "_s", sorted[i].second.seconds)
-          .set(k + "_calls", sorted[i].second.calls);
-    }
+    cb::set_profile(r, "", p);
     report.add(r);
     if (g.rank() == 0) {
-      std::printf("profile %-9s %-16s P=%d T=%7lld: wall %.4f s, kernels %.4f s, outside %.4f s\n",
-                  mechanism.c_str(), name, g.size(), (long long)t, wall, in_kernels,
-                  wall - in_kernels);
-      for (std::size_t i = 0; i < sorted.size() && i < shown; ++i)
-        std::printf("    %8.4f s %6lld calls  %s\n", sorted[i].second.seconds,
-                    (long long)sorted[i].second.calls, sorted[i].first.c_str());
+      char heading[128];
+      std::snprintf(heading, sizeof heading, "profile %-9s %-16s P=%d T=%7lld", mechanism.c_str(),
+                    name, g.size(), (long long)t);
+      cb::print_profile(heading, p);
     }
   }
-  std::fflush(stdout);
 }
 
 void run_case(const ctxpar::Group& g, cb::Report& report, const std::string& mechanism,

@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "common/json.hpp"
+#include "common/kernel_profile.hpp"
 #include "common/rank_scaling.hpp"
 #include "common/sgemm.hpp"
+#include "common/steady_state.hpp"
 #include "common/timing.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/swa/swa.hpp"
@@ -398,18 +400,16 @@ ctxpar::bench::Record step_vs_kernel_case(std::int64_t t, std::int64_t window, s
   ctxpar::swa::Cache<float, Mem> next_cache;
   ctxpar::swa::DistributedState<float, Mem> state;
   ctxpar::swa::StepGradients<float, Mem> grads;
-  const auto step_f = ctxpar::bench::time_it(
-      [&] {
-        plan.forward(in.chunk, in.cache, out, next_cache, state);
-        space.fence();
-      },
-      1, repeats);
-  const auto step_b = ctxpar::bench::time_it(
-      [&] {
-        plan.backward(state, dout, {}, grads);
-        space.fence();
-      },
-      1, repeats);
+  const auto step_forward = [&] {
+    plan.forward(in.chunk, in.cache, out, next_cache, state);
+    space.fence();
+  };
+  // The backward reads the state of the last forward and may run on it again.
+  const auto step_backward = [&] {
+    plan.backward(state, dout, {}, grads);
+    space.fence();
+  };
+  step_forward();  // the state the kernels' inputs are taken from
   // The kernels alone on the step's own inputs.
   const auto kin =
       ctxpar::swa::impl::attention_inputs(state.q_rot, state.q_pos, state.q_ids, state.axis,
@@ -419,21 +419,30 @@ ctxpar::bench::Record step_vs_kernel_case(std::int64_t t, std::int64_t window, s
   Tensor kout("out", t, hq, dim), dq("dq", t, hq, dim), dk("dk", t, hkv, dim),
       dv("dv", t, hkv, dim);
   Kokkos::View<float**, Kokkos::LayoutRight, Mem> lse("lse", t, hq);
-  const auto kernel_f = ctxpar::bench::time_it(
-      [&] {
-        ctxpar::swa::attention_forward(space, mask, kin, kout, lse, workspace);
-        space.fence();
-      },
-      1, repeats);
-  const auto kernel_b = ctxpar::bench::time_it(
-      [&] {
-        ctxpar::swa::attention_backward(
-            space, mask, kin, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(kout),
-            Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(lse),
-            Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv, workspace);
-        space.fence();
-      },
-      1, repeats);
+  const auto kernel_forward = [&] {
+    ctxpar::swa::attention_forward(space, mask, kin, kout, lse, workspace);
+    space.fence();
+  };
+  const auto kernel_backward = [&] {
+    ctxpar::swa::attention_backward(
+        space, mask, kin, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(kout),
+        Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(lse),
+        Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv, workspace);
+    space.fence();
+  };
+  // Step and kernels in alternation, so that a drift of the machine's speed hits both alike.
+  const auto [step_f, kernel_f] =
+      ctxpar::bench::time_alternating(step_forward, kernel_forward, 1, repeats);
+  const auto [step_b, kernel_b] =
+      ctxpar::bench::time_alternating(step_backward, kernel_backward, 1, repeats);
+  // Untimed, after the timings: what the warm step still allocates, and where its time goes.
+  const auto allocations = ctxpar::bench::count_steady_state_allocations([&] {
+    step_forward();
+    step_backward();
+  });
+  ctxpar::bench::Record r("swa", "step vs kernel Hkv=" + std::to_string(hkv));
+  ctxpar::bench::profile_step_and_kernels(r, step_forward, step_backward, kernel_forward,
+                                          kernel_backward);
   MPI_Comm_free(&solo_comm);
   const double rf = step_f.median_s / kernel_f.median_s, rb = step_b.median_s / kernel_b.median_s;
   std::printf(
@@ -442,8 +451,11 @@ ctxpar::bench::Record step_vs_kernel_case(std::int64_t t, std::int64_t window, s
       "1.25)\n",
       (long long)t, (long long)window, (long long)hq, (long long)hkv, (long long)dim, repeats,
       step_f.median_s, kernel_f.median_s, rf, step_b.median_s, kernel_b.median_s, rb);
+  std::printf("  steady state: %lld allocations in %d forward + backward calls\n",
+              (long long)allocations.allocations, allocations.calls);
   std::fflush(stdout);
-  return ctxpar::bench::Record("swa", "step vs kernel Hkv=" + std::to_string(hkv))
+  ctxpar::bench::set_steady_state(r, allocations);
+  return r
       .set("kind", "step_vs_kernel")
       .set("queries", t)
       .set("window", window)

@@ -23,6 +23,27 @@ def rec(benchmark, case, **fields):
     return r
 
 
+# What every step_vs_kernel record carries beside its timings: the warm step's allocations.
+STEADY = dict(steady_state_allocations=0, steady_state_calls=3, steady_state_allocation_bytes=0,
+              steady_state_allocation_labels="")
+
+
+def profile_fields(side, pas, wall, labels, other=0.0):
+    """A profiled call as bench/common/kernel_profile.hpp writes it: `labels` is [(label, s, launches)]."""
+    pre = f"{side}_{pas}_profile_"
+    kernels = sum(sec for _, sec, _ in labels) + other
+    f = {pre + "wall_s": wall, pre + "kernels_s": kernels, pre + "outside_kernels_s": wall - kernels,
+         pre + "other_kernels_s": other, pre + "labels": len(labels)}
+    for i, (lab, sec, calls) in enumerate(labels):
+        f.update({pre + f"label{i}": lab, pre + f"label{i}_s": sec, pre + f"label{i}_calls": calls})
+    return f
+
+
+# Profiles of a step and of its kernels (one label, the step 0.1 s slower outside kernels).
+PROFILES = {k: v for side, wall in (("step", 0.4), ("kernel", 0.3)) for pas in ("forward", "backward")
+            for k, v in profile_fields(side, pas, wall, [("ctxpar::kernel", 0.3, 1)]).items()}
+
+
 def gdn_kernel(**over):
     r = rec("chunkwise", "gdn_local_forward", kind="local_kernel", family="gdn", tokens=256, heads=1,
             key_dim=64, value_dim=32, chunk=16, flop_model="triangular: test", gflops=50.0, sgemm_gflops=200.0,
@@ -176,7 +197,8 @@ class Render(unittest.TestCase):
         def step(hkv, fwd, bwd):
             return rec("swa", f"step vs kernel Hkv={hkv}", kind="step_vs_kernel", queries=4096, window=1024,
                        q_heads=8, kv_heads=hkv, dim=64, forward_step_over_kernel=fwd,
-                       backward_step_over_kernel=bwd, step_forward_median_s=0.3, kernel_forward_median_s=0.25)
+                       backward_step_over_kernel=bwd, step_forward_median_s=0.3, kernel_forward_median_s=0.25,
+                       **STEADY, **PROFILES)
         rows = [r for r in render.summary_rows([step(8, 1.10, 1.01), step(1, 1.02, 1.09)])
                 if r[0].startswith("SWA step")]
         self.assertEqual(rows[0][4], "**met**")
@@ -194,7 +216,7 @@ class Render(unittest.TestCase):
         return rec(benchmark, case, kind="step_vs_kernel", step_forward_median_s=step_f,
                    kernel_forward_median_s=kernel_f, step_backward_median_s=step_b,
                    kernel_backward_median_s=kernel_b, forward_step_over_kernel=step_f / kernel_f,
-                   backward_step_over_kernel=step_b / kernel_b, **shape)
+                   backward_step_over_kernel=step_b / kernel_b, **STEADY, **PROFILES, **shape)
 
     def gdn_step(self, step_f, kernel_f, step_b, kernel_b):
         return self.step_record("chunkwise", "step vs kernel gdn", step_f, kernel_f, step_b, kernel_b,
@@ -232,7 +254,8 @@ class Render(unittest.TestCase):
 
     def test_step_vs_kernel_summary_row_per_mechanism_worst_pass_decides(self):
         swa = rec("swa", "step vs kernel Hkv=8", kind="step_vs_kernel", queries=4096, window=1024, q_heads=8,
-                  kv_heads=8, dim=64, forward_step_over_kernel=1.10, backward_step_over_kernel=1.05)
+                  kv_heads=8, dim=64, forward_step_over_kernel=1.10, backward_step_over_kernel=1.05, **STEADY,
+                  **PROFILES)
         recs = [swa, self.gdn_step(0.011, 0.010, 0.026, 0.020), self.gdp_step(0.30, 0.20, 0.34, 0.17)]
         rows = {r[0].split(" step ")[0]: r for r in render.summary_rows(recs) if " step ÷ its local kernels" in r[0]}
         self.assertEqual(set(rows), {"SWA", "chunkwise GDN", "heads GDP"})
@@ -245,6 +268,40 @@ class Render(unittest.TestCase):
         # A mechanism without records keeps its row, unmeasured rather than dropped.
         rows = {r[0].split(" step ")[0]: r for r in render.summary_rows([swa]) if " step ÷ its local kernels" in r[0]}
         self.assertEqual(rows["heads GDP"][4], "not measured")
+
+    def test_steady_state_row_counts_every_step_record_and_names_what_allocated(self):
+        recs = [self.gdn_step(0.011, 0.010, 0.026, 0.020), self.gdp_step(0.30, 0.20, 0.34, 0.17)]
+        row = {r[0]: r for r in render.summary_rows(recs)}["steady-state allocations per forward+backward on a plan"]
+        self.assertEqual(row[4], "**met**")
+        recs[1].update(steady_state_allocations=4, steady_state_allocation_labels="ctxpar::heads::dq x4")
+        row = {r[0]: r for r in render.summary_rows(recs)}["steady-state allocations per forward+backward on a plan"]
+        self.assertEqual(row[4], "**missed**")
+        self.assertIn("heads GDP: 4", row[6])
+        table = render.step_vs_kernel_table(render.fig_step_vs_kernel(recs))
+        self.assertIn("ctxpar::heads::dq x4", table)
+        del recs[0]["steady_state_allocations"]
+        with self.assertRaises(KeyError):
+            render.summary_rows(recs)
+
+    def test_step_profile_shows_what_the_step_adds_per_label(self):
+        r = self.gdp_step(0.40, 0.25, 0.34, 0.17)
+        r.update(profile_fields("step", "forward", 0.4, [("ctxpar::kernel", 0.25, 1), ("ctxpar::conv", 0.1, 1)]))
+        r.update(profile_fields("kernel", "forward", 0.25, [("ctxpar::kernel", 0.24, 1)]))
+        md = render.step_profile_table(render.fig_step_vs_kernel([r]))
+        hs = render.human_seconds
+        # a label the kernels never launch: all of it is the step's
+        self.assertIn(f"`ctxpar::conv` | 1 | {hs(0.1)} | 25.0 % | {hs(0.0)} | {hs(0.1)} | 25.0 %", md)
+        self.assertIn(f"outside kernels |  | {hs(0.05)} | 12.5 % | {hs(0.01)} | {hs(0.04)} | 10.0 %", md)
+        self.assertIn(f"**the profiled call** |  | {hs(0.4)} | 100 % | {hs(0.25)} | {hs(0.15)} | 37.5 %", md)
+        self.assertEqual(render.step_excess(r, "forward"), "`ctxpar::conv` 25 %, outside kernels 10 %, "
+                                                           "`ctxpar::kernel` 3 %")  # 0.01 / 0.4 rounds up
+        # the summary row of a missed step names where the step adds most
+        row = [x for x in render.summary_rows([r]) if x[0].startswith("heads GDP step")][0]
+        self.assertEqual(row[4], "**missed**")
+        self.assertIn("forward: the step adds most in `ctxpar::conv` 25 %", row[6])
+        del r["kernel_backward_profile_label0_s"]
+        with self.assertRaises(KeyError):
+            render.step_profile_table(render.fig_step_vs_kernel([r]))
 
     def test_verdict_is_the_worst_case(self):
         self.assertEqual(render.verdict([0.95, 0.89], lambda v: v >= 0.9), "**missed**")
