@@ -90,7 +90,9 @@ inline double gated_delta_recurrence_flops(std::int64_t tokens, std::int64_t hea
 /// single-device use: the whole shard is one sequence; `forward_prepare` (the summary `(M, dS)`,
 /// dense `M` chained per chunk) unless `with_summary` is false, then `forward_apply` from a zero
 /// incoming state into `output [T, H, V]`. Count its work with `gated_delta_forward_flops`.
-/// `Backend` is `GatedDeltaRuleBackend` or `GatedDeltaProductBackend`.
+/// `Backend` is `GatedDeltaRuleBackend` or `GatedDeltaProductBackend`. It allocates a saved
+/// bundle and a zero state on every call; a caller that repeats it keeps both and calls the
+/// backend's `forward_apply` itself (after `saved.invalidate()`), as the plans do.
 template <class ExecutionSpace, class Backend>
 void gated_delta_local_forward(
     const ExecutionSpace& space, const Backend& backend,
