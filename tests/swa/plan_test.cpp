@@ -166,8 +166,14 @@ BOOST_AUTO_TEST_CASE(workspace_grows_to_the_largest_step_and_never_shrinks) {
     ctxpar::swa::Tensor<Scalar, Mem> out;
     ctxpar::swa::Cache<Scalar, Mem> next;
     ctxpar::swa::DistributedState<Scalar, Mem> state;
+    ctxpar::swa::StepGradients<Scalar, Mem> grads;
     plan.forward(ts::chunk_of<Scalar, Mem>(s.problem, split.begin(g.rank()), split.size(g.rank())),
                  ctxpar::swa::empty_cache<Scalar, Mem>(spec.hkv, spec.dim), out, next, state);
+    // With the backward: a rank alone gathers nothing, so its forward alone may need no
+    // workspace (the portable attention kernel has none); its backward always does.
+    plan.backward(state,
+                  ts::to_view<Scalar, Mem>(s.dout, split.begin(g.rank()), split.size(g.rank())), {},
+                  grads);
     return plan.workspace_bytes();
   };
   const std::size_t small = step_of(8), large = step_of(40), again = step_of(8);
