@@ -17,24 +17,40 @@ namespace ctxpar::swa {
 
 namespace impl {
 
-/// Cosine and `sign` times the sine of the RoPE angle of pair `(d, d + half)` at position `pos`:
-/// `pos * base^(-2d/D)`, in double from nothing but (position, d), so every kernel that rotates
-/// (this file's, and the record packing that rotates keys on the way into a message) produces the
-/// same bits.
-KOKKOS_INLINE_FUNCTION void rope_rotation(std::int64_t pos, std::int64_t d, std::int64_t half,
-                                          double base, double sign, double& c, double& s) {
+/// Tokens one work item of a RoPE kernel rotates. The frequency `base^(-2d/D)` of pair `d` is a
+/// `pow` that costs about as much as the cosine and sine together, so an item evaluates it once and
+/// reuses it for this many tokens; adjacent items still take adjacent `d`, so a GPU warp reads
+/// contiguous memory.
+constexpr std::int64_t rope_tokens_per_item = 8;
+
+/// Work items of a RoPE kernel over `tokens` tokens with `per_block` items per token block.
+KOKKOS_INLINE_FUNCTION std::int64_t rope_items(std::int64_t tokens, std::int64_t per_block) {
+  return (tokens + rope_tokens_per_item - 1) / rope_tokens_per_item * per_block;
+}
+
+/// The RoPE frequency `base^(-2d/D)` of pair `(d, d + half)`, in double.
+KOKKOS_INLINE_FUNCTION double rope_frequency(std::int64_t d, std::int64_t half, double base) {
   const double dim = static_cast<double>(2 * half);
-  const double angle =
-      static_cast<double>(pos) * compat::pow(base, -2.0 * static_cast<double>(d) / dim);
+  return compat::pow(base, -2.0 * static_cast<double>(d) / dim);
+}
+
+/// Cosine and `sign` times the sine of the RoPE angle `pos * frequency`, where `frequency` is
+/// `rope_frequency(d, half, base)`. Everything is evaluated in double from nothing but
+/// (position, d), so every kernel that rotates (this file's, and the record packing that rotates
+/// keys on the way into a message) produces the same bits.
+KOKKOS_INLINE_FUNCTION void rope_rotation(std::int64_t pos, double frequency, double sign,
+                                          double& c, double& s) {
+  const double angle = static_cast<double>(pos) * frequency;
   c = compat::cos(angle);
   s = sign * compat::sin(angle);
 }
 
-/// Rotates pair `(d, d + D/2)` of every head of token `i` by `sign * pos * base^(-2d/D)`. The
-/// angle, its cosine and sine and the products are evaluated in double from nothing but
-/// (position, d), so a token's rotation is the same bit pattern whichever shard or batch it is
-/// rotated in. One work item per (token, d) serves every head: the angle does not depend on the
-/// head, and the transcendental functions cost far more than the rotation itself.
+/// Rotates pair `(d, d + D/2)` of every head of the tokens of one block by
+/// `sign * pos * base^(-2d/D)`. The angle, its cosine and sine and the products are evaluated in
+/// double from nothing but (position, d), so a token's rotation is the same bit pattern whichever
+/// shard or batch it is rotated in. One work item per (block of `rope_tokens_per_item` tokens, d)
+/// serves every head: the angle does not depend on the head, and the transcendental functions cost
+/// far more than the rotation itself.
 template <class InView, class OutView, class PosView>
 struct RopeFunctor {
   InView x;
@@ -42,19 +58,24 @@ struct RopeFunctor {
   PosView pos;
   double base;
   double sign;
-  std::int64_t heads, half;
+  std::int64_t tokens, heads, half;
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t flat) const {
     const std::int64_t d = flat % half;
-    const std::int64_t i = flat / half;
-    double c = 1.0, s = 0.0;
-    rope_rotation(pos(i), d, half, base, sign, c, s);
+    const std::int64_t first = flat / half * rope_tokens_per_item;
+    const std::int64_t last =
+        first + rope_tokens_per_item < tokens ? first + rope_tokens_per_item : tokens;
+    const double frequency = rope_frequency(d, half, base);
     using value_type = typename OutView::non_const_value_type;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      const double a = static_cast<double>(x(i, h, d));
-      const double b = static_cast<double>(x(i, h, d + half));
-      y(i, h, d) = static_cast<value_type>(a * c - b * s);
-      y(i, h, d + half) = static_cast<value_type>(b * c + a * s);
+    for (std::int64_t i = first; i < last; ++i) {
+      double c = 1.0, s = 0.0;
+      rope_rotation(pos(i), frequency, sign, c, s);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const double a = static_cast<double>(x(i, h, d));
+        const double b = static_cast<double>(x(i, h, d + half));
+        y(i, h, d) = static_cast<value_type>(a * c - b * s);
+        y(i, h, d + half) = static_cast<value_type>(b * c + a * s);
+      }
     }
   }
 };
@@ -79,8 +100,9 @@ void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos
   if (n * heads * half == 0) return;
   Kokkos::parallel_for(
       label,
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * half),
-      RopeFunctor<InView, OutView, PosView>{x, y, pos, base, sign, heads, half});
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,
+                                                                           rope_items(n, half)),
+      RopeFunctor<InView, OutView, PosView>{x, y, pos, base, sign, n, heads, half});
 }
 
 }  // namespace impl

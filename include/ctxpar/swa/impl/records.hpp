@@ -59,23 +59,30 @@ TokenSource<Scalar, MemorySpace> source_of(const KvBlock<Scalar, MemorySpace>& b
 /// Writes record `slot` of `out` from token `index(slot)` of `src` (or token `slot` when `index`
 /// is empty). With `rope_base > 0` the keys are rotated at their positions on the way in (the
 /// same bits as `rope_forward`), so no rotated copy of the keys is ever written. One work item
-/// per (record, pair `d`) serves every head; item `half` writes the position and id.
+/// per (block of `rope_tokens_per_item` records, pair `d`) serves every head, so the pair's RoPE
+/// frequency is evaluated once per block; item `half` of a block writes the positions and ids.
 template <class Scalar, class MemorySpace>
 struct PackRecords {
   TokenSource<Scalar, MemorySpace> src;
   Index<MemorySpace> index;
   Bytes<MemorySpace> out;
-  std::int64_t heads, half, bytes;
+  std::int64_t slots, heads, half, bytes;
   double rope_base;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    const std::int64_t slot = x / (half + 1), d = x % (half + 1);
+    const std::int64_t d = x % (half + 1), first = x / (half + 1) * rope_tokens_per_item;
+    const std::int64_t last =
+        first + rope_tokens_per_item < slots ? first + rope_tokens_per_item : slots;
+    const double frequency = rope_base > 0.0 && d < half ? rope_frequency(d, half, rope_base) : 0.0;
+    for (std::int64_t slot = first; slot < last; ++slot) pack(slot, d, frequency);
+  }
+  KOKKOS_INLINE_FUNCTION void pack(std::int64_t slot, std::int64_t d, double frequency) const {
     const std::int64_t i = index.extent(0) > 0 ? index(slot) : slot;
     unsigned char* base = out.data() + slot * bytes;
     const std::int64_t dim = 2 * half, per = heads * dim;
     if (d < half) {
       Scalar* kv = reinterpret_cast<Scalar*>(base);
       double c = 1.0, s = 0.0;
-      if (rope_base > 0.0) rope_rotation(src.pos(i), d, half, rope_base, 1.0, c, s);
+      if (rope_base > 0.0) rope_rotation(src.pos(i), frequency, 1.0, c, s);
       for (std::int64_t h = 0; h < heads; ++h) {
         const std::int64_t e = h * dim + d;
         if (rope_base > 0.0) {
@@ -109,25 +116,34 @@ void pack_records(const ExecutionSpace& space, const TokenSource<Scalar, MemoryS
   if (slots == 0 || heads * dim == 0) return;
   Kokkos::parallel_for(
       "ctxpar::swa::pack_records",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,
-                                                                           slots * (dim / 2 + 1)),
-      PackRecords<Scalar, MemorySpace>{src, index, out, heads, dim / 2,
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+          space, 0, rope_items(slots, dim / 2 + 1)),
+      PackRecords<Scalar, MemorySpace>{src, index, out, slots, heads, dim / 2,
                                        record_bytes<Scalar>(heads, dim), rope_base});
 }
 
 /// Writes token `i` of `axis` from record `source(i)` of `in` (>= 0, copied as it travelled) or
 /// from token `-(source(i) + 1)` of `own` (< 0; its keys rotated on the way when
-/// `own_rope_base > 0`). One work item per (token, pair `d`); item `half` writes position and id.
+/// `own_rope_base > 0`). One work item per (block of `rope_tokens_per_item` tokens, pair `d`), so
+/// the pair's RoPE frequency is evaluated once per block; item `half` of a block writes the
+/// positions and ids.
 template <class Scalar, class MemorySpace>
 struct UnpackRecords {
   Bytes<MemorySpace> in;
   TokenSource<Scalar, MemorySpace> own;
   KvBlock<Scalar, MemorySpace> axis;
   Index<MemorySpace> source;
-  std::int64_t heads, half, bytes;
+  std::int64_t tokens, heads, half, bytes;
   double own_rope_base;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    const std::int64_t i = x / (half + 1), d = x % (half + 1);
+    const std::int64_t d = x % (half + 1), first = x / (half + 1) * rope_tokens_per_item;
+    const std::int64_t last =
+        first + rope_tokens_per_item < tokens ? first + rope_tokens_per_item : tokens;
+    const double frequency =
+        own_rope_base > 0.0 && d < half ? rope_frequency(d, half, own_rope_base) : 0.0;
+    for (std::int64_t i = first; i < last; ++i) unpack(i, d, frequency);
+  }
+  KOKKOS_INLINE_FUNCTION void unpack(std::int64_t i, std::int64_t d, double frequency) const {
     const std::int64_t s = source(i);
     const std::int64_t dim = 2 * half, per = heads * dim;
     const bool with_ids = axis.ids.extent(0) > 0;
@@ -152,7 +168,7 @@ struct UnpackRecords {
       const std::int64_t j = -(s + 1);
       if (d < half) {
         double c = 1.0, sn = 0.0;
-        if (own_rope_base > 0.0) rope_rotation(own.pos(j), d, half, own_rope_base, 1.0, c, sn);
+        if (own_rope_base > 0.0) rope_rotation(own.pos(j), frequency, 1.0, c, sn);
         for (std::int64_t h = 0; h < heads; ++h) {
           if (own_rope_base > 0.0) {
             const double ka = static_cast<double>(own.k(j, h, d));
@@ -185,9 +201,9 @@ void unpack_records(const ExecutionSpace& space, const Bytes<MemorySpace>& in,
   if (n == 0 || heads * dim == 0) return;
   Kokkos::parallel_for(
       "ctxpar::swa::unpack_records",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,
-                                                                           n * (dim / 2 + 1)),
-      UnpackRecords<Scalar, MemorySpace>{in, own, axis, source, heads, dim / 2,
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+          space, 0, rope_items(n, dim / 2 + 1)),
+      UnpackRecords<Scalar, MemorySpace>{in, own, axis, source, n, heads, dim / 2,
                                          record_bytes<Scalar>(heads, dim), own_rope_base});
 }
 
