@@ -579,6 +579,15 @@ int main(int argc, char** argv) {
       const auto t2 = bench::time_collective(
           world.mpi_comm(), [&] { two.both(); }, 1, repeats);
       const auto after = bench::rank_scaling(world.mpi_comm());
+      // Where the time goes, after the timed calls: rank 0's single-rank call, and each rank's CP
+      // call, by kernel label (the fastest of 3 each). What a CP call spends outside its kernels is
+      // the exchange and the wait for the other rank's summary.
+      bench::KernelProfile solo_profile;
+      if (rank == 0) solo_profile = bench::fastest_profile(3, [&] { one.both(); });
+      MPI_Barrier(world.mpi_comm());
+      const bench::KernelProfile cp_profile = bench::fastest_profile(3, [&] { two.both(); });
+      double kernels_s = cp_profile.kernels_s(), max_kernels_s = 0;
+      MPI_Allreduce(&kernels_s, &max_kernels_s, 1, MPI_DOUBLE, MPI_MAX, world.mpi_comm());
       const double ceiling = 0.5 * (before.efficiency_ceiling + after.efficiency_ceiling);
       const double efficiency = t1.median_s / (p * t2.median_s);
       bench::Record r("chunkwise", "cp_efficiency_gdn");
@@ -594,7 +603,17 @@ int main(int argc, char** argv) {
       r.set("machine_efficiency_ceiling", ceiling)
           .set("efficiency_vs_machine_ceiling", efficiency / ceiling)
           .set("t1_method", "rank 0 runs the whole sequence alone, the other rank waits");
+      bench::set_profile(r, "single_rank_profile_", solo_profile, 8);
+      bench::set_profile(r, "two_ranks_profile_", cp_profile, 8);
+      r.set("two_ranks_profile_max_kernels_s", max_kernels_s)
+          .set("profile_method",
+               "rank 0, the fastest of 3 untimed calls after the timed ones; Kokkos Tools begin/end "
+               "callbacks of every parallel_for/reduce/scan and deep_copy");
       report.add(r);
+      if (rank == 0) {
+        bench::print_profile("  single-rank call profile", solo_profile, 8);
+        bench::print_profile("  CP call profile, rank 0", cp_profile, 8);
+      }
       if (rank == 0)
         std::cout << "cp efficiency (gdn fwd+bwd, T=" << T << ", solo T(1)): " << efficiency
                   << " (machine ceiling " << ceiling << ")\n";

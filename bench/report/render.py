@@ -601,6 +601,75 @@ def step_profile_table(rows):
                   "step − kernels", "share of step"], out)
 
 
+CP_PROFILE_METHOD = ("Each CP-efficiency record that carries a profile: rank 0's single-rank call (T(1)) and rank 0's "
+                     "call at P ranks (T(P)), each profiled by kernel label (the fastest of 3 untimed calls after the "
+                     "timed ones; Kokkos Tools begin/end callbacks of every kernel and deep copy). At efficiency 1 every "
+                     "label would take 1/P of its single-rank time; *excess* is the CP call's time less that. *Outside "
+                     "kernels* is the exchange of summaries and the wait for the other ranks. *Kernels-only efficiency* "
+                     "= kernels of T(1) ÷ (P × the slowest rank's kernels of T(P)): the efficiency if the call spent "
+                     "nothing outside its kernels.")
+
+
+# Why a mechanism's CP call spends time outside its kernels, where its profile shows it (the figures are the
+# table's; this is the algorithm's reason).
+CP_PROFILE_WHY = {
+    "B: chunkwise GDN": (
+        "At P = 2 no rank needs a transition M (nobody would read it), so the state passes run one after the "
+        "other: rank 0 runs its `forward_pass` from zero and sends its final state, and only then can rank 1 run "
+        "its own; the backward mirrors it with `reverse_pass`, rank 1 first. The kernels split evenly between "
+        "the ranks, but each rank waits through the other's state pass: its time outside kernels is about the "
+        "other rank's `forward_pass` + `reverse_pass`. Computing rank 1's transition would let the passes overlap, "
+        "at the price of a K×K product per chunk on that rank."),
+}
+
+
+def cp_profile_note(x):
+    """`kernels-only efficiency …, outside kernels …` of a CP row with a profile, else ''."""
+    r = x["rec"]
+    if "single_rank_profile_wall_s" not in r:
+        return ""
+    k1, kmax = num(r, "single_rank_profile_kernels_s"), num(r, "two_ranks_profile_max_kernels_s")
+    cp = read_profile(r, "two_ranks_profile_")
+    return (f"kernels-only efficiency {fmt(k1 / (x['P'] * kmax)) if kmax > 0 else '–'}, outside kernels "
+            f"{100 * cp['outside'] / cp['wall']:.0f} % of rank 0's T(P) call")
+
+
+def cp_profile_rows(x):
+    """(label, T(1) s, T(P) rank-0 s, excess over T(1)/P) per label of both profiles of a CP row, heaviest
+    CP-call time first, then the other kernels, the time outside kernels and the whole call."""
+    r, p = x["rec"], x["P"]
+    one, cp = read_profile(r, "single_rank_profile_"), read_profile(r, "two_ranks_profile_")
+    one_by = {lab: sec for lab, sec, _ in one["labels"]}
+    cp_by = {lab: sec for lab, sec, _ in cp["labels"]}
+    labels = sorted(set(one_by) | set(cp_by), key=lambda lab: -cp_by.get(lab, 0.0))
+    rows = [(f"`{lab}`", one_by.get(lab, 0.0), cp_by.get(lab, 0.0)) for lab in labels]
+    rows.append(("other kernels", one["other"], cp["other"]))
+    rows.append(("outside kernels", one["outside"], cp["outside"]))
+    rows.append(("**the profiled call**", one["wall"], cp["wall"]))
+    return [(lab, t1, tp, tp - t1 / p) for lab, t1, tp in rows]
+
+
+def cp_profile_table(rows):
+    out = []
+    for x in rows:
+        calls = cp_profile_rows(x)
+        wall = calls[-1][2]
+        lead = f"{x['mechanism']} {x['case']}, P = {x['P']}"
+        for lab, t1, tp, extra in calls:
+            out.append([lead, lab, human_seconds(t1), human_seconds(tp), human_seconds(extra),
+                        f"{100 * extra / wall:.1f} %" if wall > 0 else "–"])
+            lead = ""
+    notes = []
+    for x in rows:
+        r = x["rec"]
+        k1, kmax = num(r, "single_rank_profile_kernels_s"), num(r, "two_ranks_profile_max_kernels_s")
+        notes.append(f"- {x['mechanism']} {x['case']}, P = {x['P']}: {cp_profile_note(x)} (T(1) kernels "
+                     f"{human_seconds(k1)}, slowest rank's T(P) kernels {human_seconds(kmax)}). "
+                     f"{CP_PROFILE_WHY.get(x['mechanism'], '')}\n")
+    return table(["case", "label", "T(1) call", "T(P) call, rank 0", "excess over T(1)/P", "share of T(P) call"],
+                 out) + "\n" + "".join(notes)
+
+
 def fig_chunk_kernels(recs):
     """Local forward rate ÷ same-run SGEMM, per family, triangular FLOP model."""
     rows = []
@@ -1196,6 +1265,7 @@ def summary_rows(recs):
                  + (" (estimate: recorded with a concurrent T(1), × the same-run ceiling)" if x["estimated"] else "")
                  + (f", ceiling {fmt(x['ceiling'])}" if x["ceiling"] else ", ceiling not in these records")
                  + ("" if x["valid"] else " — **invalid** (ceiling above 1), not pooled")
+                 + (f"; profile: {cp_profile_note(x)}" if cp_profile_note(x) else "")
                  for x in xs]
         add(f"CP efficiency at P = 2 × 1 thread — {dict(A='SWA', B='GDN', C='GDP')[mech]}",
             "T(1 rank alone) / (2·T(2))", f"≥ {TARGETS['cp']}", vals, lambda v: v >= TARGETS["cp"],
@@ -1785,6 +1855,10 @@ def section_cp(recs, img, img_rel):
                       "invalid (ceiling above 1)" if not x["valid"] else
                       "meets" if x["solo_eff"] is not None and x["solo_eff"] >= TARGETS["cp"] else "**misses**"]
                      for x in cp]))
+    prof = [x for x in cp if "single_rank_profile_wall_s" in x["rec"]]
+    if prof:
+        md.append("\n### Where the time goes\n\n" + CP_PROFILE_METHOD + "\n\n")
+        md.append(cp_profile_table(prof))
     md.append(bar_plot(img, "perf_cp_efficiency", "CP efficiency at P = 2, solo T(1)", "T(1)/(2 T(2))",
                        [(f"{x['mechanism']} {x['case']}"[:40], x["solo_eff"]) for x in cp if x["solo_eff"]],
                        TARGETS["cp"], img_rel))

@@ -131,6 +131,26 @@ class Render(unittest.TestCase):
             render.fig_cp([bare])
         self.assertIn("'baseline'", str(cm.exception))
 
+    def test_cp_profile_shows_the_excess_over_an_even_split(self):
+        r = rec("chunkwise", "cp", kind="cp_efficiency", tokens=64, ranks=2, baseline="solo", cp_efficiency=0.8,
+                machine_efficiency_ceiling=0.97, two_ranks_profile_max_kernels_s=0.06)
+        r.update({k.replace("step_forward", "single_rank"): v for k, v in
+                  profile_fields("step", "forward", 0.1, [("ctxpar::local", 0.1, 2)]).items()})
+        r.update({k.replace("step_forward", "two_ranks"): v for k, v in
+                  profile_fields("step", "forward", 0.08, [("ctxpar::local", 0.05, 2), ("ctxpar::fold", 0.01, 1)])
+                  .items()})
+        md = render.cp_profile_table(render.fig_cp([r]))
+        hs = render.human_seconds
+        # at efficiency 1 each label takes half its single-rank time; the fold is all excess
+        self.assertIn(f"`ctxpar::local` | {hs(0.1)} | {hs(0.05)} | {hs(0.0)} | 0.0 %", md)
+        self.assertIn(f"`ctxpar::fold` | {hs(0.0)} | {hs(0.01)} | {hs(0.01)} | 12.5 %", md)
+        self.assertIn(f"outside kernels | {hs(0.0)} | {hs(0.02)} | {hs(0.02)} | 25.0 %", md)
+        self.assertIn("kernels-only efficiency 0.833", md)  # 0.1 / (2 * 0.06)
+        self.assertIn("outside kernels 25 % of rank 0's T(P) call", md)
+        del r["two_ranks_profile_label1_s"]
+        with self.assertRaises(KeyError):
+            render.cp_profile_table(render.fig_cp([r]))
+
     def test_hybrid_efficiency_uses_the_p1_run(self):
         def hyb(p, fwd, bwd):
             layer = {"layer": "gdn", "policy": "GatherFold", "forward_seconds": fwd, "backward_seconds": bwd}
