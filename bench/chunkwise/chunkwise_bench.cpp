@@ -606,9 +606,10 @@ int main(int argc, char** argv) {
       bench::set_profile(r, "single_rank_profile_", solo_profile, 8);
       bench::set_profile(r, "two_ranks_profile_", cp_profile, 8);
       r.set("two_ranks_profile_max_kernels_s", max_kernels_s)
-          .set("profile_method",
-               "rank 0, the fastest of 3 untimed calls after the timed ones; Kokkos Tools begin/end "
-               "callbacks of every parallel_for/reduce/scan and deep_copy");
+          .set(
+              "profile_method",
+              "rank 0, the fastest of 3 untimed calls after the timed ones; Kokkos Tools begin/end "
+              "callbacks of every parallel_for/reduce/scan and deep_copy");
       report.add(r);
       if (rank == 0) {
         bench::print_profile("  single-rank call profile", solo_profile, 8);
