@@ -81,15 +81,16 @@ struct Shape {
   ch::ChannelLayout input_layout() const {
     using ch::Section;
     using ch::SectionKind;
-    return ch::ChannelLayout(H, H,
-                             {Section{"q", 1, H, K, SectionKind::heads},
-                              Section{"k", nh, H, K, SectionKind::heads},
-                              Section{"v", nh, H, V, SectionKind::heads},
-                              Section{"g", 1, H, 1, SectionKind::heads},
-                              Section{"beta", nh, H, 1, SectionKind::heads}});
+    return ch::ChannelLayout(
+        H, H,
+        {Section{"q", 1, H, K, SectionKind::heads}, Section{"k", nh, H, K, SectionKind::heads},
+         Section{"v", nh, H, V, SectionKind::heads}, Section{"g", 1, H, 1, SectionKind::heads},
+         Section{"beta", nh, H, 1, SectionKind::heads}});
   }
   // One summary record per head: [dS (K·V) | M (K·K)] in fp32.
-  std::int64_t summary_bytes() const { return std::int64_t{H} * (std::int64_t{K} * V + std::int64_t{K} * K) * 4; }
+  std::int64_t summary_bytes() const {
+    return std::int64_t{H} * (std::int64_t{K} * V + std::int64_t{K} * K) * 4;
+  }
 };
 
 // The fused input projection rows [b, e) of the global sequence, q|k|v|g|β per token (keys unit
@@ -114,7 +115,8 @@ std::vector<float> fused_rows(const Shape& s, std::int64_t b, std::int64_t e) {
     for (std::int64_t i = 0; i < std::int64_t{s.nh} * s.H * s.V; ++i)
       v[i] = static_cast<float>(value(5, t * s.nh * s.H * s.V + i));
     float* g = row + s.offset(3, s.H);
-    for (std::int64_t h = 0; h < s.H; ++h) g[h] = static_cast<float>(-0.06 + 0.04 * value(3, t * s.H + h));
+    for (std::int64_t h = 0; h < s.H; ++h)
+      g[h] = static_cast<float>(-0.06 + 0.04 * value(3, t * s.H + h));
     float* beta = row + s.offset(4, s.H);
     for (std::int64_t i = 0; i < std::int64_t{s.nh} * s.H; ++i)
       beta[i] = static_cast<float>(0.5 + 0.45 * value(4, t * s.nh * s.H + i));
@@ -125,7 +127,8 @@ std::vector<float> fused_rows(const Shape& s, std::int64_t b, std::int64_t e) {
 std::vector<float> dout_rows(const Shape& s, std::int64_t b, std::int64_t e) {
   const std::int64_t C = std::int64_t{s.H} * s.V;
   std::vector<float> x(static_cast<std::size_t>((e - b) * C));
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(value(6, b * C + std::int64_t(i)));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(value(6, b * C + std::int64_t(i)));
   return x;
 }
 
@@ -182,7 +185,9 @@ struct Family;
 template <>
 struct Family<false> {
   using backend_type = cw::GatedDeltaRuleBackend<float, mem>;
-  static backend_type backend(const Shape& s) { return backend_type(cw::BackendOptions{s.chunk, 0.0}); }
+  static backend_type backend(const Shape& s) {
+    return backend_type(cw::BackendOptions{s.chunk, 0.0});
+  }
   static cw::GatedDeltaRuleInputs<float, mem> inputs(const Shape& s, const Tensors& x) {
     const std::size_t T = x.rows, H = x.heads;
     return {cw::const_token_view<float, mem>(x.t[0].data(), T, H, s.K),
@@ -276,8 +281,8 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b) 
 }
 
 // fp64 token-by-token recurrence over the whole sequence (the independent reference): per head,
-// S ← exp(g)·S, then per householder step j: S ← S − β_j k_j (k_jᵀ S) + β_j k_j v_jᵀ; o = K^(-1/2)·Sᵀq.
-// Returns the outputs of rows [b, e), `[rows, H·V]`.
+// S ← exp(g)·S, then per householder step j: S ← S − β_j k_j (k_jᵀ S) + β_j k_j v_jᵀ; o =
+// K^(-1/2)·Sᵀq. Returns the outputs of rows [b, e), `[rows, H·V]`.
 std::vector<double> oracle_outputs(const Shape& s, std::int64_t T, std::int64_t b, std::int64_t e) {
   const auto x = fused_rows(s, 0, T);
   const std::int64_t C = s.channels(s.H), K = s.K, V = s.V, H = s.H;
@@ -298,7 +303,8 @@ std::vector<double> oracle_outputs(const Shape& s, std::int64_t T, std::int64_t 
         for (std::int64_t i = 0; i < K; ++i)
           for (std::int64_t j = 0; j < V; ++j) kS[j] += double(k[i]) * S[i * V + j];
         for (std::int64_t i = 0; i < K; ++i)
-          for (std::int64_t j = 0; j < V; ++j) S[i * V + j] += beta * double(k[i]) * (double(v[j]) - kS[j]);
+          for (std::int64_t j = 0; j < V; ++j)
+            S[i * V + j] += beta * double(k[i]) * (double(v[j]) - kS[j]);
       }
       if (t < b) continue;
       const float* q = row + h * K;
@@ -358,7 +364,8 @@ struct Crossover {
   std::optional<cp_type<cw::ScanCompose>> b_scan;
   cw::ChunkwiseContext<backend_type> b_gather_ctx, b_scan_ctx, c_ctx;
 
-  Crossover(const ctxpar::Group& w, const ctxpar::Group& sf, const Shape& shape, std::int64_t per_rank)
+  Crossover(const ctxpar::Group& w, const ctxpar::Group& sf, const Shape& shape,
+            std::int64_t per_rank)
       : world(w),
         self(sf),
         s(shape),
@@ -371,7 +378,8 @@ struct Crossover {
         plan_b(cw::ChunkwisePlan::create(w, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})),
         plan_in(w, shape.input_layout(), T),
         plan_out(w, ch::ChannelLayout::heads_only(shape.H, shape.V, "y"), T),
-        plan_local(cw::ChunkwisePlan::create(sf, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})) {
+        plan_local(
+            cw::ChunkwisePlan::create(sf, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})) {
     Hj = static_cast<int>(plan_out.local_channels() / s.V);
     b_gather.emplace(exec(), w, backend, plan_b, cw::ChunkwiseShape{t, s.H, s.K, s.V});
     b_scan.emplace(exec(), w, backend, plan_b, cw::ChunkwiseShape{t, s.H, s.K, s.V});
@@ -528,14 +536,18 @@ void run_family(const ctxpar::Group& world, const ctxpar::Group& self, const Sha
     // Small sizes are latency-bound and noisy on a shared machine but cheap: more repeats there.
     // From 4096 tokens per rank on, the counted run above is the warm-up.
     const int reps = t <= 1024 ? std::max(repeats, 7) : repeats, warm = t >= 4096 ? 0 : 1;
-    const auto t_gf = bench::time_collective(comm, [&] { x.template run_b<cw::GatherFold>(); }, warm, reps);
-    const auto t_sc = bench::time_collective(comm, [&] { x.template run_b<cw::ScanCompose>(); }, warm, reps);
-    const auto t_c = bench::time_collective(comm, [&] { x.run_c(); }, warm, reps);
+    const auto t_gf = bench::time_collective(
+        comm, [&] { x.template run_b<cw::GatherFold>(); }, warm, reps);
+    const auto t_sc = bench::time_collective(
+        comm, [&] { x.template run_b<cw::ScanCompose>(); }, warm, reps);
+    const auto t_c = bench::time_collective(
+        comm, [&] { x.run_c(); }, warm, reps);
     // Where C's time goes (one more run with a fence after each phase; slowest rank per phase).
     MPI_Barrier(comm);
     x.run_c(true);
     const double c_transpose = max_over_ranks(comm, x.phase_transpose),
-                 c_copy = max_over_ranks(comm, x.phase_copy), c_local = max_over_ranks(comm, x.phase_local);
+                 c_copy = max_over_ranks(comm, x.phase_copy),
+                 c_local = max_over_ranks(comm, x.phase_local);
 
     // Formulas (fwd + bwd, bytes this rank sends / receives).
     const std::int64_t rec = s.summary_bytes();
@@ -546,8 +558,8 @@ void run_family(const ctxpar::Group& world, const ctxpar::Group& self, const Sha
     // sends this rank's channels of the other ranks' rows; the backward repeats both.
     const std::int64_t cin = s.channels(s.H), cin_me = x.plan_in.local_channels();
     const std::int64_t cout = std::int64_t{s.H} * s.V, cout_me = x.plan_out.local_channels();
-    const std::int64_t c_sent = 4 * (t * (cin - cin_me) + (x.T - t) * cout_me + t * (cout - cout_me) +
-                                     (x.T - t) * cin_me);
+    const std::int64_t c_sent =
+        4 * (t * (cin - cin_me) + (x.T - t) * cout_me + t * (cout - cout_me) + (x.T - t) * cin_me);
     std::int64_t c_recv = 0;  // from every other rank j: its rows of my channels and my rows of its
     for (int j = 0; j < p; ++j)
       if (j != me)
@@ -567,19 +579,22 @@ void run_family(const ctxpar::Group& world, const ctxpar::Group& self, const Sha
         {"B", "GatherFold", gf, gf_f, gf_f, t_gf, err[0], err[1],
          "2 directions * (P-1) * H*(K*V + K*K)*4 (all-gather of one summary record per rank)"},
         {"B", "ScanCompose", sc, sc_sent, sc_recv, t_sc, err[2], err[3],
-         "H*(K*V + K*K)*4 per Hillis-Steele round with a successor (sent) / predecessor (received), "
+         "H*(K*V + K*K)*4 per Hillis-Steele round with a successor (sent) / predecessor "
+         "(received), "
          "forward in rank order + backward in reverse order"},
         {"C", "all-to-all (UnevenHeads, Contiguous)", c, c_sent, c_recv, t_c, err[4], err[5],
-         "4 * [t*(C_in - C_in,me) + (T - t)*C_out,me] forward, the same with C_in and C_out swapped "
+         "4 * [t*(C_in - C_in,me) + (T - t)*C_out,me] forward, the same with C_in and C_out "
+         "swapped "
          "backward; even split: 2*(P-1)/P * t * (C_in + C_out)*4"}};
     bool ok_bytes = true;
     for (const Row& r : rows) {
-      const bool exact = r.traffic.bytes_sent == r.sent_formula && r.traffic.bytes_received == r.recv_formula;
+      const bool exact =
+          r.traffic.bytes_sent == r.sent_formula && r.traffic.bytes_received == r.recv_formula;
       int exact_all = exact ? 1 : 0, out = 0;
       MPI_Allreduce(&exact_all, &out, 1, MPI_INT, MPI_MIN, comm);
       ok_bytes = ok_bytes && out;
-      bench::Record rec_out("crossover", family + " " + r.mech + " " + r.policy + " P=" +
-                                             std::to_string(p) + " t=" + std::to_string(t));
+      bench::Record rec_out("crossover", family + " " + r.mech + " " + r.policy +
+                                             " P=" + std::to_string(p) + " t=" + std::to_string(t));
       rec_out.set("kind", std::string("crossover"))
           .set("family", family)
           .set("mechanism", std::string(r.mech))
@@ -603,10 +618,13 @@ void run_family(const ctxpar::Group& world, const ctxpar::Group& self, const Sha
           .set("time", r.timing)
           .set("checked_against_single_rank", !checked);
       if (r.mech[0] == 'C')
-        rec_out.set("c_transposes_s", c_transpose).set("c_column_copies_s", c_copy).set("c_recurrence_s", c_local);
+        rec_out.set("c_transposes_s", c_transpose)
+            .set("c_column_copies_s", c_copy)
+            .set("c_recurrence_s", c_local);
       if (!checked) {
         rec_out.set("max_rel_error_output", r.err_out).set("max_rel_error_input_grad", r.err_grad);
-        rec_out.set("single_rank_output_rel_error_vs_fp64", fp64[0]).set("b_gatherfold_output_rel_error_vs_fp64", fp64[1]);
+        rec_out.set("single_rank_output_rel_error_vs_fp64", fp64[0])
+            .set("b_gatherfold_output_rel_error_vs_fp64", fp64[1]);
       }
       report.add(rec_out);
     }
@@ -627,12 +645,14 @@ void run_family(const ctxpar::Group& world, const ctxpar::Group& self, const Sha
     }
     all_ok = all_ok && ok_bytes;
     if (me == 0)
-      std::cout << "crossover " << family << " P=" << p << " t=" << t << ": bytes sent (max rank) GF "
-                << max_over_ranks(comm, gf.bytes_sent) << " SC " << max_over_ranks(comm, sc.bytes_sent)
-                << " C " << max_over_ranks(comm, c.bytes_sent) << (ok_bytes ? " (= formula)" : " (!= formula)")
-                << "; time GF " << t_gf.median_s << " s, SC " << t_sc.median_s << " s, C "
-                << t_c.median_s << " s (transposes " << c_transpose << " s, column copies " << c_copy
-                << " s, recurrence " << c_local << " s)" << std::endl;
+      std::cout << "crossover " << family << " P=" << p << " t=" << t
+                << ": bytes sent (max rank) GF " << max_over_ranks(comm, gf.bytes_sent) << " SC "
+                << max_over_ranks(comm, sc.bytes_sent) << " C "
+                << max_over_ranks(comm, c.bytes_sent)
+                << (ok_bytes ? " (= formula)" : " (!= formula)") << "; time GF " << t_gf.median_s
+                << " s, SC " << t_sc.median_s << " s, C " << t_c.median_s << " s (transposes "
+                << c_transpose << " s, column copies " << c_copy << " s, recurrence " << c_local
+                << " s)" << std::endl;
     else {
       max_over_ranks(comm, gf.bytes_sent);
       max_over_ranks(comm, sc.bytes_sent);
@@ -655,12 +675,18 @@ int main(int argc, char** argv) {
     std::vector<std::int64_t> sizes;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      if (a == "--out" && i + 1 < argc) out_path = argv[++i];
-      else if (a == "--quick") quick = true;
-      else if (a == "--family" && i + 1 < argc) family = argv[++i];
-      else if (a == "--heads" && i + 1 < argc) heads = std::stoi(argv[++i]);
-      else if (a == "--dim" && i + 1 < argc) dim = std::stoi(argv[++i]);
-      else if (a == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
+      if (a == "--out" && i + 1 < argc)
+        out_path = argv[++i];
+      else if (a == "--quick")
+        quick = true;
+      else if (a == "--family" && i + 1 < argc)
+        family = argv[++i];
+      else if (a == "--heads" && i + 1 < argc)
+        heads = std::stoi(argv[++i]);
+      else if (a == "--dim" && i + 1 < argc)
+        dim = std::stoi(argv[++i]);
+      else if (a == "--repeats" && i + 1 < argc)
+        repeats = std::stoi(argv[++i]);
       else if (a == "--tokens" && i + 1 < argc) {
         std::stringstream ss(argv[++i]);
         std::string item;
@@ -680,7 +706,8 @@ int main(int argc, char** argv) {
       run_family<true>(world, self, Shape{heads, dim, dim, 2, 64}, sizes, repeats, report, ok);
     if (world.rank() == 0) {
       report.write(out_path);
-      std::cout << "wrote " << out_path << (ok ? "" : " (a check FAILED: see the records)") << std::endl;
+      std::cout << "wrote " << out_path << (ok ? "" : " (a check FAILED: see the records)")
+                << std::endl;
     }
     status = ok ? 0 : 1;
   }

@@ -30,13 +30,15 @@ Stats summarise(std::vector<double> t) {
   return s;
 }
 
-std::string record(const std::string& kind, int ranks, long long bytes, const Stats& s, int repeats) {
+std::string record(const std::string& kind, int ranks, long long bytes, const Stats& s,
+                   int repeats) {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "{\"benchmark\": \"network\", \"case\": \"%s_%lldB_P%d\", \"kind\": \"%s\", \"ranks\": %d, "
-                "\"bytes\": %lld, \"time_median_s\": %.9g, \"time_min_s\": %.9g, \"time_max_s\": %.9g, "
-                "\"repeats\": %d}",
-                kind.c_str(), bytes, ranks, kind.c_str(), ranks, bytes, s.median, s.min, s.max, repeats);
+  std::snprintf(
+      buf, sizeof buf,
+      "{\"benchmark\": \"network\", \"case\": \"%s_%lldB_P%d\", \"kind\": \"%s\", \"ranks\": %d, "
+      "\"bytes\": %lld, \"time_median_s\": %.9g, \"time_min_s\": %.9g, \"time_max_s\": %.9g, "
+      "\"repeats\": %d}",
+      kind.c_str(), bytes, ranks, kind.c_str(), ranks, bytes, s.median, s.min, s.max, repeats);
   return buf;
 }
 
@@ -62,9 +64,11 @@ int main(int argc, char** argv) {
         const double t0 = MPI_Wtime();
         if (rank == 0) {
           MPI_Send(buf.data(), static_cast<int>(n), MPI_CHAR, 1, 0, MPI_COMM_WORLD);
-          MPI_Recv(buf.data(), static_cast<int>(n), MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Recv(buf.data(), static_cast<int>(n), MPI_CHAR, 1, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE);
         } else if (rank == 1) {
-          MPI_Recv(buf.data(), static_cast<int>(n), MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Recv(buf.data(), static_cast<int>(n), MPI_CHAR, 0, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE);
           MPI_Send(buf.data(), static_cast<int>(n), MPI_CHAR, 0, 0, MPI_COMM_WORLD);
         }
         const double dt = (MPI_Wtime() - t0) / 2;
@@ -84,23 +88,26 @@ int main(int argc, char** argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = MPI_Wtime();
         if (which == 0) {
-          MPI_Allgather(send.data(), static_cast<int>(n), MPI_CHAR, recv.data(), static_cast<int>(n), MPI_CHAR,
-                        MPI_COMM_WORLD);
+          MPI_Allgather(send.data(), static_cast<int>(n), MPI_CHAR, recv.data(),
+                        static_cast<int>(n), MPI_CHAR, MPI_COMM_WORLD);
         } else {
-          MPI_Alltoall(send.data(), static_cast<int>(n), MPI_CHAR, recv.data(), static_cast<int>(n), MPI_CHAR,
-                       MPI_COMM_WORLD);
+          MPI_Alltoall(send.data(), static_cast<int>(n), MPI_CHAR, recv.data(), static_cast<int>(n),
+                       MPI_CHAR, MPI_COMM_WORLD);
         }
         double dt = MPI_Wtime() - t0, slowest = 0;
         MPI_Reduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         if (k >= 2) t.push_back(slowest);
       }
-      if (rank == 0) records.push_back(record(which == 0 ? "allgather" : "alltoall", size, n, summarise(t), repeats));
+      if (rank == 0)
+        records.push_back(
+            record(which == 0 ? "allgather" : "alltoall", size, n, summarise(t), repeats));
     }
   }
   if (rank == 0) {
     std::ofstream f(out);
     f << "[\n";
-    for (std::size_t i = 0; i < records.size(); ++i) f << "  " << records[i] << (i + 1 < records.size() ? ",\n" : "\n");
+    for (std::size_t i = 0; i < records.size(); ++i)
+      f << "  " << records[i] << (i + 1 < records.size() ? ",\n" : "\n");
     f << "]\n";
   }
   MPI_Finalize();

@@ -455,8 +455,7 @@ ctxpar::bench::Record step_vs_kernel_case(std::int64_t t, std::int64_t window, s
               (long long)allocations.allocations, allocations.calls);
   std::fflush(stdout);
   ctxpar::bench::set_steady_state(r, allocations);
-  return r
-      .set("kind", "step_vs_kernel")
+  return r.set("kind", "step_vs_kernel")
       .set("queries", t)
       .set("window", window)
       .set("q_heads", hq)
@@ -610,12 +609,11 @@ int main(int argc, char* argv[]) {
     } else if (!std::strcmp(argv[i], "--step-only")) {
       step_only = true;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: mpirun -np 2 ctxpar_bench_swa [--out FILE.json] [--repeats N] [--quick] "
-          "[--step-only]\n"
-          "       OMP_NUM_THREADS=4 mpirun -np 1 ctxpar_bench_swa --portable-only "
-          "[--out FILE.json] [--repeats N] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: mpirun -np 2 ctxpar_bench_swa [--out FILE.json] [--repeats N] [--quick] "
+                   "[--step-only]\n"
+                   "       OMP_NUM_THREADS=4 mpirun -np 1 ctxpar_bench_swa --portable-only "
+                   "[--out FILE.json] [--repeats N] [--quick]\n");
       return 2;
     }
   }

@@ -176,8 +176,9 @@ Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, bool
                   : run_layer<Scalar, ch::UnevenHeads, ch::Contiguous>(group, in, backward, chunk,
                                                                        r, n);
   }
-  return zigzag ? run_layer<Scalar, ch::EvenHeads, ch::Zigzag>(group, in, backward, chunk, r, n)
-                : run_layer<Scalar, ch::EvenHeads, ch::Contiguous>(group, in, backward, chunk, r, n);
+  return zigzag
+             ? run_layer<Scalar, ch::EvenHeads, ch::Zigzag>(group, in, backward, chunk, r, n)
+             : run_layer<Scalar, ch::EvenHeads, ch::Contiguous>(group, in, backward, chunk, r, n);
 }
 
 // The largest difference of the finite elements; NaN/Inf are compared by kind in `nonfinite`.
@@ -366,12 +367,11 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   std::map<std::string, double> diffs;
   bool passed = true;
   Json peak_rss, steady;
-  Json check = f32 ? run_and_check<float>(group, in, uneven, layout == "zigzag", backward, chunk,
-                                          dist, diffs, &passed, perturb_rank, repeat, &peak_rss,
-                                          &steady)
-                   : run_and_check<double>(group, in, uneven, layout == "zigzag", backward, chunk,
-                                           dist, diffs, &passed, perturb_rank, repeat, &peak_rss,
-                                           &steady);
+  Json check =
+      f32 ? run_and_check<float>(group, in, uneven, layout == "zigzag", backward, chunk, dist,
+                                 diffs, &passed, perturb_rank, repeat, &peak_rss, &steady)
+          : run_and_check<double>(group, in, uneven, layout == "zigzag", backward, chunk, dist,
+                                  diffs, &passed, perturb_rank, repeat, &peak_rss, &steady);
   if (group.rank() == 0) {
     auto keep = [&](const std::string& name, const std::vector<double>& v,
                     std::vector<std::int64_t> shape) {
@@ -505,7 +505,8 @@ CTXPAR_CLI_COMMAND(
     "  y.npy, z.npy [T, H·d]; with --backward dx.npy [T, C], dconv_w.npy [C_conv, w],\n"
     "  dconv_b.npy [C_conv], ddt_bias.npy [H], dA_log.npy [H], dD.npy (shape of D.npy, when\n"
     "  given); heads.json: shape, bytes per rank against the formula, times, peak memory per\n"
-    "  rank, the check: every output within 4·(T + P)·u·max(1, max|P = 1 value|) of the P = 1 layer\n"
+    "  rank, the check: every output within 4·(T + P)·u·max(1, max|P = 1 value|) of the P = 1 "
+    "layer\n"
     "\n"
     "exit status: 0 the run passed its check; 1 the distributed result differs from the "
     "single-rank\n"

@@ -146,8 +146,8 @@ struct Stack {
 
 // One forward + backward of `stack`. With `counter`, each layer's allocations by label go to its
 // `LayerStats::allocation_labels`.
-RunOutput run_stack(Stack& stack, const Group& group, const TokenPlan& plan,
-                    const StackConfig& cfg, const Params& w, int perturb_rank = -1,
+RunOutput run_stack(Stack& stack, const Group& group, const TokenPlan& plan, const StackConfig& cfg,
+                    const Params& w, int perturb_rank = -1,
                     const ctxpar::AllocationCounter* counter = nullptr) {
   RunOutput out;
   const Matrix x0 = input_rows(plan.tokens_of(group.rank()), cfg.model_dim);
@@ -369,7 +369,9 @@ ReferenceKey reference_key(const Settings& s, const TokenPlan& plan) {
 }
 
 // True for the views this demo allocates to stage its host matrices (not an operator's).
-bool demo_staging(const std::string& label) { return label.rfind("ctxpar::hybrid::", 0) == 0; }
+bool demo_staging(const std::string& label) {
+  return label.rfind("ctxpar::hybrid::", 0) == 0;
+}
 
 // `repeat` more forward + backward calls of `stack` with weights `w`: per layer, every rank's
 // fastest operator forward and backward, and its allocations per call, the operators' and the
@@ -414,7 +416,8 @@ Json steady_state(const Group& world, Stack& stack, const TokenPlan& plan, const
     lj["operator_allocations"] = ctxpar::cli::gather_counts(world, op[l]);
     lj["staging_allocations"] = ctxpar::cli::gather_counts(world, staging[l]);
     const double f = max_over_ranks(world, fwd[l]), b = max_over_ranks(world, bwd[l]);
-    const auto op_max = static_cast<std::int64_t>(max_over_ranks(world, static_cast<double>(op[l])));
+    const auto op_max =
+        static_cast<std::int64_t>(max_over_ranks(world, static_cast<double>(op[l])));
     const auto st_max =
         static_cast<std::int64_t>(max_over_ranks(world, static_cast<double>(staging[l])));
     op_worst = std::max(op_worst, op_max);

@@ -198,10 +198,10 @@ bool check_plan(const std::vector<std::int64_t>& lengths, std::int64_t C, std::i
   const std::vector<std::int64_t> mine = shard_tokens(T, group.size(), group.rank(), zigzag);
   const std::int64_t L = static_cast<std::int64_t>(mine.size());
   std::int64_t free_allocations = 0, plan_allocations = -1;
-  const auto f = run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, -1,
-                                  &free_allocations);
-  const auto q = run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, 3,
-                                  &plan_allocations);
+  const auto f =
+      run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, -1, &free_allocations);
+  const auto q =
+      run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, 3, &plan_allocations);
   const std::string tag = std::string(zigzag ? " zigzag" : " contiguous") +
                           (packed ? " packed" : " dense") + " rank " + std::to_string(group.rank());
   auto where = [&](std::int64_t i) { return "flat index " + std::to_string(i) + tag; };

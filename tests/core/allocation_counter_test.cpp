@@ -28,9 +28,8 @@ BOOST_AUTO_TEST_CASE(counts_allocations_bytes_and_deallocations) {
     ok = ok && counter.allocations() == 0 && counter.bytes() == 0;
     {
       Kokkos::View<double*> a("a", 1000);
-      Kokkos::View<float**, Kokkos::HostSpace> b(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                                    std::string("b")),
-                                                 7, 9);
+      Kokkos::View<float**, Kokkos::HostSpace> b(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("b")), 7, 9);
       ok = ok && counter.allocations() == 2 && counter.bytes() >= 1000 * 8 + 63 * 4;
       const auto labels = counter.labels();
       ok = ok && labels.size() == 2 && labels.count("a") == 1 && labels.at("a") == 1 &&
@@ -40,8 +39,8 @@ BOOST_AUTO_TEST_CASE(counts_allocations_bytes_and_deallocations) {
       auto copy = a;
       auto part = Kokkos::subview(a, Kokkos::make_pair(2, 10));
       Kokkos::View<double*, Kokkos::MemoryTraits<Kokkos::Unmanaged>> alias(a.data(), a.extent(0));
-      ok = ok && counter.allocations() == before && copy.extent(0) == 1000 &&
-           part.extent(0) == 8 && alias.extent(0) == 1000;
+      ok = ok && counter.allocations() == before && copy.extent(0) == 1000 && part.extent(0) == 8 &&
+           alias.extent(0) == 1000;
       ok = ok && counter.deallocations() == 0;
     }
     ok = ok && counter.deallocations() == 2;

@@ -14,8 +14,9 @@ BOOST_AUTO_TEST_CASE(violation_on_each_single_rank_reaches_every_rank) {
       checks.agree();
     };
     CTXPAR_TEST_ALL(group, ctxpar::test::throws_everywhere(
-                               group, call, "ctxpar::test::op: on rank " + std::to_string(bad) +
-                                                ": the head count must be even (expected 4, got 3)",
+                               group, call,
+                               "ctxpar::test::op: on rank " + std::to_string(bad) +
+                                   ": the head count must be even (expected 4, got 3)",
                                bad));
   }
 }
@@ -50,7 +51,8 @@ BOOST_AUTO_TEST_CASE(disagreeing_fingerprint_is_detected) {
     checks.agree();
   };
   if (group.size() > 1) {
-    CTXPAR_TEST_ALL(group, ctxpar::test::throws_everywhere(group, call, "every rank must agree on the window", odd_one));
+    CTXPAR_TEST_ALL(group, ctxpar::test::throws_everywhere(
+                               group, call, "every rank must agree on the window", odd_one));
   } else {
     bool threw = false;
     try {

@@ -396,8 +396,9 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
     exec().fence();
   };
   auto results = [&] {
-    return std::vector<std::vector<double>>{read(y), read(z), read(dx), read(grads.conv_weight),
-                                            read(grads.dt_bias), read(grads.a_log)};
+    return std::vector<std::vector<double>>{
+        read(y),          read(z), read(dx), read(grads.conv_weight), read(grads.dt_bias),
+        read(grads.a_log)};
   };
   call(d);  // warm-up: the layer's work buffers are allocated here
   const auto first = results();

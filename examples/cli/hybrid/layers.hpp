@@ -75,7 +75,7 @@ struct LayerStats {
   /// Kokkos allocations made inside the layer's forward and backward while an
   /// `AllocationCounter` was passed to the stack (`--repeat`), by view label.
   std::map<std::string, std::int64_t> allocation_labels;
-  std::string note;         ///< what is not there yet
+  std::string note;  ///< what is not there yet
 };
 
 namespace detail {
@@ -560,11 +560,11 @@ class GdnLayer {
       const Traffic c0 = group_.total_data_traffic();
       Kokkos::Timer conv_timer;
       if (zigzag_)
-        conv_zigzag_.backward(const2(pre_v_), const2(conv_w_), const_ids(), const2(dy_v), dx_v,
-                              dw, db);
+        conv_zigzag_.backward(const2(pre_v_), const2(conv_w_), const_ids(), const2(dy_v), dx_v, dw,
+                              db);
       else
-        conv_contiguous_.backward(const2(pre_v_), const2(conv_w_), const_ids(), const2(dy_v),
-                                  dx_v, dw, db);
+        conv_contiguous_.backward(const2(pre_v_), const2(conv_w_), const_ids(), const2(dy_v), dx_v,
+                                  dw, db);
       stats.backward_seconds += detail::now_fenced(conv_timer);
       const Traffic c = detail::minus(group_.total_data_traffic(), c0);
       stats.measured.calls += c.calls;

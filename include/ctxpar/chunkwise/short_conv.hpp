@@ -57,8 +57,7 @@ struct ConvWorkspace {
       send{"ctxpar::chunkwise::conv::send"}, recv{"ctxpar::chunkwise::conv::recv"},
       dhalo{"ctxpar::chunkwise::conv::dhalo"}, back{"ctxpar::chunkwise::conv::halo_grad"},
       halo_send{"ctxpar::chunkwise::conv::halo_send"},
-      halo_ids{"ctxpar::chunkwise::conv::halo_ids"},
-      send_ids{"ctxpar::chunkwise::conv::send_ids"},
+      halo_ids{"ctxpar::chunkwise::conv::halo_ids"}, send_ids{"ctxpar::chunkwise::conv::send_ids"},
       recv_ids{"ctxpar::chunkwise::conv::recv_ids"};
 
   // Bytes held now.
@@ -241,8 +240,8 @@ ConvSource<Scalar, MemorySpace> conv_halo(
     const ExecutionSpace& space, const Group& group, Layout layout,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& ids, Preconditions& chk,
-    ConvLinks& links, ConvWorkspace<Scalar, MemorySpace>& ws) {
+    const Kokkos::View<const std::int32_t*, MemorySpace>& ids, Preconditions& chk, ConvLinks& links,
+    ConvWorkspace<Scalar, MemorySpace>& ws) {
   const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
   chk.require(w >= 1, "the conv width w must be positive", ">= 1", w);
   chk.require(static_cast<std::int64_t>(weight.extent(0)) == channels,
@@ -260,7 +259,8 @@ ConvSource<Scalar, MemorySpace> conv_halo(
   using workspace = ConvWorkspace<Scalar, MemorySpace>;
   const auto halo =
       ctxpar::carve<typename workspace::rows_view>(ws.halo, links.fragments * h, channels);
-  const auto halo_ids = ctxpar::carve<typename workspace::ids_view>(ws.halo_ids, links.fragments * h);
+  const auto halo_ids =
+      ctxpar::carve<typename workspace::ids_view>(ws.halo_ids, links.fragments * h);
   Kokkos::deep_copy(space, halo, Scalar(0));  // zeros at the sequence start (no sender)
   if (ids.data()) Kokkos::deep_copy(space, halo_ids, -1);  // zero halo: never the same sequence
   for (int f = 0; f < links.fragments; ++f) {
@@ -271,8 +271,7 @@ ConvSource<Scalar, MemorySpace> conv_halo(
     const auto halo_ids_f = Kokkos::subview(halo_ids, std::make_pair(f * h, (f + 1) * h));
     const auto send = ctxpar::carve<typename workspace::rows_view>(ws.send, fe - first, channels);
     if (fe > first)
-      Kokkos::deep_copy(space, send,
-                        Kokkos::subview(x, std::make_pair(first, fe), Kokkos::ALL));
+      Kokkos::deep_copy(space, send, Kokkos::subview(x, std::make_pair(first, fe), Kokkos::ALL));
     const auto recv = ctxpar::carve<typename workspace::rows_view>(ws.recv, h, channels);
     sendrecv(space, group, send, links.tail_to[f], recv, links.halo_from[f], 41 + 2 * f);
     if (links.halo_from[f] != no_rank) Kokkos::deep_copy(space, halo_f, recv);
@@ -375,11 +374,12 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
     const std::int64_t back_rows = links.tail_to[f] != no_rank ? (fe - fb < h ? fe - fb : h) : 0;
     const auto back = ctxpar::carve<typename workspace::rows_view>(ws.back, back_rows, channels);
     const std::int64_t send_rows = links.halo_from[f] != no_rank ? h : 0;
-    const auto send = ctxpar::carve<typename workspace::rows_view>(ws.halo_send, send_rows, channels);
+    const auto send =
+        ctxpar::carve<typename workspace::rows_view>(ws.halo_send, send_rows, channels);
     if (send_rows > 0)
-      Kokkos::deep_copy(space, send,
-                        Kokkos::subview(dhalo, std::make_pair(f * h, f * h + send_rows),
-                                        Kokkos::ALL));
+      Kokkos::deep_copy(
+          space, send,
+          Kokkos::subview(dhalo, std::make_pair(f * h, f * h + send_rows), Kokkos::ALL));
     sendrecv(space, group, send, links.halo_from[f], back, links.tail_to[f], 45 + f);
     if (back_rows > 0) {
       Kokkos::parallel_for("ctxpar::chunkwise::conv::add_halo_grad",
@@ -530,7 +530,8 @@ class ShortConvPlan {
   /// `dx [T, C]`, `dweight [C, w]` and `dbias [C]` (empty: none), summed over the ranks, from
   /// `dy [T, C]`. Collective.
   void backward(const rows_view& x, const rows_view& weight, const ids_view& seq_ids,
-                const rows_view& dy, const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
+                const rows_view& dy,
+                const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
                 const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
                 const Kokkos::View<Scalar*, MemorySpace>& dbias) {
     impl::conv_backward(space_, group_, layout_, "ctxpar::chunkwise::ShortConvPlan::backward", x,

@@ -47,11 +47,13 @@ class Group {
  public:
   /// Duplicates `comm`.
   explicit Group(const boost::mpi::communicator& comm)
-      : state_(std::make_shared<State>(boost::mpi::communicator(comm, boost::mpi::comm_duplicate))) {}
+      : state_(
+            std::make_shared<State>(boost::mpi::communicator(comm, boost::mpi::comm_duplicate))) {}
 
   /// Duplicates the raw communicator `comm`.
   explicit Group(MPI_Comm comm)
-      : state_(std::make_shared<State>(boost::mpi::communicator(comm, boost::mpi::comm_duplicate))) {}
+      : state_(
+            std::make_shared<State>(boost::mpi::communicator(comm, boost::mpi::comm_duplicate))) {}
 
   /// This process's rank in the group.
   int rank() const noexcept { return state_->rank; }
@@ -89,7 +91,8 @@ class Group {
   static int index(CollectiveKind kind) { return static_cast<int>(kind); }
 
   struct State {
-    explicit State(boost::mpi::communicator c) : comm(std::move(c)), rank(comm.rank()), size(comm.size()) {}
+    explicit State(boost::mpi::communicator c)
+        : comm(std::move(c)), rank(comm.rank()), size(comm.size()) {}
     boost::mpi::communicator comm;
     int rank;
     int size;

@@ -45,7 +45,9 @@ inline int& host_team_size_setting() {
 
 /// Threads per team requested on host execution spaces (at least 1). Each kernel clamps it to
 /// what its space allows (`team_size_max`; 1 on Serial).
-inline int host_team_size() { return impl::host_team_size_setting(); }
+inline int host_team_size() {
+  return impl::host_team_size_setting();
+}
 
 /// Sets the threads per team requested on host execution spaces (values below 1 become 1).
 inline void set_host_team_size(int threads) {

@@ -25,15 +25,15 @@ inline constexpr bool is_host_accessible_v =
 /// Throws unless `view` is contiguous (no stride gaps), naming the operator and the argument.
 template <class View>
 void require_contiguous(const View& view, const std::string& op, const std::string& argument) {
-  require_local(view.span_is_contiguous(), op, argument + " must be contiguous", "a contiguous view",
-                "a strided view");
+  require_local(view.span_is_contiguous(), op, argument + " must be contiguous",
+                "a contiguous view", "a strided view");
 }
 
 }  // namespace ctxpar
 
 /// Static check at a public entry point: `view_type` is accessible from `exec_type`. The message
 /// names the API so the compiler's diagnostic reads as an instruction.
-#define CTXPAR_ASSERT_ACCESSIBLE(api, exec_type, view_type)                       \
-  static_assert(::ctxpar::is_accessible_from_v<exec_type, view_type>,             \
-                api ": the view must be accessible from the execution space "     \
-                    "(allocate it in that space's memory space)")
+#define CTXPAR_ASSERT_ACCESSIBLE(api, exec_type, view_type)               \
+  static_assert(::ctxpar::is_accessible_from_v<exec_type, view_type>, api \
+                ": the view must be accessible from the execution space " \
+                "(allocate it in that space's memory space)")

@@ -43,7 +43,8 @@ struct BalancedChunks {
   std::vector<int> counts(std::int64_t per_element = 1) const {
     std::vector<int> c(static_cast<std::size_t>(parts));
     for (int r = 0; r < parts; ++r) {
-      c[static_cast<std::size_t>(r)] = impl::mpi_count(size(r) * per_element, "ctxpar::BalancedChunks::counts");
+      c[static_cast<std::size_t>(r)] =
+          impl::mpi_count(size(r) * per_element, "ctxpar::BalancedChunks::counts");
     }
     return c;
   }
