@@ -614,10 +614,9 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         bench::print_profile("  single-rank call profile", solo_profile, 8);
         bench::print_profile("  CP call profile, rank 0", cp_profile, 8);
-      }
-      if (rank == 0)
         std::cout << "cp efficiency (gdn fwd+bwd, T=" << T << ", solo T(1)): " << efficiency
                   << " (machine ceiling " << ceiling << ")\n";
+      }
     }
 
     if (p >= 2 && !step_only) {

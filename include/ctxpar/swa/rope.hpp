@@ -28,6 +28,17 @@ KOKKOS_INLINE_FUNCTION std::int64_t rope_items(std::int64_t tokens, std::int64_t
   return (tokens + rope_tokens_per_item - 1) / rope_tokens_per_item * per_block;
 }
 
+/// Tokens `[first, last)` of a RoPE kernel's token block.
+struct RopeBlock {
+  std::int64_t first, last;
+};
+
+/// Block `block` of a RoPE kernel over `tokens` tokens (the last block may be short).
+KOKKOS_INLINE_FUNCTION RopeBlock rope_block(std::int64_t block, std::int64_t tokens) {
+  const std::int64_t first = block * rope_tokens_per_item;
+  return {first, first + rope_tokens_per_item < tokens ? first + rope_tokens_per_item : tokens};
+}
+
 /// The RoPE frequency `base^(-2d/D)` of pair `(d, d + half)`, in double.
 KOKKOS_INLINE_FUNCTION double rope_frequency(std::int64_t d, std::int64_t half, double base) {
   const double dim = static_cast<double>(2 * half);
@@ -62,12 +73,10 @@ struct RopeFunctor {
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t flat) const {
     const std::int64_t d = flat % half;
-    const std::int64_t first = flat / half * rope_tokens_per_item;
-    const std::int64_t last =
-        first + rope_tokens_per_item < tokens ? first + rope_tokens_per_item : tokens;
+    const RopeBlock block = rope_block(flat / half, tokens);
     const double frequency = rope_frequency(d, half, base);
     using value_type = typename OutView::non_const_value_type;
-    for (std::int64_t i = first; i < last; ++i) {
+    for (std::int64_t i = block.first; i < block.last; ++i) {
       double c = 1.0, s = 0.0;
       rope_rotation(pos(i), frequency, sign, c, s);
       for (std::int64_t h = 0; h < heads; ++h) {

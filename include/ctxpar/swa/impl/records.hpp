@@ -69,11 +69,10 @@ struct PackRecords {
   std::int64_t slots, heads, half, bytes;
   double rope_base;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    const std::int64_t d = x % (half + 1), first = x / (half + 1) * rope_tokens_per_item;
-    const std::int64_t last =
-        first + rope_tokens_per_item < slots ? first + rope_tokens_per_item : slots;
+    const std::int64_t d = x % (half + 1);
+    const RopeBlock block = rope_block(x / (half + 1), slots);
     const double frequency = rope_base > 0.0 && d < half ? rope_frequency(d, half, rope_base) : 0.0;
-    for (std::int64_t slot = first; slot < last; ++slot) pack(slot, d, frequency);
+    for (std::int64_t slot = block.first; slot < block.last; ++slot) pack(slot, d, frequency);
   }
   KOKKOS_INLINE_FUNCTION void pack(std::int64_t slot, std::int64_t d, double frequency) const {
     const std::int64_t i = index.extent(0) > 0 ? index(slot) : slot;
@@ -136,12 +135,11 @@ struct UnpackRecords {
   std::int64_t tokens, heads, half, bytes;
   double own_rope_base;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    const std::int64_t d = x % (half + 1), first = x / (half + 1) * rope_tokens_per_item;
-    const std::int64_t last =
-        first + rope_tokens_per_item < tokens ? first + rope_tokens_per_item : tokens;
+    const std::int64_t d = x % (half + 1);
+    const RopeBlock block = rope_block(x / (half + 1), tokens);
     const double frequency =
         own_rope_base > 0.0 && d < half ? rope_frequency(d, half, own_rope_base) : 0.0;
-    for (std::int64_t i = first; i < last; ++i) unpack(i, d, frequency);
+    for (std::int64_t i = block.first; i < block.last; ++i) unpack(i, d, frequency);
   }
   KOKKOS_INLINE_FUNCTION void unpack(std::int64_t i, std::int64_t d, double frequency) const {
     const std::int64_t s = source(i);
