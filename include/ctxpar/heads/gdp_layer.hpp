@@ -78,6 +78,7 @@ class GdpLayerCore {
     Kokkos::deep_copy(seq_end_, e);
     pre_ = matrix("ctxpar::heads::conv_pre", t, dims.conv_channels());
     act_ = matrix("ctxpar::heads::conv_act", t, dims.conv_channels());
+    taps_ = matrix("ctxpar::heads::conv_taps", dims.width, dims.conv_channels());
     rnorm_ = tensor3("ctxpar::heads::rnorm", t, m + 1, dims.groups);
     rec_.q = tensor3("ctxpar::heads::q", t, h, dims.d_state);
     rec_.k = tensor3("ctxpar::heads::k", t * m, h, dims.d_state);
@@ -111,7 +112,6 @@ class GdpLayerCore {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::GdpLayerCore::forward", ExecutionSpace, matrix);
     compat::ScopedRegion region("ctxpar::heads::layer_forward");
     u_ = u;
-    conv_w_ = conv_w;
     dt_bias_ = dt_bias;
     a_log_ = a_log;
     d_ = d;
@@ -120,12 +120,17 @@ class GdpLayerCore {
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
     using p1 = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
     if (t == 0) return;
-    if (dims_.conv_channels() > 0)
+    const std::int64_t cc = dims_.conv_channels();
+    if (cc > 0) {
+      Kokkos::parallel_for("ctxpar::heads::transpose_conv_taps", p1(space, 0, cc),
+                           impl::TransposeTaps<matrix, matrix>{conv_w, taps_});
+      const std::int64_t block = conv_channel_block<ExecutionSpace>();
       Kokkos::parallel_for(
-          "ctxpar::heads::conv_silu", p2(space, {0, 0}, {t, dims_.conv_channels()}),
+          "ctxpar::heads::conv_silu", p1(space, 0, impl::channel_items(t, cc, block)),
           impl::ConvForward<matrix, matrix, vector, matrix,
                             Kokkos::View<std::int64_t*, MemorySpace>>{
-              u, conv_w, conv_b, pre_, act_, seq_start_, dims_.off_v, dims_.width});
+              u, taps_, conv_b, pre_, act_, seq_start_, dims_.off_v, cc, block, dims_.width});
+    }
     Kokkos::parallel_for("ctxpar::heads::split_l2norm", p1(space, 0, t),
                          impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>{
                              act_, rnorm_, rec_.k, rec_.q, rec_.v, dims_, eps_});
@@ -192,9 +197,11 @@ class GdpLayerCore {
     const std::int64_t cc = dims_.conv_channels();
     if (cc > 0) {
       Kokkos::parallel_for(
-          "ctxpar::heads::conv_backward_input", p2(space, {0, 0}, {t, cc}),
+          "ctxpar::heads::conv_backward_input",
+          p1(space, 0, impl::channel_items(t, cc, conv_channel_block<ExecutionSpace>())),
           impl::ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
-              dact_, conv_w_, du, seq_end_, dims_.off_v, dims_.width});
+              dact_, taps_, du, seq_end_, dims_.off_v, cc, conv_channel_block<ExecutionSpace>(),
+              dims_.width});
       using weights_kernel = impl::ConvBackwardWeights<matrix, matrix, matrix, vector,
                                                        Kokkos::View<std::int64_t*, MemorySpace>>;
       const int block =
@@ -217,6 +224,13 @@ class GdpLayerCore {
  private:
   using strided_matrix = Kokkos::View<Scalar**, Kokkos::LayoutStride, MemorySpace>;
   using strided_tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutStride, MemorySpace>;
+
+  // Channels per work item of the conv kernels: a token's whole row on the host fast path, one
+  // channel where the portable kernels run (GPUs, and every space of a portable build).
+  template <class ExecutionSpace>
+  static constexpr std::int64_t conv_channel_block() {
+    return ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> ? impl::host_channel_block : 1;
+  }
 
   // Householder copy 0 of the V section of `a` (`act_`, V first) as `[T, H, d]`.
   strided_tensor3 value_copy0(const matrix& a) const {
@@ -331,7 +345,8 @@ class GdpLayerCore {
   std::int64_t tokens_ = 0;
   double eps_ = 1e-6;
   Kokkos::View<std::int64_t*, MemorySpace> seq_start_, seq_end_;
-  matrix pre_, act_, dact_, u_, conv_w_;
+  matrix pre_, act_, dact_, u_;
+  matrix taps_;  // the last forward's conv weights tap-major, [width, C_conv]
   vector dt_bias_, a_log_, d_;
   tensor3 rnorm_;
   Recurrence rec_;

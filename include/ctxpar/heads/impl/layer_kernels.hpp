@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/fast_exp.hpp"
+#include "ctxpar/core/impl/simd.hpp"
 #include "ctxpar/expr/unary.hpp"
 #include "ctxpar/heads/skip_term.hpp"
 
@@ -18,10 +20,11 @@ namespace ctxpar::heads::impl {
 
 /// `1/(1 + e^−x)` for `x ≥ 0`, `e^x/(1 + e^x)` below (no overflow of `e^−x`). One `exp` of `−|x|`
 /// serves both sides and the side is chosen after it, so a random sign costs no mispredicted
-/// branch around the `exp` (the same bits as evaluating the chosen side alone).
+/// branch around the `exp` (the same bits as evaluating the chosen side alone). The `exp` is the
+/// library's `fast_exp`, whose vector form `simd_sigmoid` below gives the same bits.
 template <class T>
 KOKKOS_INLINE_FUNCTION T sigmoid(T x) {
-  const T e = compat::exp(x >= T(0) ? -x : x);
+  const T e = ctxpar::impl::fast_exp(x >= T(0) ? -x : x);
   const T one_plus = T(1) + e;
   return (x >= T(0) ? T(1) : e) / one_plus;
 }
@@ -83,29 +86,18 @@ struct LocalDims {
   }
 };
 
-/// pre(t, c) = bias(c) + Σ_k w(c, k)·u(t − w + 1 + k, off_v + c) within the token's sequence;
-/// act = SiLU(pre).
-template <class U, class W, class B, class Out, class Idx>
-struct ConvForward {
-  U u;
-  W w;
-  B bias;
-  Out pre, act;
-  Idx seq_start;
-  std::int64_t off;
-  int width;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const {
-    using T = typename Out::non_const_value_type;
-    T s = bias(c);
-    const std::int64_t first = seq_start(t);
-    for (int k = 0; k < width; ++k) {
-      const std::int64_t src = t - (width - 1) + k;
-      if (src >= first) s += w(c, k) * u(src, off + c);
-    }
-    pre(t, c) = s;
-    act(t, c) = s * sigmoid(s);
-  }
-};
+#if CTXPAR_HOST_SIMD
+/// `sigmoid` on every lane, the same operations lane by lane (`simd_exp` is `fast_exp` on every
+/// lane).
+template <class T>
+inline ctxpar::impl::simd_t<T> simd_sigmoid(ctxpar::impl::simd_t<T> x) {
+  using ctxpar::impl::simd_broadcast;
+  const auto zero = ctxpar::impl::simd_zero<T>();
+  const auto positive = x >= zero;
+  const auto e = ctxpar::impl::simd_exp(positive ? zero - x : x);
+  return (positive ? simd_broadcast(T(1)) : e) / (T(1) + e);
+}
+#endif
 
 /// SiLU'(x) = s·(1 + x·(1 − s)) with s = sigmoid(x).
 template <class T>
@@ -114,24 +106,119 @@ KOKKOS_INLINE_FUNCTION T silu_grad(T x) {
   return s * (T(1) + x * (T(1) - s));
 }
 
+/// Over `n` contiguous channels: `act[c] = pre[c]·sigmoid(pre[c])` when `grad` is false, else
+/// `out[c] *= SiLU'(pre[c])`. Whole vectors on hosts with vector extensions (a loop over the
+/// scalar functions stays scalar), the scalar functions on the tail and everywhere else; the same
+/// operations in the same order either way.
+template <class T>
+KOKKOS_INLINE_FUNCTION void silu_row(const T* pre, T* out, std::int64_t n, bool grad) {
+  std::int64_t c = 0;
+#if CTXPAR_HOST_SIMD
+  using ctxpar::impl::Simd;
+  for (; c + Simd<T>::lanes <= n; c += Simd<T>::lanes) {
+    const auto x = ctxpar::impl::simd_load(pre + c);
+    const auto s = simd_sigmoid<T>(x);
+    if (grad)
+      ctxpar::impl::simd_store(out + c,
+                               ctxpar::impl::simd_load(out + c) * (s * (T(1) + x * (T(1) - s))));
+    else
+      ctxpar::impl::simd_store(out + c, x * s);
+  }
+#endif
+  for (; c < n; ++c) out[c] = grad ? out[c] * silu_grad(pre[c]) : pre[c] * sigmoid(pre[c]);
+}
+
+/// Channels per work item of the conv kernels on a host core: one token's whole row (a GPU takes
+/// one channel per thread, so that neighbouring threads read neighbouring channels).
+inline constexpr std::int64_t host_channel_block = std::int64_t(1) << 30;
+
+/// Work items of a conv kernel over `[T, C]` with `block` channels each.
+KOKKOS_INLINE_FUNCTION std::int64_t channel_items(std::int64_t tokens, std::int64_t channels,
+                                                  std::int64_t block) {
+  return tokens * ((channels + block - 1) / block);
+}
+
+/// taps(k, c) = w(c, k): the conv weights tap-major, so that one tap's weights of neighbouring
+/// channels are adjacent (a contiguous row on a host core, coalesced loads on a GPU).
+template <class W, class Taps>
+struct TransposeTaps {
+  W w;
+  Taps taps;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t c) const {
+    for (int k = 0; k < static_cast<int>(taps.extent(0)); ++k) taps(k, c) = w(c, k);
+  }
+};
+
+/// pre(t, c) = bias(c) + Σ_k w(c, k)·u(t − w + 1 + k, off_v + c) within the token's sequence;
+/// act = SiLU(pre). Work item `i` owns token `t` and channels `[c0, c0 + block)`. With one
+/// channel (GPU) the taps sum in a register; with a row (host) each tap is one pass over the row
+/// held in `pre`, so that the compiler vectorises it, and SiLU runs on whole vectors. The taps
+/// add in the same order either way, so `pre` and `act` have the same bits.
+template <class U, class W, class B, class Out, class Idx>
+struct ConvForward {
+  U u;
+  W w;  // tap-major, [width, C] (see TransposeTaps)
+  B bias;
+  Out pre, act;
+  Idx seq_start;
+  std::int64_t off, channels, block;
+  int width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    using T = typename Out::non_const_value_type;
+    const std::int64_t blocks = (channels + block - 1) / block;
+    const std::int64_t t = i / blocks, c0 = (i % blocks) * block;
+    const std::int64_t n = channels - c0 < block ? channels - c0 : block;
+    // First tap inside the token's sequence.
+    const std::int64_t skipped = seq_start(t) - (t - (width - 1));
+    const int k0 = skipped > 0 ? static_cast<int>(skipped) : 0;
+    if (n == 1) {
+      T s = bias(c0);
+      for (int k = k0; k < width; ++k) s += w(k, c0) * u(t - (width - 1) + k, off + c0);
+      pre(t, c0) = s;
+      act(t, c0) = s * sigmoid(s);
+      return;
+    }
+    T* const row = &pre(t, c0);
+    for (std::int64_t j = 0; j < n; ++j) row[j] = bias(c0 + j);
+    for (int k = k0; k < width; ++k) {
+      const std::int64_t src = t - (width - 1) + k;
+      for (std::int64_t j = 0; j < n; ++j) row[j] += w(k, c0 + j) * u(src, off + c0 + j);
+    }
+    silu_row(row, &act(t, c0), n, false);
+  }
+};
+
 /// du(t, off_v + c) = Σ_k w(c, k)·dpre(t + w − 1 − k, c) over outputs in the token's sequence.
+/// Work items as in `ConvForward`: one channel in a register (GPU), or a row of `du` accumulated
+/// tap by tap (host), the taps in the same order either way.
 template <class Dpre, class W, class Du, class Idx>
 struct ConvBackwardInput {
   Dpre dpre;
-  W w;
+  W w;  // tap-major, [width, C] (see TransposeTaps)
   Du du;
   Idx seq_end;
-  std::int64_t off;
+  std::int64_t off, channels, block;
   int width;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t, std::int64_t c) const {
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     using T = typename Du::non_const_value_type;
-    T s = 0;
-    const std::int64_t last = seq_end(t);
-    for (int k = 0; k < width; ++k) {
-      const std::int64_t out = t + (width - 1) - k;
-      if (out < last) s += w(c, k) * dpre(out, c);
+    const std::int64_t blocks = (channels + block - 1) / block;
+    const std::int64_t t = i / blocks, c0 = (i % blocks) * block;
+    const std::int64_t n = channels - c0 < block ? channels - c0 : block;
+    // Tap k reads output t + w − 1 − k, which must lie before the sequence's end.
+    const std::int64_t past = t + width - seq_end(t);
+    const int k0 = past > 0 ? static_cast<int>(past) : 0;
+    if (n == 1) {
+      T s = 0;
+      for (int k = k0; k < width; ++k) s += w(k, c0) * dpre(t + (width - 1) - k, c0);
+      du(t, off + c0) = s;
+      return;
     }
-    du(t, off + c) = s;
+    T* const row = &du(t, off + c0);
+    for (std::int64_t j = 0; j < n; ++j) row[j] = T(0);
+    for (int k = k0; k < width; ++k) {
+      const std::int64_t out = t + (width - 1) - k;
+      for (std::int64_t j = 0; j < n; ++j) row[j] += w(k, c0 + j) * dpre(out, c0 + j);
+    }
   }
 };
 
@@ -145,8 +232,8 @@ struct ConvBackwardInput {
 /// order for any `block`, so the result is bitwise the same.
 template <class Dpre, class U, class Dw, class Db, class Idx>
 struct ConvBackwardWeights {
-  /// Most channels one work item owns (a 64-byte line of doubles).
-  static constexpr int max_block = 8;
+  /// Most channels one work item owns (a 64-byte line of floats).
+  static constexpr int max_block = 16;
   Dpre dpre;
   U u;
   Dw dw;
@@ -157,9 +244,44 @@ struct ConvBackwardWeights {
   std::int64_t channels;
   int block;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    using T = typename Dw::non_const_value_type;
     const std::int64_t c0 = i * block;
     const int n = static_cast<int>(channels - c0 < block ? channels - c0 : block);
+    // A full block with its size known to the compiler, whose loops over it then vectorise; at
+    // the usual width all taps in one pass over the rows, their sums held in registers.
+    if (n == max_block && width == 4)
+      sums_one_pass<max_block, 4>(c0);
+    else if (n == max_block)
+      sums<max_block>(c0, n);
+    else
+      sums<0>(c0, n);
+  }
+  // The sums of a full block with `Taps` taps in one pass over the rows: each sum still runs over
+  // `t` in increasing order, so the bits are those of `sums`.
+  template <int Block, int Taps>
+  KOKKOS_INLINE_FUNCTION void sums_one_pass(std::int64_t c0) const {
+    using T = typename Dw::non_const_value_type;
+    T sb[Block], sk[Taps][Block];
+    for (int j = 0; j < Block; ++j) sb[j] = 0;
+    for (int k = 0; k < Taps; ++k)
+      for (int j = 0; j < Block; ++j) sk[k][j] = 0;
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::int64_t first = seq_start(t);
+      for (int j = 0; j < Block; ++j) sb[j] += dpre(t, c0 + j);
+      for (int k = 0; k < Taps; ++k) {
+        const std::int64_t src = t - (Taps - 1) + k;
+        if (src < first) continue;
+        for (int j = 0; j < Block; ++j) sk[k][j] += dpre(t, c0 + j) * u(src, off + c0 + j);
+      }
+    }
+    for (int j = 0; j < Block; ++j) db(c0 + j) = sb[j];
+    for (int k = 0; k < Taps; ++k)
+      for (int j = 0; j < Block; ++j) dw(c0 + j, k) = sk[k][j];
+  }
+  // The sums of channels [c0, c0 + n); `Fixed` is n when it is known at compile time, else 0.
+  template <int Fixed>
+  KOKKOS_INLINE_FUNCTION void sums(std::int64_t c0, int n_runtime) const {
+    using T = typename Dw::non_const_value_type;
+    const int n = Fixed > 0 ? Fixed : n_runtime;
     T s[max_block];
     for (int j = 0; j < n; ++j) s[j] = 0;
     for (std::int64_t t = 0; t < tokens; ++t)
@@ -198,22 +320,20 @@ struct SplitNormalize {
         rk(t, m, g) = T(1) / compat::sqrt(ss + T(eps));
       }
     }
-    for (int m = 0; m < dims.copies; ++m) {
+    // Rows are contiguous (LayoutRight): the copies below run over adjacent memory.
+    const int n_state = dims.d_state, d = dims.headdim;
+    for (int m = 0; m <= dims.copies; ++m) {
       for (int h = 0; h < dims.heads; ++h) {
         const int g = dims.group_of(h);
-        const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * dims.d_state;
-        for (int n = 0; n < dims.d_state; ++n)
-          k(t * dims.copies + m, h, n) = act(t, base + n) * rk(t, m, g);
-        for (int j = 0; j < dims.headdim; ++j)
-          v(t * dims.copies + m, h, j) =
-              act(t, (std::int64_t(m) * dims.heads + h) * dims.headdim + j);
+        const T r = rk(t, m, g);
+        const auto* const x = &act(t, off_k + (std::int64_t(m) * dims.groups + g) * n_state);
+        T* const out = m < dims.copies ? &k(t * dims.copies + m, h, 0) : &q(t, h, 0);
+        for (int n = 0; n < n_state; ++n) out[n] = x[n] * r;
+        if (m == dims.copies) continue;
+        const auto* const xv = &act(t, (std::int64_t(m) * dims.heads + h) * d);
+        T* const vo = &v(t * dims.copies + m, h, 0);
+        for (int j = 0; j < d; ++j) vo[j] = xv[j];
       }
-    }
-    for (int h = 0; h < dims.heads; ++h) {
-      const int g = dims.group_of(h);
-      const std::int64_t base =
-          off_k + (std::int64_t(dims.copies) * dims.groups + g) * dims.d_state;
-      for (int n = 0; n < dims.d_state; ++n) q(t, h, n) = act(t, base + n) * rk(t, dims.copies, g);
     }
   }
 };
@@ -222,8 +342,8 @@ struct SplitNormalize {
 /// group, sums the gradients of the heads that read it and applies the L2-norm Jacobian
 /// `r·(dx̂ − x̂ (x̂·dx̂))`; on the V channels of householder copy 0 adds `D ⊙ dy` when the layer has
 /// a skip term (it reads x_V); and stores each gradient times SiLU'(pre) as `dpre`, for every conv
-/// channel (V, K and Q). The SiLU factor is applied at the store, in the order the separate passes
-/// used, so `dpre` is the same as theirs.
+/// channel (V, K and Q). The SiLU factor is applied last, over the token's whole row (one pass
+/// that vectorises on a host), with the operands in the order the separate passes used.
 template <class Act, class R, class K3, class V3, class D, class Dy, class Skip>
 struct SplitNormalizeBackward {
   Act act, pre;
@@ -237,44 +357,49 @@ struct SplitNormalizeBackward {
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
     using T = typename D::non_const_value_type;
     const std::int64_t off_k = dims.d_inner() * dims.copies;
+    // Rows are contiguous (LayoutRight), so every loop below runs over adjacent memory.
+    const int d = dims.headdim;
     for (int m = 0; m < dims.copies; ++m)
-      for (int h = 0; h < dims.heads; ++h)
-        for (int j = 0; j < dims.headdim; ++j) {
-          const std::int64_t c = (std::int64_t(m) * dims.heads + h) * dims.headdim + j;
-          T g = dv(t * dims.copies + m, h, j);
-          if (m == 0 && dims.skip != SkipTerm::none) {
-            const std::int64_t hj = std::int64_t(h) * dims.headdim + j;
-            const T w = dims.skip == SkipTerm::per_head ? dd(h) : dd(hj);
-            g = g + w * dy(t, hj);
-          }
-          dpre(t, c) = g * silu_grad(pre(t, c));
+      for (int h = 0; h < dims.heads; ++h) {
+        T* const out = &dpre(t, (std::int64_t(m) * dims.heads + h) * d);
+        const auto* const in = &dv(t * dims.copies + m, h, 0);
+        if (m == 0 && dims.skip == SkipTerm::per_head) {
+          const T w = dd(h);
+          const auto* const dyr = &dy(t, std::int64_t(h) * d);
+          for (int j = 0; j < d; ++j) out[j] = in[j] + w * dyr[j];
+        } else if (m == 0 && dims.skip == SkipTerm::per_channel) {
+          const auto* const w = &dd(std::int64_t(h) * d);
+          const auto* const dyr = &dy(t, std::int64_t(h) * d);
+          for (int j = 0; j < d; ++j) out[j] = in[j] + w[j] * dyr[j];
+        } else {
+          for (int j = 0; j < d; ++j) out[j] = in[j];
         }
+      }
+    const int n_state = dims.d_state;
     for (int m = 0; m <= dims.copies; ++m) {
       for (int g = 0; g < dims.groups; ++g) {
-        const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * dims.d_state;
+        const std::int64_t base = off_k + (std::int64_t(m) * dims.groups + g) * n_state;
         const T r = rk(t, m, g);
+        T* const dx = &dpre(t, base);
+        const auto* const x = &act(t, base);
         // The local heads that read group g, [h0, h1): a group's heads are consecutive.
         const int first = (dims.group_begin + g) * dims.heads_per_group - dims.head_begin;
         const int h0 = first > 0 ? first : 0;
         const int h1 =
             first + dims.heads_per_group < dims.heads ? first + dims.heads_per_group : dims.heads;
         // dx̂ summed over those heads in order (kept in dpre until the dot is known), then x̂·dx̂.
+        for (int n = 0; n < n_state; ++n) dx[n] = T(0);
+        for (int h = h0; h < h1; ++h) {
+          const auto* const src = m < dims.copies ? &dk(t * dims.copies + m, h, 0) : &dq(t, h, 0);
+          for (int n = 0; n < n_state; ++n) dx[n] += src[n];
+        }
         T dot = 0;
-        for (int n = 0; n < dims.d_state; ++n) {
-          T s = 0;
-          if (m < dims.copies)
-            for (int h = h0; h < h1; ++h) s += dk(t * dims.copies + m, h, n);
-          else
-            for (int h = h0; h < h1; ++h) s += dq(t, h, n);
-          dpre(t, base + n) = s;
-          dot += s * act(t, base + n) * r;
-        }
-        for (int n = 0; n < dims.d_state; ++n) {
-          const T dx = r * (dpre(t, base + n) - act(t, base + n) * r * dot);
-          dpre(t, base + n) = dx * silu_grad(pre(t, base + n));
-        }
+        for (int n = 0; n < n_state; ++n) dot += dx[n] * x[n] * r;
+        for (int n = 0; n < n_state; ++n) dx[n] = r * (dx[n] - x[n] * r * dot);
       }
     }
+    // SiLU's backward over the token's whole row, as one pass that vectorises on a host.
+    silu_row(&pre(t, 0), &dpre(t, 0), dims.conv_channels(), true);
   }
 };
 

@@ -31,6 +31,7 @@ inline constexpr int host_key_tile = 32;
 
 using ctxpar::impl::Simd;
 using ctxpar::impl::simd_broadcast;
+using ctxpar::impl::simd_exp;
 using ctxpar::impl::simd_load;
 using ctxpar::impl::simd_max;
 using ctxpar::impl::simd_max_lane;
@@ -40,47 +41,6 @@ using ctxpar::impl::simd_sum;
 using ctxpar::impl::simd_t;
 using ctxpar::impl::simd_zero;
 using ctxpar::impl::simd_zero_where;
-
-/// The float `softmax_exp` of kernel_math.hpp (same range reduction and polynomial) on every lane.
-inline simd_t<float> simd_exp(simd_t<float> x) {
-#if CTXPAR_HOST_SIMD
-  // Branch-free on whole vectors: a per-lane loop with the clamps as branches stays scalar.
-  typedef std::int32_t ints __attribute__((vector_size(CTXPAR_SIMD_BYTES)));
-  using floats = simd_t<float>;
-  const floats lo = simd_broadcast(-87.0f), hi = simd_broadcast(88.0f);
-  floats xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  const floats scaled = xc * 1.44269504088896341f;
-  const floats half = scaled >= simd_zero<float>() ? simd_broadcast(0.5f) : simd_broadcast(-0.5f);
-  const ints n = __builtin_convertvector(scaled + half, ints);
-  const floats nf = __builtin_convertvector(n, floats);
-  const floats r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  floats p = simd_broadcast(1.0f / 5040.0f);
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const ints bits = (n + 127) << 23;
-  floats two_n;
-  std::memcpy(&two_n, &bits, sizeof(two_n));
-  return x < lo ? simd_zero<float>() : p * two_n;
-#else
-  float xs[Simd<float>::lanes];
-  simd_store(xs, x);
-  for (int i = 0; i < Simd<float>::lanes; ++i) xs[i] = softmax_exp(xs[i]);
-  return simd_load(xs);
-#endif
-}
-/// `exp` lane by lane in double precision.
-inline simd_t<double> simd_exp(simd_t<double> x) {
-  double xs[Simd<double>::lanes];
-  simd_store(xs, x);
-  for (int i = 0; i < Simd<double>::lanes; ++i) xs[i] = std::exp(xs[i]);
-  return simd_load(xs);
-}
 
 /// Vectors per key tile row.
 template <class T>

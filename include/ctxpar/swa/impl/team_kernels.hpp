@@ -201,9 +201,9 @@ struct TeamForwardKernel {
         if (rowmax == masked) return;
         const acc mold = ms[slot];
         const acc mnew = mold > rowmax ? mold : rowmax;
-        const acc alpha = softmax_exp(mold - mnew);
+        const acc alpha = fast_exp(mold - mnew);
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, key_tile), [&](const int j) {
-          pr[j] = pr[j] == masked ? acc(0) : softmax_exp(pr[j] - mnew);
+          pr[j] = pr[j] == masked ? acc(0) : fast_exp(pr[j] - mnew);
         });
         // Every lane sums the weights itself, in key order: the same bits on every lane.
         acc sum = 0;
@@ -355,7 +355,7 @@ struct TeamQueryGradientKernel {
               acc s = 0, dp = 0;
               for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
               for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
-              const acc p = vis ? softmax_exp(s - l) : acc(0);
+              const acc p = vis ? fast_exp(s - l) : acc(0);
               dsr[j] = p * (dp - dl);
               n += vis ? 1 : 0;
             },
@@ -463,7 +463,7 @@ struct TeamKeyGradientKernel {
             acc s = 0, dp = 0;
             for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
             for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
-            const acc p = vis ? softmax_exp(s - lses[r]) : acc(0);
+            const acc p = vis ? fast_exp(s - lses[r]) : acc(0);
             ps[r * key_tile + j] = p;
             dss[r * key_tile + j] = p * (dp - deltas[r]);
           });
