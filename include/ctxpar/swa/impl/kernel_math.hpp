@@ -2,15 +2,13 @@
 /// Scalar pieces shared by every sliding-window attention kernel (portable and host): the softmax
 /// exponential (the library's `fast_exp`), which must give the same bits in each so that the
 /// kernels agree, and binary searches over key/query positions. The tile products live in the
-/// kernel toolbox
-/// (`core/impl/tile_product.hpp`, `core/impl/simd.hpp`).
+/// kernel toolbox (`core/impl/tile_product.hpp`, `core/impl/simd.hpp`).
 #pragma once
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
 
-#include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/fast_exp.hpp"
 
 namespace ctxpar::swa::impl {
