@@ -15,6 +15,7 @@
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
+#include "ctxpar/core/team_size.hpp"
 
 namespace ctxpar::impl::gated_delta {
 
@@ -86,6 +87,51 @@ struct IntraChunk {
     return scratch::shmem_size(std::size_t(K) * C) + scratch::shmem_size(std::size_t(C) * K) +
            scratch::shmem_size(std::size_t(C) * C) + scratch::shmem_size(std::size_t(C) * K) +
            scratch::shmem_size(std::size_t(C) * V);
+  }
+
+  /// X = (I + A)⁻¹ for the strictly lower `A` (`[C, C]`, row-major), by forward substitution one
+  /// row at a time: `X_ij = −A_ij − Σ_{j<m<i} A_im X_mj` (1 on the diagonal, 0 above), the sum
+  /// in increasing `m` on every path. The portable path gives each thread one `j` and keeps the
+  /// sum in a register (consecutive threads read consecutive `X_mj`); the host fast path gives each
+  /// thread a block of `j` and runs `m` outside, so that the inner loop over `j` is a contiguous
+  /// axpy the compiler vectorises.
+  static KOKKOS_INLINE_FUNCTION void invert_unit_lower(const member_type& team, const Scalar* A,
+                                                       Scalar* X, int C) {
+    if constexpr (uses_host_fast_path_v<ExecutionSpace>) {
+      const int threads = team.team_size();
+      const int block = threads > 1 ? ((C + threads - 1) / threads + 15) / 16 * 16 : C;
+      const int blocks = (C + block - 1) / block;
+      for (int i = 0; i < C; ++i) {
+        const Scalar* ai = A + static_cast<long>(i) * C;
+        Scalar* xi = X + static_cast<long>(i) * C;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int b) {
+          const int j0 = b * block, j1 = j0 + block < C ? j0 + block : C;
+          for (int j = j0; j < j1; ++j) xi[j] = j < i ? -ai[j] : (j == i ? Scalar(1) : Scalar(0));
+          for (int m = j0 + 1; m < i; ++m) {
+            const Scalar a = ai[m];
+            const Scalar* xm = X + static_cast<long>(m) * C;
+            const int jm = m < j1 ? m : j1;  // X_mj = 0 for j >= m
+            for (int j = j0; j < jm; ++j) xi[j] -= a * xm[j];
+          }
+        });
+        team.team_barrier();
+      }
+    } else {
+      for (int i = 0; i < C; ++i) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int j) {
+          Scalar x = Scalar(0);
+          if (j == i) {
+            x = Scalar(1);
+          } else if (j < i) {
+            x = -A[static_cast<long>(i) * C + j];
+            for (int m = j + 1; m < i; ++m)
+              x -= A[static_cast<long>(i) * C + m] * X[static_cast<long>(m) * C + j];
+          }
+          X[static_cast<long>(i) * C + j] = x;
+        });
+        team.team_barrier();
+      }
+    }
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
@@ -166,21 +212,7 @@ struct IntraChunk {
       }
     });
     team.team_barrier();
-    // X = (I + A)⁻¹ by forward substitution, one row at a time.
-    for (int i = 0; i < C; ++i) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int j) {
-        Scalar x = Scalar(0);
-        if (j == i) {
-          x = Scalar(1);
-        } else if (j < i) {
-          x = -A[static_cast<long>(i) * C + j];
-          for (int m = j + 1; m < i; ++m)
-            x -= A[static_cast<long>(i) * C + m] * X[static_cast<long>(m) * C + j];
-        }
-        X[static_cast<long>(i) * C + j] = x;
-      });
-      team.team_barrier();
-    }
+    invert_unit_lower(team, A.data(), X, C);
     team_gemm(team, C, K, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K,
               false);
     team_gemm(team, C, V, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V,
