@@ -34,8 +34,8 @@ KOKKOS_INLINE_FUNCTION T softplus(T x) {
 }
 
 /// The gate's sigmoid as an expression-layer operation. Kept apart from `expr::op::Sigmoid`
-/// because it takes `exp(x)/(1 + exp(x))` for negative `x` (no overflow of `exp(-x)`), and the
-/// layer's results must stay bit-identical to the recorded ones.
+/// because it takes `exp(x)/(1 + exp(x))` for negative `x` (no overflow of `exp(-x)`) through the
+/// library's `fast_exp`, the same function as the layer's SiLU, on host and device alike.
 struct GateSigmoid {
   /// Same type.
   template <class T>
