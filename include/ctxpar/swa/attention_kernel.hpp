@@ -239,7 +239,8 @@ void host_weights_and_gradients(const Mask& mask, int dp, const T* qs, const T* 
                  simd_load<T>(p + r * key_tile + c * lanes) * (s[r][c] - deltas[r]));
 }
 
-/// Backward for dQ on the host: one team per (query head, query tile).
+/// Backward for dQ on the host when the backward is not fused (see `fused_backward_segments`): one
+/// team per (query head, query tile).
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct HostQueryGradientKernel {
   using acc = accumulator_t<Scalar>;
@@ -328,8 +329,25 @@ struct PackRowsKernel {
   }
 };
 
-/// Backward for dK and dV on the host: one team per (KV head, packed key tile), looping over the
-/// query heads of the group and the query tiles that can see the tile.
+/// Key segments of the fused host backward: runs of `tiles` key tiles on the global tile grid
+/// (segment `s` holds global tiles `[s * tiles, (s + 1) * tiles)`), and for each segment present on
+/// the local axis the query rows `[lo, hi)` that may see one of its keys. With segments at least a
+/// window long, a query sees keys of at most two consecutive segments, so each segment writes its
+/// dQ partial sums into the slot of its parity and no two teams write the same row.
+struct KeySegments {
+  /// Key tiles per segment (1 when dQ has its own kernel).
+  std::int64_t tiles = 1;
+  /// Global index of the first segment present and the number present.
+  std::int64_t first = 0, count = 0;
+  /// Global index of the local axis's first packed tile.
+  std::int64_t first_tile = 0;
+};
+
+/// Backward for dK and dV on the host: one team per (KV head, key segment), looping over the
+/// segment's packed key tiles, the query heads of the group and the query tiles that can see a
+/// tile. With `dq_parts` it also sums `dS_ij k_j` into the segment's dQ partial rows (the fused
+/// backward: the weights and score gradients are computed once for dQ, dK and dV); without, dQ
+/// comes from `HostQueryGradientKernel` and segments are single tiles.
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct HostKeyGradientKernel {
   using acc = accumulator_t<Scalar>;
@@ -343,6 +361,11 @@ struct HostKeyGradientKernel {
   std::int64_t rows_per_head;
   Mask mask;
   KernelShape<Scalar, MemorySpace> shape;
+  KeySegments segments;
+  /// dQ partial rows `[2][Hq][tq][dp]` (slot = segment parity), or empty.
+  Kokkos::View<acc*, MemorySpace> dq_parts;
+  /// Query rows `[lo, hi)` of each present segment, `[count][2]` (with `dq_parts`).
+  Kokkos::View<const std::int64_t*, MemorySpace> segment_rows;
   int level;
 
   static std::size_t scratch_bytes(int dp) {
@@ -351,14 +374,35 @@ struct HostKeyGradientKernel {
            64;
   }
 
+  /// Segment `s`'s dQ partial row of query `i` and head `h`.
+  acc* part_row(std::int64_t s, int h, std::int64_t i) const {
+    const std::int64_t slot = s % 2;
+    return dq_parts.data() +
+           static_cast<std::size_t>(((slot * shape.hq + h) * shape.tq + i) * packed.dp);
+  }
+
   void operator()(const Member& team) const {
+    const int dp = packed.dp;
+    const int hk = static_cast<int>(team.league_rank() / segments.count);
+    const std::int64_t k = team.league_rank() % segments.count, s = segments.first + k;
+    const std::int64_t t_begin = s * segments.tiles - segments.first_tile;
+    const std::int64_t t_end = t_begin + segments.tiles;
+    acc* dks = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
+    if (dq_parts.extent(0) > 0) {
+      const std::int64_t lo = segment_rows(2 * k), hi = segment_rows(2 * k + 1);
+      for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h)
+        for (acc *x = part_row(s, h, lo), *end = part_row(s, h, hi); x < end; ++x) *x = acc(0);
+    }
+    for (std::int64_t t = t_begin > 0 ? t_begin : 0; t < t_end && t < packed.tiles; ++t)
+      tile(hk, s, packed.base + t * key_tile, dks);
+  }
+
+  /// dK and dV of the key tile starting at local key `j0` (and its dQ partial sums).
+  void tile(int hk, std::int64_t s, std::int64_t j0, acc* dks) const {
     constexpr int rows = score_rows<acc>;
     const int D = shape.dim, dp = packed.dp;
-    const int hk = static_cast<int>(team.league_rank() / packed.tiles);
-    const std::int64_t j0 = packed.base + (team.league_rank() % packed.tiles) * key_tile;
     const std::int64_t jlo = j0 > 0 ? j0 : 0;
     const std::int64_t jhi = j0 + key_tile < shape.nk ? j0 + key_tile : shape.nk;
-    acc* dks = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
     acc* dvs = dks + key_tile * dp;
     acc* ps = dvs + key_tile * dp;
     acc* dss = ps + query_tile * key_tile;
@@ -370,6 +414,7 @@ struct HostKeyGradientKernel {
     const std::size_t off = packed.offset(j0, hk, shape.hkv);
     const acc* kt = packed.kt.data() + off;
     const acc* vt = packed.vt.data() + off;
+    const acc* kr = packed.kr.data() + off;
     for (int x = 0; x < key_tile * dp; ++x) {
       dks[x] = acc(0);
       dvs[x] = acc(0);
@@ -393,10 +438,23 @@ struct HostKeyGradientKernel {
         }
         for (int r = nr; r < query_tile; ++r) qtok[r] = qtok[nr - 1];
         const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
-        for (int r0 = 0; r0 < nq; r0 += rows)
+        acc* dqp = dq_parts.extent(0) > 0 ? part_row(s, h, i0) : nullptr;
+        for (int r0 = 0; r0 < nq; r0 += rows) {
           host_weights_and_gradients<rows>(mask, dp, qs + r0 * dp, dos + r0 * dp, kt, vt, lses + r0,
                                            deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full,
                                            ps + r0 * key_tile, dss + r0 * key_tile);
+          if (dqp) {
+            // Only the rows of queries in range: the rows past them belong to other teams.
+            const int end = nq < r0 + rows ? nq : r0 + rows;
+            int r = r0;
+            for (; r + 4 <= end; r += 4)
+              simd_rows_accumulate<4>(dss + r * key_tile, key_tile, 1, key_tile, kr, dp,
+                                      dqp + r * dp, dp, dp);
+            for (; r < end; ++r)
+              simd_rows_accumulate<1>(dss + r * key_tile, key_tile, 1, key_tile, kr, dp,
+                                      dqp + r * dp, dp, dp);
+          }
+        }
         for (int j = 0; j < key_tile; j += 4) {
           // Only the rows of queries in range: the rows past them may hold other queries.
           simd_rows_accumulate<4>(ps + j, 1, key_tile, nq, dos, dp, dvs + j * dp, dp, dp);
@@ -411,6 +469,81 @@ struct HostKeyGradientKernel {
       }
   }
 };
+
+/// `dq = scale * sum of the dQ partial rows of the segments that cover the query`, in increasing
+/// segment order (at most two), one work item per (query head, query).
+template <class Scalar, class MemorySpace>
+struct SumQueryGradientPartsKernel {
+  using acc = accumulator_t<Scalar>;
+  Kokkos::View<const acc*, MemorySpace> dq_parts;
+  Kokkos::View<const std::int64_t*, MemorySpace> segment_rows;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
+  KeySegments segments;
+  acc scale;
+  std::int64_t tq;
+  int hq, dim, dp;
+  void operator()(const std::int64_t flat) const {
+    const int h = static_cast<int>(flat / tq);
+    const std::int64_t i = flat % tq;
+    // First segment whose rows end past i (the row ends increase with the segment).
+    std::int64_t lo = 0, hi = segments.count;
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      if (segment_rows(2 * mid + 1) <= i)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    const acc* rows[2] = {nullptr, nullptr};
+    int n = 0;
+    for (std::int64_t k = lo; k < segments.count && n < 2 && segment_rows(2 * k) <= i; ++k) {
+      const std::int64_t slot = (segments.first + k) % 2;
+      rows[n++] = dq_parts.data() + static_cast<std::size_t>(((slot * hq + h) * tq + i) * dp);
+    }
+    for (int d = 0; d < dim; ++d) {
+      acc sum = acc(0);
+      for (int m = 0; m < n; ++m) sum += rows[m][d];
+      dq(i, h, d) = static_cast<Scalar>(sum * scale);
+    }
+  }
+};
+
+/// The key segments of the fused host backward and their query rows (into `rows`), or `false`
+/// when the fused backward does not apply: an unlimited window, a head dimension above 64 with a
+/// window under 2048 (measured slower), or positions under which a query would see keys of more
+/// than two segments.
+template <class Scalar, class MemorySpace>
+bool fused_backward_segments(const AttentionInputs<Scalar, MemorySpace>& in,
+                             const KernelShape<Scalar, MemorySpace>& shape,
+                             const PackedKeys<accumulator_t<Scalar>, MemorySpace>& packed,
+                             GrowingBuffer<MemorySpace>& storage, KeySegments& segments,
+                             Kokkos::View<std::int64_t*, MemorySpace>& rows) {
+  if (in.window <= 0) return false;
+  // Measured with one thread on an AVX2 host (bench/swa kernel cases, t = 1024, Hq = 4, Hkv = 1):
+  // fused, the backward goes from 0.58-0.70 to 0.82-0.89 of SGEMM at D = 64 for every window, and
+  // at D = 128 for W >= 2048, but drops from 0.60-0.70 to 0.40-0.56 at D = 128 with W = 512 and
+  // 1024. Those shapes keep the two-kernel backward until the cause is understood.
+  if (packed.dp > 64 && in.window < 2048) return false;
+  segments.tiles = (in.window + key_tile - 1) / key_tile;
+  segments.first_tile = in.key_origin / key_tile;
+  segments.first = segments.first_tile / segments.tiles;
+  segments.count = (segments.first_tile + packed.tiles - 1) / segments.tiles - segments.first + 1;
+  rows = carve<Kokkos::View<std::int64_t*, MemorySpace>>(storage, 2 * segments.count);
+  for (std::int64_t k = 0; k < segments.count; ++k) {
+    const std::int64_t s = segments.first + k;
+    const std::int64_t t_begin = s * segments.tiles - segments.first_tile;
+    std::int64_t jlo = packed.base + t_begin * key_tile;
+    std::int64_t jhi = jlo + segments.tiles * key_tile;
+    jlo = jlo > 0 ? jlo : 0;
+    jhi = jhi < shape.nk ? jhi : shape.nk;
+    rows(2 * k) = lower_bound(in.q_pos, shape.tq, in.k_pos(jlo));
+    rows(2 * k + 1) = upper_bound(in.q_pos, shape.tq, in.k_pos(jhi - 1) + in.window - 1);
+    // Rows that only grow, and a segment's rows clear of the segment two before (same slot).
+    if (k > 0 && (rows(2 * k) < rows(2 * k - 2) || rows(2 * k + 1) < rows(2 * k - 1))) return false;
+    if (k > 1 && rows(2 * k) < rows(2 * k - 3)) return false;
+  }
+  return true;
+}
 
 /// Policy of the host SIMD kernels, which are written for one thread per team (the portable
 /// kernels choose their team size in `team_kernel_policy`).
@@ -502,14 +635,25 @@ void attention_backward(
       using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
       const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
           impl::row_deltas(space, out, dout, workspace.delta);
-      const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
       int level = 0;
-      using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
       const auto packed = impl::pack_keys(space, in, shape, workspace, true, true, true, false);
-      auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
-                                             Kernel::scratch_bytes(packed.dp), level);
-      Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
-                           Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
+      // The segment rows are read on the host from the positions the caller may have just
+      // written on this space.
+      space.fence();
+      impl::KeySegments segments;
+      Kokkos::View<std::int64_t*, MemorySpace> segment_rows;
+      const bool fused = impl::fused_backward_segments(in, shape, packed, workspace.segment_rows,
+                                                       segments, segment_rows);
+      if (!fused) {
+        using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
+        const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
+        auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
+                                               Kernel::scratch_bytes(packed.dp), level);
+        Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
+                             Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
+        segments =
+            impl::KeySegments{1, in.key_origin / key_tile, packed.tiles, in.key_origin / key_tile};
+      }
       const std::int64_t rows_per_head = shape.tq + query_tile;
       const std::size_t n = static_cast<std::size_t>(shape.hq * rows_per_head * packed.dp);
       const auto qrows = carve<Kokkos::View<acc*, MemorySpace>>(workspace.query_rows, n);
@@ -520,12 +664,23 @@ void attention_backward(
                            impl::PackRowsKernel<Scalar, MemorySpace>{
                                in.q, dout, qrows, dorows, static_cast<acc>(in.scale), shape.tq,
                                rows_per_head, shape.dim, packed.dp});
+      const auto dq_parts = carve<Kokkos::View<acc*, MemorySpace>>(
+          workspace.query_grad_parts,
+          fused ? static_cast<std::size_t>(2 * shape.hq * shape.tq * packed.dp) : 0);
       using KKernel = impl::HostKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
-      auto kpolicy = impl::host_kernel_policy(space, packed.tiles * shape.hkv,
+      auto kpolicy = impl::host_kernel_policy(space, segments.count * shape.hkv,
                                               KKernel::scratch_bytes(packed.dp), level);
-      Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", kpolicy,
-                           KKernel{in, dout, lse, delta, dk, dv, packed, qrows, dorows,
-                                   rows_per_head, mask, shape, level});
+      Kokkos::parallel_for(
+          "ctxpar::swa::attention_backward_dkdv", kpolicy,
+          KKernel{in, dout, lse, delta, dk, dv, packed, qrows, dorows, rows_per_head, mask, shape,
+                  segments, dq_parts, segment_rows, level});
+      if (fused)
+        Kokkos::parallel_for("ctxpar::swa::attention_backward_dq_sum",
+                             Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                                 space, 0, shape.hq * shape.tq),
+                             impl::SumQueryGradientPartsKernel<Scalar, MemorySpace>{
+                                 dq_parts, segment_rows, dq, segments, static_cast<acc>(in.scale),
+                                 shape.tq, shape.hq, shape.dim, packed.dp});
       return;
     }
   }

@@ -26,6 +26,10 @@ struct AttentionWorkspace {
   GrowingBuffer<MemorySpace> query_rows{"ctxpar::swa::packed_rows"};
   /// Output gradients as padded rows (host dK/dV kernel).
   GrowingBuffer<MemorySpace> grad_rows{"ctxpar::swa::packed_rows"};
+  /// dQ partial sums of the key segments (host fused backward).
+  GrowingBuffer<MemorySpace> query_grad_parts{"ctxpar::swa::dq_parts"};
+  /// Query rows each key segment covers (host fused backward).
+  GrowingBuffer<MemorySpace> segment_rows{"ctxpar::swa::segment_rows"};
   /// Row terms `delta [tq, Hq]` of the softmax backward.
   GrowingBuffer<MemorySpace> delta{"ctxpar::swa::delta"};
 
@@ -33,6 +37,7 @@ struct AttentionWorkspace {
   std::size_t bytes() const {
     return keys_t.capacity_bytes() + keys_r.capacity_bytes() + values_t.capacity_bytes() +
            values_r.capacity_bytes() + query_rows.capacity_bytes() + grad_rows.capacity_bytes() +
+           query_grad_parts.capacity_bytes() + segment_rows.capacity_bytes() +
            delta.capacity_bytes();
   }
 };
