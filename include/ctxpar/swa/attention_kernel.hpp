@@ -343,6 +343,13 @@ struct KeySegments {
   std::int64_t first_tile = 0;
 };
 
+/// Offset of segment `s`'s dQ partial row of query `i` and head `h` in `[2][Hq][tq][dp]` (the
+/// slot is the segment's parity).
+inline std::size_t dq_part_offset(std::int64_t s, int h, std::int64_t i, int hq, std::int64_t tq,
+                                  int dp) {
+  return static_cast<std::size_t>(((s % 2 * hq + h) * tq + i) * dp);
+}
+
 /// Backward for dK and dV on the host: one team per (KV head, key segment), looping over the
 /// segment's packed key tiles, the query heads of the group and the query tiles that can see a
 /// tile. With `dq_parts` it also sums `dS_ij k_j` into the segment's dQ partial rows (the fused
@@ -376,9 +383,7 @@ struct HostKeyGradientKernel {
 
   /// Segment `s`'s dQ partial row of query `i` and head `h`.
   acc* part_row(std::int64_t s, int h, std::int64_t i) const {
-    const std::int64_t slot = s % 2;
-    return dq_parts.data() +
-           static_cast<std::size_t>(((slot * shape.hq + h) * shape.tq + i) * packed.dp);
+    return dq_parts.data() + dq_part_offset(s, h, i, shape.hq, shape.tq, packed.dp);
   }
 
   void operator()(const Member& team) const {
@@ -497,8 +502,7 @@ struct SumQueryGradientPartsKernel {
     const acc* rows[2] = {nullptr, nullptr};
     int n = 0;
     for (std::int64_t k = lo; k < segments.count && n < 2 && segment_rows(2 * k) <= i; ++k) {
-      const std::int64_t slot = (segments.first + k) % 2;
-      rows[n++] = dq_parts.data() + static_cast<std::size_t>(((slot * hq + h) * tq + i) * dp);
+      rows[n++] = dq_parts.data() + dq_part_offset(segments.first + k, h, i, hq, tq, dp);
     }
     for (int d = 0; d < dim; ++d) {
       acc sum = acc(0);
