@@ -41,6 +41,33 @@ struct PackedKeys {
   }
 };
 
+/// Copies `rows` rows of `dim` scalars (null rows: zeros) into `out` (row stride `dp`, columns
+/// past `dim` zero), converting to the accumulator type. Contiguous loops the compiler vectorises:
+/// the packing kernels move every key, value and query of a step, so an element-at-a-time loop
+/// through 3-d view indexing would cost a few times the memory traffic.
+template <class Acc, class Scalar>
+inline void host_copy_rows(const Scalar* const* row, int rows, int dim, int dp, Acc scale,
+                           Acc* out) {
+  for (int j = 0; j < rows; ++j) {
+    Acc* dst = out + static_cast<std::size_t>(j) * dp;
+    int d = 0;
+    if (row[j] != nullptr)
+      for (; d < dim; ++d) dst[d] = static_cast<Acc>(row[j][d]) * scale;
+    for (; d < dp; ++d) dst[d] = Acc(0);
+  }
+}
+
+/// The same rows transposed: `out[d * rows + j]` = row `j`, column `d`.
+template <class Acc, class Scalar>
+inline void host_copy_rows_transposed(const Scalar* const* row, int rows, int dim, int dp,
+                                      Acc* out) {
+  for (int d = 0; d < dp; ++d) {
+    Acc* dst = out + static_cast<std::size_t>(d) * rows;
+    for (int j = 0; j < rows; ++j)
+      dst[j] = d < dim && row[j] != nullptr ? static_cast<Acc>(row[j][d]) : Acc(0);
+  }
+}
+
 template <class Scalar, class MemorySpace>
 struct PackKeysKernel {
   using acc = accumulator_t<Scalar>;
@@ -52,18 +79,23 @@ struct PackKeysKernel {
     const int hk = static_cast<int>(flat % shape.hkv);
     const int dp = packed.dp;
     const std::size_t off = static_cast<std::size_t>(flat) * key_tile * dp;
+    // The tile's key and value rows; null outside the axis (packed as zeros).
+    const Scalar* krow[key_tile];
+    const Scalar* vrow[key_tile];
     for (int j = 0; j < key_tile; ++j) {
       const std::int64_t g = packed.base + tile * key_tile + j;
       const bool ok = g >= 0 && g < shape.nk;
-      for (int d = 0; d < dp; ++d) {
-        const acc kv = ok && d < shape.dim ? static_cast<acc>(in.k(g, hk, d)) : acc(0);
-        const acc vv = ok && d < shape.dim ? static_cast<acc>(in.v(g, hk, d)) : acc(0);
-        if (packed.kt.extent(0)) packed.kt(off + d * key_tile + j) = kv;
-        if (packed.kr.extent(0)) packed.kr(off + j * dp + d) = kv;
-        if (packed.vt.extent(0)) packed.vt(off + d * key_tile + j) = vv;
-        if (packed.vr.extent(0)) packed.vr(off + j * dp + d) = vv;
-      }
+      krow[j] = ok ? &in.k(g, hk, 0) : nullptr;
+      vrow[j] = ok ? &in.v(g, hk, 0) : nullptr;
     }
+    if (packed.kt.extent(0))
+      host_copy_rows_transposed(krow, key_tile, shape.dim, dp, packed.kt.data() + off);
+    if (packed.kr.extent(0))
+      host_copy_rows(krow, key_tile, shape.dim, dp, acc(1), packed.kr.data() + off);
+    if (packed.vt.extent(0))
+      host_copy_rows_transposed(vrow, key_tile, shape.dim, dp, packed.vt.data() + off);
+    if (packed.vr.extent(0))
+      host_copy_rows(vrow, key_tile, shape.dim, dp, acc(1), packed.vr.data() + off);
   }
 };
 
@@ -150,16 +182,16 @@ struct HostForwardKernel {
     mask::Token qtok[query_tile], ktok[key_tile];
     bool valid[key_tile];
     const acc scale = static_cast<acc>(in.scale);
+    const Scalar* qrow[query_tile];
     for (int r = 0; r < query_tile; ++r) {
       const std::int64_t i = r < nq ? i0 + r : i0 + nq - 1;
       qtok[r] = query_token(in, i);
-      for (int d = 0; d < dp; ++d) {
-        qs[r * dp + d] = r < nq && d < D ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
-        os[r * dp + d] = acc(0);
-      }
+      qrow[r] = r < nq ? &in.q(i, h, 0) : nullptr;
+      for (int d = 0; d < dp; ++d) os[r * dp + d] = acc(0);
       ms[r] = masked_score<acc>();
       ls[r] = acc(0);
     }
+    host_copy_rows(qrow, query_tile, D, dp, scale, qs);
     std::int64_t lo, hi, j0;
     key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     alignas(64) acc p[rows * key_tile];
@@ -207,7 +239,8 @@ struct HostForwardKernel {
     for (int r = 0; r < nq; ++r) {
       const acc l = ls[r];
       const acc inv = l > acc(0) ? acc(1) / l : acc(0);
-      for (int d = 0; d < D; ++d) out(i0 + r, h, d) = static_cast<Scalar>(os[r * dp + d] * inv);
+      Scalar* o = &out(i0 + r, h, 0);
+      for (int d = 0; d < D; ++d) o[d] = static_cast<Scalar>(os[r * dp + d] * inv);
       lse(i0 + r, h) = l > acc(0) ? ms[r] + compat::log(l) : masked_score<acc>();
     }
   }
@@ -273,18 +306,20 @@ struct HostQueryGradientKernel {
     mask::Token qtok[query_tile], ktok[key_tile];
     bool kvalid[key_tile];
     const acc scale = static_cast<acc>(in.scale);
+    const Scalar* qrow[query_tile];
+    const Scalar* drow[query_tile];
     for (int r = 0; r < query_tile; ++r) {
       const bool ok = r < nq;
       const std::int64_t i = ok ? i0 + r : i0 + nq - 1;
       qtok[r] = query_token(in, i);
       lses[r] = lse(i, h);
       deltas[r] = delta(i, h);
-      for (int d = 0; d < dp; ++d) {
-        qs[r * dp + d] = ok && d < D ? static_cast<acc>(in.q(i, h, d)) * scale : acc(0);
-        dos[r * dp + d] = ok && d < D ? static_cast<acc>(dout(i, h, d)) : acc(0);
-        dqs[r * dp + d] = acc(0);
-      }
+      qrow[r] = ok ? &in.q(i, h, 0) : nullptr;
+      drow[r] = ok ? &dout(i, h, 0) : nullptr;
+      for (int d = 0; d < dp; ++d) dqs[r * dp + d] = acc(0);
     }
+    host_copy_rows(qrow, query_tile, D, dp, scale, qs);
+    host_copy_rows(drow, query_tile, D, dp, acc(1), dos);
     std::int64_t lo, hi, j0;
     key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     alignas(64) acc p[rows * key_tile];
@@ -302,8 +337,10 @@ struct HostQueryGradientKernel {
                                   dp, dqs + (r0 + b) * dp, dp, dp);
       }
     }
-    for (int r = 0; r < nq; ++r)
-      for (int d = 0; d < D; ++d) dq(i0 + r, h, d) = static_cast<Scalar>(dqs[r * dp + d] * scale);
+    for (int r = 0; r < nq; ++r) {
+      Scalar* o = &dq(i0 + r, h, 0);
+      for (int d = 0; d < D; ++d) o[d] = static_cast<Scalar>(dqs[r * dp + d] * scale);
+    }
   }
 };
 
@@ -321,11 +358,10 @@ struct PackRowsKernel {
   void operator()(const std::int64_t flat) const {
     const std::int64_t h = flat / rows_per_head, i = flat % rows_per_head;
     const std::size_t off = static_cast<std::size_t>(flat) * dp;
-    for (int d = 0; d < dp; ++d) {
-      const bool ok = i < tq && d < dim;
-      qs(off + d) = ok ? static_cast<acc>(q(i, h, d)) * scale : acc(0);
-      dos(off + d) = ok ? static_cast<acc>(dout(i, h, d)) : acc(0);
-    }
+    const Scalar* qrow = i < tq ? &q(i, h, 0) : nullptr;
+    const Scalar* drow = i < tq ? &dout(i, h, 0) : nullptr;
+    host_copy_rows(&qrow, 1, dim, dp, scale, qs.data() + off);
+    host_copy_rows(&drow, 1, dim, dp, acc(1), dos.data() + off);
   }
 };
 
@@ -467,11 +503,14 @@ struct HostKeyGradientKernel {
         }
       }
     }
-    for (std::int64_t g = jlo; g < jhi; ++g)
+    for (std::int64_t g = jlo; g < jhi; ++g) {
+      Scalar* ko = &dk(g, hk, 0);
+      Scalar* vo = &dv(g, hk, 0);
       for (int d = 0; d < D; ++d) {
-        dk(g, hk, d) = static_cast<Scalar>(dks[(g - j0) * dp + d]);
-        dv(g, hk, d) = static_cast<Scalar>(dvs[(g - j0) * dp + d]);
+        ko[d] = static_cast<Scalar>(dks[(g - j0) * dp + d]);
+        vo[d] = static_cast<Scalar>(dvs[(g - j0) * dp + d]);
       }
+    }
   }
 };
 
@@ -504,10 +543,11 @@ struct SumQueryGradientPartsKernel {
     for (std::int64_t k = lo; k < segments.count && n < 2 && segment_rows(2 * k) <= i; ++k) {
       rows[n++] = dq_parts.data() + dq_part_offset(segments.first + k, h, i, hq, tq, dp);
     }
+    Scalar* o = &dq(i, h, 0);
     for (int d = 0; d < dim; ++d) {
       acc sum = acc(0);
       for (int m = 0; m < n; ++m) sum += rows[m][d];
-      dq(i, h, d) = static_cast<Scalar>(sum * scale);
+      o[d] = static_cast<Scalar>(sum * scale);
     }
   }
 };

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/view_checks.hpp"
 
 namespace ctxpar::swa {
@@ -89,6 +91,75 @@ struct RopeFunctor {
   }
 };
 
+/// Tokens one work item of a host fast path handles (RoPE, record packing, gradient routing). A
+/// host thread walks whole token rows, so the copies and rotations are contiguous loops the
+/// compiler vectorises; the GPU-shaped items above (one pair `d` of a few tokens) would make every
+/// access a stride-`D` gather on a CPU.
+constexpr std::int64_t host_tokens_per_item = 32;
+
+/// Pairs of one block of the host RoPE (the rotations of a token are evaluated this many at a
+/// time).
+constexpr int host_rope_pairs = 32;
+
+/// Host RoPE driver over tokens `[first, last)`: for each block of `host_rope_pairs` pairs it
+/// evaluates the frequencies once, then each token's cosines and signed sines (the same functions
+/// as the portable kernels, so the same bits), and calls `rotate(i, d0, n, c, s)` for pairs
+/// `[d0, d0 + n)` of token `i`.
+template <class PosOf, class Rotate>
+inline void host_rope_tokens(std::int64_t first, std::int64_t last, std::int64_t half, double base,
+                             double sign, const PosOf& pos_of, const Rotate& rotate) {
+  double frequency[host_rope_pairs], c[host_rope_pairs], s[host_rope_pairs];
+  for (std::int64_t d0 = 0; d0 < half; d0 += host_rope_pairs) {
+    const int n = static_cast<int>(half - d0 < host_rope_pairs ? half - d0 : host_rope_pairs);
+    for (int u = 0; u < n; ++u) frequency[u] = rope_frequency(d0 + u, half, base);
+    for (std::int64_t i = first; i < last; ++i) {
+      const std::int64_t p = pos_of(i);
+      for (int u = 0; u < n; ++u) rope_rotation(p, frequency[u], sign, c[u], s[u]);
+      rotate(i, d0, n, c, s);
+    }
+  }
+}
+
+/// Rotates pairs `[d0, d0 + n)` of every head of one token row `x` (`heads * 2 * half` scalars,
+/// head-major) into `y` by `c, s` (the expressions of `RopeFunctor`, in double). `y` may be `x`.
+template <class In, class Out>
+inline void host_rotate_pairs(const In* x, Out* y, std::int64_t heads, std::int64_t half,
+                              std::int64_t d0, int n, const double* c, const double* s) {
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const In* xa = x + h * 2 * half + d0;
+    const In* xb = xa + half;
+    Out* ya = y + h * 2 * half + d0;
+    Out* yb = ya + half;
+    for (int u = 0; u < n; ++u) {
+      const double a = static_cast<double>(xa[u]);
+      const double b = static_cast<double>(xb[u]);
+      ya[u] = static_cast<Out>(a * c[u] - b * s[u]);
+      yb[u] = static_cast<Out>(b * c[u] + a * s[u]);
+    }
+  }
+}
+
+/// The host fast path of `rope_apply` (row-major views): one work item per block of
+/// `host_tokens_per_item` tokens.
+template <class InView, class OutView, class PosView>
+struct HostRopeFunctor {
+  InView x;
+  OutView y;
+  PosView pos;
+  double base, sign;
+  std::int64_t tokens, heads, half;
+  void operator()(const std::int64_t block) const {
+    const std::int64_t first = block * host_tokens_per_item;
+    const std::int64_t last =
+        first + host_tokens_per_item < tokens ? first + host_tokens_per_item : tokens;
+    host_rope_tokens(
+        first, last, half, base, sign, [&](std::int64_t i) { return pos(i); },
+        [&](std::int64_t i, std::int64_t d0, int n, const double* c, const double* s) {
+          host_rotate_pairs(&x(i, 0, 0), &y(i, 0, 0), heads, half, d0, n, c, s);
+        });
+  }
+};
+
 template <class ExecutionSpace, class InView, class OutView, class PosView>
 void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos, double base,
                 double sign, const OutView& y, const char* label) {
@@ -107,6 +178,17 @@ void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos
                      heads = static_cast<std::int64_t>(x.extent(1));
   const std::int64_t half = static_cast<std::int64_t>(x.extent(2)) / 2;
   if (n * heads * half == 0) return;
+  constexpr bool rows_contiguous =
+      std::is_same_v<typename InView::array_layout, Kokkos::LayoutRight> &&
+      std::is_same_v<typename OutView::array_layout, Kokkos::LayoutRight>;
+  if constexpr (ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> && rows_contiguous) {
+    Kokkos::parallel_for(
+        label,
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+            space, 0, (n + host_tokens_per_item - 1) / host_tokens_per_item),
+        HostRopeFunctor<InView, OutView, PosView>{x, y, pos, base, sign, n, heads, half});
+    return;
+  }
   Kokkos::parallel_for(
       label,
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,

@@ -43,6 +43,13 @@ struct TokenSource {
   KOKKOS_INLINE_FUNCTION std::int64_t pos(std::int64_t i) const {
     return i < split ? first.pos(i) : second.pos(i - split);
   }
+  /// Token `i`'s key and value rows (`Hkv * D` scalars, head-major).
+  KOKKOS_INLINE_FUNCTION const Scalar* k_row(std::int64_t i) const {
+    return i < split ? &first.k(i, 0, 0) : &second.k(i - split, 0, 0);
+  }
+  KOKKOS_INLINE_FUNCTION const Scalar* v_row(std::int64_t i) const {
+    return i < split ? &first.v(i, 0, 0) : &second.v(i - split, 0, 0);
+  }
   /// The token's id, 0 where its block has none.
   KOKKOS_INLINE_FUNCTION std::int32_t id(std::int64_t i) const {
     if (i < split) return first.ids.extent(0) > 0 ? first.ids(i) : 0;
@@ -105,6 +112,68 @@ struct PackRecords {
   }
 };
 
+/// Copies `n` scalars.
+template <class Scalar>
+inline void host_copy(const Scalar* from, Scalar* to, std::int64_t n) {
+  for (std::int64_t e = 0; e < n; ++e) to[e] = from[e];
+}
+
+/// Token block `block` (of `host_tokens_per_item`) out of `tokens`.
+inline RopeBlock host_block(std::int64_t block, std::int64_t tokens) {
+  const std::int64_t first = block * host_tokens_per_item;
+  return {first, first + host_tokens_per_item < tokens ? first + host_tokens_per_item : tokens};
+}
+
+/// Work items of a host fast path over `tokens` tokens.
+inline std::int64_t host_items(std::int64_t tokens) {
+  return (tokens + host_tokens_per_item - 1) / host_tokens_per_item;
+}
+
+/// Launches a kernel over `tokens` tokens: on host cores `host` on blocks of whole rows
+/// (`host_items(tokens)` work items), elsewhere the portable `portable` on `portable_items`.
+template <class ExecutionSpace, class Host, class Portable>
+void launch_token_kernel(const char* label, const ExecutionSpace& space, std::int64_t tokens,
+                         const Host& host, std::int64_t portable_items, const Portable& portable) {
+  using Policy = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
+  if constexpr (ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>)
+    Kokkos::parallel_for(label, Policy(space, 0, host_items(tokens)), host);
+  else
+    Kokkos::parallel_for(label, Policy(space, 0, portable_items), portable);
+}
+
+/// The host fast path of `PackRecords`: one work item per block of `host_tokens_per_item` records,
+/// each record written row by row (keys rotated by `host_rope_tokens`, the same bits).
+template <class Scalar, class MemorySpace>
+struct HostPackRecords {
+  PackRecords<Scalar, MemorySpace> p;
+  void operator()(const std::int64_t item) const {
+    const RopeBlock block = host_block(item, p.slots);
+    const std::int64_t per = p.heads * 2 * p.half;
+    auto token = [&](std::int64_t slot) { return p.index.extent(0) > 0 ? p.index(slot) : slot; };
+    auto record = [&](std::int64_t slot) {
+      return reinterpret_cast<Scalar*>(p.out.data() + slot * p.bytes);
+    };
+    for (std::int64_t slot = block.first; slot < block.last; ++slot) {
+      const std::int64_t i = token(slot);
+      Scalar* kv = record(slot);
+      if (p.rope_base <= 0.0) host_copy(p.src.k_row(i), kv, per);
+      host_copy(p.src.v_row(i), kv + per, per);
+      std::int64_t* pos = reinterpret_cast<std::int64_t*>(kv + 2 * per);
+      *pos = p.src.pos(i);
+      *reinterpret_cast<std::int32_t*>(pos + 1) = p.src.id(i);
+      *(reinterpret_cast<std::int32_t*>(pos + 1) + 1) = 0;
+    }
+    if (p.rope_base > 0.0)
+      host_rope_tokens(
+          block.first, block.last, p.half, p.rope_base, 1.0,
+          [&](std::int64_t slot) { return p.src.pos(token(slot)); },
+          [&](std::int64_t slot, std::int64_t d0, int n, const double* c, const double* sn) {
+            host_rotate_pairs(p.src.k_row(token(slot)), record(slot), p.heads, p.half, d0, n, c,
+                              sn);
+          });
+  }
+};
+
 /// Packs `slots` records into `out` (see `PackRecords`); `rope_base > 0` rotates the keys.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void pack_records(const ExecutionSpace& space, const TokenSource<Scalar, MemorySpace>& src,
@@ -113,12 +182,11 @@ void pack_records(const ExecutionSpace& space, const TokenSource<Scalar, MemoryS
   const std::int64_t heads = static_cast<std::int64_t>(src.first.k.extent(1)),
                      dim = static_cast<std::int64_t>(src.first.k.extent(2));
   if (slots == 0 || heads * dim == 0) return;
-  Kokkos::parallel_for(
-      "ctxpar::swa::pack_records",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-          space, 0, rope_items(slots, dim / 2 + 1)),
-      PackRecords<Scalar, MemorySpace>{src, index, out, slots, heads, dim / 2,
-                                       record_bytes<Scalar>(heads, dim), rope_base});
+  const PackRecords<Scalar, MemorySpace> pack{
+      src, index, out, slots, heads, dim / 2, record_bytes<Scalar>(heads, dim), rope_base};
+  launch_token_kernel("ctxpar::swa::pack_records", space, slots,
+                      HostPackRecords<Scalar, MemorySpace>{pack}, rope_items(slots, dim / 2 + 1),
+                      pack);
 }
 
 /// Writes token `i` of `axis` from record `source(i)` of `in` (>= 0, copied as it travelled) or
@@ -188,6 +256,50 @@ struct UnpackRecords {
   }
 };
 
+/// The host fast path of `UnpackRecords`: one work item per block of `host_tokens_per_item`
+/// tokens, each written row by row (own keys rotated by `host_rope_tokens`, the same bits).
+template <class Scalar, class MemorySpace>
+struct HostUnpackRecords {
+  UnpackRecords<Scalar, MemorySpace> u;
+  void operator()(const std::int64_t item) const {
+    const RopeBlock block = host_block(item, u.tokens);
+    const std::int64_t per = u.heads * 2 * u.half;
+    const bool with_ids = u.axis.ids.extent(0) > 0;
+    const bool rotate_own = u.own_rope_base > 0.0;
+    bool any_own = false;
+    for (std::int64_t i = block.first; i < block.last; ++i) {
+      const std::int64_t s = u.source(i);
+      Scalar* k = &u.axis.k(i, 0, 0);
+      Scalar* v = &u.axis.v(i, 0, 0);
+      if (s >= 0) {
+        const Scalar* kv = reinterpret_cast<const Scalar*>(u.in.data() + s * u.bytes);
+        host_copy(kv, k, per);
+        host_copy(kv + per, v, per);
+        const std::int64_t* pos = reinterpret_cast<const std::int64_t*>(kv + 2 * per);
+        u.axis.pos(i) = *pos;
+        if (with_ids) u.axis.ids(i) = *reinterpret_cast<const std::int32_t*>(pos + 1);
+      } else {
+        const std::int64_t j = -(s + 1);
+        any_own = true;
+        if (!rotate_own) host_copy(u.own.k_row(j), k, per);
+        host_copy(u.own.v_row(j), v, per);
+        u.axis.pos(i) = u.own.pos(j);
+        if (with_ids) u.axis.ids(i) = u.own.id(j);
+      }
+    }
+    if (rotate_own && any_own)
+      host_rope_tokens(
+          block.first, block.last, u.half, u.own_rope_base, 1.0,
+          [&](std::int64_t i) { return u.axis.pos(i); },
+          [&](std::int64_t i, std::int64_t d0, int n, const double* c, const double* sn) {
+            const std::int64_t s = u.source(i);
+            if (s < 0)
+              host_rotate_pairs(u.own.k_row(-(s + 1)), &u.axis.k(i, 0, 0), u.heads, u.half, d0, n,
+                                c, sn);
+          });
+  }
+};
+
 /// Unpacks into `axis` (see `UnpackRecords`); `own_rope_base > 0` rotates the own tokens' keys.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void unpack_records(const ExecutionSpace& space, const Bytes<MemorySpace>& in,
@@ -197,12 +309,11 @@ void unpack_records(const ExecutionSpace& space, const Bytes<MemorySpace>& in,
                      dim = static_cast<std::int64_t>(axis.k.extent(2));
   const std::int64_t n = static_cast<std::int64_t>(source.extent(0));
   if (n == 0 || heads * dim == 0) return;
-  Kokkos::parallel_for(
-      "ctxpar::swa::unpack_records",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-          space, 0, rope_items(n, dim / 2 + 1)),
-      UnpackRecords<Scalar, MemorySpace>{in, own, axis, source, n, heads, dim / 2,
-                                         record_bytes<Scalar>(heads, dim), own_rope_base});
+  const UnpackRecords<Scalar, MemorySpace> unpack{
+      in, own, axis, source, n, heads, dim / 2, record_bytes<Scalar>(heads, dim), own_rope_base};
+  launch_token_kernel("ctxpar::swa::unpack_records", space, n,
+                      HostUnpackRecords<Scalar, MemorySpace>{unpack}, rope_items(n, dim / 2 + 1),
+                      unpack);
 }
 
 /// Gradient records are `[slots, 2 * Hkv * D]` scalars: dK then dV.
@@ -240,6 +351,32 @@ struct RouteGradients {
   }
 };
 
+/// The host fast path of `RouteGradients` (overwriting slots): one work item per block of
+/// `host_tokens_per_item` axis tokens, each routed row by row.
+template <class Scalar, class MemorySpace>
+struct HostRouteGradients {
+  RouteGradients<Scalar, MemorySpace> r;
+  std::int64_t tokens;
+  void operator()(const std::int64_t item) const {
+    const RopeBlock block = host_block(item, tokens);
+    const std::int64_t per = r.per;
+    for (std::int64_t i = block.first; i < block.last; ++i) {
+      const std::int64_t s = r.source(i);
+      const Scalar* dk = &r.dk(i, 0, 0);
+      const Scalar* dv = &r.dv(i, 0, 0);
+      if (s >= 0) {
+        host_copy(dk, &r.slots(s, 0), per);
+        host_copy(dv, &r.slots(s, per), per);
+      } else {
+        Scalar* ok = &r.own_dk(-(s + 1), 0, 0);
+        Scalar* ov = &r.own_dv(-(s + 1), 0, 0);
+        for (std::int64_t e = 0; e < per; ++e) ok[e] += dk[e];
+        for (std::int64_t e = 0; e < per; ++e) ov[e] += dv[e];
+      }
+    }
+  }
+};
+
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void route_gradients(const ExecutionSpace& space, const Tensor<Scalar, MemorySpace>& dk,
                      const Tensor<Scalar, MemorySpace>& dv, const Index<MemorySpace>& source,
@@ -249,10 +386,10 @@ void route_gradients(const ExecutionSpace& space, const Tensor<Scalar, MemorySpa
   const std::int64_t per = static_cast<std::int64_t>(dk.extent(1) * dk.extent(2));
   const std::int64_t n = static_cast<std::int64_t>(source.extent(0));
   if (n * per == 0) return;
-  Kokkos::parallel_for(
-      "ctxpar::swa::route_gradients",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n * per),
-      RouteGradients<Scalar, MemorySpace>{dk, dv, source, slots, own_dk, own_dv, per, false});
+  const RouteGradients<Scalar, MemorySpace> route{dk,     dv,     source, slots,
+                                                  own_dk, own_dv, per,    false};
+  launch_token_kernel("ctxpar::swa::route_gradients", space, n,
+                      HostRouteGradients<Scalar, MemorySpace>{route, n}, n * per, route);
 }
 
 /// Adds gradient records `[from, to)` of `slots` into own tokens `index(slot)`; the records of one
