@@ -14,6 +14,8 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false KOKKOS_DISABLE_WARNINGS=ON
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+# As scripts/bench: ranks waiting in MPI yield the core instead of spinning (docs/hybrid.md).
+export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
 flags=(--oversubscribe --bind-to none)
 status=0
 if [ -z "${CTXPAR_SWA_GROWTH_ONLY:-}" ]; then
