@@ -97,6 +97,17 @@ struct RopeFunctor {
 /// access a stride-`D` gather on a CPU.
 constexpr std::int64_t host_tokens_per_item = 32;
 
+/// Token block `block` of a host fast path over `tokens` tokens (the last block may be short).
+inline RopeBlock host_block(std::int64_t block, std::int64_t tokens) {
+  const std::int64_t first = block * host_tokens_per_item;
+  return {first, first + host_tokens_per_item < tokens ? first + host_tokens_per_item : tokens};
+}
+
+/// Work items of a host fast path over `tokens` tokens.
+inline std::int64_t host_items(std::int64_t tokens) {
+  return (tokens + host_tokens_per_item - 1) / host_tokens_per_item;
+}
+
 /// Pairs of one block of the host RoPE (the rotations of a token are evaluated this many at a
 /// time).
 constexpr int host_rope_pairs = 32;
@@ -149,11 +160,10 @@ struct HostRopeFunctor {
   double base, sign;
   std::int64_t tokens, heads, half;
   void operator()(const std::int64_t block) const {
-    const std::int64_t first = block * host_tokens_per_item;
-    const std::int64_t last =
-        first + host_tokens_per_item < tokens ? first + host_tokens_per_item : tokens;
+    const RopeBlock tokens_here = host_block(block, tokens);
     host_rope_tokens(
-        first, last, half, base, sign, [&](std::int64_t i) { return pos(i); },
+        tokens_here.first, tokens_here.last, half, base, sign,
+        [&](std::int64_t i) { return pos(i); },
         [&](std::int64_t i, std::int64_t d0, int n, const double* c, const double* s) {
           host_rotate_pairs(&x(i, 0, 0), &y(i, 0, 0), heads, half, d0, n, c, s);
         });
@@ -184,8 +194,8 @@ void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos
   if constexpr (ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> && rows_contiguous) {
     Kokkos::parallel_for(
         label,
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-            space, 0, (n + host_tokens_per_item - 1) / host_tokens_per_item),
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0,
+                                                                             host_items(n)),
         HostRopeFunctor<InView, OutView, PosView>{x, y, pos, base, sign, n, heads, half});
     return;
   }

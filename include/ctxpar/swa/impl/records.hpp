@@ -5,6 +5,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -112,23 +113,6 @@ struct PackRecords {
   }
 };
 
-/// Copies `n` scalars.
-template <class Scalar>
-inline void host_copy(const Scalar* from, Scalar* to, std::int64_t n) {
-  for (std::int64_t e = 0; e < n; ++e) to[e] = from[e];
-}
-
-/// Token block `block` (of `host_tokens_per_item`) out of `tokens`.
-inline RopeBlock host_block(std::int64_t block, std::int64_t tokens) {
-  const std::int64_t first = block * host_tokens_per_item;
-  return {first, first + host_tokens_per_item < tokens ? first + host_tokens_per_item : tokens};
-}
-
-/// Work items of a host fast path over `tokens` tokens.
-inline std::int64_t host_items(std::int64_t tokens) {
-  return (tokens + host_tokens_per_item - 1) / host_tokens_per_item;
-}
-
 /// Launches a kernel over `tokens` tokens: on host cores `host` on blocks of whole rows
 /// (`host_items(tokens)` work items), elsewhere the portable `portable` on `portable_items`.
 template <class ExecutionSpace, class Host, class Portable>
@@ -156,8 +140,8 @@ struct HostPackRecords {
     for (std::int64_t slot = block.first; slot < block.last; ++slot) {
       const std::int64_t i = token(slot);
       Scalar* kv = record(slot);
-      if (p.rope_base <= 0.0) host_copy(p.src.k_row(i), kv, per);
-      host_copy(p.src.v_row(i), kv + per, per);
+      if (p.rope_base <= 0.0) std::copy_n(p.src.k_row(i), per, kv);
+      std::copy_n(p.src.v_row(i), per, kv + per);
       std::int64_t* pos = reinterpret_cast<std::int64_t*>(kv + 2 * per);
       *pos = p.src.pos(i);
       *reinterpret_cast<std::int32_t*>(pos + 1) = p.src.id(i);
@@ -273,16 +257,16 @@ struct HostUnpackRecords {
       Scalar* v = &u.axis.v(i, 0, 0);
       if (s >= 0) {
         const Scalar* kv = reinterpret_cast<const Scalar*>(u.in.data() + s * u.bytes);
-        host_copy(kv, k, per);
-        host_copy(kv + per, v, per);
+        std::copy_n(kv, per, k);
+        std::copy_n(kv + per, per, v);
         const std::int64_t* pos = reinterpret_cast<const std::int64_t*>(kv + 2 * per);
         u.axis.pos(i) = *pos;
         if (with_ids) u.axis.ids(i) = *reinterpret_cast<const std::int32_t*>(pos + 1);
       } else {
         const std::int64_t j = -(s + 1);
         any_own = true;
-        if (!rotate_own) host_copy(u.own.k_row(j), k, per);
-        host_copy(u.own.v_row(j), v, per);
+        if (!rotate_own) std::copy_n(u.own.k_row(j), per, k);
+        std::copy_n(u.own.v_row(j), per, v);
         u.axis.pos(i) = u.own.pos(j);
         if (with_ids) u.axis.ids(i) = u.own.id(j);
       }
@@ -351,8 +335,8 @@ struct RouteGradients {
   }
 };
 
-/// The host fast path of `RouteGradients` (overwriting slots): one work item per block of
-/// `host_tokens_per_item` axis tokens, each routed row by row.
+/// The host fast path of `RouteGradients`: one work item per block of `host_tokens_per_item` axis
+/// tokens, each routed row by row.
 template <class Scalar, class MemorySpace>
 struct HostRouteGradients {
   RouteGradients<Scalar, MemorySpace> r;
@@ -365,8 +349,15 @@ struct HostRouteGradients {
       const Scalar* dk = &r.dk(i, 0, 0);
       const Scalar* dv = &r.dv(i, 0, 0);
       if (s >= 0) {
-        host_copy(dk, &r.slots(s, 0), per);
-        host_copy(dv, &r.slots(s, per), per);
+        Scalar* sk = &r.slots(s, 0);
+        Scalar* sv = &r.slots(s, per);
+        if (r.add_to_slots) {
+          for (std::int64_t e = 0; e < per; ++e) sk[e] += dk[e];
+          for (std::int64_t e = 0; e < per; ++e) sv[e] += dv[e];
+        } else {
+          std::copy_n(dk, per, sk);
+          std::copy_n(dv, per, sv);
+        }
       } else {
         Scalar* ok = &r.own_dk(-(s + 1), 0, 0);
         Scalar* ov = &r.own_dv(-(s + 1), 0, 0);
