@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -71,6 +72,9 @@ inline std::string json_number(double value) {
 struct Machine {
   /// CPU model name from /proc/cpuinfo.
   std::string cpu;
+  /// The widest x86 vector extension the CPU reports (avx512f, avx2, avx, sse2 or none): virtual
+  /// machines sold under one model name differ here, and every compute ceiling with them.
+  std::string simd;
   /// CMake build type.
   std::string build_type;
   /// Kokkos default execution space name (the backend).
@@ -100,6 +104,24 @@ inline std::string cpu_model() {
   return "unknown";
 }
 
+/// The widest x86 vector extension among the CPU's flags in /proc/cpuinfo, or "none".
+inline std::string cpu_simd() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::string word;
+    int widest = 0;  // index into `names`
+    const char* names[] = {"none", "sse2", "avx", "avx2", "avx512f"};
+    while (words >> word)
+      for (int i = 1; i < 5; ++i)
+        if (word == names[i]) widest = std::max(widest, i);
+    return names[widest];
+  }
+  return "none";
+}
+
 /// The 1-minute load average from /proc/loadavg, or -1.
 inline double load_average() {
   std::ifstream in("/proc/loadavg");
@@ -112,6 +134,7 @@ inline double load_average() {
 inline Machine this_machine(MPI_Comm comm = MPI_COMM_WORLD) {
   Machine m;
   m.cpu = cpu_model();
+  m.simd = cpu_simd();
   m.build_type = CTXPAR_BENCH_BUILD_TYPE;
   m.backend = Kokkos::DefaultExecutionSpace::name();
   m.threads = Kokkos::DefaultExecutionSpace().concurrency();
@@ -159,7 +182,7 @@ class Record {
     std::ostringstream out;
     out << "{";
     for (const auto& [key, value] : fields_) out << json_string(key) << ": " << value << ", ";
-    out << "\"machine\": {\"cpu\": " << json_string(m.cpu)
+    out << "\"machine\": {\"cpu\": " << json_string(m.cpu) << ", \"simd\": " << json_string(m.simd)
         << ", \"build_type\": " << json_string(m.build_type)
         << ", \"backend\": " << json_string(m.backend) << ", \"threads\": " << m.threads
         << ", \"ranks\": " << m.ranks << ", \"native\": " << (m.native ? "true" : "false")

@@ -3,6 +3,9 @@
 //
 //   mpirun -np P ctxpar_bench_longctx --mechanism swa|chunkwise|heads --tokens T --out FILE.json
 //       [--repeats N] [--profile]   (--profile: no timing; where one call's time goes, by kernel)
+//       [--independent]   (the control: each of the P processes runs the single-rank case on its
+//                          own, all P at once, in lock-step; recorded as P = 1, concurrent_jobs =
+//                          P)
 //   mpirun -np P ctxpar_bench_longctx --out FILE.json [--quick]   (every mechanism and T in one
 //       process: times only, the peak memory of such a run is the largest case's)
 //
@@ -11,6 +14,10 @@
 // Each case builds its plan once, makes one untimed forward + backward call, then times `repeats`
 // calls (slowest rank of each, after a barrier), first of the forward alone, then of forward +
 // backward.
+// The --independent control separates what P = 2 adds from what the machine does to any two
+// processes at once: the two ranks share the cores' last-level cache and memory bandwidth, and a
+// per-token time that grows with T because of that grows the same way for two single-rank jobs
+// that never talk to each other.
 // Shapes (fp32, one thread per rank):
 //   swa       StepPlan<HaloKV, SegmentChunks>, a chunk of T·P tokens after a full cache of W − 1
 //             keys, W = 512 (fixed: per-token work ∝ W; 512 keeps the full sweep under 15
@@ -65,9 +72,9 @@ std::int64_t status_bytes(const char* field) {
   return -1;
 }
 
-std::int64_t max_over_ranks(const ctxpar::Group& g, std::int64_t x) {
+std::int64_t max_over_ranks(MPI_Comm comm, std::int64_t x) {
   std::int64_t m = 0;
-  MPI_Allreduce(&x, &m, 1, MPI_INT64_T, MPI_MAX, g.mpi_comm());
+  MPI_Allreduce(&x, &m, 1, MPI_INT64_T, MPI_MAX, comm);
   return m;
 }
 
@@ -84,6 +91,9 @@ struct Mode {
   int repeats = 3;
   bool profile = false;
   int profile_calls = 1;
+  /// The communicator whose barrier starts every timed call and whose slowest rank is recorded:
+  /// the case's own group, or every process of the run when each runs its own single-rank case.
+  MPI_Comm lockstep = MPI_COMM_WORLD;
 };
 
 /// Times `fwd` and `both` (forward + backward) the same way for every mechanism: one untimed
@@ -91,23 +101,23 @@ struct Mode {
 /// `both` warms the forward too, which saves a forward per case at 128 Ki), then `repeats` timed
 /// collective calls of each.
 template <class F, class B>
-void time_passes(const ctxpar::Group& g, const Mode& mode, F&& fwd, B&& both, Measured& m) {
+void time_passes(const Mode& mode, F&& fwd, B&& both, Measured& m) {
   both();
   if (mode.profile) {
-    // The fastest of a few profiled calls (one at 128 Ki): a single short call on a shared machine
-    // is as noisy as a single timed one.
+    // The fastest of a few profiled calls: a single call on a shared machine is as noisy as a
+    // single timed one.
     for (int i = 0; i < mode.profile_calls; ++i) {
-      MPI_Barrier(g.mpi_comm());
+      MPI_Barrier(mode.lockstep);
       auto f = cb::profile_kernels(fwd);
       if (i == 0 || f.wall_s < m.forward_profile.wall_s) m.forward_profile = std::move(f);
-      MPI_Barrier(g.mpi_comm());
+      MPI_Barrier(mode.lockstep);
       auto b = cb::profile_kernels(both);
       if (i == 0 || b.wall_s < m.both_profile.wall_s) m.both_profile = std::move(b);
     }
     return;
   }
-  m.forward = cb::time_collective(g.mpi_comm(), fwd, 0, mode.repeats);
-  m.both = cb::time_collective(g.mpi_comm(), both, 0, mode.repeats);
+  m.forward = cb::time_collective(mode.lockstep, fwd, 0, mode.repeats);
+  m.both = cb::time_collective(mode.lockstep, both, 0, mode.repeats);
 }
 
 Measured swa_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode) {
@@ -129,7 +139,7 @@ Measured swa_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode) {
   sw::StepGradients<float, Mem> grads;
   Measured m;
   time_passes(
-      g, mode,
+      mode,
       [&] {
         plan.forward(in.chunk, in.cache, out, next_cache, state);
         space.fence();
@@ -208,7 +218,7 @@ Measured chunkwise_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode
   const cw::const_token_view<float, Mem> dout_c = dout;
   Measured m;
   time_passes(
-      g, mode,
+      mode,
       [&] {
         cp.forward(in, o, ctx);
         space.fence();
@@ -265,7 +275,7 @@ Measured heads_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode) {
   space.fence();
   Measured m;
   time_passes(
-      g, mode,
+      mode,
       [&] {
         layer.forward(space, x, params, y, z);
         space.fence();
@@ -287,32 +297,53 @@ Measured heads_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode) {
   return m;
 }
 
+int comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+/// How many copies of the case run at once: 1, or the process count under --independent.
+int concurrent_jobs(const ctxpar::Group& g, const Mode& mode) {
+  int size = 1;
+  MPI_Comm_size(mode.lockstep, &size);
+  return size / g.size();
+}
+
+/// "P=2", or "P=1 x2 independent" for the control.
+std::string series_label(const ctxpar::Group& g, const Mode& mode) {
+  const int jobs = concurrent_jobs(g, mode);
+  return "P=" + std::to_string(g.size()) +
+         (jobs > 1 ? " x" + std::to_string(jobs) + " independent" : std::string());
+}
+
 /// The profile records of one case: the heaviest labels of rank 0's call, the rest summed, and
 /// the time outside every kernel.
 void add_profiles(const ctxpar::Group& g, cb::Report& report, const std::string& mechanism,
-                  std::int64_t t, const Measured& m, int calls) {
+                  std::int64_t t, const Measured& m, const Mode& mode) {
   for (int pass = 0; pass < 2; ++pass) {
     const cb::KernelProfile& p = pass == 0 ? m.forward_profile : m.both_profile;
     const char* name = pass == 0 ? "forward" : "forward+backward";
     cb::Record r = m.shape;
-    r.set("case", "profile " + mechanism + " " + name + " P=" + std::to_string(g.size()) +
+    r.set("case", "profile " + mechanism + " " + name + " " + series_label(g, mode) +
                       " T=" + std::to_string(t));
     r.set("kind", "longctx_profile")
         .set("mechanism", mechanism)
         .set("pass", name)
         .set("P", g.size())
+        .set("concurrent_jobs", concurrent_jobs(g, mode))
         .set("T_per_rank", t)
         .set("method",
              "rank 0, the fastest of profile_calls calls after one warm-up forward+backward; "
              "Kokkos Tools begin/end callbacks of every parallel_for/reduce/scan and deep_copy")
-        .set("profile_calls", calls)
+        .set("profile_calls", mode.profile_calls)
         .set("load_average", cb::load_average());
     cb::set_profile(r, "", p);
     report.add(r);
-    if (g.rank() == 0) {
-      char heading[128];
-      std::snprintf(heading, sizeof heading, "profile %-9s %-16s P=%d T=%7lld", mechanism.c_str(),
-                    name, g.size(), (long long)t);
+    if (comm_rank(mode.lockstep) == 0) {
+      char heading[160];
+      std::snprintf(heading, sizeof heading, "profile %-9s %-16s %s T=%7lld", mechanism.c_str(),
+                    name, series_label(g, mode).c_str(), (long long)t);
       cb::print_profile(heading, p);
     }
   }
@@ -320,7 +351,7 @@ void add_profiles(const ctxpar::Group& g, cb::Report& report, const std::string&
 
 void run_case(const ctxpar::Group& g, cb::Report& report, const std::string& mechanism,
               std::int64_t t, const Mode& mode, bool own_process) {
-  const std::int64_t rss_before = max_over_ranks(g, status_bytes("VmRSS"));
+  const std::int64_t rss_before = max_over_ranks(mode.lockstep, status_bytes("VmRSS"));
   Measured m;
   if (mechanism == "swa") {
     m = swa_case(g, t, mode);
@@ -330,21 +361,21 @@ void run_case(const ctxpar::Group& g, cb::Report& report, const std::string& mec
     m = heads_case(g, t, mode);
   }
   if (mode.profile) {
-    add_profiles(g, report, mechanism, t, m, mode.profile_calls);
+    add_profiles(g, report, mechanism, t, m, mode);
     return;
   }
-  const std::int64_t peak = max_over_ranks(g, status_bytes("VmHWM"));
+  const std::int64_t peak = max_over_ranks(mode.lockstep, status_bytes("VmHWM"));
   const double load = cb::load_average();
   for (int pass = 0; pass < 2; ++pass) {
     const cb::Timing& tm = pass == 0 ? m.forward : m.both;
     const char* name = pass == 0 ? "forward" : "forward+backward";
     cb::Record r = m.shape;
-    r.set("case",
-          mechanism + " " + name + " P=" + std::to_string(g.size()) + " T=" + std::to_string(t));
+    r.set("case", mechanism + " " + name + " " + series_label(g, mode) + " T=" + std::to_string(t));
     r.set("kind", "longctx")
         .set("mechanism", mechanism)
         .set("pass", name)
         .set("P", g.size())
+        .set("concurrent_jobs", concurrent_jobs(g, mode))
         .set("T_per_rank", t)
         .set("tokens_total", t * g.size())
         .set("repeats", tm.repeats)
@@ -363,12 +394,12 @@ void run_case(const ctxpar::Group& g, cb::Report& report, const std::string& mec
         .set("rss_own_process", own_process)
         .set("load_average", load);
     report.add(r);
-    if (g.rank() == 0)
+    if (comm_rank(mode.lockstep) == 0)
       std::printf(
-          "%-9s %-16s P=%d T=%7lld: median %9.4f s min %9.4f s = %8.1f ns/token (min), "
+          "%-9s %-16s %s T=%7lld: median %9.4f s min %9.4f s = %8.1f ns/token (min), "
           "peak RSS %7.1f MiB, load %.2f\n",
-          mechanism.c_str(), name, g.size(), (long long)t, tm.median_s, tm.min_s,
-          tm.min_s / double(t) * 1e9, double(peak) / (1 << 20), load);
+          mechanism.c_str(), name, series_label(g, mode).c_str(), (long long)t, tm.median_s,
+          tm.min_s, tm.min_s / double(t) * 1e9, double(peak) / (1 << 20), load);
   }
   std::fflush(stdout);
 }
@@ -381,7 +412,7 @@ int main(int argc, char* argv[]) {
   std::string out_path, mechanism;
   std::int64_t tokens = 0;
   int repeats = 3;
-  bool quick = false, profile_only = false;
+  bool quick = false, profile_only = false, independent = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) {
       out_path = argv[++i];
@@ -395,27 +426,37 @@ int main(int argc, char* argv[]) {
       quick = true;
     } else if (!std::strcmp(argv[i], "--profile")) {
       profile_only = true;
+    } else if (!std::strcmp(argv[i], "--independent")) {
+      independent = true;
     } else {
-      std::fprintf(stderr,
-                   "usage: mpirun -np P ctxpar_bench_longctx [--mechanism swa|chunkwise|heads "
-                   "--tokens T [--profile]] [--repeats N] [--quick] [--out FILE.json]\n");
+      std::fprintf(
+          stderr,
+          "usage: mpirun -np P ctxpar_bench_longctx [--mechanism swa|chunkwise|heads "
+          "--tokens T [--profile] [--independent]] [--repeats N] [--quick] [--out FILE.json]\n");
       return 2;
     }
   }
   const bool known =
       mechanism.empty() || mechanism == "swa" || mechanism == "chunkwise" || mechanism == "heads";
-  if (!known || repeats < 1 || (!mechanism.empty() && tokens < 1)) {
-    std::fprintf(stderr, "ctxpar_bench_longctx: --mechanism needs --tokens T >= 1; repeats >= 1\n");
+  if (!known || repeats < 1 || (!mechanism.empty() && tokens < 1) ||
+      (independent && mechanism.empty())) {
+    std::fprintf(stderr,
+                 "ctxpar_bench_longctx: --mechanism needs --tokens T >= 1; repeats >= 1; "
+                 "--independent needs --mechanism\n");
     return 2;
   }
   const ctxpar::Group world(MPI_COMM_WORLD);
   cb::Report report(cb::this_machine());
   if (!mechanism.empty()) {
-    // Profiled calls: 5 up to 8 Ki tokens per rank, fewer above, one from 64 Ki.
-    const int calls = static_cast<int>(std::clamp<std::int64_t>(65536 / tokens, 1, 5));
-    run_case(world, report, mechanism, tokens, Mode{repeats, profile_only, calls}, true);
+    // Profiled calls: the fastest of 5 up to 8 Ki tokens per rank, 4 at 16 Ki, 3 from 32 Ki (one
+    // 128 Ki call of a shared machine varies by more than the growth the profile is to explain).
+    const int calls = static_cast<int>(std::clamp<std::int64_t>(65536 / tokens, 3, 5));
+    // Under --independent each process is a group of its own and the world keeps them in step.
+    const ctxpar::Group self(MPI_COMM_SELF);
+    run_case(independent ? self : world, report, mechanism, tokens,
+             Mode{repeats, profile_only, calls, MPI_COMM_WORLD}, true);
   } else {
-    const Mode mode{quick ? 1 : repeats, false, 1};
+    const Mode mode{quick ? 1 : repeats, false, 1, MPI_COMM_WORLD};
     for (const char* m : {"swa", "chunkwise", "heads"})
       for (std::int64_t t = 1024; t <= (quick ? 16384 : 131072); t *= 2)
         run_case(world, report, m, t, mode, false);

@@ -380,7 +380,7 @@ class Render(unittest.TestCase):
 
 
 def longctx(mech, pas, p, t, ns_median, ns_min, peak, **over):
-    r = rec("longctx", f"{mech} {pas} P={p} T={t}", kind="longctx", mechanism=mech, P=p, T_per_rank=t,
+    r = rec("longctx", f"{mech} {pas} P={p} T={t}", kind="longctx", mechanism=mech, P=p, concurrent_jobs=1, T_per_rank=t,
             repeats=3, median_s=ns_median * t * 1e-9, min_s=ns_min * t * 1e-9, per_token_ns_median=ns_median,
             per_token_ns_min=ns_min, peak_rss_bytes=peak, rss_own_process=True, load_average=0.5)
     r["pass"] = pas
@@ -395,6 +395,18 @@ def longctx_sweep(ratio_at_top, a=20 * 2**20, b=12000):
     for pas in ("forward", "forward+backward"):
         for t, ns in ((1024, 100.0), (4096, 100.0), (131072, 100.0 * ratio_at_top)):
             out.append(longctx("swa", pas, 1, t, ns, 0.9 * ns, a + b * t))
+    return out
+
+
+def longctx_p2_with_control(p2_at_top, control_at_top):
+    """SWA forward at P = 2 and its control (two single-rank jobs at once, recorded as P = 1 with
+    concurrent_jobs = 2): 100 ns per token at 4 Ki, the given multiples at 128 Ki."""
+    out = []
+    for t in (4096, 131072):
+        top = t == 131072
+        out.append(longctx("swa", "forward", 2, t, 100.0 * (p2_at_top if top else 1.0), 90.0, 30 * 2**20 + 12000 * t))
+        out.append(longctx("swa", "forward", 1, t, 80.0 * (control_at_top if top else 1.0), 70.0,
+                           20 * 2**20 + 12000 * t, concurrent_jobs=2))
     return out
 
 
@@ -448,7 +460,7 @@ class LongContext(unittest.TestCase):
 
     def test_missing_key_raises(self):
         for key in ("peak_rss_bytes", "per_token_ns_median", "per_token_ns_min", "T_per_rank", "load_average",
-                    "pass"):
+                    "pass", "concurrent_jobs"):
             recs = longctx_sweep(1.0)
             del recs[2][key]
             with self.assertRaises(render.RecordKeyError, msg=key) as cm:
@@ -458,7 +470,7 @@ class LongContext(unittest.TestCase):
     def test_a_miss_names_the_part_of_the_profile_that_grows(self):
         def prof(t, steady_s, growing_s, outside_s):
             r = rec("longctx", f"profile swa forward P=1 T={t}", kind="longctx_profile", mechanism="swa", P=1,
-                    T_per_rank=t, wall_s=steady_s + growing_s + outside_s, kernels_s=steady_s + growing_s,
+                    concurrent_jobs=1, T_per_rank=t, wall_s=steady_s + growing_s + outside_s, kernels_s=steady_s + growing_s,
                     outside_kernels_s=outside_s, other_kernels_s=0.0, labels=2, label0="steady", label0_s=steady_s,
                     label0_calls=1, label1="growing", label1_s=growing_s, label1_calls=1, load_average=0.5)
             r["pass"] = "forward"
@@ -469,9 +481,52 @@ class LongContext(unittest.TestCase):
         self.assertIn("×1.42; load 0.5 and 0.5), above the target as timed; the part that grows most is `growing`, 0.1 → 0.6 s per Ki "
                       "tokens (×6, 29.4 % of the call at 128 Ki)", text)
 
+    def test_an_end_run_in_several_processes_is_their_median(self):
+        recs = longctx_sweep(1.0)
+        # Two more processes at 4 Ki of each pass: medians 90, 100 (the sweep's) and 130 ns per token.
+        for pas in ("forward", "forward+backward"):
+            for ns in (90.0, 130.0):
+                recs.append(longctx("swa", pas, 1, 4096, ns, 0.5 * ns, 20 * 2**20 + 12000 * 4096))
+        rows = render.fig_longctx(recs)
+        for x in rows:
+            lo, hi = x["ends"]
+            self.assertEqual((lo["processes"], hi["processes"]), (3, 1))
+            self.assertAlmostEqual(lo["spread"], 130.0 / 90.0)
+            self.assertAlmostEqual(x["ratio_median"], 1.0)  # 100 / median(90, 100, 130)
+            self.assertAlmostEqual(x["ratio_min"], 90.0 / 45.0)  # the minimum of the minima at 4 Ki
+        text = render.render(recs, self.args)
+        self.assertIn("each end the median of 1–3 processes, whose medians differ by up to ×1.44",
+                      self.summary_line(text, "per-token time at 128 Ki ÷ 4 Ki tokens per rank — A: SWA"))
+        self.assertIn("×1.44 of 3, one process", text)
+
+    def test_control_is_labelled_and_kept_out_of_the_verdict(self):
+        # The control grows 3x, P = 2 stays flat: the verdict is P = 2's alone.
+        recs = longctx_p2_with_control(1.0, 3.0)
+        rows = {x["label"]: x for x in render.fig_longctx(recs)}
+        self.assertEqual(set(rows), {"2", "1 ×2 (control)"})
+        self.assertAlmostEqual(rows["1 ×2 (control)"]["ratio_median"], 3.0)
+        text = render.render(recs, self.args)
+        line = self.summary_line(text, "per-token time at 128 Ki ÷ 4 Ki tokens per rank — A: SWA")
+        self.assertIn("**met**", line)
+        self.assertIn("its control (2 single-rank jobs at once) 3, P = 2 ÷ control ×0.333", line)
+        self.assertNotIn("**Above the target", text)
+        # The control's peak memory is not a P = 1 memory point.
+        self.assertEqual([m["P"] for m in render.fig_longctx_memory(recs)], [])
+
+    def test_p2_growth_matched_by_its_control_is_the_machines(self):
+        text = render.render(longctx_p2_with_control(1.5, 1.45), self.args)
+        self.assertIn("**missed**", self.summary_line(text, "per-token time at 128 Ki ÷ 4 Ki tokens per rank — A: SWA"))
+        self.assertIn("the control grows ×1.45 from 4 Ki to 128 Ki (×1 by the minimum), P = 2 ×1.5; P = 2 ÷ control "
+                      "is 1.25 at 4 Ki and 1.29 at 128 Ki (×1.03). What P = 2 adds stays within the target", text)
+
+    def test_p2_growth_beyond_its_control_is_named(self):
+        text = render.render(longctx_p2_with_control(1.5, 1.0), self.args)
+        self.assertIn("(×1.5). P = 2 grows beyond its control: the exchange or the CP algorithm's own work adds the "
+                      "excess.", text)
+
     def test_profile_record_without_its_labels_raises(self):
         prof = rec("longctx", "profile swa forward P=1 T=4096", kind="longctx_profile", mechanism="swa",
-                   P=1, T_per_rank=4096, wall_s=1.0, kernels_s=0.9, outside_kernels_s=0.1, other_kernels_s=0.0,
+                   P=1, concurrent_jobs=1, T_per_rank=4096, wall_s=1.0, kernels_s=0.9, outside_kernels_s=0.1, other_kernels_s=0.0,
                    labels=1, label0="ctxpar::swa::attention", label0_s=0.9, load_average=0.5)  # no label0_calls
         prof["pass"] = "forward"
         with self.assertRaises(render.RecordKeyError) as cm:
