@@ -986,18 +986,19 @@ def fig_longctx(recs):
 
 def longctx_control(xs, x):
     """The control series of series `x` (P single-rank jobs at once), or None."""
+    if x["jobs"] != 1 or x["P"] == 1:
+        return None
     return next((c for c in xs if c["mechanism"] == x["mechanism"] and c["pass"] == x["pass"] and c["P"] == 1
-                 and c["jobs"] == x["P"] and x["jobs"] == 1 and x["P"] > 1), None)
+                 and c["jobs"] == x["P"]), None)
 
 
 def longctx_against_control(xs, x):
     """For a P > 1 series with its control over the same two lengths: the control's ratio and P ÷ control
     (per-token medians) at both ends, or None."""
     c = longctx_control(xs, x)
-    if c is None or x["ratio_median"] is None or c["ratio_median"] is None or (c["from"], c["to"]) != (x["from"], x["to"]):
+    if c is None or x["ends"] is None or c["ends"] is None or (c["from"], c["to"]) != (x["from"], x["to"]):
         return None
-    med = lambda s, t: next(m for tt, m, *_ in s["points"] if tt == t)
-    lo, hi = med(x, x["from"]) / med(c, x["from"]), med(x, x["to"]) / med(c, x["to"])
+    lo, hi = (e["median"] / ce["median"] for e, ce in zip(x["ends"], c["ends"]))
     return {"control": c["ratio_median"], "control_min": c["ratio_min"], "over_lo": lo, "over_hi": hi,
             "over_growth": hi / lo}
 
@@ -1133,7 +1134,8 @@ def section_longctx(recs, img, img_rel):
                     [ratio, fmt(x["ratio_min"]), spread])
     md.append("Per-token time, µs per token per rank (median of the repeats; at the two ends the median over the "
               "processes that ran it). *Process spread*: the largest ÷ the smallest of those processes' medians. "
-              "The same case in a new process can run at a different speed on this machine, so one process per end can show a growth, or hide one, of that size:\n\n")
+              "The same case in a new process can run at a different speed on this machine, so one process per "
+              "end can show a growth, or hide one, of that size:\n\n")
     md.append(table(header, rows))
     # Plot 1: per-token time vs T (log2 x), one line per series.
     files, plots = [], []
