@@ -1,8 +1,9 @@
 #!/bin/sh
 # Renders the growth of the distributed SWA step (bench/results/swa_growth.json, written by
 # bench/swa/run_swa.sh) into docs/img/swa_growth.png (time and bytes vs T, W and P, one line per
-# policy and key/value layout) and the tables between the "swa-growth" markers of docs/swa.md.
-# Needs python3; the plot needs gnuplot. usage: plot_growth.sh [RESULTS.json [DOC.md]]
+# policy and key/value layout) and the tables between the "swa-growth" markers of docs/swa.md
+# (DOC "-": printed instead; bench/report/guides.py takes them that way). CTXPAR_NO_PLOTS=1 skips
+# the plot. Needs python3; the plot needs gnuplot. usage: plot_growth.sh [RESULTS.json [DOC.md|-]]
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
@@ -77,7 +78,7 @@ for p, _ in configs[:3]:
                      f"bytes ×{min(b):.2f}–{max(b):.2f}; time median ×{t[len(t) // 2]:.2f} "
                      f"(range {t[0]:.2f}–{t[-1]:.2f}).")
 md = facts + md
-text = open(doc).read()
+text = open(doc).read() if doc != "-" else ""
 begin, end = "<!-- swa-growth:begin -->", "<!-- swa-growth:end -->"
 if begin in text and end in text:
     head, rest = text.split(begin, 1)
@@ -88,7 +89,7 @@ if begin in text and end in text:
 else:
     print("\n".join(md))
 PY
-if command -v gnuplot >/dev/null 2>&1; then
+if [ "${CTXPAR_NO_PLOTS:-0}" != 1 ] && command -v gnuplot >/dev/null 2>&1; then
   {
     echo "set terminal pngcairo noenhanced size 1200,700 font ',9'"
     echo "set output '$root/docs/img/swa_growth.png'"
@@ -114,5 +115,5 @@ if command -v gnuplot >/dev/null 2>&1; then
     echo "unset multiplot"
   } > "$tmp/plot.gp"
   gnuplot "$tmp/plot.gp"
-  echo "wrote docs/img/swa_growth.png"
+  echo "wrote docs/img/swa_growth.png" >&2
 fi

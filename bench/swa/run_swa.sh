@@ -3,8 +3,9 @@
 # efficiency, bytes; bench/results/swa.json, exactly as scripts/bench runs a plain benchmark), its
 # portable-kernel cases at one rank with 4 threads (bench/results/swa_portable.json), and
 # the growth sweep ctxpar_bench_swa_growth at P = 1..4 (oversubscribed on a small machine, one
-# thread per rank), merged into bench/results/swa_growth.json; then renders the growth table and
-# plot into docs/swa.md (bench/swa/plot_growth.sh).  usage: run_swa.sh BUILD_DIR [--quick]
+# thread per rank), merged into bench/results/swa_growth.json. The tables and plots of docs/swa.md
+# and docs/performance.md come from `scripts/bench --render-only` (bench/report/guides.py).
+# usage: run_swa.sh BUILD_DIR [--quick]
 set -euo pipefail
 build="${1:?usage: run_swa.sh BUILD_DIR [--quick]}"
 shift || true
@@ -30,5 +31,4 @@ for p in 1 2 3 4; do
   mpirun "${flags[@]}" -np "$p" "$build/bench/swa/ctxpar_bench_swa_growth" --out "$tmp/P$p.json" "$@"
 done
 python3 "$here/bench/common/merge_records.py" "$tmp" "$here/bench/results/swa_growth.json"
-if command -v gnuplot >/dev/null 2>&1; then sh "$here/bench/swa/plot_growth.sh" || status=$?; fi
 exit $status
