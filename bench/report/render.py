@@ -1341,8 +1341,13 @@ def summary_rows(recs):
     tr = fig_torch(recs)
     for op in sorted({x["op"] for x in tr}):
         xs = [x for x in tr if x["op"] == op]
+        missed = [x for x in xs if x["raw"] < TARGETS["torch_raw"] and raw_target_need(x) is not None]
+        beyond = [x for x in missed if raw_target_need(x) >= 1]
         add(f"vs PyTorch CPU — {op}", "speed-up, raw", f"≥ {TARGETS['torch_raw']}×", [x["raw"] for x in xs],
-            lambda v: v >= TARGETS["torch_raw"], "[PyTorch](#against-pytorch-cpu)")
+            lambda v: v >= TARGETS["torch_raw"], "[PyTorch](#against-pytorch-cpu)",
+            f"{len(beyond)} of the {len(missed)} missed case(s) would need the kernel above the same-run SGEMM rate "
+            f"(up to {fmt(max(raw_target_need(x) for x in beyond))} × SGEMM): out of reach on this machine"
+            if beyond else "")
         add(f"vs PyTorch CPU — {op}", "speed-up ÷ (own SGEMM ÷ torch SGEMM)", f"≥ {TARGETS['torch_norm']}×",
             [x["norm"] for x in xs], lambda v: v >= TARGETS["torch_norm"], "[PyTorch](#against-pytorch-cpu)")
     cp = fig_cp(recs)
@@ -1970,14 +1975,20 @@ def section_torch(recs, img, img_rel):
                     [[x["op"], x["case"], fmt(x["raw"]) + "×", fmt(x["norm"]) + "×", fmt(x["ctxpar_sgemm"]),
                       fmt(x["torch_sgemm"]), fmt(x["raw_of_minima"]) + "×" if isnum(x["raw_of_minima"]) else "–"]
                      for x in tr]))
-    need_rows = [x for x in tr if x["op"] == "SWA step forward"]
+    need_rows = [x for x in tr if raw_target_need(x) is not None]
     if need_rows:
-        md.append("\nWhat the raw target asks of the step forward: torch's time ÷ 2 for the FLOPs the step must do "
-                  "(4·D per visible query–key pair and query head), as a fraction of ctxpar's same-run SGEMM. A "
-                  "fraction near or above 1 is out of reach for attention, whose softmax is not a multiply-add.\n\n")
-        md.append(table(["case", "visible pairs", "GFLOP/s needed for 2×", "÷ ctxpar SGEMM"],
-                        [[x["case"], f"{step_visible_pairs(x['rec']):,}", fmt(need_gflops(x)),
-                          fmt(need_gflops(x) / x["ctxpar_sgemm"])] for x in need_rows]))
+        md.append(f"\nWhat the raw target asks: {TARGETS['torch_raw']} × torch's rate, by the same FLOP count on both "
+                  "sides (the kernel formula: 4·D per visible query–key pair and query head forward, 10·D backward), "
+                  "as a fraction of ctxpar's same-run SGEMM. At 1 or above the raw target is out of reach on this "
+                  "machine whatever the kernel does: attention's softmax and exponentials are not multiply-adds, so "
+                  "its ceiling is below SGEMM's. Torch's backward keeps the forward's weights instead of recomputing "
+                  "them (4 of the formula's 5 products per pair), so the count credits it with work it skips.\n\n")
+        md.append(table(["op", "case", "torch GFLOP/s", "÷ torch SGEMM", f"ctxpar GFLOP/s needed for {TARGETS['torch_raw']}×",
+                         "÷ ctxpar SGEMM", "raw target"],
+                        [[x["op"], x["case"], fmt(torch_gflops(x)), fmt(torch_gflops(x) / x["torch_sgemm"]),
+                          fmt(need_gflops(x)), fmt(raw_target_need(x)),
+                          "out of reach (above SGEMM)" if raw_target_need(x) >= 1 else
+                          "met" if x["raw"] >= TARGETS["torch_raw"] else "missed, below SGEMM"] for x in need_rows]))
     return md
 
 
@@ -1988,11 +1999,29 @@ def step_visible_pairs(r):
     return w * (w + 1) // 2 + (t - w) * w
 
 
+def torch_gflops(row):
+    """Torch's rate in a SWA comparison by the kernel's FLOP formula (None for the chunkwise rows,
+    whose torch records carry no FLOP count of the same model). A row without `op` is a step forward."""
+    r, op = row["rec"], row.get("op", "SWA step forward")
+    if op in ("SWA forward", "SWA backward"):
+        return num(r, "forward_gflops" if op == "SWA forward" else "backward_gflops")
+    if op in ("SWA step forward", "SWA step backward"):
+        forward = op == "SWA step forward"
+        flops = (4.0 if forward else 10.0) * num(r, "dim") * num(r, "q_heads") * step_visible_pairs(r)
+        return flops / num(r, "forward_median_s" if forward else "backward_median_s") * 1e-9
+    return None
+
+
 def need_gflops(row):
-    """GFLOP/s the ctxpar step forward needs to be twice as fast as torch's median forward."""
-    r = row["rec"]
-    flops = 4.0 * num(r, "dim") * num(r, "q_heads") * step_visible_pairs(r)
-    return flops / (num(r, "forward_median_s") / TARGETS["torch_raw"]) * 1e-9
+    """GFLOP/s ctxpar needs to be TARGETS['torch_raw'] times as fast as torch's median."""
+    rate = torch_gflops(row)
+    return None if rate is None else TARGETS["torch_raw"] * rate
+
+
+def raw_target_need(row):
+    """need_gflops as a fraction of ctxpar's same-run SGEMM (None where there is no FLOP count)."""
+    need = need_gflops(row)
+    return None if need is None else need / row["ctxpar_sgemm"]
 
 
 def section_hybrid(recs):

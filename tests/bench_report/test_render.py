@@ -177,6 +177,27 @@ class Render(unittest.TestCase):
         with self.assertRaises(KeyError):
             render.fig_torch([mine, torch])
 
+    def test_raw_target_beyond_the_sgemm_ceiling_is_named(self):
+        # Torch's backward at 100 GFLOP/s: 2x needs 200, above ctxpar's SGEMM of 180 (1.11x of it);
+        # its forward at 40 needs 80 (0.444x), within the ceiling.
+        mine = rec("swa", "kernel", kind="local_kernel", dim=64, window=128, sgemm_gflops=180.0, forward_ratio=0.6,
+                   backward_ratio=0.5)
+        torch = rec("swa_torch", "torch D=64", dim=64, window=128, sgemm_gflops=150.0, ctxpar_forward_speedup=1.5,
+                    ctxpar_backward_speedup=0.9, forward_gflops=40.0, backward_gflops=100.0)
+        rows = {x["op"]: x for x in render.fig_torch([mine, torch])}
+        self.assertAlmostEqual(render.need_gflops(rows["SWA backward"]), 200.0)
+        self.assertAlmostEqual(render.raw_target_need(rows["SWA backward"]), 200.0 / 180.0)
+        self.assertAlmostEqual(render.raw_target_need(rows["SWA forward"]), 80.0 / 180.0)
+        text = render.section_torch([mine, torch], None, "img")
+        self.assertIn("| SWA backward | D = 64, W = 128 | 100 | 0.667 | 200 | 1.11 | out of reach (above SGEMM) |",
+                      "".join(text))
+        self.assertIn("| SWA forward | D = 64, W = 128 | 40 | 0.267 | 80 | 0.444 | missed, below SGEMM |", "".join(text))
+        # A step backward: 10·D per visible pair and query head over torch's median time.
+        step = {"op": "SWA step backward", "ctxpar_sgemm": 100.0,
+                "rec": dict(queries=6, window=4, q_heads=1, dim=1, backward_median_s=2.0)}
+        self.assertAlmostEqual(render.need_gflops(step), 2.0 * 10.0 * 18 / 2.0 * 1e-9)
+        self.assertIsNone(render.raw_target_need({"op": "chunkwise gdn forward", "rec": {}, "ctxpar_sgemm": 1.0}))
+
     def test_torch_step_pairs_the_step_a_user_calls_by_shape(self):
         shape = dict(queries=4096, window=1024, q_heads=8, dim=64)
         ceiling = rec("swa", "sgemm ceiling", kind="ceiling", gflops=180.0)
