@@ -247,6 +247,17 @@ double gdn_local_chunk_flops(double c, double k, double v) {
          (2 * c * k * v + c * c * v) + 2 * c * k * v;
 }
 
+// The same model split by the kernel that does the work, for the profile of the chunk-size
+// sweep: `intra_chunk` forms the strictly lower KK^T, the triangular solve, U~ and W~, and the
+// causal QK^T (parallel over chunks); `forward_pass` the state-dependent U = U~ - W~S, the outputs
+// and the state update (sequential over the chunks of a head). The two add up to the total above.
+double gdn_intra_chunk_flops(double c, double k, double v) {
+  return c * c * k + c * c * c / 3 + (c * c * v + c * c * k) + c * c * k;
+}
+double gdn_forward_pass_flops(double c, double k, double v) {
+  return 2 * c * k * v + (2 * c * k * v + c * c * v) + 2 * c * k * v;
+}
+
 // The FLOP model string every GDN record carries.
 constexpr const char* gdn_flop_model =
     "triangular: C^2K + C^3/3 + (C^2V + C^2K) + C^2K + 2CKV + (2CKV + C^2V) + 2CKV per chunk";
@@ -531,7 +542,15 @@ int main(int argc, char** argv) {
           // recurrence's rate.
           r.set("speedup_ceiling", (sgemm.gflops / fpt_chunk) / (rec_gflops / fpt_rec));
           r.set("rel_l2_vs_recurrence", std::sqrt(num / den));
+          // Where the time goes: the fastest of 3 profiled calls by kernel label, next to the
+          // model's FLOPs of the two kernels that do the arithmetic.
+          const bench::KernelProfile profile = bench::fastest_profile(3, run);
+          bench::set_profile(r, "chunkwise_profile_", profile, 6);
+          r.set("intra_chunk_flops", gdn_intra_chunk_flops(chunk, K, V) * (double(T) / chunk) * H)
+              .set("forward_pass_flops",
+                   gdn_forward_pass_flops(chunk, K, V) * (double(T) / chunk) * H);
           report.add(r);
+          bench::print_profile("  C=" + std::to_string(chunk) + " forward profile", profile, 6);
           std::cout << "gdn C=" << chunk << " local forward " << gflops << " GFLOP/s, recurrence "
                     << rec_gflops << " GFLOP/s (fastest), speed-up x" << t_fastest / t.median_s
                     << " (ceiling x" << (sgemm.gflops / fpt_chunk) / (rec_gflops / fpt_rec)

@@ -719,6 +719,39 @@ def fig_vs_recurrence(recs):
     return rows
 
 
+RECURRENCE_PROFILE_LABELS = {"intra_chunk": "intra_chunk_flops", "forward_pass": "forward_pass_flops"}
+
+
+def recurrence_profile(row):
+    """Where a vs-recurrence row's chunkwise forward spends its time: its record's profiled call
+    (`chunkwise_profile_*`) per label, with the FLOP model's share of the two kernels that do the
+    arithmetic, as [(label, seconds, share of the call, GFLOP/s or None, ÷ SGEMM or None)] plus the other
+    kernels and the time outside kernels; None for a record without a profile."""
+    r = row["rec"]
+    if "chunkwise_profile_wall_s" not in r:
+        return None
+    p = read_profile(r, "chunkwise_profile_")
+    sgemm = num(r, "sgemm_gflops")
+    out = []
+    for lab, sec, _ in p["labels"]:
+        key = next((k for name, k in RECURRENCE_PROFILE_LABELS.items() if lab.endswith("::" + name)), None)
+        rate = num(r, key) / sec * 1e-9 if key and sec > 0 else None
+        out.append((f"`{lab}`", sec, sec / p["wall"], rate, rate / sgemm if rate is not None else None))
+    out.append(("other kernels", p["other"], p["other"] / p["wall"], None, None))
+    out.append(("outside kernels", p["outside"], p["outside"] / p["wall"], None, None))
+    return out
+
+
+def recurrence_profile_note(row):
+    """'profile at C = 32: `…intra_chunk` 0.5 of SGEMM (20 % of the call), …' for the rows with FLOPs."""
+    prof = recurrence_profile(row)
+    if not prof:
+        return ""
+    parts = [f"{lab} {fmt(of)} of SGEMM ({100 * share:.0f} % of the call)" for lab, _, share, _, of in prof
+             if of is not None]
+    return f"profile at C = {row['chunk']}: " + ", ".join(parts) if parts else ""
+
+
 def fig_torch(recs):
     """Every PyTorch comparison: raw speed-up and normalised by each side's same-run SGEMM."""
     rows = []
@@ -1337,7 +1370,9 @@ def summary_rows(recs):
     add("chunkwise vs the fastest recurrence (GDN, best chunk size)", "speed-up ÷ its FLOP-count ceiling",
         f"≥ {TARGETS['rec_ceiling']}", [best["of_ceiling"]] if best else [], lambda v: v >= TARGETS["rec_ceiling"],
         "[B](#b-chunkwise-linear-attention)",
-        f"C = {best['chunk']}: {fmt(best['speedup'])}× against a ceiling of {fmt(best['ceiling'])}×" if best else "")
+        "; ".join(t for t in ((f"C = {best['chunk']}: {fmt(best['speedup'])}× against a ceiling of "
+                               f"{fmt(best['ceiling'])}×" if best else ""),
+                              recurrence_profile_note(best) if best else "") if t))
     tr = fig_torch(recs)
     for op in sorted({x["op"] for x in tr}):
         xs = [x for x in tr if x["op"] == op]
@@ -1876,6 +1911,20 @@ def section_chunkwise(recs, img, img_rel):
                         [[x["chunk"], human_seconds(x["t_chunk"]), human_seconds(x["t_fast"]), fmt(x["speedup"]) + "×",
                           fmt(x["ceiling"]) + "×" + ("" if x["valid"] else " (**invalid**: above the ceiling)"),
                           fmt(x["of_ceiling"]), fmt(x["recorded"]) + "×"] for x in vr]))
+        best = max(vr, key=lambda x: x["speedup"])
+        prof = recurrence_profile(best)
+        if prof:
+            md.append(f"\nWhere the chunkwise forward's time goes at the best chunk size (C = {best['chunk']}): the "
+                      "fastest of 3 profiled calls after the timed ones, by kernel label (Kokkos Tools begin/end "
+                      "callbacks), with the FLOP model split by the kernel that does the work: `intra_chunk` the "
+                      "strictly lower `KKᵀ`, the triangular solve, `Ũ`, `W̃` and the causal `QKᵀ` (`C²K + C³/3 + "
+                      "(C²V + C²K) + C²K` per chunk, parallel over chunks); `forward_pass` `U = Ũ − W̃S`, the outputs "
+                      "and the state update (`2CKV + (2CKV + C²V) + 2CKV`, sequential over a head's chunks). The "
+                      "speed-up ÷ ceiling above is the call's rate ÷ SGEMM; this says which kernel holds it down.\n\n")
+            md.append(table(["label", "seconds", "share of the call", "GFLOP/s (model)", "÷ SGEMM"],
+                            [[lab, human_seconds(sec), f"{100 * share:.1f} %",
+                              fmt(rate) if rate is not None else "–", fmt(of) if of is not None else "–"]
+                             for lab, sec, share, rate, of in prof]))
     sv = [x for x in fig_step_vs_kernel(recs) if x["mechanism"] == "chunkwise GDN"]
     if sv:
         md.append("\nThe step a user calls (`CpPlan<GatherFold>::forward` / `backward`, steady state, one rank) against "

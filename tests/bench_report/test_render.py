@@ -110,6 +110,30 @@ class Render(unittest.TestCase):
         self.assertAlmostEqual(rows[0]["speedup"], 0.005 / 0.002)
         # ceiling: fastest recurrence time over the chunkwise flops at the SGEMM rate
         self.assertAlmostEqual(rows[0]["ceiling"], 0.005 / (1e6 * 256 / 200e9))
+        self.assertIsNone(render.recurrence_profile(rows[0]))  # a record written before the profile
+
+    def test_vs_recurrence_profile_gives_each_kernel_its_rate(self):
+        # intra_chunk: 2e8 model FLOPs in 2 ms = 100 GFLOP/s = 0.5 of SGEMM; forward_pass 6e8 in 6 ms = 0.5.
+        prof = profile_fields("chunkwise", "x", 0.01, [("ctxpar::chunkwise::gated_delta::forward_pass", 0.006, 1),
+                                                       ("ctxpar::chunkwise::gated_delta::intra_chunk", 0.002, 1),
+                                                       ("ctxpar::chunkwise::gated_delta::gates", 0.001, 1)])
+        prof = {k.replace("chunkwise_x_profile_", "chunkwise_profile_"): v for k, v in prof.items()}
+        sweep = rec("chunkwise", "gdn_vs_recurrence_C16", kind="gdn_vs_recurrence", family="gdn", tokens=256,
+                    heads=1, key_dim=64, value_dim=32, chunk=16, flop_model="triangular: t",
+                    chunkwise_median_s=0.01, recurrence_median_s=0.02, flops_per_token_chunkwise=1e6,
+                    sgemm_gflops=200.0, local_speedup_vs_recurrence=2.0, intra_chunk_flops=2e8,
+                    forward_pass_flops=6e8, **prof)
+        row = render.fig_vs_recurrence([sweep])[0]
+        by = {lab: (sec, share, rate, of) for lab, sec, share, rate, of in render.recurrence_profile(row)}
+        self.assertAlmostEqual(by["`ctxpar::chunkwise::gated_delta::intra_chunk`"][2], 100.0)
+        self.assertAlmostEqual(by["`ctxpar::chunkwise::gated_delta::forward_pass`"][3], 0.5)
+        self.assertAlmostEqual(by["`ctxpar::chunkwise::gated_delta::forward_pass`"][1], 0.6)
+        self.assertIsNone(by["`ctxpar::chunkwise::gated_delta::gates`"][2])  # no FLOPs in the model
+        self.assertAlmostEqual(by["outside kernels"][0], 0.001)
+        note = {r[0]: r for r in render.summary_rows([sweep])}[
+            "chunkwise vs the fastest recurrence (GDN, best chunk size)"][-1]
+        self.assertIn("profile at C = 16: `ctxpar::chunkwise::gated_delta::forward_pass` 0.5 of SGEMM (60 % of the "
+                      "call)", note)
 
     def test_cp_efficiency_baselines(self):
         solo = rec("chunkwise", "cp", kind="cp_efficiency", tokens=64, ranks=2, baseline="solo", cp_efficiency=0.95,
