@@ -620,6 +620,7 @@ int main(int argc, char** argv) {
           .set("cp_efficiency", efficiency)
           .set("cp_efficiency_of_minima", t1.min_s / (p * t2.min_s));
       r.set("machine_efficiency_ceiling", ceiling)
+          .set("ceiling_rounds", before.rounds + after.rounds)
           .set("efficiency_vs_machine_ceiling", efficiency / ceiling)
           .set("t1_method", "rank 0 runs the whole sequence alone, the other rank waits");
       bench::set_profile(r, "single_rank_profile_", solo_profile, 8);

@@ -101,7 +101,8 @@ int main(int argc, char* argv[]) {
                          .set("ranks", size)
                          .set("solo_sgemm_gflops", scaling.solo_gflops)
                          .set("concurrent_sgemm_gflops", scaling.concurrent_gflops)
-                         .set("machine_efficiency_ceiling", scaling.efficiency_ceiling));
+                         .set("machine_efficiency_ceiling", scaling.efficiency_ceiling)
+                         .set("ceiling_rounds", scaling.rounds));
         }
       } else if (rank == 0) {
         std::printf("network ceilings skipped: run with at least 2 ranks\n");

@@ -183,8 +183,9 @@ DEFINITIONS = f"""## Definitions (every figure below, every benchmark)
 - **CP efficiency** = `T(1) / (P · T(P))`, where **T(1) is the single-rank job with one rank alone
   on the machine** (the other ranks wait; nothing else of the benchmark runs), for every mechanism
   and the hybrid stack. The records say `"baseline": "solo"`. The machine's **contention ceiling**
-  (SGEMM on all P ranks at once ÷ one rank alone, same run) is shown beside it and never folded
-  into T(1). A record with another baseline (`"concurrent"`: every rank runs the single-rank job at
+  (SGEMM on all P ranks at once ÷ one rank alone, same run, measured in alternating rounds; a
+  record's `ceiling_rounds` says how many, and older records without it measured one pair) is
+  shown beside it and never folded into T(1). A record with another baseline (`"concurrent"`: every rank runs the single-rank job at
   the same time) is not a CP efficiency by this definition; the report shows the estimate
   `efficiency × ceiling` for it and the verdict follows the estimate.
 - **Chunkwise vs recurrence** = time of the **fastest** token-by-token recurrence in the run (the

@@ -511,6 +511,7 @@ ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std:
       .set("ranks", world.size())
       .set("efficiency", eff)
       .set("machine_efficiency_ceiling", ceiling)
+      .set("ceiling_rounds", before.rounds + after.rounds)
       .set("solo_sgemm_gflops", 0.5 * (before.solo_gflops + after.solo_gflops))
       .set("concurrent_sgemm_gflops", 0.5 * (before.concurrent_gflops + after.concurrent_gflops))
       .set("efficiency_vs_machine_ceiling", ceiling > 0 ? eff / ceiling : 0.0);
