@@ -54,10 +54,8 @@ def hybrid_figures(root):
            "contention ceiling | local compute | MPI | MPI calls (rank 0) |",
            "|---|---|---|---|---|---|---|---|---|"]
     for x in rows:
-        layers = {render.need(l, "layer"): l for l in render.need(render.need(x["rec"], "steps")[0], "layers")}
         name = x["mechanism"].split(", ", 1)[1]
-        layer = layers[{"A: SWA": "swa", "B: GDN": "gdn", "C: GDP": "gdp"}[name]]
-        phases = render.need(render.need(layer, "phases_seconds"), "distributed")
+        phases = render.need(render.need(x["layer"], "phases_seconds"), "distributed")
         eff = fmt(x["solo_eff"]) + ("" if x["solo_eff"] >= target else " (missed)")
         out.append(f"| {name} ({x['case']}) | {x['P']} | {hs(x['t1'])} | {hs(x['tp'])} | **{eff}** | "
                    f"{fmt(x['ceiling']) if x['ceiling'] else '–'} | {hs(render.num(phases, 'local_compute'))} | "

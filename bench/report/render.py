@@ -861,7 +861,7 @@ def fig_cp(recs):
                 name = {"swa": "A: SWA", "gdn": "B: GDN", "gdp": "C: GDP"}.get(l["layer"], l["layer"])
                 rows.append({"mechanism": f"hybrid layer, {name}", "case": f"{need(l, 'policy')}, L = {need(h, 'length')}",
                              "P": p, "rec": h, "baseline": base, "eff": t1 / (p * tp),
-                             "ceiling": contention_ceiling(recs, p), "t1": t1, "tp": tp})
+                             "ceiling": contention_ceiling(recs, p), "t1": t1, "tp": tp, "layer": l})
     for row in rows:
         row["solo_eff"] = row["eff"] if row["baseline"] == "solo" else (
             row["eff"] * row["ceiling"] if row["ceiling"] else None)
