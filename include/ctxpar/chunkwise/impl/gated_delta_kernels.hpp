@@ -183,16 +183,35 @@ struct IntraChunk {
       const Scalar* krow = live ? pb.k + (static_cast<long>(row) * H + h) * K : nullptr;
       const Scalar* qrow = query ? pb.q + (static_cast<long>(pb.token(row)) * H + h) * K : nullptr;
       const Scalar* vrow = live ? pb.v + (static_cast<long>(row) * H + h) * V : nullptr;
-      for (int d = 0; d < K; ++d) {
-        const Scalar kd = live ? krow[d] : Scalar(0);
-        const Scalar qd = query ? pb.scale * qrow[d] : Scalar(0);
-        kT[static_cast<long>(d) * C + i] = kd;
-        Kt[static_cast<long>(i) * K + d] = lam * kd;
-        bk[static_cast<long>(i) * K + d] = b * G * kd;
-        qs[static_cast<long>(i) * K + d] = qd;
-        Qh[static_cast<long>(i) * K + d] = G * qd;
+      // One loop per output: the row-wise ones are contiguous (they vectorise on a host) and
+      // only the transposed copy into kT scatters.
+      Scalar* kt_row = Kt + static_cast<long>(i) * K;
+      Scalar* bk_row = bk.data() + static_cast<long>(i) * K;
+      Scalar* qs_row = qs.data() + static_cast<long>(i) * K;
+      Scalar* qh_row = Qh + static_cast<long>(i) * K;
+      Scalar* bv_row = bv.data() + static_cast<long>(i) * V;
+      const Scalar bG = b * G;
+      if (live) {
+        for (int d = 0; d < K; ++d) kT[static_cast<long>(d) * C + i] = krow[d];
+        for (int d = 0; d < K; ++d) {
+          kt_row[d] = lam * krow[d];
+          bk_row[d] = bG * krow[d];
+        }
+        for (int d = 0; d < V; ++d) bv_row[d] = b * vrow[d];
+      } else {
+        for (int d = 0; d < K; ++d) kT[static_cast<long>(d) * C + i] = Scalar(0);
+        for (int d = 0; d < K; ++d) kt_row[d] = bk_row[d] = Scalar(0);
+        for (int d = 0; d < V; ++d) bv_row[d] = Scalar(0);
       }
-      for (int d = 0; d < V; ++d) bv[static_cast<long>(i) * V + d] = live ? b * vrow[d] : Scalar(0);
+      if (query) {
+        for (int d = 0; d < K; ++d) {
+          const Scalar qd = pb.scale * qrow[d];
+          qs_row[d] = qd;
+          qh_row[d] = G * qd;
+        }
+      } else {
+        for (int d = 0; d < K; ++d) qs_row[d] = qh_row[d] = Scalar(0);
+      }
     });
     team.team_barrier();
     // Gram K Kᵀ (lower part) and Q̂ Kᵀ: both read Kᵀ as the contiguous right operand.
