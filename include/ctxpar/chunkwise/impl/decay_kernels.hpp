@@ -309,13 +309,18 @@ struct OutputTiles {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
       const Scalar* qi = &q(b + i, h, 0);
       const Scalar* ki = &k(b + i, h, 0);
-      const Scalar gs = decay_from_start(gamma, reset, b + i, h, 0);
-      for (int d = 0; d < K; ++d) {
-        const Scalar g = Diagonal ? decay_from_start(gamma, reset, b + i, h, d) : gs;
-        const long id = static_cast<long>(i) * K + d;
-        qs[id] = scale * qi[d];
-        qh[id] = g * qs[id];
-        if (!Diagonal) aux[static_cast<long>(d) * C + i] = ki[d];  // Kᵀ, the contiguous operand
+      // One loop per output: the row-wise ones vectorise on a host; only Kᵀ scatters.
+      Scalar* qs_row = qs.data() + static_cast<long>(i) * K;
+      Scalar* qh_row = qh.data() + static_cast<long>(i) * K;
+      for (int d = 0; d < K; ++d) qs_row[d] = scale * qi[d];
+      if constexpr (Diagonal) {
+        for (int d = 0; d < K; ++d)
+          qh_row[d] = decay_from_start(gamma, reset, b + i, h, d) * qs_row[d];
+      } else {
+        const Scalar gs = decay_from_start(gamma, reset, b + i, h, 0);
+        for (int d = 0; d < K; ++d) qh_row[d] = gs * qs_row[d];
+        // Kᵀ, the contiguous operand of the score product.
+        for (int d = 0; d < K; ++d) aux[static_cast<long>(d) * C + i] = ki[d];
       }
       for (int j = 0; j < n; ++j) P[static_cast<long>(i) * C + j] = Scalar(0);
     });
@@ -624,14 +629,16 @@ struct ScalarGradientTiles {
       const Scalar* dt = &dout(b + t, h, 0);
       const Scalar big = precise_from_start(gamma, gamma_lo, reset, b + t, h, 0);
       const Scalar lam = precise_ratio(gamma, gamma_lo, reset, last, b + t, h, 0);
-      for (int d = 0; d < K; ++d) {
-        kT[static_cast<long>(d) * C + t] = kt[d];
-        kl[static_cast<long>(t) * K + d] = lam * kt[d];
-      }
+      // The transposed copies scatter on their own; the row-wise ones vectorise on a host.
+      for (int d = 0; d < K; ++d) kT[static_cast<long>(d) * C + t] = kt[d];
+      for (int d = 0; d < V; ++d) vT[static_cast<long>(d) * C + t] = vt[d];
+      Scalar* kl_row = kl.data() + static_cast<long>(t) * K;
+      Scalar* dog_row = dog.data() + static_cast<long>(t) * V;
+      Scalar* vl_row = vl.data() + static_cast<long>(t) * V;
+      for (int d = 0; d < K; ++d) kl_row[d] = lam * kt[d];
       for (int d = 0; d < V; ++d) {
-        vT[static_cast<long>(d) * C + t] = vt[d];
-        dog[static_cast<long>(t) * V + d] = big * dt[d];
-        vl[static_cast<long>(t) * V + d] = lam * vt[d];
+        dog_row[d] = big * dt[d];
+        vl_row[d] = lam * vt[d];
       }
     });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {

@@ -546,16 +546,26 @@ struct ChunkGradients {
       const Scalar* qrow = query ? pb.q + (static_cast<long>(pb.token(row)) * H + h) * K : nullptr;
       const Scalar* drow =
           query ? gt.dout + (static_cast<long>(pb.token(row)) * H + h) * V : nullptr;
-      for (int d = 0; d < K; ++d) {
-        const Scalar kd = live ? krow[d] : Scalar(0);
-        kr[static_cast<long>(i) * K + d] = kd;
-        krT[static_cast<long>(d) * C + i] = kd;
-        qs[static_cast<long>(i) * K + d] = query ? pb.scale * qrow[d] : Scalar(0);
+      // As in IntraChunk: one loop per output, the transposed copies scattering on their own.
+      Scalar* kr_row = kr.data() + static_cast<long>(i) * K;
+      Scalar* qs_row = qs.data() + static_cast<long>(i) * K;
+      Scalar* do_row = dO.data() + static_cast<long>(i) * V;
+      if (live) {
+        for (int d = 0; d < K; ++d) krT[static_cast<long>(d) * C + i] = krow[d];
+        for (int d = 0; d < K; ++d) kr_row[d] = krow[d];
+      } else {
+        for (int d = 0; d < K; ++d) krT[static_cast<long>(d) * C + i] = Scalar(0);
+        for (int d = 0; d < K; ++d) kr_row[d] = Scalar(0);
       }
-      for (int d = 0; d < V; ++d) {
-        dO[static_cast<long>(i) * V + d] = query ? drow[d] : Scalar(0);
+      if (query) {
+        for (int d = 0; d < K; ++d) qs_row[d] = pb.scale * qrow[d];
+        for (int d = 0; d < V; ++d) do_row[d] = drow[d];
+      } else {
+        for (int d = 0; d < K; ++d) qs_row[d] = Scalar(0);
+        for (int d = 0; d < V; ++d) do_row[d] = Scalar(0);
+      }
+      for (int d = 0; d < V; ++d)
         UT[static_cast<long>(d) * C + i] = U[static_cast<long>(i) * V + d];
-      }
     });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int d = 0; d < V; ++d) {
