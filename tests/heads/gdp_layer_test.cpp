@@ -2,7 +2,10 @@
 // post_conv_ssm) against the P = 1 layer (bitwise forward; backward within rounding) and an fp64
 // plain-loop oracle (forward and backward, inputs and every parameter), on every rank, for
 // M ∈ {1, 2, 3}, ngroups below/equal/above P, contiguous and zigzag, dense and packed, with the
-// skip term D per head, per channel and absent.
+// skip term D per head, per channel and absent; and the conv weight gradient's host channel
+// blocking against one channel per work item.
+#include <cmath>
+
 #include "ctxpar/core/allocation_counter.hpp"
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "ctxpar_test/harness.hpp"
@@ -420,3 +423,75 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   if (!same) std::cerr << "[rank " << me << "] a repeated call changed the results\n";
   CTXPAR_TEST_ALL(group, allocations == 0 && same);
 }
+
+namespace {
+
+// The conv weight gradient's host blocking (one work item sums a block of channels in one pass
+// over the rows) against one channel per item (the GPU layout) and an fp64 loop: bitwise equal
+// across block sizes, over full blocks, a partial block and single channels, widths 3 and 4, two
+// packed sequences (no tap reads across their border).
+BOOST_AUTO_TEST_CASE(conv_weight_gradient_blocks) {
+  using exec = Kokkos::DefaultExecutionSpace;
+  using mem = exec::memory_space;
+  using matrix = Kokkos::View<float**, Kokkos::LayoutRight, mem>;
+  using vector = Kokkos::View<float*, mem>;
+  using index = Kokkos::View<std::int64_t*, mem>;
+  using kernel = ch::impl::ConvBackwardWeights<matrix, matrix, matrix, vector, index>;
+  const auto& group = world();
+  const std::int64_t tokens = 53, border = 20, off = 7, channels = 2 * kernel::max_block + 5;
+  matrix dpre("dpre", tokens, channels), u("u", tokens, off + channels);
+  index start("start", tokens);
+  auto hd = Kokkos::create_mirror_view(dpre);
+  auto hu = Kokkos::create_mirror_view(u);
+  auto hs = Kokkos::create_mirror_view(start);
+  std::uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return float(double(state >> 40) / double(1ULL << 24) * 2.0 - 1.0);
+  };
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    hs(t) = t < border ? 0 : border;
+    for (std::int64_t c = 0; c < channels; ++c) hd(t, c) = next();
+    for (std::int64_t c = 0; c < off + channels; ++c) hu(t, c) = next();
+  }
+  Kokkos::deep_copy(dpre, hd);
+  Kokkos::deep_copy(u, hu);
+  Kokkos::deep_copy(start, hs);
+  bool ok = true;
+  for (int width : {3, 4}) {
+    std::vector<std::vector<float>> results;
+    for (int block : {1, kernel::max_block}) {
+      matrix dw("dw", channels, width);
+      vector db("db", channels);
+      Kokkos::parallel_for(Kokkos::RangePolicy<exec>(0, (channels + block - 1) / block),
+                           kernel{dpre, u, dw, db, start, off, tokens, width, channels, block});
+      auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dw);
+      auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), db);
+      std::vector<float> r(hw.data(), hw.data() + channels * width);
+      r.insert(r.end(), hb.data(), hb.data() + channels);
+      results.push_back(r);
+      for (std::int64_t c = 0; c < channels; ++c) {
+        // fp64 sums and the sum of |terms|: an fp32 sum of n terms is within n·u of it.
+        double ref_b = 0, mag_b = 0;
+        for (std::int64_t t = 0; t < tokens; ++t) ref_b += hd(t, c), mag_b += std::abs(hd(t, c));
+        ok = ok && std::abs(hb(c) - ref_b) <= tokens * 6e-8 * mag_b;
+        for (int k = 0; k < width; ++k) {
+          double ref = 0, mag = 0;
+          for (std::int64_t t = 0; t < tokens; ++t) {
+            const std::int64_t src = t - (width - 1) + k;
+            if (src < hs(t)) continue;
+            const double term = double(hd(t, c)) * hu(src, off + c);
+            ref += term;
+            mag += std::abs(term);
+          }
+          ok = ok && std::abs(hw(c, k) - ref) <= tokens * 6e-8 * mag;
+        }
+      }
+    }
+    BOOST_TEST_CONTEXT("width " << width) {
+      CTXPAR_TEST_ALL(group, ok && results[0] == results[1]);
+    }
+  }
+}
+
+}  // namespace
