@@ -444,15 +444,12 @@ BOOST_AUTO_TEST_CASE(conv_weight_gradient_blocks) {
   auto hd = Kokkos::create_mirror_view(dpre);
   auto hu = Kokkos::create_mirror_view(u);
   auto hs = Kokkos::create_mirror_view(start);
-  std::uint64_t state = 12345;
-  auto next = [&] {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return float(double(state >> 40) / double(1ULL << 24) * 2.0 - 1.0);
-  };
   for (std::int64_t t = 0; t < tokens; ++t) {
     hs(t) = t < border ? 0 : border;
-    for (std::int64_t c = 0; c < channels; ++c) hd(t, c) = next();
-    for (std::int64_t c = 0; c < off + channels; ++c) hu(t, c) = next();
+    for (std::int64_t c = 0; c < channels; ++c)
+      hd(t, c) = float(ctxpar::test::uniform(1, t * channels + c));
+    for (std::int64_t c = 0; c < off + channels; ++c)
+      hu(t, c) = float(ctxpar::test::uniform(2, t * (off + channels) + c));
   }
   Kokkos::deep_copy(dpre, hd);
   Kokkos::deep_copy(u, hu);
