@@ -564,22 +564,30 @@ int main(int argc, char** argv) {
       const auto sgemm = bench::sgemm_ceiling(1024, 3);
       for (const std::int64_t T : {512, 1024, 2048, 4096, 8192}) {
         const Data d(T, 1, 128, 128);
-        auto emit = [&](const char* family, double flops, const bench::Timing& t) {
+        // Each record also carries where the time goes (the fastest of 3 profiled calls after the
+        // timed ones), so a per-token growth can be read by kernel. A call at 512 tokens takes
+        // under a millisecond: shorter lengths get more repeats, so that every length is timed over
+        // about the same total time and its median is as steady as the longest one's.
+        const int sweep_repeats = repeats * static_cast<int>(std::max<std::int64_t>(1, 8192 / T));
+        auto emit = [&](const char* family, double flops, auto&& forward) {
+          const bench::Timing t = bench::time_it(forward, 1, sweep_repeats);
+          const bench::KernelProfile profile = bench::fastest_profile(3, forward);
           bench::Record r("chunkwise", std::string("t_sweep_") + family + "_T" + std::to_string(T));
           r.set("kind", "t_sweep").set("family", family).set("tokens", T).set("heads", 1);
           r.set("key_dim", 128).set("value_dim", 128).set("chunk", 64).set("forward", t);
           r.set("gflops", flops / t.median_s * 1e-9).set("sgemm_gflops", sgemm.gflops);
+          bench::set_profile(r, "profile_", profile, 6);
           report.add(r);
+          bench::print_profile(std::string("  t_sweep ") + family + " T=" + std::to_string(T),
+                               profile, 6);
         };
         Runner<cw::GatedDeltaRuleBackend<float, mem>> gdn(self, d, 64);
         emit("gdn", gdn_local_chunk_flops(64, 128, 128) * (T / 64),  // one rank: no M
-             bench::time_it([&] { gdn.forward(); }, 1, repeats));
+             [&] { gdn.forward(); });
         Runner<cw::ScalarDecayBackend<float, mem>> sd(self, d, 64);
-        emit("scalar", scalar_chunk_flops(64, 128, 128) * (T / 64),
-             bench::time_it([&] { sd.forward(); }, 1, repeats));
+        emit("scalar", scalar_chunk_flops(64, 128, 128) * (T / 64), [&] { sd.forward(); });
         Runner<cw::DiagonalGateBackend<float, mem>> dg(self, d, 64);
-        emit("diagonal", scalar_chunk_flops(64, 128, 128) * (T / 64),
-             bench::time_it([&] { dg.forward(); }, 1, repeats));
+        emit("diagonal", scalar_chunk_flops(64, 128, 128) * (T / 64), [&] { dg.forward(); });
       }
     }
 
@@ -609,6 +617,20 @@ int main(int argc, char** argv) {
       MPI_Allreduce(&kernels_s, &max_kernels_s, 1, MPI_DOUBLE, MPI_MAX, world.mpi_comm());
       const double ceiling = 0.5 * (before.efficiency_ceiling + after.efficiency_ceiling);
       const double efficiency = t1.median_s / (p * t2.median_s);
+      // What the algorithm itself predicts at P = 2, from rank 0's single-rank profile. The state
+      // passes chain across the ranks: rank 1's forward pass needs rank 0's final state, rank 0's
+      // reverse pass needs rank 1's state gradient, so each pass runs on one rank while the other
+      // waits in the exchange; everything else splits evenly. With S the single-rank call's kernel
+      // time and F, R its forward and reverse passes, each rank waits (F + R)/2 per call and a
+      // call takes (S − F − R)/2 + F + R: an efficiency of S / (S + F + R) on any machine.
+      auto solo_label_s = [&](const char* label) {
+        const auto it = solo_profile.labels.find(label);
+        return it == solo_profile.labels.end() ? 0.0 : it->second.seconds;
+      };
+      const double chained_s = solo_label_s("ctxpar::chunkwise::gated_delta::forward_pass") +
+                               solo_label_s("ctxpar::chunkwise::gated_delta::reverse_pass");
+      const double chain_efficiency =
+          solo_profile.kernels_s() / (solo_profile.kernels_s() + chained_s);
       bench::Record r("chunkwise", "cp_efficiency_gdn");
       r.set("kind", "cp_efficiency")
           .set("family", "gdn")
@@ -625,6 +647,12 @@ int main(int argc, char** argv) {
           .set("t1_method", "rank 0 runs the whole sequence alone, the other rank waits");
       bench::set_profile(r, "single_rank_profile_", solo_profile, 8);
       bench::set_profile(r, "two_ranks_profile_", cp_profile, 8);
+      r.set("chain_efficiency", chain_efficiency)
+          .set("chain_wait_s", chained_s / p)
+          .set("chain_formula",
+               "S / (S + F + R), a wait of (F + R)/2 per call: S the single-rank call's kernel "
+               "time, F and R its forward and reverse state passes, which run one rank after the "
+               "other at P = 2");
       r.set("two_ranks_profile_max_kernels_s", max_kernels_s)
           .set(
               "profile_method",
@@ -635,7 +663,8 @@ int main(int argc, char** argv) {
         bench::print_profile("  single-rank call profile", solo_profile, 8);
         bench::print_profile("  CP call profile, rank 0", cp_profile, 8);
         std::cout << "cp efficiency (gdn fwd+bwd, T=" << T << ", solo T(1)): " << efficiency
-                  << " (machine ceiling " << ceiling << ")\n";
+                  << " (machine ceiling " << ceiling << ", chained passes predict "
+                  << chain_efficiency << ")\n";
       }
     }
 

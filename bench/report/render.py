@@ -624,8 +624,12 @@ CP_PROFILE_WHY = {
         "other: rank 0 runs its `forward_pass` from zero and sends its final state, and only then can rank 1 run "
         "its own; the backward mirrors it with `reverse_pass`, rank 1 first. The kernels split evenly between "
         "the ranks, but each rank waits through the other's state pass: its time outside kernels is about the "
-        "other rank's `forward_pass` + `reverse_pass`. Computing rank 1's transition would let the passes overlap, "
-        "at the price of a K×K product per chunk on that rank."),
+        "other rank's `forward_pass` + `reverse_pass`. With S the single-rank call's kernel time and F, R its two "
+        "passes, each rank waits (F + R)/2 per call and a call at P = 2 takes (S − F − R)/2 + F + R: the "
+        "algorithm's efficiency is S / (S + F + R) on any machine. The start of this note computes both from the "
+        "single-rank profile, next to what the profiled CP call spent outside its kernels. "
+        "Computing rank 1's transition would let the passes overlap, at the price of a K×K product per chunk "
+        "on that rank."),
 }
 
 
@@ -636,8 +640,12 @@ def cp_profile_note(x):
         return ""
     k1, kmax = num(r, "single_rank_profile_kernels_s"), num(r, "two_ranks_profile_max_kernels_s")
     cp = read_profile(r, "two_ranks_profile_")
+    dep = (f"; the chained state passes predict efficiency {fmt(num(r, 'chain_efficiency'))} "
+           f"({need(r, 'chain_formula').split(',')[0]}) and a wait of {human_seconds(num(r, 'chain_wait_s'))} "
+           f"per call, rank 0's profiled call spent {human_seconds(cp['outside'])} outside kernels"
+           if "chain_efficiency" in r else "")
     return (f"kernels-only efficiency {fmt(k1 / (x['P'] * kmax)) if kmax > 0 else '–'}, outside kernels "
-            f"{100 * cp['outside'] / cp['wall']:.0f} % of rank 0's T(P) call")
+            f"{100 * cp['outside'] / cp['wall']:.0f} % of rank 0's T(P) call{dep}")
 
 
 def cp_profile_rows(x):
@@ -897,16 +905,52 @@ def fig_per_token(recs):
         if r.get("sweep") == "T" and num(r, "ranks") >= 1:
             series.setdefault(("A: SWA", f"{need(r, 'policy')} {need(r, 'layout')} P = {r['ranks']}"), []).append(
                 (num(r, "tokens"), num(r, "step_median_s")))
+    profiles = {}
     for r in pick(recs, "chunkwise", kind="t_sweep"):
-        series.setdefault(("B: chunkwise", f"{need(r, 'family')} forward"), []).append(
-            (num(r, "tokens"), num(r, "forward_median_s")))
-    for (mech, name), pts in sorted(series.items()):
+        key = ("B: chunkwise", f"{need(r, 'family')} forward")
+        series.setdefault(key, []).append((num(r, "tokens"), num(r, "forward_median_s")))
+        if "profile_wall_s" in r:
+            profiles.setdefault(key, {})[num(r, "tokens")] = read_profile(r, "profile_")
+    for key, pts in sorted(series.items()):
         pts.sort()
         if len(pts) < 2:
             continue
         (t0, s0), (t1, s1) = pts[0], pts[-1]
-        rows.append({"mechanism": mech, "case": name, "from": t0, "to": t1, "ratio": (s1 / t1) / (s0 / t0)})
+        prof = profiles.get(key, {})
+        rows.append({"mechanism": key[0], "case": key[1], "from": t0, "to": t1, "ratio": (s1 / t1) / (s0 / t0),
+                     "profile": growth_by_label(prof[t0], t0, prof[t1], t1) if t0 in prof and t1 in prof else None})
     return rows
+
+
+def per_token_labels(p, tokens, per=1):
+    """Seconds per `per` tokens of each label of a profiled call (`read_profile`), with its time outside
+    kernels as the label "outside kernels"."""
+    out = {lab: sec / tokens * per for lab, sec, _ in p["labels"]}
+    out["outside kernels"] = p["outside"] / tokens * per
+    return out
+
+
+def growth_by_label(lo, t_lo, hi, t_hi):
+    """Where a per-token growth sits, from the profiled calls at the two ends of a sweep: the fastest
+    profiled call's per-token growth, and the label whose per-token time rose most (its own ratio and its
+    share of the rise of the whole call)."""
+    per_lo, per_hi = per_token_labels(lo, t_lo), per_token_labels(hi, t_hi)
+    rise = {lab: per_hi[lab] - per_lo[lab] for lab in per_hi if per_lo.get(lab)}
+    wall_rise = hi["wall"] / t_hi - lo["wall"] / t_lo
+    lab = max(rise, key=rise.get) if rise else None
+    return {"wall_ratio": (hi["wall"] / t_hi) / (lo["wall"] / t_lo), "label": lab,
+            "label_ratio": per_hi[lab] / per_lo[lab] if lab else None,
+            "label_share": rise[lab] / wall_rise if lab and wall_rise > 0 else None}
+
+
+def per_token_profile_note(x):
+    """One line on where a per-token growth sits (empty without profiles)."""
+    g = x.get("profile")
+    if not g or not g["label"]:
+        return ""
+    share = f", {fmt(g['label_share'] * 100)} % of the rise" if g["label_share"] is not None else ""
+    return (f"fastest profiled call ×{fmt(g['wall_ratio'])}; grows most: `{g['label']}` "
+            f"×{fmt(g['label_ratio'])}{share}")
 
 
 def fig_bytes(recs):
@@ -1296,10 +1340,7 @@ plot {', '.join(plots)}
         if len(ends) < 2:
             continue
         lo, hi = prof[key + (ends[0],)], prof[key + (ends[-1],)]
-        per_lo = {lab: s / ends[0] * 1024 for lab, s, _ in lo["labels"]}
-        per_hi = {lab: s / ends[-1] * 1024 for lab, s, _ in hi["labels"]}
-        per_lo["outside kernels"] = lo["outside"] / ends[0] * 1024
-        per_hi["outside kernels"] = hi["outside"] / ends[-1] * 1024
+        per_lo, per_hi = per_token_labels(lo, ends[0], 1024), per_token_labels(hi, ends[-1], 1024)
         growth = {lab: per_hi[lab] - per_lo.get(lab, 0.0) for lab in per_hi}
         w_lo, w_hi = lo["wall"] / ends[0] * 1024, hi["wall"] / ends[-1] * 1024
         lab = max(growth, key=growth.get)
@@ -1406,7 +1447,9 @@ def summary_rows(recs):
         add(f"per-token time vs sequence length — {mech}", "per-token time, longest ÷ shortest T",
             f"≤ {TARGETS['per_token']}", [x["ratio"] for x in xs], lambda v: v <= TARGETS["per_token"],
             "[growth](#how-cost-grows)",
-            f"worst: {worst['case']}, T = {worst['from']} → {worst['to']}" if worst else "", lower_is_worse=False)
+            (f"worst: {worst['case']}, T = {worst['from']} → {worst['to']}"
+             + (f"; profile: {per_token_profile_note(worst)}" if per_token_profile_note(worst) else ""))
+            if worst else "", lower_is_worse=False)
     longctx_summary(recs, add)
     ss = {}
     for x in sv:
@@ -2098,9 +2141,13 @@ def section_growth(recs):
     md = ["\n## How cost grows\n"]
     pt = fig_per_token(recs)
     if pt:
-        md.append(f"Per-token time at the longest length ÷ at the shortest, per series (target ≤ {TARGETS['per_token']}).\n\n")
-        md.append(table(["mechanism", "series", "from T", "to T", "per-token ratio"],
-                        [[x["mechanism"], x["case"], x["from"], x["to"], fmt(x["ratio"])] for x in pt]))
+        md.append(f"Per-token time at the longest length ÷ at the shortest, per series (target ≤ {TARGETS['per_token']}; "
+                  "the median of each end's timed calls). Where the records carry a profile of each end (the fastest "
+                  "of 3 profiled calls after the timed ones, by Kokkos kernel label), the last column says how much "
+                  "that call grew per token and which label's per-token time rose most.\n\n")
+        md.append(table(["mechanism", "series", "from T", "to T", "per-token ratio", "where it grows (profile)"],
+                        [[x["mechanism"], x["case"], x["from"], x["to"], fmt(x["ratio"]),
+                          per_token_profile_note(x) or "–"] for x in pt]))
     return md
 
 

@@ -171,6 +171,15 @@ class Render(unittest.TestCase):
         self.assertIn(f"outside kernels | {hs(0.0)} | {hs(0.02)} | {hs(0.02)} | 25.0 %", md)
         self.assertIn("kernels-only efficiency 0.833", md)  # 0.1 / (2 * 0.06)
         self.assertIn("outside kernels 25 % of rank 0's T(P) call", md)
+        self.assertNotIn("predict efficiency", md)  # an older record without the chain's figures
+        r.update(chain_efficiency=0.77, chain_wait_s=0.02, chain_formula="S / (S + F + R), a wait: why")
+        self.assertIn(f"the chained state passes predict efficiency 0.77 (S / (S + F + R)) and a wait of "
+                      f"{hs(0.02)} per call, rank 0's profiled call spent {hs(0.02)} outside kernels",
+                      render.cp_profile_table(render.fig_cp([r])))
+        del r["chain_formula"]
+        with self.assertRaises(KeyError):
+            render.cp_profile_table(render.fig_cp([r]))
+        r["chain_formula"] = "S / (S + F + R), a wait: why"
         del r["two_ranks_profile_label1_s"]
         with self.assertRaises(KeyError):
             render.cp_profile_table(render.fig_cp([r]))
@@ -367,6 +376,35 @@ class Render(unittest.TestCase):
         del r["kernel_backward_profile_label0_s"]
         with self.assertRaises(KeyError):
             render.step_profile_table(render.fig_step_vs_kernel([r]))
+
+    def test_t_sweep_growth_names_the_label_that_grows_most(self):
+        # 512 tokens: 1 µs/token, half in each label. 8192: `chain` doubles per token, `output` stays.
+        def sweep(T, chain, output, median):
+            r = rec("chunkwise", f"t_sweep_scalar_T{T}", kind="t_sweep", family="scalar", tokens=T,
+                    forward_median_s=median)
+            r.update({k.replace("x_y_profile_", "profile_"): v for k, v in
+                      profile_fields("x", "y", chain + output, [("chain", chain, 1), ("output", output, 1)]).items()})
+            return r
+        lo, hi = sweep(512, 256e-6, 256e-6, 512e-6), sweep(8192, 8192e-6, 4096e-6, 8192e-6 * 1.5)
+        (x,) = render.fig_per_token([lo, hi])
+        self.assertAlmostEqual(x["ratio"], 1.5)
+        g = x["profile"]
+        self.assertAlmostEqual(g["wall_ratio"], 1.5)
+        self.assertEqual(g["label"], "chain")
+        self.assertAlmostEqual(g["label_ratio"], 2.0)
+        self.assertAlmostEqual(g["label_share"], 1.0)
+        self.assertIn("grows most: `chain` ×2", render.per_token_profile_note(x))
+        # A record whose profile lost a label's time fails loudly.
+        del hi["profile_label1_s"]
+        with self.assertRaises(KeyError):
+            render.fig_per_token([lo, hi])
+        # Records without a profile (older runs) still give the ratio, and no note.
+        for r in (lo, hi):
+            for k in [k for k in r if k.startswith("profile_")]:
+                del r[k]
+        (x,) = render.fig_per_token([lo, hi])
+        self.assertIsNone(x["profile"])
+        self.assertEqual(render.per_token_profile_note(x), "")
 
     def test_verdict_is_the_worst_case(self):
         self.assertEqual(render.verdict([0.95, 0.89], lambda v: v >= 0.9), "**missed**")
