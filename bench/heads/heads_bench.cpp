@@ -59,7 +59,12 @@ void fill(const View& v) {
 
 // Pack and unpack kernels alone (no communication) on this rank of `group`, GB/s ÷ triad, in
 // `rounds` rounds of {triad, pack, unpack} back to back, so each ratio pairs a kernel with the
-// triad measured right before it under the same (shared-machine) contention.
+// triad measured right before it under the same (shared-machine) contention. Every rank starts
+// each of the three together (a barrier before each): the triad and the kernel it is divided into
+// then share the memory bandwidth, and the cores, with the same work on the other ranks. Each
+// round also times a contiguous copy of `x` (the same bytes the pack moves, in one run): no
+// gather of those bytes can be faster, so kernel ÷ copy says how far the kernel is from the
+// machine's own copy rate, which on some machines sits well below the triad's.
 template <class HeadPolicy>
 void kernels(cb::Report& report, const ctxpar::Group& group, int rounds, std::size_t triad_n,
              std::int64_t per_rank, const ch::GdpShape& s, const std::string& name) {
@@ -69,12 +74,21 @@ void kernels(cb::Report& report, const ctxpar::Group& group, int rounds, std::si
   matrix x("x", plan.local_rows(), plan.channels()), y("y", per_rank * p, plan.local_channels());
   fill(x);
   plan.to_head_parallel(exec(), x, y);  // fills the receive buffer once
+  matrix x_copy("x_copy", plan.local_rows(), plan.channels());
   for (int round = 0; round < rounds; ++round) {
+    MPI_Barrier(group.mpi_comm());
     const double triad = cb::triad_gbps(exec(), triad_n);
+    MPI_Barrier(group.mpi_comm());
+    const auto copy = cb::time_it([&] {
+      Kokkos::deep_copy(exec(), x_copy, x);
+      exec().fence();
+    });
+    MPI_Barrier(group.mpi_comm());
     const auto pack = cb::time_it([&] {
       plan.pack(exec(), x);
       exec().fence();
     });
+    MPI_Barrier(group.mpi_comm());
     const auto unpack = cb::time_it([&] {
       plan.unpack(exec(), y);
       exec().fence();
@@ -86,6 +100,7 @@ void kernels(cb::Report& report, const ctxpar::Group& group, int rounds, std::si
     const double pack_bytes = 2.0 * sizeof(scalar) * double(plan.local_rows()) * double(packed);
     const double unpack_bytes =
         2.0 * sizeof(scalar) * double(per_rank * p) * double(plan.local_channels());
+    const double copy_gbps = 2.0 * sizeof(scalar) * double(x.span()) / copy.median_s * 1e-9;
     for (int which = 0; which < 2; ++which) {
       const auto& t = which == 0 ? pack : unpack;
       const double bytes = which == 0 ? pack_bytes : unpack_bytes;
@@ -93,12 +108,14 @@ void kernels(cb::Report& report, const ctxpar::Group& group, int rounds, std::si
       cb::Record r("heads", std::string(which == 0 ? "pack" : "unpack_zigzag") + "_" + name);
       r.set("tokens_per_rank", per_rank).set("bytes_moved", bytes).set("time", t).set("gbps", gbps);
       r.set("triad_gbps", triad).set("ratio_to_triad", gbps / triad).set("target_ratio", 0.5);
+      r.set("copy_gbps", copy_gbps).set("ratio_to_copy", gbps / copy_gbps);
       r.set("round", round).set("load_average_after", load);
       report.add(r);
       if (group.rank() == 0)
         std::cout << "P=" << p << " round " << round << " " << (which == 0 ? "pack   " : "unpack ")
                   << name << ": " << gbps << " GB/s, triad " << triad << " GB/s, ratio "
-                  << gbps / triad << ", load " << load << "\n";
+                  << gbps / triad << ", copy " << copy_gbps << " GB/s, ratio " << gbps / copy_gbps
+                  << ", load " << load << "\n";
     }
   }
 }

@@ -266,6 +266,17 @@ class Render(unittest.TestCase):
         row = summary["head all-to-all pack/unpack"]
         self.assertEqual(row[4], "**met**")  # only the valid case is judged
         self.assertIn("1 case(s) invalid", row[6])
+        self.assertNotIn("contiguous copy", row[6])  # older records without the copy
+        # Records with the same-run copy: its median per case, the lowest valid case named.
+        for r, c in zip(recs, (0.5, 0.9, 0.6, 0.1, 0.1, 0.1)):
+            r.update(copy_gbps=10.0, ratio_to_copy=c)
+        rows = {x["P"]: x for x in render.fig_pack(recs)}
+        self.assertAlmostEqual(rows[2]["copy_ratio"], 0.6)
+        row = {r[0]: r for r in render.summary_rows(recs)}["head all-to-all pack/unpack"]
+        self.assertIn("÷ a same-run contiguous copy of the same bytes: 0.6–0.6 (lowest: pack_x, P = 2)", row[6])
+        del recs[0]["ratio_to_copy"]
+        with self.assertRaises(KeyError):
+            render.fig_pack(recs)
 
     def test_step_over_kernel_is_a_ceiling_and_the_worst_pass_decides(self):
         def step(hkv, fwd, bwd):
