@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -111,6 +113,32 @@ std::pair<Timing, Timing> time_alternating(A&& a, B&& b, int warmup, int repeats
     tb.push_back(seconds(b));
   }
   return {summarise(ta), summarise(tb)};
+}
+
+/// Times every collective step of `steps` in rounds, one call of each per round in order (after
+/// `warmup` such rounds), each call as `time_collective` does (a barrier, then the slowest
+/// rank's time). The cases of a sweep then see the same drift of a shared machine's load instead
+/// of the longest case running last, in whatever load the end of the sweep meets. Collective;
+/// each step must fence before returning.
+inline std::vector<Timing> time_interleaved_collective(
+    MPI_Comm comm, const std::vector<std::function<void()>>& steps, int warmup, int rounds) {
+  for (int i = 0; i < warmup; ++i)
+    for (const auto& f : steps) f();
+  std::vector<std::vector<double>> seconds(steps.size());
+  for (int i = 0; i < rounds; ++i) {
+    for (std::size_t c = 0; c < steps.size(); ++c) {
+      MPI_Barrier(comm);
+      const double start = MPI_Wtime();
+      steps[c]();
+      double mine = MPI_Wtime() - start, slowest = 0;
+      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+      seconds[c].push_back(slowest);
+    }
+  }
+  std::vector<Timing> out;
+  out.reserve(steps.size());
+  for (auto& s : seconds) out.push_back(summarise(std::move(s)));
+  return out;
 }
 
 }  // namespace ctxpar::bench
