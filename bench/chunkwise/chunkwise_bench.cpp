@@ -20,7 +20,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -560,34 +562,51 @@ int main(int argc, char** argv) {
     }
     if (p == 1 && !quick && !step_only) {
       // Growth with T (chunk 64, K = V = 128, one head): the time of each family's forward should
-      // be linear in T, so its GFLOP/s flat.
+      // be linear in T, so its GFLOP/s flat. Every (length, family) case is built first and timed
+      // in rounds, one call of each per round, so the longest length is not timed alone under
+      // whatever load the end of the sweep meets; a call at 512 tokens takes under a millisecond,
+      // so there are 4 × `repeats` rounds. Each record also carries where the time goes (the
+      // fastest of 3 profiled calls after the timed ones), so a per-token growth reads by kernel.
       const auto sgemm = bench::sgemm_ceiling(1024, 3);
+      struct SweepCase {
+        std::int64_t tokens;
+        const char* family;
+        double flops;
+        std::function<void()> forward;
+      };
+      std::vector<SweepCase> sweep;
+      std::vector<std::shared_ptr<void>> keep;  // the runners, alive until the sweep is done
       for (const std::int64_t T : {512, 1024, 2048, 4096, 8192}) {
         const Data d(T, 1, 128, 128);
-        // Each record also carries where the time goes (the fastest of 3 profiled calls after the
-        // timed ones), so a per-token growth can be read by kernel. A call at 512 tokens takes
-        // under a millisecond: shorter lengths get more repeats, so that every length is timed over
-        // about the same total time and its median is as steady as the longest one's.
-        const int sweep_repeats = repeats * static_cast<int>(std::max<std::int64_t>(1, 8192 / T));
-        auto emit = [&](const char* family, double flops, auto&& forward) {
-          const bench::Timing t = bench::time_it(forward, 1, sweep_repeats);
-          const bench::KernelProfile profile = bench::fastest_profile(3, forward);
-          bench::Record r("chunkwise", std::string("t_sweep_") + family + "_T" + std::to_string(T));
-          r.set("kind", "t_sweep").set("family", family).set("tokens", T).set("heads", 1);
-          r.set("key_dim", 128).set("value_dim", 128).set("chunk", 64).set("forward", t);
-          r.set("gflops", flops / t.median_s * 1e-9).set("sgemm_gflops", sgemm.gflops);
-          bench::set_profile(r, "profile_", profile, 6);
-          report.add(r);
-          bench::print_profile(std::string("  t_sweep ") + family + " T=" + std::to_string(T),
-                               profile, 6);
+        auto add = [&](auto runner, const char* family, double flops) {
+          keep.push_back(runner);
+          sweep.push_back({T, family, flops, [runner] { runner->forward(); }});
         };
-        Runner<cw::GatedDeltaRuleBackend<float, mem>> gdn(self, d, 64);
-        emit("gdn", gdn_local_chunk_flops(64, 128, 128) * (T / 64),  // one rank: no M
-             [&] { gdn.forward(); });
-        Runner<cw::ScalarDecayBackend<float, mem>> sd(self, d, 64);
-        emit("scalar", scalar_chunk_flops(64, 128, 128) * (T / 64), [&] { sd.forward(); });
-        Runner<cw::DiagonalGateBackend<float, mem>> dg(self, d, 64);
-        emit("diagonal", scalar_chunk_flops(64, 128, 128) * (T / 64), [&] { dg.forward(); });
+        add(std::make_shared<Runner<cw::GatedDeltaRuleBackend<float, mem>>>(self, d, 64), "gdn",
+            gdn_local_chunk_flops(64, 128, 128) * (T / 64));  // one rank: no M
+        add(std::make_shared<Runner<cw::ScalarDecayBackend<float, mem>>>(self, d, 64), "scalar",
+            scalar_chunk_flops(64, 128, 128) * (T / 64));
+        add(std::make_shared<Runner<cw::DiagonalGateBackend<float, mem>>>(self, d, 64), "diagonal",
+            scalar_chunk_flops(64, 128, 128) * (T / 64));
+      }
+      std::vector<std::function<void()>> steps;
+      for (const auto& c : sweep) steps.push_back(c.forward);
+      const auto timings =
+          bench::time_interleaved_collective(self.mpi_comm(), steps, 1, 4 * repeats);
+      for (std::size_t i = 0; i < sweep.size(); ++i) {
+        const SweepCase& c = sweep[i];
+        const bench::Timing& t = timings[i];
+        const bench::KernelProfile profile = bench::fastest_profile(3, c.forward);
+        bench::Record r("chunkwise",
+                        std::string("t_sweep_") + c.family + "_T" + std::to_string(c.tokens));
+        r.set("kind", "t_sweep").set("family", c.family).set("tokens", c.tokens).set("heads", 1);
+        r.set("key_dim", 128).set("value_dim", 128).set("chunk", 64).set("forward", t);
+        r.set("timing", "interleaved: one call of every case of the sweep per round");
+        r.set("gflops", c.flops / t.median_s * 1e-9).set("sgemm_gflops", sgemm.gflops);
+        bench::set_profile(r, "profile_", profile, 6);
+        report.add(r);
+        bench::print_profile(
+            std::string("  t_sweep ") + c.family + " T=" + std::to_string(c.tokens), profile, 6);
       }
     }
 
