@@ -9,7 +9,8 @@
 # Then profiled calls per (mechanism, P, control) at 4 Ki and the largest T (CTXPAR_LONGCTX_PROFILE=0: none).
 # The target's two ends (4 Ki and the largest T) run in CTXPAR_LONGCTX_PROCESSES processes each
 # (default 3; 1 with --quick): on this machine the same case in a new process can run 1.3x faster or
-# slower, more than the target allows, and the report takes the median over the processes.
+# slower, more than the target allows, and the report takes the median over the processes. The
+# first is the sweep's; the others come after it, the two ends in alternation.
 # CTXPAR_LONGCTX_REPEATS overrides the repeats (default 3), CTXPAR_LONGCTX_MAX_T the largest T,
 # CTXPAR_LONGCTX_OUT the output file.
 set -euo pipefail
@@ -41,24 +42,32 @@ export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
 flags=(--oversubscribe --bind-to none)
 status=0
 started=$SECONDS
-# T outermost: a sweep cut short by a deadline has every mechanism and P over a smaller T range.
-t=1024
-while [ "$t" -le "$max_t" ]; do
-  runs=1
-  [ "$t" = 4096 ] || [ "$t" = "$max_t" ] && runs="$processes"
-  for ((k = 0; k < runs; ++k)); do
-    for p in 1 2; do
-      for mechanism in swa chunkwise heads; do
-        mpirun "${flags[@]}" -np "$p" "$exe" --mechanism "$mechanism" --tokens "$t" \
-          --repeats "$repeats" --out "$tmp/P${p}_${mechanism}_${t}_$k.json" || status=$?
-      done
-    done
+# Every mechanism, P and the control at one T, in process `k` of that T.
+run_length() {
+  local t="$1" k="$2" p mechanism
+  for p in 1 2; do
     for mechanism in swa chunkwise heads; do
-      mpirun "${flags[@]}" -np 2 "$exe" --mechanism "$mechanism" --tokens "$t" --independent \
-        --repeats "$repeats" --out "$tmp/P1x2_${mechanism}_${t}_$k.json" || status=$?
+      mpirun "${flags[@]}" -np "$p" "$exe" --mechanism "$mechanism" --tokens "$t" \
+        --repeats "$repeats" --out "$tmp/P${p}_${mechanism}_${t}_$k.json" || status=$?
     done
   done
+  for mechanism in swa chunkwise heads; do
+    mpirun "${flags[@]}" -np 2 "$exe" --mechanism "$mechanism" --tokens "$t" --independent \
+      --repeats "$repeats" --out "$tmp/P1x2_${mechanism}_${t}_$k.json" || status=$?
+  done
+}
+# T outermost, one process each: a sweep cut short by a deadline has every mechanism and P over a
+# smaller T range, and both ends of the target once.
+t=1024
+while [ "$t" -le "$max_t" ]; do
+  run_length "$t" 0
   t=$((t * 2))
+done
+# The ends' other processes alternate 4 Ki and the largest T, so that the load's drift over the
+# sweep meets both ends alike instead of the longest T running last.
+for ((k = 1; k < processes; ++k)); do
+  run_length 4096 "$k"
+  if [ "$max_t" != 4096 ]; then run_length "$max_t" "$k"; fi
 done
 # Where the time goes at the sweep's two ends (4 Ki and the largest T): the fastest of a few
 # profiled calls of each pass per (mechanism, P = 1, P = 2 and the control), kernels timed through
