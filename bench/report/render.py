@@ -862,12 +862,26 @@ def fig_cp(recs):
             if p == 1:
                 continue
             l1 = {need(l, "layer"): l for l in need(need(one, "steps")[0], "layers")}
+            # Runs made with --repeat carry the steady state: per layer the median over the repeated
+            # calls of the slowest rank's time, the figure every other CP efficiency divides. Older
+            # runs have only the checked step's single call.
+            steady = "steady_state" in one and "steady_state" in h
+            s1 = {need(l, "layer"): l for l in need(one["steady_state"], "layers")} if steady else {}
+            sp = {need(l, "layer"): l for l in need(h["steady_state"], "layers")} if steady else {}
             for l in need(need(h, "steps")[0], "layers"):
-                ref = l1[need(l, "layer")]
-                t1 = num(ref, "forward_seconds") + num(ref, "backward_seconds")
-                tp = num(l, "forward_seconds") + num(l, "backward_seconds")
-                name = {"swa": "A: SWA", "gdn": "B: GDN", "gdp": "C: GDP"}.get(l["layer"], l["layer"])
-                rows.append({"mechanism": f"hybrid layer, {name}", "case": f"{need(l, 'policy')}, L = {need(h, 'length')}",
+                lay = need(l, "layer")
+                if steady:
+                    t1 = num(s1[lay], "forward_median_seconds") + num(s1[lay], "backward_median_seconds")
+                    tp = num(sp[lay], "forward_median_seconds") + num(sp[lay], "backward_median_seconds")
+                    how = f", median of {num(h['steady_state'], 'repeat')} steady-state calls"
+                else:
+                    ref = l1[lay]
+                    t1 = num(ref, "forward_seconds") + num(ref, "backward_seconds")
+                    tp = num(l, "forward_seconds") + num(l, "backward_seconds")
+                    how = ", the checked step's one call"
+                name = {"swa": "A: SWA", "gdn": "B: GDN", "gdp": "C: GDP"}.get(lay, lay)
+                rows.append({"mechanism": f"hybrid layer, {name}",
+                             "case": f"{need(l, 'policy')}, L = {need(h, 'length')}{how}",
                              "P": p, "rec": h, "baseline": base, "eff": t1 / (p * tp),
                              "ceiling": contention_ceiling(recs, p), "t1": t1, "tp": tp, "layer": l})
     for row in rows:

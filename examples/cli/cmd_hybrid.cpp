@@ -377,6 +377,12 @@ bool demo_staging(const std::string& label) {
 // fastest operator forward and backward, and its allocations per call, the operators' and the
 // demo's staging apart. Prints a summary to `report` (rank 0) and returns the JSON (rank 0).
 // Collective.
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 Json steady_state(const Group& world, Stack& stack, const TokenPlan& plan, const StackConfig& cfg,
                   const Params& w, int repeat, std::ostream* report) {
   if (repeat == 0) return Json();
@@ -386,10 +392,20 @@ Json steady_state(const Group& world, Stack& stack, const TokenPlan& plan, const
   std::int64_t op[layers] = {0, 0, 0}, staging[layers] = {0, 0, 0};
   std::map<std::string, std::int64_t> op_labels[layers];
   const char* names[layers] = {"swa", "gdn", "gdp"};  // the "layer" keys of the step records
+  // Per call, each layer's slowest rank: their medians over the calls are the steady-state
+  // figures a CP efficiency divides (docs/performance.md, "Definitions").
+  std::vector<double> slowest[2 * layers];
   {
     ctxpar::AllocationCounter counter;
     for (int r = 0; r < repeat; ++r) {
       const RunOutput o = run_stack(stack, world, plan, cfg, w, -1, &counter);
+      double mine[2 * layers], worst[2 * layers];
+      for (int l = 0; l < layers; ++l) {
+        mine[2 * l] = o.layers[l].forward_seconds;
+        mine[2 * l + 1] = o.layers[l].backward_seconds;
+      }
+      MPI_Allreduce(mine, worst, 2 * layers, MPI_DOUBLE, MPI_MAX, world.mpi_comm());
+      for (int i = 0; i < 2 * layers; ++i) slowest[i].push_back(worst[i]);
       for (int l = 0; l < layers; ++l) {
         fwd[l] = std::min(fwd[l], o.layers[l].forward_seconds);
         bwd[l] = std::min(bwd[l], o.layers[l].backward_seconds);
@@ -413,6 +429,8 @@ Json steady_state(const Group& world, Stack& stack, const TokenPlan& plan, const
     lj["layer"] = names[l];
     lj["forward_seconds"] = ctxpar::cli::gather_seconds(world, fwd[l]);
     lj["backward_seconds"] = ctxpar::cli::gather_seconds(world, bwd[l]);
+    lj["forward_median_seconds"] = median_of(slowest[2 * l]);
+    lj["backward_median_seconds"] = median_of(slowest[2 * l + 1]);
     lj["operator_allocations"] = ctxpar::cli::gather_counts(world, op[l]);
     lj["staging_allocations"] = ctxpar::cli::gather_counts(world, staging[l]);
     const double f = max_over_ranks(world, fwd[l]), b = max_over_ranks(world, bwd[l]);
@@ -956,9 +974,10 @@ CTXPAR_CLI_COMMAND(
     "                    --layout), each rank reading its rows, instead of running the whole\n"
     "                    sequence on one rank in every process [run it in-process]\n"
     "  --repeat N        N more forward + backward calls of the same layers after the checked\n"
-    "                    steps: each layer's fastest operator forward and backward, and what the\n"
-    "                    operators and the demo's staging allocated in them, in the report and\n"
-    "                    the JSON's steady_state [0]\n\n"
+    "                    steps: each layer's fastest operator forward and backward (and the\n"
+    "                    median over the calls of the slowest rank's), and what the operators\n"
+    "                    and the demo's staging allocated in them, in the report and the JSON's\n"
+    "                    steady_state [0]\n\n"
     "no input files; the inputs are generated. exit status: 0 every check passed; 1 a check\n"
     "failed (a NaN or Inf anywhere fails it); 2 a bad option, named in the message.\n",
     run_hybrid_command);

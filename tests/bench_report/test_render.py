@@ -193,6 +193,18 @@ class Render(unittest.TestCase):
         self.assertAlmostEqual(rows[0]["eff"], 0.8 / (2 * 0.5))
         self.assertAlmostEqual(rows[0]["ceiling"], 0.9)
         self.assertEqual(rows[0]["baseline"], "solo")
+        self.assertIn("the checked step's one call", rows[0]["case"])
+        # With --repeat on both runs: the steady state's medians, not the checked step.
+        runs = [hyb(1, 0.3, 0.5), hyb(2, 0.2, 0.3)]
+        for r, (f, b) in zip(runs, ((0.2, 0.4), (0.1, 0.2))):
+            r["steady_state"] = {"repeat": 5, "layers": [{"layer": "gdn", "forward_median_seconds": f,
+                                                          "backward_median_seconds": b}]}
+        (row,) = render.fig_cp(runs)
+        self.assertAlmostEqual(row["eff"], 0.6 / (2 * 0.3))
+        self.assertIn("median of 5 steady-state calls", row["case"])
+        del runs[1]["steady_state"]["layers"][0]["backward_median_seconds"]
+        with self.assertRaises(KeyError):
+            render.fig_cp(runs)
 
     def test_torch_speedup_is_shown_raw_and_normalised(self):
         mine = rec("swa", "kernel", kind="local_kernel", dim=64, window=128, sgemm_gflops=180.0)
