@@ -574,12 +574,10 @@ int main(int argc, char** argv) {
         double flops;
         std::function<void()> forward;
       };
-      std::vector<SweepCase> sweep;
-      std::vector<std::shared_ptr<void>> keep;  // the runners, alive until the sweep is done
+      std::vector<SweepCase> sweep;  // each case's forward owns its runner
       for (const std::int64_t T : {512, 1024, 2048, 4096, 8192}) {
         const Data d(T, 1, 128, 128);
         auto add = [&](auto runner, const char* family, double flops) {
-          keep.push_back(runner);
           sweep.push_back({T, family, flops, [runner] { runner->forward(); }});
         };
         add(std::make_shared<Runner<cw::GatedDeltaRuleBackend<float, mem>>>(self, d, 64), "gdn",

@@ -373,16 +373,17 @@ bool demo_staging(const std::string& label) {
   return label.rfind("ctxpar::hybrid::", 0) == 0;
 }
 
-// `repeat` more forward + backward calls of `stack` with weights `w`: per layer, every rank's
-// fastest operator forward and backward, and its allocations per call, the operators' and the
-// demo's staging apart. Prints a summary to `report` (rank 0) and returns the JSON (rank 0).
-// Collective.
+// The median of `v` (0 when empty).
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// `repeat` more forward + backward calls of `stack` with weights `w`: per layer, every rank's
+// fastest operator forward and backward, and its allocations per call, the operators' and the
+// demo's staging apart. Prints a summary to `report` (rank 0) and returns the JSON (rank 0).
+// Collective.
 Json steady_state(const Group& world, Stack& stack, const TokenPlan& plan, const StackConfig& cfg,
                   const Params& w, int repeat, std::ostream* report) {
   if (repeat == 0) return Json();
