@@ -164,8 +164,13 @@ struct HostForwardKernel {
   std::int64_t tiles;
   int level;
 
+  // Per query row: the scaled query, the output accumulator, the running maximum and the running
+  // sum of weights, kept lane by lane (one vector per row) and summed once at the end, so the
+  // tile loop makes no horizontal reduction for it.
   static std::size_t scratch_bytes(int dp) {
-    return sizeof(acc) * (2 * std::size_t(query_tile) * dp + 2 * query_tile) + 64;
+    return sizeof(acc) * (2 * std::size_t(query_tile) * dp + query_tile +
+                          std::size_t(query_tile) * Simd<acc>::lanes) +
+           64;
   }
 
   void operator()(const Member& team) const {
@@ -178,7 +183,7 @@ struct HostForwardKernel {
     acc* qs = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
     acc* os = qs + query_tile * dp;
     acc* ms = os + query_tile * dp;
-    acc* ls = ms + query_tile;
+    acc* ls = ms + query_tile;  // [query_tile][lanes]
     mask::Token qtok[query_tile], ktok[key_tile];
     bool valid[key_tile];
     const acc scale = static_cast<acc>(in.scale);
@@ -189,7 +194,7 @@ struct HostForwardKernel {
       qrow[r] = r < nq ? &in.q(i, h, 0) : nullptr;
       for (int d = 0; d < dp; ++d) os[r * dp + d] = acc(0);
       ms[r] = masked_score<acc>();
-      ls[r] = acc(0);
+      simd_store(ls + r * lanes, simd_zero<acc>());
     }
     host_copy_rows(qrow, query_tile, D, dp, scale, qs);
     std::int64_t lo, hi, j0;
@@ -211,25 +216,34 @@ struct HostForwardKernel {
           for (int r = 0; r < rows; ++r)
             for (int c = 0; c < nv; ++c) s[r][c] = simd_load<acc>(p + r * key_tile + c * lanes);
         }
+        // The rows' new maxima, then their rescaling factors in whole vectors (`simd_exp` gives
+        // the bits of the scalar `fast_exp`).
+        constexpr int alpha_lanes = (rows + lanes - 1) / lanes * lanes;
+        alignas(64) acc mnew[alpha_lanes], alpha[alpha_lanes];
         for (int r = 0; r < rows; ++r) {
-          const int row = r0 + r;
           simd mx = s[r][0];
           for (int c = 1; c < nv; ++c) mx = simd_max<acc>(mx, s[r][c]);
           const acc rowmax = simd_max_lane<acc>(mx);
-          const acc mnew = ms[row] > rowmax ? ms[row] : rowmax;
-          const acc alpha = fast_exp(ms[row] - mnew);
+          mnew[r] = ms[r0 + r] > rowmax ? ms[r0 + r] : rowmax;
+          alpha[r] = ms[r0 + r] - mnew[r];
+        }
+        for (int r = rows; r < alpha_lanes; ++r) alpha[r] = acc(0);
+        for (int a = 0; a < alpha_lanes; a += lanes)
+          simd_store(alpha + a, simd_exp(simd_load<acc>(alpha + a)));
+        for (int r = 0; r < rows; ++r) {
+          const int row = r0 + r;
           simd sum = simd_zero<acc>();
           for (int c = 0; c < nv; ++c) {
             const simd e =
-                simd_zero_where<acc>(s[r][c], masked_score<acc>(), simd_exp(s[r][c] - mnew));
+                simd_zero_where<acc>(s[r][c], masked_score<acc>(), simd_exp(s[r][c] - mnew[r]));
             simd_store(p + r * key_tile + c * lanes, e);
             sum += e;
           }
-          ls[row] = ls[row] * alpha + simd_sum<acc>(sum);
-          ms[row] = mnew;
-          if (alpha != acc(1))
+          simd_store(ls + row * lanes, simd_load<acc>(ls + row * lanes) * alpha[r] + sum);
+          ms[row] = mnew[r];
+          if (alpha[r] != acc(1))
             for (int d = 0; d < dp; d += lanes)
-              simd_store(os + row * dp + d, simd_load<acc>(os + row * dp + d) * alpha);
+              simd_store(os + row * dp + d, simd_load<acc>(os + row * dp + d) * alpha[r]);
         }
         for (int b = 0; b < rows; b += 4)
           simd_rows_accumulate<4>(p + b * key_tile, key_tile, 1, key_tile, vr, dp,
@@ -237,7 +251,7 @@ struct HostForwardKernel {
       }
     }
     for (int r = 0; r < nq; ++r) {
-      const acc l = ls[r];
+      const acc l = simd_sum<acc>(simd_load<acc>(ls + r * lanes));
       const acc inv = l > acc(0) ? acc(1) / l : acc(0);
       Scalar* o = &out(i0 + r, h, 0);
       for (int d = 0; d < D; ++d) o[d] = static_cast<Scalar>(os[r * dp + d] * inv);

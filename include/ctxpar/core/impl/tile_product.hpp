@@ -23,6 +23,15 @@
 #define CTXPAR_UNROLL
 #endif
 
+// Pins a vector to a register at this point. GCC otherwise folds a row of `B` into each FMA as a
+// memory operand, reloading it once per row of `A`: on cores that load one 512-bit vector per
+// cycle (AMD Zen 4) that makes the micro-kernels load-bound instead of FMA-bound.
+#if CTXPAR_HOST_SIMD && (defined(__x86_64__) || defined(__i386__))
+#define CTXPAR_KEEP_IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define CTXPAR_KEEP_IN_REGISTER(v) ((void)0)
+#endif
+
 namespace ctxpar::impl {
 
 /// Where the left operand `A(i, p)` can be nonzero: everywhere, only for `p <= i` (lower
@@ -55,14 +64,20 @@ KOKKOS_INLINE_FUNCTION Left<T> transposed(const T* p, int ld, Band band = Band::
 /// Register micro-kernel: `acc[r][c] += sum_{p0 <= p < p1} a[r·rs + p·cs] · b[p·ldb + c·lanes ..]`
 /// for `Rows` rows and `Cols` vectors of columns, each element summed in increasing `p` onto what
 /// `acc` holds. Callers zero `acc` for a plain product or load `C` into it to accumulate in place.
-template <int Rows, int Cols, class T>
+/// `PinB` keeps each row of `B` in registers (`CTXPAR_KEEP_IN_REGISTER`): the wide blocks of
+/// `simd_block_accumulate` take it (GCC reloaded their four vectors once per row of `A`); the
+/// two-vector tiles of the chunkwise kernels are left as the compiler schedules them.
+template <int Rows, int Cols, class T, bool PinB = false>
 KOKKOS_INLINE_FUNCTION void simd_tile_accumulate(const T* a, long rs, long cs, int p0, int p1,
                                                  const T* b, long ldb,
                                                  simd_t<T> (&acc)[Rows][Cols]) {
   constexpr int lanes = Simd<T>::lanes;
   for (int p = p0; p < p1; ++p) {
     simd_t<T> bp[Cols];
-    for (int c = 0; c < Cols; ++c) bp[c] = simd_load(b + p * ldb + c * lanes);
+    for (int c = 0; c < Cols; ++c) {
+      bp[c] = simd_load(b + p * ldb + c * lanes);
+      if constexpr (PinB) CTXPAR_KEEP_IN_REGISTER(bp[c]);
+    }
     CTXPAR_UNROLL
     for (int r = 0; r < Rows; ++r) {
       const T x = a[r * rs + p * cs];
@@ -81,7 +96,7 @@ KOKKOS_INLINE_FUNCTION void simd_block_accumulate(const T* a, long rs, long cs, 
   simd_t<T> o[Rows][Cols];
   for (int i = 0; i < Rows; ++i)
     for (int v = 0; v < Cols; ++v) o[i][v] = simd_load(c + i * ldc + v * lanes);
-  simd_tile_accumulate<Rows, Cols>(a, rs, cs, 0, k, b, ldb, o);
+  simd_tile_accumulate<Rows, Cols, T, (Cols > 2)>(a, rs, cs, 0, k, b, ldb, o);
   for (int i = 0; i < Rows; ++i)
     for (int v = 0; v < Cols; ++v) simd_store(c + i * ldc + v * lanes, o[i][v]);
 }
