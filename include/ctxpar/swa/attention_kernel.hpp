@@ -148,6 +148,54 @@ void host_mask_rows(const Mask& mask, const mask::Token* qtok, int rows, int val
         p[r * key_tile + j] = masked_score<T>();
 }
 
+/// The window mask of one key tile as a run of lanes per query row, for `WindowMask` when the
+/// tile's valid keys and the rows all belong to one sequence (`window_runs` returns false
+/// otherwise, and the caller evaluates the mask pair by pair). Keys are sorted by position, so
+/// the keys row `r` sees, `pos_r - W < pos_j <= pos_r`, are the lanes `[lo[r], hi[r])`; rows past
+/// `valid_rows` see none. Masking a lane range in registers gives the same `masked_score` bits
+/// as `host_mask_rows`, without the per-pair calls or the round trip through memory.
+template <class Mask>
+bool window_runs(const Mask& mask, const mask::Token* qtok, int rows, int valid_rows,
+                 const mask::Token* ktok, const bool* kvalid, int* lo, int* hi) {
+  if constexpr (std::is_same_v<Mask, WindowMask>) {
+    int first = 0, end = key_tile;  // the valid keys are one run (an interval of the axis)
+    while (first < key_tile && !kvalid[first]) ++first;
+    while (end > first && !kvalid[end - 1]) --end;
+    if (first == end) return false;
+    const std::int32_t id = ktok[first].seq;
+    for (int j = first; j < end; ++j)
+      if (!kvalid[j] || ktok[j].seq != id) return false;
+    for (int r = 0; r < rows && r < valid_rows; ++r)
+      if (qtok[r].seq != id) return false;
+    const std::int64_t window = mask.left.right.window;
+    // First lane in [first, end) whose position exceeds `bound`.
+    const auto after = [&](std::int64_t bound) {
+      int a = first, b = end;
+      while (a < b) {
+        const int m = (a + b) / 2;
+        if (ktok[m].pos <= bound)
+          a = m + 1;
+        else
+          b = m;
+      }
+      return a;
+    };
+    for (int r = 0; r < rows; ++r) {
+      if (r >= valid_rows) {
+        lo[r] = hi[r] = 0;
+        continue;
+      }
+      hi[r] = after(qtok[r].pos);
+      lo[r] = window > 0 ? after(qtok[r].pos - window) : first;
+    }
+    return true;
+  } else {
+    (void)mask, (void)qtok, (void)rows, (void)valid_rows, (void)ktok, (void)kvalid, (void)lo,
+        (void)hi;
+    return false;
+  }
+}
+
 /// Forward on the host: one team per (query head, query tile), register-blocked tile products
 /// on the packed keys; online softmax per row over the globally anchored key tiles, like the
 /// portable forward (`impl/team_kernels.hpp`), though not bitwise equal to it.
@@ -200,6 +248,8 @@ struct HostForwardKernel {
     std::int64_t lo, hi, j0;
     key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     alignas(64) acc p[rows * key_tile];
+    alignas(64) acc lane_index[key_tile];  // 0, 1, ..., key_tile - 1 (exact in any float type)
+    for (int j = 0; j < key_tile; ++j) lane_index[j] = static_cast<acc>(j);
     for (; j0 < hi; j0 += key_tile) {
       host_key_tokens(in, j0, lo, hi, ktok, valid);
       const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, valid);
@@ -210,11 +260,22 @@ struct HostForwardKernel {
         simd s[rows][nv];
         host_scores<rows>(qs + r0 * dp, dp, kt, dp, s);
         if (!full) {
-          for (int r = 0; r < rows; ++r)
-            for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
-          host_mask_rows(mask, qtok + r0, rows, query_tile - r0, ktok, valid, p);
-          for (int r = 0; r < rows; ++r)
-            for (int c = 0; c < nv; ++c) s[r][c] = simd_load<acc>(p + r * key_tile + c * lanes);
+          int lo[rows], hi[rows];
+          if (window_runs(mask, qtok + r0, rows, query_tile - r0, ktok, valid, lo, hi)) {
+            for (int r = 0; r < rows; ++r)
+              for (int c = 0; c < nv; ++c) {
+                const simd j = simd_load<acc>(lane_index + c * lanes);
+                s[r][c] = (j >= static_cast<acc>(lo[r])) & (j < static_cast<acc>(hi[r]))
+                              ? s[r][c]
+                              : simd_broadcast<acc>(masked_score<acc>());
+              }
+          } else {
+            for (int r = 0; r < rows; ++r)
+              for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
+            host_mask_rows(mask, qtok + r0, rows, query_tile - r0, ktok, valid, p);
+            for (int r = 0; r < rows; ++r)
+              for (int c = 0; c < nv; ++c) s[r][c] = simd_load<acc>(p + r * key_tile + c * lanes);
+          }
         }
         // The rows' new maxima, then their rescaling factors in whole vectors (`simd_exp` gives
         // the bits of the scalar `fast_exp`).
