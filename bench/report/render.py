@@ -1451,7 +1451,7 @@ def summary_rows(recs):
         add(f"vs PyTorch CPU — {op}", "speed-up, raw", f"≥ {TARGETS['torch_raw']}×", [x["raw"] for x in xs],
             lambda v: v >= TARGETS["torch_raw"], "[PyTorch](#against-pytorch-cpu)",
             f"{len(beyond)} of the {len(missed)} missed case(s) would need the kernel above the same-run SGEMM rate "
-            f"(up to {fmt(max(raw_target_need(x) for x in beyond))} × SGEMM): out of reach on this machine"
+            f"(up to {fmt(max(raw_target_need(x) for x in beyond))} × SGEMM)"
             if beyond else "")
         add(f"vs PyTorch CPU — {op}", "speed-up ÷ (own SGEMM ÷ torch SGEMM)", f"≥ {TARGETS['torch_norm']}×",
             [x["norm"] for x in xs], lambda v: v >= TARGETS["torch_norm"], "[PyTorch](#against-pytorch-cpu)")
@@ -2104,16 +2104,18 @@ def section_torch(recs, img, img_rel):
     if need_rows:
         md.append(f"\nWhat the raw target asks: {TARGETS['torch_raw']} × torch's rate, by the same FLOP count on both "
                   "sides (the kernel formula: 4·D per visible query–key pair and query head forward, 10·D backward), "
-                  "as a fraction of ctxpar's same-run SGEMM. At 1 or above the raw target is out of reach on this "
-                  "machine whatever the kernel does: attention's softmax and exponentials are not multiply-adds, so "
-                  "its ceiling is below SGEMM's. Torch's backward keeps the forward's weights instead of recomputing "
+                  "as a fraction of ctxpar's same-run SGEMM. At 1 or above the target asks the attention kernel to "
+                  "outrun that SGEMM, softmax and exponentials included. The SGEMM (Eigen's) is a reference, not "
+                  "the core's peak: where the local kernels' table shows a ratio above 1, a kernel already does. "
+                  "Torch's backward keeps the forward's weights instead of recomputing "
                   "them (4 of the formula's 5 products per pair), so the count credits it with work it skips.\n\n")
         md.append(table(["op", "case", "torch GFLOP/s", "÷ torch SGEMM", f"ctxpar GFLOP/s needed for {TARGETS['torch_raw']}×",
                          "÷ ctxpar SGEMM", "raw target"],
                         [[x["op"], x["case"], fmt(torch_gflops(x)), fmt(torch_gflops(x) / x["torch_sgemm"]),
                           fmt(need_gflops(x)), fmt(raw_target_need(x)),
-                          "out of reach (above SGEMM)" if raw_target_need(x) >= 1 else
-                          "met" if x["raw"] >= TARGETS["torch_raw"] else "missed, below SGEMM"] for x in need_rows]))
+                          ("met" if x["raw"] >= TARGETS["torch_raw"] else "missed") +
+                          (", above SGEMM" if raw_target_need(x) >= 1 else ", below SGEMM")]
+                         for x in need_rows]))
     return md
 
 
