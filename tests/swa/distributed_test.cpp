@@ -178,6 +178,8 @@ const std::vector<Variant>& variants() {
       {101, 31, 32, 4, 2, 16, 3, 1, {40, 41}},  // halos spanning several ranks, several key tiles
       {230, 100, 0, 2, 1, 8, 0, 1, {}},       // key tiles fully visible to query tiles (fast path)
       {230, 100, 140, 2, 1, 8, 0, 1, {170}},  // fast path next to a window edge and a document
+      {150, 20, 100, 2, 1, 72, 0, 1, {}},     // D > 64 with a window (the host backward picks
+                                              // its kernels by D, W and the vector width)
   };
   return v;
 }

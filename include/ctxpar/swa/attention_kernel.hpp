@@ -196,6 +196,34 @@ bool window_runs(const Mask& mask, const mask::Token* qtok, int rows, int valid_
   }
 }
 
+/// Masks the scores `s` of `Rows` query rows against one key tile in registers: a tile the window
+/// cuts (`window_runs`) by a lane range per row, any other mask pair by pair through `p` (scratch
+/// of `Rows * key_tile`). Rows past `valid_rows` are masked entirely.
+template <int Rows, class Mask, class T>
+void host_mask_scores(const Mask& mask, const mask::Token* qtok, int valid_rows,
+                      const mask::Token* ktok, const bool* kvalid,
+                      simd_t<T> (&s)[Rows][tile_vectors<T>], T* p) {
+  constexpr int nv = tile_vectors<T>, lanes = Simd<T>::lanes;
+  int lo[Rows], hi[Rows];
+  if (window_runs(mask, qtok, Rows, valid_rows, ktok, kvalid, lo, hi)) {
+    alignas(64) T lane_index[key_tile];  // 0, 1, ..., key_tile - 1 (exact in any float type)
+    for (int j = 0; j < key_tile; ++j) lane_index[j] = static_cast<T>(j);
+    for (int r = 0; r < Rows; ++r)
+      for (int c = 0; c < nv; ++c) {
+        const simd_t<T> j = simd_load<T>(lane_index + c * lanes);
+        s[r][c] = (j >= static_cast<T>(lo[r])) & (j < static_cast<T>(hi[r]))
+                      ? s[r][c]
+                      : simd_broadcast<T>(masked_score<T>());
+      }
+  } else {
+    for (int r = 0; r < Rows; ++r)
+      for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
+    host_mask_rows(mask, qtok, Rows, valid_rows, ktok, kvalid, p);
+    for (int r = 0; r < Rows; ++r)
+      for (int c = 0; c < nv; ++c) s[r][c] = simd_load<T>(p + r * key_tile + c * lanes);
+  }
+}
+
 /// Forward on the host: one team per (query head, query tile), register-blocked tile products
 /// on the packed keys; online softmax per row over the globally anchored key tiles, like the
 /// portable forward (`impl/team_kernels.hpp`), though not bitwise equal to it.
@@ -248,8 +276,6 @@ struct HostForwardKernel {
     std::int64_t lo, hi, j0;
     key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     alignas(64) acc p[rows * key_tile];
-    alignas(64) acc lane_index[key_tile];  // 0, 1, ..., key_tile - 1 (exact in any float type)
-    for (int j = 0; j < key_tile; ++j) lane_index[j] = static_cast<acc>(j);
     for (; j0 < hi; j0 += key_tile) {
       host_key_tokens(in, j0, lo, hi, ktok, valid);
       const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, valid);
@@ -259,24 +285,7 @@ struct HostForwardKernel {
       for (int r0 = 0; r0 < nq; r0 += rows) {
         simd s[rows][nv];
         host_scores<rows>(qs + r0 * dp, dp, kt, dp, s);
-        if (!full) {
-          int lo[rows], hi[rows];
-          if (window_runs(mask, qtok + r0, rows, query_tile - r0, ktok, valid, lo, hi)) {
-            for (int r = 0; r < rows; ++r)
-              for (int c = 0; c < nv; ++c) {
-                const simd j = simd_load<acc>(lane_index + c * lanes);
-                s[r][c] = (j >= static_cast<acc>(lo[r])) & (j < static_cast<acc>(hi[r]))
-                              ? s[r][c]
-                              : simd_broadcast<acc>(masked_score<acc>());
-              }
-          } else {
-            for (int r = 0; r < rows; ++r)
-              for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
-            host_mask_rows(mask, qtok + r0, rows, query_tile - r0, ktok, valid, p);
-            for (int r = 0; r < rows; ++r)
-              for (int c = 0; c < nv; ++c) s[r][c] = simd_load<acc>(p + r * key_tile + c * lanes);
-          }
-        }
+        if (!full) host_mask_scores<rows>(mask, qtok + r0, query_tile - r0, ktok, valid, s, p);
         // The rows' new maxima, then their rescaling factors in whole vectors (`simd_exp` gives
         // the bits of the scalar `fast_exp`).
         constexpr int alpha_lanes = (rows + lanes - 1) / lanes * lanes;
@@ -322,24 +331,23 @@ struct HostForwardKernel {
 };
 
 /// Softmax weights (into `p`) and score gradients (into `ds`) of `rows` query rows against one
-/// packed key tile, for the host backward kernels.
+/// packed key tile, for the host backward kernels. The scores stay in registers from the product
+/// to the exponential (`host_mask_scores`).
 template <int Rows, class Mask, class T>
 void host_weights_and_gradients(const Mask& mask, int dp, const T* qs, const T* dos, const T* kt,
                                 const T* vt, const T* lses, const T* deltas,
                                 const mask::Token* qtok, int valid_rows, const mask::Token* ktok,
                                 const bool* kvalid, bool full, T* p, T* ds) {
+  using simd = simd_t<T>;
   constexpr int nv = tile_vectors<T>, lanes = Simd<T>::lanes;
-  simd_t<T> s[Rows][nv];
+  simd s[Rows][nv];
   host_scores<Rows>(qs, dp, kt, dp, s);
+  if (!full || valid_rows < Rows)
+    host_mask_scores<Rows>(mask, qtok, valid_rows, ktok, kvalid, s, p);
   for (int r = 0; r < Rows; ++r)
-    for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
-  if (!full || valid_rows < Rows) host_mask_rows(mask, qtok, Rows, valid_rows, ktok, kvalid, p);
-  for (int r = 0; r < Rows; ++r)
-    for (int c = 0; c < nv; ++c) {
-      const simd_t<T> x = simd_load<T>(p + r * key_tile + c * lanes);
+    for (int c = 0; c < nv; ++c)
       simd_store(p + r * key_tile + c * lanes,
-                 simd_zero_where<T>(x, masked_score<T>(), simd_exp(x - lses[r])));
-    }
+                 simd_zero_where<T>(s[r][c], masked_score<T>(), simd_exp(s[r][c] - lses[r])));
   host_scores<Rows>(dos, dp, vt, dp, s);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < nv; ++c)
@@ -638,11 +646,14 @@ bool fused_backward_segments(const AttentionInputs<Scalar, MemorySpace>& in,
                              GrowingBuffer<MemorySpace>& storage, KeySegments& segments,
                              Kokkos::View<std::int64_t*, MemorySpace>& rows) {
   if (in.window <= 0) return false;
-  // Measured with one thread on an AVX2 host (bench/swa kernel cases, t = 1024, Hq = 4, Hkv = 1):
-  // fused, the backward goes from 0.58-0.70 to 0.82-0.89 of SGEMM at D = 64 for every window, and
-  // at D = 128 for W >= 2048, but drops from 0.60-0.70 to 0.40-0.56 at D = 128 with W = 512 and
-  // 1024. Those shapes keep the two-kernel backward until the cause is understood.
-  if (packed.dp > 64 && in.window < 2048) return false;
+  // Measured with one thread (bench/swa kernel cases, t = 1024, Hq = 4, Hkv = 1). On an AVX2 host
+  // (16 vector registers), fused, the backward goes from 0.58-0.70 to 0.82-0.89 of SGEMM at D = 64
+  // for every window, and at D = 128 for W >= 2048, but drops from 0.60-0.70 to 0.40-0.56 at
+  // D = 128 with W = 512 and 1024; those shapes keep the two-kernel backward there. On an AVX-512
+  // host (Zen 4, 32 registers) fusing wins at D = 128 for every window: W = 512 from 0.77-0.83 to
+  // 0.91-0.99, W = 1024 from 0.79-0.82 to 1.01-1.14 (three alternating runs each).
+  constexpr bool avx512_registers = CTXPAR_HOST_SIMD && CTXPAR_SIMD_BYTES >= 64;
+  if (packed.dp > 64 && in.window < 2048 && !avx512_registers) return false;
   segments.tiles = (in.window + key_tile - 1) / key_tile;
   segments.first_tile = in.key_origin / key_tile;
   segments.first = segments.first_tile / segments.tiles;
