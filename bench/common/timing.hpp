@@ -73,24 +73,40 @@ Timing time_collective(MPI_Comm comm, F&& f, int warmup = 2, int repeats = 7) {
   return summarise(std::move(seconds));
 }
 
-/// Times `f` on rank 0 of `comm` alone while the other ranks wait in a barrier, and gives every
-/// rank rank 0's Timing: the T(1) of the CP efficiency (docs/performance.md, "Definitions"), one
-/// rank alone on the machine, so the machine's own contention is not folded into the baseline.
-/// `f` must not communicate over `comm` (run it on a one-rank group). Collective.
-template <class F>
-Timing time_solo(MPI_Comm comm, F&& f, int warmup = 2, int repeats = 7) {
+/// The two times of a CP efficiency in alternating rounds: `solo` on rank 0 of `comm` alone while
+/// the other ranks wait in a barrier (T(1): one rank alone on the machine, so its contention is not
+/// folded into the baseline), then `together` on every rank (T(P), as `time_collective` times it),
+/// one call of each per round after `warmup` rounds, so both medians see the same drift of a shared
+/// machine's load instead of one stretch each. Every rank gets both Timings. `solo` must not
+/// communicate over `comm`. Collective; each must fence before returning.
+template <class S, class A>
+std::pair<Timing, Timing> time_solo_and_collective(MPI_Comm comm, S&& solo, A&& together,
+                                                   int warmup, int rounds) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  Timing t;
-  if (rank == 0) t = time_it(f, warmup, repeats);
-  MPI_Barrier(comm);
-  double fields[3] = {t.median_s, t.min_s, t.max_s};
-  MPI_Bcast(fields, 3, MPI_DOUBLE, 0, comm);
-  MPI_Bcast(&t.repeats, 1, MPI_INT, 0, comm);
-  t.median_s = fields[0];
-  t.min_s = fields[1];
-  t.max_s = fields[2];
-  return t;
+  for (int i = 0; i < warmup; ++i) {
+    if (rank == 0) solo();
+    MPI_Barrier(comm);
+    together();
+    MPI_Barrier(comm);
+  }
+  std::vector<double> t1, tp;
+  for (int i = 0; i < rounds; ++i) {
+    MPI_Barrier(comm);
+    double start = MPI_Wtime();
+    if (rank == 0) solo();
+    double mine = MPI_Wtime() - start;
+    MPI_Bcast(&mine, 1, MPI_DOUBLE, 0, comm);
+    t1.push_back(mine);
+    MPI_Barrier(comm);
+    start = MPI_Wtime();
+    together();
+    mine = MPI_Wtime() - start;
+    double slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    tp.push_back(slowest);
+  }
+  return {summarise(std::move(t1)), summarise(std::move(tp))};
 }
 
 /// Times `a` and `b` in alternation, one call each per round after `warmup` rounds, so that both

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -350,33 +351,39 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
       .set("bitwise_equal_across_team_sizes", bitwise);
 }
 
-/// One rank's shards of a step: cache of W-1 keys, chunk of t tokens, both split by BalancedChunks.
+/// One steady-state forward + backward step of `Policy` on `group`, on this rank's shards (a
+/// cache of c keys and a chunk of t tokens, both split by BalancedChunks): a plan built once, and
+/// the call that reuses its workspace and the same outputs, state and gradients (the first call
+/// allocates them), as a training loop's steady state does. `step()` makes one call and fences.
 template <class Policy>
-ctxpar::bench::Timing time_step(const ctxpar::Group& group, std::int64_t c, std::int64_t t,
-                                std::int64_t window, std::int64_t hq, std::int64_t hkv,
-                                std::int64_t dim, int repeats) {
+struct TimedStep {
   Exec space;
-  const auto in = step_inputs(group.rank(), group.size(), c, t, hq, hkv, dim);
-  ctxpar::swa::Options o;
-  o.window = window;
-  const Tensor dout = random_tensor(4, in.chunk.length(), hq, dim);
-  // The plan is built once; the timed calls reuse its workspace and the same outputs, state and
-  // gradients (the warm-up call allocates them), as a training loop's steady state does.
-  ctxpar::swa::StepPlan<Policy, ctxpar::swa::SegmentChunks, Exec, float, Mem> plan(
-      space, group, ctxpar::swa::StepShape{hq, hkv, dim}, o);
+  StepInputs in;
+  Tensor dout;
+  ctxpar::swa::StepPlan<Policy, ctxpar::swa::SegmentChunks, Exec, float, Mem> plan;
   Tensor out;
   ctxpar::swa::Cache<float, Mem> next_cache;
   ctxpar::swa::DistributedState<float, Mem> state;
   ctxpar::swa::StepGradients<float, Mem> grads;
-  return ctxpar::bench::time_collective(
-      group.mpi_comm(),
-      [&] {
-        plan.forward(in.chunk, in.cache, out, next_cache, state);
-        plan.backward(state, dout, {}, grads);
-        space.fence();
-      },
-      1, repeats);
-}
+
+  TimedStep(const ctxpar::Group& group, std::int64_t c, std::int64_t t, std::int64_t window,
+            std::int64_t hq, std::int64_t hkv, std::int64_t dim)
+      : in(step_inputs(group.rank(), group.size(), c, t, hq, hkv, dim)),
+        dout(random_tensor(4, in.chunk.length(), hq, dim)),
+        plan(space, group, ctxpar::swa::StepShape{hq, hkv, dim}, window_options(window)) {}
+
+  void step() {
+    plan.forward(in.chunk, in.cache, out, next_cache, state);
+    plan.backward(state, dout, {}, grads);
+    space.fence();
+  }
+
+  static ctxpar::swa::Options window_options(std::int64_t window) {
+    ctxpar::swa::Options o;
+    o.window = window;
+    return o;
+  }
+};
 
 /// The step a user calls next to the local kernels it runs, one rank, same run, same shapes: the
 /// plan's steady-state forward (backward) against `attention_forward` (`attention_backward`) on
@@ -475,19 +482,21 @@ template <class Policy>
 ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std::int64_t t,
                               std::int64_t window, std::int64_t dim, int repeats) {
   const std::int64_t hq = 4, hkv = 1, c = window - 1;
-  // T(1): rank 0 alone (the other rank waits); T(2): both ranks.
+  // T(1): rank 0 alone (the other rank waits); T(2): both ranks; in alternating rounds, so both
+  // see the same load. Both plans are built first, the solo one on a group of rank 0 alone.
   MPI_Comm solo_comm;
   MPI_Comm_split(world.mpi_comm(), world.rank() == 0 ? 0 : MPI_UNDEFINED, 0, &solo_comm);
-  double t1 = 0;
-  if (world.rank() == 0) {
-    ctxpar::Group solo(solo_comm);
-    t1 = time_step<Policy>(solo, c, t, window, hq, hkv, dim, repeats).median_s;
-    MPI_Comm_free(&solo_comm);
-  }
-  MPI_Bcast(&t1, 1, MPI_DOUBLE, 0, world.mpi_comm());
-  // The machine's own ceiling, measured around T(P): what all ranks computing at once get.
+  std::optional<TimedStep<Policy>> solo;
+  if (world.rank() == 0) solo.emplace(ctxpar::Group(solo_comm), c, t, window, hq, hkv, dim);
+  TimedStep<Policy> together(world, c, t, window, hq, hkv, dim);
+  // The machine's own ceiling, measured around the timed rounds: what all ranks computing at once
+  // get.
   const auto before = ctxpar::bench::rank_scaling(world.mpi_comm());
-  const auto t2 = time_step<Policy>(world, c, t, window, hq, hkv, dim, repeats);
+  const auto [t1_timing, t2] = ctxpar::bench::time_solo_and_collective(
+      world.mpi_comm(), [&] { solo->step(); }, [&] { together.step(); }, 1, repeats);
+  const double t1 = t1_timing.median_s;
+  solo.reset();
+  if (world.rank() == 0) MPI_Comm_free(&solo_comm);
   const auto after = ctxpar::bench::rank_scaling(world.mpi_comm());
   const double ceiling = 0.5 * (before.efficiency_ceiling + after.efficiency_ceiling);
   const double eff = t1 / (world.size() * t2.median_s);
@@ -507,7 +516,9 @@ ctxpar::bench::Record cp_case(const ctxpar::Group& world, const char* name, std:
       .set("kv_heads", hkv)
       .set("baseline", "solo")
       .set("t1_median_s", t1)
+      .set("t1", t1_timing)
       .set("tp", t2)
+      .set("timing", "alternating rounds: T(1) then T(P), one call each per round")
       .set("ranks", world.size())
       .set("efficiency", eff)
       .set("machine_efficiency_ceiling", ceiling)
