@@ -1,8 +1,9 @@
 // ctxpar_bench_ceilings: the machine's same-run ceilings every benchmark compares with: Eigen SGEMM
-// (fp32, one thread, n = 512 and 1024), a STREAM-like triad on the default execution space, and
-// at two or more ranks MPI ping-pong latency/bandwidth, all-gather bandwidth and the machine's
-// contention ceiling for CP efficiency (SGEMM on every rank at once ÷ rank 0 alone), the ceiling
-// shown beside the efficiency of figures that do not measure their own (the hybrid stack).
+// (fp32, one thread, n = 512 and 1024), the core's fp32 FMA peak in registers, a STREAM-like triad
+// on the default execution space, and at two or more ranks MPI ping-pong latency/bandwidth,
+// all-gather bandwidth and the machine's contention ceiling for CP efficiency (SGEMM on every rank
+// at once ÷ rank 0 alone), the ceiling shown beside the efficiency of figures that do not measure
+// their own (the hybrid stack).
 //
 // Usage: mpirun -np 2 ctxpar_bench_ceilings [--out FILE.json] [--quick]
 #include <mpi.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/fma_peak.hpp"
 #include "common/json.hpp"
 #include "common/network.hpp"
 #include "common/rank_scaling.hpp"
@@ -55,6 +57,16 @@ int main(int argc, char* argv[]) {
                          .set("best_gflops", s.best_gflops)
                          .set("time", s.timing));
         }
+        const auto f = cb::fma_peak_ceiling(quick ? 2 : 5);
+        std::printf("fma peak fp32 1 thread (%d lanes, %d chains): %.1f GFLOP/s (best %.1f)\n",
+                    f.lanes, f.chains, f.gflops, f.best_gflops);
+        report.add(cb::Record("ceilings", "fma_peak")
+                       .set("lanes", f.lanes)
+                       .set("chains", f.chains)
+                       .set("flops_formula", "2*lanes*chains*iterations")
+                       .set("gflops", f.gflops)
+                       .set("best_gflops", f.best_gflops)
+                       .set("time", f.timing));
         const auto t = cb::triad_ceiling(Kokkos::DefaultExecutionSpace(),
                                          quick ? std::size_t{1} << 22 : std::size_t{1} << 24);
         std::printf("triad (%s, %d threads): %.1f GB/s (best %.1f)\n",

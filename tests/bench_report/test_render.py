@@ -226,7 +226,7 @@ class Render(unittest.TestCase):
         # Torch's backward at 100 GFLOP/s: 2x needs 200, above ctxpar's SGEMM of 180 (1.11x of it);
         # its forward at 40 needs 80 (0.444x), within the ceiling.
         mine = rec("swa", "kernel", kind="local_kernel", dim=64, window=128, sgemm_gflops=180.0, forward_ratio=0.6,
-                   backward_ratio=0.5)
+                   backward_ratio=0.5, forward_gflops=108.0, backward_gflops=90.0)
         torch = rec("swa_torch", "torch D=64", dim=64, window=128, sgemm_gflops=150.0, ctxpar_forward_speedup=1.5,
                     ctxpar_backward_speedup=0.9, forward_gflops=40.0, backward_gflops=100.0)
         rows = {x["op"]: x for x in render.fig_torch([mine, torch])}
@@ -234,14 +234,30 @@ class Render(unittest.TestCase):
         self.assertAlmostEqual(render.raw_target_need(rows["SWA backward"]), 200.0 / 180.0)
         self.assertAlmostEqual(render.raw_target_need(rows["SWA forward"]), 80.0 / 180.0)
         text = render.section_torch([mine, torch], None, "img")
-        self.assertIn("| SWA backward | D = 64, W = 128 | 100 | 0.667 | 200 | 1.11 | missed, above SGEMM |",
+        self.assertIn("| SWA backward | D = 64, W = 128 | 100 | 0.667 | 200 | 1.11 | – | missed, above SGEMM |",
                       "".join(text))
-        self.assertIn("| SWA forward | D = 64, W = 128 | 40 | 0.267 | 80 | 0.444 | missed, below SGEMM |", "".join(text))
+        self.assertIn("| SWA forward | D = 64, W = 128 | 40 | 0.267 | 80 | 0.444 | – | missed, below SGEMM |",
+                      "".join(text))
+        # With the core's FMA peak in the records (250 GFLOP/s): the need as a fraction of it too, in
+        # the table and in the summary's note.
+        peak = rec("ceilings", "fma_peak", gflops=250.0, lanes=16, chains=12, flops_formula="2*lanes*chains*iterations")
+        text = "".join(render.section_torch([mine, torch, peak], None, "img"))
+        self.assertIn("| SWA backward | D = 64, W = 128 | 100 | 0.667 | 200 | 1.11 | 0.8 | missed, above SGEMM |", text)
+        summary = str(render.summary_rows([mine, torch, peak]))
+        self.assertIn("would need the kernel above the same-run SGEMM rate (up to 1.11 × SGEMM, 0.8 of the core's "
+                      "FMA peak)", summary)
+        self.assertIn("need at most 0.444 × SGEMM (below it", summary)
         # A step backward: 10·D per visible pair and query head over torch's median time.
         step = {"op": "SWA step backward", "ctxpar_sgemm": 100.0,
                 "rec": dict(queries=6, window=4, q_heads=1, dim=1, backward_median_s=2.0)}
         self.assertAlmostEqual(render.need_gflops(step), 2.0 * 10.0 * 18 / 2.0 * 1e-9)
-        self.assertIsNone(render.raw_target_need({"op": "chunkwise gdn forward", "rec": {}, "ctxpar_sgemm": 1.0}))
+        # Chunkwise: the forward by the model torch's record carries; a forward + backward has no count.
+        self.assertIsNone(render.raw_target_need({"op": "chunkwise gdn forward + backward", "rec": {},
+                                                  "ctxpar_sgemm": 1.0}))
+        chunk = {"op": "chunkwise gdn forward", "rec": {"forward_gflops": 30.0}, "ctxpar_sgemm": 100.0}
+        self.assertAlmostEqual(render.raw_target_need(chunk), 0.6)
+        with self.assertRaises(KeyError):
+            render.raw_target_need({"op": "chunkwise gdn forward", "rec": {}, "ctxpar_sgemm": 1.0})
 
     def test_torch_step_pairs_the_step_a_user_calls_by_shape(self):
         shape = dict(queries=4096, window=1024, q_heads=8, dim=64)
