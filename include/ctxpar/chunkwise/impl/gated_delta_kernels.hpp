@@ -13,7 +13,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <type_traits>
+
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/fast_exp.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
 
@@ -57,18 +60,59 @@ struct ChunkData {
 };
 
 /// Decay exp(γ_i − γ_j) between rows j ≤ i of one chunk block (γ = gam + lo, compensated): 0
-/// across a hard reset.
+/// across a hard reset. The library's `fast_exp`, whose vector form (`decay_rows`) gives the
+/// same bits on the host fast path.
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION Scalar decay_ratio(const Scalar* gam, const Scalar* lo, const int* rs, int i,
                                           int j) {
-  return rs[i] <= j ? compat::exp((gam[i] - gam[j]) + (lo[i] - lo[j])) : Scalar(0);
+  return rs[i] <= j ? fast_exp((gam[i] - gam[j]) + (lo[i] - lo[j])) : Scalar(0);
 }
 
 /// Decay Γ_i = exp(γ_i) from the chunk's incoming state to row i: 0 after a hard reset.
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION Scalar decay_from_start(const Scalar* gam, const Scalar* lo, const int* rs,
                                                int i) {
-  return rs[i] < 0 ? compat::exp(gam[i] + lo[i]) : Scalar(0);
+  return rs[i] < 0 ? fast_exp(gam[i] + lo[i]) : Scalar(0);
+}
+
+/// Row `i` of the decayed Gram matrix and causal scores of a chunk of `n` live rows, in place:
+/// `A_ij ← β_i · d_ij · A_ij` (j < i), `P_ij ← P_ij · d_ij` (j ≤ i), zero elsewhere, with
+/// `d_ij = decay_ratio(i, j)`. The portable loop evaluates one pair at a time; on the host fast
+/// path (float, vector extensions) whole vectors of `j` take the same operations lane by lane
+/// (`simd_exp` is `fast_exp` on every lane), so both give the same bits.
+template <bool Vector, class Scalar>
+KOKKOS_INLINE_FUNCTION void decay_rows(int i, int n, int C, Scalar bi, const Scalar* gam,
+                                       const Scalar* lo, const int* rs, Scalar* A, Scalar* P) {
+  int j = 0;
+#if CTXPAR_HOST_SIMD
+  if constexpr (Vector && std::is_same_v<Scalar, float>) {
+    using simd = simd_t<float>;
+    constexpr int lanes = Simd<float>::lanes;
+    alignas(64) float lane[lanes];
+    for (int l = 0; l < lanes; ++l) lane[l] = static_cast<float>(l);
+    const simd index = simd_load<float>(lane);
+    // Pairs with rs_i <= j <= i and j < n (the row itself live) decay; the rest give 0.
+    const float row = static_cast<float>(i), live = static_cast<float>(i < n ? n : 0),
+                reset = static_cast<float>(rs[i]);
+    const simd zero = simd_zero<float>();
+    for (; j + lanes <= C; j += lanes) {
+      const simd jv = index + static_cast<float>(j);
+      const simd x = (gam[i] - simd_load<float>(gam + j)) + (lo[i] - simd_load<float>(lo + j));
+      const auto seen = (jv <= row) & (jv < live);
+      const simd d = seen & (jv >= reset) ? simd_exp(x) : zero;
+      const simd a = bi * d * simd_load<float>(A + j);
+      simd_store(A + j, seen & (jv < row) ? a : zero);
+      const simd p = simd_load<float>(P + j) * d;
+      simd_store(P + j, seen ? p : zero);
+    }
+  }
+#endif
+  for (; j < C; ++j) {
+    const bool in = i < n && j < n;
+    const Scalar decay = (in && j <= i) ? decay_ratio(gam, lo, rs, i, j) : Scalar(0);
+    A[j] = (in && j < i) ? bi * decay * A[j] : Scalar(0);
+    P[j] = (in && j <= i) ? P[j] * decay : Scalar(0);
+  }
 }
 
 template <class Scalar, class ExecutionSpace>
@@ -222,13 +266,9 @@ struct IntraChunk {
     // Decays as exp(γ_i − γ_j): never a ratio of two cumulative products (under/overflow).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
-      for (int j = 0; j < C; ++j) {
-        const bool in = i < n && j < n;
-        const Scalar decay = (in && j <= i) ? decay_ratio(gam, glo, rs, i, j) : Scalar(0);
-        const long ij = static_cast<long>(i) * C + j;
-        A[ij] = (in && j < i) ? bi * decay * A[ij] : Scalar(0);
-        P[ij] = (in && j <= i) ? P[ij] * decay : Scalar(0);
-      }
+      const long row = static_cast<long>(i) * C;
+      decay_rows<uses_host_fast_path_v<ExecutionSpace>>(i, n, C, bi, gam, glo, rs, A.data() + row,
+                                                        P + row);
     });
     team.team_barrier();
     invert_unit_lower(team, A.data(), X, C);
