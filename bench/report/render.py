@@ -182,7 +182,9 @@ DEFINITIONS = f"""## Definitions (every figure below, every benchmark)
   FLOP-count ceiling; the contention ceiling: 1, taken as {fmt(CONTENTION_CEILING_MAX)} for timing noise).
 - **CP efficiency** = `T(1) / (P · T(P))`, where **T(1) is the single-rank job with one rank alone
   on the machine** (the other ranks wait; nothing else of the benchmark runs), for every mechanism
-  and the hybrid stack. The records say `"baseline": "solo"`. The machine's **contention ceiling**
+  and the hybrid stack. The records say `"baseline": "solo"`. The SWA and GDN benchmarks time T(1)
+  and T(P) in alternating rounds (one call of each per round; their records say `"timing"`), so
+  both see the same load. The machine's **contention ceiling**
   (SGEMM on all P ranks at once ÷ one rank alone, same run, measured in alternating rounds; a
   record's `ceiling_rounds` says how many, and older records without it measured one pair) is
   shown beside it and never folded into T(1). A record with another baseline (`"concurrent"`: every rank runs the single-rank job at
