@@ -3,9 +3,11 @@
 // device passes, portable builds) runs, so both give the same bits; simd_max_lane is exact.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
+#include "ctxpar/core/impl/fast_exp.hpp"
 #include "ctxpar/core/impl/simd.hpp"
 #include "ctxpar_test/harness.hpp"
 
@@ -55,6 +57,22 @@ BOOST_AUTO_TEST_SUITE(core_simd)
 
 BOOST_AUTO_TEST_CASE(lane_sum_is_the_pairwise_tree_and_max_is_exact) {
   CTXPAR_TEST_ALL(world(), reductions_match<float>(7) && reductions_match<double>(11));
+}
+
+// fast_exp and its vector form agree on the edges too: NaN stays NaN (with a defined conversion
+// and shift: the sanitizer stage checks it), infinities clamp, arguments below -87 flush to zero.
+BOOST_AUTO_TEST_CASE(fast_exp_edges_match_the_vector_form) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  bool ok = true;
+  for (const float x : {nan, -nan, inf, -inf, 0.0f, -87.5f, 88.5f, 1.0f, -20.0f}) {
+    const float s = ctxpar::impl::fast_exp(x);
+    float lanes[ctxpar::impl::Simd<float>::lanes];
+    ctxpar::impl::simd_store(lanes, ctxpar::impl::simd_exp(ctxpar::impl::simd_broadcast<float>(x)));
+    ok = ok && (std::isnan(x) ? std::isnan(s) && std::isnan(lanes[0]) : s == lanes[0]);
+  }
+  ok = ok && ctxpar::impl::fast_exp(-inf) == 0.0f && ctxpar::impl::fast_exp(0.0f) == 1.0f;
+  CTXPAR_TEST_ALL(world(), ok);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

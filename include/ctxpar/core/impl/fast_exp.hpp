@@ -36,7 +36,9 @@ KOKKOS_INLINE_FUNCTION Real exp_reduced(Real r) {
 KOKKOS_INLINE_FUNCTION float fast_exp(float x) {
   const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   const float scaled = xc * 1.44269504088896341f;
-  const int n = static_cast<int>(scaled + (scaled >= 0.0f ? 0.5f : -0.5f));
+  // A NaN passes both clamps: n = 0 keeps the conversion and the shift below defined, and the
+  // result is the NaN of the polynomial, as on the vector path.
+  const int n = scaled == scaled ? static_cast<int>(scaled + (scaled >= 0.0f ? 0.5f : -0.5f)) : 0;
   const float nf = static_cast<float>(n);
   const float r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
   const float p = exp_reduced(r);
