@@ -219,19 +219,26 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region("ctxpar::heads::to_head_parallel");
     check_views("ctxpar::heads::to_head_parallel", x, y);
+    // A group of one would exchange its whole send buffer with itself: the pack writes straight
+    // into what the exchange would have received (the same elements in the same places), unless
+    // the caller transposes in place.
+    const bool alone = group_.size() == 1 && !overlap(x, y);
+    constexpr bool contiguous = std::is_same_v<TokenOrder, Contiguous>;
+    const buffer packed = alone && contiguous ? flat(y) : buffer(buf_seq_);
     if (local_rows() > 0)
-      impl::for_each_row("ctxpar::heads::pack_sequence", space, local_rows(),
-                         impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
-                                            MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
-    if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
-      exchange(space, buf_seq_, send_seq_, flat(y), recv_head_);
+      impl::for_each_row(
+          "ctxpar::heads::pack_sequence", space, local_rows(),
+          impl::PackSequence<SeqView, buffer, MemorySpace, ExecutionSpace>{x, packed, runs_});
+    if constexpr (contiguous) {
+      if (!alone) exchange(space, buf_seq_, send_seq_, flat(y), recv_head_);
     } else {
-      exchange(space, buf_seq_, send_seq_, buf_head_, recv_head_);
+      if (!alone) exchange(space, buf_seq_, send_seq_, buf_head_, recv_head_);
       if (tokens_ > 0)
         impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space, tokens_,
-                           impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
-                                            PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
-                               buf_head_, y, order_, local_channels()});
+                           impl::UnpackHead<const_buffer, HeadView, PackedZigzagLayout<MemorySpace>,
+                                            ExecutionSpace>{
+                               alone ? const_buffer(buf_seq_) : const_buffer(buf_head_), y, order_,
+                               local_channels()});
     }
   }
 
@@ -309,21 +316,29 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region(op);
     check_views(op, x, y);
+    // A group of one unpacks from what it would have sent itself (see `to_head_parallel`).
+    const bool alone = group_.size() == 1 && !overlap(x, y);
+    const_buffer received = buf_seq_;
     if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
-      exchange(space, flat(y), recv_head_, buf_seq_, send_seq_);
+      if (alone)
+        received = flat(y);
+      else
+        exchange(space, flat(y), recv_head_, buf_seq_, send_seq_);
     } else {
       if (tokens_ > 0)
-        impl::for_each_row("ctxpar::heads::pack_head_zigzag_redo", space, tokens_,
-                           impl::PackHead<HeadView, Kokkos::View<Scalar*, MemorySpace>,
-                                          PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
-                               y, buf_head_, order_, local_channels()});
-      exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
+        impl::for_each_row(
+            "ctxpar::heads::pack_head_zigzag_redo", space, tokens_,
+            impl::PackHead<HeadView, buffer, PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+                y, buf_head_, order_, local_channels()});
+      if (alone)
+        received = buf_head_;
+      else
+        exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
     }
     if (local_rows() > 0)
-      impl::for_each_row(
-          "ctxpar::heads::unpack_sequence", space, local_rows(),
-          impl::UnpackSequence<Kokkos::View<Scalar*, MemorySpace>, SeqView, MemorySpace,
-                               ExecutionSpace>{buf_seq_, x, runs_, sum_repeats});
+      impl::for_each_row("ctxpar::heads::unpack_sequence", space, local_rows(),
+                         impl::UnpackSequence<const_buffer, SeqView, MemorySpace, ExecutionSpace>{
+                             received, x, runs_, sum_repeats});
   }
 
   template <class SeqView, class HeadView>
@@ -365,6 +380,17 @@ class TransposePlan {
       alltoallv(space, group_, send, send_counts, recv, recv_counts, unchecked);
     }
   }
+
+  // Whether the memory of `a` and `b` overlaps.
+  template <class A, class B>
+  static bool overlap(const A& a, const B& b) {
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
+    const auto b0 = reinterpret_cast<std::uintptr_t>(b.data());
+    return a0 < b0 + b.span() * sizeof(Scalar) && b0 < a0 + a.span() * sizeof(Scalar);
+  }
+  // A plan buffer, or the caller's view flattened: unmanaged, so that either can stand in.
+  using buffer = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
+  using const_buffer = Kokkos::View<const Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
 
   template <class View>
   static auto flat(const View& v) {
