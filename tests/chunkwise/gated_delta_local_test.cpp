@@ -4,6 +4,7 @@
 // sequences, n_h = 1..3, odd K and V, float and double, every host backend.
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -264,10 +265,11 @@ BOOST_AUTO_TEST_CASE(flop_model_is_the_documented_sum) {
   CTXPAR_TEST_ALL(ctxpar::test::world(), std::fabs(got - expected) <= 1e-12 * expected);
 }
 
-// The decayed Gram and score rows of a chunk: the host fast path's vector form (whole vectors of
-// j, `simd_exp`) gives the same bits as the portable pair-by-pair loop, for chunk sizes that are
-// and are not a multiple of the vector width, ragged chunks (n < C), hard resets inside the chunk
-// (rs_i >= 0) and decays that underflow to zero; negative entries check the sign of masked zeros.
+// The decayed Gram and score rows of a chunk, and the decays alone: the host fast path's vector
+// form (whole vectors of j, `simd_exp`) gives the same bits as the portable pair-by-pair loop, for
+// chunk sizes that are and are not a multiple of the vector width, ragged chunks (n < C), hard
+// resets inside the chunk (rs_i >= 0) and decays that underflow to zero; negative entries check the
+// sign of masked zeros.
 BOOST_AUTO_TEST_CASE(vector_decay_rows_equal_the_portable_loop) {
   namespace impl = ctxpar::impl::gated_delta;
   std::mt19937 gen(5);
@@ -294,9 +296,14 @@ BOOST_AUTO_TEST_CASE(vector_decay_rows_equal_the_portable_loop) {
         const float bi = 0.5f + 0.5f * unit(gen);
         impl::decay_rows<false>(i, n, C, bi, gam.data(), lo.data(), rs.data(), a.data(), p.data());
         impl::decay_rows<true>(i, n, C, bi, gam.data(), lo.data(), rs.data(), va.data(), vp.data());
+        // The decays alone (the backward's pair terms): the same two paths.
+        std::vector<float> l(C, -1.0f), vl(C, -2.0f);
+        impl::decay_row<false>(i, n, C, gam.data(), lo.data(), rs.data(), l.data());
+        impl::decay_row<true>(i, n, C, gam.data(), lo.data(), rs.data(), vl.data());
         for (int j = 0; j < C; ++j) {
           ok = ok && std::memcmp(&a[j], &va[j], sizeof(float)) == 0 &&
-               std::memcmp(&p[j], &vp[j], sizeof(float)) == 0;
+               std::memcmp(&p[j], &vp[j], sizeof(float)) == 0 &&
+               std::memcmp(&l[j], &vl[j], sizeof(float)) == 0;
           nonzero += p[j] != 0.0f;
           ++compared;
         }
@@ -307,6 +314,39 @@ BOOST_AUTO_TEST_CASE(vector_decay_rows_equal_the_portable_loop) {
   // Enough live pairs that a wrong mask or exponential would show (about 1 in 8: the lower
   // triangle, cut by the reset and by the underflowing gate).
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok && nonzero > compared / 10);
+}
+
+// The triangular inverse X = (I + A)⁻¹ row by row: the host fast path's rows held in registers
+// (whole vectors, masked to j < m) give the same bits as the scalar loop, for chunk sizes that
+// are multiples of the vector width (the register path) and that are not (the loop on both), and
+// X·(I + A) is the identity (so neither path can be wrong in the same way).
+BOOST_AUTO_TEST_CASE(vector_inverse_rows_equal_the_scalar_loop) {
+  namespace impl = ctxpar::impl::gated_delta;
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  bool same = true, inverse = true;
+  for (const int C : {8, 16, 32, 37, 64}) {
+    std::vector<float> a(std::size_t(C) * C, 0.0f);
+    for (int i = 0; i < C; ++i)
+      for (int j = 0; j < i; ++j) a[std::size_t(i) * C + j] = 0.3f * unit(gen);
+    std::vector<float> x(a.size()), vx(a.size());
+    for (int i = 0; i < C; ++i) {
+      const float* ai = a.data() + std::size_t(i) * C;
+      impl::unit_lower_inverse_row<false>(i, C, 0, C, ai, x.data(), x.data() + std::size_t(i) * C);
+      impl::unit_lower_inverse_row<true>(i, C, 0, C, ai, vx.data(), vx.data() + std::size_t(i) * C);
+    }
+    same = same && std::memcmp(x.data(), vx.data(), x.size() * sizeof(float)) == 0;
+    for (int i = 0; i < C; ++i)
+      for (int j = 0; j < C; ++j) {
+        double s = x[std::size_t(i) * C + j];  // (X·(I + A))_ij = X_ij + Σ_m X_im A_mj
+        for (int m = 0; m < C; ++m)
+          s += double(x[std::size_t(i) * C + m]) * a[std::size_t(m) * C + j];
+        inverse = inverse && std::abs(s - (i == j ? 1.0 : 0.0)) < 1e-4;
+      }
+  }
+  if (!same) std::cerr << "inverse rows: the vector path differs from the scalar loop\n";
+  if (!inverse) std::cerr << "inverse rows: X (I + A) is not the identity\n";
+  CTXPAR_TEST_ALL(ctxpar::test::world(), same && inverse);
 }
 
 // Streaming: a sequence processed in three consecutive calls, each starting from the previous

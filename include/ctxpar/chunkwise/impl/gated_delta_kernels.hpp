@@ -75,6 +75,36 @@ KOKKOS_INLINE_FUNCTION Scalar decay_from_start(const Scalar* gam, const Scalar* 
   return rs[i] < 0 ? fast_exp(gam[i] + lo[i]) : Scalar(0);
 }
 
+#if CTXPAR_HOST_SIMD
+/// `decay_ratio(i, j)` on whole vectors of `j` (float): the same operations lane by lane
+/// (`simd_exp` is `fast_exp` on every lane), so the same bits as one pair at a time.
+struct RowDecays {
+  using simd = simd_t<float>;
+  static constexpr int lanes = Simd<float>::lanes;
+  const simd zero = simd_zero<float>();
+  float row, live, reset, gam_i, lo_i;
+  const float *gam, *lo;
+  RowDecays(int i, int n, const float* gam_, const float* lo_, const int* rs)
+      : row(static_cast<float>(i)),
+        live(static_cast<float>(i < n ? n : 0)),
+        reset(static_cast<float>(rs[i])),
+        gam_i(gam_[i]),
+        lo_i(lo_[i]),
+        gam(gam_),
+        lo(lo_) {}
+  /// The columns `j, j + 1, …` of the lanes.
+  simd columns(int j) const { return simd_lane_index<float>() + static_cast<float>(j); }
+  /// Lanes with `j ≤ i` and both rows live (`j < n`, the row itself live).
+  auto seen(const simd& jv) const { return (jv <= row) & (jv < live); }
+  /// The decays of the lanes: those `seen` past the row's last hard reset, 0 elsewhere.
+  template <class Mask>
+  simd decay(int j, const simd& jv, const Mask& seen) const {
+    const simd x = (gam_i - simd_load<float>(gam + j)) + (lo_i - simd_load<float>(lo + j));
+    return seen & (jv >= reset) ? simd_exp(x) : zero;
+  }
+};
+#endif
+
 /// Row `i` of the decayed Gram matrix and causal scores of a chunk of `n` live rows, in place:
 /// `A_ij ← β_i · d_ij · A_ij` (j < i), `P_ij ← P_ij · d_ij` (j ≤ i), zero elsewhere, with
 /// `d_ij = decay_ratio(i, j)`. The portable loop evaluates one pair at a time; on the host fast
@@ -86,24 +116,15 @@ KOKKOS_INLINE_FUNCTION void decay_rows(int i, int n, int C, Scalar bi, const Sca
   int j = 0;
 #if CTXPAR_HOST_SIMD
   if constexpr (Vector && std::is_same_v<Scalar, float>) {
-    using simd = simd_t<float>;
-    constexpr int lanes = Simd<float>::lanes;
-    alignas(64) float lane[lanes];
-    for (int l = 0; l < lanes; ++l) lane[l] = static_cast<float>(l);
-    const simd index = simd_load<float>(lane);
-    // Pairs with rs_i <= j <= i and j < n (the row itself live) decay; the rest give 0.
-    const float row = static_cast<float>(i), live = static_cast<float>(i < n ? n : 0),
-                reset = static_cast<float>(rs[i]);
-    const simd zero = simd_zero<float>();
-    for (; j + lanes <= C; j += lanes) {
-      const simd jv = index + static_cast<float>(j);
-      const simd x = (gam[i] - simd_load<float>(gam + j)) + (lo[i] - simd_load<float>(lo + j));
-      const auto seen = (jv <= row) & (jv < live);
-      const simd d = seen & (jv >= reset) ? simd_exp(x) : zero;
-      const simd a = bi * d * simd_load<float>(A + j);
-      simd_store(A + j, seen & (jv < row) ? a : zero);
-      const simd p = simd_load<float>(P + j) * d;
-      simd_store(P + j, seen ? p : zero);
+    const RowDecays decays(i, n, gam, lo, rs);
+    for (; j + RowDecays::lanes <= C; j += RowDecays::lanes) {
+      const auto jv = decays.columns(j);
+      const auto seen = decays.seen(jv);
+      const auto d = decays.decay(j, jv, seen);
+      const auto a = bi * d * simd_load<float>(A + j);
+      simd_store(A + j, seen & (jv < decays.row) ? a : decays.zero);
+      const auto p = simd_load<float>(P + j) * d;
+      simd_store(P + j, seen ? p : decays.zero);
     }
   }
 #endif
@@ -113,6 +134,97 @@ KOKKOS_INLINE_FUNCTION void decay_rows(int i, int n, int C, Scalar bi, const Sca
     A[j] = (in && j < i) ? bi * decay * A[j] : Scalar(0);
     P[j] = (in && j <= i) ? P[j] * decay : Scalar(0);
   }
+}
+
+#if CTXPAR_HOST_SIMD
+/// `unit_lower_inverse_row` on `NV` whole vectors (`C = NV·lanes`) held in registers across `m`:
+/// each update is the scalar loop's `x_j − a·X_mj` on the lanes `j < m` (the scalar loop's range)
+/// and leaves the other lanes as they are, so the bits are the same.
+template <int NV>
+inline void unit_lower_inverse_row_vectors(int i, const float* ai, const float* X, float* xi) {
+  using simd = simd_t<float>;
+  constexpr int lanes = Simd<float>::lanes, C = NV * lanes;
+  const simd index = simd_lane_index<float>(), zero = simd_zero<float>();
+  const simd one = simd_broadcast(1.0f), row = simd_broadcast(static_cast<float>(i));
+  simd x[NV];
+  for (int v = 0; v < NV; ++v) {
+    const simd jv = index + static_cast<float>(v * lanes);
+    const simd neg = -simd_load<float>(ai + v * lanes);
+    x[v] = jv < row ? neg : (jv == row ? one : zero);
+  }
+  for (int m = 1; m < i; ++m) {
+    const float a = ai[m];
+    const float* xm = X + static_cast<long>(m) * C;
+    const simd bound = simd_broadcast(static_cast<float>(m));
+    // A vector whose first column is at or past m has no lane j < m.
+    for (int v = 0; v < NV && v * lanes < m; ++v) {
+      const simd jv = index + static_cast<float>(v * lanes);
+      const simd updated = x[v] - a * simd_load<float>(xm + v * lanes);
+      x[v] = jv < bound ? updated : x[v];
+    }
+  }
+  for (int v = 0; v < NV; ++v) simd_store(xi + v * lanes, x[v]);
+}
+/// `unit_lower_inverse_row_vectors<vectors>` for 1 to 8 vectors (false, nothing done, above).
+template <int NV = 1>
+inline bool unit_lower_inverse_row_vectors_of(int vectors, int i, const float* ai, const float* X,
+                                              float* xi) {
+  if (vectors == NV) {
+    unit_lower_inverse_row_vectors<NV>(i, ai, X, xi);
+    return true;
+  }
+  if constexpr (NV < 8) {
+    return unit_lower_inverse_row_vectors_of<NV + 1>(vectors, i, ai, X, xi);
+  } else {
+    return false;
+  }
+}
+#endif
+
+/// Row `i` of `X = (I + A)⁻¹` for a strictly lower `A` (`[C, C]`, row-major; `ai` is its row
+/// `i`) over the columns `[j0, j1)`, from the rows `m < i` of `X` already written: `X_ij = −A_ij
+/// − Σ_{j<m<i} A_im X_mj`, 1 on the diagonal, 0 above, the sum in increasing `m`. The scalar loop
+/// keeps the row in memory (a contiguous axpy per `m`, which the compiler vectorises, but each
+/// `m` loads and stores the row again). With `Vector` (the host fast path: float, the whole row
+/// as one block, `C` a multiple of the vector width, up to 8 vectors) the row stays in registers
+/// across `m`, with the same bits.
+template <bool Vector, class Scalar>
+KOKKOS_INLINE_FUNCTION void unit_lower_inverse_row(int i, int C, int j0, int j1, const Scalar* ai,
+                                                   const Scalar* X, Scalar* xi) {
+#if CTXPAR_HOST_SIMD
+  if constexpr (Vector && std::is_same_v<Scalar, float>) {
+    constexpr int lanes = Simd<float>::lanes;
+    if (j0 == 0 && j1 == C && C % lanes == 0) {
+      if (unit_lower_inverse_row_vectors_of(C / lanes, i, ai, X, xi)) return;
+    }
+  }
+#endif
+  for (int j = j0; j < j1; ++j) xi[j] = j < i ? -ai[j] : (j == i ? Scalar(1) : Scalar(0));
+  for (int m = j0 + 1; m < i; ++m) {
+    const Scalar a = ai[m];
+    const Scalar* xm = X + static_cast<long>(m) * C;
+    const int jm = m < j1 ? m : j1;  // X_mj = 0 for j >= m
+    for (int j = j0; j < jm; ++j) xi[j] -= a * xm[j];
+  }
+}
+
+/// Row `i` of the decays alone, `L_ij = decay_ratio(i, j)` for `j ≤ i` with both rows live (`n`
+/// of them), 0 elsewhere, into `L`: whole vectors of `j` on the host fast path (float, vector
+/// extensions), one pair at a time otherwise, with the same bits (as `decay_rows`).
+template <bool Vector, class Scalar>
+KOKKOS_INLINE_FUNCTION void decay_row(int i, int n, int C, const Scalar* gam, const Scalar* lo,
+                                      const int* rs, Scalar* L) {
+  int j = 0;
+#if CTXPAR_HOST_SIMD
+  if constexpr (Vector && std::is_same_v<Scalar, float>) {
+    const RowDecays decays(i, n, gam, lo, rs);
+    for (; j + RowDecays::lanes <= C; j += RowDecays::lanes) {
+      const auto jv = decays.columns(j);
+      simd_store(L + j, decays.decay(j, jv, decays.seen(jv)));
+    }
+  }
+#endif
+  for (; j < C; ++j) L[j] = (i < n && j < n && j <= i) ? decay_ratio(gam, lo, rs, i, j) : Scalar(0);
 }
 
 template <class Scalar, class ExecutionSpace>
@@ -137,8 +249,8 @@ struct IntraChunk {
   /// row at a time: `X_ij = −A_ij − Σ_{j<m<i} A_im X_mj` (1 on the diagonal, 0 above), the sum
   /// in increasing `m` on every path. The portable path gives each thread one `j` and keeps the
   /// sum in a register (consecutive threads read consecutive `X_mj`); the host fast path gives each
-  /// thread a block of `j` and runs `m` outside, so that the inner loop over `j` is a contiguous
-  /// axpy the compiler vectorises.
+  /// thread a block of `j` and runs `m` outside (`unit_lower_inverse_row`), so that the update
+  /// of the block is whole vectors.
   static KOKKOS_INLINE_FUNCTION void invert_unit_lower(const member_type& team, const Scalar* A,
                                                        Scalar* X, int C) {
     if constexpr (uses_host_fast_path_v<ExecutionSpace>) {
@@ -150,13 +262,7 @@ struct IntraChunk {
         Scalar* xi = X + static_cast<long>(i) * C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int b) {
           const int j0 = b * block, j1 = j0 + block < C ? j0 + block : C;
-          for (int j = j0; j < j1; ++j) xi[j] = j < i ? -ai[j] : (j == i ? Scalar(1) : Scalar(0));
-          for (int m = j0 + 1; m < i; ++m) {
-            const Scalar a = ai[m];
-            const Scalar* xm = X + static_cast<long>(m) * C;
-            const int jm = m < j1 ? m : j1;  // X_mj = 0 for j >= m
-            for (int j = j0; j < jm; ++j) xi[j] -= a * xm[j];
-          }
+          unit_lower_inverse_row<true>(i, C, j0, j1, ai, X, xi);
         });
         team.team_barrier();
       }
@@ -551,8 +657,8 @@ struct ChunkGradients {
                       vk = scratch::shmem_size(std::size_t(V) * K),
                       cc = scratch::shmem_size(std::size_t(C) * C),
                       c1 = scratch::shmem_size(std::size_t(C));
-    // kr krT qs F Eb Tm dQ dK | dO dY UT | S0T dSeT | G dP dA | 4 row vectors
-    return 8 * ck + 3 * cv + 2 * vk + 3 * cc + 4 * c1;
+    // kr krT qs F Eb Tm dQ dK | dO dY UT | S0T dSeT | G dP dA L | 4 row vectors
+    return 8 * ck + 3 * cv + 2 * vk + 4 * cc + 4 * c1;
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
@@ -575,8 +681,8 @@ struct ChunkGradients {
         dQ(sp, std::size_t(C) * K), dK(sp, std::size_t(C) * K), dO(sp, std::size_t(C) * V),
         dY(sp, std::size_t(C) * V), UT(sp, std::size_t(V) * C), S0T(sp, std::size_t(V) * K),
         dSeT(sp, std::size_t(V) * K), G(sp, std::size_t(C) * C), dP(sp, std::size_t(C) * C),
-        dA(sp, std::size_t(C) * C), rowsum(sp, std::size_t(C)), dbA(sp, std::size_t(C)),
-        dgam(sp, std::size_t(C)), e(sp, std::size_t(C));
+        dA(sp, std::size_t(C) * C), L(sp, std::size_t(C) * C), rowsum(sp, std::size_t(C)),
+        dbA(sp, std::size_t(C)), dgam(sp, std::size_t(C)), e(sp, std::size_t(C));
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const bool live = i < n;
@@ -628,24 +734,28 @@ struct ChunkGradients {
     team.team_barrier();
     // dP → dP⊙L, dA → H, G → the exclusive row prefix Σ_{j<t} E_ij of the pair terms
     // E = dP⊙P + dA⊙A (j < i: the pairs that a log-gate between them touches).
+    // The decays of the row first, on whole vectors on a host (the loop below carries a prefix
+    // sum from one j to the next, so it stays scalar).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
+      Scalar* const Li = L.data() + static_cast<long>(i) * C;
+      decay_row<uses_host_fast_path_v<ExecutionSpace>>(i, n, C, gam, glo, rs, Li);
       Scalar run = 0, db = 0;
       for (int j = 0; j < C; ++j) {
         const long ij = static_cast<long>(i) * C + j;
         const bool in = i < n && j < n && j <= i;
-        const Scalar L = in ? decay_ratio(gam, glo, rs, i, j) : Scalar(0);
+        const Scalar Lij = Li[j];
         const Scalar dp = in ? dP[ij] : Scalar(0);
         Scalar E = 0;
         Scalar hij = 0;
         if (in && j < i) {
           const Scalar da = -dA[ij];
-          const Scalar a = bi * L * G[ij];
+          const Scalar a = bi * Lij * G[ij];
           E = dp * P[ij] + da * a;
-          db += da * L * G[ij];
-          hij = da * bi * L;
+          db += da * Lij * G[ij];
+          hij = da * bi * Lij;
         }
-        dP[ij] = dp * L;
+        dP[ij] = dp * Lij;
         dA[ij] = hij;
         G[ij] = run;
         run += E;

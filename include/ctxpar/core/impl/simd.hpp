@@ -145,6 +145,19 @@ KOKKOS_INLINE_FUNCTION simd_t<T> simd_zero_where(simd_t<T> s, T marker, simd_t<T
 #endif
 }
 
+/// Lane `l` holds `l` (exact in every float type): with a broadcast offset, the column index of
+/// each lane, for masks that compare lanes with a row or a length.
+template <class T>
+KOKKOS_INLINE_FUNCTION simd_t<T> simd_lane_index() {
+  simd_t<T> r;
+#if CTXPAR_HOST_SIMD
+  for (int i = 0; i < Simd<T>::lanes; ++i) r[i] = static_cast<T>(i);
+#else
+  for (int i = 0; i < Simd<T>::lanes; ++i) r.v[i] = static_cast<T>(i);
+#endif
+  return r;
+}
+
 /// The vector at `p` (no alignment needed).
 template <class T>
 KOKKOS_INLINE_FUNCTION simd_t<T> simd_load(const T* p) {
