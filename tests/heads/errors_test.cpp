@@ -214,6 +214,43 @@ BOOST_AUTO_TEST_CASE(batch_metadata_not_the_plans) {
       same_rank);
 }
 
+// The layer's outputs and the backward's gradients one row short on one rank: refused on every
+// rank before anything is written past them. At P = 1 the layer writes y, z and dx and reads dy
+// and dz in place (identity transposes), so these checks are all that guards them there.
+BOOST_AUTO_TEST_CASE(output_and_gradient_rows) {
+  const int p = world().size(), me = world().rank();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
+  ch::GdpContextParallel<double, mem> cp(world(), s, 4 * p);
+  auto params = ch::GdpParameters<double, mem>::allocate(s);
+  auto grads = ch::GdpParameters<double, mem>::allocate(s);
+  const std::int64_t rows = cp.input_plan().local_rows(), c = s.input_layout().channels();
+  const auto rows_of = [&](int bad) { return me == bad ? rows - 1 : rows; };
+  const matrix x("x", rows, c), dx("dx", rows, c), y("y", rows, s.d_inner()),
+      z("z", rows, s.d_inner());
+  const std::string needle = "the sequence-parallel shard must hold this rank's rows";
+  const auto exec = Kokkos::DefaultExecutionSpace();
+  each_bad_rank(
+      needle,
+      [&](int bad) { cp.forward(exec, x, params, matrix("y", rows_of(bad), s.d_inner()), z); },
+      same_rank);
+  each_bad_rank(
+      needle,
+      [&](int bad) { cp.forward(exec, x, params, y, matrix("z", rows_of(bad), s.d_inner())); },
+      same_rank);
+  cp.forward(exec, x, params, y, z);
+  each_bad_rank(
+      needle,
+      [&](int bad) { cp.backward(exec, matrix("dy", rows_of(bad), s.d_inner()), z, dx, grads); },
+      same_rank);
+  each_bad_rank(
+      needle,
+      [&](int bad) { cp.backward(exec, y, matrix("dz", rows_of(bad), s.d_inner()), dx, grads); },
+      same_rank);
+  each_bad_rank(
+      needle, [&](int bad) { cp.backward(exec, y, z, matrix("dx", rows_of(bad), c), grads); },
+      same_rank);
+}
+
 BOOST_AUTO_TEST_CASE(skip_term_shape) {
   const int p = world().size(), me = world().rank();
   for (ch::SkipTerm skip : {ch::SkipTerm::per_head, ch::SkipTerm::per_channel}) {

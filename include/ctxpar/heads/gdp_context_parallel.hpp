@@ -282,10 +282,18 @@ class GdpContextParallel {
     check_parameters(full, cu_seqlens);
     slice_parameters(space, full, local_);
     pre_conv_ssm(space, x, u_);
+    // Where the output transpose is the identity (one rank), the core writes y and z in place.
+    const bool direct = post_.identity();
+    if (direct) {
+      post_.require_views("ctxpar::heads::GdpContextParallel::forward (y)", y, y);
+      post_.require_views("ctxpar::heads::GdpContextParallel::forward (z)", z, z);
+    }
     core_.forward(space, u_, local_.conv_weight, local_.conv_bias, local_.dt_bias, local_.a_log,
-                  local_.d, y_, z_);
-    post_conv_ssm(space, y_, y);
-    post_conv_ssm(space, z_, z);
+                  local_.d, direct ? y : y_, direct ? z : z_);
+    if (!direct) {
+      post_conv_ssm(space, y_, y);
+      post_conv_ssm(space, z_, z);
+    }
   }
 
   /// Collective. Backward of the last `forward`: `dy`, `dz` (sequence-parallel) → `dx` and the
@@ -295,11 +303,21 @@ class GdpContextParallel {
                 const parameters& grads) {
     compat::ScopedRegion region("ctxpar::heads::gdp_backward");
     check_parameters(grads, {});
-    post_conv_ssm_backward(space, dy, dy_);
-    post_conv_ssm_backward(space, dz, dz_);
-    core_.backward(space, dy_, dz_, du_, local_grad_.conv_weight, local_grad_.conv_bias,
-                   local_grad_.dt_bias, local_grad_.a_log, local_grad_.d);
-    pre_conv_ssm_backward(space, du_, dx);
+    // As in `forward`: identity transposes (one rank) read dy, dz and write dx in place. x itself
+    // is still copied into the plan's u, which the backward reads: the caller's x may change.
+    const bool direct_out = post_.identity(), direct_in = pre_.identity();
+    if (direct_out) {
+      post_.require_views("ctxpar::heads::GdpContextParallel::backward (dy)", dy, dy);
+      post_.require_views("ctxpar::heads::GdpContextParallel::backward (dz)", dz, dz);
+    } else {
+      post_conv_ssm_backward(space, dy, dy_);
+      post_conv_ssm_backward(space, dz, dz_);
+    }
+    if (direct_in) pre_.require_views("ctxpar::heads::GdpContextParallel::backward (dx)", dx, dx);
+    core_.backward(space, direct_out ? dy : dy_, direct_out ? dz : dz_, direct_in ? dx : du_,
+                   local_grad_.conv_weight, local_grad_.conv_bias, local_grad_.dt_bias,
+                   local_grad_.a_log, local_grad_.d);
+    if (!direct_in) pre_conv_ssm_backward(space, du_, dx);
     accumulate_gradients(space, local_grad_, grads);
   }
 

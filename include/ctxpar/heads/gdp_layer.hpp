@@ -121,28 +121,35 @@ class GdpLayerCore {
     using p1 = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
     if (t == 0) return;
     const std::int64_t cc = dims_.conv_channels();
-    if (cc > 0) {
-      Kokkos::parallel_for("ctxpar::heads::transpose_conv_taps", p1(space, 0, cc),
-                           impl::TransposeTaps<matrix, matrix>{conv_w, taps_});
-      const std::int64_t block = conv_channel_block<ExecutionSpace>();
+    Kokkos::parallel_for("ctxpar::heads::transpose_conv_taps", p1(space, 0, cc),
+                         impl::TransposeTaps<matrix, matrix>{conv_w, taps_});
+    using conv_kernel =
+        impl::ConvForward<matrix, matrix, vector, matrix, Kokkos::View<std::int64_t*, MemorySpace>>;
+    using split_kernel = impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>;
+    const std::int64_t block = conv_channel_block<ExecutionSpace>();
+    const conv_kernel conv{u,          taps_,       conv_b, pre_,  act_,
+                           seq_start_, dims_.off_v, cc,     block, dims_.width};
+    constexpr bool host = ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>;
+    const split_kernel split{act_, rnorm_, rec_.k, rec_.q, rec_.v, dims_, eps_, !host};
+    if constexpr (host) {
+      // One pass per token over the row in cache (conv, SiLU, norms, q̂, k̂, v, z).
       Kokkos::parallel_for(
-          "ctxpar::heads::conv_silu", p1(space, 0, impl::channel_items(t, cc, block)),
-          impl::ConvForward<matrix, matrix, vector, matrix,
-                            Kokkos::View<std::int64_t*, MemorySpace>>{
-              u, taps_, conv_b, pre_, act_, seq_start_, dims_.off_v, cc, block, dims_.width});
+          "ctxpar::heads::conv_split_z", p1(space, 0, t),
+          impl::ConvSplitForward<conv_kernel, split_kernel, matrix>{conv, split, z});
+    } else {
+      Kokkos::parallel_for("ctxpar::heads::conv_silu",
+                           p1(space, 0, impl::channel_items(t, cc, block)), conv);
+      Kokkos::parallel_for("ctxpar::heads::split_l2norm", p1(space, 0, t), split);
+      if (dims_.d_inner() > 0)
+        Kokkos::parallel_for("ctxpar::heads::copy_z", p2(space, {0, 0}, {t, dims_.d_inner()}),
+                             impl::CopyColumns<matrix, matrix>{u, z, 0});
     }
-    Kokkos::parallel_for("ctxpar::heads::split_l2norm", p1(space, 0, t),
-                         impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>{
-                             act_, rnorm_, rec_.k, rec_.q, rec_.v, dims_, eps_});
     gates_forward(space, u, a_log, dt_bias);
-    if (dims_.d_inner() > 0)
-      Kokkos::parallel_for("ctxpar::heads::copy_z", p2(space, {0, 0}, {t, dims_.d_inner()}),
-                           impl::CopyColumns<matrix, matrix>{u, z, 0});
     rec_.o = tensor3(y.data(), t, dims_.heads, dims_.headdim);
     recurrence_forward(space);
     if (dims_.skip != SkipTerm::none && dims_.d_inner() > 0) {
       const tensor3 y3(y.data(), t, dims_.heads, dims_.headdim);
-      const auto x3 = value_copy0(act_);
+      const auto x3 = value_copy0();
       with_skip_weights(d, [&](const auto& w) {
         ctxpar::assign(space, y3, expr::view(y3) + w * expr::view(x3));
       });
@@ -186,13 +193,9 @@ class GdpLayerCore {
     if (dims_.skip != SkipTerm::none && dims_.d_inner() > 0) {
       // dD sums dy·x_V over this rank's tokens (over ranks in GdpContextParallel).
       const int width = dims_.skip == SkipTerm::per_head ? dims_.headdim : 1;
-      Kokkos::parallel_for("ctxpar::heads::skip_grad",
-                           p1(space, 0, static_cast<std::int64_t>(dd.extent(0))),
-                           impl::SkipGrad<matrix, strided_matrix, vector>{
-                               dy,
-                               Kokkos::subview(act_, Kokkos::ALL,
-                                               Kokkos::make_pair(std::int64_t(0), dims_.d_inner())),
-                               dd, t, width});
+      Kokkos::parallel_for(
+          "ctxpar::heads::skip_grad", p1(space, 0, static_cast<std::int64_t>(dd.extent(0))),
+          impl::SkipGrad<matrix, strided_matrix, vector>{dy, values_copy0(), dd, t, width});
     }
     const std::int64_t cc = dims_.conv_channels();
     if (cc > 0) {
@@ -232,11 +235,17 @@ class GdpLayerCore {
     return ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> ? impl::host_channel_block : 1;
   }
 
-  // Householder copy 0 of the V section of `a` (`act_`, V first) as `[T, H, d]`.
-  strided_tensor3 value_copy0(const matrix& a) const {
-    const Kokkos::LayoutStride layout(tokens_, a.extent(1), dims_.heads, dims_.headdim,
-                                      dims_.headdim, 1);
-    return strided_tensor3(a.data(), layout);
+  // x_V, householder copy 0 of the values after conv and SiLU, as `[T, H, d]` and `[T, H·d]`:
+  // v (`[T·M, H, d]`) read with a row stride of `M·H·d`. `act_` holds no V channels where the
+  // host prologue writes v directly, so every reader of x_V takes it from here.
+  strided_tensor3 value_copy0() const {
+    const std::int64_t row = dims_.d_inner() * dims_.copies;
+    const Kokkos::LayoutStride layout(tokens_, row, dims_.heads, dims_.headdim, dims_.headdim, 1);
+    return strided_tensor3(rec_.v.data(), layout);
+  }
+  strided_matrix values_copy0() const {
+    const Kokkos::LayoutStride layout(tokens_, dims_.d_inner() * dims_.copies, dims_.d_inner(), 1);
+    return strided_matrix(rec_.v.data(), layout);
   }
   // Calls `f` with D read as `[T, H, d]`: the per-channel D viewed as `[H, d]`, or the per-head D
   // repeated over the head's channels (two expression types, hence the callback).

@@ -154,6 +154,9 @@ class TransposePlan {
       run.block_base = local_rows() * o + (run.target - o);
     }
     ctxpar::impl::upload(runs, runs_, "ctxpar::heads::channel_runs");
+    identity_ = p == 1 && std::is_same_v<TokenOrder, Contiguous>;
+    for (std::size_t k = 0; identity_ && k < map.size(); ++k)
+      identity_ = map[k] == static_cast<std::int64_t>(k);
 
     if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
       // A dense sequence is one packed sequence: the same closed form covers both.
@@ -178,6 +181,9 @@ class TransposePlan {
 
   /// The communicator.
   const Group& group() const { return group_; }
+  /// Whether both transposes are the identity (one rank, natural token order, every channel in
+  /// its own place): a caller may then use one view for both sides instead of transposing.
+  bool identity() const { return identity_; }
   /// The channel layout.
   const ChannelLayout& layout() const { return layout_; }
   /// Heads and key groups per rank.
@@ -343,6 +349,15 @@ class TransposePlan {
 
   template <class SeqView, class HeadView>
   void check_views(const std::string& op, const SeqView& x, const HeadView& y) const {
+    require_views(op, x, y);
+  }
+
+ public:
+  /// Collective. The checks of a transpose between `x` (sequence-parallel) and `y`
+  /// (head-parallel), without the transpose: for a caller that uses one view for both sides of
+  /// an `identity()` plan. Throws `ctxpar::Error` naming `op` on every rank.
+  template <class SeqView, class HeadView>
+  void require_views(const std::string& op, const SeqView& x, const HeadView& y) const {
     static_assert(compat::view_rank<SeqView> == 2 && compat::view_rank<HeadView> == 2,
                   "ctxpar::heads transposes: views must be rank 2 [rows, channels]");
     static_assert(std::is_same_v<typename SeqView::non_const_value_type, Scalar> &&
@@ -371,6 +386,7 @@ class TransposePlan {
     chk.agree();
   }
 
+ private:
   template <class ExecutionSpace, class Send, class Recv>
   void exchange(const ExecutionSpace& space, const Send& send, const std::vector<int>& send_counts,
                 const Recv& recv, const std::vector<int>& recv_counts) const {
@@ -416,6 +432,7 @@ class TransposePlan {
   PackedZigzagLayout<MemorySpace> order_;
   PackedZigzagLayout<Kokkos::HostSpace> order_host_;
   Kokkos::View<Scalar*, MemorySpace> buf_seq_, buf_head_;
+  bool identity_ = false;
 };
 
 /// Collective: `plan.to_head_parallel(space, x, y)`. The plan carries the group.

@@ -151,9 +151,9 @@ struct TransposeTaps {
 
 /// pre(t, c) = bias(c) + Σ_k w(c, k)·u(t − w + 1 + k, off_v + c) within the token's sequence;
 /// act = SiLU(pre). Work item `i` owns token `t` and channels `[c0, c0 + block)`. With one
-/// channel (GPU) the taps sum in a register; with a row (host) each tap is one pass over the row
-/// held in `pre`, so that the compiler vectorises it, and SiLU runs on whole vectors. The taps
-/// add in the same order either way, so `pre` and `act` have the same bits.
+/// channel (GPU) the taps sum in a register; with a row (host) they sum in the registers of a
+/// whole vector of channels (`pre_row`), and SiLU runs on whole vectors. The taps add in the same
+/// order either way, so `pre` and `act` have the same bits.
 template <class U, class W, class B, class Out, class Idx>
 struct ConvForward {
   U u;
@@ -168,9 +168,7 @@ struct ConvForward {
     const std::int64_t blocks = (channels + block - 1) / block;
     const std::int64_t t = i / blocks, c0 = (i % blocks) * block;
     const std::int64_t n = channels - c0 < block ? channels - c0 : block;
-    // First tap inside the token's sequence.
-    const std::int64_t skipped = seq_start(t) - (t - (width - 1));
-    const int k0 = skipped > 0 ? static_cast<int>(skipped) : 0;
+    const int k0 = first_tap(t);
     if (n == 1) {
       T s = bias(c0);
       for (int k = k0; k < width; ++k) s += w(k, c0) * u(t - (width - 1) + k, off + c0);
@@ -178,13 +176,39 @@ struct ConvForward {
       act(t, c0) = s * sigmoid(s);
       return;
     }
-    T* const row = &pre(t, c0);
-    for (std::int64_t j = 0; j < n; ++j) row[j] = bias(c0 + j);
-    for (int k = k0; k < width; ++k) {
-      const std::int64_t src = t - (width - 1) + k;
-      for (std::int64_t j = 0; j < n; ++j) row[j] += w(k, c0 + j) * u(src, off + c0 + j);
+    silu_row(pre_row(t, c0, n, k0), &act(t, c0), n, false);
+  }
+  /// `pre(t, c0 + j)` for `j < n` (the host form), from tap `k0` on: a vector of channels sums
+  /// its taps in registers and is stored once (a pass over the row per tap was bound by its
+  /// stores); the channels past the last whole vector take the same sum one at a time.
+  KOKKOS_INLINE_FUNCTION typename Out::pointer_type pre_row(std::int64_t t, std::int64_t c0,
+                                                            std::int64_t n, int k0) const {
+    using T = typename Out::non_const_value_type;
+    const auto row = &pre(t, c0);
+    const std::int64_t first = t - (width - 1);
+    std::int64_t j = 0;
+#if CTXPAR_HOST_SIMD
+    using ctxpar::impl::Simd;
+    using ctxpar::impl::simd_load;
+    constexpr int lanes = Simd<T>::lanes;
+    for (; j + lanes <= n; j += lanes) {
+      auto s = simd_load(&bias(c0 + j));
+      for (int k = k0; k < width; ++k)
+        s += simd_load(&w(k, c0 + j)) * simd_load(&u(first + k, off + c0 + j));
+      ctxpar::impl::simd_store(row + j, s);
     }
-    silu_row(row, &act(t, c0), n, false);
+#endif
+    for (; j < n; ++j) {
+      T s = bias(c0 + j);
+      for (int k = k0; k < width; ++k) s += w(k, c0 + j) * u(first + k, off + c0 + j);
+      row[j] = s;
+    }
+    return row;
+  }
+  /// The first tap of token `t` inside its sequence.
+  KOKKOS_INLINE_FUNCTION int first_tap(std::int64_t t) const {
+    const std::int64_t skipped = seq_start(t) - (t - (width - 1));
+    return skipped > 0 ? static_cast<int>(skipped) : 0;
   }
 };
 
@@ -312,6 +336,7 @@ struct SplitNormalize {
   V3 v;
   LocalDims dims;
   double eps;
+  bool copy_values = true;  // false where the SiLU wrote v itself (`ConvSplitForward`)
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
     using T = typename K3::non_const_value_type;
     const std::int64_t off_k = dims.d_inner() * dims.copies;
@@ -332,12 +357,38 @@ struct SplitNormalize {
         const auto* const x = &act(t, off_k + (std::int64_t(m) * dims.groups + g) * n_state);
         T* const out = m < dims.copies ? &k(t * dims.copies + m, h, 0) : &q(t, h, 0);
         for (int n = 0; n < n_state; ++n) out[n] = x[n] * r;
-        if (m == dims.copies) continue;
+        if (m == dims.copies || !copy_values) continue;
         const auto* const xv = &act(t, (std::int64_t(m) * dims.heads + h) * d);
         T* const vo = &v(t * dims.copies + m, h, 0);
         for (int j = 0; j < d; ++j) vo[j] = xv[j];
       }
     }
+  }
+};
+
+/// The layer's prologue on a host core, one token per work item, in one pass over the token's row
+/// while it is in cache: the conv row (`ConvForward::pre_row`), SiLU written straight into the
+/// token's householder rows of v for the V channels (`[T·M, H, d]` is the V section's own
+/// order, `M·H·d` per token) and into `act` for K and Q, the norms and q̂, k̂ from that row
+/// (`SplitNormalize` without the value copy), and the token's z section copied out of `u`. The
+/// same operations as the separate passes, so the same bits; `act` then holds no V channels
+/// (the layer reads x_V from v).
+template <class Conv, class Split, class Z>
+struct ConvSplitForward {
+  Conv conv;
+  Split split;
+  Z z;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
+    const LocalDims& dims = split.dims;
+    const std::int64_t values = dims.d_inner() * dims.copies, cc = dims.conv_channels();
+    const auto row = conv.pre_row(t, 0, cc, conv.first_tap(t));
+    silu_row(row, &split.v(t * dims.copies, 0, 0), values, false);
+    silu_row(row + values, &conv.act(t, values), cc - values, false);
+    split(t);
+    if (dims.d_inner() == 0) return;
+    const auto* const zin = &conv.u(t, 0);
+    auto* const zout = &z(t, 0);
+    for (std::int64_t c = 0; c < dims.d_inner(); ++c) zout[c] = zin[c];
   }
 };
 
