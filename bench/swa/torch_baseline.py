@@ -17,7 +17,7 @@ cache (t = 4096 queries, Hq = 8, Hkv = 8 and 1, D = 64, W = 1024), against the c
 calls (`plan.forward` / `plan.backward`, the `step_vs_kernel` records of bench/results/swa.json).
 
 Usage: /usr/bin/python3 bench/swa/torch_baseline.py [--out bench/results/swa_torch.json] [--repeats N]
-       [--step-only]
+       [--step-only]   (with --step-only and no --out: swa_torch_step.json in the temporary directory)
 Needs Debian's python3-torch and libopenblas0-pthread (without OpenBLAS torch multiplies with the
 reference BLAS at a few GFLOP/s, which would make the comparison meaningless).
 """
@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import statistics
+import tempfile
 import time
 
 import torch
@@ -125,12 +126,17 @@ def step_cases(steps, ceiling, repeats):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="bench/results/swa_torch.json")
+    parser.add_argument("--out", default=None,
+                        help="default bench/results/swa_torch.json; with --step-only a file in the "
+                             "temporary directory, so that a partial run never replaces the record")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ctxpar", default="bench/results/swa.json")
     parser.add_argument("--step-only", action="store_true",
                         help="only the step shape (pairs with ctxpar_bench_swa --step-only)")
     args = parser.parse_args()
+    if args.out is None:
+        args.out = (os.path.join(tempfile.gettempdir(), "swa_torch_step.json") if args.step_only
+                    else "bench/results/swa_torch.json")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     ours, steps = {}, {}
@@ -178,6 +184,7 @@ def main():
     records += step_cases(steps, ceiling, args.repeats)
     with open(args.out, "w") as f:
         json.dump(records, f, indent=1)
+    print("wrote %d records to %s" % (len(records), args.out))
 
 
 if __name__ == "__main__":
