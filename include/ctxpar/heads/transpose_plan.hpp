@@ -224,7 +224,7 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, SeqView);
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region("ctxpar::heads::to_head_parallel");
-    check_views("ctxpar::heads::to_head_parallel", x, y);
+    require_views("ctxpar::heads::to_head_parallel", x, y);
     // A group of one would exchange its whole send buffer with itself: the pack writes straight
     // into what the exchange would have received (the same elements in the same places), unless
     // the caller transposes in place.
@@ -321,7 +321,7 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, SeqView);
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region(op);
-    check_views(op, x, y);
+    require_views(op, x, y);
     // A group of one unpacks from what it would have sent itself (see `to_head_parallel`).
     const bool alone = group_.size() == 1 && !overlap(x, y);
     const_buffer received = buf_seq_;
@@ -345,11 +345,6 @@ class TransposePlan {
       impl::for_each_row("ctxpar::heads::unpack_sequence", space, local_rows(),
                          impl::UnpackSequence<const_buffer, SeqView, MemorySpace, ExecutionSpace>{
                              received, x, runs_, sum_repeats});
-  }
-
-  template <class SeqView, class HeadView>
-  void check_views(const std::string& op, const SeqView& x, const HeadView& y) const {
-    require_views(op, x, y);
   }
 
  public:
