@@ -105,6 +105,10 @@ std::vector<double> gather_rows(const ctxpar::Group& group, const View& local, c
   return all;
 }
 
+std::vector<double> as_double(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
 template <class T>
 NpyArray as_npy(const std::vector<double>& values, std::vector<std::int64_t> shape) {
   std::vector<T> cast(values.begin(), values.end());
@@ -208,6 +212,16 @@ struct Pass {
     for (int slot = 0; slot < plan.slots(); ++slot) {
       const int v = plan.virtual_shard(group.rank(), slot);
       rows.emplace_back(plan.shard_begin(v), plan.shard_begin(v) + plan.shard_length(v));
+    }
+    if (s.perturb_rank >= 0) {
+      // Corrupting a rank that holds no tokens changes nothing: the check would pass.
+      std::int64_t held = 0;
+      for (const auto& r : rows) held += r.second - r.first;
+      ctxpar::Preconditions chk(group, "ctxpar chunkwise");
+      chk.require(group.rank() != s.perturb_rank || held > 0,
+                  "--perturb-rank " + std::to_string(s.perturb_rank) + " holds no tokens",
+                  "a rank that holds tokens", "an empty shard");
+      chk.agree();
     }
     const auto in = read_inputs<Backend>(f, rows);
     const auto shape = backend.shape(in);
@@ -490,6 +504,19 @@ std::map<std::string, NpyArray> read_files(const ctxpar::Group& group, const Set
     const auto& [shape, symbols] = expected.at(name);
     chk.require(file.shape() == shape, name + ".npy must be " + symbols + sizes, shape_text(shape),
                 shape_text(file.shape()));
+  }
+  // Log-decays are <= 0 (a decay factor exp(g) in (0, 1]); a positive or NaN one grows the state
+  // without bound, so it is refused by file and index rather than turned into NaN outputs.
+  if (f.count("g") && q.dtype() != ctxpar::cli::Dtype::int32 && f.at("g").dtype() == q.dtype()) {
+    const NpyArray& g = f.at("g");
+    const std::vector<double> values = g.dtype() == ctxpar::cli::Dtype::float64
+                                           ? g.values<double>("g.npy")
+                                           : as_double(g.values<float>("g.npy"));
+    const auto bad = std::find_if(values.begin(), values.end(), [](double x) { return !(x <= 0); });
+    chk.require(
+        bad == values.end(),
+        "g.npy: log-decays must be <= 0 (element " + std::to_string(bad - values.begin()) + ")",
+        "<= 0 (or -inf)", bad == values.end() ? 0.0 : *bad);
   }
   chk.agree();
   cu = {0, T};

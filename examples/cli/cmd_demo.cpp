@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "ctxpar/comm/comm.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
 #include "json.hpp"
+#include "measure.hpp"
 
 namespace {
 
@@ -283,6 +285,20 @@ int run_demo(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
                "the foundation's token count must be in [0, 16777216]", "0..16777216", length);
   args.require("width", width >= 1 && width <= 1024, "the doubles per token must be in [1, 1024]",
                "1..1024", width);
+  // The foundation gathers length x width doubles on every rank (a few copies of them): the
+  // product must fit an MPI count, and their bytes the machine.
+  args.require("length", length * width <= std::numeric_limits<int>::max(),
+               "--length times --width must fit an MPI count (int)",
+               "at most " + std::to_string(std::numeric_limits<int>::max()),
+               std::to_string(length) + " x " + std::to_string(width));
+  const double need = 4.0 * 8.0 * static_cast<double>(length * width) * group.size(),
+               have = ctxpar::cli::memory_limit_bytes();
+  args.require(
+      "length", have <= 0 || need <= have,
+      "--length times --width needs more memory than this process may use (4 copies of the "
+      "gathered doubles on every rank)",
+      "at most " + std::to_string(static_cast<std::int64_t>(have / (1 << 20))) + " MiB",
+      std::to_string(static_cast<std::int64_t>(need / (1 << 20))) + " MiB");
   bool known_part = only.empty();
   std::string part_names;
   for (const auto& part : ctxpar::cli::demo_parts()) {
@@ -290,6 +306,7 @@ int run_demo(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
     part_names += (part_names.empty() ? "" : ", ") + part.name;
   }
   args.require("part", known_part, "no such demo part", "one of " + part_names, only);
+  ctxpar::cli::check_json_path(group, "ctxpar demo", json_path);
   const bool root = group.rank() == 0;
   const int p = group.size();
   const ctxpar::BalancedChunks plan{length, p};
@@ -367,7 +384,7 @@ int run_demo(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
               << (all_ok ? "demo: every check passed" : "demo: SOME CHECKS FAILED")
               << " (foundation + " << ran << " part" << (ran == 1 ? "" : "s") << ")\n";
   }
-  if (!json_path.empty()) ctxpar::cli::write_json(group, json_path, json);
+  if (!json_path.empty()) ctxpar::cli::write_json(group, "ctxpar demo", json_path, json);
   return all_ok ? 0 : 1;
 }
 

@@ -109,6 +109,14 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   const std::int64_t rows = plan.local_rows(), c = s.input_layout().channels(), di = s.d_inner();
   std::vector<std::int64_t> natural(rows);
   for (std::int64_t t = 0; t < rows; ++t) natural[t] = plan.natural_row(group.rank(), t);
+  if (perturb_rank >= 0) {
+    // Corrupting a rank that holds no tokens changes nothing: the check would pass.
+    ctxpar::Preconditions chk(group, "ctxpar heads");
+    chk.require(group.rank() != perturb_rank || rows > 0,
+                "--perturb-rank " + std::to_string(perturb_rank) + " holds no tokens",
+                "a rank that holds tokens", "an empty shard");
+    chk.agree();
+  }
   auto take = [&](const std::vector<double>& a, std::int64_t cols) {
     std::vector<double> out;
     for (std::int64_t n : natural)

@@ -17,6 +17,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -234,18 +235,30 @@ double max_abs(const Matrix& m) {
 // so in the first step, before any weight update has carried fp32-level differences into the
 // weights, its output gets fp64 rounding only. `ref` holds the single-rank run's values of this
 // rank's rows, in the same order as `got`; max|ref| is taken over every rank's rows.
+// The largest |got - ref|, +Inf when either holds a NaN or an Inf (std::max would drop a NaN, and
+// an Inf in the reference would also make the bound infinite): a non-finite value fails a check.
+double max_difference(const Matrix& got, const Matrix& ref) {
+  double e = 0;
+  for (std::size_t i = 0; i < got.data.size(); ++i) {
+    const double d = std::fabs(got.data[i] - ref.data[i]);
+    if (!std::isfinite(got.data[i]) || !std::isfinite(ref.data[i]) || !std::isfinite(d))
+      return std::numeric_limits<double>::infinity();
+    e = std::max(e, d);
+  }
+  return e;
+}
+
 Check compare_rows(const Group& group, const std::string& what, const Matrix& got,
                    const Matrix& ref, bool fp64_only) {
   Check c;
   c.what = what;
-  for (std::size_t i = 0; i < got.data.size(); ++i)
-    c.error = std::max(c.error, std::fabs(got.data[i] - ref.data[i]));
+  c.error = max_difference(got, ref);
   const double u = fp64_only ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
   double scale = max_abs(ref);
   MPI_Allreduce(MPI_IN_PLACE, &scale, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
   c.bound = 64.0 * group.size() * u * scale;
   MPI_Allreduce(MPI_IN_PLACE, &c.error, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
-  c.ok = c.error <= c.bound && !std::isnan(c.error);
+  c.ok = c.error <= c.bound && std::isfinite(c.error) && std::isfinite(c.bound);
   return c;
 }
 
@@ -253,11 +266,10 @@ Check compare_all(const Group& group, const std::string& what, const Matrix& got
                   const Matrix& ref) {
   Check c;
   c.what = what;
-  for (std::size_t i = 0; i < got.data.size(); ++i)
-    c.error = std::max(c.error, std::fabs(got.data[i] - ref.data[i]));
+  c.error = max_difference(got, ref);
   c.bound = 64.0 * group.size() * std::ldexp(1.0, -24) * max_abs(ref);
   MPI_Allreduce(MPI_IN_PLACE, &c.error, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
-  c.ok = c.error <= c.bound && !std::isnan(c.error);
+  c.ok = c.error <= c.bound && std::isfinite(c.error) && std::isfinite(c.bound);
   return c;
 }
 
@@ -334,7 +346,9 @@ std::vector<std::int64_t> documents(std::int64_t length, int n, std::int64_t mul
   std::vector<std::int64_t> cu{0};
   const std::int64_t units = length / multiple;
   for (int k = 1; k <= n; ++k) {
-    std::int64_t u = units * k * (k + 1) / (static_cast<std::int64_t>(n) * (n + 1));
+    // In 128 bits: L · k · (k + 1) passes INT64_MAX at L = --documents = 2^22.
+    std::int64_t u = static_cast<std::int64_t>(static_cast<__int128>(units) * k * (k + 1) /
+                                               (static_cast<__int128>(n) * (n + 1)));
     u = std::max<std::int64_t>(u, cu.back() / multiple + 1);
     u = std::min<std::int64_t>(u, units - (n - k));
     cu.push_back(u * multiple);
@@ -467,9 +481,34 @@ Json steady_state(const Group& world, Stack& stack, const TokenPlan& plan, const
   return out;
 }
 
+// Runs `read` on every rank; a ctxpar::Error on any rank becomes the same `UsageError` on every
+// rank (the lowest failing rank's), so none is left waiting in the next collective.
+template <class Read>
+void agreed_usage(const Group& world, Read&& read) {
+  ctxpar::Preconditions chk(world, "ctxpar hybrid");
+  try {
+    read();
+  } catch (const ctxpar::Error& e) {
+    chk.require(false, e.condition(), e.expected(), e.actual());
+  }
+  try {
+    chk.agree();
+  } catch (const ctxpar::Error& e) {
+    throw ctxpar::cli::UsageError(e.op(), e.rank(), e.condition(), e.expected(), e.actual());
+  }
+}
+
+// Which options a saved reference must share with the run that reads it.
+const char* const reference_hint =
+    "a reference must be saved with the same --length, --model-dim, --heads, --kv-heads, "
+    "--head-dim, --window, --chunk, --swa-policy, --gdn-policy, --householder, --kernel-chunk, "
+    "--groups, --lr and --packed --documents, at least as many --steps, and the same document "
+    "boundaries, which --packed with --layout zigzag rounds to multiples of 2P";
+
 // Runs the stack distributed and on one rank, `steps` SGD steps, and writes the report. Returns
 // true iff every check passed on every rank.
-bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Json* json) {
+bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Json* json,
+                ReferenceWriter* writer = nullptr) {
   const int p = world.size(), me = world.rank();
   const bool root = me == 0;
   StackConfig cfg = s.stack;
@@ -484,6 +523,18 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   GdnLayer::init(w, cfg, 100);
   GdpLayer::init(w, cfg, 100);
   Params w_ref = w;
+  // A saved reference is read and checked (every line of reference.txt, its options, gradient
+  // list and steps) before anything is computed, on every rank; the lowest failing rank's error
+  // is every rank's.
+  ReferenceIndex ref_index;
+  if (!s.reference.empty()) {
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> shapes;
+    for (const auto& [name, m] : w) shapes[name] = {m.rows, m.cols};
+    agreed_usage(world, [&] {
+      ref_index = read_reference_index(s.reference, reference_key(s, plan), shapes, 3, s.steps,
+                                       reference_hint);
+    });
+  }
 
   if (root) {
     report << "hybrid stack: L = " << cfg.length << " tokens on P = " << p << " rank"
@@ -520,25 +571,16 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     if (saving) {
       r = ReferenceStep{d.x1, d.x2, d.x3, d.dx0, d.dx1, d.dx2, d.grads, d.loss, {}};
       for (const LayerStats& st : d.layers) r.layer_seconds.push_back(st.total_seconds);
-      if (step == 1) write_reference_key(s.save_reference, reference_key(s, plan), d.grads);
-      write_reference_step(s.save_reference, step, r);
-      if (root && s.progress) std::cerr << "reference written\n";
+      if (step == 1) writer->key(reference_key(s, plan), d.grads);
+      writer->step(step, r);
+      if (root && s.progress) std::cerr << "reference staged\n";
     } else if (from_files) {
       if (root && s.progress) std::cerr << "reading the reference… " << std::flush;
       // Collective verdict: a rank whose rows cannot be read must not leave the others waiting
-      // in the next collective. Every rank throws the lowest failing rank's error.
-      ctxpar::Preconditions chk(world, "ctxpar hybrid");
-      try {
-        r = read_reference_step(s.reference, reference_key(s, plan), step, cfg.length,
-                                cfg.model_dim, mine);
-      } catch (const ctxpar::Error& e) {
-        chk.require(false, e.condition(), e.expected(), e.actual());
-      }
-      try {
-        chk.agree();
-      } catch (const ctxpar::Error& e) {
-        throw ctxpar::cli::UsageError(e.op(), e.rank(), e.condition(), e.expected(), e.actual());
-      }
+      // in the next collective.
+      agreed_usage(world, [&] {
+        r = read_reference_step(s.reference, ref_index, step, cfg.length, cfg.model_dim, mine);
+      });
     } else {
       if (root && s.progress) std::cerr << "single-rank reference… " << std::flush;
       in_process = run_stack(self, self_relayout, single, cfg, w_ref);
@@ -569,8 +611,8 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     loss.what = "loss";
     loss.error = std::fabs(d.loss - r.loss);
     loss.bound = 64.0 * p * std::ldexp(1.0, -24) * std::fabs(r.loss);
-    loss.ok = loss.error <= loss.bound;
-    // NaN compares false, so a non-finite loss already fails the check; say what causes it.
+    loss.ok = loss.error <= loss.bound && std::isfinite(d.loss) && std::isfinite(r.loss);
+    // A non-finite loss fails the check (an Inf on both sides would otherwise pass); say why.
     if (root && !std::isfinite(r.loss))
       report << "the single-rank loss is not finite at step " << step
              << ": the weights diverged (a smaller --lr keeps them finite)\n";
@@ -891,7 +933,9 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   usage(c.window >= 0, "--window must be >= 0 (0 = unlimited)", ">= 0", std::to_string(c.window));
   usage(s.documents >= 1 && s.documents <= c.length, "--documents must be in [1, L]",
         "1.." + std::to_string(c.length), std::to_string(s.documents));
-  usage(s.steps >= 1, "--steps must be positive", ">= 1", std::to_string(s.steps));
+  // The upper bound keeps a typo from running for days (as --repeat's).
+  usage(s.steps >= 1 && s.steps <= 1000000, "--steps must be in [1, 1000000]", "1..1000000",
+        std::to_string(s.steps));
   usage(s.save_reference.empty() || s.reference.empty(),
         "--save-reference and --reference exclude each other (a run either is the reference or "
         "checks against one)",
@@ -915,9 +959,60 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   usage(!s.zigzag || c.length / (2 * world.size()) >= c.conv_width - 1,
         "--layout zigzag needs chunks of at least w - 1 tokens for the short conv's halo",
         "L >= " + std::to_string(2 * world.size() * (c.conv_width - 1)), std::to_string(c.length));
+  // Overflow and resource limits, estimated before anything is allocated. A window or a stream
+  // chunk of at least L means the whole sequence: clamped, so no arithmetic sees the extreme.
+  if (c.window >= c.length) c.window = 0;
+  c.chunk = std::min(c.chunk, c.length);
+  const std::int64_t widest = std::max(
+      c.model_dim, (2 + 2 * static_cast<std::int64_t>(c.householder)) * c.heads * c.head_dim);
+  usage(c.length <= std::numeric_limits<int>::max() / widest,
+        "--length times the widest row (--model-dim, or (2 + 2 --householder) --heads --head-dim) "
+        "exceeds an MPI count (int)",
+        "at most " + std::to_string(std::numeric_limits<int>::max()) + " values",
+        std::to_string(c.length) + " x " + std::to_string(widest));
+  // A lower bound of what one process keeps: every layer's inputs, outputs and gradients, the
+  // heads' q, k, v and the kernels' per-chunk matrices, for the whole sequence when the reference
+  // runs in-process (its own rows otherwise).
+  const std::int64_t tokens =
+      s.reference.empty() ? c.length : (c.length + world.size() - 1) / world.size();
+  const double per_token =
+      8.0 * (8.0 * c.model_dim + (4.0 + 4.0 * c.householder) * c.heads * c.head_dim +
+             2.0 * c.kernel_chunk * c.heads);
+  const double need = per_token * static_cast<double>(tokens);
+  const double have = ctxpar::cli::memory_limit_bytes();
+  if (have > 0)
+    usage(need <= have,
+          "the run needs more memory than this process may use (--length, --model-dim, --heads, "
+          "--head-dim, --householder, --kernel-chunk; --reference DIR keeps only each rank's rows)",
+          "at most " + std::to_string(static_cast<std::int64_t>(have / (1 << 20))) + " MiB",
+          "at least " + std::to_string(static_cast<std::int64_t>(need / (1 << 20))) + " MiB");
+  if (s.perturb_rank >= 0) {
+    const TokenPlan plan{c.length, world.size(), s.zigzag, {}};
+    usage(!plan.tokens_of(s.perturb_rank).empty(),
+          "--perturb-rank names a rank that holds no tokens (L < P): corrupting it would change "
+          "nothing",
+          "a rank that holds tokens", std::to_string(s.perturb_rank));
+  }
+  // Output paths, before the run: a bad one is refused now, on every rank.
+  ctxpar::cli::check_json_path(world, op, s.json);
+  if (!s.save_reference.empty()) {
+    const std::string problem = why_not_reference_dir(s.save_reference);
+    usage(problem.empty(), "--save-reference " + s.save_reference + ": " + problem,
+          "a writable directory, or a path where one can be created", problem);
+  }
   Json json = Json::object();
-  const bool ok = run_hybrid(world, s, std::cout, s.json.empty() ? nullptr : &json);
-  if (!s.json.empty()) ctxpar::cli::write_json(world, s.json, json);
+  std::unique_ptr<ReferenceWriter> writer;
+  if (!s.save_reference.empty()) writer = std::make_unique<ReferenceWriter>(s.save_reference);
+  const bool ok = run_hybrid(world, s, std::cout, s.json.empty() ? nullptr : &json, writer.get());
+  // The reference and the JSON are committed together: all of them, or none.
+  if (writer) writer->finish();
+  if (!s.json.empty()) {
+    ctxpar::cli::write_json(world, op, s.json, json, writer ? &writer->files() : nullptr);
+  } else if (writer) {
+    const std::string problem = writer->files().commit();
+    usage(problem.empty(), "--save-reference " + s.save_reference + ": cannot write the reference",
+          "every file written", problem);
+  }
   return ok ? 0 : 1;
 }
 
@@ -951,8 +1046,8 @@ CTXPAR_CLI_COMMAND(
     "  --heads H         heads of every layer, 1..256 [4]\n"
     "  --kv-heads H      SWA key/value heads, divides --heads [2]\n"
     "  --head-dim D      head dimension, even, 2..1024 [16]\n"
-    "  --window W        SWA window, 0 = unlimited [256]\n"
-    "  --chunk T         SWA stream chunk, >= 1 [L/4]\n"
+    "  --window W        SWA window, 0 = unlimited; W >= L is unlimited too [256]\n"
+    "  --chunk T         SWA stream chunk, >= 1; T >= L streams the whole sequence at once [L/4]\n"
     "  --swa-policy P    allgather, rope-after or halo [allgather]\n"
     "  --gdn-policy P    gather or scan [gather]\n"
     "  --head-policy P   even or uneven [uneven]\n"
@@ -963,23 +1058,35 @@ CTXPAR_CLI_COMMAND(
     "  --layout L        contiguous or zigzag [contiguous]\n"
     "  --packed          several documents in the sequence [one]\n"
     "  --documents N     with --packed: documents, 1..L [3]\n"
-    "  --steps S         SGD steps, >= 1 [3]\n"
+    "  --steps S         SGD steps, 1..1000000 [3]\n"
     "  --lr X            learning rate, finite, >= 0 [0.5]\n"
     "  --json FILE       also write the results as JSON (rank 0) [none]\n"
     "  --quiet           no progress lines [progress]\n"
     "  --perturb-rank R  test hook: corrupts one value of rank R's GDN output, so the checks must\n"
-    "                    fail; -1 = none [-1]\n"
+    "                    fail; R must hold tokens; -1 = none [-1]\n"
     "  --save-reference DIR  P = 1 only: write this run's values (every step's layer outputs,\n"
-    "                    input gradients, weight gradients, loss, layer times) to DIR [none]\n"
-    "  --reference DIR   compare with the values a P = 1 run saved in DIR (the same options but\n"
-    "                    --layout), each rank reading its rows, instead of running the whole\n"
-    "                    sequence on one rank in every process [run it in-process]\n"
+    "                    input gradients, weight gradients, loss, layer times) to DIR, all\n"
+    "                    renamed into place at the end (a failed run leaves none) [none]\n"
+    "  --reference DIR   compare with the values a P = 1 run saved in DIR, each rank reading its\n"
+    "                    rows, instead of running the whole sequence on one rank in every "
+    "process.\n"
+    "                    The reference must be saved with the same --length, --model-dim, "
+    "--heads,\n"
+    "                    --kv-heads, --head-dim, --window, --chunk, --swa-policy, --gdn-policy,\n"
+    "                    --householder, --kernel-chunk, --groups, --lr, --packed --documents and "
+    "at\n"
+    "                    least as many --steps (--layout may differ); with --packed the document\n"
+    "                    boundaries must match too, and --layout zigzag rounds them to multiples\n"
+    "                    of 2P, so a packed zigzag run at P > 1 fits a P = 1 reference only when\n"
+    "                    those boundaries agree. A mismatch is refused before anything runs\n"
+    "                    [run it in-process]\n"
     "  --repeat N        N more forward + backward calls of the same layers after the checked\n"
     "                    steps: each layer's fastest operator forward and backward (and the\n"
     "                    median over the calls of the slowest rank's), and what the operators\n"
     "                    and the demo's staging allocated in them, in the report and the JSON's\n"
     "                    steady_state [0]\n\n"
     "no input files; the inputs are generated. exit status: 0 every check passed; 1 a check\n"
-    "failed (a NaN or Inf anywhere fails it); 2 a bad option, named in the message.\n",
+    "failed (a NaN or Inf anywhere, the saved reference included, fails it); 2 a bad option,\n"
+    "a bad reference or an output that cannot be written, named in the message.\n",
     run_hybrid_command);
 CTXPAR_CLI_DEMO_PART("hybrid", demo_hybrid);

@@ -324,9 +324,13 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   } else {
     s.dout.assign(s.q.size(), Scalar(1));
   }
-  if (step == 0) step = s.tokens;
+  // A step of at least the stream is the whole stream in one step, and a window wider than every
+  // position difference is unlimited: clamped here, so that no arithmetic sees an extreme value
+  // (from + step, position + window near INT64_MAX).
+  if (step == 0 || step > s.tokens) step = s.tokens;
+  const auto [lo, hi] = std::minmax_element(s.pos.begin(), s.pos.end());
   ctxpar::swa::Options o;
-  o.window = window;
+  o.window = window > std::int64_t(*hi) - *lo ? 0 : window;
   o.rope_base = base;
   StreamOutput<Scalar> result;
   ctxpar::cli::Json traffic;

@@ -203,6 +203,9 @@ class Args {
     if (!v.has_value)
       fail("option --" + key + " needs a value", "--" + key + " <value>", "--" + key);
     const std::string& s = v.text;
+    // `--json=` or `--out ""` is a value left out by mistake (an unset shell variable), never a
+    // request for the default: refused by name rather than taken as "not given".
+    if (s.empty()) fail("option --" + key + " has an empty value", "--" + key + " <value>", "''");
     if constexpr (std::is_same_v<T, std::string>) {
       return s;
     } else if constexpr (std::is_same_v<T, bool>) {
@@ -244,8 +247,9 @@ class Args {
       char* end = nullptr;
       const double parsed = std::strtod(s.c_str(), &end);
       // strtod accepts "nan" and "inf": a non-finite option value (a scale, a RoPE base, a
-      // learning rate) only turns every output into NaN, so it is refused here, by name.
-      if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(parsed) ||
+      // learning rate) only turns every output into NaN, so it is refused here, by name. ERANGE
+      // also flags an underflow (1e-320 is a subnormal, finite): only an overflow is refused.
+      if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(parsed) ||
           !std::isfinite(static_cast<T>(parsed))) {
         fail("option --" + key + " must be a finite number", "a finite number", s);
       }

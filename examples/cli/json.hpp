@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <iomanip>
 #include <limits>
 #include <map>
@@ -18,7 +17,9 @@
 #include <vector>
 
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/core/error.hpp"
+#include "files.hpp"
 
 namespace ctxpar::cli {
 
@@ -228,16 +229,38 @@ inline Json gather_seconds(const Group& group, double seconds) {
   return out;
 }
 
-/// Writes `value` to `path` (rank 0 only; other ranks do nothing). Throws on an I/O error.
-inline void write_json(const Group& group, const std::string& path, const Json& value) {
-  if (group.rank() != 0) return;
-  std::ofstream out(path);
-  require_local(static_cast<bool>(out), "ctxpar::cli::write_json",
-                path + ": cannot open for writing", "a writable path", "open failed");
-  value.dump(out);
-  out << "\n";
-  require_local(static_cast<bool>(out), "ctxpar::cli::write_json", path + ": write failed",
-                "all bytes written", "an I/O error");
+/// Collective, before the run: throws the same `ctxpar::Error` on every rank, naming `--json`,
+/// unless `path` can be written (a regular file or a new one, in a writable directory). An empty
+/// `path` means no JSON was asked for.
+inline void check_json_path(const Group& group, const std::string& op, const std::string& path) {
+  const std::string problem = path.empty() ? "" : why_not_output_file(path);
+  Preconditions chk(group, op);
+  chk.require(problem.empty(), "--json " + path + ": " + problem,
+              "a writable regular file, or a new file in a writable directory", problem);
+  chk.agree();
+}
+
+/// Collective: rank 0 writes `value` to `path` through a fresh temporary renamed into place (every
+/// write and the close checked), together with the files rank 0 already staged in `with` (if
+/// given): all of them or none. Every rank throws the same `ctxpar::Error`, naming `--json`, when
+/// that fails. Checked with `check_json_path` before the run.
+inline void write_json(const Group& group, const std::string& op, const std::string& path,
+                       const Json& value, StagedFiles* with = nullptr) {
+  std::string problem;
+  if (group.rank() == 0) {
+    std::ostringstream out;
+    value.dump(out);
+    out << "\n";
+    StagedFiles own;
+    StagedFiles& staged = with != nullptr ? *with : own;
+    problem = staged.stage(path, out.str());
+    if (problem.empty()) problem = staged.commit();
+    staged.discard();
+  }
+  Preconditions chk(group, op);
+  chk.require(problem.empty(), "--json " + path + ": cannot write the JSON", "the file written",
+              problem);
+  chk.agree();
 }
 
 }  // namespace ctxpar::cli

@@ -28,6 +28,19 @@ inline std::int64_t peak_rss_bytes() {
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
 }
 
+/// The memory this process may use, in bytes, for the up-front estimates of what a run needs: the
+/// machine's physical memory, or less under an address-space or data limit (`ulimit -v`,
+/// `prlimit --as`), of which a quarter is left for the libraries' own mappings. 0 if unknown.
+inline double memory_limit_bytes() {
+  double limit = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    rlimit r{};
+    if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+      limit = std::min(limit, 0.75 * static_cast<double>(r.rlim_cur));
+  }
+  return std::max(limit, 0.0);
+}
+
 /// This process's resident set now, in bytes (`/proc/self/statm`; 0 where it cannot be read).
 inline std::int64_t current_rss_bytes() {
   long pages = 0, resident = 0;

@@ -10,19 +10,18 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <sys/stat.h>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
-#include <iterator>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "ctxpar/core/error.hpp"
+#include "files.hpp"
 
 namespace ctxpar::cli {
 
@@ -160,100 +159,156 @@ namespace impl {
   throw Error("ctxpar::cli::read_npy", -1, path + ": " + condition, expected, actual);
 }
 
-// The value text of `key` in the header dictionary, e.g. "'<f4'", "False", "(3, 4)".
-inline std::string header_value(const std::string& path, const std::string& header,
-                                const std::string& key) {
-  const std::string quoted = "'" + key + "'";
-  auto k = header.find(quoted);
-  if (k == std::string::npos)
-    npy_fail(path, "the header has no " + quoted + " entry", "a key " + quoted, header);
-  auto colon = header.find(':', k + quoted.size());
-  if (colon == std::string::npos) npy_fail(path, "malformed header", "a dictionary", header);
-  auto start = header.find_first_not_of(' ', colon + 1);
-  if (start == std::string::npos) npy_fail(path, "malformed header", "a dictionary", header);
-  std::size_t end;
-  if (header[start] == '(') {
-    end = header.find(')', start);
-    if (end == std::string::npos) npy_fail(path, "malformed shape", "a tuple", header);
-    ++end;
-  } else if (header[start] == '\'') {
-    end = header.find('\'', start + 1);
-    if (end == std::string::npos) npy_fail(path, "malformed header", "a quoted string", header);
-    ++end;
-  } else {
-    end = header.find_first_of(",}", start);
-    if (end == std::string::npos) npy_fail(path, "malformed header", "a dictionary", header);
-  }
-  std::string v = header.substr(start, end - start);
-  while (!v.empty() && v.back() == ' ') v.pop_back();
-  return v;
-}
-
-inline std::vector<std::int64_t> parse_shape(const std::string& path, const std::string& text) {
+// The header dictionary, parsed strictly: exactly the keys 'descr', 'fortran_order' and 'shape',
+// each once (NumPy requires these keys; a duplicate, which Python resolves to the last value, is
+// refused rather than guessed), then only padding. Values are kept as text: the quoted descr,
+// True/False, and the shape tuple's items.
+struct NpyHeader {
+  std::string descr, fortran;
   std::vector<std::int64_t> shape;
-  std::string inner = text.substr(1, text.size() - 2);
-  std::stringstream in(inner);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const auto b = item.find_first_not_of(" L");
-    if (b == std::string::npos) continue;  // the empty item after a trailing comma
-    const auto e = item.find_last_not_of(" L");
-    const std::string digits = item.substr(b, e - b + 1);
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) {
-      npy_fail(path, "malformed shape", "non-negative integers", text);
+  std::string shape_text;
+};
+
+inline NpyHeader parse_header(const std::string& path, const std::string& h) {
+  std::size_t i = 0;
+  auto fail = [&](const std::string& what, const std::string& expected) {
+    npy_fail(path, "malformed header: " + what, expected, h);
+  };
+  auto skip = [&] {
+    while (i < h.size() && (h[i] == ' ' || h[i] == '\t')) ++i;
+  };
+  auto quoted = [&]() {
+    if (i >= h.size() || (h[i] != '\'' && h[i] != '"')) fail("a quoted string expected", "'...'");
+    const char q = h[i];
+    const auto close = h.find(q, i + 1);
+    if (close == std::string::npos) fail("an unterminated string", "'...'");
+    std::string v = h.substr(i + 1, close - i - 1);
+    i = close + 1;
+    return v;
+  };
+  NpyHeader out;
+  bool seen[3] = {false, false, false};
+  skip();
+  if (i >= h.size() || h[i] != '{') fail("not a dictionary", "{...}");
+  ++i;
+  for (;;) {
+    skip();
+    if (i < h.size() && h[i] == '}') break;
+    const std::string key = quoted();
+    const int k = key == "descr" ? 0 : key == "fortran_order" ? 1 : key == "shape" ? 2 : -1;
+    if (k < 0) fail("unknown key '" + key + "'", "only 'descr', 'fortran_order' and 'shape'");
+    if (seen[k]) fail("the key '" + key + "' appears twice", "each key once");
+    seen[k] = true;
+    skip();
+    if (i >= h.size() || h[i] != ':') fail("':' expected after '" + key + "'", "'key': value");
+    ++i;
+    skip();
+    if (k == 0) {
+      out.descr = "'" + quoted() + "'";
+    } else if (k == 1) {
+      const auto e = h.find_first_of(",} ", i);
+      out.fortran = h.substr(i, e == std::string::npos ? std::string::npos : e - i);
+      i = e == std::string::npos ? h.size() : e;
+    } else {
+      if (i >= h.size() || h[i] != '(') npy_fail(path, "malformed shape", "a tuple", h.substr(i));
+      const auto close = h.find(')', i);
+      if (close == std::string::npos) npy_fail(path, "malformed shape", "a tuple", h.substr(i));
+      out.shape_text = h.substr(i, close - i + 1);
+      // Items separated by commas; one trailing comma allowed, and required for one item
+      // ("(5)" is an integer in Python, not a tuple); no empty item ("(12,,2)", "(,)").
+      const std::string inner = h.substr(i + 1, close - i - 1);
+      std::size_t j = 0;
+      bool trailing_comma = false;
+      while (j < inner.size()) {
+        while (j < inner.size() && inner[j] == ' ') ++j;
+        if (j >= inner.size()) break;
+        std::size_t e = j;
+        while (e < inner.size() && inner[e] >= '0' && inner[e] <= '9') ++e;
+        const std::string digits = inner.substr(j, e - j);
+        if (e < inner.size() && inner[e] == 'L') ++e;  // Python 2's long suffix
+        while (e < inner.size() && inner[e] == ' ') ++e;
+        if (digits.empty() || digits.size() > 18 || (e < inner.size() && inner[e] != ','))
+          npy_fail(path, "malformed shape", "non-negative integers separated by commas",
+                   out.shape_text);
+        out.shape.push_back(std::stoll(digits));
+        trailing_comma = e < inner.size();
+        j = e + (trailing_comma ? 1 : 0);
+      }
+      if (out.shape.empty() ? inner.find_first_not_of(' ') != std::string::npos
+                            : out.shape.size() == 1 && !trailing_comma)
+        npy_fail(path, "malformed shape", "a tuple such as (), (5,) or (3, 4)", out.shape_text);
+      i = close + 1;
     }
-    shape.push_back(std::stoll(digits));
+    skip();
+    if (i < h.size() && h[i] == ',') {
+      ++i;
+      continue;
+    }
+    skip();
+    if (i < h.size() && h[i] == '}') break;
+    fail("',' or '}' expected after '" + key + "'", "a dictionary");
   }
-  return shape;
+  ++i;
+  if (h.find_first_not_of(" \t\n", i) != std::string::npos)
+    fail("bytes after the dictionary", "spaces and a newline");
+  const char* names[3] = {"'descr'", "'fortran_order'", "'shape'"};
+  for (int k = 0; k < 3; ++k)
+    if (!seen[k])
+      npy_fail(path, std::string("the header has no ") + names[k] + " entry",
+               std::string("a key ") + names[k], h);
+  return out;
 }
 
 }  // namespace impl
 
-/// Reads a `.npy` file. Throws `ctxpar::Error` on an unsupported or malformed file.
+/// Reads a `.npy` file. Throws `ctxpar::Error` on an unsupported or malformed file. The magic,
+/// the header and the file's size against the shape are checked before the data is read.
 inline NpyArray read_npy(const std::string& path) {
   // A directory opens as a stream on Linux and then reads as zero bytes, and a FIFO would block:
-  // only a regular file is read, and anything else is named for what it is.
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    impl::npy_fail(path, "cannot open the file", "a readable .npy file", "no such file");
-  if (S_ISDIR(st.st_mode)) impl::npy_fail(path, "is a directory", "a .npy file", "a directory");
-  if (!S_ISREG(st.st_mode))
-    impl::npy_fail(path, "is not a regular file", "a .npy file", "a special file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) impl::npy_fail(path, "cannot open the file", "a readable .npy file", "no access");
-  const std::vector<char> file((std::istreambuf_iterator<char>(in)),
-                               std::istreambuf_iterator<char>());
-  if (file.empty()) impl::npy_fail(path, "empty file", "a .npy file", "0 bytes");
-  const std::string magic = "\x93NUMPY";
-  if (file.size() < 10 || std::string(file.data(), 6) != magic) {
+  // only a regular file is opened, and anything else is named for what it is.
+  const InputFile in(path);
+  if (!in.problem().empty()) {
+    const bool missing = in.problem() == "no such file";
+    impl::npy_fail(path, missing ? "cannot open the file" : in.problem(),
+                   missing ? "a readable .npy file" : "a .npy file (a regular file)", in.problem());
+  }
+  const std::int64_t file_size = in.size();
+  if (file_size == 0) impl::npy_fail(path, "empty file", "a .npy file", "0 bytes");
+  char prefix[12] = {};
+  const auto prefix_size = static_cast<std::size_t>(std::min<std::int64_t>(file_size, 12));
+  if (!in.read_at(0, prefix, prefix_size))
+    impl::npy_fail(path, "cannot read the file", "a readable .npy file", "a read error");
+  if (file_size < 10 || std::string(prefix, 6) != "\x93NUMPY") {
     impl::npy_fail(path, "not a .npy file (bad magic string)", "\\x93NUMPY", "other bytes");
   }
-  const int major = static_cast<unsigned char>(file[6]);
-  const int minor = static_cast<unsigned char>(file[7]);
-  std::size_t header_len = 0, offset = 0;
+  const int major = static_cast<unsigned char>(prefix[6]);
+  const int minor = static_cast<unsigned char>(prefix[7]);
+  std::int64_t header_len = 0, offset = 0;
   if (major == 1) {
-    header_len = static_cast<unsigned char>(file[8]) |
-                 (static_cast<std::size_t>(static_cast<unsigned char>(file[9])) << 8);
+    header_len = static_cast<unsigned char>(prefix[8]) |
+                 (static_cast<std::int64_t>(static_cast<unsigned char>(prefix[9])) << 8);
     offset = 10;
   } else if (major == 2) {
-    if (file.size() < 12)
+    if (file_size < 12)
       impl::npy_fail(path, "truncated header", "at least 12 bytes",
-                     std::to_string(file.size()) + " bytes");
+                     std::to_string(file_size) + " bytes");
     for (int i = 0; i < 4; ++i)
-      header_len |= static_cast<std::size_t>(static_cast<unsigned char>(file[8 + i])) << (8 * i);
+      header_len |= static_cast<std::int64_t>(static_cast<unsigned char>(prefix[8 + i])) << (8 * i);
     offset = 12;
   } else {
     impl::npy_fail(path, "unsupported .npy format version", "1.0 or 2.0",
                    std::to_string(major) + "." + std::to_string(minor));
   }
-  if (file.size() < offset + header_len) {
+  if (file_size < offset + header_len) {
     impl::npy_fail(path, "truncated header", std::to_string(offset + header_len) + " bytes",
-                   std::to_string(file.size()) + " bytes");
+                   std::to_string(file_size) + " bytes");
   }
-  const std::string header(file.data() + offset, header_len);
-  const std::string descr_text = impl::header_value(path, header, "descr");
-  const std::string fortran = impl::header_value(path, header, "fortran_order");
-  const std::string shape_text = impl::header_value(path, header, "shape");
+  std::string header(static_cast<std::size_t>(header_len), '\0');
+  if (!in.read_at(offset, header.data(), header.size()))
+    impl::npy_fail(path, "cannot read the header", "a readable .npy file", "a read error");
+  const impl::NpyHeader h = impl::parse_header(path, header);
+  const std::string& descr_text = h.descr;
+  const std::string& shape_text = h.shape_text;
   Dtype dtype;
   if (descr_text == "'<f4'") {
     dtype = Dtype::float32;
@@ -265,13 +320,10 @@ inline NpyArray read_npy(const std::string& path) {
     impl::npy_fail(path, "unsupported dtype",
                    "'<f4', '<f8' or '<i4' (little-endian float32, float64, int32)", descr_text);
   }
-  if (fortran != "False") {
-    impl::npy_fail(path, "only C-order arrays are supported", "fortran_order False", fortran);
+  if (h.fortran != "False") {
+    impl::npy_fail(path, "only C-order arrays are supported", "fortran_order False", h.fortran);
   }
-  if (shape_text.empty() || shape_text.front() != '(') {
-    impl::npy_fail(path, "malformed shape", "a tuple", shape_text);
-  }
-  std::vector<std::int64_t> shape = impl::parse_shape(path, shape_text);
+  std::vector<std::int64_t> shape = h.shape;
   // The element count of a hostile header can wrap around; no real file holds 2^62 bytes, so a
   // byte count past that is refused before it is compared with the file's size.
   constexpr std::int64_t max_bytes = std::int64_t(1) << 62;
@@ -287,20 +339,23 @@ inline NpyArray read_npy(const std::string& path) {
     count *= e;
   }
   if (zero) count = 0;
-  const std::size_t data_begin = offset + header_len;
-  const std::size_t expected = static_cast<std::size_t>(count) * element_size(dtype);
-  if (file.size() - data_begin < expected) {
+  const std::int64_t data_begin = offset + header_len;
+  const std::int64_t expected = count * esize;
+  const std::int64_t have = file_size - data_begin;
+  if (have < expected) {
     impl::npy_fail(path, "truncated data",
                    std::to_string(expected) + " data bytes for shape " + shape_text,
-                   std::to_string(file.size() - data_begin) + " data bytes");
+                   std::to_string(have) + " data bytes");
   }
-  if (file.size() - data_begin > expected) {
+  if (have > expected) {
     impl::npy_fail(path, "trailing bytes after the data", std::to_string(expected) + " data bytes",
-                   std::to_string(file.size() - data_begin) + " data bytes");
+                   std::to_string(have) + " data bytes");
   }
-  return NpyArray(
-      dtype, std::move(shape),
-      std::vector<char>(file.begin() + static_cast<std::ptrdiff_t>(data_begin), file.end()));
+  std::vector<char> data(static_cast<std::size_t>(expected));
+  if (expected > 0 && !in.read_at(data_begin, data.data(), data.size()))
+    impl::npy_fail(path, "cannot read the data", std::to_string(expected) + " data bytes",
+                   "a short read");
+  return NpyArray(dtype, std::move(shape), std::move(data));
 }
 
 /// Writes `array` in the `.npy` format to `out` (version 1.0, or 2.0 if the header needs it).

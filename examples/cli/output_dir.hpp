@@ -4,9 +4,7 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -15,6 +13,7 @@
 
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/preconditions.hpp"
+#include "files.hpp"
 #include "json.hpp"
 #include "npy.hpp"
 
@@ -30,7 +29,7 @@ class OutputDir {
   OutputDir(const Group& group, std::string op, std::string dir)
       : group_(group), op_(std::move(op)), dir_(std::move(dir)) {
     Preconditions chk(group_, op_);
-    const std::string problem = why_not_writable(dir_);
+    const std::string problem = why_not_output_dir(dir_);
     chk.require(problem.empty(), "--out " + dir_ + ": " + problem,
                 "a writable directory, or a path where one can be created", problem);
     chk.agree();
@@ -53,8 +52,8 @@ class OutputDir {
     files_[name] = out.str();
   }
 
-  /// Collective: rank 0 creates the directory and writes every file, each under a temporary name
-  /// first and then renamed, so a file in `--out` is either complete or absent. Throws the same
+  /// Collective: rank 0 creates the directory and writes every file under a fresh temporary name,
+  /// then renames them all; on any failure none of them is left in `--out`. Throws the same
   /// `ctxpar::Error` on every rank when that fails.
   void commit() {
     std::string problem;
@@ -66,25 +65,6 @@ class OutputDir {
   }
 
  private:
-  static std::string why_not_writable(const std::string& dir) {
-    namespace fs = std::filesystem;
-    if (dir.empty()) return "an empty path";
-    std::error_code ec;
-    fs::path p(dir);
-    if (fs::exists(p, ec)) {
-      if (!fs::is_directory(p, ec)) return "exists and is not a directory";
-      if (::access(dir.c_str(), W_OK | X_OK) != 0) return "is not writable";
-      return "";
-    }
-    // Created with its parents: the nearest existing ancestor must be a writable directory.
-    fs::path up = p.parent_path();
-    while (!up.empty() && !fs::exists(up, ec)) up = up.parent_path();
-    const std::string at = up.empty() ? "." : up.string();
-    if (!fs::is_directory(at, ec)) return "its parent " + at + " is not a directory";
-    if (::access(at.c_str(), W_OK | X_OK) != 0) return "its parent " + at + " is not writable";
-    return "";
-  }
-
   static std::string npy_bytes(const NpyArray& array) {
     // write_npy writes to a path; a temporary name in memory would need a second writer.
     std::ostringstream out;
@@ -92,27 +72,24 @@ class OutputDir {
     return out.str();
   }
 
+  // Every file staged first, then all renamed: a failure anywhere leaves none of them, and a
+  // directory this run created is removed again.
   std::string write_all() const {
     namespace fs = std::filesystem;
     std::error_code ec;
+    const bool existed = fs::exists(dir_, ec);
     fs::create_directories(dir_, ec);
     if (ec) return "cannot create the directory: " + ec.message();
+    StagedFiles staged;
+    std::string problem;
     for (const auto& [name, bytes] : files_) {
-      const std::string target = dir_ + "/" + name, partial = target + ".partial";
-      {
-        std::ofstream out(partial, std::ios::binary);
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        if (!out) {
-          std::remove(partial.c_str());
-          return "cannot write " + target;
-        }
-      }
-      if (std::rename(partial.c_str(), target.c_str()) != 0) {
-        std::remove(partial.c_str());
-        return "cannot rename " + partial + " to " + target;
-      }
+      problem = staged.stage(dir_ + "/" + name, bytes);
+      if (!problem.empty()) break;
     }
-    return "";
+    if (problem.empty()) problem = staged.commit();
+    staged.discard();
+    if (!problem.empty() && !existed) fs::remove(dir_, ec);
+    return problem;
   }
 
   Group group_;

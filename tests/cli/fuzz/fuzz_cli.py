@@ -11,7 +11,14 @@ Each case is a subcommand, its options and an input directory, with what must ha
             exit 0 the summary must say the non-finite patterns are equal and count the NaN/Inf
             in the written output.
 Every case fails on a signal, a hang (timeout), a C++ terminate/backtrace, and, for a refused
-case, on an --out directory left behind. Each rank runs under an address-space limit (prlimit;
+case, on an --out directory left behind (files the case itself put there excepted) or, for a
+refused `hybrid --save-reference`, on a reference.txt written.
+
+The "hostile/" cases go where the tool meets the file system and the extremes of its options:
+FIFOs, devices and directories where a file is expected, outputs that cannot be committed (every
+file written or none), `hybrid --reference` directories corrupted line by line and value by value
+(a NaN or Inf in a saved reference must fail the check), empty option values, lenient .npy
+headers, integer options near INT64_MAX, resource limits and ranks that hold no tokens. Each rank runs under an address-space limit (prlimit;
 none in an ASan build, whose shadow memory needs terabytes of address space: ASan limits RSS).
 
 Standard library only: .npy files are written with `struct`. Deterministic: the seed picks each
@@ -138,10 +145,15 @@ def heads_options():
 
 class Case:
     def __init__(self, name, command, options, files=None, expect="refuse", culprits=(),
-                 ranks=None, outputs=()):
+                 ranks=None, outputs=(), out_files=None, reference=None):
         self.name, self.command, self.options = name, command, dict(options)
         self.files = files  # None: the subcommand takes no --in
         self.expect, self.culprits, self.ranks, self.outputs = expect, culprits, ranks, outputs
+        self.out_files = out_files or {}  # put into --out before the run (same kinds as files)
+        # (saved, mutate): a copy of the saved reference `saved` (a key of REFERENCES) given as
+        # --reference after mutate(directory) broke it; or ("save", prepare) for a
+        # --save-reference directory prepare(directory) set up.
+        self.reference = reference
 
 
 def replace(files, name, content):
@@ -404,8 +416,7 @@ def make_cases(seed):
                       outputs=hd_out))
 
     # hybrid (no input files) ----------------------------------------------------------------
-    tiny = {"length": 24, "window": 6, "chunk": 8, "model-dim": 8, "heads": 2, "kv-heads": 1,
-            "head-dim": 4, "steps": 1, "quiet": None}
+    tiny = dict(TINY)
     cases.append(Case("hybrid/valid", "hybrid", tiny, None, "pass", ranks=(1, 3)))
     cases.append(Case("hybrid/perturbed-rank-fails-the-check", "hybrid",
                       dict(tiny, **{"perturb-rank": "LAST"}), None, "fail", ranks=(2,)))
@@ -434,6 +445,263 @@ def make_cases(seed):
                       culprits=("--out",)))
     cases.append(Case("tool/--in-missing", "heads", dict(ho, **{"in": "MISSING"}), hd,
                       culprits=("x.npy",)))
+    return cases + hostile_cases(rng, swa, cw, base, hd, ho)
+
+
+# ---- hostile: files, outputs, references, extremes ------------------------------------------
+
+TINY = {"length": 24, "window": 6, "chunk": 8, "model-dim": 8, "heads": 2, "kv-heads": 1,
+        "head-dim": 4, "steps": 1, "quiet": None}
+# References saved once per suite run (P = 1, --save-reference) and copied for each case.
+REFERENCES = {"tiny": dict(TINY, steps=2), "packed": dict(TINY, packed=None, documents=2)}
+INT64_MAX = 2**63 - 1
+
+
+def edit_text(transform):
+    """A mutation of a reference directory: reference.txt's lines through `transform`."""
+    def mutate(d):
+        path = os.path.join(d, "reference.txt")
+        with open(path) as f:
+            lines = f.read().splitlines()
+        with open(path, "w") as f:
+            f.write("".join(line + "\n" for line in transform(lines)))
+    return mutate
+
+
+def replace_line(kind, new):
+    """Replaces the first line starting with `kind` by `new`."""
+    def transform(lines):
+        i = next(i for i, line in enumerate(lines) if line.startswith(kind))
+        return lines[:i] + [new] + lines[i + 1:]
+    return edit_text(transform)
+
+
+def edit_matrix(name, how):
+    """A mutation of one .f64 file of a reference: "nan"/"inf" poke one value, "cut" drops its
+    last byte, "grow" appends a row's worth of zero bytes, or a special file replaces it."""
+    def mutate(d):
+        path = os.path.join(d, name)
+        if how in ("FIFO", "DIR"):
+            os.remove(path)
+            put(path, how)
+            return
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        if how in ("nan", "inf", "-inf"):
+            data[8:16] = struct.pack("<d", float(how))
+        elif how == "cut":
+            data = data[:-1]
+        elif how == "grow":
+            data += bytes(64)
+        with open(path, "wb") as f:
+            f.write(data)
+    return mutate
+
+
+def remove(name):
+    return lambda d: os.remove(os.path.join(d, name))
+
+
+def special(name, kind):
+    def mutate(d):
+        os.remove(os.path.join(d, name))
+        put(os.path.join(d, name), kind)
+    return mutate
+
+
+def hostile_cases(rng, swa, cw, base, hd, ho):
+    cases = []
+    H = "hostile/"
+    swa_out = ("out.npy", "summary.json")
+    hd_out = ("y.npy", "z.npy", "heads.json")
+
+    # special files where a file is read or written: refused by name, never opened blocking
+    for kind in ("FIFO", "DIR"):
+        cases.append(Case(f"{H}swa/out.npy-is-a-{kind}", "swa", {}, swa, culprits=("out.npy",),
+                          out_files={"out.npy": kind}, ranks=(2,)))
+        cases.append(Case(f"{H}hybrid/--json-is-a-{kind}", "hybrid",
+                          dict(TINY, json="WORK/out/j"), None, culprits=("--json",),
+                          out_files={"j": kind}))
+    # a stale temporary of an earlier tool (or someone's FIFO) under the old fixed name
+    cases.append(Case(f"{H}heads/stale-FIFO-temporary-in-out", "heads", ho, hd, "pass",
+                      out_files={"y.npy.partial": "FIFO", "heads.json.partial": "FIFO"},
+                      outputs=hd_out, ranks=(2,)))
+    for target, kind in (("/dev/full", "a device"), ("/dev/null", "a device")):
+        cases.append(Case(f"{H}demo/--json={target}", "demo", {"json": target, "part": "swa"},
+                          None, culprits=("--json",), ranks=(1,)))
+    cases.append(Case(f"{H}hybrid/--json-in-a-missing-directory", "hybrid",
+                      dict(TINY, json="WORK/nowhere/x.json"), None, culprits=("--json",),
+                      ranks=(2,)))
+    cases.append(Case(f"{H}hybrid/--json-valid", "hybrid", dict(TINY, json="WORK/out/ok.json"),
+                      None, "pass", ranks=(2,), out_files={".keep": b""}, outputs=("ok.json",)))
+    # outputs that cannot be committed: every other file removed again
+    cases.append(Case(f"{H}swa/summary.json-is-a-directory", "swa", {}, swa,
+                      culprits=("summary.json",), out_files={"summary.json": "DIR"}))
+    cases.append(Case(f"{H}chunkwise/dg.npy-is-a-FIFO", "chunkwise", dict(base, backward=None),
+                      cw, culprits=("dg.npy",), out_files={"dg.npy": "FIFO"}, ranks=(3,)))
+    # a sparse file far larger than its header says: refused from its size, not read
+    good = npy("f4", (9, 2, 4), rng.values(72))
+    cases.append(Case(f"{H}swa/q.npy/sparse-64GiB", "swa", {},
+                      replace(swa, "q.npy", ("SPARSE", good, 64 << 30)), culprits=("q.npy",),
+                      ranks=(1,)))
+    # lenient headers NumPy itself would refuse or read differently
+    for label, text in (
+            ("duplicate-shape", "{'descr': '<f4', 'fortran_order': False, 'shape': (9, 2, 4), "
+                                "'shape': (72,), }"),
+            ("duplicate-descr", "{'descr': '<f8', 'descr': '<f4', 'fortran_order': False, "
+                                "'shape': (9, 2, 4), }"),
+            ("empty-item", "{'descr': '<f4', 'fortran_order': False, 'shape': (9, , 2, 4), }"),
+            ("only-comma", "{'descr': '<f4', 'fortran_order': False, 'shape': (,), }"),
+            ("one-item-no-comma", "{'descr': '<f4', 'fortran_order': False, 'shape': (72), }"),
+            ("unknown-key", "{'descr': '<f4', 'fortran_order': False, 'shape': (9, 2, 4), "
+                            "'align': True, }"),
+            ("after-the-dict", "{'descr': '<f4', 'fortran_order': False, 'shape': (9, 2, 4), } x"),
+            ("no-colon", "{'descr' '<f4', 'fortran_order': False, 'shape': (9, 2, 4), }")):
+        cases.append(Case(f"{H}swa/q.npy/{label}", "swa", {},
+                          replace(swa, "q.npy", npy("f4", (9, 2, 4), rng.values(72),
+                                                    header=text)), culprits=("q.npy",)))
+    # empty option values: a value left out, never the default
+    for cmd, opts, files, opt in (("hybrid", TINY, None, "json"),
+                                  ("hybrid", TINY, None, "reference"),
+                                  ("hybrid", TINY, None, "save-reference"),
+                                  ("swa", {}, swa, "out"), ("swa", {}, swa, "layout"),
+                                  ("chunkwise", base, cw, "in"), ("demo", {}, None, "json")):
+        # `--in ""` and `--out ""` (the suite supplies --in/--out itself), `--key=` otherwise
+        spelled = {opt: ""} if opt in ("in", "out") else {f"--{opt}=": "RAW"}
+        cases.append(Case(f"{H}{cmd}/--{opt}=", cmd, dict(opts, **spelled), files,
+                          culprits=(f"--{opt}",)))
+    # integer options near INT64_MAX: clamped where "at least the whole sequence" is meant
+    for opt, value in (("chunk", INT64_MAX), ("chunk", INT64_MAX - 5), ("window", INT64_MAX),
+                       ("window", 2**62 + 1)):
+        cases.append(Case(f"{H}swa/--{opt}={value}", "swa",
+                          {opt: value, "backward": None}, swa, "pass",
+                          outputs=swa_out, ranks=(1, 3)))
+    for opt, value in (("window", INT64_MAX), ("chunk", INT64_MAX), ("window", 24)):
+        cases.append(Case(f"{H}hybrid/--{opt}={value}", "hybrid", dict(TINY, **{opt: value}),
+                          None, "pass", ranks=(2,)))
+    # resource limits named by option: an MPI count, the memory
+    for label, opts in (("int-count", {"length": 4194304, "model-dim": 4096}),
+                        ("memory", {"length": 65536, "heads": 256, "head-dim": 2,
+                                    "kv-heads": 256, "kernel-chunk": 4096}),
+                        ("wide-heads", {"length": 2000000, "heads": 64, "head-dim": 1024,
+                                        "kv-heads": 64})):
+        cases.append(Case(f"{H}hybrid/{label}", "hybrid", dict(TINY, window=0, **opts), None,
+                          culprits=("--length",), ranks=(1,)))
+    # the default model at a million tokens: more than the suite's address-space limit allows
+    cases.append(Case(f"{H}hybrid/million-tokens-under-prlimit", "hybrid",
+                      {"length": 1000000, "quiet": None}, None, culprits=("--length",),
+                      ranks=(2,)))
+    cases.append(Case(f"{H}hybrid/--steps=INT_MAX", "hybrid", dict(TINY, steps=2**31 - 1), None,
+                      culprits=("--steps",), ranks=(1,)))
+    for label, opts in (("int-count", {"length": 16777216, "width": 1024}),
+                        ("memory", {"length": 4000000, "width": 256})):
+        cases.append(Case(f"{H}demo/{label}", "demo", opts, None, culprits=("--length",),
+                          ranks=(2,)))
+    # domains: positive or NaN log-decays, subnormal learning rate
+    for label, bad in (("positive", 0.25), ("plus-inf", float("inf")), ("nan", float("nan")),
+                       ("tiny-positive", 1e-30)):
+        g = rng.values(24, -0.5, -0.01)
+        g[17] = bad
+        cases.append(Case(f"{H}chunkwise/g.npy/{label}", "chunkwise", base,
+                          replace(cw, "g.npy", npy("f4", (12, 2), g)), culprits=("g.npy",)))
+    cases.append(Case(f"{H}hybrid/--lr=1e-320", "hybrid", dict(TINY, lr="1e-320"), None, "pass",
+                      ranks=(1,)))
+    cases.append(Case(f"{H}hybrid/--lr=1e400", "hybrid", dict(TINY, lr="1e400"), None,
+                      culprits=("--lr",), ranks=(1,)))
+    # --perturb-rank on a rank that holds no tokens
+    cases.append(Case(f"{H}chunkwise/--perturb-rank-on-an-empty-rank", "chunkwise",
+                      dict(base, **{"perturb-rank": "LAST"}),
+                      chunkwise_inputs(rng, "gdn", T=2, cu=[0, 2]), culprits=("--perturb-rank",),
+                      ranks=(3,)))
+    cases.append(Case(f"{H}heads/--perturb-rank-on-an-empty-rank", "heads",
+                      dict(ho, **{"perturb-rank": "LAST"}), heads_inputs(rng, T=2),
+                      culprits=("--perturb-rank",), ranks=(3,)))
+    cases.append(Case(f"{H}hybrid/--perturb-rank-on-an-empty-rank", "hybrid",
+                      dict(TINY, length=2, chunk=1, **{"perturb-rank": "LAST"}), None,
+                      culprits=("--perturb-rank",), ranks=(3,)))
+
+    # hybrid --reference: a saved reference broken line by line and value by value
+    ref = dict(TINY, steps=2)
+    ref_cases = [
+        ("valid", "tiny", None, "pass", ()),
+        ("time-negative-layer", "tiny", replace_line("time 1 0", "time 1 -2 0.5"), "refuse",
+         ("line",)),
+        ("time-layer-past-the-model", "tiny", replace_line("time 2 1", "time 2 9 0.1"),
+         "refuse", ("line",)),
+        ("loss-step-not-a-number", "tiny", replace_line("loss 1", "loss one 0.5"), "refuse",
+         ("line",)),
+        ("loss-step-negative", "tiny", replace_line("loss 2", "loss -2 0.5"), "refuse",
+         ("line",)),
+        ("loss-value-junk", "tiny", replace_line("loss 1", "loss 1 0.5x"), "refuse", ("line",)),
+        ("grad-rows-negative", "tiny", replace_line("grad", "grad w -3 8"), "refuse", ("line",)),
+        ("grad-rows-huge", "tiny", replace_line("grad", "grad w 99999999999999999999 8"),
+         "refuse", ("line",)),
+        ("grad-shape-not-the-model", "tiny",
+         edit_text(lambda ls: [(" ".join(l.split()[:2] + ["1", "1"]) if l.startswith("grad")
+                                else l) for l in ls]), "refuse", ("grad",)),
+        ("option-without-value", "tiny", replace_line("option window", "option window"),
+         "refuse", ("line",)),
+        ("duplicate-loss", "tiny", edit_text(lambda ls: ls + ["loss 1 0.25"]), "refuse",
+         ("line",)),
+        ("unknown-line", "tiny", edit_text(lambda ls: ls + ["junk 1 2"]), "refuse", ("line",)),
+        ("empty-line", "tiny", edit_text(lambda ls: ls[:3] + [""] + ls[3:]), "refuse",
+         ("line",)),
+        ("no-magic", "tiny", edit_text(lambda ls: ls[1:]), "refuse", ("reference",)),
+        ("reference.txt-missing", "tiny", remove("reference.txt"), "refuse", ("reference.txt",)),
+        ("reference.txt-is-a-FIFO", "tiny", special("reference.txt", "FIFO"), "refuse",
+         ("reference.txt",)),
+        ("step-file-is-a-FIFO", "tiny", edit_matrix("step1.x2.f64", "FIFO"), "refuse",
+         ("step1.x2.f64",)),
+        ("step-file-is-a-directory", "tiny", edit_matrix("step2.dx1.f64", "DIR"), "refuse",
+         ("step2.dx1.f64",)),
+        ("step-file-cut", "tiny", edit_matrix("step1.x3.f64", "cut"), "refuse",
+         ("step1.x3.f64",)),
+        ("step-file-grown", "tiny", edit_matrix("step2.x1.f64", "grow"), "refuse",
+         ("step2.x1.f64",)),
+        ("step-file-missing", "tiny", remove("step2.dx0.f64"), "refuse", ("step2.dx0.f64",)),
+        ("nan-in-an-output", "tiny", edit_matrix("step1.x2.f64", "nan"), "fail", ()),
+        ("inf-in-an-input-gradient", "tiny", edit_matrix("step2.dx2.f64", "inf"), "fail", ()),
+        ("nan-loss", "tiny", replace_line("loss 2", "loss 2 nan"), "fail", ()),
+        ("inf-loss", "tiny", replace_line("loss 1", "loss 1 -inf"), "fail", ()),
+    ]
+    for label, saved, mutate, expect, culprits in ref_cases:
+        cases.append(Case(f"{H}hybrid/reference/{label}", "hybrid",
+                          dict(ref, reference="WORK/ref"), None, expect, culprits=culprits,
+                          ranks=(2,) if expect == "refuse" else (3,),
+                          reference=(saved, mutate or (lambda d: None))))
+    # a NaN or Inf in a gradient file must fail too
+    cases.append(Case(f"{H}hybrid/reference/nan-in-a-weight-gradient", "hybrid",
+                      dict(ref, reference="WORK/ref"), None, "fail", ranks=(2,),
+                      reference=("tiny", lambda d: edit_matrix(
+                          sorted(n for n in os.listdir(d) if n.startswith("step1.grad."))[0],
+                          "nan")(d))))
+    # options a reference must share: refused before the run, naming the option
+    for label, opts in (("another-window", {"window": 5}), ("another-lr", {"lr": 0.25}),
+                        ("more-steps", {"steps": 3}), ("another-length", {"length": 30})):
+        cases.append(Case(f"{H}hybrid/reference/{label}", "hybrid",
+                          dict(ref, reference="WORK/ref", **opts), None,
+                          culprits=("--" + next(iter(opts)),), ranks=(2,),
+                          reference=("tiny", lambda d: None)))
+    # packed documents: zigzag at P = 3 rounds the boundaries to multiples of 6 (not 1)
+    cases.append(Case(f"{H}hybrid/reference/packed-zigzag-boundaries", "hybrid",
+                      dict(REFERENCES["packed"], layout="zigzag", reference="WORK/ref"), None,
+                      culprits=("--documents",), ranks=(3,), reference=("packed", lambda d: None)))
+    cases.append(Case(f"{H}hybrid/reference/packed-contiguous", "hybrid",
+                      dict(REFERENCES["packed"], reference="WORK/ref"), None, "pass", ranks=(2,),
+                      reference=("packed", lambda d: None)))
+    # --save-reference where it cannot be written: refused, and no reference left
+    for label, prepare in (("reference.txt-is-a-FIFO", lambda d: (os.makedirs(d),
+                                                                  os.mkfifo(d + "/reference.txt"))),
+                           ("a-step-file-is-a-FIFO", lambda d: (os.makedirs(d),
+                                                                os.mkfifo(d + "/step1.dx1.f64"))),
+                           ("a-step-file-is-a-directory",
+                            lambda d: os.makedirs(d + "/step1.x1.f64")),
+                           ("under-a-file", lambda d: open(d, "w").close())):
+        cases.append(Case(f"{H}hybrid/save-reference/{label}", "hybrid",
+                          dict(TINY, **{"save-reference": "WORK/saved" +
+                                        ("/sub" if label == "under-a-file" else "")}),
+                          None, culprits=("--save-reference",), ranks=(1,),
+                          reference=("save", prepare)))
     return cases
 
 
@@ -449,16 +717,26 @@ def materialise(case, work):
     in_dir, out_dir = os.path.join(work, "in"), os.path.join(work, "out")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(in_dir)
-    for name, content in (case.files or {}).items():
-        path = os.path.join(in_dir, name)
-        if content == "DIR":
-            os.makedirs(path)
-        elif content == "FIFO":
-            os.mkfifo(path)
-        elif content is not None:
-            with open(path, "wb") as f:
-                f.write(content)
+    for folder, files in ((in_dir, case.files), (out_dir, case.out_files)):
+        for name, content in (files or {}).items():
+            os.makedirs(folder, exist_ok=True)
+            put(os.path.join(folder, name), content)
     return in_dir, out_dir
+
+
+def put(path, content):
+    """Creates `path` as a directory, a FIFO, a sparse file or a file of `content` bytes."""
+    if content == "DIR":
+        os.makedirs(path)
+    elif content == "FIFO":
+        os.mkfifo(path)
+    elif isinstance(content, tuple) and content[0] == "SPARSE":
+        with open(path, "wb") as f:
+            f.write(content[1])
+            f.truncate(content[2])
+    elif content is not None:
+        with open(path, "wb") as f:
+            f.write(content)
 
 
 def command_line(case, np_, in_dir, out_dir, work):
@@ -479,6 +757,9 @@ def command_line(case, np_, in_dir, out_dir, work):
         if key == "out" and value == "UNDER_FILE":
             open(os.path.join(work, "a-file"), "w").close()
             value = os.path.join(work, "a-file", "out")
+        if key in ("json", "save-reference", "reference") and isinstance(value, str) and \
+                value.startswith("WORK/"):
+            value = os.path.join(work, value[5:])
         if value == "LAST":
             value = np_ - 1
         if value == "NP":
@@ -516,8 +797,15 @@ def judge(case, np_, rc, text, out_dir, elapsed, timed_out):
             wrong.append("exit 0 with invalid input")
         elif not any(c in text for c in case.culprits):
             wrong.append(f"the message names none of {list(case.culprits)}")
-        if os.path.exists(out_dir) and os.listdir(out_dir):
-            wrong.append("a refused run left files in --out")
+        left = set(os.listdir(out_dir)) - set(case.out_files) if os.path.exists(out_dir) else ()
+        if left:
+            wrong.append(f"a refused run left files in --out: {sorted(left)}")
+        saved = os.path.join(os.path.dirname(out_dir), "saved")
+        if case.reference and case.reference[0] == "save" and os.path.isdir(saved):
+            written = [n for n in os.listdir(saved) if os.path.isfile(os.path.join(saved, n))
+                       and (n.endswith(".f64") or n == "reference.txt")]
+            if written:
+                wrong.append(f"a refused --save-reference left {sorted(written)[:3]}")
     elif case.expect in ("pass", "finite"):
         if rc != 0:
             wrong.append(f"valid input refused (exit {rc})")
@@ -594,10 +882,32 @@ def main():
         for np_ in nps or [pick.choice(ranks)]:
             runs.append((index, case, np_))
 
+    references = os.path.join(a.work, "references")
+    needed = {c.reference[0] for c in cases if c.reference and c.reference[0] != "save"}
+    for name in sorted(needed):
+        # The saved references the --reference cases copy and break: P = 1, as documented.
+        target = os.path.join(references, name)
+        shutil.rmtree(target, ignore_errors=True)
+        cmd = launcher + [a.np_flag, "1", a.tool] + command_line(
+            Case(name, "hybrid", dict(REFERENCES[name], **{"save-reference": target})), 1, "",
+            "", a.work)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                              timeout=a.timeout)
+        if proc.returncode != 0 or not os.path.isfile(os.path.join(target, "reference.txt")):
+            print(f"cannot save the reference {name!r} (exit {proc.returncode}):\n"
+                  f"{proc.stdout.decode('utf-8', 'replace')[-2000:]}")
+            return 1
+
     def run(job):
         index, case, np_ = job
         work = os.path.join(a.work, f"case{index:03d}_np{np_}")
         in_dir, out_dir = materialise(case, work)
+        if case.reference and case.reference[0] == "save":
+            case.reference[1](os.path.join(work, "saved"))
+        elif case.reference:
+            shutil.copytree(os.path.join(references, case.reference[0]),
+                            os.path.join(work, "ref"))
+            case.reference[1](os.path.join(work, "ref"))
         tool = [a.tool] + command_line(case, np_, in_dir, out_dir, work)
         if prlimit and a.memory_mb > 0:
             tool = [prlimit, f"--as={a.memory_mb << 20}", "--"] + tool
