@@ -85,3 +85,26 @@ function(ctxpar_add_mpi_test)
   endif()
   ctxpar_register_mpi_test(${ARG_NAME} ${ARG_NAME} LABELS ${ARG_LABELS} ${forward})
 endfunction()
+
+# ctxpar_add_staged_twin(NAME <twin> SOURCES ... LABELS ... [TIMEOUT s] [ARGS ...]): the test built
+# a second time with CTXPAR_EMULATE_DEVICE_STAGING, so its host memory takes the paths device
+# memory takes (collectives staged through the group's arena, every library host copy a separate
+# allocation) and its allocation counts include them. At np 1..3: a staged collective on 1, 2 and
+# an odd number of ranks.
+function(ctxpar_add_staged_twin)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;LABELS;ARGS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE ctxpar_test_main)
+  target_compile_definitions(${ARG_NAME} PRIVATE CTXPAR_EMULATE_DEVICE_STAGING=1)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  set(ranks)
+  foreach(np 1 2 3)
+    if(np IN_LIST CTXPAR_TEST_DEFAULT_RANKS)
+      list(APPEND ranks ${np})
+    endif()
+  endforeach()
+  ctxpar_register_mpi_test(${ARG_NAME} ${ARG_NAME} LABELS ${ARG_LABELS} staged TIMEOUT ${ARG_TIMEOUT}
+    RANKS ${ranks} NO_EXTENDED ARGS ${ARG_ARGS})
+endfunction()

@@ -9,3 +9,5 @@ ctxpar_add_mpi_test(NAME chunkwise_gated_delta_numerics SOURCES gated_delta_nume
   LABELS chunkwise TIMEOUT 300)
 # The driver on a reused context allocates nothing in steady state (Kokkos Tools allocation callbacks).
 ctxpar_add_mpi_test(NAME chunkwise_steady_state SOURCES steady_state_test.cpp LABELS chunkwise TIMEOUT 120)
+# The same on the paths device memory takes (staged collectives, host copies as allocations).
+ctxpar_add_staged_twin(NAME chunkwise_steady_state_staged SOURCES steady_state_test.cpp LABELS chunkwise)

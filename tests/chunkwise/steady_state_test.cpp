@@ -15,6 +15,7 @@
 #include "ctxpar/chunkwise/gated_delta_rule.hpp"
 #include "ctxpar/chunkwise/scalar_decay.hpp"
 #include "ctxpar/core/allocation_counter.hpp"
+#include "ctxpar/core/compat.hpp"
 #include "ctxpar_test/harness.hpp"
 
 namespace cw = ctxpar::chunkwise;
@@ -26,13 +27,17 @@ using exec = Kokkos::DefaultExecutionSpace;
 using mem = exec::memory_space;
 
 /// Fills every element of `v` with a smooth function of its index and `seed`, scaled into range.
+/// Computed where `v` lives: a host mirror would be an allocation on a GPU, and the refills run
+/// inside the counted region.
 template <class View>
 void fill(const View& v, double seed, double scale, double shift = 0.0) {
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < h.span(); ++i)
-    h.data()[i] = static_cast<typename View::value_type>(
-        shift + scale * std::sin(seed * static_cast<double>(i + 1) + 0.1 * seed));
-  Kokkos::deep_copy(v, h);
+  using value_type = typename View::value_type;
+  value_type* data = v.data();
+  Kokkos::parallel_for(
+      "fill", Kokkos::RangePolicy<exec>(0, v.span()), KOKKOS_LAMBDA(const std::size_t i) {
+        data[i] = static_cast<value_type>(
+            shift + scale * ctxpar::compat::sin(seed * static_cast<double>(i + 1) + 0.1 * seed));
+      });
 }
 
 template <class View>

@@ -56,8 +56,8 @@ void allgather(const ExecutionSpace& space, const Group& group, const SendView& 
   impl::allgather_checks(group, send, recv, op);
   const std::int64_t n = static_cast<std::int64_t>(send.span());
   compat::fence(space, "ctxpar::comm::allgather::before");
-  impl::MpiBuffer<SendView> s(send, true, op);
-  impl::MpiBuffer<RecvView> r(recv, false, op);
+  impl::MpiBuffer<SendView> s(send, true, op, group.staging());
+  impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
   MPI_Allgather(s.data(), impl::mpi_count(n, op), impl::mpi_datatype_of<SendView>(), r.data(),
                 impl::mpi_count(n, op), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
   r.copy_out();
@@ -91,8 +91,8 @@ void allgatherv(const ExecutionSpace& space, const Group& group, const SendView&
   const std::vector<int> displs = impl::displacements(counts, op);
   const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
   compat::fence(space, "ctxpar::comm::allgatherv::before");
-  impl::MpiBuffer<SendView> s(send, true, op);
-  impl::MpiBuffer<RecvView> r(recv, false, op);
+  impl::MpiBuffer<SendView> s(send, true, op, group.staging());
+  impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
   MPI_Allgatherv(s.data(), counts[group.rank()], impl::mpi_datatype_of<SendView>(), r.data(),
                  counts.data(), displs.data(), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
   r.copy_out(total);
@@ -116,7 +116,7 @@ void allgatherv_in_place(const ExecutionSpace& space, const Group& group, const 
   require_local(static_cast<std::int64_t>(recv.span()) >= total, op,
                 "recv must hold the sum of counts", total, recv.span());
   compat::fence(space, "ctxpar::comm::allgatherv_in_place::before");
-  impl::MpiBuffer<RecvView> r(recv, true, op);
+  impl::MpiBuffer<RecvView> r(recv, true, op, group.staging());
   MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.data(), counts.data(), displs.data(),
                  impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
   r.copy_out(total);

@@ -64,8 +64,8 @@ void alltoall(const ExecutionSpace& space, const Group& group, const SendView& s
   const std::int64_t p = group.size();
   const std::int64_t block = static_cast<std::int64_t>(send.span()) / p;
   compat::fence(space, "ctxpar::comm::alltoall::before");
-  impl::MpiBuffer<SendView> s(send, true, op);
-  impl::MpiBuffer<RecvView> r(recv, false, op);
+  impl::MpiBuffer<SendView> s(send, true, op, group.staging());
+  impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
   MPI_Alltoall(s.data(), impl::mpi_count(block, op), impl::mpi_datatype_of<SendView>(), r.data(),
                impl::mpi_count(block, op), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
   r.copy_out();
@@ -105,8 +105,8 @@ void alltoallv(const ExecutionSpace& space, const Group& group, const SendView& 
     rtotal += recv_counts[j];
   }
   compat::fence(space, "ctxpar::comm::alltoallv::before");
-  impl::MpiBuffer<SendView> s(send, true, op);
-  impl::MpiBuffer<RecvView> r(recv, false, op);
+  impl::MpiBuffer<SendView> s(send, true, op, group.staging());
+  impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
   MPI_Alltoallv(s.data(), send_counts.data(), sdispl.data(), impl::mpi_datatype_of<SendView>(),
                 r.data(), recv_counts.data(), rdispl.data(), impl::mpi_datatype_of<RecvView>(),
                 group.mpi_comm());

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "ctxpar/comm/impl/staging_arena.hpp"
+
 namespace ctxpar {
 
 /// The kinds of collective a `Group` counts separately.
@@ -41,8 +43,8 @@ struct Traffic {
 };
 
 /// A duplicated MPI communicator (a private tag space, so ctxpar never interferes with the user's
-/// messages), its cached rank and size, and per-kind traffic counters. Copies share the
-/// communicator and the counters; the duplicate is freed with the last copy.
+/// messages), its cached rank and size, per-kind traffic counters and the host staging memory of
+/// its collectives. Copies share all of them; the duplicate is freed with the last copy.
 class Group {
  public:
   /// Duplicates `comm`.
@@ -79,6 +81,10 @@ class Group {
   }
   /// Zeroes every counter.
   void reset_traffic() const { state_->traffic = {}; }
+  /// The host memory the collectives stage device buffers through (used by the collectives; a
+  /// steady-state collective reuses it and allocates nothing).
+  impl::StagingArena& staging() const { return state_->staging; }
+
   /// Records one call of `kind` moving the given payload; used by the collectives.
   void record(CollectiveKind kind, std::int64_t bytes_sent, std::int64_t bytes_received) const {
     Traffic& t = state_->traffic[index(kind)];
@@ -97,6 +103,7 @@ class Group {
     int rank;
     int size;
     std::array<Traffic, static_cast<int>(CollectiveKind::count_)> traffic{};
+    impl::StagingArena staging;
   };
   std::shared_ptr<State> state_;
 };

@@ -45,8 +45,8 @@ void reduce_scatter(const ExecutionSpace& space, const Group& group, const SendV
   std::int64_t total = 0;
   for (int c : counts) total += c;
   compat::fence(space, "ctxpar::comm::reduce_scatter::before");
-  impl::MpiBuffer<SendView> s(send, true, op);
-  impl::MpiBuffer<RecvView> r(recv, false, op);
+  impl::MpiBuffer<SendView> s(send, true, op, group.staging());
+  impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
   MPI_Reduce_scatter(s.data(), r.data(), counts.data(), impl::mpi_datatype_of<SendView>(), MPI_SUM,
                      group.mpi_comm());
   r.copy_out();
@@ -76,7 +76,7 @@ template <class ExecutionSpace, class View>
 void allreduce_sum(const ExecutionSpace& space, const Group& group, const View& view, Unchecked) {
   const std::string op = "ctxpar::allreduce_sum";
   compat::fence(space, "ctxpar::comm::allreduce_sum::before");
-  impl::MpiBuffer<View> b(view, true, op);
+  impl::MpiBuffer<View> b(view, true, op, group.staging());
   MPI_Allreduce(MPI_IN_PLACE, b.data(), impl::mpi_count(b.size(), op),
                 impl::mpi_datatype_of<View>(), MPI_SUM, group.mpi_comm());
   b.copy_out();

@@ -65,8 +65,8 @@ bool scan_records(const ExecutionSpace& space, const Group& group, const View& r
     const int dest = me + d < p ? to_rank(me + d) : MPI_PROC_NULL;
     const int source = me - d >= 0 ? to_rank(me - d) : MPI_PROC_NULL;
     compat::fence(space, "ctxpar::comm::scan::before");
-    MpiBuffer<buffer_type> s(inclusive_part, dest != MPI_PROC_NULL, op);
-    MpiBuffer<buffer_type> r(received, false, op);
+    MpiBuffer<buffer_type> s(inclusive_part, dest != MPI_PROC_NULL, op, group.staging());
+    MpiBuffer<buffer_type> r(received, false, op, group.staging());
     MPI_Sendrecv(s.data(), mpi_count(n, op), mpi_datatype_of<buffer_type>(), dest, 17, r.data(),
                  mpi_count(n, op), mpi_datatype_of<buffer_type>(), source, 17, group.mpi_comm(),
                  MPI_STATUS_IGNORE);

@@ -28,8 +28,8 @@ void sendrecv(const ExecutionSpace& space, const Group& group, const SendView& s
   require_local(source == no_rank || (source >= 0 && source < group.size()), op,
                 "source must be a rank of the group or no_rank", "[0, size)", source);
   compat::fence(space, "ctxpar::comm::sendrecv::before");
-  impl::MpiBuffer<SendView> s(send, dest != no_rank, op);
-  impl::MpiBuffer<RecvView> r(recv, false, op);
+  impl::MpiBuffer<SendView> s(send, dest != no_rank, op, group.staging());
+  impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
   MPI_Status status;
   MPI_Sendrecv(s.data(), impl::mpi_count(dest == no_rank ? 0 : s.size(), op),
                impl::mpi_datatype_of<SendView>(), dest == no_rank ? MPI_PROC_NULL : dest, tag,

@@ -15,3 +15,12 @@
 #ifndef CTXPAR_DEVICE_AWARE_MPI
 #define CTXPAR_DEVICE_AWARE_MPI 0
 #endif
+
+/// When defined to 1 (tests only), host memory is treated as if it were a device's wherever that
+/// changes the code path: every collective stages its buffers through the group's staging arena
+/// and every host copy the library makes of a view is a separate allocation (`host_mirror`), as
+/// on a GPU without device-aware MPI. The CPU tests thereby run, and the allocation tests count,
+/// the paths only a device takes otherwise. Set per target by the test suite.
+#ifndef CTXPAR_EMULATE_DEVICE_STAGING
+#define CTXPAR_EMULATE_DEVICE_STAGING 0
+#endif

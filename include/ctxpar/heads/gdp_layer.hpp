@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/chunkwise/gated_delta_product.hpp"
 #include "ctxpar/chunkwise/local_sequences.hpp"
 #include "ctxpar/core/compat.hpp"
@@ -67,8 +68,8 @@ class GdpLayerCore {
     const std::int64_t t = tokens_, m = dims.copies, h = dims.heads;
     seq_start_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_start", t);
     seq_end_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_end", t);
-    auto s = Kokkos::create_mirror_view(seq_start_);
-    auto e = Kokkos::create_mirror_view(seq_end_);
+    auto s = ctxpar::impl::host_mirror(seq_start_);
+    auto e = ctxpar::impl::host_mirror(seq_end_);
     for (std::size_t q = 0; q + 1 < cu_seqlens.size(); ++q)
       for (std::int64_t x = cu_seqlens[q]; x < cu_seqlens[q + 1]; ++x) {
         s(x) = cu_seqlens[q];

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/impl/violation.hpp"
 #include "ctxpar/core/compat.hpp"
@@ -207,7 +208,7 @@ class PackedZigzagLayout {
   Kokkos::View<const std::int64_t*, MemorySpace> cu_seqlens() const { return cu_; }
   /// Local sequence boundaries, identical on every rank: `c_s / P` (host copy).
   std::vector<std::int64_t> local_cu_seqlens() const {
-    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cu_);
+    auto host = ctxpar::impl::host_copy(cu_);
     std::vector<std::int64_t> local(host.extent(0));
     for (std::size_t s = 0; s < local.size(); ++s) local[s] = host(s) / nparts_;
     return local;

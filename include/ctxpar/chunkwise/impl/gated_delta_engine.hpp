@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/chunkwise/impl/gated_delta_kernels.hpp"
 #include "ctxpar/chunkwise/local_sequences.hpp"
@@ -126,13 +127,13 @@ void plan_chunks(Saved<Scalar, MemorySpace, Inputs>& sv, const Problem<Scalar>& 
   const std::size_t blocks = std::size_t(nc) * H;
   auto& cd = sv.cd;
   cd.chunks = Kokkos::View<int* [3], MemorySpace>("ctxpar::chunkwise::gated_delta::chunks", nc);
-  auto chunks_host = Kokkos::create_mirror_view(cd.chunks);
+  auto chunks_host = ctxpar::impl::host_mirror(cd.chunks);
   for (int c = 0; c < nc; ++c)
     for (int j = 0; j < 3; ++j) chunks_host(c, j) = rows[std::size_t(c) * 3 + j];
   Kokkos::deep_copy(cd.chunks, chunks_host);
   sv.first_chunk =
       Kokkos::View<int*, MemorySpace>("ctxpar::chunkwise::gated_delta::first_chunk", first.size());
-  auto first_host = Kokkos::create_mirror_view(sv.first_chunk);
+  auto first_host = ctxpar::impl::host_mirror(sv.first_chunk);
   for (std::size_t i = 0; i < first.size(); ++i) first_host(i) = first[i];
   Kokkos::deep_copy(sv.first_chunk, first_host);
   cd.gamma = alloc("gamma", blocks * C);
@@ -249,7 +250,7 @@ void fill_states(const ExecutionSpace& space, const states_buffer<Scalar, Memory
             K = static_cast<int>(buf.extent(2)), V = static_cast<int>(buf.extent(3));
   if (table.data() == nullptr || static_cast<int>(table.extent(0)) != n) {
     table = Kokkos::View<int* [2], MemorySpace>("ctxpar::chunkwise::gated_delta::state_rows", n);
-    table_host = Kokkos::create_mirror_view(table);
+    table_host = ctxpar::impl::host_mirror(table);
   }
   const auto source = table;
   const auto host = table_host;

@@ -1,6 +1,6 @@
 /// \file
 /// Hands the memory of a contiguous Kokkos view to MPI: directly when the MPI is device-aware or
-/// the view is host-accessible, otherwise through a host copy (staging).
+/// the view is host-accessible, otherwise through the group's staging memory.
 #pragma once
 
 #include <mpi.h>
@@ -9,11 +9,14 @@
 #include <boost/mpi/datatype.hpp>
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "ctxpar/comm/impl/device_aware.hpp"
 #include "ctxpar/comm/impl/mpi_count.hpp"
+#include "ctxpar/comm/impl/staging_arena.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/config.hpp"
 #include "ctxpar/core/view_checks.hpp"
@@ -29,30 +32,33 @@ MPI_Datatype mpi_datatype_of() {
   return boost::mpi::get_mpi_datatype<value_type>(value_type());
 }
 
-/// A contiguous view's memory as MPI sees it. For a staged (device, non-device-aware) view the
-/// constructor copies device → host when `copy_in`, and `copy_out()` copies host → device.
+/// A contiguous view's memory as MPI sees it. For a staged view (device memory and an MPI that is
+/// not device-aware, `mpi_is_device_aware`, or any view under `CTXPAR_EMULATE_DEVICE_STAGING`)
+/// the memory is a lease of the group's staging arena: the constructor copies device → staging
+/// when `copy_in`, and `copy_out()` copies staging → device. Buffers of one collective are
+/// destroyed in reverse order of construction, as the arena's leases require.
 template <class View>
 class MpiBuffer {
  public:
   using value_type = std::remove_const_t<typename View::value_type>;
-  static constexpr bool staged = !CTXPAR_DEVICE_AWARE_MPI && !is_host_accessible_v<View>;
 
-  MpiBuffer(const View& view, bool copy_in, const std::string& op) : view_(view) {
+  MpiBuffer(const View& view, bool copy_in, const std::string& op, StagingArena& arena)
+      : view_(view) {
     require_contiguous(view, op, "every buffer handed to a collective");
-    if constexpr (staged) {
-      host_ = Kokkos::View<value_type*, Kokkos::HostSpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::comm::host_stage"), view.span());
-      if (copy_in) Kokkos::deep_copy(host_, device_flat());
+    if constexpr (may_stage) {
+      if (CTXPAR_EMULATE_DEVICE_STAGING || !mpi_is_device_aware()) {
+        lease_.emplace(arena.acquire(view.span() * sizeof(value_type)));
+        host_ = staging_view(static_cast<value_type*>(lease_->data()), view.span());
+        if (copy_in) Kokkos::deep_copy(host_, device_flat());
+      }
+    } else {
+      (void)arena;
     }
   }
 
   /// Pointer MPI reads from or writes to.
   value_type* data() const {
-    if constexpr (staged) {
-      return host_.data();
-    } else {
-      return const_cast<value_type*>(view_.data());
-    }
+    return lease_ ? host_.data() : const_cast<value_type*>(view_.data());
   }
   /// Elements in the view.
   std::int64_t size() const { return static_cast<std::int64_t>(view_.span()); }
@@ -61,7 +67,7 @@ class MpiBuffer {
   /// the view hold the received values. Only the received prefix is copied, so a receive view
   /// longer than the message keeps its tail.
   void copy_out(std::int64_t count = -1) const {
-    if constexpr (staged) {
+    if (lease_) {
       const std::size_t n = count < 0 ? view_.span() : static_cast<std::size_t>(count);
       const std::pair<std::size_t, std::size_t> prefix(0, n);
       Kokkos::deep_copy(Kokkos::subview(device_flat(), prefix), Kokkos::subview(host_, prefix));
@@ -76,8 +82,13 @@ class MpiBuffer {
         const_cast<value_type*>(view_.data()), view_.span());
   }
 
+  // Host-accessible memory goes to MPI as it is, unless the tests emulate a device.
+  static constexpr bool may_stage = CTXPAR_EMULATE_DEVICE_STAGING || !is_host_accessible_v<View>;
+  using staging_view =
+      Kokkos::View<value_type*, staging_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   View view_;
-  Kokkos::View<value_type*, Kokkos::HostSpace> host_;
+  std::optional<StagingArena::Lease> lease_;
+  staging_view host_;
 };
 
 /// Prefix sums of `counts` (displacements for the v-collectives), checked for `int` overflow.

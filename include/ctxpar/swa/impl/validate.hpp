@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/tensors.hpp"
@@ -25,13 +26,25 @@ struct LocalChecker {
   }
 };
 
-template <class View>
-bool all_finite(const View& view) {
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  const auto* p = host.data();
-  for (std::size_t i = 0; i < host.span(); ++i)
-    if (!std::isfinite(static_cast<double>(p[i]))) return false;
-  return true;
+/// True when every element of the rank-3 `view` is finite. Runs where the view lives and writes
+/// only `cell` (no host copy, no allocation), for the reason `first_disorder` gives.
+template <class View, class MemorySpace>
+bool all_finite(const View& view, const Kokkos::View<std::int64_t, MemorySpace>& cell) {
+  using Exec = typename MemorySpace::execution_space;
+  Kokkos::deep_copy(cell, std::int64_t(0));
+  const auto v = view;
+  const auto bad = cell;
+  Kokkos::parallel_for(
+      "ctxpar::swa::check_finite",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>(
+          {0, 0, 0}, {static_cast<std::int64_t>(v.extent(0)), static_cast<std::int64_t>(v.extent(1)),
+                      static_cast<std::int64_t>(v.extent(2))}),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j, const std::int64_t k) {
+        if (!ctxpar::compat::isfinite(static_cast<double>(v(i, j, k)))) bad() = 1;
+      });
+  std::int64_t found = 0;
+  Kokkos::deep_copy(Kokkos::View<std::int64_t, Kokkos::HostSpace>(&found), cell);
+  return found == 0;
 }
 
 /// Index `i` (on the axis `a ++ b`) of the first position not greater than the one before it, or
@@ -137,8 +150,9 @@ bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
     return false;
   }
   if (options.check_finite) {
-    const bool finite = all_finite(chunk.q) && all_finite(chunk.k) && all_finite(chunk.v) &&
-                        all_finite(cache.k) && all_finite(cache.v);
+    const bool finite = all_finite(chunk.q, cell) && all_finite(chunk.k, cell) &&
+                        all_finite(chunk.v, cell) && all_finite(cache.k, cell) &&
+                        all_finite(cache.v, cell);
     chk.require(finite, "inputs must be finite (check_finite is on)", "no NaN or Inf",
                 "a NaN or Inf");
     if (!finite) return false;
