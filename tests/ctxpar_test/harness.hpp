@@ -121,11 +121,22 @@ struct concat<std::tuple<A...>, std::tuple<B...>, Rest...> {
 };
 template <class Exec>
 using both_scalars = std::tuple<Case<Exec, float>, Case<Exec, double>>;
+
+/// The device execution space of a CUDA/HIP/SYCL build as a one-element list; empty where the
+/// default space is a host space.
+template <template <class> class Wrap>
+using device_space_list = std::conditional_t<
+    std::is_same_v<Kokkos::DefaultExecutionSpace::memory_space, Kokkos::HostSpace>, std::tuple<>,
+    Wrap<Kokkos::DefaultExecutionSpace>>;
+template <class Exec>
+using single_space = std::tuple<Exec>;
 }  // namespace impl
 
-/// Every enabled host-testable backend × {float, double} (Threads is the backend of the `tsan`
-/// preset: ThreadSanitizer understands its pthreads barriers, not libgomp's).
+/// Every enabled host backend × {float, double} (Threads is the backend of the `tsan` preset:
+/// ThreadSanitizer understands its pthreads barriers, not libgomp's), and in a device build the
+/// device space × {float, double}: the device kernels run every typed test there.
 using cases = typename impl::concat<
+    impl::device_space_list<impl::both_scalars>,
 #ifdef KOKKOS_ENABLE_SERIAL
     impl::both_scalars<Kokkos::Serial>,
 #endif
@@ -137,8 +148,9 @@ using cases = typename impl::concat<
 #endif
     std::tuple<>>::type;
 
-/// Every enabled host-testable backend (scalar fixed by the test).
+/// Every enabled host backend and, in a device build, the device space (scalar fixed by the test).
 using execution_spaces = typename impl::concat<
+    impl::device_space_list<impl::single_space>,
 #ifdef KOKKOS_ENABLE_SERIAL
     std::tuple<Kokkos::Serial>,
 #endif

@@ -61,11 +61,20 @@ template <class ExecutionSpace>
 inline constexpr bool is_host_space_v =
     std::is_same_v<typename ExecutionSpace::memory_space, Kokkos::HostSpace>;
 
+/// 1 in a translation unit compiled as CUDA (nvcc): the host kernels are written with GCC/clang
+/// vector extensions, which nvcc's front end rejects, so there the host spaces run the portable
+/// kernels, the same source the device runs.
+#if defined(__CUDACC__)
+#define CTXPAR_CUDA_TRANSLATION_UNIT 1
+#else
+#define CTXPAR_CUDA_TRANSLATION_UNIT 0
+#endif
+
 /// True when `ExecutionSpace` takes the host fast paths (host SIMD kernels); false on device
-/// backends and on every space in a `CTXPAR_PORTABLE_KERNELS` build.
+/// backends, on every space in a `CTXPAR_PORTABLE_KERNELS` build and in a CUDA translation unit.
 template <class ExecutionSpace>
 inline constexpr bool uses_host_fast_path_v =
-    is_host_space_v<ExecutionSpace> && !CTXPAR_PORTABLE_KERNELS;
+    is_host_space_v<ExecutionSpace> && !CTXPAR_PORTABLE_KERNELS && !CTXPAR_CUDA_TRANSLATION_UNIT;
 
 /// Team size for launching `functor` with `probe` (a policy of the right league size, scratch
 /// sizes and vector length, built with team size 1 only to ask Kokkos what fits): on host spaces
