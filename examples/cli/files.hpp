@@ -160,6 +160,10 @@ class StagedFiles {
     if (fd < 0) return target + ": cannot create a temporary file: " + std::strerror(errno);
     name = buffer.data();
     staged_.emplace_back(name, target);
+    // mkstemp creates the file 0600; an output gets the mode a plain create would give it.
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd, 0666 & ~mask);
     while (n > 0) {
       const ssize_t put = ::write(fd, data, n);
       if (put < 0 && errno == EINTR) continue;
