@@ -13,9 +13,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -387,14 +387,17 @@ inline void write_npy(std::ostream& out, const NpyArray& array) {
   out.write(array.bytes().data(), static_cast<std::streamsize>(array.bytes().size()));
 }
 
-/// Writes `array` to `path` (version 1.0, or 2.0 if the header needs it). Throws on an I/O error.
+/// Writes `array` to `path` (version 1.0, or 2.0 if the header needs it) through a fresh
+/// temporary renamed into place (`StagedFiles`): `path` is complete or untouched. Throws on an
+/// I/O error or when `path` is not a regular file.
 inline void write_npy(const std::string& path, const NpyArray& array) {
-  std::ofstream out(path, std::ios::binary);
-  require_local(static_cast<bool>(out), "ctxpar::cli::write_npy",
-                path + ": cannot open for writing", "a writable path", "open failed");
+  std::ostringstream out;
   write_npy(out, array);
-  require_local(static_cast<bool>(out), "ctxpar::cli::write_npy", path + ": write failed",
-                "all bytes written", "an I/O error");
+  StagedFiles staged;
+  std::string problem = staged.stage(path, out.str());
+  if (problem.empty()) problem = staged.commit();
+  require_local(problem.empty(), "ctxpar::cli::write_npy", path + ": cannot write",
+                "the file written", problem);
 }
 
 /// Writes `n = prod(shape)` values starting at `data`.
