@@ -150,15 +150,9 @@ class StagedFiles {
   std::string stage(const std::string& target, const char* data, std::size_t n) {
     const std::string problem = why_not_output_file(target);
     if (!problem.empty()) return target + ": " + problem;
-    const std::filesystem::path t(target);
-    std::string name =
-        (t.parent_path() / ("." + t.filename().string() + ".ctxpar-XXXXXX")).string();
-    // mkstemp creates the file with O_CREAT | O_EXCL under a name no other file has.
-    std::vector<char> buffer(name.begin(), name.end());
-    buffer.push_back('\0');
-    const int fd = ::mkstemp(buffer.data());
+    std::string name;
+    const int fd = create_beside(target, "ctxpar", name);
     if (fd < 0) return target + ": cannot create a temporary file: " + std::strerror(errno);
-    name = buffer.data();
     staged_.emplace_back(name, target);
     // mkstemp creates the file 0600; an output gets the mode a plain create would give it.
     const mode_t mask = ::umask(0);
@@ -190,23 +184,35 @@ class StagedFiles {
   }
 
   /// Renames every staged file onto its target. Empty on success; on a failure, every file
-  /// renamed so far and every temporary is removed, and the problem is returned.
+  /// renamed so far and every temporary is removed, every file a target replaced is put back, and
+  /// the problem is returned. A target that already exists is first moved aside under a fresh
+  /// name (so a failed run loses no earlier output) and removed once every rename succeeded.
   std::string commit() {
     std::vector<std::string> renamed;
+    std::vector<std::pair<std::string, std::string>> kept;  // earlier file's new name, target
+    auto roll_back = [&](const std::string& problem) {
+      for (const auto& r : renamed) std::remove(r.c_str());
+      for (const auto& [old, target] : kept) std::rename(old.c_str(), target.c_str());
+      discard();
+      return problem;
+    };
     for (const auto& [temporary, target] : staged_) {
       struct stat st;
-      std::string problem;
-      if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-        problem = target + ": is " + impl::file_kind(st.st_mode) + ", not a regular file";
-      else if (::rename(temporary.c_str(), target.c_str()) != 0)
-        problem = target + ": cannot rename the temporary into place: " + std::strerror(errno);
-      if (!problem.empty()) {
-        for (const auto& r : renamed) std::remove(r.c_str());
-        discard();
-        return problem;
+      if (::stat(target.c_str(), &st) == 0) {
+        if (!S_ISREG(st.st_mode))
+          return roll_back(target + ": is " + impl::file_kind(st.st_mode) +
+                           ", not a regular file");
+        std::string aside;
+        const std::string problem = move_aside(target, aside);
+        if (!problem.empty()) return roll_back(problem);
+        kept.emplace_back(aside, target);
       }
+      if (::rename(temporary.c_str(), target.c_str()) != 0)
+        return roll_back(target + ": cannot rename the temporary into place: " +
+                         std::strerror(errno));
       renamed.push_back(target);
     }
+    for (const auto& k : kept) std::remove(k.first.c_str());
     staged_.clear();
     return "";
   }
@@ -218,6 +224,34 @@ class StagedFiles {
   }
 
  private:
+  /// Creates a new empty file `.<target's name>.<tag>-XXXXXX` beside `target` (mkstemp:
+  /// O_CREAT | O_EXCL under a name no other file has), its name in `name`. The descriptor, or -1
+  /// with errno set.
+  static int create_beside(const std::string& target, const char* tag, std::string& name) {
+    const std::filesystem::path t(target);
+    const std::string pattern =
+        (t.parent_path() / ("." + t.filename().string() + "." + tag + "-XXXXXX")).string();
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    const int fd = ::mkstemp(buffer.data());
+    if (fd >= 0) name = buffer.data();
+    return fd;
+  }
+
+  /// Renames the existing `target` to a fresh name beside it (reserved exclusively by mkstemp,
+  /// then replaced atomically), returned in `aside`. Empty on success, else the problem.
+  static std::string move_aside(const std::string& target, std::string& aside) {
+    const int fd = create_beside(target, "ctxpar-old", aside);
+    if (fd < 0) return target + ": cannot keep the earlier file aside: " + std::strerror(errno);
+    ::close(fd);
+    if (::rename(target.c_str(), aside.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      std::remove(aside.c_str());
+      return target + ": cannot keep the earlier file aside: " + why;
+    }
+    return "";
+  }
+
   std::vector<std::pair<std::string, std::string>> staged_;  // temporary, target
 };
 

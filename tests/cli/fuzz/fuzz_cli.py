@@ -537,6 +537,11 @@ def hostile_cases(rng, swa, cw, base, hd, ho):
     # outputs that cannot be committed: every other file removed again
     cases.append(Case(f"{H}swa/summary.json-is-a-directory", "swa", {}, swa,
                       culprits=("summary.json",), out_files={"summary.json": "DIR"}))
+    # the same over an earlier run's output: the rollback puts the earlier out.npy back
+    cases.append(Case(f"{H}swa/earlier-out.npy-kept-when-the-commit-fails", "swa", {}, swa,
+                      culprits=("summary.json",),
+                      out_files={"out.npy": b"an earlier run's output", "summary.json": "DIR"},
+                      ranks=(2,)))
     cases.append(Case(f"{H}chunkwise/dg.npy-is-a-FIFO", "chunkwise", dict(base, backward=None),
                       cw, culprits=("dg.npy",), out_files={"dg.npy": "FIFO"}, ranks=(3,)))
     # a sparse file far larger than its header says: refused from its size, not read
@@ -800,6 +805,16 @@ def judge(case, np_, rc, text, out_dir, elapsed, timed_out):
         left = set(os.listdir(out_dir)) - set(case.out_files) if os.path.exists(out_dir) else ()
         if left:
             wrong.append(f"a refused run left files in --out: {sorted(left)}")
+        # no data loss: a file that was in --out before a refused run still holds its bytes
+        for name, content in case.out_files.items():
+            if isinstance(content, bytes):
+                path = os.path.join(out_dir, name)
+                if not os.path.isfile(path):
+                    wrong.append(f"a refused run removed the earlier {name} from --out")
+                else:
+                    with open(path, "rb") as f:
+                        if f.read() != content:
+                            wrong.append(f"a refused run changed the earlier {name} in --out")
         saved = os.path.join(os.path.dirname(out_dir), "saved")
         if case.reference and case.reference[0] == "save" and os.path.isdir(saved):
             written = [n for n in os.listdir(saved) if os.path.isfile(os.path.join(saved, n))
