@@ -5,6 +5,7 @@
 #include "ctxpar/comm/comm.hpp"
 #include "ctxpar/core/allocation_counter.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/host_isa.hpp"
 #include "ctxpar/core/config.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/fingerprint.hpp"

@@ -23,6 +23,7 @@
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/comm/allgather.hpp"
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/host_isa_agreement.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
 #include "ctxpar/comm/scan.hpp"
@@ -520,8 +521,15 @@ class CpPlan {
         id_(impl::next_plan_id()) {
     Preconditions chk(group, "ctxpar::chunkwise::CpPlan");
     impl::build_checks<Backend, Policy>(chk, backend, layout, shape, options);
+    int isa = 0;
+    ctxpar::impl::agree_host_isa(chk, isa);
     chk.agree();
+    host_isa_ = static_cast<HostIsa>(isa);
   }
+
+  /// The instruction set of the host kernels, agreed by the ranks at construction
+  /// (`core/host_isa.hpp`).
+  HostIsa host_isa() const { return host_isa_; }
 
   CpPlan(const CpPlan&) = delete;             ///< not copyable: the plan owns its memory
   CpPlan& operator=(const CpPlan&) = delete;  ///< not copyable: the plan owns its memory
@@ -538,6 +546,7 @@ class CpPlan {
                context_type& ctx, const forward_states_type& states = {}) {
     using transition = typename Backend::transition_type;
     compat::ScopedRegion region("ctxpar::chunkwise::CpPlan::forward");
+    const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     {
       Preconditions chk(group_, "ctxpar::chunkwise::CpPlan::forward");
       backend_.check(chk, inputs);
@@ -630,6 +639,7 @@ class CpPlan {
                 const gradients_type& grads, const backward_states_type& states = {}) {
     using transition = typename Backend::transition_type;
     compat::ScopedRegion region("ctxpar::chunkwise::CpPlan::backward");
+    const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     {
       Preconditions chk(group_, "ctxpar::chunkwise::CpPlan::backward");
       const bool from_here = ctx.plan == id_;
@@ -749,6 +759,7 @@ class CpPlan {
   ChunkwisePlan layout_;
   ChunkwiseShape shape_;
   DriverOptions options_;
+  HostIsa host_isa_ = HostIsa::baseline;
   std::int64_t id_;
   impl::DriverWorkspace<typename Backend::transition_type, memory_space> work_;
 };

@@ -5,6 +5,7 @@
 #include "ctxpar/comm/allgather.hpp"
 #include "ctxpar/comm/alltoall.hpp"
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/host_isa_agreement.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
 #include "ctxpar/comm/scan.hpp"

@@ -48,6 +48,13 @@ class Preconditions {
     return *this;
   }
 
+  /// Makes `*value` the lowest value any rank passes, in `agree()`'s own all-reduce (no extra
+  /// collective). `value` must stay valid until `agree()` returns.
+  Preconditions& take_lowest(int* value) {
+    lowest_.push_back(value);
+    return *this;
+  }
+
   /// True when no violation has been recorded on this rank so far.
   bool locally_ok() const noexcept { return !failed_; }
 
@@ -66,10 +73,15 @@ class Preconditions {
                 impl::to_text(root[i]) + " (as on rank 0)", same_values_[i]);
       }
     }
-    int first_failed = failed_ ? rank : size;
-    int lowest = size;
-    MPI_Allreduce(&first_failed, &lowest, 1, MPI_INT, MPI_MIN, comm);
+    // The verdict (the lowest failing rank) and the `take_lowest` values in one all-reduce.
+    std::vector<int> mine(1 + lowest_.size()), reduced(1 + lowest_.size());
+    mine[0] = failed_ ? rank : size;
+    for (std::size_t i = 0; i < lowest_.size(); ++i) mine[i + 1] = *lowest_[i];
+    MPI_Allreduce(mine.data(), reduced.data(), static_cast<int>(mine.size()), MPI_INT, MPI_MIN,
+                  comm);
     group_.record(CollectiveKind::agreement, 0, 0);
+    for (std::size_t i = 0; i < lowest_.size(); ++i) *lowest_[i] = reduced[i + 1];
+    const int lowest = reduced[0];
     if (lowest == size) return;
 
     // The failing rank's message reaches everyone, so all ranks throw the same error.
@@ -91,6 +103,7 @@ class Preconditions {
   std::string condition_, expected_, actual_;
   std::vector<std::string> same_names_;
   std::vector<std::int64_t> same_values_;
+  std::vector<int*> lowest_;
 };
 
 }  // namespace ctxpar

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ctxpar/comm/host_isa_agreement.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
 #include "ctxpar/core/workspace.hpp"
@@ -119,7 +120,10 @@ class GdpContextParallel {
     // turns such tokens (and the state after them) into NaN.
     chk.require(std::isfinite(options.l2_eps) && options.l2_eps > 0.0,
                 "options.l2_eps must be finite and positive", "a finite eps > 0", options.l2_eps);
+    int isa = 0;
+    ctxpar::impl::agree_host_isa(chk, isa);
     chk.agree();
+    host_isa_ = static_cast<HostIsa>(isa);
     const int me = group.rank();
     const KeyGroupPartition& b = pre_.blocks();
     const ChannelLayout in = shape.input_layout();
@@ -158,6 +162,9 @@ class GdpContextParallel {
 
   /// The layer shape at `P = 1`.
   const GdpShape& shape() const { return shape_; }
+  /// The instruction set of the host kernels, agreed by the ranks at construction
+  /// (`core/host_isa.hpp`).
+  HostIsa host_isa() const { return host_isa_; }
   /// This rank's heads, groups and section offsets.
   const impl::LocalDims& local_dims() const { return dims_; }
   /// The input transpose plan (`[z | V | K | Q | b | a]`).
@@ -279,6 +286,7 @@ class GdpContextParallel {
   void forward(const ExecutionSpace& space, const matrix& x, const parameters& full,
                const matrix& y, const matrix& z, const std::vector<std::int64_t>& cu_seqlens = {}) {
     compat::ScopedRegion region("ctxpar::heads::gdp_forward");
+    const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     check_parameters(full, cu_seqlens);
     slice_parameters(space, full, local_);
     pre_conv_ssm(space, x, u_);
@@ -302,6 +310,7 @@ class GdpContextParallel {
   void backward(const ExecutionSpace& space, const matrix& dy, const matrix& dz, const matrix& dx,
                 const parameters& grads) {
     compat::ScopedRegion region("ctxpar::heads::gdp_backward");
+    const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     check_parameters(grads, {});
     // As in `forward`: identity transposes (one rank) read dy, dz and write dx in place. x itself
     // is still copied into the plan's u, which the backward reads: the caller's x may change.
@@ -395,6 +404,7 @@ class GdpContextParallel {
   }
 
   GdpShape shape_;
+  HostIsa host_isa_ = HostIsa::baseline;
   plan_type pre_, post_;
   impl::LocalDims dims_;
   GdpLayerCore<Scalar, MemorySpace> core_;

@@ -21,6 +21,7 @@
 #include "ctxpar/comm/allgather.hpp"
 #include "ctxpar/comm/alltoall.hpp"
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/host_isa_agreement.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
 #include "ctxpar/comm/sendrecv.hpp"
@@ -416,7 +417,10 @@ class StepPlan {
                       fingerprint(Policy::name))
         .require_same(std::string("the key/value layout (") + Layout::name + " here)",
                       fingerprint(Layout::name));
+    int isa = 0;
+    ctxpar::impl::agree_host_isa(chk, isa);
     chk.agree();
+    host_isa_ = static_cast<HostIsa>(isa);
     scale_ = impl::effective_scale(options, shape.head_dim);
     agreement_.reserve(static_cast<std::size_t>(7 * group.size()));
   }
@@ -429,6 +433,7 @@ class StepPlan {
   void forward(const chunk_type& chunk, const cache_type& cache, tensor_type& out,
                cache_type& next_cache, state_type& saved) {
     compat::ScopedRegion region("ctxpar::swa::StepPlan::forward");
+    const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     const int me = group_.rank();
     const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
     const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
@@ -582,6 +587,7 @@ class StepPlan {
   void backward(const state_type& saved, const tensor_type& dout,
                 const cache_gradient_type& d_next_cache, gradients_type& grads) {
     compat::ScopedRegion region("ctxpar::swa::StepPlan::backward");
+    const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     const impl::StepTables<MemorySpace>& tb = saved.tables;
     const int me = group_.rank();
     const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
@@ -726,6 +732,9 @@ class StepPlan {
   const Options& options() const { return options_; }
   /// The ranks of the plan.
   const Group& group() const { return group_; }
+  /// The instruction set of the host kernels, agreed by the ranks at construction
+  /// (`core/host_isa.hpp`).
+  HostIsa host_isa() const { return host_isa_; }
   /// Bytes of staging buffers and kernel scratch the plan holds now (they grow to the largest
   /// step seen and never shrink).
   std::size_t workspace_bytes() const {
@@ -820,6 +829,7 @@ class StepPlan {
   Group group_;
   StepShape shape_;
   Options options_;
+  HostIsa host_isa_ = HostIsa::baseline;
   double scale_ = 1.0;
   std::int64_t fingerprint_ = 0;
   std::vector<std::int64_t> agreement_;

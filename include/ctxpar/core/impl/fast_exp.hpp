@@ -11,10 +11,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/simd.hpp"
 
+CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::impl {
 
 /// `exp(r)` on the reduced range `|r| <= ln2/2`: the degree-7 Taylor polynomial in Horner form.
@@ -55,39 +57,41 @@ KOKKOS_INLINE_FUNCTION double fast_exp(double x) {
   return compat::exp(x);
 }
 
-/// The float `fast_exp` (same range reduction and polynomial, same bits) on every lane.
-inline simd_t<float> simd_exp(simd_t<float> x) {
+/// `fast_exp` on every lane of a vector of any width: for floats the same range reduction and
+/// polynomial as the scalar one, so the same bits; for doubles the library `exp` lane by lane.
+template <class V>
+inline V simd_exp(V x) {
+  using T = simd_lane_t<V>;
+  constexpr int lanes = simd_lanes<V>;
 #if CTXPAR_HOST_SIMD
-  // Branch-free on whole vectors: a per-lane loop with the clamps as branches stays scalar (GCC
-  // threads the two tests of x < -87 into separate paths and then cannot if-convert the loop).
-  typedef std::int32_t ints __attribute__((vector_size(CTXPAR_SIMD_BYTES)));
-  using floats = simd_t<float>;
-  const floats lo = simd_broadcast(-87.0f), hi = simd_broadcast(88.0f);
-  floats xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  const floats scaled = xc * 1.44269504088896341f;
-  const floats half = scaled >= simd_zero<float>() ? simd_broadcast(0.5f) : simd_broadcast(-0.5f);
-  const ints n = __builtin_convertvector(scaled + half, ints);
-  const floats nf = __builtin_convertvector(n, floats);
-  const floats r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  const floats p = exp_reduced(r);
-  const ints bits = (n + 127) << 23;
-  floats two_n;
-  std::memcpy(&two_n, &bits, sizeof(two_n));
-  return x < lo ? simd_zero<float>() : p * two_n;
-#else
-  float xs[Simd<float>::lanes];
-  simd_store(xs, x);
-  for (int i = 0; i < Simd<float>::lanes; ++i) xs[i] = fast_exp(xs[i]);
-  return simd_load(xs);
+  if constexpr (std::is_same_v<T, float>) {
+    // Branch-free on whole vectors: a per-lane loop with the clamps as branches stays scalar (GCC
+    // threads the two tests of x < -87 into separate paths and then cannot if-convert the loop).
+    constexpr int bytes = static_cast<int>(sizeof(V));
+    typedef std::int32_t ints __attribute__((vector_size(bytes)));
+    const V lo = simd_broadcast<float, bytes>(-87.0f), hi = simd_broadcast<float, bytes>(88.0f);
+    V xc = x < lo ? lo : x;
+    xc = xc > hi ? hi : xc;
+    const V scaled = xc * 1.44269504088896341f;
+    const V half = scaled >= simd_zero<float, bytes>() ? simd_broadcast<float, bytes>(0.5f)
+                                                       : simd_broadcast<float, bytes>(-0.5f);
+    const ints n = __builtin_convertvector(scaled + half, ints);
+    const V nf = __builtin_convertvector(n, V);
+    const V r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+    const V p = exp_reduced(r);
+    const ints bits = (n + 127) << 23;
+    V two_n;
+    std::memcpy(&two_n, &bits, sizeof(two_n));
+    return x < lo ? simd_zero<float, bytes>() : p * two_n;
+  }
 #endif
-}
-/// `exp` lane by lane in double precision.
-inline simd_t<double> simd_exp(simd_t<double> x) {
-  double xs[Simd<double>::lanes];
+  T xs[lanes];
   simd_store(xs, x);
-  for (int i = 0; i < Simd<double>::lanes; ++i) xs[i] = std::exp(xs[i]);
-  return simd_load(xs);
+  for (int i = 0; i < lanes; ++i) xs[i] = fast_exp(xs[i]);
+  V r;
+  std::memcpy(&r, xs, sizeof(r));
+  return r;
 }
 
 }  // namespace ctxpar::impl
+CTXPAR_WIDE_VECTORS_END

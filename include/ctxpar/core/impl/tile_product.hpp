@@ -32,6 +32,7 @@
 #define CTXPAR_KEEP_IN_REGISTER(v) ((void)0)
 #endif
 
+CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::impl {
 
 /// Where the left operand `A(i, p)` can be nonzero: everywhere, only for `p <= i` (lower
@@ -67,15 +68,14 @@ KOKKOS_INLINE_FUNCTION Left<T> transposed(const T* p, int ld, Band band = Band::
 /// `PinB` keeps each row of `B` in registers (`CTXPAR_KEEP_IN_REGISTER`): the wide blocks of
 /// `simd_block_accumulate` take it (GCC reloaded their four vectors once per row of `A`); the
 /// two-vector tiles of the chunkwise kernels are left as the compiler schedules them.
-template <int Rows, int Cols, class T, bool PinB = false>
+template <int Rows, int Cols, bool PinB = false, class T, class V>
 KOKKOS_INLINE_FUNCTION void simd_tile_accumulate(const T* a, long rs, long cs, int p0, int p1,
-                                                 const T* b, long ldb,
-                                                 simd_t<T> (&acc)[Rows][Cols]) {
-  constexpr int lanes = Simd<T>::lanes;
+                                                 const T* b, long ldb, V (&acc)[Rows][Cols]) {
+  constexpr int lanes = simd_lanes<V>, bytes = static_cast<int>(sizeof(V));
   for (int p = p0; p < p1; ++p) {
-    simd_t<T> bp[Cols];
+    V bp[Cols];
     for (int c = 0; c < Cols; ++c) {
-      bp[c] = simd_load(b + p * ldb + c * lanes);
+      bp[c] = simd_load<T, bytes>(b + p * ldb + c * lanes);
       if constexpr (PinB) CTXPAR_KEEP_IN_REGISTER(bp[c]);
     }
     CTXPAR_UNROLL
@@ -89,40 +89,40 @@ KOKKOS_INLINE_FUNCTION void simd_tile_accumulate(const T* a, long rs, long cs, i
 /// `C[Rows][Cols·lanes] += A·B` in place: `A(r, p) = a[r·rs + p·cs]` for `p < k`, `B` row-major
 /// with `ldb`, `C` row-major with `ldc`; each element adds its `k` terms to its old value one by
 /// one in increasing `p`.
-template <int Rows, int Cols, class T>
+template <int Rows, int Cols, int Bytes = CTXPAR_SIMD_BYTES, class T>
 KOKKOS_INLINE_FUNCTION void simd_block_accumulate(const T* a, long rs, long cs, int k, const T* b,
                                                   long ldb, T* c, long ldc) {
-  constexpr int lanes = Simd<T>::lanes;
-  simd_t<T> o[Rows][Cols];
+  constexpr int lanes = Simd<T, Bytes>::lanes;
+  simd_t<T, Bytes> o[Rows][Cols];
   for (int i = 0; i < Rows; ++i)
-    for (int v = 0; v < Cols; ++v) o[i][v] = simd_load(c + i * ldc + v * lanes);
-  simd_tile_accumulate<Rows, Cols, T, (Cols > 2)>(a, rs, cs, 0, k, b, ldb, o);
+    for (int v = 0; v < Cols; ++v) o[i][v] = simd_load<T, Bytes>(c + i * ldc + v * lanes);
+  simd_tile_accumulate<Rows, Cols, (Cols > 2)>(a, rs, cs, 0, k, b, ldb, o);
   for (int i = 0; i < Rows; ++i)
     for (int v = 0; v < Cols; ++v) simd_store(c + i * ldc + v * lanes, o[i][v]);
 }
 
 /// `simd_block_accumulate` over all `n` (a multiple of the lanes) columns: blocks of 4 vectors,
 /// then single vectors.
-template <int Rows, class T>
+template <int Rows, int Bytes = CTXPAR_SIMD_BYTES, class T>
 KOKKOS_INLINE_FUNCTION void simd_rows_accumulate(const T* a, long rs, long cs, int k, const T* b,
                                                  long ldb, T* c, long ldc, int n) {
-  constexpr int lanes = Simd<T>::lanes;
+  constexpr int lanes = Simd<T, Bytes>::lanes;
   constexpr int wide = 4;
   int c0 = 0;
   for (; c0 + wide * lanes <= n; c0 += wide * lanes)
-    simd_block_accumulate<Rows, wide>(a, rs, cs, k, b + c0, ldb, c + c0, ldc);
+    simd_block_accumulate<Rows, wide, Bytes>(a, rs, cs, k, b + c0, ldb, c + c0, ldc);
   for (; c0 < n; c0 += lanes)
-    simd_block_accumulate<Rows, 1>(a, rs, cs, k, b + c0, ldb, c + c0, ldc);
+    simd_block_accumulate<Rows, 1, Bytes>(a, rs, cs, k, b + c0, ldb, c + c0, ldc);
 }
 
-/// The register tile of a scalar type: `MR` rows × `NR` columns of `C`. On hosts with vector
-/// extensions `NR` is two vector registers, so 4 rows need 8 accumulators (SSE/AVX have 16
-/// registers) and 8 rows 16 (AVX-512 has 32).
-template <class T>
+/// The register tile of a scalar type at a vector width: `MR` rows × `NR` columns of `C`. On hosts
+/// with vector extensions `NR` is two vector registers, so 4 rows need 8 accumulators (SSE/AVX
+/// have 16 registers) and 8 rows 16 (AVX-512 has 32).
+template <class T, int Bytes = CTXPAR_SIMD_BYTES>
 struct TileShape {
 #if CTXPAR_HOST_SIMD
-  static constexpr int mr = CTXPAR_SIMD_BYTES == 64 ? 8 : 4;
-  static constexpr int nr = 2 * Simd<T>::lanes;
+  static constexpr int mr = Bytes == 64 ? 8 : 4;
+  static constexpr int nr = 2 * Simd<T, Bytes>::lanes;
 #else
   static constexpr int mr = 4;
   static constexpr int nr = sizeof(T) == 4 ? 8 : 4;
@@ -130,14 +130,15 @@ struct TileShape {
 };
 
 /// One full `MR×NR` tile at `(i0, j0)` of `C (+)= alpha·A·B` over the inner range `[p0, p1)`.
-template <int MR, int NR, class T>
+template <int MR, int NR, int Bytes = CTXPAR_SIMD_BYTES, class T>
 KOKKOS_INLINE_FUNCTION void register_tile(int i0, int j0, int p0, int p1, T alpha, Left<T> a,
                                           const T* b, int ldb, T* c, int ldc, bool accumulate) {
 #if CTXPAR_HOST_SIMD
-  if constexpr (NR == 2 * Simd<T>::lanes) {
-    constexpr int lanes = Simd<T>::lanes;
-    simd_t<T> acc[MR][2];
-    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = simd_t<T>{};
+  if constexpr (NR == 2 * Simd<T, Bytes>::lanes) {
+    using simd = simd_t<T, Bytes>;
+    constexpr int lanes = Simd<T, Bytes>::lanes;
+    simd acc[MR][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = simd{};
     simd_tile_accumulate<MR, 2>(a.ptr + static_cast<long>(i0) * a.row_stride, a.row_stride,
                                 a.col_stride, p0, p1, b + j0, ldb, acc);
     // Written out for the two vectors, one branch per row: this shape decides whether GCC
@@ -145,9 +146,9 @@ KOKKOS_INLINE_FUNCTION void register_tile(int i0, int j0, int p0, int p1, T alph
     CTXPAR_UNROLL
     for (int r = 0; r < MR; ++r) {
       T* crow = c + static_cast<long>(i0 + r) * ldc + j0;
-      simd_t<T> c0 = alpha * acc[r][0], c1 = alpha * acc[r][1];
+      simd c0 = alpha * acc[r][0], c1 = alpha * acc[r][1];
       if (accumulate) {
-        const simd_t<T> o0 = simd_load(crow), o1 = simd_load(crow + lanes);
+        const simd o0 = simd_load<T, Bytes>(crow), o1 = simd_load<T, Bytes>(crow + lanes);
         c0 += o0;
         c1 += o1;
       }
@@ -189,7 +190,7 @@ KOKKOS_INLINE_FUNCTION void register_tile(int i0, int j0, int p0, int p1, T alph
 /// leading dimension `ldb`, `C` m×n row-major with `ldc`, in `MR×NR` tiles. With `lower_output`,
 /// tiles strictly above the diagonal of `C` are skipped (left untouched). Work is spread over the
 /// team's threads by tile; the caller fences with a team barrier.
-template <int MR, int NR, class T, class Member>
+template <int MR, int NR, int Bytes = CTXPAR_SIMD_BYTES, class T, class Member>
 KOKKOS_INLINE_FUNCTION void team_tile_product(const Member& team, int m, int n, int k, T alpha,
                                               Left<T> a, const T* b, int ldb, T* c, int ldc,
                                               bool accumulate, bool lower_output = false) {
@@ -205,7 +206,7 @@ KOKKOS_INLINE_FUNCTION void team_tile_product(const Member& team, int m, int n, 
     if (a.band == Band::lower) p1 = i0 + mr < k ? i0 + mr : k;
     if (a.band == Band::upper) p0 = i0;
     if (mr == MR && nr == NR) {
-      register_tile<MR, NR>(i0, j0, p0, p1, alpha, a, b, ldb, c, ldc, accumulate);
+      register_tile<MR, NR, Bytes>(i0, j0, p0, p1, alpha, a, b, ldb, c, ldc, accumulate);
     } else {
       for (int r = 0; r < mr; ++r) {
         for (int s = 0; s < nr; ++s) {
@@ -222,13 +223,14 @@ KOKKOS_INLINE_FUNCTION void team_tile_product(const Member& team, int m, int n, 
   });
 }
 
-/// `team_tile_product` with the default tile shape of `T`.
-template <class T, class Member>
+/// `team_tile_product` with the tile shape of `T` at the vector width `Bytes`.
+template <int Bytes = CTXPAR_SIMD_BYTES, class T, class Member>
 KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int m, int n, int k, T alpha, Left<T> a,
                                       const T* b, int ldb, T* c, int ldc, bool accumulate,
                                       bool lower_output = false) {
-  team_tile_product<TileShape<T>::mr, TileShape<T>::nr>(team, m, n, k, alpha, a, b, ldb, c, ldc,
-                                                        accumulate, lower_output);
+  team_tile_product<TileShape<T, Bytes>::mr, TileShape<T, Bytes>::nr, Bytes>(
+      team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate, lower_output);
 }
 
 }  // namespace ctxpar::impl
+CTXPAR_WIDE_VECTORS_END
