@@ -21,6 +21,7 @@
 #include "ctxpar/swa/impl/team_kernels.hpp"
 #include "ctxpar/swa/window_mask.hpp"
 
+CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::swa {
 
 namespace impl {
@@ -103,12 +104,13 @@ template <class ExecutionSpace, class Scalar, class MemorySpace>
 PackedKeys<accumulator_t<Scalar>, MemorySpace> pack_keys(
     const ExecutionSpace& space, const AttentionInputs<Scalar, MemorySpace>& in,
     const KernelShape<Scalar, MemorySpace>& shape, AttentionWorkspace<MemorySpace>& workspace,
-    bool kt, bool kr, bool vt, bool vr) {
+    bool kt, bool kr, bool vt, bool vr, ctxpar::HostIsa isa) {
   using acc = accumulator_t<Scalar>;
   PackedKeys<acc, MemorySpace> p;
   p.base = -(in.key_origin % key_tile);
   p.tiles = (shape.nk - p.base + key_tile - 1) / key_tile;
-  p.dp = padded_dim<acc>(shape.dim);
+  // Rows padded to whole vectors of the width the kernels will run at.
+  p.dp = padded_dim(shape.dim, ctxpar::impl::host_isa_bytes(isa) / static_cast<int>(sizeof(acc)));
   const std::size_t n = static_cast<std::size_t>(p.tiles * shape.hkv * key_tile * p.dp);
   const auto alloc = [&](GrowingBuffer<MemorySpace>& storage, bool want) {
     return carve<Kokkos::View<acc*, MemorySpace>>(storage, want ? n : 0);
@@ -199,28 +201,27 @@ bool window_runs(const Mask& mask, const mask::Token* qtok, int rows, int valid_
 /// Masks the scores `s` of `Rows` query rows against one key tile in registers: a tile the window
 /// cuts (`window_runs`) by a lane range per row, any other mask pair by pair through `p` (scratch
 /// of `Rows * key_tile`). Rows past `valid_rows` are masked entirely.
-template <int Rows, class Mask, class T>
+template <int Rows, class Mask, class T, class V, int Vectors>
 void host_mask_scores(const Mask& mask, const mask::Token* qtok, int valid_rows,
-                      const mask::Token* ktok, const bool* kvalid,
-                      simd_t<T> (&s)[Rows][tile_vectors<T>], T* p) {
-  constexpr int nv = tile_vectors<T>, lanes = Simd<T>::lanes;
+                      const mask::Token* ktok, const bool* kvalid, V (&s)[Rows][Vectors], T* p) {
+  constexpr int nv = Vectors, lanes = simd_lanes<V>, bytes = static_cast<int>(sizeof(V));
   int lo[Rows], hi[Rows];
   if (window_runs(mask, qtok, Rows, valid_rows, ktok, kvalid, lo, hi)) {
     alignas(64) T lane_index[key_tile];  // 0, 1, ..., key_tile - 1 (exact in any float type)
     for (int j = 0; j < key_tile; ++j) lane_index[j] = static_cast<T>(j);
     for (int r = 0; r < Rows; ++r)
       for (int c = 0; c < nv; ++c) {
-        const simd_t<T> j = simd_load<T>(lane_index + c * lanes);
+        const V j = simd_load<T, bytes>(lane_index + c * lanes);
         s[r][c] = (j >= static_cast<T>(lo[r])) & (j < static_cast<T>(hi[r]))
                       ? s[r][c]
-                      : simd_broadcast<T>(masked_score<T>());
+                      : simd_broadcast<T, bytes>(masked_score<T>());
       }
   } else {
     for (int r = 0; r < Rows; ++r)
       for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
     host_mask_rows(mask, qtok, Rows, valid_rows, ktok, kvalid, p);
     for (int r = 0; r < Rows; ++r)
-      for (int c = 0; c < nv; ++c) s[r][c] = simd_load<T>(p + r * key_tile + c * lanes);
+      for (int c = 0; c < nv; ++c) s[r][c] = simd_load<T, bytes>(p + r * key_tile + c * lanes);
   }
 }
 
@@ -230,7 +231,6 @@ void host_mask_scores(const Mask& mask, const mask::Token* qtok, int valid_rows,
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct HostForwardKernel {
   using acc = accumulator_t<Scalar>;
-  using simd = simd_t<acc>;
   AttentionInputs<Scalar, MemorySpace> in;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
   Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> lse;
@@ -239,18 +239,23 @@ struct HostForwardKernel {
   KernelShape<Scalar, MemorySpace> shape;
   std::int64_t tiles;
   int level;
+  ctxpar::HostIsa isa;
 
   // Per query row: the scaled query, the output accumulator, the running maximum and the running
-  // sum of weights, kept lane by lane (one vector per row) and summed once at the end, so the
-  // tile loop makes no horizontal reduction for it.
+  // sum of weights, kept lane by lane (one vector per row, sized for the widest) and summed once
+  // at the end, so the tile loop makes no horizontal reduction for it.
   static std::size_t scratch_bytes(int dp) {
-    return sizeof(acc) * (2 * std::size_t(query_tile) * dp + query_tile +
-                          std::size_t(query_tile) * Simd<acc>::lanes) +
-           64;
+    return sizeof(acc) * (2 * std::size_t(query_tile) * dp + query_tile) +
+           std::size_t(query_tile) * ctxpar::impl::max_simd_bytes + 64;
   }
 
-  void operator()(const Member& team) const {
-    constexpr int rows = score_rows<acc>, nv = tile_vectors<acc>, lanes = Simd<acc>::lanes;
+  void operator()(const Member& team) const { ctxpar::impl::run_kernel<true>(isa, *this, team); }
+
+  template <int Bytes>
+  void run(const Member& team) const {
+    using simd = simd_t<acc, Bytes>;
+    constexpr int rows = score_rows<acc, Bytes>, nv = tile_vectors<acc, Bytes>,
+                  lanes = Simd<acc, Bytes>::lanes;
     const int D = shape.dim, dp = packed.dp;
     const int h = static_cast<int>(team.league_rank() / tiles);
     const std::int64_t i0 = (team.league_rank() % tiles) * query_tile;
@@ -270,7 +275,7 @@ struct HostForwardKernel {
       qrow[r] = r < nq ? &in.q(i, h, 0) : nullptr;
       for (int d = 0; d < dp; ++d) os[r * dp + d] = acc(0);
       ms[r] = masked_score<acc>();
-      simd_store(ls + r * lanes, simd_zero<acc>());
+      simd_store(ls + r * lanes, simd_zero<acc, Bytes>());
     }
     host_copy_rows(qrow, query_tile, D, dp, scale, qs);
     std::int64_t lo, hi, j0;
@@ -292,36 +297,36 @@ struct HostForwardKernel {
         alignas(64) acc mnew[alpha_lanes], alpha[alpha_lanes];
         for (int r = 0; r < rows; ++r) {
           simd mx = s[r][0];
-          for (int c = 1; c < nv; ++c) mx = simd_max<acc>(mx, s[r][c]);
-          const acc rowmax = simd_max_lane<acc>(mx);
+          for (int c = 1; c < nv; ++c) mx = simd_max<acc, Bytes>(mx, s[r][c]);
+          const acc rowmax = simd_max_lane<acc, Bytes>(mx);
           mnew[r] = ms[r0 + r] > rowmax ? ms[r0 + r] : rowmax;
           alpha[r] = ms[r0 + r] - mnew[r];
         }
         for (int r = rows; r < alpha_lanes; ++r) alpha[r] = acc(0);
         for (int a = 0; a < alpha_lanes; a += lanes)
-          simd_store(alpha + a, simd_exp(simd_load<acc>(alpha + a)));
+          simd_store(alpha + a, simd_exp(simd_load<acc, Bytes>(alpha + a)));
         for (int r = 0; r < rows; ++r) {
           const int row = r0 + r;
-          simd sum = simd_zero<acc>();
+          simd sum = simd_zero<acc, Bytes>();
           for (int c = 0; c < nv; ++c) {
-            const simd e =
-                simd_zero_where<acc>(s[r][c], masked_score<acc>(), simd_exp(s[r][c] - mnew[r]));
+            const simd e = simd_zero_where<acc, Bytes>(s[r][c], masked_score<acc>(),
+                                                       simd_exp(s[r][c] - mnew[r]));
             simd_store(p + r * key_tile + c * lanes, e);
             sum += e;
           }
-          simd_store(ls + row * lanes, simd_load<acc>(ls + row * lanes) * alpha[r] + sum);
+          simd_store(ls + row * lanes, simd_load<acc, Bytes>(ls + row * lanes) * alpha[r] + sum);
           ms[row] = mnew[r];
           if (alpha[r] != acc(1))
             for (int d = 0; d < dp; d += lanes)
-              simd_store(os + row * dp + d, simd_load<acc>(os + row * dp + d) * alpha[r]);
+              simd_store(os + row * dp + d, simd_load<acc, Bytes>(os + row * dp + d) * alpha[r]);
         }
         for (int b = 0; b < rows; b += 4)
-          simd_rows_accumulate<4>(p + b * key_tile, key_tile, 1, key_tile, vr, dp,
-                                  os + (r0 + b) * dp, dp, dp);
+          simd_rows_accumulate<4, Bytes>(p + b * key_tile, key_tile, 1, key_tile, vr, dp,
+                                         os + (r0 + b) * dp, dp, dp);
       }
     }
     for (int r = 0; r < nq; ++r) {
-      const acc l = simd_sum<acc>(simd_load<acc>(ls + r * lanes));
+      const acc l = simd_sum<acc, Bytes>(simd_load<acc, Bytes>(ls + r * lanes));
       const acc inv = l > acc(0) ? acc(1) / l : acc(0);
       Scalar* o = &out(i0 + r, h, 0);
       for (int d = 0; d < D; ++d) o[d] = static_cast<Scalar>(os[r * dp + d] * inv);
@@ -333,26 +338,27 @@ struct HostForwardKernel {
 /// Softmax weights (into `p`) and score gradients (into `ds`) of `rows` query rows against one
 /// packed key tile, for the host backward kernels. The scores stay in registers from the product
 /// to the exponential (`host_mask_scores`).
-template <int Rows, class Mask, class T>
+template <int Rows, int Bytes, class Mask, class T>
 void host_weights_and_gradients(const Mask& mask, int dp, const T* qs, const T* dos, const T* kt,
                                 const T* vt, const T* lses, const T* deltas,
                                 const mask::Token* qtok, int valid_rows, const mask::Token* ktok,
                                 const bool* kvalid, bool full, T* p, T* ds) {
-  using simd = simd_t<T>;
-  constexpr int nv = tile_vectors<T>, lanes = Simd<T>::lanes;
+  using simd = simd_t<T, Bytes>;
+  constexpr int nv = tile_vectors<T, Bytes>, lanes = Simd<T, Bytes>::lanes;
   simd s[Rows][nv];
   host_scores<Rows>(qs, dp, kt, dp, s);
   if (!full || valid_rows < Rows)
     host_mask_scores<Rows>(mask, qtok, valid_rows, ktok, kvalid, s, p);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < nv; ++c)
-      simd_store(p + r * key_tile + c * lanes,
-                 simd_zero_where<T>(s[r][c], masked_score<T>(), simd_exp(s[r][c] - lses[r])));
+      simd_store(
+          p + r * key_tile + c * lanes,
+          simd_zero_where<T, Bytes>(s[r][c], masked_score<T>(), simd_exp(s[r][c] - lses[r])));
   host_scores<Rows>(dos, dp, vt, dp, s);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < nv; ++c)
       simd_store(ds + r * key_tile + c * lanes,
-                 simd_load<T>(p + r * key_tile + c * lanes) * (s[r][c] - deltas[r]));
+                 simd_load<T, Bytes>(p + r * key_tile + c * lanes) * (s[r][c] - deltas[r]));
 }
 
 /// Backward for dQ on the host when the backward is not fused (see `fused_backward_segments`): one
@@ -369,13 +375,17 @@ struct HostQueryGradientKernel {
   KernelShape<Scalar, MemorySpace> shape;
   std::int64_t tiles;
   int level;
+  ctxpar::HostIsa isa;
 
   static std::size_t scratch_bytes(int dp) {
     return sizeof(acc) * (3 * std::size_t(query_tile) * dp + 2 * query_tile) + 64;
   }
 
-  void operator()(const Member& team) const {
-    constexpr int rows = score_rows<acc>;
+  void operator()(const Member& team) const { ctxpar::impl::run_kernel<true>(isa, *this, team); }
+
+  template <int Bytes>
+  void run(const Member& team) const {
+    constexpr int rows = score_rows<acc, Bytes>;
     const int D = shape.dim, dp = packed.dp;
     const int h = static_cast<int>(team.league_rank() / tiles);
     const std::int64_t i0 = (team.league_rank() % tiles) * query_tile;
@@ -412,12 +422,12 @@ struct HostQueryGradientKernel {
       const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
       const std::size_t off = packed.offset(j0, hk, shape.hkv);
       for (int r0 = 0; r0 < nq; r0 += rows) {
-        host_weights_and_gradients<rows>(
+        host_weights_and_gradients<rows, Bytes>(
             mask, dp, qs + r0 * dp, dos + r0 * dp, packed.kt.data() + off, packed.vt.data() + off,
             lses + r0, deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full, p, ds);
         for (int b = 0; b < rows; b += 4)
-          simd_rows_accumulate<4>(ds + b * key_tile, key_tile, 1, key_tile, packed.kr.data() + off,
-                                  dp, dqs + (r0 + b) * dp, dp, dp);
+          simd_rows_accumulate<4, Bytes>(ds + b * key_tile, key_tile, 1, key_tile,
+                                         packed.kr.data() + off, dp, dqs + (r0 + b) * dp, dp, dp);
       }
     }
     for (int r = 0; r < nq; ++r) {
@@ -493,6 +503,7 @@ struct HostKeyGradientKernel {
   /// Query rows `[lo, hi)` of each present segment, `[count][2]` (with `dq_parts`).
   Kokkos::View<const std::int64_t*, MemorySpace> segment_rows;
   int level;
+  ctxpar::HostIsa isa;
 
   static std::size_t scratch_bytes(int dp) {
     return sizeof(acc) * (2 * std::size_t(key_tile) * dp + 2 * std::size_t(query_tile) * key_tile +
@@ -505,7 +516,10 @@ struct HostKeyGradientKernel {
     return dq_parts.data() + dq_part_offset(s, h, i, shape.hq, shape.tq, packed.dp);
   }
 
-  void operator()(const Member& team) const {
+  void operator()(const Member& team) const { ctxpar::impl::run_kernel<true>(isa, *this, team); }
+
+  template <int Bytes>
+  void run(const Member& team) const {
     const int dp = packed.dp;
     const int hk = static_cast<int>(team.league_rank() / segments.count);
     const std::int64_t k = team.league_rank() % segments.count, s = segments.first + k;
@@ -518,12 +532,13 @@ struct HostKeyGradientKernel {
         for (acc *x = part_row(s, h, lo), *end = part_row(s, h, hi); x < end; ++x) *x = acc(0);
     }
     for (std::int64_t t = t_begin > 0 ? t_begin : 0; t < t_end && t < packed.tiles; ++t)
-      tile(hk, s, packed.base + t * key_tile, dks);
+      tile<Bytes>(hk, s, packed.base + t * key_tile, dks);
   }
 
   /// dK and dV of the key tile starting at local key `j0` (and its dQ partial sums).
+  template <int Bytes>
   void tile(int hk, std::int64_t s, std::int64_t j0, acc* dks) const {
-    constexpr int rows = score_rows<acc>;
+    constexpr int rows = score_rows<acc, Bytes>;
     const int D = shape.dim, dp = packed.dp;
     const std::int64_t jlo = j0 > 0 ? j0 : 0;
     const std::int64_t jhi = j0 + key_tile < shape.nk ? j0 + key_tile : shape.nk;
@@ -564,25 +579,25 @@ struct HostKeyGradientKernel {
         const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
         acc* dqp = dq_parts.extent(0) > 0 ? part_row(s, h, i0) : nullptr;
         for (int r0 = 0; r0 < nq; r0 += rows) {
-          host_weights_and_gradients<rows>(mask, dp, qs + r0 * dp, dos + r0 * dp, kt, vt, lses + r0,
-                                           deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full,
-                                           ps + r0 * key_tile, dss + r0 * key_tile);
+          host_weights_and_gradients<rows, Bytes>(
+              mask, dp, qs + r0 * dp, dos + r0 * dp, kt, vt, lses + r0, deltas + r0, qtok + r0,
+              nq - r0, ktok, kvalid, full, ps + r0 * key_tile, dss + r0 * key_tile);
           if (dqp) {
             // Only the rows of queries in range: the rows past them belong to other teams.
             const int end = nq < r0 + rows ? nq : r0 + rows;
             int r = r0;
             for (; r + 4 <= end; r += 4)
-              simd_rows_accumulate<4>(dss + r * key_tile, key_tile, 1, key_tile, kr, dp,
-                                      dqp + r * dp, dp, dp);
+              simd_rows_accumulate<4, Bytes>(dss + r * key_tile, key_tile, 1, key_tile, kr, dp,
+                                             dqp + r * dp, dp, dp);
             for (; r < end; ++r)
-              simd_rows_accumulate<1>(dss + r * key_tile, key_tile, 1, key_tile, kr, dp,
-                                      dqp + r * dp, dp, dp);
+              simd_rows_accumulate<1, Bytes>(dss + r * key_tile, key_tile, 1, key_tile, kr, dp,
+                                             dqp + r * dp, dp, dp);
           }
         }
         for (int j = 0; j < key_tile; j += 4) {
           // Only the rows of queries in range: the rows past them may hold other queries.
-          simd_rows_accumulate<4>(ps + j, 1, key_tile, nq, dos, dp, dvs + j * dp, dp, dp);
-          simd_rows_accumulate<4>(dss + j, 1, key_tile, nq, qs, dp, dks + j * dp, dp, dp);
+          simd_rows_accumulate<4, Bytes>(ps + j, 1, key_tile, nq, dos, dp, dvs + j * dp, dp, dp);
+          simd_rows_accumulate<4, Bytes>(dss + j, 1, key_tile, nq, qs, dp, dks + j * dp, dp, dp);
         }
       }
     }
@@ -644,7 +659,7 @@ bool fused_backward_segments(const AttentionInputs<Scalar, MemorySpace>& in,
                              const KernelShape<Scalar, MemorySpace>& shape,
                              const PackedKeys<accumulator_t<Scalar>, MemorySpace>& packed,
                              GrowingBuffer<MemorySpace>& storage, KeySegments& segments,
-                             Kokkos::View<std::int64_t*, MemorySpace>& rows) {
+                             Kokkos::View<std::int64_t*, MemorySpace>& rows, ctxpar::HostIsa isa) {
   if (in.window <= 0) return false;
   // Measured with one thread (bench/swa kernel cases, t = 1024, Hq = 4, Hkv = 1). On an AVX2 host
   // (16 vector registers), fused, the backward goes from 0.58-0.70 to 0.82-0.89 of SGEMM at D = 64
@@ -652,7 +667,7 @@ bool fused_backward_segments(const AttentionInputs<Scalar, MemorySpace>& in,
   // D = 128 with W = 512 and 1024; those shapes keep the two-kernel backward there. On an AVX-512
   // host (Zen 4, 32 registers) fusing wins at D = 128 for every window: W = 512 from 0.77-0.83 to
   // 0.91-0.99, W = 1024 from 0.79-0.82 to 1.01-1.14 (three alternating runs each).
-  constexpr bool avx512_registers = CTXPAR_HOST_SIMD && CTXPAR_SIMD_BYTES >= 64;
+  const bool avx512_registers = CTXPAR_HOST_SIMD && ctxpar::impl::host_isa_bytes(isa) >= 64;
   if (packed.dp > 64 && in.window < 2048 && !avx512_registers) return false;
   segments.tiles = (in.window + key_tile - 1) / key_tile;
   segments.first_tile = in.key_origin / key_tile;
@@ -728,11 +743,13 @@ void attention_forward(
       using Kernel = impl::HostForwardKernel<Scalar, MemorySpace, Mask, Member>;
       const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
       int level = 0;
-      const auto packed = impl::pack_keys(space, in, shape, workspace, true, false, false, true);
+      const ctxpar::HostIsa isa = ctxpar::impl::active_host_isa();
+      const auto packed =
+          impl::pack_keys(space, in, shape, workspace, true, false, false, true, isa);
       auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
                                              Kernel::scratch_bytes(packed.dp), level);
       Kokkos::parallel_for("ctxpar::swa::attention_forward", policy,
-                           Kernel{in, out, lse, packed, mask, shape, tiles, level});
+                           Kernel{in, out, lse, packed, mask, shape, tiles, level, isa});
       return;
     }
   }
@@ -766,21 +783,24 @@ void attention_backward(
       const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
           impl::row_deltas(space, out, dout, workspace.delta);
       int level = 0;
-      const auto packed = impl::pack_keys(space, in, shape, workspace, true, true, true, false);
+      const ctxpar::HostIsa isa = ctxpar::impl::active_host_isa();
+      const auto packed =
+          impl::pack_keys(space, in, shape, workspace, true, true, true, false, isa);
       // The segment rows are read on the host from the positions the caller may have just
       // written on this space.
       space.fence();
       impl::KeySegments segments;
       Kokkos::View<std::int64_t*, MemorySpace> segment_rows;
       const bool fused = impl::fused_backward_segments(in, shape, packed, workspace.segment_rows,
-                                                       segments, segment_rows);
+                                                       segments, segment_rows, isa);
       if (!fused) {
         using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
         const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
         auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
                                                Kernel::scratch_bytes(packed.dp), level);
-        Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy,
-                             Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level});
+        Kokkos::parallel_for(
+            "ctxpar::swa::attention_backward_dq", policy,
+            Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level, isa});
         segments =
             impl::KeySegments{1, in.key_origin / key_tile, packed.tiles, in.key_origin / key_tile};
       }
@@ -803,7 +823,7 @@ void attention_backward(
       Kokkos::parallel_for(
           "ctxpar::swa::attention_backward_dkdv", kpolicy,
           KKernel{in, dout, lse, delta, dk, dv, packed, qrows, dorows, rows_per_head, mask, shape,
-                  segments, dq_parts, segment_rows, level});
+                  segments, dq_parts, segment_rows, level, isa});
       if (fused)
         Kokkos::parallel_for("ctxpar::swa::attention_backward_dq_sum",
                              Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
@@ -842,3 +862,4 @@ void attention_backward(
 }
 
 }  // namespace ctxpar::swa
+CTXPAR_WIDE_VECTORS_END

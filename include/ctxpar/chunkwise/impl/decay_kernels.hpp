@@ -35,6 +35,7 @@
 
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/isa_dispatch.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/workspace.hpp"
@@ -147,7 +148,9 @@ struct GammaKernel {
   }
 };
 
-namespace gd = ::ctxpar::impl;  // the team tile product (core/impl/tile_product.hpp)
+// The team tile product (core/impl/tile_product.hpp) and the host instruction-set dispatch
+// (core/impl/isa_dispatch.hpp).
+namespace gd = ::ctxpar::impl;
 
 template <class Scalar, class ExecutionSpace>
 using decay_scratch =
@@ -175,10 +178,18 @@ struct ChunkUpdateTiles {
   typename saved::work4 ds;
   decltype(saved::reset) reset;
   int heads, kdim, vdim, chunk;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = gd::active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K) { return scratch::shmem_size(std::size_t(C) * K); }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = heads, K = kdim, V = vdim;
     const std::int64_t c = team.league_rank() / H;
     const int h = team.league_rank() % H;
@@ -194,8 +205,8 @@ struct ChunkUpdateTiles {
       }
     });
     team.team_barrier();
-    gd::team_gemm(team, K, V, n, Scalar(1), gd::transposed(kt.data(), K), &v(b, h, 0), H * V,
-                  &ds(c, h, 0, 0), V, false);
+    gd::team_gemm<Bytes>(team, K, V, n, Scalar(1), gd::transposed(kt.data(), K), &v(b, h, 0), H * V,
+                         &ds(c, h, 0, 0), V, false);
   }
 };
 
@@ -289,6 +300,8 @@ struct OutputTiles {
   Scalar scale;
   int heads, kdim, vdim, chunk;
   decltype(saved::reset) reset;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = gd::active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K) {
     // qs, qh, Kᵀ (or the factored query rows), factored Kᵀ | P | one sub-block of factored keys
@@ -297,6 +310,12 @@ struct OutputTiles {
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = heads, K = kdim, V = vdim, C = chunk;
     const std::int64_t c = team.league_rank() / H;
     const int h = team.league_rank() % H;
@@ -326,8 +345,8 @@ struct OutputTiles {
     });
     team.team_barrier();
     if constexpr (!Diagonal) {
-      gd::team_gemm(team, n, n, K, Scalar(1), gd::rows(qs.data(), K), aux.data(), C, P.data(), C,
-                    false, true);
+      gd::team_gemm<Bytes>(team, n, n, K, Scalar(1), gd::rows(qs.data(), K), aux.data(), C,
+                           P.data(), C, false, true);
       team.team_barrier();
       // Decays as exp(γ_i − γ_j); the products above the diagonal inside a tile are cleared
       // because the next product reads P as a lower band.
@@ -383,8 +402,8 @@ struct OutputTiles {
           }
         });
         team.team_barrier();
-        gd::team_gemm(team, n, n, K, Scalar(1), gd::rows(aux.data(), K), kt.data(), C, P.data(), C,
-                      false, true);
+        gd::team_gemm<Bytes>(team, n, n, K, Scalar(1), gd::rows(aux.data(), K), kt.data(), C,
+                             P.data(), C, false, true);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
           for (int j = i + 1; j < n; ++j) P[static_cast<long>(i) * C + j] = Scalar(0);
@@ -416,20 +435,21 @@ struct OutputTiles {
           });
           team.team_barrier();
           if (j1 < n)
-            gd::team_gemm(team, n - j1, j1 - j0, K, Scalar(1),
-                          gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
-                          decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C, false);
+            gd::team_gemm<Bytes>(team, n - j1, j1 - j0, K, Scalar(1),
+                                 gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
+                                 decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C,
+                                 false);
           team.team_barrier();
         }
       }
     }
     team.team_barrier();
     Scalar* o = &out(b, h, 0);
-    gd::team_gemm(team, n, V, n, Scalar(1), gd::rows(P.data(), C, gd::Band::lower), &v(b, h, 0),
-                  H * V, o, H * V, false);
+    gd::team_gemm<Bytes>(team, n, V, n, Scalar(1), gd::rows(P.data(), C, gd::Band::lower),
+                         &v(b, h, 0), H * V, o, H * V, false);
     team.team_barrier();
-    gd::team_gemm(team, n, V, K, Scalar(1), gd::rows(qh.data(), K), &states(c, h, 0, 0), V, o,
-                  H * V, true);
+    gd::team_gemm<Bytes>(team, n, V, K, Scalar(1), gd::rows(qh.data(), K), &states(c, h, 0, 0), V,
+                         o, H * V, true);
   }
 };
 
@@ -604,6 +624,8 @@ struct ScalarGradientTiles {
   decltype(saved::reset) reset;
   typename saved::work3 gamma_lo;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,1]
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = gd::active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kT vT | D P X | dO·Γ, V·λ | K·λ | S_cᵀ, G_cᵀ | a e
@@ -613,6 +635,12 @@ struct ScalarGradientTiles {
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = heads, K = kdim, V = vdim, C = chunk;
     const std::int64_t c = team.league_rank() / H;
     const int h = team.league_rank() % H;
@@ -650,10 +678,10 @@ struct ScalarGradientTiles {
       }
     });
     team.team_barrier();
-    gd::team_gemm(team, n, n, V, Scalar(1), gd::rows(&dout(b, h, 0), H * V), vT.data(), C, D.data(),
-                  C, false, true);
-    gd::team_gemm(team, n, n, K, scale, gd::rows(&q(b, h, 0), H * K), kT.data(), C, P.data(), C,
-                  false, true);
+    gd::team_gemm<Bytes>(team, n, n, V, Scalar(1), gd::rows(&dout(b, h, 0), H * V), vT.data(), C,
+                         D.data(), C, false, true);
+    gd::team_gemm<Bytes>(team, n, n, K, scale, gd::rows(&q(b, h, 0), H * K), kT.data(), C, P.data(),
+                         C, false, true);
     team.team_barrier();
     // Both are read as bands next, so everything above the diagonal is cleared. X_tj (j < t) is
     // the pair's contribution to every dg it straddles, then its exclusive row prefix over j.
@@ -675,11 +703,12 @@ struct ScalarGradientTiles {
     Scalar* dkc = &dk(b, h, 0);
     Scalar* dvc = &dv(b, h, 0);
     // The state parts first: dg needs them on their own.
-    gd::team_gemm(team, n, K, V, scale, gd::rows(dog.data(), V), sT.data(), K, dqc, H * K, false);
-    gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(vl.data(), V), gT.data(), K, dkc, H * K,
-                  false);
-    gd::team_gemm(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper),
-                  &dout(b, h, 0), H * V, dvc, H * V, false);
+    gd::team_gemm<Bytes>(team, n, K, V, scale, gd::rows(dog.data(), V), sT.data(), K, dqc, H * K,
+                         false);
+    gd::team_gemm<Bytes>(team, n, K, V, Scalar(1), gd::rows(vl.data(), V), gT.data(), K, dkc, H * K,
+                         false);
+    gd::team_gemm<Bytes>(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper),
+                         &dout(b, h, 0), H * V, dvc, H * V, false);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
       const Scalar* qt = &q(b + t, h, 0);
@@ -703,12 +732,12 @@ struct ScalarGradientTiles {
         m);
     m *= precise_from_start(gamma, gamma_lo, reset, last, h, 0);
     team.team_barrier();
-    gd::team_gemm(team, n, K, n, scale, gd::rows(D.data(), C, gd::Band::lower), &k(b, h, 0), H * K,
-                  dqc, H * K, true);
-    gd::team_gemm(team, n, K, n, scale, gd::transposed(D.data(), C, gd::Band::upper), &q(b, h, 0),
-                  H * K, dkc, H * K, true);
-    gd::team_gemm(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &gend(c, h, 0, 0), V, dvc,
-                  H * V, true);
+    gd::team_gemm<Bytes>(team, n, K, n, scale, gd::rows(D.data(), C, gd::Band::lower), &k(b, h, 0),
+                         H * K, dqc, H * K, true);
+    gd::team_gemm<Bytes>(team, n, K, n, scale, gd::transposed(D.data(), C, gd::Band::upper),
+                         &q(b, h, 0), H * K, dkc, H * K, true);
+    gd::team_gemm<Bytes>(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &gend(c, h, 0, 0), V,
+                         dvc, H * V, true);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
       Scalar x = m;
       for (int i = t; i < n; ++i) x += X[static_cast<long>(i) * C + t] + av[i];
@@ -734,6 +763,8 @@ struct DiagonalGradientTiles {
   GradientRowKernel<Scalar, MemorySpace, true> row;  // the inputs, outputs, and the fallback
   int chunk;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,K]
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = gd::active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kf qe kl tq ts tk tg | kfT | vT | D P | S_cᵀ G_cᵀ
@@ -795,6 +826,12 @@ struct DiagonalGradientTiles {
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = static_cast<int>(row.heads), K = static_cast<int>(row.kdim),
               V = static_cast<int>(row.vdim), C = chunk;
     const std::int64_t c = team.league_rank() / H;
@@ -860,14 +897,15 @@ struct DiagonalGradientTiles {
     });
     team.team_barrier();
     const Scalar* dO = &row.dout(b, h, 0);
-    gd::team_gemm(team, n, n, V, Scalar(1), gd::rows(dO, H * V), vT.data(), C, D.data(), C, false,
-                  true);
+    gd::team_gemm<Bytes>(team, n, n, V, Scalar(1), gd::rows(dO, H * V), vT.data(), C, D.data(), C,
+                         false, true);
     if (!direct)
-      gd::team_gemm(team, n, n, K, Scalar(1), gd::rows(qe.data(), K), kfT.data(), C, P.data(), C,
-                    false, true);
-    gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(dO, H * V), sT.data(), K, ts.data(), K, false);
-    gd::team_gemm(team, n, K, V, Scalar(1), gd::rows(&row.v(b, h, 0), H * V), gT.data(), K,
-                  tg.data(), K, false);
+      gd::team_gemm<Bytes>(team, n, n, K, Scalar(1), gd::rows(qe.data(), K), kfT.data(), C,
+                           P.data(), C, false, true);
+    gd::team_gemm<Bytes>(team, n, K, V, Scalar(1), gd::rows(dO, H * V), sT.data(), K, ts.data(), K,
+                         false);
+    gd::team_gemm<Bytes>(team, n, K, V, Scalar(1), gd::rows(&row.v(b, h, 0), H * V), gT.data(), K,
+                         tg.data(), K, false);
     team.team_barrier();
     if (direct) {
       gate_gradient(team, c, h, b, n, D, ts, tg, tq, [&](int i, int j, int d) {
@@ -885,15 +923,15 @@ struct DiagonalGradientTiles {
     });
     team.team_barrier();
     Scalar* dvc = &row.dv(b, h, 0);
-    gd::team_gemm(team, n, K, n, Scalar(1), gd::rows(D.data(), C, gd::Band::lower), kf.data(), K,
-                  tq.data(), K, false);
-    gd::team_gemm(team, n, K, n, Scalar(1), gd::transposed(D.data(), C, gd::Band::upper), qe.data(),
-                  K, tk.data(), K, false);
-    gd::team_gemm(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper), dO, H * V,
-                  dvc, H * V, false);
+    gd::team_gemm<Bytes>(team, n, K, n, Scalar(1), gd::rows(D.data(), C, gd::Band::lower),
+                         kf.data(), K, tq.data(), K, false);
+    gd::team_gemm<Bytes>(team, n, K, n, Scalar(1), gd::transposed(D.data(), C, gd::Band::upper),
+                         qe.data(), K, tk.data(), K, false);
+    gd::team_gemm<Bytes>(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper), dO,
+                         H * V, dvc, H * V, false);
     team.team_barrier();
-    gd::team_gemm(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &row.gend(c, h, 0, 0), V, dvc,
-                  H * V, true);
+    gd::team_gemm<Bytes>(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &row.gend(c, h, 0, 0), V,
+                         dvc, H * V, true);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
       Scalar* dq = &row.dq(b + t, h, 0);
       Scalar* dk = &row.dk(b + t, h, 0);

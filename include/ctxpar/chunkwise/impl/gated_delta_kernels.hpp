@@ -17,9 +17,13 @@
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/fast_exp.hpp"
+#include "ctxpar/core/impl/isa_dispatch.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
 
+// The host team kernels run through `with_host_isa` at the vector width of the instruction set
+// their launch chose (`Bytes`); every helper below that names a vector takes that width.
+CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::impl::gated_delta {
 
 /// Shapes and raw inputs of one local (rank) problem, copied into every kernel functor.
@@ -76,12 +80,13 @@ KOKKOS_INLINE_FUNCTION Scalar decay_from_start(const Scalar* gam, const Scalar* 
 }
 
 #if CTXPAR_HOST_SIMD
-/// `decay_ratio(i, j)` on whole vectors of `j` (float): the same operations lane by lane
-/// (`simd_exp` is `fast_exp` on every lane), so the same bits as one pair at a time.
+/// `decay_ratio(i, j)` on whole vectors of `j` (float, `Bytes` wide): the same operations lane by
+/// lane (`simd_exp` is `fast_exp` on every lane), so the same bits as one pair at a time.
+template <int Bytes>
 struct RowDecays {
-  using simd = simd_t<float>;
-  static constexpr int lanes = Simd<float>::lanes;
-  const simd zero = simd_zero<float>();
+  using simd = simd_t<float, Bytes>;
+  static constexpr int lanes = Simd<float, Bytes>::lanes;
+  const simd zero = simd_zero<float, Bytes>();
   float row, live, reset, gam_i, lo_i;
   const float *gam, *lo;
   RowDecays(int i, int n, const float* gam_, const float* lo_, const int* rs)
@@ -93,14 +98,15 @@ struct RowDecays {
         gam(gam_),
         lo(lo_) {}
   /// The columns `j, j + 1, …` of the lanes.
-  simd columns(int j) const { return simd_lane_index<float>() + static_cast<float>(j); }
+  simd columns(int j) const { return simd_lane_index<float, Bytes>() + static_cast<float>(j); }
   /// Lanes with `j ≤ i` and both rows live (`j < n`, the row itself live).
   auto seen(const simd& jv) const { return (jv <= row) & (jv < live); }
   /// The decays of the lanes: those `seen` past the row's last hard reset, 0 elsewhere.
   template <class Mask>
   simd decay(int j, const simd& jv, const Mask& seen) const {
-    const simd x = (gam_i - simd_load<float>(gam + j)) + (lo_i - simd_load<float>(lo + j));
-    return seen & (jv >= reset) ? simd_exp(x) : zero;
+    const simd x =
+        (gam_i - simd_load<float, Bytes>(gam + j)) + (lo_i - simd_load<float, Bytes>(lo + j));
+    return (seen & (jv >= reset)) ? simd_exp(x) : zero;
   }
 };
 #endif
@@ -110,20 +116,20 @@ struct RowDecays {
 /// `d_ij = decay_ratio(i, j)`. The portable loop evaluates one pair at a time; on the host fast
 /// path (float, vector extensions) whole vectors of `j` take the same operations lane by lane
 /// (`simd_exp` is `fast_exp` on every lane), so both give the same bits.
-template <bool Vector, class Scalar>
+template <bool Vector, int Bytes = CTXPAR_SIMD_BYTES, class Scalar>
 KOKKOS_INLINE_FUNCTION void decay_rows(int i, int n, int C, Scalar bi, const Scalar* gam,
                                        const Scalar* lo, const int* rs, Scalar* A, Scalar* P) {
   int j = 0;
 #if CTXPAR_HOST_SIMD
   if constexpr (Vector && std::is_same_v<Scalar, float>) {
-    const RowDecays decays(i, n, gam, lo, rs);
-    for (; j + RowDecays::lanes <= C; j += RowDecays::lanes) {
+    const RowDecays<Bytes> decays(i, n, gam, lo, rs);
+    for (; j + decays.lanes <= C; j += decays.lanes) {
       const auto jv = decays.columns(j);
       const auto seen = decays.seen(jv);
       const auto d = decays.decay(j, jv, seen);
-      const auto a = bi * d * simd_load<float>(A + j);
-      simd_store(A + j, seen & (jv < decays.row) ? a : decays.zero);
-      const auto p = simd_load<float>(P + j) * d;
+      const auto a = bi * d * simd_load<float, Bytes>(A + j);
+      simd_store(A + j, (seen & (jv < decays.row)) ? a : decays.zero);
+      const auto p = simd_load<float, Bytes>(P + j) * d;
       simd_store(P + j, seen ? p : decays.zero);
     }
   }
@@ -140,41 +146,43 @@ KOKKOS_INLINE_FUNCTION void decay_rows(int i, int n, int C, Scalar bi, const Sca
 /// `unit_lower_inverse_row` on `NV` whole vectors (`C = NV·lanes`) held in registers across `m`:
 /// each update is the scalar loop's `x_j − a·X_mj` on the lanes `j < m` (the scalar loop's range)
 /// and leaves the other lanes as they are, so the bits are the same.
-template <int NV>
+template <int NV, int Bytes>
 inline void unit_lower_inverse_row_vectors(int i, const float* ai, const float* X, float* xi) {
-  using simd = simd_t<float>;
-  constexpr int lanes = Simd<float>::lanes, C = NV * lanes;
-  const simd index = simd_lane_index<float>(), zero = simd_zero<float>();
-  const simd one = simd_broadcast(1.0f), row = simd_broadcast(static_cast<float>(i));
+  using simd = simd_t<float, Bytes>;
+  constexpr int lanes = Simd<float, Bytes>::lanes, C = NV * lanes;
+  const simd index = simd_lane_index<float, Bytes>(), zero = simd_zero<float, Bytes>();
+  const simd one = simd_broadcast<float, Bytes>(1.0f);
+  const simd row = simd_broadcast<float, Bytes>(static_cast<float>(i));
   simd x[NV];
   for (int v = 0; v < NV; ++v) {
     const simd jv = index + static_cast<float>(v * lanes);
-    const simd neg = -simd_load<float>(ai + v * lanes);
+    const simd neg = -simd_load<float, Bytes>(ai + v * lanes);
     x[v] = jv < row ? neg : (jv == row ? one : zero);
   }
   for (int m = 1; m < i; ++m) {
     const float a = ai[m];
     const float* xm = X + static_cast<long>(m) * C;
-    const simd bound = simd_broadcast(static_cast<float>(m));
+    const simd bound = simd_broadcast<float, Bytes>(static_cast<float>(m));
     // A vector whose first column is at or past m has no lane j < m.
     for (int v = 0; v < NV && v * lanes < m; ++v) {
       const simd jv = index + static_cast<float>(v * lanes);
-      const simd updated = x[v] - a * simd_load<float>(xm + v * lanes);
+      const simd updated = x[v] - a * simd_load<float, Bytes>(xm + v * lanes);
       x[v] = jv < bound ? updated : x[v];
     }
   }
   for (int v = 0; v < NV; ++v) simd_store(xi + v * lanes, x[v]);
 }
-/// `unit_lower_inverse_row_vectors<vectors>` for 1 to 8 vectors (false, nothing done, above).
-template <int NV = 1>
+/// `unit_lower_inverse_row_vectors<vectors, Bytes>` for 1 to 8 vectors (false, nothing done,
+/// above).
+template <int Bytes, int NV = 1>
 inline bool unit_lower_inverse_row_vectors_of(int vectors, int i, const float* ai, const float* X,
                                               float* xi) {
   if (vectors == NV) {
-    unit_lower_inverse_row_vectors<NV>(i, ai, X, xi);
+    unit_lower_inverse_row_vectors<NV, Bytes>(i, ai, X, xi);
     return true;
   }
   if constexpr (NV < 8) {
-    return unit_lower_inverse_row_vectors_of<NV + 1>(vectors, i, ai, X, xi);
+    return unit_lower_inverse_row_vectors_of<Bytes, NV + 1>(vectors, i, ai, X, xi);
   } else {
     return false;
   }
@@ -188,14 +196,14 @@ inline bool unit_lower_inverse_row_vectors_of(int vectors, int i, const float* a
 /// `m` loads and stores the row again). With `Vector` (the host fast path: float, the whole row
 /// as one block, `C` a multiple of the vector width, up to 8 vectors) the row stays in registers
 /// across `m`, with the same bits.
-template <bool Vector, class Scalar>
+template <bool Vector, int Bytes = CTXPAR_SIMD_BYTES, class Scalar>
 KOKKOS_INLINE_FUNCTION void unit_lower_inverse_row(int i, int C, int j0, int j1, const Scalar* ai,
                                                    const Scalar* X, Scalar* xi) {
 #if CTXPAR_HOST_SIMD
   if constexpr (Vector && std::is_same_v<Scalar, float>) {
-    constexpr int lanes = Simd<float>::lanes;
+    constexpr int lanes = Simd<float, Bytes>::lanes;
     if (j0 == 0 && j1 == C && C % lanes == 0) {
-      if (unit_lower_inverse_row_vectors_of(C / lanes, i, ai, X, xi)) return;
+      if (unit_lower_inverse_row_vectors_of<Bytes>(C / lanes, i, ai, X, xi)) return;
     }
   }
 #endif
@@ -211,14 +219,14 @@ KOKKOS_INLINE_FUNCTION void unit_lower_inverse_row(int i, int C, int j0, int j1,
 /// Row `i` of the decays alone, `L_ij = decay_ratio(i, j)` for `j ≤ i` with both rows live (`n`
 /// of them), 0 elsewhere, into `L`: whole vectors of `j` on the host fast path (float, vector
 /// extensions), one pair at a time otherwise, with the same bits (as `decay_rows`).
-template <bool Vector, class Scalar>
+template <bool Vector, int Bytes = CTXPAR_SIMD_BYTES, class Scalar>
 KOKKOS_INLINE_FUNCTION void decay_row(int i, int n, int C, const Scalar* gam, const Scalar* lo,
                                       const int* rs, Scalar* L) {
   int j = 0;
 #if CTXPAR_HOST_SIMD
   if constexpr (Vector && std::is_same_v<Scalar, float>) {
-    const RowDecays decays(i, n, gam, lo, rs);
-    for (; j + RowDecays::lanes <= C; j += RowDecays::lanes) {
+    const RowDecays<Bytes> decays(i, n, gam, lo, rs);
+    for (; j + decays.lanes <= C; j += decays.lanes) {
       const auto jv = decays.columns(j);
       simd_store(L + j, decays.decay(j, jv, decays.seen(jv)));
     }
@@ -238,6 +246,8 @@ struct IntraChunk {
   using scratch = scratch_view<Scalar, ExecutionSpace>;
   Problem<Scalar> pb;
   ChunkData<Scalar, MemorySpace> cd;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     return scratch::shmem_size(std::size_t(K) * C) + scratch::shmem_size(std::size_t(C) * K) +
@@ -251,6 +261,7 @@ struct IntraChunk {
   /// sum in a register (consecutive threads read consecutive `X_mj`); the host fast path gives each
   /// thread a block of `j` and runs `m` outside (`unit_lower_inverse_row`), so that the update
   /// of the block is whole vectors.
+  template <int Bytes>
   static KOKKOS_INLINE_FUNCTION void invert_unit_lower(const member_type& team, const Scalar* A,
                                                        Scalar* X, int C) {
     if constexpr (uses_host_fast_path_v<ExecutionSpace>) {
@@ -262,7 +273,7 @@ struct IntraChunk {
         Scalar* xi = X + static_cast<long>(i) * C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int b) {
           const int j0 = b * block, j1 = j0 + block < C ? j0 + block : C;
-          unit_lower_inverse_row<true>(i, C, j0, j1, ai, X, xi);
+          unit_lower_inverse_row<true, Bytes>(i, C, j0, j1, ai, X, xi);
         });
         team.team_barrier();
       }
@@ -285,6 +296,12 @@ struct IntraChunk {
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
     const int c = team.league_rank() / H, h = team.league_rank() % H;
     const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
@@ -365,23 +382,23 @@ struct IntraChunk {
     });
     team.team_barrier();
     // Gram K Kᵀ (lower part) and Q̂ Kᵀ: both read Kᵀ as the contiguous right operand.
-    team_gemm(team, C, C, K, Scalar(1), transposed(kT.data(), C), kT.data(), C, A.data(), C, false,
-              true);
-    team_gemm(team, C, C, K, Scalar(1), rows(qs.data(), K), kT.data(), C, P, C, false, true);
+    team_gemm<Bytes>(team, C, C, K, Scalar(1), transposed(kT.data(), C), kT.data(), C, A.data(), C,
+                     false, true);
+    team_gemm<Bytes>(team, C, C, K, Scalar(1), rows(qs.data(), K), kT.data(), C, P, C, false, true);
     team.team_barrier();
     // Decays as exp(γ_i − γ_j): never a ratio of two cumulative products (under/overflow).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
       const long row = static_cast<long>(i) * C;
-      decay_rows<uses_host_fast_path_v<ExecutionSpace>>(i, n, C, bi, gam, glo, rs, A.data() + row,
-                                                        P + row);
+      decay_rows<uses_host_fast_path_v<ExecutionSpace>, Bytes>(i, n, C, bi, gam, glo, rs,
+                                                               A.data() + row, P + row);
     });
     team.team_barrier();
-    invert_unit_lower(team, A.data(), X, C);
-    team_gemm(team, C, K, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K,
-              false);
-    team_gemm(team, C, V, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V,
-              false);
+    invert_unit_lower<Bytes>(team, A.data(), X, C);
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K,
+                     false);
+    team_gemm<Bytes>(team, C, V, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V,
+                     false);
   }
 };
 
@@ -480,12 +497,20 @@ struct ForwardPass {
   ChunkData<Scalar, MemorySpace> cd;
   PassTargets<Scalar> tg;
   int blocks = 0, block = 32;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K, int NB) {
     return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(C) * NB);
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
     const PassBlock pk = pass_block_of(team.league_rank(), pb, tg, blocks, NB);
     const int h = pk.h, s = pk.s, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
@@ -509,15 +534,16 @@ struct ForwardPass {
         });
       }
       team.team_barrier();
-      team_gemm(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z.data(), NB,
-                U.data(), NB, true);
+      team_gemm<Bytes>(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z.data(),
+                       NB, U.data(), NB, true);
       team.team_barrier();
       if (tg.out && !m_cols) {
-        team_gemm(team, C, width, K, Scalar(1), rows(cd.qh.data() + blk * C * K, K), Z.data(), NB,
-                  O.data(), NB, false);
+        team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.qh.data() + blk * C * K, K),
+                         Z.data(), NB, O.data(), NB, false);
         team.team_barrier();
-        team_gemm(team, C, width, C, Scalar(1), rows(cd.p.data() + blk * C * C, C, Band::lower),
-                  U.data(), NB, O.data(), NB, true);
+        team_gemm<Bytes>(team, C, width, C, Scalar(1),
+                         rows(cd.p.data() + blk * C * C, C, Band::lower), U.data(), NB, O.data(),
+                         NB, true);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
           if (!pb.has_query(r0 + i)) return;
@@ -537,8 +563,8 @@ struct ForwardPass {
         for (int j = 0; j < width; ++j) Z[p * NB + j] *= last;
       });
       team.team_barrier();
-      team_gemm(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K), U.data(),
-                NB, Z.data(), NB, true);
+      team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K),
+                       U.data(), NB, Z.data(), NB, true);
       team.team_barrier();
     }
     store_pass_end(team, pk, tg, Z.data(), K, V, NB);
@@ -555,12 +581,20 @@ struct ReversePass {
   ChunkData<Scalar, MemorySpace> cd;
   PassTargets<Scalar> tg;
   int blocks = 0, block = 32;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K, int NB) {
     return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(C) * NB);
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
     const PassBlock pk = pass_block_of(team.league_rank(), pb, tg, blocks, NB);
     const int h = pk.h, s = pk.s, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
@@ -587,13 +621,13 @@ struct ReversePass {
         });
       }
       team.team_barrier();
-      team_gemm(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D.data(), NB,
-                dU.data(), NB, false);
+      team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D.data(),
+                       NB, dU.data(), NB, false);
       team.team_barrier();
       if (!m_cols) {
-        team_gemm(team, C, width, C, Scalar(1),
-                  transposed(cd.p.data() + blk * C * C, C, Band::upper), dO.data(), NB, dU.data(),
-                  NB, true);
+        team_gemm<Bytes>(team, C, width, C, Scalar(1),
+                         transposed(cd.p.data() + blk * C * C, C, Band::upper), dO.data(), NB,
+                         dU.data(), NB, true);
         team.team_barrier();
       }
       if (tg.save && !m_cols) {
@@ -609,12 +643,12 @@ struct ReversePass {
       });
       team.team_barrier();
       if (!m_cols) {
-        team_gemm(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K),
-                  dO.data(), NB, D.data(), NB, true);
+        team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K),
+                         dO.data(), NB, D.data(), NB, true);
         team.team_barrier();
       }
-      team_gemm(team, K, width, C, Scalar(-1), transposed(cd.wt.data() + blk * C * K, K), dU.data(),
-                NB, D.data(), NB, true);
+      team_gemm<Bytes>(team, K, width, C, Scalar(-1), transposed(cd.wt.data() + blk * C * K, K),
+                       dU.data(), NB, D.data(), NB, true);
       team.team_barrier();
     }
     store_pass_end(team, pk, tg, D.data(), K, V, NB);
@@ -650,6 +684,8 @@ struct ChunkGradients {
   Problem<Scalar> pb;
   ChunkData<Scalar, MemorySpace> cd;
   GradTargets<Scalar> gt;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     const std::size_t ck = scratch::shmem_size(std::size_t(C) * K),
@@ -662,6 +698,12 @@ struct ChunkGradients {
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
     const int c = team.league_rank() / H, h = team.league_rank() % H;
     const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
@@ -720,17 +762,20 @@ struct ChunkGradients {
       }
     });
     team.team_barrier();
-    team_gemm(team, C, K, V, Scalar(1), rows(dO.data(), V), S0T.data(), K, F.data(), K, false);
-    team_gemm(team, C, C, V, Scalar(1), rows(dO.data(), V), UT.data(), C, dP.data(), C, false,
-              true);
-    team_gemm(team, C, C, K, Scalar(1), rows(kr.data(), K), krT.data(), C, G.data(), C, false,
-              true);
-    team_gemm(team, C, V, C, Scalar(1), transposed(X, C, Band::upper), dU, V, dY.data(), V, false);
-    team_gemm(team, C, K, V, Scalar(1), rows(U, V), dSeT.data(), K, Tm.data(), K, false);
+    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(dO.data(), V), S0T.data(), K, F.data(), K,
+                     false);
+    team_gemm<Bytes>(team, C, C, V, Scalar(1), rows(dO.data(), V), UT.data(), C, dP.data(), C,
+                     false, true);
+    team_gemm<Bytes>(team, C, C, K, Scalar(1), rows(kr.data(), K), krT.data(), C, G.data(), C,
+                     false, true);
+    team_gemm<Bytes>(team, C, V, C, Scalar(1), transposed(X, C, Band::upper), dU, V, dY.data(), V,
+                     false);
+    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(U, V), dSeT.data(), K, Tm.data(), K, false);
     team.team_barrier();
-    team_gemm(team, C, C, V, Scalar(1), rows(dY.data(), V), UT.data(), C, dA.data(), C, false,
-              true);
-    team_gemm(team, C, K, V, Scalar(1), rows(dY.data(), V), S0T.data(), K, Eb.data(), K, false);
+    team_gemm<Bytes>(team, C, C, V, Scalar(1), rows(dY.data(), V), UT.data(), C, dA.data(), C,
+                     false, true);
+    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(dY.data(), V), S0T.data(), K, Eb.data(), K,
+                     false);
     team.team_barrier();
     // dP → dP⊙L, dA → H, G → the exclusive row prefix Σ_{j<t} E_ij of the pair terms
     // E = dP⊙P + dA⊙A (j < i: the pairs that a log-gate between them touches).
@@ -739,7 +784,7 @@ struct ChunkGradients {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
       Scalar* const Li = L.data() + static_cast<long>(i) * C;
-      decay_row<uses_host_fast_path_v<ExecutionSpace>>(i, n, C, gam, glo, rs, Li);
+      decay_row<uses_host_fast_path_v<ExecutionSpace>, Bytes>(i, n, C, gam, glo, rs, Li);
       Scalar run = 0, db = 0;
       for (int j = 0; j < C; ++j) {
         const long ij = static_cast<long>(i) * C + j;
@@ -763,16 +808,16 @@ struct ChunkGradients {
       dbA[i] = db;
     });
     team.team_barrier();
-    team_gemm(team, C, K, C, Scalar(1), rows(dP.data(), C, Band::lower), kr.data(), K, dQ.data(), K,
-              false);
-    team_gemm(team, C, K, C, Scalar(1), transposed(dP.data(), C, Band::upper), qs.data(), K,
-              dK.data(), K, false);
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows(dP.data(), C, Band::lower), kr.data(), K,
+                     dQ.data(), K, false);
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), transposed(dP.data(), C, Band::upper), qs.data(), K,
+                     dK.data(), K, false);
     team.team_barrier();
-    team_gemm(team, C, K, C, Scalar(1), rows(dA.data(), C, Band::lower), kr.data(), K, dK.data(), K,
-              true);
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows(dA.data(), C, Band::lower), kr.data(), K,
+                     dK.data(), K, true);
     team.team_barrier();
-    team_gemm(team, C, K, C, Scalar(1), transposed(dA.data(), C, Band::upper), kr.data(), K,
-              dK.data(), K, true);
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), transposed(dA.data(), C, Band::upper), kr.data(), K,
+                     dK.data(), K, true);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       if (i >= n) {
@@ -839,3 +884,4 @@ struct ChunkGradients {
 };
 
 }  // namespace ctxpar::impl::gated_delta
+CTXPAR_WIDE_VECTORS_END

@@ -8,20 +8,22 @@
 
 #include "ctxpar/chunkwise/impl/gated_delta_kernels.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/isa_dispatch.hpp"
 #include "ctxpar/core/impl/simd.hpp"
 #include "ctxpar/core/team_size.hpp"
 
+CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::impl::gated_delta {
 
-/// `y[0:n] = a·y[0:n] + b·x[0:n]`, vectorised on hosts with vector extensions.
-template <class T>
+/// `y[0:n] = a·y[0:n] + b·x[0:n]`, vectorised (`Bytes`-wide) on hosts with vector extensions.
+template <int Bytes = CTXPAR_SIMD_BYTES, class T>
 KOKKOS_INLINE_FUNCTION void scale_add(int n, T a, T* y, T b, const T* x) {
   int c = 0;
 #if CTXPAR_HOST_SIMD
-  constexpr int W = Simd<T>::lanes;
+  constexpr int W = Simd<T, Bytes>::lanes;
   for (; c + W <= n; c += W) {
-    simd_t<T> vy = simd_load(y + c);
-    const simd_t<T> vx = simd_load(x + c);
+    simd_t<T, Bytes> vy = simd_load<T, Bytes>(y + c);
+    const simd_t<T, Bytes> vx = simd_load<T, Bytes>(x + c);
     vy = a * vy + b * vx;
     simd_store(y + c, vy);
   }
@@ -40,12 +42,20 @@ struct Recurrence {
   Problem<Scalar> pb;
   Scalar* out = nullptr;
   int rows = 0, block = 32, blocks = 1;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = active_host_isa();
 
   static std::size_t scratch_bytes(int K, int NB) {
     return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(NB));
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, NB = block;
     const int h = team.league_rank() / blocks, j0 = (team.league_rank() % blocks) * NB;
     const int width = V - j0 < NB ? V - j0 : NB;
@@ -59,14 +69,16 @@ struct Recurrence {
         const Scalar* k = pb.k + (static_cast<long>(r) * H + h) * K;
         const Scalar* v = pb.v + (static_cast<long>(r) * H + h) * V + j0;
         for (int c = 0; c < width; ++c) pred[c] = Scalar(0);
-        for (int a = 0; a < K; ++a) scale_add(width, Scalar(1), pred.data(), k[a], &S[a * NB]);
+        for (int a = 0; a < K; ++a)
+          scale_add<Bytes>(width, Scalar(1), pred.data(), k[a], &S[a * NB]);
         for (int c = 0; c < width; ++c) u[c] = b * (v[c] - alpha * pred[c]);
-        for (int a = 0; a < K; ++a) scale_add(width, alpha, &S[a * NB], k[a], u.data());
+        for (int a = 0; a < K; ++a) scale_add<Bytes>(width, alpha, &S[a * NB], k[a], u.data());
         if (pb.has_query(r)) {
           const Scalar* q = pb.q + (static_cast<long>(pb.token(r)) * H + h) * K;
           Scalar* o = out + (static_cast<long>(pb.token(r)) * H + h) * V + j0;
           for (int c = 0; c < width; ++c) o[c] = Scalar(0);
-          for (int a = 0; a < K; ++a) scale_add(width, Scalar(1), o, pb.scale * q[a], &S[a * NB]);
+          for (int a = 0; a < K; ++a)
+            scale_add<Bytes>(width, Scalar(1), o, pb.scale * q[a], &S[a * NB]);
         }
       }
     });
@@ -92,3 +104,4 @@ void recurrence_forward(const ExecutionSpace& space, const Problem<Scalar>& pb, 
 }
 
 }  // namespace ctxpar::impl::gated_delta
+CTXPAR_WIDE_VECTORS_END

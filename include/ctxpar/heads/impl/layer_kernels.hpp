@@ -12,10 +12,14 @@
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/fast_exp.hpp"
+#include "ctxpar/core/impl/isa_dispatch.hpp"
 #include "ctxpar/core/impl/simd.hpp"
 #include "ctxpar/expr/unary.hpp"
 #include "ctxpar/heads/skip_term.hpp"
 
+// The conv and SiLU kernels run through `with_host_isa` on a host core, at the vector width of
+// the instruction set their launch chose (`Bytes`).
+CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::heads::impl {
 
 /// `1/(1 + e^−x)` for `x ≥ 0`, `e^x/(1 + e^x)` below (no overflow of `e^−x`). One `exp` of `−|x|`
@@ -87,15 +91,14 @@ struct LocalDims {
 };
 
 #if CTXPAR_HOST_SIMD
-/// `sigmoid` on every lane, the same operations lane by lane (`simd_exp` is `fast_exp` on every
-/// lane).
-template <class T>
-inline ctxpar::impl::simd_t<T> simd_sigmoid(ctxpar::impl::simd_t<T> x) {
-  using ctxpar::impl::simd_broadcast;
-  const auto zero = ctxpar::impl::simd_zero<T>();
+/// `sigmoid` on every lane of a `Bytes`-wide vector, the same operations lane by lane (`simd_exp`
+/// is `fast_exp` on every lane).
+template <class T, int Bytes = CTXPAR_SIMD_BYTES>
+inline ctxpar::impl::simd_t<T, Bytes> simd_sigmoid(ctxpar::impl::simd_t<T, Bytes> x) {
+  const auto zero = ctxpar::impl::simd_zero<T, Bytes>();
   const auto positive = x >= zero;
   const auto e = ctxpar::impl::simd_exp(positive ? zero - x : x);
-  return (positive ? simd_broadcast(T(1)) : e) / (T(1) + e);
+  return (positive ? ctxpar::impl::simd_broadcast<T, Bytes>(T(1)) : e) / (T(1) + e);
 }
 #endif
 
@@ -109,18 +112,19 @@ KOKKOS_INLINE_FUNCTION T silu_grad(T x) {
 /// Over `n` contiguous channels: `act[c] = pre[c]·sigmoid(pre[c])` when `grad` is false, else
 /// `out[c] *= SiLU'(pre[c])`. Whole vectors on hosts with vector extensions (a loop over the
 /// scalar functions stays scalar), the scalar functions on the tail and everywhere else; the same
-/// operations in the same order either way.
-template <class T>
+/// operations in the same order either way. Vectors are `Bytes` wide.
+template <int Bytes = CTXPAR_SIMD_BYTES, class T>
 KOKKOS_INLINE_FUNCTION void silu_row(const T* pre, T* out, std::int64_t n, bool grad) {
   std::int64_t c = 0;
 #if CTXPAR_HOST_SIMD
-  using ctxpar::impl::Simd;
-  for (; c + Simd<T>::lanes <= n; c += Simd<T>::lanes) {
-    const auto x = ctxpar::impl::simd_load(pre + c);
-    const auto s = simd_sigmoid<T>(x);
+  using ctxpar::impl::simd_load;
+  constexpr int lanes = ctxpar::impl::Simd<T, Bytes>::lanes;
+  for (; c + lanes <= n; c += lanes) {
+    const auto x = simd_load<T, Bytes>(pre + c);
+    const auto s = simd_sigmoid<T, Bytes>(x);
     if (grad)
       ctxpar::impl::simd_store(out + c,
-                               ctxpar::impl::simd_load(out + c) * (s * (T(1) + x * (T(1) - s))));
+                               simd_load<T, Bytes>(out + c) * (s * (T(1) + x * (T(1) - s))));
     else
       ctxpar::impl::simd_store(out + c, x * s);
   }
@@ -163,7 +167,15 @@ struct ConvForward {
   Idx seq_start;
   std::int64_t off, channels, block;
   int width;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = ctxpar::impl::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<typename Out::execution_space>>(
+        isa, *this, i);
+  }
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     using T = typename Out::non_const_value_type;
     const std::int64_t blocks = (channels + block - 1) / block;
     const std::int64_t t = i / blocks, c0 = (i % blocks) * block;
@@ -176,11 +188,13 @@ struct ConvForward {
       act(t, c0) = s * sigmoid(s);
       return;
     }
-    silu_row(pre_row(t, c0, n, k0), &act(t, c0), n, false);
+    silu_row<Bytes>(pre_row<Bytes>(t, c0, n, k0), &act(t, c0), n, false);
   }
   /// `pre(t, c0 + j)` for `j < n` (the host form), from tap `k0` on: a vector of channels sums
   /// its taps in registers and is stored once (a pass over the row per tap was bound by its
-  /// stores); the channels past the last whole vector take the same sum one at a time.
+  /// stores); the channels past the last whole vector take the same sum one at a time. Vectors
+  /// are `Bytes` wide.
+  template <int Bytes = CTXPAR_SIMD_BYTES>
   KOKKOS_INLINE_FUNCTION typename Out::pointer_type pre_row(std::int64_t t, std::int64_t c0,
                                                             std::int64_t n, int k0) const {
     using T = typename Out::non_const_value_type;
@@ -188,13 +202,12 @@ struct ConvForward {
     const std::int64_t first = t - (width - 1);
     std::int64_t j = 0;
 #if CTXPAR_HOST_SIMD
-    using ctxpar::impl::Simd;
     using ctxpar::impl::simd_load;
-    constexpr int lanes = Simd<T>::lanes;
+    constexpr int lanes = ctxpar::impl::Simd<T, Bytes>::lanes;
     for (; j + lanes <= n; j += lanes) {
-      auto s = simd_load(&bias(c0 + j));
+      auto s = simd_load<T, Bytes>(&bias(c0 + j));
       for (int k = k0; k < width; ++k)
-        s += simd_load(&w(k, c0 + j)) * simd_load(&u(first + k, off + c0 + j));
+        s += simd_load<T, Bytes>(&w(k, c0 + j)) * simd_load<T, Bytes>(&u(first + k, off + c0 + j));
       ctxpar::impl::simd_store(row + j, s);
     }
 #endif
@@ -378,12 +391,20 @@ struct ConvSplitForward {
   Conv conv;
   Split split;
   Z z;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = ctxpar::impl::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<typename Z::execution_space>>(
+        isa, *this, t);
+  }
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t t) const {
     const LocalDims& dims = split.dims;
     const std::int64_t values = dims.d_inner() * dims.copies, cc = dims.conv_channels();
-    const auto row = conv.pre_row(t, 0, cc, conv.first_tap(t));
-    silu_row(row, &split.v(t * dims.copies, 0, 0), values, false);
-    silu_row(row + values, &conv.act(t, values), cc - values, false);
+    const auto row = conv.template pre_row<Bytes>(t, 0, cc, conv.first_tap(t));
+    silu_row<Bytes>(row, &split.v(t * dims.copies, 0, 0), values, false);
+    silu_row<Bytes>(row + values, &conv.act(t, values), cc - values, false);
     split(t);
     if (dims.d_inner() == 0) return;
     const auto* const zin = &conv.u(t, 0);
@@ -408,7 +429,15 @@ struct SplitNormalizeBackward {
   Dy dy;    // [T, H·d], read only with a skip term
   Skip dd;  // D: [H] or [H·d] per dims.skip
   LocalDims dims;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = ctxpar::impl::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t t) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<typename D::execution_space>>(
+        isa, *this, t);
+  }
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t t) const {
     using T = typename D::non_const_value_type;
     const std::int64_t off_k = dims.d_inner() * dims.copies;
     // Rows are contiguous (LayoutRight), so every loop below runs over adjacent memory.
@@ -453,7 +482,7 @@ struct SplitNormalizeBackward {
       }
     }
     // SiLU's backward over the token's whole row, as one pass that vectorises on a host.
-    silu_row(&pre(t, 0), &dpre(t, 0), dims.conv_channels(), true);
+    silu_row<Bytes>(&pre(t, 0), &dpre(t, 0), dims.conv_channels(), true);
   }
 };
 
@@ -516,3 +545,4 @@ struct CopyIntoColumns {
 };
 
 }  // namespace ctxpar::heads::impl
+CTXPAR_WIDE_VECTORS_END

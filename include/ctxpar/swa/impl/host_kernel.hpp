@@ -14,11 +14,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ctxpar/core/impl/isa_dispatch.hpp"
 #include "ctxpar/core/impl/simd.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
 
+CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::swa::impl {
 
 /// True for execution spaces that take the SIMD kernels of this header: host spaces, unless the
@@ -32,6 +34,7 @@ inline constexpr int host_key_tile = 32;
 using ctxpar::impl::Simd;
 using ctxpar::impl::simd_broadcast;
 using ctxpar::impl::simd_exp;
+using ctxpar::impl::simd_lanes;
 using ctxpar::impl::simd_load;
 using ctxpar::impl::simd_max;
 using ctxpar::impl::simd_max_lane;
@@ -42,29 +45,30 @@ using ctxpar::impl::simd_t;
 using ctxpar::impl::simd_zero;
 using ctxpar::impl::simd_zero_where;
 
-/// Vectors per key tile row.
-template <class T>
-inline constexpr int tile_vectors = host_key_tile / Simd<T>::lanes;
+/// Vectors of `Bytes` per key tile row.
+template <class T, int Bytes = CTXPAR_SIMD_BYTES>
+inline constexpr int tile_vectors = host_key_tile / Simd<T, Bytes>::lanes;
 /// Query rows whose scores against one key tile stay in registers together (16 accumulators
 /// where the vectors are wide enough; at least 4 rows, the blocking of the value products).
-template <class T>
-inline constexpr int score_rows = 16 / tile_vectors<T> > 4 ? 16 / tile_vectors<T> : 4;
+template <class T, int Bytes = CTXPAR_SIMD_BYTES>
+inline constexpr int score_rows = 16 / tile_vectors<T, Bytes> > 4 ? 16 / tile_vectors<T, Bytes> : 4;
 
 /// `s[r] = sum_d a[r][d] * bt[d][:]` for `Rows` rows of `a` (row stride `lda`, `dim` columns) and
-/// the packed transposed tile `bt[dim][host_key_tile]`; each score sums `d` in increasing order.
-template <int Rows, class T>
-inline void host_scores(const T* a, int lda, const T* bt, int dim,
-                        simd_t<T> (&s)[Rows][tile_vectors<T>]) {
+/// the packed transposed tile `bt[dim][host_key_tile]`, at the width of `V`; each score sums `d`
+/// in increasing order.
+template <int Rows, class T, class V, int Vectors>
+inline void host_scores(const T* a, int lda, const T* bt, int dim, V (&s)[Rows][Vectors]) {
+  static_assert(Vectors * simd_lanes<V> == host_key_tile, "one key tile per row of scores");
   for (int r = 0; r < Rows; ++r)
-    for (int c = 0; c < tile_vectors<T>; ++c) s[r][c] = simd_zero<T>();
-  ctxpar::impl::simd_tile_accumulate<Rows, tile_vectors<T>>(a, lda, 1, 0, dim, bt, host_key_tile,
-                                                            s);
+    for (int c = 0; c < Vectors; ++c) s[r][c] = simd_zero<T, static_cast<int>(sizeof(V))>();
+  ctxpar::impl::simd_tile_accumulate<Rows, Vectors>(a, lda, 1, 0, dim, bt, host_key_tile, s);
 }
 
-/// Head dimension rounded up to whole vectors (the packed tiles and scratch rows are zero-padded).
-template <class T>
-inline int padded_dim(int dim) {
-  return (dim + Simd<T>::lanes - 1) / Simd<T>::lanes * Simd<T>::lanes;
+/// Head dimension rounded up to whole vectors of `lanes` (the packed tiles and scratch rows are
+/// zero-padded).
+inline int padded_dim(int dim, int lanes) {
+  return (dim + lanes - 1) / lanes * lanes;
 }
 
 }  // namespace ctxpar::swa::impl
+CTXPAR_WIDE_VECTORS_END
