@@ -34,7 +34,8 @@ set(CTXPAR_TEST_ENVIRONMENT
   ${CTXPAR_TEST_EXTRA_ENVIRONMENT})
 
 function(ctxpar_register_mpi_test name target)
-  cmake_parse_arguments(ARG "WILL_FAIL;NO_EXTENDED" "TIMEOUT" "LABELS;RANKS;EXTENDED_RANKS;ARGS" ${ARGN})
+  cmake_parse_arguments(ARG "WILL_FAIL;NO_EXTENDED" "TIMEOUT;SKIP_RETURN_CODE"
+    "LABELS;RANKS;EXTENDED_RANKS;ARGS;ENVIRONMENT" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
@@ -57,7 +58,10 @@ function(ctxpar_register_mpi_test name target)
     math(EXPR processors "${np} * ${CTXPAR_TEST_THREADS}")
     math(EXPR timeout "${ARG_TIMEOUT} * ${CTXPAR_TEST_TIMEOUT_FACTOR}")
     set_tests_properties(${test_name} PROPERTIES TIMEOUT ${timeout} PROCESSORS ${processors}
-      LABELS "${labels}" ENVIRONMENT "${CTXPAR_TEST_ENVIRONMENT}")
+      LABELS "${labels}" ENVIRONMENT "${CTXPAR_TEST_ENVIRONMENT};${ARG_ENVIRONMENT}")
+    if(ARG_SKIP_RETURN_CODE)
+      set_tests_properties(${test_name} PROPERTIES SKIP_RETURN_CODE ${ARG_SKIP_RETURN_CODE})
+    endif()
     if(ARG_WILL_FAIL)
       set_tests_properties(${test_name} PROPERTIES WILL_FAIL TRUE)
     endif()
@@ -107,4 +111,31 @@ function(ctxpar_add_staged_twin)
   endforeach()
   ctxpar_register_mpi_test(${ARG_NAME} ${ARG_NAME} LABELS ${ARG_LABELS} staged TIMEOUT ${ARG_TIMEOUT}
     RANKS ${ranks} NO_EXTENDED ARGS ${ARG_ARGS})
+endfunction()
+
+# ctxpar_add_isa_twins(TARGET <test executable> LABELS ... [TIMEOUT s]): the executable run again
+# at np 1..3 with each host instruction set forced (CTXPAR_HOST_ISA=baseline, avx2, avx512;
+# core/host_isa.hpp), against the same oracles, so every width the binary carries is tested where
+# the CPU runs it. No extra build. The test main reports a twin as skipped (exit 77) when the CPU
+# cannot run its set, or when its set is the one this CPU detects (the plain entries already ran
+# it). Only for builds whose host spaces run the host SIMD kernels.
+function(ctxpar_add_isa_twins)
+  cmake_parse_arguments(ARG "" "TARGET;TIMEOUT" "LABELS" ${ARGN})
+  if(CTXPAR_PORTABLE_KERNELS OR Kokkos_ENABLE_CUDA OR Kokkos_ENABLE_HIP)
+    return()
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set(ranks)
+  foreach(np 1 2 3)
+    if(np IN_LIST CTXPAR_TEST_DEFAULT_RANKS)
+      list(APPEND ranks ${np})
+    endif()
+  endforeach()
+  foreach(isa baseline avx2 avx512)
+    ctxpar_register_mpi_test(${ARG_TARGET}_${isa} ${ARG_TARGET} LABELS ${ARG_LABELS} isa
+      TIMEOUT ${ARG_TIMEOUT} RANKS ${ranks} NO_EXTENDED SKIP_RETURN_CODE 77
+      ENVIRONMENT CTXPAR_HOST_ISA=${isa} CTXPAR_TEST_ISA_TWIN=1)
+  endforeach()
 endfunction()

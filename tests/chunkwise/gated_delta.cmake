@@ -11,3 +11,4 @@ ctxpar_add_mpi_test(NAME chunkwise_gated_delta_numerics SOURCES gated_delta_nume
 ctxpar_add_mpi_test(NAME chunkwise_steady_state SOURCES steady_state_test.cpp LABELS chunkwise TIMEOUT 120)
 # The same on the paths device memory takes (staged collectives, host copies as allocations).
 ctxpar_add_staged_twin(NAME chunkwise_steady_state_staged SOURCES steady_state_test.cpp LABELS chunkwise)
+ctxpar_add_isa_twins(TARGET chunkwise_gated_delta_cp LABELS chunkwise)
