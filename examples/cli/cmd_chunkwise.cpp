@@ -169,6 +169,7 @@ void each_gradient(const G& g, F&& f) {
 
 struct Settings {
   std::string family, in, out, compose, layout;
+  std::string host_isa;  // the instruction set the plans' host kernels run at
   int householder = 1, chunk = 64;
   double scale = 0;
   bool backward = false;
@@ -347,6 +348,7 @@ int check_and_keep(int ranks, const Backend& backend, const Settings& s,
   j["layout"] = s.layout;
   j["chunk"] = s.chunk;
   j["dtype"] = sizeof(Scalar) == 4 ? "float32" : "float64";
+  j["host_isa"] = s.host_isa;
   j["forward_seconds"] = fwd;
   j["backward_seconds"] = bwd;
   j["peak_rss_bytes"] = peak_rss;
@@ -529,6 +531,8 @@ std::map<std::string, NpyArray> read_files(const ctxpar::Group& group, const Set
 
 int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   Settings s;
+  // What the plans will agree on (CTXPAR_HOST_ISA is checked here, before any file is read).
+  s.host_isa = ctxpar::host_isa_name(ctxpar::agreed_host_isa(group, "ctxpar chunkwise"));
   s.family = args.get<std::string>("family");
   s.in = args.get<std::string>("in");
   s.out = args.get<std::string>("out");

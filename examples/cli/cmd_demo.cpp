@@ -314,10 +314,14 @@ int run_demo(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   json["command"] = "demo";
   json["ranks"] = p;
   json["execution_space"] = execution_space::name();
+  const ctxpar::HostIsa isa = ctxpar::agreed_host_isa(group, "ctxpar demo");
+  json["host_isa"] = ctxpar::host_isa_name(isa);
 
   if (root) {
     std::cout << "ctxpar demo on " << p << " rank" << (p == 1 ? "" : "s")
-              << ", Kokkos execution space " << execution_space::name() << "\n\n"
+              << ", Kokkos execution space " << execution_space::name() << ", host kernels "
+              << ctxpar::host_isa_name(isa) << " (CPU: widest "
+              << ctxpar::host_isa_name(ctxpar::detected_host_isa()) << ")\n\n"
               << "foundation: partition plan and collectives, each checked against a single-rank "
                  "oracle\n"
               << "  plan: BalancedChunks (torch.chunk rule) of " << length << " tokens over " << p

@@ -288,6 +288,9 @@ Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bo
 }
 
 int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
+  // What the plans will agree on (CTXPAR_HOST_ISA is checked here, before any file is read).
+  const std::string host_isa =
+      ctxpar::host_isa_name(ctxpar::agreed_host_isa(group, "ctxpar heads"));
   const std::string in_dir = args.get<std::string>("in"), out_dir = args.get<std::string>("out");
   Inputs in;
   // Every size by its option's name: a zero would otherwise surface as an inconsistent channel
@@ -416,6 +419,7 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   summary["uneven"] = uneven;
   summary["packed_sequences"] = static_cast<std::int64_t>(in.cu.empty() ? 1 : in.cu.size() - 1);
   summary["dtype"] = f32 ? "float32" : "float64";
+  summary["host_isa"] = host_isa;
   summary["peak_rss_bytes"] = peak_rss;
   if (repeat > 0) summary["steady_state"] = steady;
   summary["check_against_single_rank"] = check;

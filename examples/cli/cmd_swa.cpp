@@ -273,6 +273,8 @@ template <class Scalar>
 int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const std::string& in,
               std::int64_t window, std::int64_t step, const std::string& policy,
               const std::string& layout, double base, bool backward, bool check, int repeat) {
+  // What the plans will agree on (CTXPAR_HOST_ISA is checked here, before any file is read).
+  const std::string host_isa = ctxpar::host_isa_name(ctxpar::agreed_host_isa(group, "ctxpar swa"));
   Stream<Scalar> s;
   // Qualified calls, no block-scope using-declaration: hipcc (clang) otherwise treats the results
   // as dependent inside this template and rejects `q.values<Scalar>`.
@@ -376,6 +378,7 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   summary["layout"] = layout;
   summary["rope_base"] = base;
   summary["dtype"] = sizeof(Scalar) == 4 ? "float32" : "float64";
+  summary["host_isa"] = host_isa;
   summary["backward"] = backward;
   summary["dout"] = given_dout ? "dout.npy" : "ones";
   ctxpar::cli::Json seconds = ctxpar::cli::Json::array();
