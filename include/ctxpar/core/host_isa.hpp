@@ -22,8 +22,12 @@
 #include "ctxpar/core/impl/simd.hpp"
 
 /// 1 when the host kernels are compiled at several widths with run-time dispatch: x86-64 hosts
-/// with GCC or clang vector extensions.
-#if CTXPAR_HOST_SIMD && (defined(__x86_64__) || defined(_M_X64)) && \
+/// with GCC or clang vector extensions, in optimised builds. Without optimisation (`-O0`, e.g. a
+/// Debug or sanitizer build) `flatten` does not inline the body into its entry, so wide vectors
+/// would cross calls between functions compiled for different instruction sets (different ABIs)
+/// and the register pins of the tile products could not be honoured: such builds carry the
+/// baseline only.
+#if CTXPAR_HOST_SIMD && defined(__OPTIMIZE__) && (defined(__x86_64__) || defined(_M_X64)) && \
     (defined(__GNUC__) || defined(__clang__))
 #define CTXPAR_HOST_ISA_DISPATCH 1
 #else
