@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/timing.hpp"
+#include "ctxpar/core/impl/isa_dispatch.hpp"
 
 #ifndef CTXPAR_BENCH_BUILD_TYPE
 /// The CMake build type the benchmark was compiled with (set by bench/common/CMakeLists.txt).
@@ -85,6 +86,9 @@ struct Machine {
   int ranks = 1;
   /// Whether the benchmark binary was compiled with -march=native.
   bool native = false;
+  /// The instruction set the host kernels run at (chosen at run time: core/host_isa.hpp), which
+  /// with or without -march=native is what the kernel figures measured.
+  std::string host_isa;
   /// 1-minute load average when the run started (a shared machine's noise, for the record).
   double load_average = -1;
 };
@@ -142,6 +146,7 @@ inline Machine this_machine(MPI_Comm comm = MPI_COMM_WORLD) {
   MPI_Initialized(&initialised);
   if (initialised) MPI_Comm_size(comm, &m.ranks);
   m.native = CTXPAR_BENCH_NATIVE != 0;
+  m.host_isa = ctxpar::host_isa_name(ctxpar::impl::process_host_isa());
   m.load_average = load_average();
   return m;
 }
@@ -186,6 +191,7 @@ class Record {
         << ", \"build_type\": " << json_string(m.build_type)
         << ", \"backend\": " << json_string(m.backend) << ", \"threads\": " << m.threads
         << ", \"ranks\": " << m.ranks << ", \"native\": " << (m.native ? "true" : "false")
+        << ", \"host_isa\": " << json_string(m.host_isa)
         << ", \"load_average\": " << json_number(m.load_average) << "}}";
     return out.str();
   }

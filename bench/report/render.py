@@ -157,7 +157,7 @@ def run_facts(rs):
 TARGETS = {
     "swa_fwd": 0.5, "swa_bwd": 0.35, "gdn_sgemm": 0.6, "rec_ceiling": 0.8, "torch_raw": 2.0,
     "torch_norm": 1.3, "cp": 0.9, "per_token": 1.2, "bytes": 1.0, "expr": 1.03, "pack": 0.5,
-    "step_over_kernel": 1.25,
+    "step_over_kernel": 1.25, "isa_default": 1.15,
 }
 
 # A copy counted as read + write bytes can beat the triad's counted rate by at most 4/3: the triad
@@ -761,6 +761,12 @@ def recurrence_profile_note(row):
     parts = [f"{lab} {fmt(of)} of SGEMM ({100 * share:.0f} % of the call)" for lab, _, share, _, of in prof
              if of is not None]
     return f"profile at C = {row['chunk']}: " + ", ".join(parts) if parts else ""
+
+
+def fig_isa(recs):
+    """The default build (no architecture flag; host kernels chosen at run time) against the same
+    source built with -march=native, side by side in one run (scripts/bench-isa)."""
+    return [{"call": need(r, "case"), "ratio": num(r, "default_over_native"), "rec": r} for r in pick(recs, "isa")]
 
 
 def fig_torch(recs):
@@ -1466,6 +1472,17 @@ def summary_rows(recs):
             lambda v: v >= TARGETS["torch_raw"], "[PyTorch](#against-pytorch-cpu)", "; ".join(notes))
         add(f"vs PyTorch CPU — {op}", "speed-up ÷ (own SGEMM ÷ torch SGEMM)", f"≥ {TARGETS['torch_norm']}×",
             [x["norm"] for x in xs], lambda v: v >= TARGETS["torch_norm"], "[PyTorch](#against-pytorch-cpu)")
+    isa = fig_isa(recs)
+    add("default build ÷ `-march=native` build (SWA forward, GDN forward and backward, one rank)",
+        "seconds ÷ seconds, median over rounds", f"≤ {TARGETS['isa_default']}", [x["ratio"] for x in isa],
+        lambda v: v <= TARGETS["isa_default"], "[default build](#default-build-against--marchnative)",
+        "; ".join(f"{x['call']}: {fmt(x['ratio'])}" for x in isa), lower_is_worse=False)
+    vs_torch = [x["rec"] for x in isa if "default_speedup_over_torch" in x["rec"]]
+    add("vs PyTorch CPU — SWA step forward, default build", "speed-up, raw (fastest of 5 calls, median over rounds)",
+        f"≥ {TARGETS['torch_raw']}×", [num(r, "default_speedup_over_torch") for r in vs_torch],
+        lambda v: v >= TARGETS["torch_raw"], "[default build](#default-build-against--marchnative)",
+        "; ".join(f"`-march=native` build in the same run: {fmt(num(r, 'native_speedup_over_torch'))}×"
+                  for r in vs_torch))
     cp = fig_cp(recs)
     for mech in ("A", "B", "C"):
         xs = [x for x in cp if x["P"] == 2 and (mech + ":") in x["mechanism"]]
@@ -1864,7 +1881,9 @@ def section_machine(recs):
     if machine:
         md.append(f"CPU `{machine.get('cpu')}`, build `{machine.get('build_type')}`, Kokkos backend "
                   f"`{machine.get('backend')}`, {machine.get('threads')} thread(s) per rank, "
-                  f"`-march=native`: {fmt(machine.get('native'))}; load average at the ceilings run: "
+                  f"`-march=native`: {fmt(machine.get('native'))}"
+                  + (f", host kernels' instruction set: `{machine['host_isa']}`" if "host_isa" in machine else "")
+                  + f"; load average at the ceilings run: "
                   f"{fmt(machine.get('load_average'))} (2 cores). Every ratio below uses the ceiling measured in "
                   "its own benchmark run, around its own case.\n\n")
     rows = []
@@ -2450,6 +2469,35 @@ def section_alpha_beta(recs, fits, args, img_rel):
     return md
 
 
+def section_isa(recs):
+    md = ["\n## Default build against -march=native\n"]
+    isa = fig_isa(recs)
+    if not isa:
+        return md + ["_No record (bench/results/isa.json): run `scripts/bench-isa --json bench/results/isa.json`._\n"]
+    first = isa[0]["rec"]
+    md.append(f"The `ctxpar` tool built twice from the same source by `scripts/bench-isa` (Release): with no "
+              f"architecture flag, where the host kernels pick their instruction set at run time "
+              f"(`{need(first, 'default_host_isa')}` here), and with `-march=native` "
+              f"(`{need(first, 'native_host_isa')}`). One rank, one thread, CPU `{need(first, 'cpu')}`; "
+              f"each call's figure is the fastest of `--repeat 5`, the builds run in alternation for "
+              f"{need(first, 'rounds')} rounds, and the table gives medians over rounds. Target: the default "
+              f"build within {fmt(TARGETS['isa_default'])}× of the native one.\n\n")
+    rows = []
+    for x in isa:
+        r = x["rec"]
+        torch = (f"{human_seconds(num(r, 'torch_s'))} (torch {need(r, 'torch')}): "
+                 f"{fmt(num(r, 'default_speedup_over_torch'))}× / {fmt(num(r, 'native_speedup_over_torch'))}×"
+                 if "torch_s" in r else "–")
+        rows.append([x["call"], human_seconds(num(r, "default_s")), human_seconds(num(r, "native_s")), fmt(x["ratio"]),
+                     torch])
+    md.append(table(["call", "default build", "`-march=native`", "default ÷ native",
+                     "PyTorch-CPU, same shape, same rounds: ctxpar speed-up default / native"], rows))
+    md.append("\nShapes: `ctxpar swa` T = 4096, H = 8, D = 64, W = 1024 (PyTorch: the blockwise formulation of "
+              "the SWA comparison, `bench/isa/torch_swa_step.py`); `ctxpar chunkwise --family gdn` T = 8192, "
+              "H = 4, K = V = 128, chunk 64.\n")
+    return md
+
+
 def section_failed(md, name, e):
     """A gnuplot or layout problem in one section must not stop the report; a record that lacks a
     key the figures need must (RecordKeyError is a KeyError: re-raised)."""
@@ -2484,6 +2532,7 @@ def render(recs, args):
                      ("B vs C", lambda: crossover_section(recs, args.img, img_rel)),
                      ("CP efficiency", lambda: section_cp(recs, args.img, img_rel)),
                      ("PyTorch", lambda: section_torch(recs, args.img, img_rel)),
+                     ("default build", lambda: section_isa(recs)),
                      ("growth", lambda: section_growth(recs)),
                      ("long context", lambda: section_longctx(recs, args.img, img_rel)),
                      ("hybrid", lambda: section_hybrid(recs)),

@@ -282,6 +282,27 @@ class Render(unittest.TestCase):
         row = {"rec": dict(small, forward_median_s=2.0)}
         self.assertAlmostEqual(render.need_gflops(row), 4.0 * 18 / 1.0 * 1e-9)
 
+    def test_default_build_rows_pool_every_call_and_pair_torch_per_build(self):
+        common = dict(rounds=3, default_host_isa="avx2", native_host_isa="avx2", cpu="test CPU", threads=1, ranks=1)
+        swa = rec("isa", "swa forward", default_s=0.2, native_s=0.19, default_over_native=1.05, torch="1.13",
+                  torch_s=0.5, default_speedup_over_torch=2.5, native_speedup_over_torch=2.6, **common)
+        gdn = rec("isa", "gdn backward", default_s=0.3, native_s=0.25, default_over_native=1.2, **common)
+        rows = {r[0] + " / " + r[1]: r for r in render.summary_rows([swa, gdn])}
+        ratio = next(r for k, r in rows.items() if k.startswith("default build ÷"))
+        self.assertEqual(ratio[4], "**missed**")  # the worst call (1.2 > 1.15) decides
+        self.assertIn("1.2 (worst of 2", ratio[3])
+        alone = next(r for r in render.summary_rows([swa]) if r[0] == ratio[0])
+        self.assertEqual(alone[4], "**met**")
+        vs_torch = next(r for k, r in rows.items() if k.startswith("vs PyTorch CPU — SWA step forward, default"))
+        self.assertEqual((vs_torch[3], vs_torch[4]), ("2.5", "**met**"))
+        self.assertIn("2.6", vs_torch[6])
+        text = "\n".join(render.section_isa([swa, gdn]))
+        self.assertIn("| swa forward | 200 ms | 190 ms | 1.05 | 500 ms (torch 1.13): 2.5× / 2.6× |", text)
+        self.assertIn("| gdn backward | 300 ms | 250 ms | 1.2 | – |", text)
+        self.assertIn("_No record", "\n".join(render.section_isa([])))
+        with self.assertRaises(KeyError):
+            render.fig_isa([rec("isa", "swa forward", default_s=0.2)])  # the ratio is recorded, not invented
+
     def test_pack_ratio_above_the_physical_ceiling_is_invalid_not_pooled(self):
         def pack(p, ratio, rnd):
             return rec("heads", "pack_x", ratio_to_triad=ratio, round=rnd, machine={"ranks": p})
