@@ -145,8 +145,9 @@ def heads_options():
 
 class Case:
     def __init__(self, name, command, options, files=None, expect="refuse", culprits=(),
-                 ranks=None, outputs=(), out_files=None, reference=None):
+                 ranks=None, outputs=(), out_files=None, reference=None, env=None):
         self.name, self.command, self.options = name, command, dict(options)
+        self.env = env or {}  # set for this run only (e.g. CTXPAR_HOST_ISA)
         self.files = files  # None: the subcommand takes no --in
         self.expect, self.culprits, self.ranks, self.outputs = expect, culprits, ranks, outputs
         self.out_files = out_files or {}  # put into --out before the run (same kinds as files)
@@ -437,6 +438,16 @@ def make_cases(seed):
                   "--kokkos-disable-warnings=yes"):
         cases.append(Case(f"tool/{token}", "swa", {token: "RAW"}, swa,
                           culprits=(token.split("=")[0],)))
+    # The host instruction set asked for through the environment: a value that names none is
+    # refused on every rank before any file is read; the baseline runs on every CPU and build.
+    for command, opts, files, outs in (("swa", {}, swa, swa_out), ("chunkwise", base, cw, cw_out),
+                                       ("heads", ho, hd, hd_out)):
+        for bad in ("avx3", "AVX2 ", "-1"):
+            cases.append(Case(f"{command}/CTXPAR_HOST_ISA={bad!r}", command, opts, files,
+                              culprits=("CTXPAR_HOST_ISA",), ranks=(1, 3),
+                              env={"CTXPAR_HOST_ISA": bad}))
+        cases.append(Case(f"{command}/CTXPAR_HOST_ISA=baseline", command, opts, files, "pass",
+                          ranks=(2,), outputs=outs, env={"CTXPAR_HOST_ISA": "baseline"}))
     cases.append(Case("tool/unknown-option", "swa", {"bogus": 1}, swa, culprits=("--bogus",)))
     cases.append(Case("tool/flag-with-value", "swa", {"backward=1": "RAW"}, swa,
                       culprits=("--backward",)))
@@ -834,6 +845,12 @@ def judge(case, np_, rc, text, out_dir, elapsed, timed_out):
                 bad = count_nonfinite_npy(os.path.join(out_dir, name))
                 if bad:
                     wrong.append(f"{name} holds {bad} NaN/Inf")
+            elif name.endswith(".json") and "CTXPAR_HOST_ISA" in case.env:
+                with open(os.path.join(out_dir, name)) as f:
+                    ran = json.load(f).get("host_isa")
+                if ran != case.env["CTXPAR_HOST_ISA"]:
+                    wrong.append(f"{name} says host_isa {ran!r}, not the forced "
+                                 f"{case.env['CTXPAR_HOST_ISA']!r}")
     elif case.expect == "fail":
         if rc == 0:
             wrong.append("exit 0 although the distributed result was corrupted")
@@ -929,8 +946,8 @@ def main():
         cmd = launcher + [a.np_flag, str(np_)] + tool
         t0 = time.time()
         timed_out = False
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=dict(env, **case.env), start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=a.timeout)
         except subprocess.TimeoutExpired:
