@@ -123,28 +123,36 @@ struct GammaKernel {
   decltype(saved::reset) reset;
   typename saved::work3 gamma_lo;
   std::int64_t heads, width;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = ctxpar::impl::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    ctxpar::impl::run_kernel<
+        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
+  }
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     const std::int64_t gi = i % width, h = (i / width) % heads, c = i / (width * heads);
-    Scalar run = 0, lo = 0, minus_inf = 0;
+    Scalar sum = 0, lo = 0, minus_inf = 0;
     std::int64_t last_reset = -1;
     for (std::int64_t t = chunk_begin(c); t < chunk_end(c); ++t) {
       const Scalar x = g(t, h, gi);
       if (x < Scalar(0) && !compat::isfinite(x)) {  // −∞: the state before t is forgotten
-        run = 0;
+        sum = 0;
         lo = 0;
         last_reset = t;
         minus_inf = x;
       } else {
-        // Two-sum: `run + x` exactly equals `s + err`; the errors accumulate in `lo`.
-        const Scalar s = run + x, xs = s - run;
-        lo += (run - (s - xs)) + (x - xs);
-        run = s;
+        // Two-sum: `sum + x` exactly equals `s + err`; the errors accumulate in `lo`.
+        const Scalar s = sum + x, xs = s - sum;
+        lo += (sum - (s - xs)) + (x - xs);
+        sum = s;
       }
-      gamma(t, h, gi) = run;
+      gamma(t, h, gi) = sum;
       gamma_lo(t, h, gi) = lo;
       reset(t, h, gi) = last_reset;
     }
-    logm(c, h, gi) = last_reset < 0 ? run : minus_inf;
+    logm(c, h, gi) = last_reset < 0 ? sum : minus_inf;
   }
 };
 
@@ -233,9 +241,17 @@ struct ChainForwardKernel {
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
   std::int64_t s_lo, heads, kdim, vdim;
   bool apply, have_s_in, have_initial, have_finals;
-  // One work item per (sequence, head, key row, block of chain_block state columns): the chunk's
-  // decay is read once per row and the columns stay contiguous.
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = gd::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    ctxpar::impl::run_kernel<
+        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
+  }
+  /// The kernel at `Bytes`-wide vectors. One work item per (sequence, head, key row, block of
+  /// chain_block state columns): the chunk's decay is read once per row and the columns stay
+  /// contiguous.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     const std::int64_t blocks = (vdim + chain_block - 1) / chain_block;
     const std::int64_t v0 = (i % blocks) * chain_block, kk = (i / blocks) % kdim;
     const std::int64_t h = (i / (blocks * kdim)) % heads, s = s_lo + i / (blocks * kdim * heads);
@@ -277,7 +293,15 @@ struct SequenceTransitionKernel {
   typename saved::work3 logm;
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> transition;
   std::int64_t s, width;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = gd::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    ctxpar::impl::run_kernel<
+        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
+  }
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     const std::int64_t gi = i % width, h = i / width;
     Scalar total = 0;
     for (std::int64_t c = seq_chunk(s); c < seq_chunk(s + 1); ++c) total += logm(c, h, gi);
@@ -465,7 +489,15 @@ struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
   std::int64_t heads, kdim, vdim;
   decltype(saved::reset) reset;
   typename saved::work3 gamma_lo;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = gd::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    ctxpar::impl::run_kernel<
+        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
+  }
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     const std::int64_t kk = i % kdim, h = (i / kdim) % heads, c = i / (kdim * heads);
     Scalar* row = &dmat(c, h, kk, 0);
     for (std::int64_t vv = 0; vv < vdim; ++vv) row[vv] = 0;
@@ -494,8 +526,15 @@ struct ChainBackwardKernel {
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
   std::int64_t s_lo, last_seq, heads, kdim, vdim;
   bool apply, have_ds_out, have_final_grads, have_initial_grads, have_ds_in;
-  // Work items as in ChainForwardKernel.
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = gd::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    ctxpar::impl::run_kernel<
+        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
+  }
+  /// The kernel at `Bytes`-wide vectors, work items as in ChainForwardKernel.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     const std::int64_t blocks = (vdim + chain_block - 1) / chain_block;
     const std::int64_t v0 = (i % blocks) * chain_block, kk = (i / blocks) % kdim;
     const std::int64_t h = (i / (blocks * kdim)) % heads, s = s_lo + i / (blocks * kdim * heads);
@@ -531,6 +570,8 @@ struct ChainBackwardKernel {
   }
 };
 
+// No instruction-set dispatch of its own: it runs only as the fallback inside
+// DiagonalGradientTiles::run, which inlines it at that kernel's instruction set.
 template <class Scalar, class MemorySpace, bool Diagonal>
 struct GradientRowKernel {
   using saved = DecaySaved<Scalar, MemorySpace>;

@@ -236,7 +236,15 @@ struct ConvBackwardInput {
   Idx seq_end;
   std::int64_t off, channels, block;
   int width;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = ctxpar::impl::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<typename Du::execution_space>>(
+        isa, *this, i);
+  }
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     using T = typename Du::non_const_value_type;
     const std::int64_t blocks = (channels + block - 1) / block;
     const std::int64_t t = i / blocks, c0 = (i % blocks) * block;
@@ -283,7 +291,15 @@ struct ConvBackwardWeights {
   int width;
   std::int64_t channels;
   int block;
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = ctxpar::impl::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<typename Dw::execution_space>>(
+        isa, *this, i);
+  }
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     const std::int64_t c0 = i * block;
     const int n = static_cast<int>(channels - c0 < block ? channels - c0 : block);
     // A full block with its size known to the compiler, whose loops over it then vectorise; at
