@@ -2475,22 +2475,30 @@ def section_isa(recs):
     if not isa:
         return md + ["_No record (bench/results/isa.json): run `scripts/bench-isa --json bench/results/isa.json`._\n"]
     first = isa[0]["rec"]
-    md.append(f"The `ctxpar` tool built twice from the same source by `scripts/bench-isa` (Release): with no "
+    md.append(f"The `ctxpar` tool built from the same source by `scripts/bench-isa` (Release): with no "
               f"architecture flag, where the host kernels pick their instruction set at run time "
               f"(`{need(first, 'default_host_isa')}` here), and with `-march=native` "
               f"(`{need(first, 'native_host_isa')}`). One rank, one thread, CPU `{need(first, 'cpu')}`; "
               f"each call's figure is the fastest of `--repeat 5`, the builds run in alternation for "
               f"{need(first, 'rounds')} rounds, and the table gives medians over rounds. Target: the default "
-              f"build within {fmt(TARGETS['isa_default'])}× of the native one.\n\n")
+              f"build within {fmt(TARGETS['isa_default'])}× of the native one. A third build, `-march=native "
+              "-mtune=generic`, separates what the instruction sets give from what the compiler's tuning for "
+              "this CPU gives.\n\n")
     rows = []
     for x in isa:
         r = x["rec"]
         torch = (f"{human_seconds(num(r, 'torch_s'))} (torch {need(r, 'torch')}): "
                  f"{fmt(num(r, 'default_speedup_over_torch'))}× / {fmt(num(r, 'native_speedup_over_torch'))}×"
+                 + (f"; default build's rounds {fmt(num(r, 'default_speedup_over_torch_lowest'))}–"
+                    f"{fmt(num(r, 'default_speedup_over_torch_highest'))}×"
+                    if "default_speedup_over_torch_lowest" in r else "")
                  if "torch_s" in r else "–")
+        tuned = (f"{human_seconds(num(r, 'native_tune_generic_s'))} "
+                 f"({fmt(num(r, 'default_over_native_tune_generic'))})" if "native_tune_generic_s" in r else "–")
         rows.append([x["call"], human_seconds(num(r, "default_s")), human_seconds(num(r, "native_s")), fmt(x["ratio"]),
-                     torch])
+                     tuned, torch])
     md.append(table(["call", "default build", "`-march=native`", "default ÷ native",
+                     "`-march=native -mtune=generic` (default ÷ it)",
                      "PyTorch-CPU, same shape, same rounds: ctxpar speed-up default / native"], rows))
     md.append("\nShapes: `ctxpar swa` T = 4096, H = 8, D = 64, W = 1024 (PyTorch: the blockwise formulation of "
               "the SWA comparison, `bench/isa/torch_swa_step.py`); `ctxpar chunkwise --family gdn` T = 8192, "

@@ -297,8 +297,12 @@ class Render(unittest.TestCase):
         self.assertEqual((vs_torch[3], vs_torch[4]), ("2.5", "**met**"))
         self.assertIn("2.6", vs_torch[6])
         text = "\n".join(render.section_isa([swa, gdn]))
-        self.assertIn("| swa forward | 200 ms | 190 ms | 1.05 | 500 ms (torch 1.13): 2.5× / 2.6× |", text)
-        self.assertIn("| gdn backward | 300 ms | 250 ms | 1.2 | – |", text)
+        self.assertIn("| swa forward | 200 ms | 190 ms | 1.05 | – | 500 ms (torch 1.13): 2.5× / 2.6× |", text)
+        self.assertIn("| gdn backward | 300 ms | 250 ms | 1.2 | – | – |", text)
+        tuned = dict(gdn, native_tune_generic_s=0.24, default_over_native_tune_generic=1.25)
+        self.assertIn("| gdn backward | 300 ms | 250 ms | 1.2 | 240 ms (1.25) | – |", "\n".join(render.section_isa([tuned])))
+        ranged = dict(swa, default_speedup_over_torch_lowest=1.6, default_speedup_over_torch_highest=2.2)
+        self.assertIn("2.5× / 2.6×; default build's rounds 1.6–2.2× |", "\n".join(render.section_isa([ranged])))
         self.assertIn("_No record", "\n".join(render.section_isa([])))
         with self.assertRaises(KeyError):
             render.fig_isa([rec("isa", "swa forward", default_s=0.2)])  # the ratio is recorded, not invented
