@@ -257,7 +257,7 @@ def gdn_forward(gpu, T, H, K, V, C, n_h=1, seqs=1):
     t = a["time_s"] + b["time_s"]
     c = C * n_h
     model = (c * c * K + c ** 3 / 3.0 + 2 * c * c * V + 4 * c * c * K + 6 * c * K * V
-             + 2 * c * c * V) * (T * n_h / float(c)) * H  # §5 model without the dense M terms
+             + 2 * c * c * V) * (T * n_h / float(c)) * H  # docs/chunkwise.md §5 model, no M terms
     bound = a["bound"] if a["time_s"] > b["time_s"] else "state pass: " + b["bound"]
     return dict(kernel="gd_forward" if n_h == 1 else "gdp_forward", flops=a["flops"] + b["flops"],
                 bench_flops=model,

@@ -232,7 +232,7 @@ double rel_l2_between(const View& a, const View& b) {
 }
 
 // Useful flops of the scalar-decay chunkwise forward per head and chunk of c tokens (the model of
-// 21-chunkwise-kernels.md §3 for this family): scores QKᵀ⊙L C²K, their product with V 2·C²V/2·2,
+// docs/chunkwise.md §8 for this family): scores QKᵀ⊙L C²K, their product with V 2·C²V/2·2,
 // the inter-chunk read Γ Q S 2CKV, the chunk update dS = K̃ᵀV 2CKV.
 double scalar_chunk_flops(double c, double k, double v) {
   return c * c * k + c * c * v + 2 * c * k * v + 2 * c * k * v;
@@ -242,8 +242,9 @@ double scalar_chunk_flops(double c, double k, double v) {
 // triangular product counted at its triangular size, the convention of scalar_chunk_flops and of
 // docs/performance.md ("Definitions"): A = strict-lower(KKᵀ) C²K; the triangular solve C³/3;
 // Ũ, W̃ = T·(βV), T·(βK) with T lower triangular C²V + C²K; QKᵀ⊙L C²K; U = Ũ − W̃S 2CKV; outputs
-// QS + (QKᵀ⊙L)U 2CKV + C²V; the state update 2CKV. The §5 model of the header counts Ũ, W̃, QKᵀ⊙L
-// and (QKᵀ⊙L)U at full size (2C²·) — 23% more at C = 64, K = V = 128.
+// QS + (QKᵀ⊙L)U 2CKV + C²V; the state update 2CKV. The model of gated_delta_chunk_flops
+// (docs/chunkwise.md §5) counts Ũ, W̃, QKᵀ⊙L and (QKᵀ⊙L)U at full size (2C²·) — 23% more at
+// C = 64, K = V = 128.
 double gdn_local_chunk_flops(double c, double k, double v) {
   return c * c * k + c * c * c / 3 + (c * c * v + c * c * k) + c * c * k + 2 * c * k * v +
          (2 * c * k * v + c * c * v) + 2 * c * k * v;

@@ -252,8 +252,8 @@ BOOST_AUTO_TEST_CASE(benchmark_entry_points_match_the_oracle) {
 }
 
 BOOST_AUTO_TEST_CASE(flop_model_is_the_documented_sum) {
-  // 21-chunkwise-kernels.md §5 term by term at C = 64, K = V = 128, for 2 heads and 130 tokens
-  // (two full chunks and a ragged chunk of 2).
+  // The FLOP model of docs/chunkwise.md §5 term by term at C = 64, K = V = 128, for 2 heads and
+  // 130 tokens (two full chunks and a ragged chunk of 2).
   auto model = [](double C, double K, double V) {
     const double A = C * C * K, T = C * C * C / 3, UW = 2 * C * C * V + 2 * C * C * K,
                  QK = 2 * C * C * K, U = 2 * C * K * V, O = 2 * C * K * V + 2 * C * C * V,

@@ -1,8 +1,8 @@
 // The summary algebra and what the driver sends: associativity of composition, structured ==
 // dense composition on the same inputs, summary bytes per rank equal to the formula of each
 // structure and policy, packed-sequence isolation (bit-identical other documents, exactly zero
-// gradients outside the document), and the metadata worked example of design 20-chunkwise.md §3
-// end to end.
+// gradients outside the document), and the metadata worked example of docs/chunkwise.md §3 end
+// to end.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -523,7 +523,7 @@ BOOST_AUTO_TEST_CASE(packed_documents_are_isolated) {
 }
 
 BOOST_AUTO_TEST_CASE(metadata_worked_example_end_to_end) {
-  // Design 20-chunkwise.md §3: lengths [5, 4, 7], T = 16; the table is stated for P = 4.
+  // docs/chunkwise.md §3: lengths [5, 4, 7], T = 16; the table is stated for P = 4.
   const auto& group = world();
   const std::vector<std::int64_t> cu = cwt::cu_from_lengths({5, 4, 7});
   const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);

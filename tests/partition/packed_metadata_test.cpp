@@ -1,5 +1,5 @@
 // Packed-sequence CP metadata against a literal scan of the ids, for every split of every small
-// input (T = P·L with L <= 40, P <= 8), plus the worked example of design 20-chunkwise.md §3 and
+// input (T = P·L with L <= 40, P <= 8), plus the worked example of docs/partition.md §3 and
 // the local (communicator-free) validation errors.
 #include <cstdint>
 #include <limits>
@@ -89,9 +89,9 @@ bool matches_literal(const PackedMetadata& meta, const ids_type& ids, int parts,
         (meta.backward_segment_starts()[r] != 0) != want.backward_reset)
       return fail("backward_segment_start");
   }
-  // What a segmented scan does with the flags must reproduce the fold ranges of the design: the
-  // nearest reset at or before r-1 is preceding_rank_start(r), the nearest reverse reset at or
-  // after r+1 is following_rank_stop(r) - 1.
+  // What a segmented scan does with the flags must reproduce the fold ranges of docs/partition.md
+  // §3: the nearest reset at or before r-1 is preceding_rank_start(r), the nearest reverse reset at
+  // or after r+1 is following_rank_stop(r) - 1.
   for (int r = 0; r < parts; ++r) {
     if (meta.continues_from_previous(r)) {
       int j = r - 1;
@@ -162,7 +162,7 @@ std::string describe(const std::vector<int>& lengths, int parts) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(worked_example_of_the_design) {
-  // Sequence lengths [5, 4, 7], T = 16, P = 4 (design 20-chunkwise.md §3, table).
+  // Sequence lengths [5, 4, 7], T = 16, P = 4 (docs/partition.md §3, table).
   const PackedMetadata meta = PackedMetadata::from_cu_seqlens(std::vector<int>{0, 5, 9, 16}, 4);
   const int preceding[] = {0, 0, 1, 2};
   const int following_minus_one[] = {1, 2, 3, 3};

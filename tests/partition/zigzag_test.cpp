@@ -14,7 +14,7 @@ namespace {
 
 using order_type = std::vector<std::int64_t>;  // layout position -> natural index
 
-// Rank r appends natural chunk r of every sequence, then natural chunk 2P-1-r (design §3).
+// Rank r appends natural chunk r of every sequence, then chunk 2P-1-r (docs/partition.md §2).
 order_type literal_packed_order(const std::vector<std::int64_t>& cu, int parts) {
   order_type order;
   for (int r = 0; r < parts; ++r) {
@@ -55,8 +55,8 @@ bool matches_order(const Layout& layout, const order_type& order, int parts, std
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(chunk_order_after_all_to_all) {
-  // The design's P = 3 example: chunks arrive as 1 6 2 5 3 4 (rank order), undo gives 1 2 3 4 5 6
-  // by taking positions 0, 2, 4 then 5, 3, 1.
+  // The P = 3 example of docs/partition.md §2: chunks arrive as 1 6 2 5 3 4 (rank order), undo
+  // gives 1 2 3 4 5 6 by taking positions 0, 2, 4 then 5, 3, 1.
   bool ok = true;
   for (int p = 1; p <= 8; ++p) {
     std::vector<std::int64_t> arrived;  // natural chunk at each zigzag position
@@ -73,7 +73,7 @@ BOOST_AUTO_TEST_CASE(chunk_order_after_all_to_all) {
            ctxpar::zigzag_natural_chunk(n, p) == arrived[n];
     }
   }
-  // P = 3 spelled out (1-based chunk labels as in the design).
+  // P = 3 spelled out (1-based chunk labels as in that example).
   const std::int64_t arrived3[] = {1, 6, 2, 5, 3, 4};
   for (int n = 0; n < 6; ++n) ok = ok && arrived3[ctxpar::zigzag_chunk_position(n, 3)] == n + 1;
   CTXPAR_TEST_ALL(ctxpar::test::world(), ok);

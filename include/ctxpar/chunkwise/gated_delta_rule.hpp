@@ -54,15 +54,15 @@ class GatedDeltaRuleBackend
 };
 
 /// Useful floating-point operations of the chunkwise gated delta forward, per head and per
-/// chunk of `c` sub-steps, by the model of 21-chunkwise-kernels.md §5:
+/// chunk of `c` sub-steps, every product at full size (docs/chunkwise.md §5, "FLOP model"):
 /// `A: C²K; T: C³/3; Ũ, W̃: 2C²V + 2C²K; QKᵀ⊙L: 2C²K; U: 2CKV; outputs: 2CKV + 2C²V;
-/// dS_c, M_c: 2CKV + 2CK²; chaining M: 2K³`. Benchmarks report GFLOP/s against this count.
+/// dS_c, M_c: 2CKV + 2CK²; chaining M: 2K³`. The benchmarks count the triangular model of its §8.
 inline double gated_delta_chunk_flops(double c, double k, double v) {
   return c * c * k + c * c * c / 3 + 2 * c * c * v + 2 * c * c * k + 2 * c * c * k + 2 * c * k * v +
          2 * c * k * v + 2 * c * c * v + 2 * c * k * v + 2 * c * k * k + 2 * k * k * k;
 }
 
-/// The §5 model summed over a local forward of `tokens` tokens (`n_h` sub-steps each), `heads`
+/// That model summed over a local forward of `tokens` tokens (`n_h` sub-steps each), `heads`
 /// heads, chunks of `chunk` tokens: full chunks at the model's rate plus the ragged last chunk.
 inline double gated_delta_forward_flops(std::int64_t tokens, std::int64_t heads,
                                         std::int64_t key_dim, std::int64_t value_dim, int chunk,

@@ -3,8 +3,8 @@
 /// ranks, as *virtual shards* in causal order (contiguous: `P` shards, shard `r` on rank `r`;
 /// zigzag: `2P` shards, rank `r` holds shards `r` and `2P-1-r`, in that local order).
 ///
-/// For every virtual shard `v` the plan knows the packed-sequence metadata of design
-/// 20-chunkwise.md §3: its local `cu_seqlens`, `preceding_start(v)` (first shard whose forward
+/// For every virtual shard `v` the plan knows the packed-sequence metadata of
+/// docs/chunkwise.md §3: its local `cu_seqlens`, `preceding_start(v)` (first shard whose forward
 /// summary reaches `v`'s incoming state), `following_stop(v)` (one past the last shard whose
 /// backward summary reaches `v`), and the segmented-scan flags. Host-side only.
 #pragma once

@@ -1,5 +1,5 @@
 /// \file
-/// Head and key-group partitions for head-parallel context parallelism (design 30-heads.md §2, §4):
+/// Head and key-group partitions for head-parallel context parallelism (docs/partition.md §4):
 /// which contiguous block of heads each rank owns after the sequence → head all-to-all, and which
 /// key groups (shared by several heads) each rank needs, including the group repeat when there are
 /// fewer groups than ranks.

@@ -1,6 +1,6 @@
 /// \file
 /// `PackedMetadata`: what each rank needs to know about packed (varlen) sequences when `T` tokens
-/// are split contiguously over `P` ranks, `L = T / P` tokens each (design 20-chunkwise.md §3).
+/// are split contiguously over `P` ranks, `L = T / P` tokens each (docs/partition.md §3).
 #pragma once
 
 #include <cstdint>
@@ -131,7 +131,7 @@ std::optional<Violation> expand_cu_seqlens(const std::vector<Integer>& cu,
 /// 1`). Per rank `r` (see `PackedShard`): `first` / `last` are the global extents of the sequences
 /// its first / last token belong to, `preceding_rank_start = first / L`, `following_rank_stop =
 /// last / L + 1`. A rank's forward summary describes its trailing fragment, its composed incoming
-/// state feeds its first local sequence; backward mirrors this (design 20-chunkwise.md §3).
+/// state feeds its first local sequence; backward mirrors this (docs/chunkwise.md §3).
 ///
 /// The `*_segment_start` flags are what a segmented scan over ranks needs: a rank whose flag is set
 /// resets whatever was composed before it.

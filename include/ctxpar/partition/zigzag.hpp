@@ -1,7 +1,7 @@
 /// \file
 /// Token layouts over ranks: contiguous and zigzag (load-balanced for causal attention), dense and
-/// packed, with the undo/redo permutations between natural and zigzag order (design 30-heads.md
-/// §3).
+/// packed, with the undo/redo permutations between natural and zigzag order (docs/partition.md
+/// §2; docs/heads.md §3 applies them around the sequence ↔ head all-to-all).
 ///
 /// Every layout maps a token's natural (global, in-sequence) index to its position in *layout
 /// order*: the concatenation of all ranks' local shards in rank order, `position = rank · L +
@@ -162,7 +162,7 @@ struct ZigzagLayout {
 /// rank `r`'s shard is, for each sequence in order, its natural chunks `r` and `2P-1-r`. Every rank
 /// therefore holds `T / P` tokens with the same local sequence boundaries `c_s / P`.
 ///
-/// Closed form (design 30-heads.md §3): position `p` of sequence `s` has natural chunk `n = p /
+/// Closed form (docs/partition.md §2): position `p` of sequence `s` has natural chunk `n = p /
 /// half`, zigzag chunk `z = zigzag_chunk_position(n)`, owner `z / 2`, layout position
 /// `owner · (T/P) + c_s / P + (z mod 2) · half + (p mod half)`.
 ///
