@@ -5,13 +5,17 @@ another run than docs/performance.md.
 
 A block sits between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in its guide; its text is the
 output of one generator below, each built on the figure functions of bench/report/render.py (the
-definitions of docs/performance.md). `scripts/bench` runs this after render.py, with the plots.
+definitions of docs/performance.md). Two kinds: the guides' own figures (blocks() lists them), and
+the detail the report leaves to the guides (render.GUIDE_BLOCKS: profiles, sweeps, every case and
+round, the projection per policy), which the report links to. `scripts/bench` runs this after
+render.py, with the plots.
 
 usage: guides.py [--check] [--plots] [ROOT]
   --check   rewrite nothing; exit 1 naming every block whose text differs from the records
             (tests/bench_report runs this on the committed tree)
-  --plots   also redraw the guides' own plots (needs gnuplot): docs/img/swa_kernel.png,
-            swa_bytes.png, swa_growth.png, heads_crossover.png
+  --plots   also redraw the guides' plots (needs gnuplot): docs/img/swa_kernel.png, swa_bytes.png,
+            swa_growth.png, heads_crossover.png, and those of the report's detail blocks
+            (perf_swa_growth_*.png, crossover_*.png, model_validation.png)
 """
 import importlib.util
 import os
@@ -63,10 +67,14 @@ def hybrid_figures(root):
     return "\n".join(out)
 
 
-def blocks(root):
-    """(guide, block name, generator) for every measured-figure block of the guides."""
+def blocks(root, img=None):
+    """(guide, block name, generator) for every measured-figure block of the guides; the report's detail
+    blocks redraw their plots into `img` when it is given."""
     py = sys.executable
     results = os.path.join(root, "bench/results")
+    recs = render.load_records(results)
+    detail = [(f"docs/{guide}", name, lambda make=make: make(recs, img))
+              for guide, name, _, make in render.GUIDE_BLOCKS]
     return [
         ("docs/swa.md", "swa-kernel", lambda: output_of(root, py, "bench/swa/render_section.py", root, "kernel")),
         ("docs/swa.md", "swa-cp", lambda: output_of(root, py, "bench/swa/render_section.py", root, "cp")),
@@ -83,7 +91,7 @@ def blocks(root):
          lambda: output_of(root, py, "bench/heads/render_heads.py", os.path.join(results, "heads.json"),
                            "--only", "bytes")),
         ("docs/hybrid.md", "hybrid-figures", lambda: hybrid_figures(root)),
-    ]
+    ] + detail
 
 
 def replace_block(text, name, body, guide):
@@ -112,7 +120,11 @@ def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     root = os.path.abspath(args[0]) if args else os.path.dirname(os.path.dirname(HERE))
     texts, stale = {}, []
-    for guide, name, generate in blocks(root):
+    img = os.path.join(root, "docs", "img") if plots and not check else None
+    if img and shutil.which("gnuplot") is None:
+        print("guides.py: gnuplot not found, the plots of the report's detail blocks are left as they are")
+        img = None
+    for guide, name, generate in blocks(root, img):
         path = os.path.join(root, guide)
         if path not in texts:
             with open(path) as f:

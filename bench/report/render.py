@@ -2,9 +2,14 @@
 """Renders docs/performance.md from the JSON records in bench/results/ (python3 standard library
 only; PNG plots through gnuplot when it is installed). Every number in the report comes from a
 record or from a formula applied to records, by the definitions written once in DEFINITIONS
-below (and at the top of the report); the only constants are the design targets
-(../shared/design/50-performance.md), the physical ceilings, the reference layer shapes of the
-projection and the cluster latency/bandwidth assumptions, all printed with the report.
+below (and at the top of the report); the only constants are the targets (TARGETS; the report's
+summary table prints each one beside its verdict), the physical ceilings, the reference layer
+shapes of the projection and the cluster latency/bandwidth assumptions, all printed with the report.
+
+The report is the verdicts and each mechanism's headline figures; the detail behind them (per-shape
+sweeps, profiles, per-point tables, projections) is rendered by the same functions into generated
+blocks of the mechanism guides: GUIDE_BLOCKS below says which block holds what, and
+bench/report/guides.py writes them.
 
 A record that lacks a field a figure needs stops the renderer with a RecordKeyError (a KeyError)
 naming the file, the record and the key: a renamed key must not fall back to another figure.
@@ -16,6 +21,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -128,7 +134,12 @@ def table(header, rows):
 
 
 def span(rs, key):
-    vs = [r[key] for r in rs if isnum(r.get(key))]
+    return span_of(r.get(key) for r in rs)
+
+
+def span_of(values):
+    """'lo–hi' of the numbers among `values` (one figure when they agree; None without any)."""
+    vs = [v for v in values if isnum(v)]
     if not vs:
         return None
     return fmt(vs[0]) if min(vs) == max(vs) else f"{fmt(min(vs))}–{fmt(max(vs))}"
@@ -258,8 +269,8 @@ def fit_kind(kind, points):
     return a, b
 
 
-# Cores of the benchmark machine (50-performance.md): runs with more ranks than cores time the
-# scheduler as much as the transport.
+# Cores of the machine the committed records come from (the report's intro and every section's run
+# facts say so): runs with more ranks than cores time the scheduler as much as the transport.
 CORES = 2
 
 
@@ -323,8 +334,9 @@ def cluster_ab(p, factors):
 
 # ----------------------------------------------------------------------------------------------
 ACCELERATOR = {"name": "an A100-class GPU", "flops": 156e12, "efficiency": 0.4,
-               "source": "NVIDIA A100 datasheet: 156 TFLOP/s dense TF32 tensor-core peak; 40% is the share "
-                         "FlashAttention-2-class kernels reach (50-performance.md cites 0.5–0.7 for the best)"}
+               "source": "NVIDIA A100 datasheet: 156 TFLOP/s dense TF32 tensor-core peak; 40% is an assumed share, "
+                         "below the 50–73 % of peak the FlashAttention-2 paper (Dao, 2023) reports for its "
+                         "attention kernels on an A100"}
 MEMORY_LIMIT = 8 * 2**30
 
 # Reference layer shapes for the projection (fp32 activations, as the library's float path)
@@ -338,8 +350,11 @@ F32 = 4
 
 
 def gdn_full_local_chunk_flops(c, k, v):
-    """The older model (21-chunkwise-kernels.md §5 as in gated_delta_chunk_flops, without the dense
-    M terms): Ũ, W̃, QKᵀ⊙L and (QKᵀ⊙L)·U counted at full size. Only used to convert old records."""
+    """The model older GDN records were written with (their `flop_model` does not start with
+    "triangular"): the same terms as gdn_local_chunk_flops, but Ũ, W̃, QKᵀ⊙L and (QKᵀ⊙L)·U counted at
+    full size. Only used to convert those records (the report's Definitions, "FLOP models", say how;
+    docs/chunkwise.md §5, "Gated delta rule and product", states the full-size model term by term and
+    §8 the triangular one)."""
     return (c * c * k + c ** 3 / 3 + 2 * c * c * v + 2 * c * c * k + 2 * c * c * k + 2 * c * k * v
             + 2 * c * k * v + 2 * c * c * v + 2 * c * k * v)
 
@@ -438,7 +453,7 @@ def project(key, L, P, ab):
 
 def compute_flops(key, L, P):
     """Local flops per rank per layer, forward + backward (backward = 2.5× forward for attention,
-    2× for the chunkwise kernels; the design's FLOP models)."""
+    2× for the chunkwise kernels; the FLOP models of docs/swa.md §6 and docs/chunkwise.md §8)."""
     t = L / P
     if key.startswith("swa"):
         sh = SHAPES["swa"]
@@ -1027,7 +1042,8 @@ def fig_bytes(recs):
 # Every timing record of the sweep must carry these; one without is a RecordKeyError.
 LONGCTX_KEYS = ("mechanism", "pass", "P", "concurrent_jobs", "T_per_rank", "repeats", "median_s", "min_s",
                 "per_token_ns_median", "per_token_ns_min", "peak_rss_bytes", "load_average")
-# The target's two lengths (tokens per rank): 128 Ki against 4 Ki (design doc, 50-performance.md).
+# The target's two lengths (tokens per rank): 128 Ki against 4 Ki, the long-context rows of the
+# report's summary table (per-token time at 128 Ki at most TARGETS["per_token"] × its value at 4 Ki).
 LONGCTX_FROM, LONGCTX_TO = 4096, 131072
 LONGCTX_NAMES = {"swa": "A: SWA", "chunkwise": "B: chunkwise GDN", "heads": "C: head-parallel GdpContextParallel"}
 # What the code of a kernel does that makes its per-token time grow with T, printed when the
@@ -1435,7 +1451,8 @@ def summary_rows(recs):
         add(f"{mech} step ÷ its local kernels (one rank, forward and backward)", "seconds ÷ seconds, median of repeats",
             f"≤ {TARGETS['step_over_kernel']}", [v for x in xs for v in (x["fwd"], x["bwd"])],
             lambda v: v <= TARGETS["step_over_kernel"], section,
-            "; ".join(f"{pas}: the step adds most in {step_excess(x['rec'], pas)} of the step (profile in the section)"
+            "; ".join(f"{pas}: the step adds most in {step_excess(x['rec'], pas)} of the step (profile in the "
+                      "mechanism's guide)"
                       for x, pas in over), lower_is_worse=False)
     ck = [x for x in fig_chunk_kernels(recs) if x["family"] == "gdn"]
     add("chunkwise GDN local forward (K = V = 128, chunk 64)", "GFLOP/s ÷ SGEMM, triangular FLOP model",
@@ -1455,6 +1472,7 @@ def summary_rows(recs):
     peak = fma_peak_gflops(recs)
     for op in sorted({x["op"] for x in tr}):
         xs = [x for x in tr if x["op"] == op]
+        section = "[A](#a-sliding-window-attention)" if op.startswith("SWA") else "[B](#b-chunkwise-linear-attention)"
         missed = [x for x in xs if x["raw"] < TARGETS["torch_raw"] and raw_target_need(x) is not None]
         beyond = [x for x in missed if raw_target_need(x) >= 1]
         within = [x for x in missed if raw_target_need(x) < 1]
@@ -1469,9 +1487,9 @@ def summary_rows(recs):
                          f"{fmt(max(raw_target_need(x) for x in within))} × SGEMM (below it; where the time goes: "
                          "the kernel profile in the mechanism's section)")
         add(f"vs PyTorch CPU — {op}", "speed-up, raw", f"≥ {TARGETS['torch_raw']}×", [x["raw"] for x in xs],
-            lambda v: v >= TARGETS["torch_raw"], "[PyTorch](#against-pytorch-cpu)", "; ".join(notes))
+            lambda v: v >= TARGETS["torch_raw"], section, "; ".join(notes))
         add(f"vs PyTorch CPU — {op}", "speed-up ÷ (own SGEMM ÷ torch SGEMM)", f"≥ {TARGETS['torch_norm']}×",
-            [x["norm"] for x in xs], lambda v: v >= TARGETS["torch_norm"], "[PyTorch](#against-pytorch-cpu)")
+            [x["norm"] for x in xs], lambda v: v >= TARGETS["torch_norm"], section)
     isa = fig_isa(recs)
     add("default build ÷ `-march=native` build (SWA forward, GDN forward and backward, one rank)",
         "seconds ÷ seconds, median over rounds", f"≤ {TARGETS['isa_default']}", [x["ratio"] for x in isa],
@@ -1502,7 +1520,7 @@ def summary_rows(recs):
         worst = max(xs, key=lambda x: x["ratio"]) if xs else None
         add(f"per-token time vs sequence length — {mech}", "per-token time, longest ÷ shortest T",
             f"≤ {TARGETS['per_token']}", [x["ratio"] for x in xs], lambda v: v <= TARGETS["per_token"],
-            "[growth](#how-cost-grows)",
+            "[A](#a-sliding-window-attention)" if mech.startswith("A") else "[B](#b-chunkwise-linear-attention)",
             (f"worst: {worst['case']}, T = {worst['from']} → {worst['to']}"
              + (f"; profile: {per_token_profile_note(worst)}" if per_token_profile_note(worst) else ""))
             if worst else "", lower_is_worse=False)
@@ -1561,47 +1579,17 @@ def log_crossing(points):
     return None
 
 
-def crossover_section(recs, img, img_rel):
-    md = ["\n## Mechanism B vs C: the chunkwise-summary vs head-all-to-all crossover, measured\n"]
+def fig_crossover(recs):
+    """bench/crossover's records as figures: per (family, P) the rows of its table and its plot data,
+    and the crossover in tokens per rank (bytes; time by the medians and by the fastest repeats).
+    None without records."""
     cx = [r for r in recs if r.get("benchmark") == "crossover" and isnum(r.get("tokens_per_rank"))
           and isnum(r.get("ranks")) and r.get("mechanism") in ("B", "C") and isinstance(r.get("family"), str)]
     if not cx:
-        md.append("_No records (bench/results/crossover.json; `bench/crossover/run.sh BUILD_DIR`)._\n")
-        return md
+        return None
     fams = sorted({r.get("family") for r in cx})
-    shapes = []
-    for f in fams:
-        r = next(x for x in cx if x.get("family") == f)
-        shapes.append(f"{f}: H = {r.get('heads')}, K = {r.get('key_dim')}, V = {r.get('value_dim')}, "
-                      f"householder steps {r.get('householder')}, chunk {r.get('chunk')}")
     ranks = sorted({r["ranks"] for r in cx})
-    md.append("`bench/crossover` runs one layer's forward + backward through the public APIs: **B** = "
-              "a `chunkwise::CpPlan`'s `forward`/`backward` with `GatherFold` or `ScanCompose` on each rank's `t` tokens of "
-              "every head; **C** = `TransposePlan::to_head_parallel` of the fused input projection, the "
-              "single-device chunkwise recurrence over the whole sequence of the rank's heads, "
-              "`to_sequence_parallel` of the output, and the reverse path in the backward "
-              f"(`UnevenHeads`, contiguous tokens). Shapes ({'; '.join(shapes)}); P = {', '.join(map(str, ranks))} "
-              f"ranks × 1 thread on the 2-core machine (P > 2 oversubscribed: {', '.join(str(p) for p in ranks if p > 2) or 'none'}). "
-              "Bytes: the slowest rank's bytes sent over all data collectives (Group counters), fwd + bwd; "
-              "time: the slowest rank's fwd + bwd, median of the repeats. The last column splits one more run of C "
-              "(a fence after each phase, slowest rank per phase) into its four transposes, the copies between the "
-              "fused head-side matrix and the per-tensor views the backend takes, and the recurrence (forward + "
-              "backward).\n")
-    checked = [r for r in cx if r.get("checked_against_single_rank") and isnum(r.get("max_rel_error_output"))]
-    if checked:
-        md.append(f"\nChecked once per family and P against the single-rank path on every rank: max relative error "
-                  f"of the outputs {fmt(max(r['max_rel_error_output'] for r in checked))}, of the input gradients "
-                  f"{fmt(max(r.get('max_rel_error_input_grad', 0) for r in checked))} over {len(checked)} records "
-                  "(relative to the largest reference value); outputs against an fp64 token-by-token recurrence: the "
-                  f"single-rank path {fmt(max((r.get('single_rank_output_rel_error_vs_fp64') or 0) for r in checked))}, "
-                  f"B GatherFold {fmt(max((r.get('b_gatherfold_output_rel_error_vs_fp64') or 0) for r in checked))}. "
-                  "Counters equal to their formulas on every rank in "
-                  f"{sum(1 for r in cx if r.get('bytes_equal_formula_every_rank'))} of {len(cx)} records.\n")
-    formulas = {}
-    for r in cx:
-        formulas.setdefault(f"{r['mechanism']} {r.get('policy')}", r.get("bytes_formula"))
-    md.append("\nFormulas: " + "; ".join(f"**{k}**: `{v}`" for k, v in sorted(formulas.items()) if v) + "\n")
-    summary = []
+    cases, summary = [], []
     for fam in fams:
         for p in ranks:
             rs = [r for r in cx if r.get("family") == fam and r["ranks"] == p]
@@ -1631,11 +1619,7 @@ def crossover_section(recs, img, img_rel):
                 rows.append(cells)
                 dat.append([t] + [(r.get("bytes_sent_max") if r else "?") for r in (gf, sc, c)] +
                            [(r.get("time_median_s") if r else "?") for r in (gf, sc, c)])
-            md.append(f"\n**{fam}, P = {p}**{' (oversubscribed)' if p > 2 else ''}\n\n")
-            md.append(table(["tokens / rank", "B GatherFold bytes", "B ScanCompose bytes", "C all-to-all bytes",
-                             "B GatherFold time", "B ScanCompose time", "C time", "C time ÷ best B",
-                             "C: transposes / column copies / recurrence"], rows))
-            write_data(os.path.join(img, f"cx_{fam}_P{p}.dat"), dat)
+            cases.append((fam, p, rows, dat))
             # Crossovers: C's bytes grow linearly in t (slope from the largest measured size), B's do not.
             big = get("C", None, ts[-1])
             b_gf, b_sc = get("B", "GatherFold", ts[-1]), get("B", "ScanCompose", ts[-1])
@@ -1661,25 +1645,91 @@ def crossover_section(recs, img, img_rel):
                 else:
                     tcross.append("–")
             summary.append([fam, p, fmt(x_gf), fmt(x_sc)] + tcross)
-    md.append("\n**The crossover** (tokens per rank). Bytes: C's measured bytes per token (largest size) extrapolated "
-              "linearly, against B's constant bytes; time: where C's time minus the faster B policy's time changes "
-              "sign between two measured sizes (log-interpolated). Shared machine: the time crossover moves with "
-              "the load; the byte crossover does not.\n\n")
-    md.append(table(["family", "P", "C bytes > B GatherFold beyond", "C bytes > B ScanCompose beyond",
-                     "time crossover, medians (C slower than best B beyond)", "time crossover, fastest repeats"],
-                    summary))
+    return {"records": cx, "families": fams, "ranks": ranks, "cases": cases, "summary": summary}
+
+
+def crossover_summary(x):
+    """The crossover table (tokens per rank) with the sentence that says how it is read."""
+    return ("**The crossover** (tokens per rank). Bytes: C's measured bytes per token (largest size) extrapolated "
+            "linearly, against B's constant bytes; time: where C's time minus the faster B policy's time changes "
+            "sign between two measured sizes (log-interpolated). Shared machine: the time crossover moves with "
+            "the load; the byte crossover does not.\n\n" +
+            table(["family", "P", "C bytes > B GatherFold beyond", "C bytes > B ScanCompose beyond",
+                   "time crossover, medians (C slower than best B beyond)", "time crossover, fastest repeats"],
+                  x["summary"]))
+
+
+def crossover_block(recs, img=None):
+    """docs/heads.md: how bench/crossover times B against C, its checks and formulas, the table of every
+    family and P, and the plots (redrawn when `img` is given)."""
+    x = fig_crossover(recs)
+    if x is None:
+        return "_No records (bench/results/crossover.json; `bench/crossover/run.sh BUILD_DIR`)._"
+    cx, fams, ranks = x["records"], x["families"], x["ranks"]
+    shapes = []
+    for f in fams:
+        r = next(c for c in cx if c.get("family") == f)
+        shapes.append(f"{f}: H = {r.get('heads')}, K = {r.get('key_dim')}, V = {r.get('value_dim')}, "
+                      f"householder steps {r.get('householder')}, chunk {r.get('chunk')}")
+    md = ["`bench/crossover` runs one layer's forward + backward through the public APIs: **B** = "
+          "a `chunkwise::CpPlan`'s `forward`/`backward` with `GatherFold` or `ScanCompose` on each rank's `t` tokens of "
+          "every head; **C** = `TransposePlan::to_head_parallel` of the fused input projection, the "
+          "single-device chunkwise recurrence over the whole sequence of the rank's heads, "
+          "`to_sequence_parallel` of the output, and the reverse path in the backward "
+          f"(`UnevenHeads`, contiguous tokens). From {run_facts(cx)}. Shapes ({'; '.join(shapes)}); P = "
+          f"{', '.join(map(str, ranks))} ranks × 1 thread on the 2-core machine (P > 2 oversubscribed: "
+          f"{', '.join(str(p) for p in ranks if p > 2) or 'none'}). "
+          "Bytes: the slowest rank's bytes sent over all data collectives (Group counters), fwd + bwd; "
+          "time: the slowest rank's fwd + bwd, median of the repeats. The last column splits one more run of C "
+          "(a fence after each phase, slowest rank per phase) into its four transposes, the copies between the "
+          "fused head-side matrix and the per-tensor views the backend takes, and the recurrence (forward + "
+          "backward).\n"]
+    checked = [r for r in cx if r.get("checked_against_single_rank") and isnum(r.get("max_rel_error_output"))]
+    if checked:
+        md.append(f"\nChecked once per family and P against the single-rank path on every rank: max relative error "
+                  f"of the outputs {fmt(max(r['max_rel_error_output'] for r in checked))}, of the input gradients "
+                  f"{fmt(max(r.get('max_rel_error_input_grad', 0) for r in checked))} over {len(checked)} records "
+                  "(relative to the largest reference value); outputs against an fp64 token-by-token recurrence: the "
+                  f"single-rank path {fmt(max((r.get('single_rank_output_rel_error_vs_fp64') or 0) for r in checked))}, "
+                  f"B GatherFold {fmt(max((r.get('b_gatherfold_output_rel_error_vs_fp64') or 0) for r in checked))}. "
+                  "Counters equal to their formulas on every rank in "
+                  f"{sum(1 for r in cx if r.get('bytes_equal_formula_every_rank'))} of {len(cx)} records.\n")
+    formulas = {}
+    for r in cx:
+        formulas.setdefault(f"{r['mechanism']} {r.get('policy')}", r.get("bytes_formula"))
+    md.append("\nFormulas: " + "; ".join(f"**{k}**: `{v}`" for k, v in sorted(formulas.items()) if v) + "\n")
+    for fam, p, rows, _ in x["cases"]:
+        md.append(f"\n**{fam}, P = {p}**{' (oversubscribed)' if p > 2 else ''}\n\n")
+        md.append(table(["tokens / rank", "B GatherFold bytes", "B ScanCompose bytes", "C all-to-all bytes",
+                         "B GatherFold time", "B ScanCompose time", "C time", "C time ÷ best B",
+                         "C: transposes / column copies / recurrence"], rows))
+    if img:
+        draw_crossover(x, img)
     for fam in fams:
+        md.append(f"\n![crossover {fam}]({GUIDE_IMG}/crossover_{fam}.png)\n")
+    return tidy(md)
+
+
+def draw_crossover(x, img):
+    """One plot per family: bytes and time against tokens per rank, a line per policy and P."""
+    os.makedirs(img, exist_ok=True)
+    files = {}
+    for fam, p, _, dat in x["cases"]:
+        files[(fam, p)] = os.path.join(img, f"cx_{fam}_P{p}.dat")
+        write_data(files[(fam, p)], dat)
+    for fam in x["families"]:
         plots_b, plots_t = [], []
-        for i, p in enumerate(ranks):
-            f = os.path.join(img, f"cx_{fam}_P{p}.dat")
-            if not os.path.exists(f):
+        for i, p in enumerate(x["ranks"]):
+            f = files.get((fam, p))
+            if f is None:
                 continue
             for j, lab in enumerate(("B GatherFold", "B ScanCompose", "C all-to-all")):
                 style = f"w lp lc {i + 1} dt {j + 1} pt {5 + 2 * j}"
                 plots_b.append(f"'{f}' u 1:{2 + j} {style} t '{lab} P={p}'")
                 plots_t.append(f"'{f}' u 1:{5 + j} {style} t '{lab} P={p}'")
         png = os.path.join(img, f"crossover_{fam}.png")
-        ok = gnuplot(f"""set terminal pngcairo noenhanced size 980,400 font ',8'
+        if plots_b:
+            gnuplot(f"""set terminal pngcairo noenhanced size 980,400 font ',8'
 set output '{png}'
 set datafile missing '?'
 set multiplot layout 1,2 title '{fam}: mechanism B (chunkwise summaries) vs C (head all-to-all), forward + backward'
@@ -1691,15 +1741,9 @@ plot {', '.join(plots_b)}
 set ylabel 'seconds, slowest rank (median)'
 plot {', '.join(plots_t)}
 unset multiplot
-""", png) if plots_b else False
-        if ok:
-            md.append(f"\n![crossover {fam}]({img_rel}/crossover_{fam}.png)\n")
-    for fam in fams:
-        for p in ranks:
-            f = os.path.join(img, f"cx_{fam}_P{p}.dat")
-            if os.path.exists(f):
-                os.remove(f)
-    return md
+""", png)
+    for f in files.values():
+        os.remove(f)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1713,10 +1757,10 @@ GROWTH_GROUP = ("policy", "window", "W", "ranks", "P", "dim", "D")
 SWEEP_AXIS = {"T": "tokens", "W": "window", "P": "ranks", "L": "length"}
 
 
-def growth_by_sweep(rs, img, img_rel):
+def growth_by_sweep(rs, img):
     """Records that say which axis they sweep (`sweep`: T, W or P): per sweep and layout, a table
     of x and P against each policy's step time and bytes received (forward + backward, slowest
-    rank), and one plot per sweep and layout."""
+    rank), and one plot per sweep and layout (redrawn when `img` is given)."""
     md = []
     bytes_of = lambda r: sum(r[k] for k in ("forward_bytes_received_max", "backward_bytes_received_max")
                              if isnum(r.get(k))) if any(isnum(r.get(k)) for k in (
@@ -1741,24 +1785,27 @@ def growth_by_sweep(rs, img, img_rel):
                             human_bytes(bytes_of(r)) if r and bytes_of(r) is not None else "–"]
                 rows.append(row)
             md.append(table([xkey, "P"] + [f"{pol} {w}" for pol in pols for w in ("time", "recv")], rows))
-            plots_t, plots_b, files = [], [], []
-            for pi, pol in enumerate(pols):
-                for p in sorted({r.get("ranks") for r in lrs if isnum(r.get("ranks"))}):
-                    series = sorted((r for r in lrs if str(r.get("policy")) == pol and r.get("ranks") == p),
-                                    key=lambda r: r[xkey])
-                    if not series:
-                        continue
-                    f = os.path.join(img, f"g_{sweep}_{pi}_{p}.dat")
-                    write_data(f, [[r[xkey], r.get("step_median_s") if isnum(r.get("step_median_s")) else "?",
-                                    bytes_of(r) if bytes_of(r) else "?"] for r in series])
-                    files.append(f)
-                    style = f"w lp lc {p} dt {pi + 1} pt {5 + 2 * pi}"
-                    plots_t.append(f"'{f}' u 1:2 {style} t '{pol} P={p}'")
-                    if p > 1:
-                        plots_b.append(f"'{f}' u 1:3 {style} t '{pol} P={p}'")
             safe = "".join(c if c.isalnum() else "_" for c in f"{sweep}_{layout}")
-            png = os.path.join(img, f"perf_swa_growth_{safe}.png")
-            ok = gnuplot(f"""set terminal pngcairo noenhanced size 980,400 font ',8'
+            if img:
+                os.makedirs(img, exist_ok=True)
+                plots_t, plots_b, files = [], [], []
+                for pi, pol in enumerate(pols):
+                    for p in sorted({r.get("ranks") for r in lrs if isnum(r.get("ranks"))}):
+                        series = sorted((r for r in lrs if str(r.get("policy")) == pol and r.get("ranks") == p),
+                                        key=lambda r: r[xkey])
+                        if not series:
+                            continue
+                        f = os.path.join(img, f"g_{sweep}_{pi}_{p}.dat")
+                        write_data(f, [[r[xkey], r.get("step_median_s") if isnum(r.get("step_median_s")) else "?",
+                                        bytes_of(r) if bytes_of(r) else "?"] for r in series])
+                        files.append(f)
+                        style = f"w lp lc {p} dt {pi + 1} pt {5 + 2 * pi}"
+                        plots_t.append(f"'{f}' u 1:2 {style} t '{pol} P={p}'")
+                        if p > 1:
+                            plots_b.append(f"'{f}' u 1:3 {style} t '{pol} P={p}'")
+                png = os.path.join(img, f"perf_swa_growth_{safe}.png")
+                if plots_t:
+                    gnuplot(f"""set terminal pngcairo noenhanced size 980,400 font ',8'
 set output '{png}'
 set datafile missing '?'
 set multiplot layout 1,2 title 'sliding-window attention, layout {layout}: sweep over {xkey}'
@@ -1770,24 +1817,29 @@ plot {', '.join(plots_t)}
 set ylabel 'bytes received fwd+bwd (slowest rank)'
 {('plot ' + ', '.join(plots_b)) if plots_b else ''}
 unset multiplot
-""", png) if plots_t else False
-            for f in files:
-                os.remove(f)
-            if ok:
-                md.append(f"\n![swa growth {sweep} {layout}]({img_rel}/perf_swa_growth_{safe}.png)\n")
+""", png)
+                for f in files:
+                    os.remove(f)
+            md.append(f"\n![swa growth {sweep} {layout}]({GUIDE_IMG}/perf_swa_growth_{safe}.png)\n")
     return md
 
 
-def growth_section(recs, img, img_rel):
-    rs = [r for r in recs if r.get("benchmark") == "swa_growth" or
-          (r.get("benchmark") == "swa" and r.get("kind") in ("growth", "scaling"))]
-    md = ["\n### How time and bytes grow with T, W and P\n"]
+def growth_records(recs):
+    return [r for r in recs if r.get("benchmark") == "swa_growth" or
+            (r.get("benchmark") == "swa" and r.get("kind") in ("growth", "scaling"))]
+
+
+def growth_block(recs, img=None):
+    """docs/swa.md: the distributed step's time and bytes against T, W and P, every rank count and both
+    layouts, with one plot per sweep (redrawn when `img` is given)."""
+    rs = growth_records(recs)
     if not rs:
-        md.append("_No records (bench/results/swa_growth.json)._\n")
-        return md
+        return "_No records (bench/results/swa_growth.json)._"
     if all(r.get("sweep") is not None for r in rs):
-        md.append(f"From {run_facts(rs)}.\n")
-        return md + growth_by_sweep(rs, img, img_rel)
+        return tidy([f"From {run_facts(rs)}.\n"] + growth_by_sweep(rs, img))
+    # Older records that do not say which axis they sweep: every time and bytes field they carry,
+    # against their length field.
+    md = []
     xkey = next((k for k in GROWTH_X if any(isnum(r.get(k)) for r in rs)), None)
     gkeys = [k for k in GROWTH_GROUP if any(k in r for r in rs) and len({str(r.get(k)) for r in rs}) > 1]
     ykeys = []
@@ -1797,9 +1849,8 @@ def growth_section(recs, img, img_rel):
                     k.endswith("_median_s") or ("bytes" in k and "formula" not in k)):
                 ykeys.append(k)
     if xkey is None or not ykeys:
-        md.append(f"_{len(rs)} records, but no axis length field ({', '.join(GROWTH_X)}) or no time/bytes fields: "
-                  "shown in the record dump below._\n")
-        return md
+        return (f"_{len(rs)} records, but no axis length field ({', '.join(GROWTH_X)}) or no time/bytes fields "
+                "to tabulate._")
     md.append(f"From {run_facts(rs)}. Columns: the fields the records carry (times are medians of the repeats; "
               "bytes from the Group counters).\n\n")
     key = lambda r: tuple(str(r.get(k)) for k in gkeys) + (r.get(xkey) if isnum(r.get(xkey)) else 0,)
@@ -1814,21 +1865,24 @@ def growth_section(recs, img, img_rel):
                               ("bytes", [k for k in ykeys if "bytes" in k], "bytes per rank")):
         if not sel:
             continue
-        groups = sorted({tuple(str(r.get(k)) for k in gkeys) for r in rs})
-        plots, files = [], []
-        for gi, g in enumerate(groups):
-            series = sorted((r for r in rs if tuple(str(r.get(k)) for k in gkeys) == g and isnum(r.get(xkey))),
-                            key=lambda r: r[xkey])
-            if not series:
-                continue
-            f = os.path.join(img, f"growth_{kind}_{gi}.dat")
-            write_data(f, [[r[xkey]] + [r[k] if isnum(r.get(k)) else "?" for k in sel] for r in series])
-            files.append(f)
-            label = " ".join(f"{k}={v}" for k, v in zip(gkeys, g))
-            for j, k in enumerate(sel):
-                plots.append(f"'{f}' u 1:{j + 2} w lp lc {gi + 1} dt {j + 1} t '{k} {label}'")
-        png = os.path.join(img, f"perf_swa_growth_{kind}.png")
-        ok = gnuplot(f"""set terminal pngcairo noenhanced size 640,400 font ',8'
+        if img:
+            os.makedirs(img, exist_ok=True)
+            groups = sorted({tuple(str(r.get(k)) for k in gkeys) for r in rs})
+            plots, files = [], []
+            for gi, g in enumerate(groups):
+                series = sorted((r for r in rs if tuple(str(r.get(k)) for k in gkeys) == g and isnum(r.get(xkey))),
+                                key=lambda r: r[xkey])
+                if not series:
+                    continue
+                f = os.path.join(img, f"growth_{kind}_{gi}.dat")
+                write_data(f, [[r[xkey]] + [r[k] if isnum(r.get(k)) else "?" for k in sel] for r in series])
+                files.append(f)
+                label = " ".join(f"{k}={v}" for k, v in zip(gkeys, g))
+                for j, k in enumerate(sel):
+                    plots.append(f"'{f}' u 1:{j + 2} w lp lc {gi + 1} dt {j + 1} t '{k} {label}'")
+            png = os.path.join(img, f"perf_swa_growth_{kind}.png")
+            if plots:
+                gnuplot(f"""set terminal pngcairo noenhanced size 640,400 font ',8'
 set output '{png}'
 set datafile missing '?'
 set logscale xy
@@ -1837,18 +1891,35 @@ set ylabel '{ylabel}'
 set key outside right font ',7'
 set title 'sliding-window attention: {kind} vs {xkey} (bench/results/swa_growth.json)'
 plot {', '.join(plots)}
-""", png) if plots else False
-        for f in files:
-            os.remove(f)
-        if ok:
-            md.append(f"\n![swa growth {kind}]({img_rel}/perf_swa_growth_{kind}.png)\n")
-    return md
-
-
+""", png)
+            for f in files:
+                os.remove(f)
+        md.append(f"\n![swa growth {kind}]({GUIDE_IMG}/perf_swa_growth_{kind}.png)\n")
+    return tidy(md)
 
 
 # ----------------------------------------------------------------------------------------------
-# Sections
+# Sections of the report, and the blocks of detail it leaves to the guides
+
+# The guides sit next to docs/img, so a block's plots are linked from there whatever --img says.
+GUIDE_IMG = "img"
+
+
+def anchor(heading):
+    """The anchor GitHub gives a Markdown heading: lower case, every character but letters, digits,
+    underscores, hyphens and spaces dropped, spaces turned into hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def detail(name, text=None):
+    """A link from the report to the guide section that holds block `name` (GUIDE_BLOCKS)."""
+    guide, _, heading, _ = next(b for b in GUIDE_BLOCKS if b[1] == name)
+    return f"[{text or f'docs/{guide}, “{heading}”'}]({guide}#{anchor(heading)})"
+
+
+def tidy(md):
+    """A block's Markdown: the pieces joined, at most one blank line in a row, no blank edges."""
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(md) if isinstance(md, list) else md).strip()
 
 
 def bar_plot(img, name, title, ylabel, labels_values, target, img_rel):
@@ -1908,8 +1979,38 @@ def section_machine(recs):
     return md
 
 
+def step_profile_block(recs, mech):
+    """A guide's block: where the time of the step a user calls goes, label by label, against the
+    local kernels alone (the report keeps the step ÷ kernel ratios)."""
+    sv = [x for x in fig_step_vs_kernel(recs) if x["mechanism"] == mech]
+    if not sv:
+        return "_No step ÷ kernel records for this mechanism._"
+    return tidy([STEP_PROFILE_METHOD + "\n", step_profile_table(sv)])
+
+
+# Per-token growth over a length sweep: how the table is read (the report's B section and the SWA guide).
+PER_TOKEN_TEXT = (f"Per-token time at the longest length ÷ at the shortest, per series (target ≤ {TARGETS['per_token']}; "
+                  "the median of each end's timed calls). Where the records carry a profile of each end (the fastest "
+                  "of 3 profiled calls after the timed ones, by Kokkos kernel label), the last column says how much "
+                  "that call grew per token and which label's per-token time rose most.\n\n")
+
+
+def per_token_table(rows):
+    return table(["mechanism", "series", "from T", "to T", "per-token ratio", "where it grows (profile)"],
+                 [[x["mechanism"], x["case"], x["from"], x["to"], fmt(x["ratio"]), per_token_profile_note(x) or "–"]
+                  for x in rows])
+
+
+def per_token_block(recs, mech):
+    pt = [x for x in fig_per_token(recs) if x["mechanism"] == mech]
+    if not pt:
+        return "_No length sweep in these records._"
+    return tidy([PER_TOKEN_TEXT, per_token_table(pt)])
+
+
 def section_swa(recs, img, img_rel):
-    md = ["\n## A: sliding-window attention\n"]
+    md = ["\n## A: sliding-window attention\n",
+          "The operator, its policies and every figure behind this section: [docs/swa.md](swa.md) §6.\n"]
     sk = fig_swa_kernel(recs)
     if sk:
         md.append(f"Local kernel, one thread, from {run_facts([x['rec'] for x in sk])}. FLOP model: forward "
@@ -1929,15 +2030,14 @@ def section_swa(recs, img, img_rel):
                   "queries, the record packing (keys rotated inside it) and unpacking, the next-cache cut. "
                   f"Target ≤ {TARGETS['step_over_kernel']}.\n\n")
         md.append(step_vs_kernel_table(sv))
-        md.append("\n" + STEP_PROFILE_METHOD + "\n\n")
-        md.append(step_profile_table(sv))
+        md.append(f"\nWhere the step's time goes, label by label against the kernels alone: {detail('swa-step-profile')}.\n")
     by = pick(recs, "swa", kind="bytes_per_rank")
     if by:
         md.append("\nBytes received per rank of one step (slowest rank, Group counters) against the axis length: "
-                  "the all-gather grows with L, the halo stays at W − 1 records. The design's `(W−1+s)/L` counts what "
-                  "a rank *holds* (its shard s plus the halo, over the whole axis); the received-bytes ratio is "
-                  "`≈ (W−1)/(L−s)`, smaller still. The summary's HaloKV row checks each counter against its own "
-                  "formula (rank 0).\n\n")
+                  "the all-gather grows with L, the halo stays at W − 1 records. The ratio `(W−1+s)/L` of "
+                  "docs/choosing-a-mechanism.md §2 counts what a rank *holds* (its shard s plus the halo, over the "
+                  "whole axis); the received-bytes ratio is `≈ (W−1)/(L−s)`, smaller still. The summary's HaloKV row "
+                  "checks each counter against its own formula (rank 0).\n\n")
         md.append(table(["L", "W", "P", "all-gather recv/rank", "halo recv/rank", "halo ÷ all-gather, measured",
                          "(W−1+s)/L"],
                         [[need(r, "length"), need(r, "window"), need(r, "ranks"),
@@ -1946,8 +2046,26 @@ def section_swa(recs, img, img_rel):
                           fmt(num(r, "halo_bytes_received") / num(r, "allgather_bytes_received")),
                           fmt((r["window"] - 1 + (r["length"] - r["window"] + 1) / r["ranks"]) / r["length"])]
                          for r in sorted(by, key=lambda r: (r["window"], r["length"]))]))
-    md += section_portable(recs)
-    md += growth_section(recs, img, img_rel)
+    md += torch_section(recs, "SWA", "swa-torch-need")
+    pt = [x for x in fig_per_token(recs) if x["mechanism"] == "A: SWA"]
+    if pt:
+        worst = max(pt, key=lambda x: x["ratio"])
+        md.append(f"\n**Cost against T, W and P.** Per-token step time, longest ÷ shortest T: "
+                  f"{span_of(x['ratio'] for x in pt)} over {len(pt)} series (policy × layout × P; target ≤ "
+                  f"{TARGETS['per_token']}; highest: {worst['case']}, T = {worst['from']} → {worst['to']}). Every "
+                  f"series, and the step's time and bytes against T, W and P at every rank count and both layouts: "
+                  f"{detail('swa-growth-sweeps')}.\n")
+    pr = portable_rows(recs)
+    if pr:
+        md.append("\n**Portable (GPU-shaped) kernels on the host** (no target: the source a GPU runs, timed on the "
+                  "CPU next to the host SIMD kernels, one thread per team): portable ÷ SIMD "
+                  f"{span_of(x['ratio'][0] for x in pr)} forward and "
+                  f"{span_of(x['ratio'][1] for x in pr)} backward over {len(pr)} case(s); outputs bitwise "
+                  f"equal across team sizes: {'yes' if all(x['bitwise'] for x in pr) else '**no**'}. Every case and "
+                  f"team size: {detail('swa-portable')}.\n")
+    md.append(f"\nProjected to P = 8 … 1024 (communication time, bytes and buffers of each policy): "
+              f"{detail('swa-projection')}; where each policy stops scaling: "
+              f"[below](#{anchor('Where each mechanism stops scaling')}).\n")
     return md
 
 
@@ -1972,30 +2090,31 @@ def portable_rows(recs):
     return rows
 
 
-def section_portable(recs):
+def portable_block(recs):
+    """docs/swa.md: the portable team kernels against the host SIMD kernels, case by case and by team size."""
     rows = portable_rows(recs)
     if not rows:
-        return ["\n### Portable (GPU-shaped) kernels on the host\n",
-                "_No records (bench/results/swa_portable.json; `bench/swa/run_swa.sh`)._\n"]
-    md = ["\n### Portable (GPU-shaped) kernels on the host\n",
-          f"The team kernels CUDA and HIP compile (`swa/impl/team_kernels.hpp`), run on the host next to the "
-          f"host SIMD kernels on the same inputs, one rank with {fmt(rows[0]['threads'])} OpenMP threads, from "
-          f"{run_facts([x['rec'] for x in rows])}. Both at one thread per team (league-parallel); then the portable "
-          "kernels at 1, 2 and 4 threads per team, whose outputs must be bitwise equal (the kernels promise it). "
-          "No target: this shows whether the source a GPU runs regresses. FLOP model as the kernel table above.\n\n",
-          table(["case", "SIMD fwd / bwd GFLOP/s", "portable fwd / bwd GFLOP/s", "portable ÷ SIMD fwd / bwd",
-                 "portable fwd / bwd GFLOP/s by threads per team", "bitwise equal across team sizes",
-                 "max rel. error vs fp64"],
-                [[x["case"], f"{fmt(x['simd'][0])} / {fmt(x['simd'][1])}",
-                  f"{fmt(x['portable'][0])} / {fmt(x['portable'][1])}",
-                  f"{fmt(x['ratio'][0])} / {fmt(x['ratio'][1])}",
-                  "; ".join(f"{t}: {fmt(f)} / {fmt(b)}" for t, f, b in x["teams"]),
-                  "yes" if x["bitwise"] else "**no**", fmt(x["error"])] for x in rows])]
-    return md
+        return "_No records (bench/results/swa_portable.json; `bench/swa/run_swa.sh`)._"
+    return tidy([
+        f"The team kernels CUDA and HIP compile (`swa/impl/team_kernels.hpp`), run on the host next to the "
+        f"host SIMD kernels on the same inputs, one rank with {fmt(rows[0]['threads'])} OpenMP threads, from "
+        f"{run_facts([x['rec'] for x in rows])}. Both at one thread per team (league-parallel); then the portable "
+        "kernels at 1, 2 and 4 threads per team, whose outputs must be bitwise equal (the kernels promise it). "
+        "No target: this shows whether the source a GPU runs regresses. FLOP model as the kernel table above.\n",
+        table(["case", "SIMD fwd / bwd GFLOP/s", "portable fwd / bwd GFLOP/s", "portable ÷ SIMD fwd / bwd",
+               "portable fwd / bwd GFLOP/s by threads per team", "bitwise equal across team sizes",
+               "max rel. error vs fp64"],
+              [[x["case"], f"{fmt(x['simd'][0])} / {fmt(x['simd'][1])}",
+                f"{fmt(x['portable'][0])} / {fmt(x['portable'][1])}",
+                f"{fmt(x['ratio'][0])} / {fmt(x['ratio'][1])}",
+                "; ".join(f"{t}: {fmt(f)} / {fmt(b)}" for t, f, b in x["teams"]),
+                "yes" if x["bitwise"] else "**no**", fmt(x["error"])] for x in rows])])
 
 
 def section_chunkwise(recs, img, img_rel):
-    md = ["\n## B: chunkwise linear attention\n"]
+    md = ["\n## B: chunkwise linear attention\n",
+          "The summary algebra, the policies, the kernels and every figure behind this section: "
+          "[docs/chunkwise.md](chunkwise.md) §8.\n"]
     ck = fig_chunk_kernels(recs)
     if ck:
         md.append(f"Local forward, one thread, from {run_facts([x['rec'] for x in ck])}. FLOP models (triangular "
@@ -2040,23 +2159,54 @@ def section_chunkwise(recs, img, img_rel):
                   "the step adds: the per-call checks and their agreement, the summary buffers, the one-rank "
                   f"composition. Target ≤ {TARGETS['step_over_kernel']}.\n\n")
         md.append(step_vs_kernel_table(sv))
-        md.append("\n" + STEP_PROFILE_METHOD + "\n\n")
-        md.append(step_profile_table(sv))
-    mem = sorted(pick(recs, "chunkwise", kind="summaries"), key=lambda r: (r.get("family"), r.get("ranks")))
+        md.append(f"\nWhere the step's time goes, label by label against the kernels alone: "
+                  f"{detail('chunkwise-step-profile')}.\n")
+    md += torch_section(recs, "chunkwise", "chunkwise-torch-need")
+    pt = [x for x in fig_per_token(recs) if x["mechanism"] == "B: chunkwise"]
+    if pt:
+        md.append("\n**Cost against T.** " + PER_TOKEN_TEXT)
+        md.append(per_token_table(pt))
+    mem = pick(recs, "chunkwise", kind="summaries")
     if mem:
-        md.append("\nSummaries: bytes per rank against the formula and GatherFold vs ScanCompose on a latency-bound "
-                  f"size (P > 2 oversubscribed), from {run_facts(mem)}.\n\n")
-        md.append(table(["family", "P", "bytes recv", "formula", "GatherFold", "ScanCompose", "Scan ÷ Gather",
-                         "GatherFold memory", "ScanCompose memory"],
-                        [[need(r, "family"), need(r, "ranks"), num(r, "bytes_received"), num(r, "bytes_formula_value"),
-                          human_seconds(num(r, "gather_median_s")), human_seconds(num(r, "scan_median_s")),
-                          fmt(num(r, "scan_over_gather")), human_bytes(num(r, "gather_summary_memory_bytes")),
-                          human_bytes(num(r, "scan_summary_memory_bytes"))] for r in mem]))
+        top = max(num(r, "ranks") for r in mem)
+        at_top = [r for r in mem if num(r, "ranks") == top]
+        equal = sum(1 for r in mem if num(r, "bytes_received") == num(r, "bytes_formula_value"))
+        md.append(f"\n**Summaries** (GatherFold against ScanCompose on a latency-bound size, P = "
+                  f"{fmt(min(num(r, 'ranks') for r in mem))}…{fmt(top)}, P > 2 oversubscribed; every family): bytes "
+                  f"received equal to the formula in {equal} of {len(mem)} records; ScanCompose ÷ GatherFold time "
+                  f"{span(mem, 'scan_over_gather')}; summary memory per rank at P = {fmt(top)}: GatherFold "
+                  f"{human_bytes(min(num(r, 'gather_summary_memory_bytes') for r in at_top))}–"
+                  f"{human_bytes(max(num(r, 'gather_summary_memory_bytes') for r in at_top))}, ScanCompose "
+                  f"{human_bytes(min(num(r, 'scan_summary_memory_bytes') for r in at_top))}–"
+                  f"{human_bytes(max(num(r, 'scan_summary_memory_bytes') for r in at_top))}. Every family and P: "
+                  f"{detail('chunkwise-summaries')}.\n")
+    md.append(f"\nCP efficiency at P = 2: [CP efficiency](#cp-efficiency); where the P = 2 call's time goes, label by "
+              f"label, and why: {detail('chunkwise-cp-profile')}. Projected to P = 8 … 1024: "
+              f"{detail('chunkwise-projection')}.\n")
     return md
 
 
+def summaries_block(recs):
+    """docs/chunkwise.md: bytes per rank against the formula, GatherFold and ScanCompose time and summary
+    memory, every family and P."""
+    mem = sorted(pick(recs, "chunkwise", kind="summaries"), key=lambda r: (r.get("family"), r.get("ranks")))
+    if not mem:
+        return "_No records (bench/results/chunkwise.json)._"
+    return tidy([
+        "Bytes per rank against the formula and GatherFold vs ScanCompose on a latency-bound size (P > 2 "
+        f"oversubscribed), from {run_facts(mem)}.\n",
+        table(["family", "P", "bytes recv", "formula", "GatherFold", "ScanCompose", "Scan ÷ Gather",
+               "GatherFold memory", "ScanCompose memory"],
+              [[need(r, "family"), need(r, "ranks"), num(r, "bytes_received"), num(r, "bytes_formula_value"),
+                human_seconds(num(r, "gather_median_s")), human_seconds(num(r, "scan_median_s")),
+                fmt(num(r, "scan_over_gather")), human_bytes(num(r, "gather_summary_memory_bytes")),
+                human_bytes(num(r, "scan_summary_memory_bytes"))] for r in mem])])
+
+
 def section_heads(recs, img, img_rel):
-    md = ["\n## C: head-parallel all-to-all\n"]
+    md = ["\n## C: head-parallel all-to-all\n",
+          "The transposes, the layer, when to choose C over B and every figure behind this section: "
+          "[docs/heads.md](heads.md) §7–8.\n"]
     sv = [x for x in fig_step_vs_kernel(recs) if x["mechanism"] == "heads GDP"]
     if sv:
         md.append("The layer step a user calls (`GdpContextParallel::forward` / `backward`, steady state, one rank) "
@@ -2066,26 +2216,67 @@ def section_heads(recs, img, img_rel):
                   "adds: the conv and SiLU, the split and L2 normalisation, the gates, their backward, the transposes "
                   f"(local copies at P = 1). Target ≤ {TARGETS['step_over_kernel']}.\n\n")
         md.append(step_vs_kernel_table(sv))
-        md.append("\n" + STEP_PROFILE_METHOD + "\n\n")
-        md.append(step_profile_table(sv))
+        md.append(f"\nWhere the step's time goes, label by label against the kernels alone: "
+                  f"{detail('heads-step-profile')}.\n")
+    pk = fig_pack(recs)
+    if pk:
+        valid = [x for x in pk if x["valid"]]
+        own = [x for x in valid if not x["oversubscribed"]]
+        low = min(valid, key=lambda x: x["ratio"]) if valid else None
+        misses = [x for x in valid if x["ratio"] < TARGETS["pack"]]
+        md.append(f"\n**Pack/unpack of the all-to-all** (GB/s ÷ the same-run triad, target ≥ {TARGETS['pack']}; the "
+                  f"median of each case's rounds; a round above {fmt(PACK_CEILING)} × triad makes its case invalid, "
+                  f"left out), from {run_facts(pick(recs, 'heads'))}: at P ≤ 2, a core per rank, "
+                  f"{span_of(x['ratio'] for x in own) or '–'} over {len(own)} cases; at every P "
+                  f"{len(misses)} of {len(valid)} valid cases miss, the lowest {low['case']} at P = {low['P']} "
+                  f"({fmt(low['ratio'])}), and {len(pk) - len(valid)} case(s) are invalid"
+                  + pack_copy_note(pk) + f". Every case and round: {detail('heads-pack-rounds')}.\n"
+                  if low else "\n_No valid pack/unpack case in these records._\n")
+    else:
+        md.append("_No pack/unpack records (bench/results/heads.json)._\n")
+    x = fig_crossover(recs)
+    if x:
+        md.append(f"\n**Mechanism B against C, measured** (`bench/crossover`: one layer's forward + backward through "
+                  f"the public APIs, families {', '.join(x['families'])}, P = {', '.join(map(str, x['ranks']))}; how "
+                  f"it is run, its checks, every size and the plots: {detail('heads-crossover')}).\n\n")
+        md.append(crossover_summary(x))
+    md.append(f"\nProjected to P = 8 … 1024, the all-to-all against the summaries of B: {detail('heads-projection')}.\n")
+    return md
+
+
+def pack_block(recs):
+    """docs/heads.md: every pack/unpack case's rounds against the triad, and against a same-run copy."""
     pk = fig_pack(recs)
     if not pk:
-        md.append("_No pack/unpack records (bench/results/heads.json)._\n")
-        return md
-    md.append(f"Pack/unpack of the head all-to-all, GB/s ÷ the same-run triad (target ≥ {TARGETS['pack']}), "
-              f"median of the rounds of each case; a case with a round above {fmt(PACK_CEILING)} × triad is "
-              f"**invalid** (above the physical ceiling) and left out of the verdict. From "
-              f"{run_facts(pick(recs, 'heads'))}; P > 2 ranks share 2 cores. Every rank starts the triad, the "
-              "kernel and a contiguous copy of the same bytes together, so each shares the machine with the same "
-              "work on the other ranks; *÷ copy* divides the kernel by that copy, the fastest any gather of those "
-              "bytes could be here (a pack writes P streams and an unpack reads P: on this machine a run-by-run "
-              "`memcpy` of the pack's runs is no faster than the kernel, `ctxpar_bench_heads_pack_profile`).\n\n")
-    md.append(table(["P", "case", "÷ triad (median of rounds)", "rounds", "÷ copy (median of rounds)", "status"],
-                    [[x["P"], x["case"], fmt(x["ratio"]), ", ".join(fmt(v) for v in x["rounds"]), fmt(x["copy_ratio"]),
-                      ("invalid (above ceiling)" if not x["valid"] else
-                       "meets" if x["ratio"] >= TARGETS["pack"] else "**misses**")
-                      + (", oversubscribed" if x["oversubscribed"] else "")] for x in pk]))
-    return md
+        return "_No pack/unpack records (bench/results/heads.json)._"
+    return tidy([
+        f"Pack/unpack of the head all-to-all, GB/s ÷ the same-run triad (target ≥ {TARGETS['pack']}), "
+        f"median of the rounds of each case; a case with a round above {fmt(PACK_CEILING)} × triad is "
+        f"**invalid** (above the physical ceiling) and left out of the verdict. From "
+        f"{run_facts(pick(recs, 'heads'))}; P > 2 ranks share 2 cores. Every rank starts the triad, the "
+        "kernel and a contiguous copy of the same bytes together, so each shares the machine with the same "
+        "work on the other ranks; *÷ copy* divides the kernel by that copy, the fastest any gather of those "
+        "bytes could be here (a pack writes P streams and an unpack reads P: on this machine a run-by-run "
+        "`memcpy` of the pack's runs is no faster than the kernel, `ctxpar_bench_heads_pack_profile`).\n",
+        table(["P", "case", "÷ triad (median of rounds)", "rounds", "÷ copy (median of rounds)", "status"],
+              [[x["P"], x["case"], fmt(x["ratio"]), ", ".join(fmt(v) for v in x["rounds"]), fmt(x["copy_ratio"]),
+                ("invalid (above ceiling)" if not x["valid"] else
+                 "meets" if x["ratio"] >= TARGETS["pack"] else "**misses**")
+                + (", oversubscribed" if x["oversubscribed"] else "")] for x in pk])])
+
+
+# The CP-efficiency rows whose profile a guide holds (the mechanism's name in fig_cp → its block); a
+# profiled row of another mechanism is shown in the report itself.
+CP_PROFILE_BLOCKS = {"B: chunkwise GDN": "chunkwise-cp-profile"}
+
+
+def cp_profile_block(recs, mechanism):
+    """A guide's block: the profile of a mechanism's CP-efficiency call at P ranks against its single-rank
+    call, label by label, with why the time outside kernels is what it is."""
+    rows = [x for x in fig_cp(recs) if x["mechanism"] == mechanism and "single_rank_profile_wall_s" in x["rec"]]
+    if not rows:
+        return "_No profiled CP-efficiency record for this mechanism._"
+    return tidy([CP_PROFILE_METHOD + "\n", cp_profile_table(rows)])
 
 
 def section_cp(recs, img, img_rel):
@@ -2108,53 +2299,74 @@ def section_cp(recs, img, img_rel):
                       "meets" if x["solo_eff"] is not None and x["solo_eff"] >= TARGETS["cp"] else "**misses**"]
                      for x in cp]))
     prof = [x for x in cp if "single_rank_profile_wall_s" in x["rec"]]
-    if prof:
+    for mech in sorted({x["mechanism"] for x in prof if x["mechanism"] in CP_PROFILE_BLOCKS}):
+        md.append(f"\n{mech}: {cp_profile_note(next(x for x in prof if x['mechanism'] == mech))}. Where the time of "
+                  f"its P = 2 call goes, label by label, and why: {detail(CP_PROFILE_BLOCKS[mech])}.\n")
+    inline = [x for x in prof if x["mechanism"] not in CP_PROFILE_BLOCKS]
+    if inline:
         md.append("\n### Where the time goes\n\n" + CP_PROFILE_METHOD + "\n\n")
-        md.append(cp_profile_table(prof))
+        md.append(cp_profile_table(inline))
     md.append(bar_plot(img, "perf_cp_efficiency", "CP efficiency at P = 2, solo T(1)", "T(1)/(2 T(2))",
                        [(f"{x['mechanism']} {x['case']}"[:40], x["solo_eff"]) for x in cp if x["solo_eff"]],
                        TARGETS["cp"], img_rel))
     return md
 
 
-def section_torch(recs, img, img_rel):
-    md = ["\n## Against PyTorch CPU\n"]
-    tr = fig_torch(recs)
+# Which records each PyTorch comparison comes from (the torch version is on their records).
+TORCH_BENCHMARK = {"SWA": "swa_torch", "chunkwise": "chunkwise_torch"}
+
+
+def torch_section(recs, prefix, need_block):
+    """The PyTorch comparison of one mechanism (the ops whose name starts with `prefix`), raw and normalised:
+    the figures the summary judges. What the raw target would take per case is in the guide's `need_block`."""
+    tr = [x for x in fig_torch(recs) if x["op"].startswith(prefix)]
     if not tr:
-        md.append("_No PyTorch records (bench/<mechanism>/torch_baseline.py)._\n")
-        return md
-    versions = sorted({str(r.get("torch")) for r in recs if str(r.get("benchmark", "")).endswith("_torch") and r.get("torch")})
-    md.append(f"Same op, same shapes, one thread, torch {', '.join(versions)}. Raw = torch time ÷ ctxpar time "
-              "(medians); normalised = raw ÷ (ctxpar's SGEMM ÷ torch's SGEMM, each measured in its own run of the "
-              f"comparison). Targets: raw ≥ {TARGETS['torch_raw']}×, normalised ≥ {TARGETS['torch_norm']}×.\n\n")
-    lone = unpaired_torch(recs)
+        return ["\n**Against PyTorch CPU**: _no paired records (bench/<mechanism>/torch_baseline.py)._\n"]
+    versions = sorted({str(r.get("torch")) for r in pick(recs, TORCH_BENCHMARK[prefix]) if r.get("torch")})
+    md = [f"\n**Against PyTorch CPU.** Same op, same shapes, one thread, torch {', '.join(versions) or '–'}. Raw = "
+          "torch time ÷ ctxpar time (medians); normalised = raw ÷ (ctxpar's SGEMM ÷ torch's SGEMM, each measured in "
+          f"its own run of the comparison). Targets: raw ≥ {TARGETS['torch_raw']}×, normalised ≥ "
+          f"{TARGETS['torch_norm']}×.\n\n"]
+    lone = unpaired_torch(recs) if prefix == "SWA" else []
     if lone:
         md.append(f"Left out, no ctxpar case of the same shape in these records: {', '.join(lone)}.\n\n")
     md.append(table(["op", "case", "raw", "normalised", "ctxpar SGEMM", "torch SGEMM", "raw, ratio of minima"],
                     [[x["op"], x["case"], fmt(x["raw"]) + "×", fmt(x["norm"]) + "×", fmt(x["ctxpar_sgemm"]),
                       fmt(x["torch_sgemm"]), fmt(x["raw_of_minima"]) + "×" if isnum(x["raw_of_minima"]) else "–"]
                      for x in tr]))
-    need_rows = [x for x in tr if raw_target_need(x) is not None]
-    if need_rows:
-        peak = fma_peak_gflops(recs)
-        md.append(f"\nWhat the raw target asks: {TARGETS['torch_raw']} × torch's rate, by the same FLOP count on both "
-                  "sides (SWA: the kernel formula, 4·D per visible query–key pair and query head forward, 10·D "
-                  "backward; chunkwise: the forward's triangular model), as a fraction of ctxpar's same-run SGEMM "
-                  "and of the core's fp32 FMA peak (the ceilings run: FMAs in registers, no loads; no kernel on one "
-                  "thread can exceed 1 of it). At 1 × SGEMM or above the target asks the kernel to outrun that "
-                  "SGEMM, softmax and exponentials included; the SGEMM (Eigen's) is a reference, not the core's "
-                  "peak, and where the local kernels' table shows a ratio above 1 a kernel already does. Torch's "
-                  "attention backward keeps the forward's weights instead of recomputing them (4 of the formula's "
-                  "5 products per pair), so the count credits it with work it skips.\n\n")
-        md.append(table(["op", "case", "torch GFLOP/s", "÷ torch SGEMM", f"ctxpar GFLOP/s needed for {TARGETS['torch_raw']}×",
-                         "÷ ctxpar SGEMM", "÷ FMA peak", "raw target"],
-                        [[x["op"], x["case"], fmt(torch_gflops(x)), fmt(torch_gflops(x) / x["torch_sgemm"]),
-                          fmt(need_gflops(x)), fmt(raw_target_need(x)),
-                          fmt(raw_target_of_peak(x, peak)) if peak else "–",
-                          ("met" if x["raw"] >= TARGETS["torch_raw"] else "missed") +
-                          (", above SGEMM" if raw_target_need(x) >= 1 else ", below SGEMM")]
-                         for x in need_rows]))
+    if any(raw_target_need(x) is not None for x in tr):
+        md.append(f"\nWhat the raw target would take, case by case, as a fraction of ctxpar's SGEMM and of the "
+                  f"core's FMA peak: {detail(need_block)}.\n")
     return md
+
+
+def torch_need_block(recs, prefix):
+    """A guide's block: per PyTorch case of one mechanism, the rate ctxpar would need for the raw target,
+    by the same FLOP count on both sides, against ctxpar's SGEMM and the core's FMA peak."""
+    rows = [x for x in fig_torch(recs) if x["op"].startswith(prefix) and raw_target_need(x) is not None]
+    if not rows:
+        return "_No PyTorch case with a FLOP count in these records._"
+    count, outrun, skips = (
+        ("the kernel formula, 4·D per visible query–key pair and query head forward, 10·D backward",
+         ", softmax and exponentials included",
+         " Torch's attention backward keeps the forward's weights instead of recomputing them (4 of the formula's "
+         "5 products per pair), so the count credits it with work it skips.")
+        if prefix == "SWA" else ("the forward's triangular model", "", ""))
+    peak = fma_peak_gflops(recs)
+    return tidy([
+        f"What the raw target asks: {TARGETS['torch_raw']} × torch's rate, by the same FLOP count on both sides "
+        f"({count}), as a fraction of ctxpar's same-run SGEMM and of the core's fp32 FMA peak (the ceilings run: "
+        "FMAs in registers, no loads; no kernel on one thread can exceed 1 of it). At 1 × SGEMM or above the "
+        f"target asks the kernel to outrun that SGEMM{outrun}; the SGEMM (Eigen's) is a reference, not the core's "
+        "peak, and where the local kernels' table shows a ratio above 1 a kernel already does." + skips + "\n",
+        table(["op", "case", "torch GFLOP/s", "÷ torch SGEMM", f"ctxpar GFLOP/s needed for {TARGETS['torch_raw']}×",
+               "÷ ctxpar SGEMM", "÷ FMA peak", "raw target"],
+              [[x["op"], x["case"], fmt(torch_gflops(x)), fmt(torch_gflops(x) / x["torch_sgemm"]),
+                fmt(need_gflops(x)), fmt(raw_target_need(x)),
+                fmt(raw_target_of_peak(x, peak)) if peak else "–",
+                ("met" if x["raw"] >= TARGETS["torch_raw"] else "missed") +
+                (", above SGEMM" if raw_target_need(x) >= 1 else ", below SGEMM")]
+               for x in rows])])
 
 
 def step_visible_pairs(r):
@@ -2204,6 +2416,8 @@ def raw_target_of_peak(row, peak):
     return None if need is None or not peak else need / peak
 
 
+
+
 def section_hybrid(recs):
     hyb = sorted(pick(recs, "hybrid"), key=lambda r: num(r, "ranks"))
     md = ["\n## The hybrid stack (`ctxpar hybrid`)\n"]
@@ -2224,20 +2438,6 @@ def section_hybrid(recs):
     return md
 
 
-def section_growth(recs):
-    md = ["\n## How cost grows\n"]
-    pt = fig_per_token(recs)
-    if pt:
-        md.append(f"Per-token time at the longest length ÷ at the shortest, per series (target ≤ {TARGETS['per_token']}; "
-                  "the median of each end's timed calls). Where the records carry a profile of each end (the fastest "
-                  "of 3 profiled calls after the timed ones, by Kokkos kernel label), the last column says how much "
-                  "that call grew per token and which label's per-token time rose most.\n\n")
-        md.append(table(["mechanism", "series", "from T", "to T", "per-token ratio", "where it grows (profile)"],
-                        [[x["mechanism"], x["case"], x["from"], x["to"], fmt(x["ratio"]),
-                          per_token_profile_note(x) or "–"] for x in pt]))
-    return md
-
-
 def section_expr(recs):
     md = ["\n## Expression templates\n"]
     ev = [r for r in pick(recs, "expr") if "instruction_ratio" in r]
@@ -2251,15 +2451,34 @@ def section_expr(recs):
     return md
 
 
-def section_projection(recs, fits, sgemm, args, img_rel):
-    md = []
-    factors = collective_factors(fits)
-    ab_here = {k: (f["alpha"], f["beta"]) for k, f in fits.items()} if len(fits) == 3 else None
 
-    def band(key):
-        f = fits.get(PROJECT_KIND[key])
-        return f["error"] if f else None
+PROJECTION_HEADING = "Projection to P = 8 … 1024 and L up to 1M tokens"
+# Lengths and rank counts of the projection's tables (where a policy stops scaling is searched on a
+# finer grid of P).
+PROJECT_LS = (32768, 131072, 1048576)
+PROJECT_PS = (8, 16, 64, 256, 1024)
+# What each guide's projection block shows: its policies (keys of mechanisms()), the local compute they
+# are set against, and which column of "which policy wins" (none, the SWA policies, or the GDN layer's
+# summaries against the all-to-all).
+PROJECT_FAMILIES = {
+    "swa": (("swa_ag", "swa_ra", "swa_halo"), ("SWA",), "swa"),
+    "chunkwise": (("gdn_gf", "gdn_sc"), ("GDN",), None),
+    "heads": (("gdp_a2a", "gdn_a2a"), ("GDN",), "gdn"),
+}
+WINNER_CANDIDATES = {"swa": ("sliding-window attention", ["swa_ag", "swa_ra", "swa_halo"]),
+                     "gdn": ("Gated DeltaNet layer (summaries vs all-to-all)", ["gdn_gf", "gdn_sc", "gdn_a2a"])}
 
+
+def sgemm_rate(recs):
+    return max([num(r, "gflops") for r in pick(recs, "ceilings") if str(r.get("case", "")).startswith("sgemm")],
+               default=None)
+
+
+def projection_model(recs):
+    """What every projected figure uses: the fit of each collective kind and its factors on the cluster
+    link, this machine's own α–β, the local compute rates and the accelerator's."""
+    fits = fit_network(recs)
+    sgemm = sgemm_rate(recs)
     # Compute rates: the measured kernels (a record without its rate field is an error, not a
     # fallback); the SGEMM only when no kernel record exists at all, and the report says so.
     rate_swa = median([x["fwd_gflops"] for x in fig_swa_kernel(recs)])
@@ -2268,76 +2487,114 @@ def section_projection(recs, fits, sgemm, args, img_rel):
              (sgemm, "same-run SGEMM (no SWA kernel record)"),
              "cw": (rate_cw, "measured chunkwise kernel (GDN local forward GFLOP/s, triangular FLOP model, bench/chunkwise)") if rate_cw else
              (sgemm, "same-run SGEMM (no chunkwise kernel record)")}
+    return {"fits": fits, "factors": collective_factors(fits), "rates": rates,
+            "ab_here": {k: (f["alpha"], f["beta"]) for k, f in fits.items()} if len(fits) == 3 else None,
+            "gpu": ACCELERATOR["flops"] * ACCELERATOR["efficiency"]}
 
-    md.append("\n## Projection to P = 8 … 1024 and L up to 1M tokens\n")
+
+def project_band(model, key):
+    """The ± of a policy's projected time: the largest fit error of its collective kind (None unfitted)."""
+    f = model["fits"].get(PROJECT_KIND[key])
+    return f["error"] if f else None
+
+
+def compute_rows(model, L, which):
+    """Local compute per rank per layer at L, for each P: at this machine's measured rate and at the
+    accelerator's, for SWA and/or the GDN chunkwise kernels."""
+    rows = []
+    for name in which:
+        key, (rate, _) = ("swa_ag", model["rates"]["swa"]) if name == "SWA" else ("gdn_sc", model["rates"]["cw"])
+        rows.append([f"compute, {name}, here ({fmt(rate)} GFLOP/s)"] +
+                    [human_seconds(compute_flops(key, L, P) / (rate * 1e9)) if rate else "–" for P in PROJECT_PS])
+        rows.append([f"compute, {'SWA' if name == 'SWA' else 'GDN chunkwise'}, accelerator"] +
+                    [human_seconds(compute_flops(key, L, P) / model["gpu"]) for P in PROJECT_PS])
+    return rows
+
+
+def projection_block(recs, family):
+    """A guide's block: the projection of one mechanism's policies, per L and P — communication time and
+    bytes, buffers, compute beside them, this machine's α–β at one point, and which policy communicates
+    least."""
+    keys, compute, winners = PROJECT_FAMILIES[family]
+    m = projection_model(recs)
+    names = {k: f"{mech} / {pol}" for k, mech, pol in mechanisms()}
+    cols = ["mechanism / policy"] + [f"P = {P}" for P in PROJECT_PS]
+    md = ["Per rank and per layer, forward + backward, by the cluster model of "
+          f"[docs/performance.md](performance.md#{anchor(PROJECTION_HEADING)}) (its reference shapes, links and "
+          "accelerator; the ± is the fit error of the policy's collective kind). Each cell: communication time and, "
+          "in brackets, bytes received per rank; `n/a`: the policy cannot run there. The compute rows: local compute "
+          "at this machine's measured rate and at the assumed accelerator rate.\n"]
+    for L in PROJECT_LS:
+        rows, mem_rows = [], []
+        for key in keys:
+            cells, mem = [], []
+            for P in PROJECT_PS:
+                pr = project(key, L, P, cluster_ab(P, m["factors"]))
+                if not pr["ok"]:
+                    cells.append("n/a (P > heads)")
+                    mem.append("n/a")
+                    continue
+                e = project_band(m, key)
+                cells.append(f"{human_seconds(pr['time'])}" + (f" ±{e * 100:.0f}%" if e is not None else "") +
+                             f" ({human_bytes(pr['recv'])})")
+                mem.append(human_bytes(pr["mem"]))
+            rows.append([names[key]] + cells)
+            mem_rows.append([names[key]] + mem)
+        md.append(f"\n**L = {L} tokens**\n\n")
+        md.append(table(cols, rows + compute_rows(m, L, compute)))
+        md.append(f"\nCommunication buffers per rank per layer at L = {L} (gathered axis, summaries, transpose "
+                  "buffers):\n\n")
+        md.append(table(cols, mem_rows))
+    if m["ab_here"]:
+        md.append("\nThe same at L = 131072, P = 8 with this machine's fitted α–β instead of the cluster's "
+                  "(shared memory, if it had 8 free cores):\n\n")
+        md.append(table(["mechanism / policy", "comm time"],
+                        [[names[key], human_seconds(pr["time"]) if pr["ok"] else "n/a"]
+                         for key in keys for pr in [project(key, 131072, 8, m["ab_here"])]]))
+    if winners:
+        title, cands = WINNER_CANDIDATES[winners]
+        policy = {k: p for k, _, p in mechanisms()}
+        wrows = []
+        for L in (2048, 8192, 32768, 131072, 1048576):
+            for P in (2, 4, 8, 16, 64, 1024):
+                times = [(pr["time"], k) for k in cands for pr in [project(k, L, P, cluster_ab(P, m["factors"]))]
+                         if pr["ok"] and pr["time"] is not None]
+                wrows.append([L, P, policy[min(times)[1]] if times else "–"])
+        md.append("\nWhich policy communicates least (cluster model):\n\n")
+        md.append(table(["L", "P", title], wrows))
+    return tidy(md)
+
+
+def section_projection(recs, args, img_rel):
+    m = projection_model(recs)
+    fits, factors, rates, gpu = m["fits"], m["factors"], m["rates"], m["gpu"]
     sh = SHAPES
-    md.append("Per rank and per layer, forward + backward, from the formulas the byte counters are checked against "
-              "(the hybrid stack and the mechanism benchmarks check them to the byte). Reference shapes (fp32): "
-              f"SWA Hq = {sh['swa']['Hq']}, Hkv = {sh['swa']['Hkv']}, D = {sh['swa']['D']}, W = {sh['swa']['W']}; "
-              f"GDN H = {sh['gdn']['H']}, K = V = {sh['gdn']['K']}; GDP H = {sh['gdp']['H']}, d = N = {sh['gdp']['d']}, "
-              f"M = {sh['gdp']['M']}, G = {sh['gdp']['G']}. Network: the cluster links below (assumptions, with "
-              "sources)" + ((" with each collective kind's fitted factors from the α–β section (its fitted α and β ÷ "
-                             "the ping-pong's: " + ", ".join(f"{k} ×{fmt(fa)} per latency term, ×{fmt(fb)} per byte"
-                                                             for k, (fa, fb) in factors.items() if k != "pingpong") +
-                             "), and that kind's largest fit error as the band (±) of every time")
-                            if len(fits) == 3 else " alone: no fitted collectives in these records, so no band") +
-              ". Local compute time: "
-              f"flops from the design's FLOP models at {fmt(rates['swa'][0])} GFLOP/s ({rates['swa'][1]}) for SWA and "
-              f"{fmt(rates['cw'][0])} GFLOP/s ({rates['cw'][1]}) for the chunkwise kernels — one CPU thread of this "
-              "machine; a GPU computes 10–100× faster, which moves every crossover below to proportionally larger L/P.\n\n")
+    md = [f"\n## {PROJECTION_HEADING}\n",
+          "Per rank and per layer, forward + backward, from the formulas the byte counters are checked against "
+          "(the hybrid stack and the mechanism benchmarks check them to the byte). Reference shapes (fp32): "
+          f"SWA Hq = {sh['swa']['Hq']}, Hkv = {sh['swa']['Hkv']}, D = {sh['swa']['D']}, W = {sh['swa']['W']}; "
+          f"GDN H = {sh['gdn']['H']}, K = V = {sh['gdn']['K']}; GDP H = {sh['gdp']['H']}, d = N = {sh['gdp']['d']}, "
+          f"M = {sh['gdp']['M']}, G = {sh['gdp']['G']}. Network: the cluster links below (assumptions, with "
+          "sources)" + ((" with each collective kind's fitted factors from the α–β section (its fitted α and β ÷ "
+                         "the ping-pong's: " + ", ".join(f"{k} ×{fmt(fa)} per latency term, ×{fmt(fb)} per byte"
+                                                         for k, (fa, fb) in factors.items() if k != "pingpong") +
+                         "), and that kind's largest fit error as the band (±) of every time")
+                        if len(fits) == 3 else " alone: no fitted collectives in these records, so no band") +
+          ". Local compute time: flops from the FLOP models of docs/swa.md §6 and docs/chunkwise.md §8 at "
+          f"{fmt(rates['swa'][0])} GFLOP/s ({rates['swa'][1]}) for SWA and "
+          f"{fmt(rates['cw'][0])} GFLOP/s ({rates['cw'][1]}) for the chunkwise kernels — one CPU thread of this "
+          "machine; a GPU computes 10–100× faster, which moves every crossover below to proportionally larger L/P.\n\n"]
     md.append(table(["cluster link", "α", "1/β", "source (assumption)"],
                     [[c["name"], human_seconds(c["alpha"]), f"{fmt(c['bw'] / 1e9)} GB/s", c["source"]]
                      for c in CLUSTER.values()]))
-    Ls = [32768, 131072, 1048576]
-    Ps = [8, 16, 64, 256, 1024]
-    gpu = ACCELERATOR["flops"] * ACCELERATOR["efficiency"]
     md.append(f"\nCompute on the cluster side is an assumption too: {ACCELERATOR['name']} at "
               f"{fmt(ACCELERATOR['efficiency'])} of {fmt(ACCELERATOR['flops'] / 1e12)} TFLOP/s "
-              f"({ACCELERATOR['source']}). Each cell: communication time per rank per layer (forward + backward) "
-              "and, in brackets, bytes received per rank; the last rows give the local compute time at the measured "
-              "rate of this machine and at the assumed accelerator rate. `n/a`: the policy cannot run there.\n")
-    plot_rows = {k: [] for k, _, _ in mechanisms()}
-    for L in Ls:
-        rows = []
-        for key, mech, pol in mechanisms():
-            cells = []
-            for P in Ps:
-                pr = project(key, L, P, cluster_ab(P, factors))
-                if not pr["ok"]:
-                    cells.append("n/a (P > heads)")
-                    continue
-                fl = compute_flops(key, L, P) + pr["extra_flops"]
-                if L == Ls[-1]:
-                    plot_rows[key].append((P, pr["time"], fl / gpu))
-                e = band(key)
-                cells.append(f"{human_seconds(pr['time'])}" + (f" ±{e * 100:.0f}%" if e is not None else "") +
-                             f" ({human_bytes(pr['recv'])})")
-            rows.append([f"{mech} / {pol}"] + cells)
-        for label, rate in ((f"compute, SWA, here ({fmt(rates['swa'][0])} GFLOP/s)", rates["swa"][0] * 1e9),
-                            (f"compute, GDN, here ({fmt(rates['cw'][0])} GFLOP/s)", rates["cw"][0] * 1e9),
-                            ("compute, SWA, accelerator", gpu), ("compute, GDN chunkwise, accelerator", gpu)):
-            key = "swa_ag" if "SWA" in label else "gdn_sc"
-            rows.append([label] + [human_seconds(compute_flops(key, L, P) / rate) if rate else "–" for P in Ps])
-        md.append(f"\n**L = {L} tokens**\n\n")
-        md.append(table(["mechanism / policy"] + [f"P = {P}" for P in Ps], rows))
-        mem_rows = []
-        for key, mech, pol in mechanisms():
-            cells = []
-            for P in Ps:
-                pr = project(key, L, P, cluster_ab(P, factors))
-                cells.append(human_bytes(pr["mem"]) if pr["ok"] else "n/a")
-            mem_rows.append([f"{mech} / {pol}"] + cells)
-        md.append(f"\nCommunication buffers per rank per layer at L = {L} (gathered axis, summaries, transpose "
-                  "buffers):\n\n")
-        md.append(table(["mechanism / policy"] + [f"P = {P}" for P in Ps], mem_rows))
-    if ab_here:
-        rows = []
-        for key, mech, pol in mechanisms():
-            pr = project(key, 131072, 8, ab_here)
-            rows.append([f"{mech} / {pol}", human_seconds(pr["time"]) if pr["ok"] else "n/a"])
-        md.append("\nThe same at L = 131072, P = 8 with this machine's fitted α–β instead of the cluster's "
-                  "(shared memory, if it had 8 free cores):\n\n")
-        md.append(table(["mechanism / policy", "comm time"], rows))
+              f"({ACCELERATOR['source']}). The tables per policy at L = "
+              f"{', '.join(str(L) for L in PROJECT_LS)} and P = {', '.join(str(P) for P in PROJECT_PS)} "
+              "(communication time and bytes, buffers, compute, and which policy communicates least) are in the "
+              f"guides: {detail('swa-projection', 'sliding-window attention')}, "
+              f"{detail('chunkwise-projection', 'chunkwise summaries')}, "
+              f"{detail('heads-projection', 'head all-to-all')}.\n")
 
     # Where each stops scaling
     md.append("\n### Where each mechanism stops scaling\n")
@@ -2348,7 +2605,7 @@ def section_projection(recs, fits, sgemm, args, img_rel):
               "bytes against O(L/P) work).\n\n")
     srows = []
     for key, mech, pol in mechanisms():
-        for L in Ls:
+        for L in PROJECT_LS:
             reason = "scales to P = 1024 in this grid"
             for P in [8, 16, 32, 64, 128, 256, 512, 1024]:
                 pr = project(key, L, P, cluster_ab(P, factors))
@@ -2367,19 +2624,6 @@ def section_projection(recs, fits, sgemm, args, img_rel):
                     break
             srows.append([mech, pol, L, reason])
     md.append(table(["mechanism", "policy", "L", "first P in 8…1024 where it stops scaling (cluster network, accelerator compute)"], srows))
-
-    # Which policy wins where
-    md.append("\n### Which policy wins where (least communication time, cluster model)\n")
-    wrows = []
-    for L in [2048, 8192, 32768, 131072, 1048576]:
-        for P in [2, 4, 8, 16, 64, 1024]:
-            best = {}
-            for fam, keys in (("A", ["swa_ag", "swa_ra", "swa_halo"]), ("GDN: B vs C", ["gdn_gf", "gdn_sc", "gdn_a2a"])):
-                cands = [(project(k, L, P, cluster_ab(P, factors))["time"], k) for k in keys if project(k, L, P, cluster_ab(P, factors))["ok"]]
-                cands = [c for c in cands if c[0] is not None]
-                best[fam] = dict((k, p) for k, _, p in mechanisms())[min(cands)[1]] if cands else "–"
-            wrows.append([L, P, best["A"], best["GDN: B vs C"]])
-    md.append(table(["L", "P", "sliding-window attention", "Gated DeltaNet layer (summaries vs all-to-all)"], wrows))
     # B/C crossover in tokens per rank
     sg = SHAPES["gdn"]
     rec = sg["H"] * (sg["K"] * sg["V"] + sg["K"] ** 2) * F32
@@ -2390,10 +2634,17 @@ def section_projection(recs, fits, sgemm, args, img_rel):
               f"(P = 8: {fmt(8 * rec / ch)}, P = 16: {fmt(16 * rec / ch)} tokens).\n")
 
     # Plot: comm vs compute at the largest L
+    L = PROJECT_LS[-1]
+    plot_rows = {k: [] for k, _, _ in mechanisms()}
+    for key, _, _ in mechanisms():
+        for P in PROJECT_PS:
+            pr = project(key, L, P, cluster_ab(P, factors))
+            if pr["ok"]:
+                plot_rows[key].append((P, pr["time"], (compute_flops(key, L, P) + pr["extra_flops"]) / gpu))
     dat = os.path.join(args.img, "projection.dat")
     cols = [k for k, _, _ in mechanisms()]
     with open(dat, "w") as f:
-        for P in Ps:
+        for P in PROJECT_PS:
             line = [str(P)]
             for k in cols:
                 v = next((t for p, t, _ in plot_rows[k] if p == P), None)
@@ -2403,6 +2654,7 @@ def section_projection(recs, fits, sgemm, args, img_rel):
             line += [str(comp_swa or "?"), str(comp_gdn or "?")]
             f.write(" ".join(line) + "\n")
     titles = [p for _, _, p in mechanisms()]
+    band = lambda k: project_band(m, k)
     # Each curve with its band: the fit error of its collective kind (none without network records).
     plots = ", ".join(
         (f"'{dat}' u 1:{i + 2}:(${i + 2}*{max(0.0, 1 - band(k))}):(${i + 2}*{1 + band(k)}) w yerrorlines "
@@ -2416,7 +2668,7 @@ set xrange [6:1400]
 set xlabel 'ranks P'
 set ylabel 'seconds per rank per layer (fwd+bwd)'
 set key outside right font ',7'
-set title 'L = {Ls[-1]} tokens: communication (cluster model) vs local compute'
+set title 'L = {L} tokens: communication (cluster model) vs local compute'
 plot {plots}, '{dat}' u 1:{len(cols) + 2} w l dt 2 lw 2 t 'compute SWA (accelerator)', '{dat}' u 1:{len(cols) + 3} w l dt 3 lw 2 t 'compute GDN (accelerator)'
 """, os.path.join(args.img, "projection.png"))
     os.remove(dat)
@@ -2425,8 +2677,11 @@ plot {plots}, '{dat}' u 1:{len(cols) + 2} w l dt 2 lw 2 t 'compute SWA (accelera
     return md
 
 
-def section_alpha_beta(recs, fits, args, img_rel):
-    md = ["\n## Latency–bandwidth (α–β) model, fitted per collective kind\n"]
+ALPHA_BETA_HEADING = "Latency–bandwidth (α–β) model, fitted per collective kind"
+
+
+def section_alpha_beta(recs, fits):
+    md = [f"\n## {ALPHA_BETA_HEADING}\n"]
     if not fits:
         md.append("_No network records (bench/results/network_P*.json): the fit awaits `scripts/bench`._\n")
         return md
@@ -2444,29 +2699,43 @@ def section_alpha_beta(recs, fits, args, img_rel):
                     [[k, MODEL_TEXT[k], human_seconds(f["alpha"]), f"{fmt(1 / f['beta'] / 1e9)} GB/s" if f["beta"] else "∞",
                       f["fit_points"], f"{f['error'] * 100:.0f}%", f"{f['error_all'] * 100:.0f}%"]
                      for k, f in fits.items()]))
+    md.append(f"\nEvery measured point against its kind's model, and the plot: {detail('hybrid-network')}.\n")
+    return md
+
+
+def network_block(recs, img=None):
+    """docs/hybrid.md: every collective the network benchmark timed against its kind's fitted α–β model,
+    and the plot (redrawn when `img` is given)."""
+    fits = fit_network(recs)
+    if not fits:
+        return "_No network records (bench/results/network_P*.json)._"
+    ps = sorted({num(r, "ranks") for r in pick(recs, "network")})
     rows, dat = [], {}
     for k, f in fits.items():
         for p, m, t, pr in f["points"]:
             rows.append([k, p, human_bytes(m), human_seconds(t), human_seconds(pr), fmt(t / pr)])
             dat.setdefault(k, []).append((p, t / pr, m))
-    md.append("\nEvery point against its kind's fitted model:\n\n")
-    md.append(table(["kind", "P", "m", "measured (median)", "fitted model", "measured ÷ model"], rows))
-    files = []
-    for k, pts in dat.items():
-        f = os.path.join(args.img, f"valid_{k}.dat")
-        write_data(f, sorted(pts))
-        files.append((k, f))
-    ok = gnuplot("set terminal pngcairo noenhanced size 560,360 font ',9'\n"
-                 f"set output '{args.img}/model_validation.png'\nset logscale y\nset xlabel 'ranks P'\n"
-                 "set ylabel 'measured / fitted model'\nset key top left\n"
-                 "set title 'alpha-beta model per collective kind vs measured'\n"
-                 "plot " + ", ".join(f"'{f}' u 1:2 w p pt {5 + 2 * i} t '{k}'" for i, (k, f) in enumerate(files)) +
-                 ", 1 w l dt 2 t 'exact'\n", os.path.join(args.img, "model_validation.png")) if files else False
-    for _, f in files:
-        os.remove(f)
-    if ok:
-        md.append(f"\n![model validation]({img_rel}/model_validation.png)\n")
-    return md
+    if img:
+        os.makedirs(img, exist_ok=True)
+        files = []
+        for k, pts in dat.items():
+            f = os.path.join(img, f"valid_{k}.dat")
+            write_data(f, sorted(pts))
+            files.append((k, f))
+        gnuplot("set terminal pngcairo noenhanced size 560,360 font ',9'\n"
+                f"set output '{img}/model_validation.png'\nset logscale y\nset xlabel 'ranks P'\n"
+                "set ylabel 'measured / fitted model'\nset key top left\n"
+                "set title 'alpha-beta model per collective kind vs measured'\n"
+                "plot " + ", ".join(f"'{f}' u 1:2 w p pt {5 + 2 * i} t '{k}'" for i, (k, f) in enumerate(files)) +
+                ", 1 w l dt 2 t 'exact'\n", os.path.join(img, "model_validation.png"))
+        for _, f in files:
+            os.remove(f)
+    return tidy([f"Measured by `bench/report/network_bench.cpp` at P = {', '.join(map(str, ps))} (medians; "
+                 "shared-memory transport); each kind's model is fitted at the rank counts where every rank has a "
+                 f"core ([docs/performance.md](performance.md#{anchor(ALPHA_BETA_HEADING)}) gives the fits). Every "
+                 "point against its kind's fitted model:\n",
+                 table(["kind", "P", "m", "measured (median)", "fitted model", "measured ÷ model"], rows),
+                 f"\n![model validation]({GUIDE_IMG}/model_validation.png)\n"])
 
 
 def section_isa(recs):
@@ -2515,38 +2784,86 @@ def section_failed(md, name, e):
     md.append(f"\n_The {name} section could not be rendered ({type(e).__name__}: {e})._\n")
 
 
+
+GROWTH_HEADING = "Growth with T, W and P (distributed step, both layouts)"
+
+# The detail the report leaves to the guides: (guide under docs/, block name, heading of the guide
+# section that holds the block, generator). A generator takes the records and, where the block has plots,
+# the folder to redraw them in (guides.py --plots); given None it only writes the text, so checking the
+# committed guides never depends on gnuplot. The report links to each block through its heading.
+GUIDE_BLOCKS = (
+    ("swa.md", "swa-torch-need", "What 2× PyTorch would take", lambda recs, img: torch_need_block(recs, "SWA")),
+    ("swa.md", "swa-step-profile", "Where the step's time goes", lambda recs, img: step_profile_block(recs, "SWA")),
+    ("swa.md", "swa-portable", "Portable kernels on the host", lambda recs, img: portable_block(recs)),
+    ("swa.md", "swa-per-token", GROWTH_HEADING, lambda recs, img: per_token_block(recs, "A: SWA")),
+    ("swa.md", "swa-growth-sweeps", GROWTH_HEADING, lambda recs, img: growth_block(recs, img)),
+    ("swa.md", "swa-projection", "Projected to a cluster", lambda recs, img: projection_block(recs, "swa")),
+    ("chunkwise.md", "chunkwise-step-profile", "Where the step's time goes",
+     lambda recs, img: step_profile_block(recs, "chunkwise GDN")),
+    ("chunkwise.md", "chunkwise-cp-profile", "Where the time of the P = 2 call goes",
+     lambda recs, img: cp_profile_block(recs, "B: chunkwise GDN")),
+    ("chunkwise.md", "chunkwise-summaries", "Summaries: GatherFold against ScanCompose",
+     lambda recs, img: summaries_block(recs)),
+    ("chunkwise.md", "chunkwise-torch-need", "What 2× PyTorch would take",
+     lambda recs, img: torch_need_block(recs, "chunkwise")),
+    ("chunkwise.md", "chunkwise-projection", "Projected to a cluster",
+     lambda recs, img: projection_block(recs, "chunkwise")),
+    ("heads.md", "heads-step-profile", "Where the step's time goes",
+     lambda recs, img: step_profile_block(recs, "heads GDP")),
+    ("heads.md", "heads-pack-rounds", "Pack / unpack vs the same-run triad (target ≥ 0.5)",
+     lambda recs, img: pack_block(recs)),
+    ("heads.md", "heads-crossover", "Mechanism B against C, end to end", lambda recs, img: crossover_block(recs, img)),
+    ("heads.md", "heads-projection", "Projected to a cluster", lambda recs, img: projection_block(recs, "heads")),
+    ("hybrid.md", "hybrid-network", "Collectives on this machine against the α–β model",
+     lambda recs, img: network_block(recs, img)),
+)
+
+
+def section_intro(recs, args):
+    machine = next((r["machine"] for r in pick(recs, "ceilings") if isinstance(r.get("machine"), dict)), {})
+    return (f"Generated by `{args.command}` from the JSON records in `bench/results/` (renderer: "
+            "`bench/report/render.py`); do not edit by hand — rerun the command.\n\n"
+            f"**What was measured.** One shared machine with {CORES} cores (CPU `{machine.get('cpu', '?')}`; build, "
+            "backend and ceilings under [Machine and ceilings](#machine-and-ceilings)), one thread per rank unless a "
+            "section says otherwise. Every figure is a ratio measured side by side in one run, or a model fitted "
+            f"to those measurements, by the [Definitions](#{anchor('Definitions (every figure below, every benchmark)')}). "
+            "Absolute times drift from run to run on a shared machine, ratios much less; each section gives the load "
+            "average of its run.\n\n"
+            f"**How to reproduce.** `{args.command}` builds and runs every benchmark (tens of minutes here; "
+            "`CTXPAR_BENCH_QUICK=1` runs the short versions), writes `bench/results/*.json`, and renders this page "
+            f"and the guides' measured-figure blocks; `{args.command} --render-only` renders both again from the "
+            "records already there and runs nothing. `scripts/bench-isa` makes the default-build record. Each section "
+            "names the benchmark behind it.\n\n"
+            "**How to read it.** The summary gives every target's verdict, the worst case deciding. Then one section "
+            "per mechanism (A, B, C) with its headline figures, and the measures that span the mechanisms (CP "
+            "efficiency, long context, the hybrid stack, the default build, expression templates, the network model "
+            "and the projection). The detail behind a headline (profiles, sweeps, every case and round, the "
+            "projection per policy) is in generated blocks of the guides (docs/swa.md, docs/chunkwise.md, "
+            "docs/heads.md, docs/hybrid.md), rendered from the same records by the same definitions; each section "
+            "links to its own.\n")
+
+
 def render(recs, args):
     os.makedirs(args.img, exist_ok=True)
     img_rel = os.path.relpath(args.img, os.path.dirname(os.path.abspath(args.out)))
-    md = ["# Performance report\n",
-          f"Generated by `{args.command}` from the JSON records in `bench/results/` (renderer: "
-          "`bench/report/render.py`); do not edit by hand — rerun the command. Every figure is a ratio measured "
-          "side by side in one run, or a model fitted to those measurements, by the definitions below. The "
-          "machine is shared and has 2 cores: absolute times drift run to run, ratios much less. What each "
-          "mechanism does and how to use it is in its guide (docs/swa.md, docs/chunkwise.md, docs/heads.md, "
-          "docs/hybrid.md); this page only measures.\n",
+    md = ["# Performance report\n", section_intro(recs, args),
           "\n## Summary: every target of the bar\n",
           "Verdicts by the rule in [Definitions](#definitions-every-figure-below-every-benchmark): each case's "
           "median over its repeats, and every valid case in scope must meet the target.\n\n",
           table(["target", "measure", "bar", "figure (worst case)", "verdict", "section", "note"], summary_rows(recs)),
           "\n" + DEFINITIONS]
-    ceil = pick(recs, "ceilings")
-    sgemm = max([num(r, "gflops") for r in ceil if str(r.get("case", "")).startswith("sgemm")], default=None)
     fits = fit_network(recs)
     for name, fn in (("machine", lambda: section_machine(recs)),
                      ("SWA", lambda: section_swa(recs, args.img, img_rel)),
                      ("chunkwise", lambda: section_chunkwise(recs, args.img, img_rel)),
                      ("heads", lambda: section_heads(recs, args.img, img_rel)),
-                     ("B vs C", lambda: crossover_section(recs, args.img, img_rel)),
                      ("CP efficiency", lambda: section_cp(recs, args.img, img_rel)),
-                     ("PyTorch", lambda: section_torch(recs, args.img, img_rel)),
-                     ("default build", lambda: section_isa(recs)),
-                     ("growth", lambda: section_growth(recs)),
                      ("long context", lambda: section_longctx(recs, args.img, img_rel)),
                      ("hybrid", lambda: section_hybrid(recs)),
+                     ("default build", lambda: section_isa(recs)),
                      ("expressions", lambda: section_expr(recs)),
-                     ("alpha-beta", lambda: section_alpha_beta(recs, fits, args, img_rel)),
-                     ("projection", lambda: section_projection(recs, fits, sgemm, args, img_rel))):
+                     ("alpha-beta", lambda: section_alpha_beta(recs, fits)),
+                     ("projection", lambda: section_projection(recs, args, img_rel))):
         try:
             md += fn()
         except Exception as e:  # noqa: BLE001 — KeyError re-raised by section_failed

@@ -94,7 +94,7 @@ class Render(unittest.TestCase):
         c, k, v = 64, 128, 128
         full = c * c * k + c ** 3 / 3 + 2 * c * c * v + 2 * c * c * k + 2 * c * c * k + 6 * c * k * v + 2 * c * c * v
         tri = c * c * k + c ** 3 / 3 + c * c * v + c * c * k + c * c * k + 6 * c * k * v + c * c * v
-        r = gdn_kernel(chunk=c, key_dim=k, value_dim=v, flop_model="21-chunkwise-kernels.md section 5",
+        r = gdn_kernel(chunk=c, key_dim=k, value_dim=v, flop_model="gated_delta_chunk_flops: every product at full size",
                        gflops=100.0, sgemm_gflops=160.0)
         row = render.fig_chunk_kernels([r])[0]
         self.assertAlmostEqual(row["gflops"], 100.0 * tri / full)
@@ -233,7 +233,7 @@ class Render(unittest.TestCase):
         self.assertAlmostEqual(render.need_gflops(rows["SWA backward"]), 200.0)
         self.assertAlmostEqual(render.raw_target_need(rows["SWA backward"]), 200.0 / 180.0)
         self.assertAlmostEqual(render.raw_target_need(rows["SWA forward"]), 80.0 / 180.0)
-        text = render.section_torch([mine, torch], None, "img")
+        text = render.torch_need_block([mine, torch], "SWA")
         self.assertIn("| SWA backward | D = 64, W = 128 | 100 | 0.667 | 200 | 1.11 | – | missed, above SGEMM |",
                       "".join(text))
         self.assertIn("| SWA forward | D = 64, W = 128 | 40 | 0.267 | 80 | 0.444 | – | missed, below SGEMM |",
@@ -241,7 +241,7 @@ class Render(unittest.TestCase):
         # With the core's FMA peak in the records (250 GFLOP/s): the need as a fraction of it too, in
         # the table and in the summary's note.
         peak = rec("ceilings", "fma_peak", gflops=250.0, lanes=16, chains=12, flops_formula="2*lanes*chains*iterations")
-        text = "".join(render.section_torch([mine, torch, peak], None, "img"))
+        text = render.torch_need_block([mine, torch, peak], "SWA")
         self.assertIn("| SWA backward | D = 64, W = 128 | 100 | 0.667 | 200 | 1.11 | 0.8 | missed, above SGEMM |", text)
         summary = str(render.summary_rows([mine, torch, peak]))
         self.assertIn("would need the kernel above the same-run SGEMM rate (up to 1.11 × SGEMM, 0.8 of the core's "
@@ -505,7 +505,7 @@ class Render(unittest.TestCase):
         self.assertEqual(len(rows), 1)
         # 4 threads per team cannot run on 2 threads: not a sweep point.
         self.assertEqual([t for t, _, _ in rows[0]["teams"]], [1, 2])
-        text = "".join(render.section_portable([r]))
+        text = render.portable_block([r])
         self.assertIn("**no**", text)  # a broken bitwise promise shows
         del r["team2_backward_gflops"]
         with self.assertRaises(KeyError):
