@@ -2,6 +2,7 @@
 // uneven and zero-length contributions, and exact traffic counters against their formulas.
 // Typed over every enabled backend and float / double / int. Data are small integers, so every
 // expected value (sums included) is exact in every scalar type and compared with ==.
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <iostream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ctxpar/comm/comm.hpp"
@@ -656,6 +658,77 @@ BOOST_AUTO_TEST_CASE(unchecked_variants_skip_only_the_agreement) {
     refused = e.rank() == -1 && std::string(e.what()).find("recv must hold") != std::string::npos;
   }
   CTXPAR_TEST_ALL(g, ok && refused);
+}
+
+// Traffic::seconds: every kind adds the wall time of its MPI calls, which lies inside the time of
+// the caller's loop around them; a scan at np 1 makes no MPI call and adds nothing; the data total
+// sums the data kinds and leaves agreement out; record accumulates; reset_traffic zeroes it.
+BOOST_AUTO_TEST_CASE(every_kind_times_its_mpi_calls) {
+  const auto& g = world();
+  const int p = g.size(), me = g.rank();
+  const Kokkos::DefaultHostExecutionSpace host;
+  using view = Kokkos::View<double*, Kokkos::HostSpace>;
+  constexpr int calls = 5;
+  const view mine = make_view<double, Kokkos::HostSpace>(
+      "mine", 2 * p, [&](std::int64_t i) { return value<double>(12, me, i); });
+  const view all("all", 2 * p * p), out("out", 2 * p), two("two", 2), got("got", 2);
+  std::vector<int> twos(p, 2);
+  const auto add = [](const view& earlier, const view& inout) {
+    for (std::size_t i = 0; i < inout.extent(0); ++i) inout(i) += earlier(i);
+  };
+  const std::vector<std::pair<CollectiveKind, std::function<void()>>> kinds = {
+      {CollectiveKind::allgather,
+       [&] { ctxpar::allgather(host, g, mine, all, ctxpar::unchecked); }},
+      {CollectiveKind::alltoall, [&] { ctxpar::alltoall(host, g, mine, out, ctxpar::unchecked); }},
+      {CollectiveKind::reduce_scatter,
+       [&] { ctxpar::reduce_scatter(host, g, mine, two, twos, ctxpar::unchecked); }},
+      {CollectiveKind::scan,
+       [&] {
+         ctxpar::exclusive_scan(host, g, two, add, ctxpar::ScanDirection::forward,
+                                ctxpar::unchecked);
+       }},
+      {CollectiveKind::sendrecv,
+       [&] { ctxpar::sendrecv(host, g, two, (me + 1) % p, got, (me + p - 1) % p); }},
+      {CollectiveKind::allreduce, [&] { ctxpar::allreduce_sum(host, g, two, ctxpar::unchecked); }}};
+  bool ok = true;
+  g.reset_traffic();
+  for (const auto& [kind, call] : kinds) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) call();
+    const double loop =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const ctxpar::Traffic& t = g.traffic(kind);
+    // Only a scan at np 1 skips MPI altogether (no round), so only it may report no time.
+    const bool none = kind == CollectiveKind::scan && p == 1;
+    const bool good =
+        t.calls == calls && (none ? t.seconds == 0 : t.seconds > 0) && t.seconds <= loop;
+    if (!good)
+      std::cerr << "[rank " << me << "] " << ctxpar::to_string(kind) << ": " << t.calls
+                << " calls, " << t.seconds << " s inside MPI, " << loop << " s around them\n";
+    ok = ok && good;
+  }
+  double data = 0;
+  for (int k = 0; k < static_cast<int>(CollectiveKind::count_); ++k)
+    if (k != static_cast<int>(CollectiveKind::agreement))
+      data += g.traffic(static_cast<CollectiveKind>(k)).seconds;
+  ok = ok && g.traffic(CollectiveKind::agreement).calls == 0 &&
+       g.total_data_traffic().seconds == data;
+  // A checked agreement times its broadcast and its all-reduce, outside the data total.
+  ctxpar::Preconditions chk(g, "ctxpar::test");
+  chk.require_same("a constant", 7);
+  chk.agree();
+  const ctxpar::Traffic& agreed = g.traffic(CollectiveKind::agreement);
+  ok = ok && agreed.calls == 2 && agreed.seconds > 0 && g.total_data_traffic().seconds == data;
+  g.reset_traffic();
+  for (int k = 0; k < static_cast<int>(CollectiveKind::count_); ++k)
+    ok = ok && g.traffic(static_cast<CollectiveKind>(k)).seconds == 0;
+  // Seconds add up call by call (powers of two: the sums are exact).
+  g.record(CollectiveKind::allreduce, 0, 0, 0.25);
+  g.record(CollectiveKind::allreduce, 0, 0, 0.5);
+  ok = ok && g.traffic(CollectiveKind::allreduce).seconds == 0.75 &&
+       g.total_data_traffic().seconds == 0.75;
+  g.reset_traffic();
+  CTXPAR_TEST_ALL(g, ok);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -12,6 +12,7 @@
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/impl/agreed_checks.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
+#include "ctxpar/comm/impl/mpi_stopwatch.hpp"
 #include "ctxpar/comm/unchecked.hpp"
 #include "ctxpar/core/fingerprint.hpp"
 
@@ -58,12 +59,17 @@ void allgather(const ExecutionSpace& space, const Group& group, const SendView& 
   compat::fence(space, "ctxpar::comm::allgather::before");
   impl::MpiBuffer<SendView> s(send, true, op, group.staging());
   impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
-  MPI_Allgather(s.data(), impl::mpi_count(n, op), impl::mpi_datatype_of<SendView>(), r.data(),
-                impl::mpi_count(n, op), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  impl::MpiStopwatch clock;
+  clock([&] {
+    return MPI_Allgather(s.data(), impl::mpi_count(n, op), impl::mpi_datatype_of<SendView>(),
+                         r.data(), impl::mpi_count(n, op), impl::mpi_datatype_of<RecvView>(),
+                         group.mpi_comm());
+  });
   r.copy_out();
   const std::int64_t bytes =
       n * static_cast<std::int64_t>(sizeof(typename impl::MpiBuffer<SendView>::value_type));
-  group.record(CollectiveKind::allgather, bytes * (group.size() - 1), bytes * (group.size() - 1));
+  group.record(CollectiveKind::allgather, bytes * (group.size() - 1), bytes * (group.size() - 1),
+               clock.seconds());
 }
 
 /// Gathers every rank's `send` into `recv` in rank order; all ranks send the same number of
@@ -93,12 +99,17 @@ void allgatherv(const ExecutionSpace& space, const Group& group, const SendView&
   compat::fence(space, "ctxpar::comm::allgatherv::before");
   impl::MpiBuffer<SendView> s(send, true, op, group.staging());
   impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
-  MPI_Allgatherv(s.data(), counts[group.rank()], impl::mpi_datatype_of<SendView>(), r.data(),
-                 counts.data(), displs.data(), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  impl::MpiStopwatch clock;
+  clock([&] {
+    return MPI_Allgatherv(s.data(), counts[group.rank()], impl::mpi_datatype_of<SendView>(),
+                          r.data(), counts.data(), displs.data(), impl::mpi_datatype_of<RecvView>(),
+                          group.mpi_comm());
+  });
   r.copy_out(total);
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
   const std::int64_t own = counts[group.rank()];
-  group.record(CollectiveKind::allgather, own * elem * (group.size() - 1), (total - own) * elem);
+  group.record(CollectiveKind::allgather, own * elem * (group.size() - 1), (total - own) * elem,
+               clock.seconds());
 }
 
 /// `allgatherv` in place, without the agreement (see `ctxpar::unchecked`): this rank's
@@ -117,12 +128,16 @@ void allgatherv_in_place(const ExecutionSpace& space, const Group& group, const 
                 "recv must hold the sum of counts", total, recv.span());
   compat::fence(space, "ctxpar::comm::allgatherv_in_place::before");
   impl::MpiBuffer<RecvView> r(recv, true, op, group.staging());
-  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.data(), counts.data(), displs.data(),
-                 impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  impl::MpiStopwatch clock;
+  clock([&] {
+    return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r.data(), counts.data(),
+                          displs.data(), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  });
   r.copy_out(total);
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<RecvView>::value_type);
   const std::int64_t own = counts[group.rank()];
-  group.record(CollectiveKind::allgather, own * elem * (group.size() - 1), (total - own) * elem);
+  group.record(CollectiveKind::allgather, own * elem * (group.size() - 1), (total - own) * elem,
+               clock.seconds());
 }
 
 /// Gathers every rank's `send` into `recv` in rank order with uneven contributions: `counts[j]`

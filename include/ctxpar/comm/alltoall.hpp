@@ -11,6 +11,7 @@
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/impl/agreed_checks.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
+#include "ctxpar/comm/impl/mpi_stopwatch.hpp"
 #include "ctxpar/comm/unchecked.hpp"
 
 namespace ctxpar {
@@ -66,13 +67,17 @@ void alltoall(const ExecutionSpace& space, const Group& group, const SendView& s
   compat::fence(space, "ctxpar::comm::alltoall::before");
   impl::MpiBuffer<SendView> s(send, true, op, group.staging());
   impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
-  MPI_Alltoall(s.data(), impl::mpi_count(block, op), impl::mpi_datatype_of<SendView>(), r.data(),
-               impl::mpi_count(block, op), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  impl::MpiStopwatch clock;
+  clock([&] {
+    return MPI_Alltoall(s.data(), impl::mpi_count(block, op), impl::mpi_datatype_of<SendView>(),
+                        r.data(), impl::mpi_count(block, op), impl::mpi_datatype_of<RecvView>(),
+                        group.mpi_comm());
+  });
   r.copy_out();
   const std::int64_t bytes =
       block * (p - 1) *
       static_cast<std::int64_t>(sizeof(typename impl::MpiBuffer<SendView>::value_type));
-  group.record(CollectiveKind::alltoall, bytes, bytes);
+  group.record(CollectiveKind::alltoall, bytes, bytes, clock.seconds());
 }
 
 /// Block `j` of `send` (of `send.span() / size()` elements) goes to rank `j`; block `i` of `recv`
@@ -107,14 +112,17 @@ void alltoallv(const ExecutionSpace& space, const Group& group, const SendView& 
   compat::fence(space, "ctxpar::comm::alltoallv::before");
   impl::MpiBuffer<SendView> s(send, true, op, group.staging());
   impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
-  MPI_Alltoallv(s.data(), send_counts.data(), sdispl.data(), impl::mpi_datatype_of<SendView>(),
-                r.data(), recv_counts.data(), rdispl.data(), impl::mpi_datatype_of<RecvView>(),
-                group.mpi_comm());
+  impl::MpiStopwatch clock;
+  clock([&] {
+    return MPI_Alltoallv(s.data(), send_counts.data(), sdispl.data(),
+                         impl::mpi_datatype_of<SendView>(), r.data(), recv_counts.data(),
+                         rdispl.data(), impl::mpi_datatype_of<RecvView>(), group.mpi_comm());
+  });
   r.copy_out(rtotal);
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
   const int me = group.rank();
   group.record(CollectiveKind::alltoall, (stotal - send_counts[me]) * elem,
-               (rtotal - recv_counts[me]) * elem);
+               (rtotal - recv_counts[me]) * elem, clock.seconds());
 }
 
 /// `send_counts[j]` elements (in rank order, packed) go to rank `j`; `recv_counts[i]` come from

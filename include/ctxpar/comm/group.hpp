@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "ctxpar/comm/impl/mpi_stopwatch.hpp"
 #include "ctxpar/comm/impl/staging_arena.hpp"
 
 namespace ctxpar {
@@ -33,13 +34,19 @@ inline const char* to_string(CollectiveKind kind) {
   return names[static_cast<int>(kind)];
 }
 
-/// Calls and payload bytes of one collective kind on one rank. Bytes count only the payload that
-/// leaves or reaches this rank from *other* ranks: the rank's own block of an all-gather or
+/// Calls, payload bytes and time of one collective kind on one rank. Bytes count only the payload
+/// that leaves or reaches this rank from *other* ranks: the rank's own block of an all-gather or
 /// all-to-all is not traffic.
 struct Traffic {
   std::int64_t calls = 0;           ///< number of collective calls
   std::int64_t bytes_sent = 0;      ///< payload bytes sent to other ranks
   std::int64_t bytes_received = 0;  ///< payload bytes received from other ranks
+  /// Wall-clock seconds this rank spent inside the MPI calls of these collectives: the transfer
+  /// and the wait for the other ranks to arrive (a collective is a synchronisation point, so on an
+  /// unbalanced run most of it is waiting). The fence before a call, the staging copies of device
+  /// buffers and the precondition checks are not included. Always counted (two clock reads per
+  /// MPI call); a rank's figure is its own, nothing is exchanged to form it.
+  double seconds = 0;
 };
 
 /// A duplicated MPI communicator (a private tag space, so ctxpar never interferes with the user's
@@ -68,7 +75,7 @@ class Group {
 
   /// Counters of one collective kind since construction or the last `reset_traffic`.
   const Traffic& traffic(CollectiveKind kind) const { return state_->traffic[index(kind)]; }
-  /// Sum of the counters of all data-moving kinds (agreement excluded).
+  /// Sum of the counters of all data-moving kinds (agreement excluded), seconds included.
   Traffic total_data_traffic() const {
     Traffic sum;
     for (int k = 0; k < static_cast<int>(CollectiveKind::count_); ++k) {
@@ -76,21 +83,25 @@ class Group {
       sum.calls += state_->traffic[k].calls;
       sum.bytes_sent += state_->traffic[k].bytes_sent;
       sum.bytes_received += state_->traffic[k].bytes_received;
+      sum.seconds += state_->traffic[k].seconds;
     }
     return sum;
   }
-  /// Zeroes every counter.
+  /// Zeroes every counter, seconds included.
   void reset_traffic() const { state_->traffic = {}; }
   /// The host memory the collectives stage device buffers through (used by the collectives; a
   /// steady-state collective reuses it and allocates nothing).
   impl::StagingArena& staging() const { return state_->staging; }
 
-  /// Records one call of `kind` moving the given payload; used by the collectives.
-  void record(CollectiveKind kind, std::int64_t bytes_sent, std::int64_t bytes_received) const {
+  /// Records one call of `kind` moving the given payload, which spent `seconds` inside MPI (the
+  /// collective's `impl::MpiStopwatch`; 0 for a call that was not timed); used by the collectives.
+  void record(CollectiveKind kind, std::int64_t bytes_sent, std::int64_t bytes_received,
+              double seconds = 0) const {
     Traffic& t = state_->traffic[index(kind)];
     t.calls += 1;
     t.bytes_sent += bytes_sent;
     t.bytes_received += bytes_received;
+    t.seconds += seconds;
   }
 
  private:

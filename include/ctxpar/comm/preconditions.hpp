@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/comm/impl/mpi_stopwatch.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/fingerprint.hpp"
 
@@ -66,8 +67,11 @@ class Preconditions {
     MPI_Comm comm = group_.mpi_comm();
     if (!same_values_.empty()) {
       std::vector<std::int64_t> root = same_values_;
-      MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_INT64_T, 0, comm);
-      group_.record(CollectiveKind::agreement, 0, 0);
+      impl::MpiStopwatch clock;
+      clock([&] {
+        return MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_INT64_T, 0, comm);
+      });
+      group_.record(CollectiveKind::agreement, 0, 0, clock.seconds());
       for (std::size_t i = 0; i < root.size(); ++i) {
         require(root[i] == same_values_[i], "every rank must agree on " + same_names_[i],
                 impl::to_text(root[i]) + " (as on rank 0)", same_values_[i]);
@@ -77,9 +81,12 @@ class Preconditions {
     std::vector<int> mine(1 + lowest_.size()), reduced(1 + lowest_.size());
     mine[0] = failed_ ? rank : size;
     for (std::size_t i = 0; i < lowest_.size(); ++i) mine[i + 1] = *lowest_[i];
-    MPI_Allreduce(mine.data(), reduced.data(), static_cast<int>(mine.size()), MPI_INT, MPI_MIN,
-                  comm);
-    group_.record(CollectiveKind::agreement, 0, 0);
+    impl::MpiStopwatch clock;
+    clock([&] {
+      return MPI_Allreduce(mine.data(), reduced.data(), static_cast<int>(mine.size()), MPI_INT,
+                           MPI_MIN, comm);
+    });
+    group_.record(CollectiveKind::agreement, 0, 0, clock.seconds());
     for (std::size_t i = 0; i < lowest_.size(); ++i) *lowest_[i] = reduced[i + 1];
     const int lowest = reduced[0];
     if (lowest == size) return;

@@ -11,6 +11,7 @@
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/impl/agreed_checks.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
+#include "ctxpar/comm/impl/mpi_stopwatch.hpp"
 #include "ctxpar/comm/unchecked.hpp"
 #include "ctxpar/core/fingerprint.hpp"
 
@@ -47,13 +48,16 @@ void reduce_scatter(const ExecutionSpace& space, const Group& group, const SendV
   compat::fence(space, "ctxpar::comm::reduce_scatter::before");
   impl::MpiBuffer<SendView> s(send, true, op, group.staging());
   impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
-  MPI_Reduce_scatter(s.data(), r.data(), counts.data(), impl::mpi_datatype_of<SendView>(), MPI_SUM,
-                     group.mpi_comm());
+  impl::MpiStopwatch clock;
+  clock([&] {
+    return MPI_Reduce_scatter(s.data(), r.data(), counts.data(), impl::mpi_datatype_of<SendView>(),
+                              MPI_SUM, group.mpi_comm());
+  });
   r.copy_out();
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
   const std::int64_t own = counts[group.rank()];
   group.record(CollectiveKind::reduce_scatter, (total - own) * elem,
-               own * elem * (group.size() - 1));
+               own * elem * (group.size() - 1), clock.seconds());
 }
 
 /// Sums `send` (the same length on every rank, the sum of `counts`) over all ranks and leaves on
@@ -77,12 +81,16 @@ void allreduce_sum(const ExecutionSpace& space, const Group& group, const View& 
   const std::string op = "ctxpar::allreduce_sum";
   compat::fence(space, "ctxpar::comm::allreduce_sum::before");
   impl::MpiBuffer<View> b(view, true, op, group.staging());
-  MPI_Allreduce(MPI_IN_PLACE, b.data(), impl::mpi_count(b.size(), op),
-                impl::mpi_datatype_of<View>(), MPI_SUM, group.mpi_comm());
+  impl::MpiStopwatch clock;
+  clock([&] {
+    return MPI_Allreduce(MPI_IN_PLACE, b.data(), impl::mpi_count(b.size(), op),
+                         impl::mpi_datatype_of<View>(), MPI_SUM, group.mpi_comm());
+  });
   b.copy_out();
   const std::int64_t bytes =
       b.size() * static_cast<std::int64_t>(sizeof(typename impl::MpiBuffer<View>::value_type));
-  group.record(CollectiveKind::allreduce, bytes * (group.size() - 1), bytes * (group.size() - 1));
+  group.record(CollectiveKind::allreduce, bytes * (group.size() - 1), bytes * (group.size() - 1),
+               clock.seconds());
 }
 
 /// Replaces `view` by its element-wise sum over all ranks (e.g. weight gradients). Collective.

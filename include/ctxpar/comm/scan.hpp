@@ -12,6 +12,7 @@
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/impl/agreed_checks.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
+#include "ctxpar/comm/impl/mpi_stopwatch.hpp"
 #include "ctxpar/comm/unchecked.hpp"
 #include "ctxpar/core/workspace.hpp"
 
@@ -59,6 +60,8 @@ bool scan_records(const ExecutionSpace& space, const Group& group, const View& r
   Kokkos::deep_copy(space, inclusive_part, record);
   bool have_exclusive = false;
   std::int64_t sent = 0, got = 0;
+  // Every round's MPI call, not the combines between them: the scan is recorded as one call.
+  MpiStopwatch clock;
   const std::int64_t bytes =
       static_cast<std::int64_t>(n * sizeof(typename View::non_const_value_type));
   for (int d = 1; d < p; d <<= 1) {
@@ -67,9 +70,11 @@ bool scan_records(const ExecutionSpace& space, const Group& group, const View& r
     compat::fence(space, "ctxpar::comm::scan::before");
     MpiBuffer<buffer_type> s(inclusive_part, dest != MPI_PROC_NULL, op, group.staging());
     MpiBuffer<buffer_type> r(received, false, op, group.staging());
-    MPI_Sendrecv(s.data(), mpi_count(n, op), mpi_datatype_of<buffer_type>(), dest, 17, r.data(),
-                 mpi_count(n, op), mpi_datatype_of<buffer_type>(), source, 17, group.mpi_comm(),
-                 MPI_STATUS_IGNORE);
+    clock([&] {
+      return MPI_Sendrecv(s.data(), mpi_count(n, op), mpi_datatype_of<buffer_type>(), dest, 17,
+                          r.data(), mpi_count(n, op), mpi_datatype_of<buffer_type>(), source, 17,
+                          group.mpi_comm(), MPI_STATUS_IGNORE);
+    });
     if (dest != MPI_PROC_NULL) sent += bytes;
     if (source == MPI_PROC_NULL) continue;
     r.copy_out();
@@ -82,7 +87,7 @@ bool scan_records(const ExecutionSpace& space, const Group& group, const View& r
     }
     combine(received, inclusive_part);
   }
-  group.record(CollectiveKind::scan, sent, got);
+  group.record(CollectiveKind::scan, sent, got, clock.seconds());
   if (inclusive) {
     Kokkos::deep_copy(space, record, inclusive_part);
   } else if (have_exclusive) {

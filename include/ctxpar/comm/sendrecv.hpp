@@ -9,6 +9,7 @@
 
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/impl/mpi_buffer.hpp"
+#include "ctxpar/comm/impl/mpi_stopwatch.hpp"
 
 namespace ctxpar {
 
@@ -31,11 +32,14 @@ void sendrecv(const ExecutionSpace& space, const Group& group, const SendView& s
   impl::MpiBuffer<SendView> s(send, dest != no_rank, op, group.staging());
   impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
   MPI_Status status;
-  MPI_Sendrecv(s.data(), impl::mpi_count(dest == no_rank ? 0 : s.size(), op),
-               impl::mpi_datatype_of<SendView>(), dest == no_rank ? MPI_PROC_NULL : dest, tag,
-               r.data(), impl::mpi_count(source == no_rank ? 0 : r.size(), op),
-               impl::mpi_datatype_of<RecvView>(), source == no_rank ? MPI_PROC_NULL : source, tag,
-               group.mpi_comm(), &status);
+  impl::MpiStopwatch clock;
+  clock([&] {
+    return MPI_Sendrecv(s.data(), impl::mpi_count(dest == no_rank ? 0 : s.size(), op),
+                        impl::mpi_datatype_of<SendView>(), dest == no_rank ? MPI_PROC_NULL : dest,
+                        tag, r.data(), impl::mpi_count(source == no_rank ? 0 : r.size(), op),
+                        impl::mpi_datatype_of<RecvView>(),
+                        source == no_rank ? MPI_PROC_NULL : source, tag, group.mpi_comm(), &status);
+  });
   if (source != no_rank) {
     // The message may be shorter than `recv`: copy back only what arrived.
     int received = 0;
@@ -47,7 +51,7 @@ void sendrecv(const ExecutionSpace& space, const Group& group, const SendView& s
   const bool to_other = dest != no_rank && dest != group.rank();
   const bool from_other = source != no_rank && source != group.rank();
   group.record(CollectiveKind::sendrecv, to_other ? s.size() * elem : 0,
-               from_other ? r.size() * elem : 0);
+               from_other ? r.size() * elem : 0, clock.seconds());
 }
 
 }  // namespace ctxpar
