@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "choice.hpp"
 #include "command.hpp"
 #include "ctxpar/chunkwise/diagonal_gate.hpp"
 #include "ctxpar/chunkwise/driver.hpp"
@@ -168,7 +169,7 @@ void each_gradient(const G& g, F&& f) {
 }
 
 struct Settings {
-  std::string family, in, out, compose, layout;
+  std::string family, in, out, compose, layout;  // family, compose, layout: spellings from a table
   std::string host_isa;  // the instruction set the plans' host kernels run at
   int householder = 1, chunk = 64;
   double scale = 0;
@@ -176,6 +177,40 @@ struct Settings {
   int perturb_rank = -1;  // test hook: corrupts one output value of this rank's distributed run
   int repeat = 0;         // --repeat: calls after the checked one, timed and counted
 };
+
+// The backend families of `--family`: each tag builds its backend for a scalar type (the files'
+// dtype, known only after they are read). Only this subcommand offers them, so the table is here.
+struct ScalarFamily {
+  template <class Scalar>
+  static cw::ScalarDecayBackend<Scalar, mem> backend(const Settings&, const cw::BackendOptions& o) {
+    return cw::ScalarDecayBackend<Scalar, mem>(o);
+  }
+};
+struct DiagonalFamily {
+  template <class Scalar>
+  static cw::DiagonalGateBackend<Scalar, mem> backend(const Settings&,
+                                                      const cw::BackendOptions& o) {
+    return cw::DiagonalGateBackend<Scalar, mem>(o);
+  }
+};
+struct GdnFamily {
+  template <class Scalar>
+  static cw::GatedDeltaRuleBackend<Scalar, mem> backend(const Settings&,
+                                                        const cw::BackendOptions& o) {
+    return cw::GatedDeltaRuleBackend<Scalar, mem>(o);
+  }
+};
+struct GdpFamily {
+  template <class Scalar>
+  static cw::GatedDeltaProductBackend<Scalar, mem> backend(const Settings& s,
+                                                           const cw::BackendOptions& o) {
+    return cw::GatedDeltaProductBackend<Scalar, mem>(s.householder, o);
+  }
+};
+using ctxpar::cli::Named;
+constexpr ctxpar::cli::Choices families{Named<ScalarFamily>{"scalar"},
+                                        Named<DiagonalFamily>{"diagonal"}, Named<GdnFamily>{"gdn"},
+                                        Named<GdpFamily>{"gdp"}};
 
 // Seconds `f` takes on this rank, started together on every rank and fenced at the end.
 template <class F>
@@ -206,9 +241,10 @@ struct Pass {
     // The token count is q.npy's, so the plan checks cu_seqlens.npy against it (agreed): offsets
     // past T would read past the inputs, offsets short of T would leave the tail unread.
     const std::int64_t tokens = f.at("q").extent(0);
-    const auto plan = s.layout == "zigzag"
-                          ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, tokens, cu)
-                          : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, tokens, cu);
+    const auto& layouts = ctxpar::cli::layouts;
+    const auto plan = layouts.visit(layouts.index(s.layout), [&](auto order) {
+      return cw::ChunkwisePlan::create(group, order, tokens, cu);
+    });
     rows.clear();
     for (int slot = 0; slot < plan.slots(); ++slot) {
       const int v = plan.virtual_shard(group.rank(), slot);
@@ -420,16 +456,14 @@ int dispatch_policy(const ctxpar::Group& group, const Settings& s,
                     std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu,
                     ctxpar::cli::OutputDir& out) {
   const cw::BackendOptions options{s.chunk, s.scale};
-  auto go = [&](const auto& backend) {
+  const auto& compositions = ctxpar::cli::compositions;
+  return families.visit(families.index(s.family), [&](auto family) {
+    const auto backend = decltype(family)::template backend<Scalar>(s, options);
     using B = std::decay_t<decltype(backend)>;
-    return s.compose == "scan"
-               ? run_typed<cw::ScanCompose, Scalar, B>(group, backend, s, f, cu, out)
-               : run_typed<cw::GatherFold, Scalar, B>(group, backend, s, f, cu, out);
-  };
-  if (s.family == "scalar") return go(cw::ScalarDecayBackend<Scalar, mem>(options));
-  if (s.family == "diagonal") return go(cw::DiagonalGateBackend<Scalar, mem>(options));
-  if (s.family == "gdn") return go(cw::GatedDeltaRuleBackend<Scalar, mem>(options));
-  return go(cw::GatedDeltaProductBackend<Scalar, mem>(s.householder, options));
+    return compositions.visit(compositions.index(s.compose), [&](auto policy) {
+      return run_typed<decltype(policy), Scalar, B>(group, backend, s, f, cu, out);
+    });
+  });
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
@@ -533,12 +567,9 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   Settings s;
   // What the plans will agree on (CTXPAR_HOST_ISA is checked here, before any file is read).
   s.host_isa = ctxpar::host_isa_name(ctxpar::agreed_host_isa(group, "ctxpar chunkwise"));
-  s.family = args.get<std::string>("family");
   s.in = args.get<std::string>("in");
   s.out = args.get<std::string>("out");
   s.householder = args.get<int>("householder", 1);
-  s.compose = args.get<std::string>("compose", std::string("gather"));
-  s.layout = args.get<std::string>("layout", std::string("contiguous"));
   s.chunk = args.get<int>("chunk", 64);
   s.scale = args.get<double>("scale", 0.0);
   s.backward = args.has("backward");
@@ -547,12 +578,11 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
                   const std::string& got) {
     if (!ok) throw ctxpar::cli::UsageError("ctxpar chunkwise", -1, what, expected, got);
   };
-  usage(s.family == "scalar" || s.family == "diagonal" || s.family == "gdn" || s.family == "gdp",
-        "unknown --family", "scalar, diagonal, gdn or gdp", s.family);
-  usage(s.compose == "gather" || s.compose == "scan", "unknown --compose", "gather or scan",
-        s.compose);
-  usage(s.layout == "contiguous" || s.layout == "zigzag", "unknown --layout",
-        "contiguous or zigzag", s.layout);
+  using ctxpar::cli::choose;
+  s.family = families.name(choose(args, "family", families));
+  s.compose =
+      ctxpar::cli::compositions.name(choose(args, "compose", ctxpar::cli::compositions, "gather"));
+  s.layout = ctxpar::cli::layouts.name(choose(args, "layout", ctxpar::cli::layouts, "contiguous"));
   usage(s.householder >= 1 && s.householder <= 3, "--householder must be 1, 2 or 3", "1..3",
         std::to_string(s.householder));
   // The per-chunk C×C matrices grow with the square of the chunk: past 4096 they alone need

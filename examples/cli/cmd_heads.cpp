@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "choice.hpp"
 #include "command.hpp"
 #include "ctxpar/heads/gdp_context_parallel.hpp"
 #include "json.hpp"
@@ -175,18 +176,17 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   return out;
 }
 
+// The layer under the head policy of the flag `--uneven` and the token order `layout` (an index
+// into `cli::layouts`).
 template <class Scalar>
-Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag,
+Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, int layout,
                  bool backward, int chunk, int perturb_rank = -1, int repeat = 0) {
   const int r = perturb_rank, n = repeat;
-  if (uneven) {
-    return zigzag ? run_layer<Scalar, ch::UnevenHeads, ch::Zigzag>(group, in, backward, chunk, r, n)
-                  : run_layer<Scalar, ch::UnevenHeads, ch::Contiguous>(group, in, backward, chunk,
-                                                                       r, n);
-  }
-  return zigzag
-             ? run_layer<Scalar, ch::EvenHeads, ch::Zigzag>(group, in, backward, chunk, r, n)
-             : run_layer<Scalar, ch::EvenHeads, ch::Contiguous>(group, in, backward, chunk, r, n);
+  return ctxpar::cli::layouts.visit(layout, [&](auto order) {
+    using Order = decltype(order);
+    return uneven ? run_layer<Scalar, ch::UnevenHeads, Order>(group, in, backward, chunk, r, n)
+                  : run_layer<Scalar, ch::EvenHeads, Order>(group, in, backward, chunk, r, n);
+  });
 }
 
 // The largest difference of the finite elements; NaN/Inf are compared by kind in `nonfinite`.
@@ -231,11 +231,11 @@ bool file_exists(const std::string& path) {
 // arithmetic between ranks, the parameter gradients are sums over the T tokens reassociated across
 // P ranks — and NaN/Inf exactly where the P = 1 layer has them.
 template <class Scalar>
-Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bool zigzag,
+Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, int layout,
                    bool backward, int chunk, Outputs& dist, std::map<std::string, double>& diffs,
                    bool* passed = nullptr, int perturb_rank = -1, int repeat = 0,
                    Json* peak_rss = nullptr, Json* steady = nullptr) {
-  dist = dispatch<Scalar>(group, in, uneven, zigzag, backward, chunk, perturb_rank, repeat);
+  dist = dispatch<Scalar>(group, in, uneven, layout, backward, chunk, perturb_rank, repeat);
   // Before the P = 1 layer, which only rank 0 runs.
   const Json rss = ctxpar::cli::gather_counts(group, ctxpar::cli::peak_rss_bytes());
   const Json steady_state = dist.steady.to_json(group);
@@ -250,7 +250,8 @@ Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, bo
   Json check = Json::object();
   if (group.rank() == 0) {
     const ctxpar::Group self(MPI_COMM_SELF);
-    const Outputs single = dispatch<Scalar>(self, in, uneven, false, backward, chunk);
+    const Outputs single = dispatch<Scalar>(
+        self, in, uneven, ctxpar::cli::layouts.index("contiguous"), backward, chunk);
     ctxpar::cli::NonFinite nonfinite;
     const double u = std::numeric_limits<Scalar>::epsilon() / 2;
     const double k = 4.0 * static_cast<double>(in.tokens + group.size()) * u;
@@ -308,16 +309,13 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   args.require("ngroups", in.shape.nheads % in.shape.ngroups == 0,
                "the key groups must divide the heads",
                "a divisor of --nheads " + std::to_string(in.shape.nheads), in.shape.ngroups);
-  const std::string layout = args.get<std::string>("layout", std::string("contiguous"));
   const bool uneven = args.has("uneven"), backward = args.has("backward");
   // The per-chunk C×C matrices grow with the square of the chunk (see ctxpar chunkwise).
   const int chunk = args.get_in<int>("chunk", 64, 1, 4096);
   const int perturb_rank = args.get_in<int>("perturb-rank", -1, -1, group.size() - 1,
                                             "names a rank that does not exist (-1: none)");
   const int repeat = args.get_in<int>("repeat", 0, 0, 1000000);
-  if (layout != "contiguous" && layout != "zigzag")
-    throw ctxpar::cli::UsageError("ctxpar heads", -1, "--layout must be contiguous or zigzag",
-                                  "contiguous|zigzag", layout);
+  const int layout = ctxpar::cli::choose(args, "layout", ctxpar::cli::layouts, "contiguous");
   ctxpar::cli::OutputDir out(group, "ctxpar heads", out_dir);
 
   const ch::GdpShape& s = in.shape;
@@ -378,11 +376,10 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   std::map<std::string, double> diffs;
   bool passed = true;
   Json peak_rss, steady;
-  Json check =
-      f32 ? run_and_check<float>(group, in, uneven, layout == "zigzag", backward, chunk, dist,
-                                 diffs, &passed, perturb_rank, repeat, &peak_rss, &steady)
-          : run_and_check<double>(group, in, uneven, layout == "zigzag", backward, chunk, dist,
-                                  diffs, &passed, perturb_rank, repeat, &peak_rss, &steady);
+  Json check = f32 ? run_and_check<float>(group, in, uneven, layout, backward, chunk, dist, diffs,
+                                          &passed, perturb_rank, repeat, &peak_rss, &steady)
+                   : run_and_check<double>(group, in, uneven, layout, backward, chunk, dist, diffs,
+                                           &passed, perturb_rank, repeat, &peak_rss, &steady);
   if (group.rank() == 0) {
     auto keep = [&](const std::string& name, const std::vector<double>& v,
                     std::vector<std::int64_t> shape) {
@@ -415,7 +412,7 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   summary["householder"] = s.householder;
   summary["conv_width"] = s.conv_width;
   summary["skip_d"] = ch::skip_name(s.skip);
-  summary["layout"] = layout;
+  summary["layout"] = ctxpar::cli::layouts.name(layout);
   summary["uneven"] = uneven;
   summary["packed_sequences"] = static_cast<std::int64_t>(in.cu.empty() ? 1 : in.cu.size() - 1);
   summary["dtype"] = f32 ? "float32" : "float64";
@@ -461,7 +458,8 @@ bool demo_heads(const ctxpar::Group& group, std::ostream& report) {
   for (int h = 0; h < s.nheads; ++h) in.d.push_back(value(7, h));
   Outputs dist;
   std::map<std::string, double> diffs;
-  run_and_check<double>(group, in, false, true, true, 16, dist, diffs);
+  run_and_check<double>(group, in, false, ctxpar::cli::layouts.index("zigzag"), true, 16, dist,
+                        diffs);
   bool ok = true;
   if (group.rank() == 0) {
     // Forward: the same per-head arithmetic as P = 1 (bitwise); backward: sums of repeated key

@@ -10,7 +10,6 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "choice.hpp"
 #include "command.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/preconditions.hpp"
@@ -32,65 +32,6 @@
 #include "hybrid/token_plan.hpp"
 #include "json.hpp"
 #include "measure.hpp"
-
-// Time inside MPI, through the standard profiling interface (PMPI): the collectives ctxpar's
-// communication layer calls are wrapped here, so the hybrid stack can split each layer's time into
-// communication (including waiting for slower ranks) and local work. They only add a clock read.
-namespace {
-struct MpiTimed {
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  MpiTimed() { ++ctxpar::cli::hybrid::PhaseClock::mpi_calls; }
-  ~MpiTimed() {
-    ctxpar::cli::hybrid::PhaseClock::mpi +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-};
-}  // namespace
-
-int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
-                 void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
-                 MPI_Comm comm, MPI_Status* status) {
-  const MpiTimed timed;
-  return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype,
-                       source, recvtag, comm, status);
-}
-int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                  MPI_Comm comm) {
-  const MpiTimed timed;
-  return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-}
-int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  const MpiTimed timed;
-  return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-}
-int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
-                   MPI_Comm comm) {
-  const MpiTimed timed;
-  return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
-}
-int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  const MpiTimed timed;
-  return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-}
-int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
-                  MPI_Datatype sendtype, void* recvbuf, const int recvcounts[], const int rdispls[],
-                  MPI_Datatype recvtype, MPI_Comm comm) {
-  const MpiTimed timed;
-  return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
-                        recvtype, comm);
-}
-int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
-                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
-  const MpiTimed timed;
-  return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-}
-int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
-  const MpiTimed timed;
-  return PMPI_Bcast(buffer, count, datatype, root, comm);
-}
 
 namespace {
 
@@ -130,19 +71,38 @@ Matrix input_rows(const std::vector<std::int64_t>& tokens, std::int64_t width) {
   return x;
 }
 
+// Time and calls inside communication on `group`, as the library's counters record them around
+// their MPI calls: its data collectives and its agreements (the precondition verdicts of plans and
+// checked collectives, where ranks wait for each other as much as in a data collective).
+ctxpar::Traffic communication(const Group& group) {
+  ctxpar::Traffic t = group.total_data_traffic();
+  const ctxpar::Traffic& agreed = group.traffic(ctxpar::CollectiveKind::agreement);
+  t.calls += agreed.calls;
+  t.seconds += agreed.seconds;
+  return t;
+}
+
+// The tool's own sums over ranks (the loss, the weight gradients the operators leave partial, and
+// the checks below) call MPI directly, outside any layer's timed call: they are in no phase.
 void allreduce_sum(const Group& group, Matrix& m) {
   MPI_Allreduce(MPI_IN_PLACE, m.data.data(), static_cast<int>(m.data.size()), MPI_DOUBLE, MPI_SUM,
                 group.mpi_comm());
 }
 
 // The three layers, built once (collectively, in this order) and called for every step and
-// repetition: their operator plans, contexts and kept outputs serve every call.
+// repetition: their operator plans, contexts and kept outputs serve every call. `relayout` is the
+// group of the demo's own re-layouts (its counters share the original's).
 struct Stack {
+  Group relayout;
   SwaLayer swa;
   GdnLayer gdn;
   GdpLayer gdp;
-  Stack(const Group& group, const Group& relayout, const TokenPlan& plan, const StackConfig& cfg)
-      : swa(group, relayout, plan, cfg), gdn(group, plan, cfg), gdp(group, relayout, plan, cfg) {}
+  Stack(const Group& group, const Group& relayout_group, const TokenPlan& plan,
+        const StackConfig& cfg)
+      : relayout(relayout_group),
+        swa(group, relayout_group, plan, cfg),
+        gdn(group, plan, cfg),
+        gdp(group, relayout_group, plan, cfg) {}
 };
 
 // One forward + backward of `stack`. With `counter`, each layer's allocations by label go to its
@@ -156,23 +116,27 @@ RunOutput run_stack(Stack& stack, const Group& group, const TokenPlan& plan, con
   GdnLayer& gdn = stack.gdn;
   GdpLayer& gdp = stack.gdp;
   // Phase clocks around each layer call (the layers' own barriers-free wall time on this rank).
+  // Communication is what the two groups' counters gained: the operators' on `group`, the
+  // re-layouts' (whose MPI time is part of `relayout`) on `stack.relayout`.
   auto timed = [&](int l, auto&& f) {
     Kokkos::fence();
     const auto labels0 = counter ? counter->labels() : std::map<std::string, std::int64_t>{};
-    const long calls0 = PhaseClock::mpi_calls;
-    const double mpi0 = PhaseClock::mpi, st0 = PhaseClock::staging, re0 = PhaseClock::relayout,
-                 rm0 = PhaseClock::relayout_mpi, gl0 = PhaseClock::glue;
+    const ctxpar::Traffic comm0 = communication(group), moved0 = communication(stack.relayout);
+    const double st0 = PhaseClock::staging, re0 = PhaseClock::relayout, gl0 = PhaseClock::glue;
     Kokkos::Timer t;
     auto result = f();
     Kokkos::fence();
+    const double total = t.seconds();
+    const ctxpar::Traffic comm = detail::minus(communication(group), comm0),
+                          moved = detail::minus(communication(stack.relayout), moved0);
     LayerStats& st = out.layers[l];
-    st.total_seconds += t.seconds();
-    st.comm_seconds += (PhaseClock::mpi - mpi0) - (PhaseClock::relayout_mpi - rm0);
+    st.total_seconds += total;
+    st.comm_seconds += comm.seconds;
     st.relayout_seconds += PhaseClock::relayout - re0;
     st.staging_seconds += PhaseClock::staging - st0;
     st.glue_seconds += PhaseClock::glue - gl0;
-    st.mpi_calls += PhaseClock::mpi_calls - calls0;
-    st.work_seconds += (t.seconds() - (PhaseClock::mpi - mpi0));
+    st.mpi_calls += comm.calls + moved.calls;
+    st.work_seconds += total - (comm.seconds + moved.seconds);
     if (counter)
       for (const auto& [label, n] : counter->labels()) {
         const auto before = labels0.find(label);
@@ -227,7 +191,7 @@ double max_abs(const Matrix& m) {
   return s;
 }
 
-// Summaries cross ranks in fp32 (design 20-chunkwise.md §5), so everything downstream of the
+// Summaries cross ranks in fp32 (docs/chunkwise.md §1, "Storage"), so everything downstream of the
 // chunkwise layer's forward — and every gradient, which flows back through it — can differ from
 // the single-rank run by fp32 rounding of the incoming states, amplified by at most the P − 1
 // compositions each state goes through and the layers after it: bound = 64·P·u32·max|ref|.
@@ -287,8 +251,8 @@ double max_over_ranks(const Group& group, double v) {
 // One layer's forward + backward time by phase, the maximum over ranks of each.
 struct Phases {
   double total = 0, compute = 0, comm = 0, relayout = 0, staging = 0, glue = 0;
-  double work_max = 0, work_min = 0;  // time outside MPI: slowest and fastest rank (imbalance)
-  long mpi_calls = 0;  // MPI calls of the layer on rank 0 (each a synchronisation point)
+  double work_max = 0, work_min = 0;  // time outside communication: slowest and fastest rank
+  long mpi_calls = 0;  // collective calls of the layer on rank 0 (each a synchronisation point)
 };
 
 Phases phases(const Group& group, const LayerStats& st) {
@@ -856,16 +820,6 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   return all_ok;
 }
 
-int policy_index(const ctxpar::cli::Args& args, const std::string& key,
-                 const std::vector<std::string>& names, const std::string& fallback) {
-  const std::string v = args.get(key, fallback.c_str());
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (names[i] == v) return static_cast<int>(i);
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw ctxpar::cli::UsageError("ctxpar hybrid", -1, "unknown --" + key, "one of " + list, v);
-}
-
 int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   // Large blocks come from mmap and go back to the system when freed (a fixed threshold also stops
   // glibc from raising it after the first large free), so the resident set measures live memory:
@@ -880,13 +834,15 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   c.head_dim = args.get<std::int64_t>("head-dim", c.head_dim);
   c.window = args.get<std::int64_t>("window", c.window);
   c.chunk = args.get<std::int64_t>("chunk", std::max<std::int64_t>(1, c.length / 4));
-  c.swa_policy = policy_index(args, "swa-policy", {"allgather", "rope-after", "halo"}, "allgather");
-  c.gdn_policy = policy_index(args, "gdn-policy", {"gather", "scan"}, "gather");
-  c.uneven_heads = policy_index(args, "head-policy", {"even", "uneven"}, "uneven") == 1;
+  using ctxpar::cli::choose;
+  c.swa_policy = choose(args, "swa-policy", ctxpar::cli::swa_policies, "allgather");
+  c.gdn_policy = choose(args, "gdn-policy", ctxpar::cli::compositions, "gather");
+  c.head_policy = choose(args, "head-policy", ctxpar::cli::head_policies, "uneven");
   c.householder = args.get<int>("householder", c.householder);
   c.kernel_chunk = args.get<int>("kernel-chunk", c.kernel_chunk);
   c.groups = args.get<int>("groups", c.groups);
-  s.zigzag = policy_index(args, "layout", {"contiguous", "zigzag"}, "contiguous") == 1;
+  s.zigzag = ctxpar::cli::layouts.is<ctxpar::Zigzag>(
+      choose(args, "layout", ctxpar::cli::layouts, "contiguous"));
   s.documents = args.has("packed") ? args.get<int>("documents", 3) : 1;
   if (!args.has("packed") && args.given("documents"))
     throw ctxpar::cli::UsageError("ctxpar hybrid", -1, "--documents needs --packed",

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "choice.hpp"
 #include "command.hpp"
 #include "ctxpar/swa/swa.hpp"
 #include "json.hpp"
@@ -237,30 +238,20 @@ bool bitwise(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Scalar)) == 0);
 }
 
-/// Calls `f(policy_tag, layout_tag)` with the tags named by `policy` ("allgather", "rope-after",
-/// "halo") and `layout` ("segments": SegmentChunks, the default; "whole-axis": WholeAxisChunks).
+/// Calls `f(policy_tag, layout_tag)` with the tags of `policy` (an index into
+/// `cli::swa_policies`) and `layout` (into `cli::swa_kv_layouts`).
 template <class F>
-void with_policy(const std::string& policy, const std::string& layout, F&& f) {
-  auto in_layout = [&](auto layout_tag) {
-    if (policy == "allgather")
-      f(ctxpar::swa::RopeBeforeGather{}, layout_tag);
-    else if (policy == "rope-after")
-      f(ctxpar::swa::RopeAfterGather{}, layout_tag);
-    else
-      f(ctxpar::swa::HaloKV{}, layout_tag);
-  };
-  if (layout == "whole-axis")
-    in_layout(ctxpar::swa::WholeAxisChunks{});
-  else
-    in_layout(ctxpar::swa::SegmentChunks{});
+void with_policy(int policy, int layout, F&& f) {
+  ctxpar::cli::swa_policies.visit(policy, [&](auto policy_tag) {
+    ctxpar::cli::swa_kv_layouts.visit(layout, [&](auto layout_tag) { f(policy_tag, layout_tag); });
+  });
 }
 
 /// One run of the stream under `policy` and `layout` on a fresh plan.
 template <class Scalar>
-StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& group,
+StreamOutput<Scalar> run_policy(int policy, int layout, const ctxpar::Group& group,
                                 const Stream<Scalar>& s, std::int64_t step,
-                                const ctxpar::swa::Options& o, bool backward,
-                                const std::string& layout = "segments") {
+                                const ctxpar::swa::Options& o, bool backward) {
   StreamOutput<Scalar> result;
   with_policy(policy, layout, [&](auto policy_tag, auto layout_tag) {
     StreamRunner<Scalar, decltype(policy_tag), decltype(layout_tag)> runner(group, s, o);
@@ -271,8 +262,8 @@ StreamOutput<Scalar> run_policy(const std::string& policy, const ctxpar::Group& 
 
 template <class Scalar>
 int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const std::string& in,
-              std::int64_t window, std::int64_t step, const std::string& policy,
-              const std::string& layout, double base, bool backward, bool check, int repeat) {
+              std::int64_t window, std::int64_t step, int policy, int layout, double base,
+              bool backward, bool check, int repeat) {
   // What the plans will agree on (CTXPAR_HOST_ISA is checked here, before any file is read).
   const std::string host_isa = ctxpar::host_isa_name(ctxpar::agreed_host_isa(group, "ctxpar swa"));
   Stream<Scalar> s;
@@ -374,8 +365,8 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   summary["head_dim"] = s.dim;
   summary["window"] = window;
   summary["chunk"] = step;
-  summary["policy"] = policy;
-  summary["layout"] = layout;
+  summary["policy"] = ctxpar::cli::swa_policies.name(policy);
+  summary["layout"] = ctxpar::cli::swa_kv_layouts.name(layout);
   summary["rope_base"] = base;
   summary["dtype"] = sizeof(Scalar) == 4 ? "float32" : "float64";
   summary["host_isa"] = host_isa;
@@ -441,8 +432,6 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const auto out = args.get<std::string>("out");
   const auto window = args.get<std::int64_t>("window", 0);
   const auto step = args.get<std::int64_t>("chunk", 0);
-  const auto policy = args.get("policy", "allgather");
-  const auto layout = args.get("layout", "segments");
   const auto base = args.get<double>("rope-base", 10000.0);
   args.require("chunk", step >= 0, "the step must be >= 0 (0: the whole stream in one step)",
                ">= 0", step);
@@ -450,12 +439,8 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const bool backward = args.has("backward");
   const bool check = !args.has("no-check");
   const int repeat = args.get_in<int>("repeat", 0, 0, 1000000);
-  if (policy != "allgather" && policy != "rope-after" && policy != "halo")
-    throw ctxpar::cli::UsageError("ctxpar swa", -1, "unknown --policy",
-                                  "allgather, rope-after or halo", policy);
-  if (layout != "segments" && layout != "whole-axis")
-    throw ctxpar::cli::UsageError("ctxpar swa", -1, "unknown --layout", "segments or whole-axis",
-                                  layout);
+  const int policy = ctxpar::cli::choose(args, "policy", ctxpar::cli::swa_policies, "allgather");
+  const int layout = ctxpar::cli::choose(args, "layout", ctxpar::cli::swa_kv_layouts, "segments");
   if (window < 0)
     throw ctxpar::cli::UsageError("ctxpar swa", -1, "--window must be >= 0", ">= 0",
                                   std::to_string(window));
@@ -496,15 +481,17 @@ bool demo_swa(const ctxpar::Group& group, std::ostream& report) {
   const std::int64_t step = 5;
   const auto single = single_run(s, step, o, true);
   bool ok = true;
-  for (const std::string policy : {"allgather", "rope-after", "halo"}) {
-    const auto r = run_policy(policy, group, s, step, o, true);
+  const int segments = ctxpar::cli::swa_kv_layouts.index("segments");
+  for (int policy = 0; policy < ctxpar::cli::swa_policies.size(); ++policy) {
+    const auto r = run_policy(policy, segments, group, s, step, o, true);
     if (group.rank() != 0) continue;
     const bool same = bitwise(r.out, single.out);
     const double dg = std::max({max_relative(r.dq, single.dq), max_relative(r.dk, single.dk),
                                 max_relative(r.dv, single.dv)});
     const bool good = same && dg < 1e-12;
     ok = ok && good;
-    report << "swa " << policy << ": 64 tokens in 13 streamed steps on " << group.size()
+    report << "swa " << ctxpar::cli::swa_policies.name(policy)
+           << ": 64 tokens in 13 streamed steps on " << group.size()
            << " rank(s), W = 9, 2 documents: forward "
            << (same ? "bitwise equal to" : "DIFFERS from")
            << " the single-rank stream, gradients max relative difference " << dg

@@ -1,9 +1,11 @@
 // The CLI's option parser and subcommand registry (examples/cli/command.hpp): every accepted
 // spelling, and a clear UsageError for each kind of bad command line. Local code: run at np 1.
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "choice.hpp"
 #include "command.hpp"
 #include "ctxpar_test/harness.hpp"
 
@@ -183,6 +185,39 @@ BOOST_AUTO_TEST_CASE(demo_parts_declare_options) {
   try {
     ctxpar::cli::demo_args();
   } catch (const ctxpar::Error&) {
+    threw = true;
+  }
+  BOOST_TEST(threw);
+}
+
+// The option tables of choice.hpp: a spelling selects its tag, the default applies when the option
+// is absent, and any other spelling is refused by the option's name with every accepted value.
+BOOST_AUTO_TEST_CASE(choice_options_select_tags_by_name) {
+  using ctxpar::cli::choose;
+  using ctxpar::cli::layouts;
+  using ctxpar::cli::swa_policies;
+  const Args a("swa", {"--policy", "halo", "--layout", "bogus", "--empty="});
+  const int policy = choose(a, "policy", swa_policies, "allgather");
+  BOOST_TEST(policy == 2);
+  BOOST_TEST(swa_policies.is<ctxpar::swa::HaloKV>(policy));
+  BOOST_TEST(!swa_policies.is<ctxpar::swa::RopeBeforeGather>(policy));
+  BOOST_TEST(std::string(swa_policies.name(policy)) == "halo");
+  const std::string tag_name =
+      swa_policies.visit(policy, [](auto tag) -> std::string { return decltype(tag)::name; });
+  BOOST_TEST(tag_name == "HaloKV");
+  BOOST_TEST(layouts.is<ctxpar::Zigzag>(choose(a, "absent", layouts, "zigzag")));
+  BOOST_TEST(layouts.index("contiguous") == 0);
+  BOOST_TEST(layouts.index("Zigzag") == -1);
+  BOOST_TEST(swa_policies.list() == "allgather, rope-after or halo");
+  BOOST_TEST(usage_error([&] { choose(a, "layout", layouts, "contiguous"); },
+                         {"ctxpar swa", "unknown --layout", "contiguous or zigzag", "bogus"}));
+  BOOST_TEST(
+      usage_error([&] { choose(a, "family", layouts); }, {"missing required option --family"}));
+  BOOST_TEST(usage_error([&] { choose(a, "empty", layouts, "zigzag"); }, {"--empty"}));
+  bool threw = false;
+  try {
+    layouts.visit(layouts.size(), [](auto) {});
+  } catch (const std::logic_error&) {
     threw = true;
   }
   BOOST_TEST(threw);

@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "choice.hpp"
 #include "ctxpar/chunkwise/driver.hpp"
 #include "ctxpar/chunkwise/gated_delta_rule.hpp"
 #include "ctxpar/chunkwise/plan.hpp"
@@ -43,14 +44,15 @@ struct StackConfig {
   std::int64_t head_dim = 16;   ///< SWA `D`, GDN `K = V`, GDP `d = N`
   std::int64_t window = 256;    ///< SWA window `W`
   std::int64_t chunk = 512;     ///< SWA stream chunk `t`
-  int swa_policy = 0;           ///< 0 RopeBeforeGather, 1 RopeAfterGather, 2 HaloKV
-  int gdn_policy = 0;           ///< 0 GatherFold, 1 ScanCompose
-  bool uneven_heads = true;     ///< GDP: UnevenHeads (else EvenHeads)
-  int householder = 2;          ///< GDP householder copies `M`
-  int groups = 1;               ///< GDP key groups
-  int conv_width = 4;           ///< GDP conv width
-  int kernel_chunk = 64;        ///< chunk of the GDN and GDP chunkwise kernels
-  bool gdn_conv = true;         ///< GDN short conv (contiguous or zigzag shards)
+  int swa_policy = 0;           ///< SWA policy, an index into `cli::swa_policies`
+  int gdn_policy = 0;           ///< GDN composition, an index into `cli::compositions`
+  /// GDP head policy, an index into `cli::head_policies`
+  int head_policy = head_policies.index("uneven");
+  int householder = 2;    ///< GDP householder copies `M`
+  int groups = 1;         ///< GDP key groups
+  int conv_width = 4;     ///< GDP conv width
+  int kernel_chunk = 64;  ///< chunk of the GDN and GDP chunkwise kernels
+  bool gdn_conv = true;   ///< GDN short conv (contiguous or zigzag shards)
 };
 
 /// What one layer did on this rank in one forward + backward.
@@ -63,12 +65,17 @@ struct LayerStats {
   std::int64_t formula_received = -1;   ///< the same from the formula (-1: none)
   Traffic relayout;  ///< traffic of the demo's own re-layouts (SWA streaming, GDP order)
   /// Wall time of the layer's forward + backward by phase (max over ranks once reported): the
-  /// whole layer, inside MPI outside the re-layouts (the operator's communication and waiting),
-  /// the re-layouts, operand staging, host glue (projections); local compute is what remains.
+  /// whole layer, inside the operators' collectives (their `Traffic::seconds`, data and agreement:
+  /// the communication and the waiting), the re-layouts, operand staging, host glue
+  /// (projections); local compute is what remains.
   double total_seconds = 0, comm_seconds = 0, relayout_seconds = 0, staging_seconds = 0,
          glue_seconds = 0;
-  double work_seconds = 0;  ///< wall time outside MPI (for the imbalance between ranks)
-  long mpi_calls = 0;       ///< MPI calls made (each one a point where ranks wait for each other)
+  /// Wall time outside every collective, the re-layouts' included (for the imbalance between
+  /// ranks).
+  double work_seconds = 0;
+  /// Collective calls made, the re-layouts' included, as the groups count them (each a point
+  /// where ranks wait for each other).
+  long mpi_calls = 0;
   /// Resident memory the layer's forward left behind for its backward (the growth of the
   /// process's resident set across the forward call; activations and saved operator state).
   std::int64_t held_bytes = 0;
@@ -133,7 +140,7 @@ void download(const View& v, Matrix& m, std::int64_t row0) {
 
 inline Traffic minus(const Traffic& a, const Traffic& b) {
   return Traffic{a.calls - b.calls, a.bytes_sent - b.bytes_sent,
-                 a.bytes_received - b.bytes_received};
+                 a.bytes_received - b.bytes_received, a.seconds - b.seconds};
 }
 
 inline double now_fenced(const Kokkos::Timer& t) {
@@ -304,9 +311,9 @@ class SwaLayer {
     return dx;
   }
 
-  /// Policy name.
+  /// Policy name (of the tag `p` selects).
   static const char* policy_name(int p) {
-    return p == 0 ? "RopeBeforeGather" : p == 1 ? "RopeAfterGather" : "HaloKV";
+    return swa_policies.visit(p, [](auto tag) -> const char* { return decltype(tag)::name; });
   }
 
  private:
@@ -317,21 +324,22 @@ class SwaLayer {
   /// compile-time tags). Collective.
   void make_plan(const swa::Options& opt) {
     const swa::StepShape shape{cfg_.heads, cfg_.kv_heads, cfg_.head_dim};
-    if (cfg_.swa_policy == 1)
-      step_plan_.emplace<StepPlanOf<swa::RopeAfterGather>>(execution_space(), group_, shape, opt);
-    else if (cfg_.swa_policy == 2)
-      step_plan_.emplace<StepPlanOf<swa::HaloKV>>(execution_space(), group_, shape, opt);
-    else
-      step_plan_.emplace<StepPlanOf<swa::RopeBeforeGather>>(execution_space(), group_, shape, opt);
+    swa_policies.visit(cfg_.swa_policy, [&](auto policy) {
+      step_plan_.emplace<StepPlanOf<decltype(policy)>>(execution_space(), group_, shape, opt);
+    });
   }
 
-  // Bytes every rank sends and receives per the design (10-swa.md): per step, the all-gather of
-  // `c + t` records (or the halo of `W - 1` records before the rank's first query), the next
-  // cache's re-shard, and in the backward the reduce-scatter (or halo return) of `2·Hkv·D`-wide
-  // gradients and the cache-gradient return.
+  // Bytes every rank sends and receives by the formulas of docs/swa.md §2 (which
+  // tests/swa/traffic_test.cpp asserts exactly): per step, the all-gather of `c + t` records (or
+  // the halo of `W - 1` records before the rank's first query), the next cache's re-shard, and in
+  // the backward the reduce-scatter (or halo return) of `2·Hkv·D`-wide gradients and the
+  // cache-gradient return.
   void formula(LayerStats& stats) const {
     const int p = group_.size(), me = group_.rank();
     const std::int64_t per = cfg_.kv_heads * cfg_.head_dim, rb = 2 * per * 8 + 16, gb = 2 * per * 8;
+    const bool halo = swa_policies.is<swa::HaloKV>(cfg_.swa_policy);
+    // RopeAfterGather saves the raw-key exchange of the next cache (swa/policies.hpp).
+    const bool reshard = !swa_policies.is<swa::RopeAfterGather>(cfg_.swa_policy);
     std::int64_t sent = 0, recv = 0, c = 0;
     for (std::size_t k = 0; k < step_length_.size(); ++k) {
       const std::int64_t t = step_length_[k];
@@ -347,7 +355,7 @@ class SwaLayer {
         for (std::int64_t a = lo; a < hi; ++a) n += owner(a) == r ? 1 : 0;
         return n;
       };
-      if (cfg_.swa_policy != 2) {
+      if (!halo) {
         sent += mine * rb * (p - 1) + (len - mine) * gb;  // all-gather, reduce-scatter
         recv += (len - mine) * rb + mine * gb * (p - 1);
       } else {
@@ -375,10 +383,10 @@ class SwaLayer {
         const std::int64_t lo = base + ns.begin(q), hi = base + ns.end(q);
         const std::int64_t n = q == me ? (hi - lo) - owned_in(me, lo, hi) : owned_in(me, lo, hi);
         if (q == me) {
-          if (cfg_.swa_policy != 1) recv += n * rb;  // re-shard of the next cache
-          if (has_next) sent += n * gb;              // its gradient back to the owners
+          if (reshard) recv += n * rb;   // re-shard of the next cache
+          if (has_next) sent += n * gb;  // its gradient back to the owners
         } else {
-          if (cfg_.swa_policy != 1) sent += n * rb;
+          if (reshard) sent += n * rb;
           if (has_next) recv += n * gb;
         }
       }
@@ -600,8 +608,10 @@ class GdnLayer {
     return dx;
   }
 
-  /// Policy name.
-  static const char* policy_name(int p) { return p == 0 ? "GatherFold" : "ScanCompose"; }
+  /// Policy name (of the tag `p` selects).
+  static const char* policy_name(int p) {
+    return compositions.is<chunkwise::GatherFold>(p) ? "GatherFold" : "ScanCompose";
+  }
 
  private:
   // One fp32 summary record per virtual shard: `H·(K·V + K·K)` floats (dense transition), once
@@ -630,7 +640,7 @@ class GdnLayer {
       sent += links_out * 2 * halo + links_in * back + reduce;
       recv += links_in * 2 * halo + links_out * back + reduce;
     }
-    if (cfg_.gdn_policy == 0) {
+    if (compositions.is<chunkwise::GatherFold>(cfg_.gdn_policy)) {
       const std::int64_t mine = plan_.slots();
       stats.formula_sent = sent + 2 * mine * rec * (p - 1);
       stats.formula_received = recv + 2 * (plan_.virtual_count() - mine) * rec;
@@ -654,9 +664,11 @@ class GdnLayer {
                          const backend_type& backend, const StackConfig& cfg) {
     const chunkwise::ChunkwiseShape shape{layout.local_length(), cfg.heads, cfg.head_dim,
                                           cfg.head_dim};
-    if (cfg.gdn_policy == 1)
-      return cp_type(std::in_place_index<1>, execution_space(), group, backend, layout, shape);
-    return cp_type(std::in_place_index<0>, execution_space(), group, backend, layout, shape);
+    return compositions.visit(cfg.gdn_policy, [&](auto policy) {
+      using plan_type = chunkwise::CpPlan<decltype(policy), backend_type, execution_space>;
+      return cp_type(std::in_place_type<plan_type>, execution_space(), group, backend, layout,
+                     shape);
+    });
   }
 
   using const_matrix = Kokkos::View<const double**, Kokkos::LayoutRight, memory_space>;
@@ -720,17 +732,13 @@ class GdpLayer {
       relayout_ = Relayout(relayout_group, from, to, plan.length);
       relayout_on_ = true;
     }
-    if (cfg.uneven_heads) {
+    head_policies.visit(cfg.head_policy, [&](auto heads) {
+      using Heads = decltype(heads);
       if (plan.zigzag)
-        impl_ = std::make_unique<Impl<UnevenHeads, Zigzag>>(group, s, plan.length, cu, o);
+        impl_ = std::make_unique<Impl<Heads, Zigzag>>(group, s, plan.length, cu, o);
       else
-        impl_ = std::make_unique<Impl<UnevenHeads, Contiguous>>(group, s, plan.length, cu, o);
-    } else {
-      if (plan.zigzag)
-        impl_ = std::make_unique<Impl<EvenHeads, Zigzag>>(group, s, plan.length, cu, o);
-      else
-        impl_ = std::make_unique<Impl<EvenHeads, Contiguous>>(group, s, plan.length, cu, o);
-    }
+        impl_ = std::make_unique<Impl<Heads, Contiguous>>(group, s, plan.length, cu, o);
+    });
   }
 
   /// The layer shape.
@@ -790,8 +798,8 @@ class GdpLayer {
 
   /// Policy name.
   static std::string policy_name(const StackConfig& c, bool zigzag) {
-    return std::string(c.uneven_heads ? "UnevenHeads" : "EvenHeads") + "+" +
-           (zigzag ? "Zigzag" : "Contiguous");
+    return std::string(head_policies.is<UnevenHeads>(c.head_policy) ? "UnevenHeads" : "EvenHeads") +
+           "+" + (zigzag ? "Zigzag" : "Contiguous");
   }
 
  private:
@@ -907,8 +915,10 @@ class GdpLayer {
   // backward mirrors all three; the parameter gradients are all-reduced (`n·(P−1)` each way).
   void formula(LayerStats& stats, const heads::GdpShape& s, std::int64_t rows) const {
     const int p = group_.size(), me = group_.rank();
-    std::int64_t total_rows = 0;
-    MPI_Allreduce(&rows, &total_rows, 1, MPI_INT64_T, MPI_SUM, group_.mpi_comm());
+    // Every token is a row of exactly one rank. (Not summed over the ranks here: an MPI call of
+    // the tool's own inside the layer's timed backward would be neither the operator's
+    // communication nor its compute.)
+    const std::int64_t total_rows = cfg_.length;
     std::int64_t c_others = 0;
     for (int q = 0; q < p; ++q)
       if (q != me) c_others += impl_->input_channels(q);

@@ -1,7 +1,9 @@
-// Where the `ctxpar hybrid` stack spends its time, split into the phases a CP-efficiency figure
-// needs: time inside MPI (every MPI call of the process, timed through the PMPI interface in
-// cmd_hybrid.cpp), host<->device staging of the layers' operands, and the demo's own re-layouts.
-// Plain process-wide accumulators: the layers take differences around what they measure.
+// Where the `ctxpar hybrid` stack spends its time outside communication, split into the phases a
+// CP-efficiency figure needs: host<->device staging of the layers' operands, the demo's own
+// re-layouts and its host projections. Time inside communication is not here: the library's
+// collectives time their MPI calls themselves (`Traffic::seconds` of each `Group`), and the stack
+// reads it from its groups. Plain process-wide accumulators: the layers take differences around
+// what they measure.
 #pragma once
 
 #include <chrono>
@@ -10,12 +12,9 @@ namespace ctxpar::cli::hybrid {
 
 /// Process-wide phase accumulators, in seconds.
 struct PhaseClock {
-  static inline double mpi = 0;       ///< inside MPI calls (PMPI wrappers)
-  static inline long mpi_calls = 0;   ///< number of those calls
   static inline double staging = 0;   ///< uploads/downloads of layer operands
   static inline double relayout = 0;  ///< the demo's re-layout all-to-alls (incl. their packing)
-  static inline double relayout_mpi = 0;  ///< the MPI part of `relayout`
-  static inline double glue = 0;          ///< host projections (the matmuls of the layers' glue)
+  static inline double glue = 0;      ///< host projections (the matmuls of the layers' glue)
 };
 
 /// Adds the wall time of its scope to one accumulator.

@@ -102,7 +102,6 @@ class Relayout {
               const std::vector<int>& in_counts, std::int64_t rows) const {
     const std::int64_t w = a.cols;
     const PhaseScope timed(PhaseClock::relayout);
-    const double mpi0 = PhaseClock::mpi;
     HostVector send("ctxpar::hybrid::relayout_send", out_rows.size() * static_cast<std::size_t>(w));
     HostVector recv("ctxpar::hybrid::relayout_recv", in_rows.size() * static_cast<std::size_t>(w));
     for (std::size_t k = 0; k < out_rows.size(); ++k)
@@ -114,7 +113,6 @@ class Relayout {
     Matrix out(rows, w);
     for (std::size_t k = 0; k < in_rows.size(); ++k)
       for (std::int64_t j = 0; j < w; ++j) out(in_rows[k], j) = recv(k * w + j);
-    PhaseClock::relayout_mpi += PhaseClock::mpi - mpi0;
     return out;
   }
 
