@@ -226,6 +226,33 @@ inline std::int64_t chain_items(std::int64_t seqs, std::int64_t h, std::int64_t 
   return seqs * h * k * ((v + chain_block - 1) / chain_block);
 }
 
+/// Work item `i` of a chain kernel: sequence `s`, head `h`, key row `kk` and the `w` state columns
+/// from `v0` (one block of chain_block).
+struct ChainItem {
+  std::int64_t v0, kk, h, s;
+  int w;
+};
+
+/// The work item `i` of a chain kernel whose first sequence is `s_lo`.
+KOKKOS_INLINE_FUNCTION ChainItem chain_item(std::int64_t i, std::int64_t s_lo, std::int64_t heads,
+                                            std::int64_t kdim, std::int64_t vdim) {
+  const std::int64_t blocks = (vdim + chain_block - 1) / chain_block;
+  const std::int64_t v0 = (i % blocks) * chain_block, kk = (i / blocks) % kdim;
+  const std::int64_t h = (i / (blocks * kdim)) % heads, s = s_lo + i / (blocks * kdim * heads);
+  const int w = static_cast<int>(vdim - v0 < chain_block ? vdim - v0 : chain_block);
+  return {v0, kk, h, s, w};
+}
+
+/// One chunk of a chain: the `w` carried columns `x` are first kept in `keep` (apply mode; null
+/// otherwise), then carried across the chunk, `x ← m·x + d`.
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION void chain_step(Scalar* x, int w, Scalar m, const Scalar* d, Scalar* keep) {
+  if (keep) {
+    for (int j = 0; j < w; ++j) keep[j] = x[j];
+  }
+  for (int j = 0; j < w; ++j) x[j] = m * x[j] + d[j];
+}
+
 // Chains whole local sequences [s_lo, s_hi) over their chunks, forward. Mode "summary": start from
 // zero, write the fp32 summary state. Mode "apply": start from s_in / initial states, save every
 // chunk's incoming state, write final states of sequences that end here.
@@ -252,10 +279,9 @@ struct ChainForwardKernel {
   /// contiguous.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
-    const std::int64_t blocks = (vdim + chain_block - 1) / chain_block;
-    const std::int64_t v0 = (i % blocks) * chain_block, kk = (i / blocks) % kdim;
-    const std::int64_t h = (i / (blocks * kdim)) % heads, s = s_lo + i / (blocks * kdim * heads);
-    const int w = static_cast<int>(vdim - v0 < chain_block ? vdim - v0 : chain_block);
+    const ChainItem it = chain_item(i, s_lo, heads, kdim, vdim);
+    const std::int64_t v0 = it.v0, kk = it.kk, h = it.h, s = it.s;
+    const int w = it.w;
     const std::int64_t gi = Diagonal ? kk : 0;
     Scalar state[chain_block];
     for (int j = 0; j < w; ++j) {
@@ -266,15 +292,9 @@ struct ChainForwardKernel {
       }
       state[j] = x;
     }
-    for (std::int64_t c = seq_chunk(s); c < seq_chunk(s + 1); ++c) {
-      const Scalar m = compat::exp(logm(c, h, gi));
-      const Scalar* d = &ds(c, h, kk, v0);
-      if (apply) {
-        Scalar* st = &states(c, h, kk, v0);
-        for (int j = 0; j < w; ++j) st[j] = state[j];
-      }
-      for (int j = 0; j < w; ++j) state[j] = m * state[j] + d[j];
-    }
+    for (std::int64_t c = seq_chunk(s); c < seq_chunk(s + 1); ++c)
+      chain_step(state, w, compat::exp(logm(c, h, gi)), &ds(c, h, kk, v0),
+                 apply ? &states(c, h, kk, v0) : nullptr);
     for (int j = 0; j < w; ++j) {
       if (!apply) {
         summary_state(h, kk * vdim + v0 + j) = static_cast<float>(state[j]);
@@ -309,6 +329,47 @@ struct SequenceTransitionKernel {
   }
 };
 
+/// Of a diagonal-family chunk (tokens `b..b+n-1`, head `h`, `K` gate columns): the largest spread
+/// of its log-gates around its first token into `spread`, and into `resets` 1 when it holds a hard
+/// reset (factors around a reference are meaningless across one), 0 otherwise.
+template <class Scalar, class Member, class Gamma, class Reset>
+KOKKOS_INLINE_FUNCTION void gate_spread(const Member& team, const Gamma& gamma, const Reset& reset,
+                                        std::int64_t b, int n, int h, int K, Scalar& spread,
+                                        int& resets) {
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, n),
+      [&](int j, Scalar& m) {
+        for (int d = 0; d < K; ++d) {
+          const Scalar x = gamma(b + j, h, d) - gamma(b, h, d);
+          const Scalar ax = x < 0 ? -x : x;
+          if (ax > m) m = ax;
+        }
+      },
+      Kokkos::Max<Scalar>(spread));
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, K),
+      [&](int d, int& m) {
+        if (reset(b + n - 1, h, d) >= 0) m = 1;
+      },
+      Kokkos::Max<int>(resets));
+}
+
+/// S_cᵀ and G_cᵀ (`[V, K]`, into `sT` and `gT`) of chunk `c`, head `h`: the contiguous right
+/// operands of the gradients' state products.
+template <class Member, class Work4, class Scalar>
+KOKKOS_INLINE_FUNCTION void transpose_states(const Member& team, const Work4& states,
+                                             const Work4& gend, std::int64_t c, int h, int K, int V,
+                                             Scalar* sT, Scalar* gT) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+    const Scalar* srow = &states(c, h, p, 0);
+    const Scalar* grow = &gend(c, h, p, 0);
+    for (int d = 0; d < V; ++d) {
+      sT[static_cast<long>(d) * K + p] = srow[d];
+      gT[static_cast<long>(d) * K + p] = grow[d];
+    }
+  });
+}
+
 // Outputs of one (chunk, head): O = (Q'Kᵀ ⊙ decay, lower) V + (exp(γ) ⊙ Q') S_c with Q' = scale·Q,
 // as tiled products writing the output rows in place.
 template <class Scalar, class ExecutionSpace, class MemorySpace, bool Diagonal>
@@ -331,6 +392,95 @@ struct OutputTiles {
     // qs, qh, Kᵀ (or the factored query rows), factored Kᵀ | P | one sub-block of factored keys
     return 4 * scratch::shmem_size(std::size_t(C) * K) + scratch::shmem_size(std::size_t(C) * C) +
            scratch::shmem_size(std::size_t(K) * decay_sub_block);
+  }
+
+  /// The diagonal family's scores `P_ij = Σ_k qs_ik k_jk exp(γ_ik − γ_jk)` (j ≤ i, `n` rows).
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void diagonal_scores(const member_type& team, std::int64_t b, int h, int n,
+                                              const scratch& qs, const scratch& aux,
+                                              const scratch& kt, const scratch& P,
+                                              const scratch& bt) const {
+    const int K = kdim, C = chunk;
+    // Spread of the chunk's log-gates around its first token: within decay_factor_limit one
+    // reference for the whole chunk keeps both factors in [e^-limit, e^limit] (no overflow, no
+    // subnormals), so the scores are one product like the scalar family's. Stronger gates take
+    // the sub-block path.
+    Scalar spread = 0;
+    // Factors around a reference are meaningless across a hard reset: such chunks form every
+    // score directly (0 across the reset).
+    int resets = 0;
+    gate_spread(team, gamma, reset, b, n, h, K, spread, resets);
+    if (resets > 0) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+        const long ik = static_cast<long>(i) * K;
+        for (int j = 0; j <= i; ++j) {
+          const Scalar* kj = &k(b + j, h, 0);
+          Scalar acc = 0;
+          for (int d = 0; d < K; ++d)
+            acc += qs[ik + d] * kj[d] * decay_ratio(gamma, reset, b + i, b + j, h, d);
+          P[static_cast<long>(i) * C + j] = acc;
+        }
+      });
+    } else if (spread <= Scalar(decay_factor_limit)) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+        const Scalar* ki = &k(b + i, h, 0);
+        for (int d = 0; d < K; ++d) {
+          const Scalar x = gamma(b + i, h, d) - gamma(b, h, d);
+          aux[static_cast<long>(i) * K + d] = qs[static_cast<long>(i) * K + d] * compat::exp(x);
+          kt[static_cast<long>(d) * C + i] = ki[d] * compat::exp(-x);
+        }
+      });
+      team.team_barrier();
+      gd::team_gemm<Bytes>(team, n, n, K, Scalar(1), gd::rows(aux.data(), K), kt.data(), C,
+                           P.data(), C, false, true);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+        for (int j = i + 1; j < n; ++j) P[static_cast<long>(i) * C + j] = Scalar(0);
+      });
+    } else {
+      sub_block_scores<Bytes>(team, b, h, n, qs, aux, P, bt);
+    }
+  }
+
+  /// `diagonal_scores` under gates too strong for one reference: a reference per sub-block of
+  /// decay_sub_block keys (its last token) for the rows below it, the rows inside it formed
+  /// directly.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void sub_block_scores(const member_type& team, std::int64_t b, int h,
+                                               int n, const scratch& qs, const scratch& aux,
+                                               const scratch& P, const scratch& bt) const {
+    const int K = kdim, C = chunk;
+    for (int j0 = 0; j0 < n; j0 += decay_sub_block) {
+      const int j1 = j0 + decay_sub_block < n ? j0 + decay_sub_block : n;
+      const std::int64_t ref = b + j1 - 1;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, n), [&](int i) {
+        const long ik = static_cast<long>(i) * K;
+        if (i >= j1) {
+          for (int d = 0; d < K; ++d)
+            aux[ik + d] = qs[ik + d] * compat::exp(gamma(b + i, h, d) - gamma(ref, h, d));
+          return;
+        }
+        for (int j = j0; j <= i; ++j) {
+          const Scalar* kj = &k(b + j, h, 0);
+          Scalar acc = 0;
+          for (int d = 0; d < K; ++d)
+            acc += qs[ik + d] * kj[d] * compat::exp(gamma(b + i, h, d) - gamma(b + j, h, d));
+          P[static_cast<long>(i) * C + j] = acc;
+        }
+      });
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, j1), [&](int j) {
+        const Scalar* kj = &k(b + j, h, 0);
+        for (int d = 0; d < K; ++d)
+          bt[static_cast<long>(d) * decay_sub_block + j - j0] =
+              kj[d] * compat::exp(gamma(ref, h, d) - gamma(b + j, h, d));
+      });
+      team.team_barrier();
+      if (j1 < n)
+        gd::team_gemm<Bytes>(team, n - j1, j1 - j0, K, Scalar(1),
+                             gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
+                             decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C, false);
+      team.team_barrier();
+    }
   }
 
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
@@ -381,91 +531,7 @@ struct OutputTiles {
         }
       });
     } else {
-      // Spread of the chunk's log-gates around its first token: within decay_factor_limit one
-      // reference for the whole chunk keeps both factors in [e^-limit, e^limit] (no overflow, no
-      // subnormals), so the scores are one product like the scalar family's. Stronger gates take
-      // the sub-block path.
-      Scalar spread = 0;
-      Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(team, n),
-          [&](int j, Scalar& m) {
-            for (int d = 0; d < K; ++d) {
-              const Scalar x = gamma(b + j, h, d) - gamma(b, h, d);
-              const Scalar ax = x < 0 ? -x : x;
-              if (ax > m) m = ax;
-            }
-          },
-          Kokkos::Max<Scalar>(spread));
-      // Factors around a reference are meaningless across a hard reset: such chunks form every
-      // score directly (0 across the reset).
-      int resets = 0;
-      Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(team, K),
-          [&](int d, int& m) {
-            if (reset(b + n - 1, h, d) >= 0) m = 1;
-          },
-          Kokkos::Max<int>(resets));
-      if (resets > 0) {
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
-          const long ik = static_cast<long>(i) * K;
-          for (int j = 0; j <= i; ++j) {
-            const Scalar* kj = &k(b + j, h, 0);
-            Scalar acc = 0;
-            for (int d = 0; d < K; ++d)
-              acc += qs[ik + d] * kj[d] * decay_ratio(gamma, reset, b + i, b + j, h, d);
-            P[static_cast<long>(i) * C + j] = acc;
-          }
-        });
-      } else if (spread <= Scalar(decay_factor_limit)) {
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
-          const Scalar* ki = &k(b + i, h, 0);
-          for (int d = 0; d < K; ++d) {
-            const Scalar x = gamma(b + i, h, d) - gamma(b, h, d);
-            aux[static_cast<long>(i) * K + d] = qs[static_cast<long>(i) * K + d] * compat::exp(x);
-            kt[static_cast<long>(d) * C + i] = ki[d] * compat::exp(-x);
-          }
-        });
-        team.team_barrier();
-        gd::team_gemm<Bytes>(team, n, n, K, Scalar(1), gd::rows(aux.data(), K), kt.data(), C,
-                             P.data(), C, false, true);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
-          for (int j = i + 1; j < n; ++j) P[static_cast<long>(i) * C + j] = Scalar(0);
-        });
-      } else {
-        for (int j0 = 0; j0 < n; j0 += decay_sub_block) {
-          const int j1 = j0 + decay_sub_block < n ? j0 + decay_sub_block : n;
-          const std::int64_t ref = b + j1 - 1;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, n), [&](int i) {
-            const long ik = static_cast<long>(i) * K;
-            if (i >= j1) {
-              for (int d = 0; d < K; ++d)
-                aux[ik + d] = qs[ik + d] * compat::exp(gamma(b + i, h, d) - gamma(ref, h, d));
-              return;
-            }
-            for (int j = j0; j <= i; ++j) {
-              const Scalar* kj = &k(b + j, h, 0);
-              Scalar acc = 0;
-              for (int d = 0; d < K; ++d)
-                acc += qs[ik + d] * kj[d] * compat::exp(gamma(b + i, h, d) - gamma(b + j, h, d));
-              P[static_cast<long>(i) * C + j] = acc;
-            }
-          });
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, j0, j1), [&](int j) {
-            const Scalar* kj = &k(b + j, h, 0);
-            for (int d = 0; d < K; ++d)
-              bt[static_cast<long>(d) * decay_sub_block + j - j0] =
-                  kj[d] * compat::exp(gamma(ref, h, d) - gamma(b + j, h, d));
-          });
-          team.team_barrier();
-          if (j1 < n)
-            gd::team_gemm<Bytes>(team, n - j1, j1 - j0, K, Scalar(1),
-                                 gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
-                                 decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C,
-                                 false);
-          team.team_barrier();
-        }
-      }
+      diagonal_scores<Bytes>(team, b, h, n, qs, aux, kt, P, bt);
     }
     team.team_barrier();
     Scalar* o = &out(b, h, 0);
@@ -535,10 +601,9 @@ struct ChainBackwardKernel {
   /// The kernel at `Bytes`-wide vectors, work items as in ChainForwardKernel.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
-    const std::int64_t blocks = (vdim + chain_block - 1) / chain_block;
-    const std::int64_t v0 = (i % blocks) * chain_block, kk = (i / blocks) % kdim;
-    const std::int64_t h = (i / (blocks * kdim)) % heads, s = s_lo + i / (blocks * kdim * heads);
-    const int w = static_cast<int>(vdim - v0 < chain_block ? vdim - v0 : chain_block);
+    const ChainItem it = chain_item(i, s_lo, heads, kdim, vdim);
+    const std::int64_t v0 = it.v0, kk = it.kk, h = it.h, s = it.s;
+    const int w = it.w;
     const std::int64_t gi = Diagonal ? kk : 0;
     Scalar grad[chain_block];
     for (int j = 0; j < w; ++j) {
@@ -549,15 +614,9 @@ struct ChainBackwardKernel {
       }
       grad[j] = x;
     }
-    for (std::int64_t c = seq_chunk(s + 1) - 1; c >= seq_chunk(s); --c) {
-      const Scalar m = compat::exp(logm(c, h, gi));
-      const Scalar* d = &dmat(c, h, kk, v0);
-      if (apply) {
-        Scalar* ge = &gend(c, h, kk, v0);
-        for (int j = 0; j < w; ++j) ge[j] = grad[j];
-      }
-      for (int j = 0; j < w; ++j) grad[j] = m * grad[j] + d[j];
-    }
+    for (std::int64_t c = seq_chunk(s + 1) - 1; c >= seq_chunk(s); --c)
+      chain_step(grad, w, compat::exp(logm(c, h, gi)), &dmat(c, h, kk, v0),
+                 apply ? &gend(c, h, kk, v0) : nullptr);
     for (int j = 0; j < w; ++j) {
       if (!apply) {
         summary_state(h, kk * vdim + v0 + j) = static_cast<float>(grad[j]);
@@ -710,14 +769,7 @@ struct ScalarGradientTiles {
         vl_row[d] = lam * vt[d];
       }
     });
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-      const Scalar* srow = &states(c, h, p, 0);
-      const Scalar* grow = &gend(c, h, p, 0);
-      for (int d = 0; d < V; ++d) {
-        sT[static_cast<long>(d) * K + p] = srow[d];
-        gT[static_cast<long>(d) * K + p] = grow[d];
-      }
-    });
+    transpose_states(team, states, gend, c, h, K, V, sT.data(), gT.data());
     team.team_barrier();
     gd::team_gemm<Bytes>(team, n, n, V, Scalar(1), gd::rows(&dout(b, h, 0), H * V), vT.data(), C,
                          D.data(), C, false, true);
@@ -882,23 +934,8 @@ struct DiagonalGradientTiles {
     const auto& gamma = row.gamma;
     const auto& reset = row.reset;
     Scalar spread = 0;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, n),
-        [&](int j, Scalar& m) {
-          for (int d = 0; d < K; ++d) {
-            const Scalar x = gamma(b + j, h, d) - gamma(b, h, d);
-            const Scalar ax = x < 0 ? -x : x;
-            if (ax > m) m = ax;
-          }
-        },
-        Kokkos::Max<Scalar>(spread));
     int resets = 0;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, K),
-        [&](int d, int& m) {
-          if (reset(last, h, d) >= 0) m = 1;
-        },
-        Kokkos::Max<int>(resets));
+    gate_spread(team, gamma, reset, b, n, h, K, spread, resets);
     const bool direct = resets > 0 || spread > Scalar(decay_factor_limit);
     // γ_t − γ_b from both parts of the compensated sum (the factors' reference is token b).
     auto relative = [&](std::int64_t t, int d) {
@@ -928,14 +965,7 @@ struct DiagonalGradientTiles {
       }
       for (int d = 0; d < V; ++d) vT[static_cast<long>(d) * C + t] = vt[d];
     });
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-      const Scalar* srow = &row.states(c, h, p, 0);
-      const Scalar* grow = &row.gend(c, h, p, 0);
-      for (int d = 0; d < V; ++d) {
-        sT[static_cast<long>(d) * K + p] = srow[d];
-        gT[static_cast<long>(d) * K + p] = grow[d];
-      }
-    });
+    transpose_states(team, row.states, row.gend, c, h, K, V, sT.data(), gT.data());
     team.team_barrier();
     const Scalar* dO = &row.dout(b, h, 0);
     gd::team_gemm<Bytes>(team, n, n, V, Scalar(1), gd::rows(dO, H * V), vT.data(), C, D.data(), C,

@@ -239,6 +239,35 @@ template <class Scalar, class ExecutionSpace>
 using scratch_view =
     Kokkos::View<Scalar*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
 
+/// Where one team of a per-chunk kernel works: chunk `c`, head `h`, the `n` live sub-step rows from
+/// row `r0`, the block `blk` of (chunk, head) in the saved arrays and its log-gate rows: γ, its
+/// rounding error and the last hard reset.
+template <class Scalar>
+struct ChunkBlock {
+  int c = 0, h = 0, r0 = 0, n = 0;
+  long blk = 0;
+  Scalar* gam = nullptr;
+  Scalar* glo = nullptr;
+  int* rs = nullptr;
+};
+
+/// The chunk block of league rank `rank` (one team per (chunk, head)).
+template <class Scalar, class MemorySpace>
+KOKKOS_INLINE_FUNCTION ChunkBlock<Scalar> chunk_block_of(int rank, const Problem<Scalar>& pb,
+                                                         const ChunkData<Scalar, MemorySpace>& cd) {
+  const int H = pb.heads, C = pb.chunk;
+  ChunkBlock<Scalar> cb;
+  cb.c = rank / H;
+  cb.h = rank % H;
+  cb.r0 = cd.chunks(cb.c, 0);
+  cb.n = cd.chunks(cb.c, 1);
+  cb.blk = static_cast<long>(cb.c) * H + cb.h;
+  cb.gam = cd.gamma.data() + cb.blk * C;
+  cb.glo = cd.gamma_lo.data() + cb.blk * C;
+  cb.rs = cd.reset.data() + cb.blk * C;
+  return cb;
+}
+
 /// Phase 1, independent per (chunk, head): γ, X, W̃, Ũ, K̃, Q̂Γ and P.
 template <class Scalar, class ExecutionSpace, class MemorySpace>
 struct IntraChunk {
@@ -295,30 +324,13 @@ struct IntraChunk {
     }
   }
 
-  KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
-  }
-
-  /// The kernel at `Bytes`-wide vectors.
-  template <int Bytes>
-  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
-    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
-    const int c = team.league_rank() / H, h = team.league_rank() % H;
-    const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
-    const long blk = static_cast<long>(c) * H + h;
-    Scalar* gam = cd.gamma.data() + blk * C;
-    Scalar* glo = cd.gamma_lo.data() + blk * C;
-    int* rs = cd.reset.data() + blk * C;
-    Scalar* X = cd.x.data() + blk * C * C;
-    Scalar* P = cd.p.data() + blk * C * C;
-    Scalar* Wt = cd.wt.data() + blk * C * K;
-    Scalar* Kt = cd.kt.data() + blk * C * K;
-    Scalar* Qh = cd.qh.data() + blk * C * K;
-    Scalar* Ut = cd.ut.data() + blk * C * V;
-    scratch kT(team.team_scratch(1), std::size_t(K) * C),
-        qs(team.team_scratch(1), std::size_t(C) * K), A(team.team_scratch(1), std::size_t(C) * C),
-        bk(team.team_scratch(1), std::size_t(C) * K), bv(team.team_scratch(1), std::size_t(C) * V);
-
+  /// γ, its rounding error and the last hard reset of every row of the chunk, on one thread.
+  KOKKOS_INLINE_FUNCTION void cumulative_gates(const member_type& team,
+                                               const ChunkBlock<Scalar>& cb) const {
+    const int C = pb.chunk, r0 = cb.r0, n = cb.n, h = cb.h;
+    Scalar* gam = cb.gam;
+    Scalar* glo = cb.glo;
+    int* rs = cb.rs;
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       Scalar acc = 0, lo = 0;
       int last_reset = -1;
@@ -339,6 +351,33 @@ struct IntraChunk {
         rs[i] = last_reset;
       }
     });
+  }
+
+  KOKKOS_FUNCTION void operator()(const member_type& team) const {
+    ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
+  }
+
+  /// The kernel at `Bytes`-wide vectors.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
+    const ChunkBlock<Scalar> cb = chunk_block_of(team.league_rank(), pb, cd);
+    const int h = cb.h, r0 = cb.r0, n = cb.n;
+    const long blk = cb.blk;
+    const Scalar* gam = cb.gam;
+    const Scalar* glo = cb.glo;
+    const int* rs = cb.rs;
+    Scalar* X = cd.x.data() + blk * C * C;
+    Scalar* P = cd.p.data() + blk * C * C;
+    Scalar* Wt = cd.wt.data() + blk * C * K;
+    Scalar* Kt = cd.kt.data() + blk * C * K;
+    Scalar* Qh = cd.qh.data() + blk * C * K;
+    Scalar* Ut = cd.ut.data() + blk * C * V;
+    scratch kT(team.team_scratch(1), std::size_t(K) * C),
+        qs(team.team_scratch(1), std::size_t(C) * K), A(team.team_scratch(1), std::size_t(C) * C),
+        bk(team.team_scratch(1), std::size_t(C) * K), bv(team.team_scratch(1), std::size_t(C) * V);
+
+    cumulative_gates(team, cb);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const bool live = i < n;
@@ -485,6 +524,28 @@ KOKKOS_INLINE_FUNCTION void store_pass_end(const Member& team, const PassBlock& 
   });
 }
 
+/// Copies the state columns of a pass block (`rows × nb` in `z`) into the saved `[rows, V]` block
+/// `dst` of its chunk.
+template <class Scalar, class Member>
+KOKKOS_INLINE_FUNCTION void save_pass_columns(const Member& team, const PassBlock& pk, int rows,
+                                              const Scalar* z, Scalar* dst, int V, int nb) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int p) {
+    for (int j = 0; j < pk.state_w; ++j) dst[static_cast<long>(p) * V + pk.j0 + j] = z[p * nb + j];
+  });
+}
+
+/// Scales a pass block (`K × nb` in `z`) by the whole decay Γ_last of chunk block `blk`.
+template <class Scalar, class MemorySpace, class Member>
+KOKKOS_INLINE_FUNCTION void decay_pass_block(const Member& team, const PassBlock& pk,
+                                             const ChunkData<Scalar, MemorySpace>& cd, long blk,
+                                             int C, int K, Scalar* z, int nb) {
+  const Scalar last = decay_from_start(cd.gamma.data() + blk * C, cd.gamma_lo.data() + blk * C,
+                                       cd.reset.data() + blk * C, C - 1);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
+    for (int j = 0; j < pk.width; ++j) z[p * nb + j] *= last;
+  });
+}
+
 /// Forward state pass, sequential over the chunks of each sequence, independent per (sequence,
 /// head, block of state columns). Columns `[0, V)` are the state `S`; with `m_out`, columns
 /// `[V, V+K)` carry `M` started from the identity (same update with Ũ = 0 and no output), so the
@@ -527,12 +588,8 @@ struct ForwardPass {
         for (int j = 0; j < width; ++j)
           U[i * NB + j] = j >= state_w ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
       });
-      if (tg.save && !m_cols) {
-        Scalar* S0 = cd.s0.data() + blk * K * V;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-          for (int j = 0; j < state_w; ++j) S0[static_cast<long>(p) * V + j0 + j] = Z[p * NB + j];
-        });
-      }
+      if (tg.save && !m_cols)
+        save_pass_columns(team, pk, K, Z.data(), cd.s0.data() + blk * K * V, V, NB);
       team.team_barrier();
       team_gemm<Bytes>(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z.data(),
                        NB, U.data(), NB, true);
@@ -551,17 +608,9 @@ struct ForwardPass {
           for (int j = 0; j < state_w; ++j) orow[j] = O[i * NB + j];
         });
       }
-      if (tg.save && !m_cols) {
-        Scalar* Us = cd.u.data() + blk * C * V;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-          for (int j = 0; j < state_w; ++j) Us[static_cast<long>(i) * V + j0 + j] = U[i * NB + j];
-        });
-      }
-      const Scalar last = decay_from_start(cd.gamma.data() + blk * C, cd.gamma_lo.data() + blk * C,
-                                           cd.reset.data() + blk * C, C - 1);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-        for (int j = 0; j < width; ++j) Z[p * NB + j] *= last;
-      });
+      if (tg.save && !m_cols)
+        save_pass_columns(team, pk, C, U.data(), cd.u.data() + blk * C * V, V, NB);
+      decay_pass_block(team, pk, cd, blk, C, K, Z.data(), NB);
       team.team_barrier();
       team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K),
                        U.data(), NB, Z.data(), NB, true);
@@ -614,12 +663,8 @@ struct ReversePass {
         for (int j = 0; j < width; ++j)
           dO[i * NB + j] = (read && j < state_w) ? drow[j] : Scalar(0);
       });
-      if (tg.save && !m_cols) {
-        Scalar* dS = cd.dse.data() + blk * K * V;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-          for (int j = 0; j < state_w; ++j) dS[static_cast<long>(p) * V + j0 + j] = D[p * NB + j];
-        });
-      }
+      if (tg.save && !m_cols)
+        save_pass_columns(team, pk, K, D.data(), cd.dse.data() + blk * K * V, V, NB);
       team.team_barrier();
       team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D.data(),
                        NB, dU.data(), NB, false);
@@ -630,17 +675,9 @@ struct ReversePass {
                          dU.data(), NB, true);
         team.team_barrier();
       }
-      if (tg.save && !m_cols) {
-        Scalar* dUs = cd.du.data() + blk * C * V;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-          for (int j = 0; j < state_w; ++j) dUs[static_cast<long>(i) * V + j0 + j] = dU[i * NB + j];
-        });
-      }
-      const Scalar last = decay_from_start(cd.gamma.data() + blk * C, cd.gamma_lo.data() + blk * C,
-                                           cd.reset.data() + blk * C, C - 1);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
-        for (int j = 0; j < width; ++j) D[p * NB + j] *= last;
-      });
+      if (tg.save && !m_cols)
+        save_pass_columns(team, pk, C, dU.data(), cd.du.data() + blk * C * V, V, NB);
+      decay_pass_block(team, pk, cd, blk, C, K, D.data(), NB);
       team.team_barrier();
       if (!m_cols) {
         team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K),
@@ -697,6 +734,35 @@ struct ChunkGradients {
     return 8 * ck + 3 * cv + 2 * vk + 4 * cc + 4 * c1;
   }
 
+  /// The team's level-1 scratch, taken in the order `scratch_bytes` counts it.
+  struct Work {
+    scratch kr, krT, qs, F, Eb, Tm, dQ, dK, dO, dY, UT, S0T, dSeT, G, dP, dA, L, rowsum, dbA, dgam,
+        e;
+    KOKKOS_INLINE_FUNCTION Work(const typename ExecutionSpace::scratch_memory_space& sp, int C,
+                                int K, int V)
+        : kr(sp, std::size_t(C) * K),
+          krT(sp, std::size_t(K) * C),
+          qs(sp, std::size_t(C) * K),
+          F(sp, std::size_t(C) * K),
+          Eb(sp, std::size_t(C) * K),
+          Tm(sp, std::size_t(C) * K),
+          dQ(sp, std::size_t(C) * K),
+          dK(sp, std::size_t(C) * K),
+          dO(sp, std::size_t(C) * V),
+          dY(sp, std::size_t(C) * V),
+          UT(sp, std::size_t(V) * C),
+          S0T(sp, std::size_t(V) * K),
+          dSeT(sp, std::size_t(V) * K),
+          G(sp, std::size_t(C) * C),
+          dP(sp, std::size_t(C) * C),
+          dA(sp, std::size_t(C) * C),
+          L(sp, std::size_t(C) * C),
+          rowsum(sp, std::size_t(C)),
+          dbA(sp, std::size_t(C)),
+          dgam(sp, std::size_t(C)),
+          e(sp, std::size_t(C)) {}
+  };
+
   KOKKOS_FUNCTION void operator()(const member_type& team) const {
     ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
   }
@@ -704,28 +770,63 @@ struct ChunkGradients {
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
-    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
-    const int c = team.league_rank() / H, h = team.league_rank() % H;
-    const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
-    const long blk = static_cast<long>(c) * H + h;
-    const Scalar* gam = cd.gamma.data() + blk * C;
-    const Scalar* glo = cd.gamma_lo.data() + blk * C;
-    const int* rs = cd.reset.data() + blk * C;
+    const int K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
+    const ChunkBlock<Scalar> cb = chunk_block_of(team.league_rank(), pb, cd);
+    const long blk = cb.blk;
     const Scalar* X = cd.x.data() + blk * C * C;
-    const Scalar* P = cd.p.data() + blk * C * C;
     const Scalar* U = cd.u.data() + blk * C * V;
     const Scalar* dU = cd.du.data() + blk * C * V;
     const Scalar* S0 = cd.s0.data() + blk * K * V;
     const Scalar* dSe = cd.dse.data() + blk * K * V;
-    const auto& sp = team.team_scratch(1);
-    scratch kr(sp, std::size_t(C) * K), krT(sp, std::size_t(K) * C), qs(sp, std::size_t(C) * K),
-        F(sp, std::size_t(C) * K), Eb(sp, std::size_t(C) * K), Tm(sp, std::size_t(C) * K),
-        dQ(sp, std::size_t(C) * K), dK(sp, std::size_t(C) * K), dO(sp, std::size_t(C) * V),
-        dY(sp, std::size_t(C) * V), UT(sp, std::size_t(V) * C), S0T(sp, std::size_t(V) * K),
-        dSeT(sp, std::size_t(V) * K), G(sp, std::size_t(C) * C), dP(sp, std::size_t(C) * C),
-        dA(sp, std::size_t(C) * C), L(sp, std::size_t(C) * C), rowsum(sp, std::size_t(C)),
-        dbA(sp, std::size_t(C)), dgam(sp, std::size_t(C)), e(sp, std::size_t(C));
+    const Work w(team.team_scratch(1), C, K, V);
+    load_rows(team, cb, w);
+    team.team_barrier();
+    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(w.dO.data(), V), w.S0T.data(), K, w.F.data(), K,
+                     false);
+    team_gemm<Bytes>(team, C, C, V, Scalar(1), rows(w.dO.data(), V), w.UT.data(), C, w.dP.data(), C,
+                     false, true);
+    team_gemm<Bytes>(team, C, C, K, Scalar(1), rows(w.kr.data(), K), w.krT.data(), C, w.G.data(), C,
+                     false, true);
+    team_gemm<Bytes>(team, C, V, C, Scalar(1), transposed(X, C, Band::upper), dU, V, w.dY.data(), V,
+                     false);
+    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(U, V), w.dSeT.data(), K, w.Tm.data(), K, false);
+    team.team_barrier();
+    team_gemm<Bytes>(team, C, C, V, Scalar(1), rows(w.dY.data(), V), w.UT.data(), C, w.dA.data(), C,
+                     false, true);
+    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(w.dY.data(), V), w.S0T.data(), K, w.Eb.data(),
+                     K, false);
+    team.team_barrier();
+    pair_terms<Bytes>(team, cb, w);
+    team.team_barrier();
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows(w.dP.data(), C, Band::lower), w.kr.data(), K,
+                     w.dQ.data(), K, false);
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), transposed(w.dP.data(), C, Band::upper), w.qs.data(),
+                     K, w.dK.data(), K, false);
+    team.team_barrier();
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows(w.dA.data(), C, Band::lower), w.kr.data(), K,
+                     w.dK.data(), K, true);
+    team.team_barrier();
+    team_gemm<Bytes>(team, C, K, C, Scalar(1), transposed(w.dA.data(), C, Band::upper), w.kr.data(),
+                     K, w.dK.data(), K, true);
+    team.team_barrier();
+    row_gradients(team, cb, w);
+    Scalar sdot = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, K * V), [&](int i, Scalar& acc) { acc += S0[i] * dSe[i]; },
+        sdot);
+    team.team_barrier();
+    gate_gradients(team, cb, w, sdot);
+  }
 
+  /// The chunk's rows into scratch: K (and Kᵀ), scale·Q̂ and dO (zero rows where absent), Uᵀ, S0ᵀ
+  /// and dS'ᵀ.
+  KOKKOS_INLINE_FUNCTION void load_rows(const member_type& team, const ChunkBlock<Scalar>& cb,
+                                        const Work& w) const {
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
+    const int r0 = cb.r0, n = cb.n, h = cb.h;
+    const Scalar* U = cd.u.data() + cb.blk * C * V;
+    const Scalar* S0 = cd.s0.data() + cb.blk * K * V;
+    const Scalar* dSe = cd.dse.data() + cb.blk * K * V;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const bool live = i < n;
       const int row = r0 + i;
@@ -735,14 +836,14 @@ struct ChunkGradients {
       const Scalar* drow =
           query ? gt.dout + (static_cast<long>(pb.token(row)) * H + h) * V : nullptr;
       // As in IntraChunk: one loop per output, the transposed copies scattering on their own.
-      Scalar* kr_row = kr.data() + static_cast<long>(i) * K;
-      Scalar* qs_row = qs.data() + static_cast<long>(i) * K;
-      Scalar* do_row = dO.data() + static_cast<long>(i) * V;
+      Scalar* kr_row = w.kr.data() + static_cast<long>(i) * K;
+      Scalar* qs_row = w.qs.data() + static_cast<long>(i) * K;
+      Scalar* do_row = w.dO.data() + static_cast<long>(i) * V;
       if (live) {
-        for (int d = 0; d < K; ++d) krT[static_cast<long>(d) * C + i] = krow[d];
+        for (int d = 0; d < K; ++d) w.krT[static_cast<long>(d) * C + i] = krow[d];
         for (int d = 0; d < K; ++d) kr_row[d] = krow[d];
       } else {
-        for (int d = 0; d < K; ++d) krT[static_cast<long>(d) * C + i] = Scalar(0);
+        for (int d = 0; d < K; ++d) w.krT[static_cast<long>(d) * C + i] = Scalar(0);
         for (int d = 0; d < K; ++d) kr_row[d] = Scalar(0);
       }
       if (query) {
@@ -753,77 +854,72 @@ struct ChunkGradients {
         for (int d = 0; d < V; ++d) do_row[d] = Scalar(0);
       }
       for (int d = 0; d < V; ++d)
-        UT[static_cast<long>(d) * C + i] = U[static_cast<long>(i) * V + d];
+        w.UT[static_cast<long>(d) * C + i] = U[static_cast<long>(i) * V + d];
     });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K), [&](int p) {
       for (int d = 0; d < V; ++d) {
-        S0T[static_cast<long>(d) * K + p] = S0[static_cast<long>(p) * V + d];
-        dSeT[static_cast<long>(d) * K + p] = dSe[static_cast<long>(p) * V + d];
+        w.S0T[static_cast<long>(d) * K + p] = S0[static_cast<long>(p) * V + d];
+        w.dSeT[static_cast<long>(d) * K + p] = dSe[static_cast<long>(p) * V + d];
       }
     });
-    team.team_barrier();
-    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(dO.data(), V), S0T.data(), K, F.data(), K,
-                     false);
-    team_gemm<Bytes>(team, C, C, V, Scalar(1), rows(dO.data(), V), UT.data(), C, dP.data(), C,
-                     false, true);
-    team_gemm<Bytes>(team, C, C, K, Scalar(1), rows(kr.data(), K), krT.data(), C, G.data(), C,
-                     false, true);
-    team_gemm<Bytes>(team, C, V, C, Scalar(1), transposed(X, C, Band::upper), dU, V, dY.data(), V,
-                     false);
-    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(U, V), dSeT.data(), K, Tm.data(), K, false);
-    team.team_barrier();
-    team_gemm<Bytes>(team, C, C, V, Scalar(1), rows(dY.data(), V), UT.data(), C, dA.data(), C,
-                     false, true);
-    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(dY.data(), V), S0T.data(), K, Eb.data(), K,
-                     false);
-    team.team_barrier();
+  }
+
+  /// The pair terms of every row, on `dP`, `dA` and `G` in place, and `dbA`, their part of dβ.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void pair_terms(const member_type& team, const ChunkBlock<Scalar>& cb,
+                                         const Work& w) const {
+    const int H = pb.heads, C = pb.chunk;
+    const int r0 = cb.r0, n = cb.n, h = cb.h;
+    const Scalar* gam = cb.gam;
+    const Scalar* glo = cb.glo;
+    const int* rs = cb.rs;
+    const Scalar* P = cd.p.data() + cb.blk * C * C;
     // dP → dP⊙L, dA → H, G → the exclusive row prefix Σ_{j<t} E_ij of the pair terms
     // E = dP⊙P + dA⊙A (j < i: the pairs that a log-gate between them touches).
     // The decays of the row first, on whole vectors on a host (the loop below carries a prefix
     // sum from one j to the next, so it stays scalar).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       const Scalar bi = i < n ? pb.beta[static_cast<long>(r0 + i) * H + h] : Scalar(0);
-      Scalar* const Li = L.data() + static_cast<long>(i) * C;
+      Scalar* const Li = w.L.data() + static_cast<long>(i) * C;
       decay_row<uses_host_fast_path_v<ExecutionSpace>, Bytes>(i, n, C, gam, glo, rs, Li);
       Scalar run = 0, db = 0;
       for (int j = 0; j < C; ++j) {
         const long ij = static_cast<long>(i) * C + j;
         const bool in = i < n && j < n && j <= i;
         const Scalar Lij = Li[j];
-        const Scalar dp = in ? dP[ij] : Scalar(0);
+        const Scalar dp = in ? w.dP[ij] : Scalar(0);
         Scalar E = 0;
         Scalar hij = 0;
         if (in && j < i) {
-          const Scalar da = -dA[ij];
-          const Scalar a = bi * Lij * G[ij];
+          const Scalar da = -w.dA[ij];
+          const Scalar a = bi * Lij * w.G[ij];
           E = dp * P[ij] + da * a;
-          db += da * Lij * G[ij];
+          db += da * Lij * w.G[ij];
           hij = da * bi * Lij;
         }
-        dP[ij] = dp * Lij;
-        dA[ij] = hij;
-        G[ij] = run;
+        w.dP[ij] = dp * Lij;
+        w.dA[ij] = hij;
+        w.G[ij] = run;
         run += E;
       }
-      dbA[i] = db;
+      w.dbA[i] = db;
     });
-    team.team_barrier();
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows(dP.data(), C, Band::lower), kr.data(), K,
-                     dQ.data(), K, false);
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), transposed(dP.data(), C, Band::upper), qs.data(), K,
-                     dK.data(), K, false);
-    team.team_barrier();
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows(dA.data(), C, Band::lower), kr.data(), K,
-                     dK.data(), K, true);
-    team.team_barrier();
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), transposed(dA.data(), C, Band::upper), kr.data(), K,
-                     dK.data(), K, true);
-    team.team_barrier();
+  }
+
+  /// Per live row: dq, dk, dv, dβ, and the Γ_i, λ_i and straddling-pair terms of the log-gate
+  /// gradient (`dgam`, `e`, `rowsum`; zero on padding rows).
+  KOKKOS_INLINE_FUNCTION void row_gradients(const member_type& team, const ChunkBlock<Scalar>& cb,
+                                            const Work& w) const {
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk;
+    const int r0 = cb.r0, n = cb.n, h = cb.h;
+    const Scalar* gam = cb.gam;
+    const Scalar* glo = cb.glo;
+    const int* rs = cb.rs;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
       if (i >= n) {
-        dgam[i] = 0;
-        e[i] = 0;
-        rowsum[i] = 0;
+        w.dgam[i] = 0;
+        w.e[i] = 0;
+        w.rowsum[i] = 0;
         return;
       }
       const int row = r0 + i;
@@ -831,53 +927,60 @@ struct ChunkGradients {
                    lam = decay_ratio(gam, glo, rs, C - 1, i);
       const Scalar bi = pb.beta[static_cast<long>(row) * H + h];
       Scalar straddle = 0;  // Σ_{m≥i} Σ_{j<i} E_mj
-      for (int m = i; m < n; ++m) straddle += G[static_cast<long>(m) * C + i];
-      rowsum[i] = straddle;
+      for (int m = i; m < n; ++m) straddle += w.G[static_cast<long>(m) * C + i];
+      w.rowsum[i] = straddle;
       Scalar qF = 0, kT = 0, kE = 0;
       const long ik = static_cast<long>(i) * K;
       for (int d = 0; d < K; ++d) {
-        qF += qs[ik + d] * F[ik + d];
-        kT += kr[ik + d] * Tm[ik + d];
-        kE += kr[ik + d] * Eb[ik + d];
+        qF += w.qs[ik + d] * w.F[ik + d];
+        kT += w.kr[ik + d] * w.Tm[ik + d];
+        kE += w.kr[ik + d] * w.Eb[ik + d];
       }
-      e[i] = lam * kT;
-      dgam[i] = Gi * qF - bi * Gi * kE;
+      w.e[i] = lam * kT;
+      w.dgam[i] = Gi * qF - bi * Gi * kE;
       if (pb.has_query(row)) {
         Scalar* dq = gt.dq + (static_cast<long>(pb.token(row)) * H + h) * K;
-        for (int d = 0; d < K; ++d) dq[d] = pb.scale * (Gi * F[ik + d] + dQ[ik + d]);
+        for (int d = 0; d < K; ++d) dq[d] = pb.scale * (Gi * w.F[ik + d] + w.dQ[ik + d]);
       }
       Scalar* dk = gt.dk + (static_cast<long>(row) * H + h) * K;
-      for (int d = 0; d < K; ++d) dk[d] = dK[ik + d] + lam * Tm[ik + d] - bi * Gi * Eb[ik + d];
+      for (int d = 0; d < K; ++d)
+        dk[d] = w.dK[ik + d] + lam * w.Tm[ik + d] - bi * Gi * w.Eb[ik + d];
       const Scalar* vrow = pb.v + (static_cast<long>(row) * H + h) * V;
       Scalar* dv = gt.dv + (static_cast<long>(row) * H + h) * V;
       Scalar vY = 0;
       for (int d = 0; d < V; ++d) {
-        const Scalar y = dY[static_cast<long>(i) * V + d];
+        const Scalar y = w.dY[static_cast<long>(i) * V + d];
         vY += vrow[d] * y;
         dv[d] = bi * y;
       }
-      gt.dbeta[static_cast<long>(row) * H + h] = vY - Gi * kE + dbA[i];
+      gt.dbeta[static_cast<long>(row) * H + h] = vY - Gi * kE + w.dbA[i];
     });
-    Scalar sdot = 0;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, K * V), [&](int i, Scalar& acc) { acc += S0[i] * dSe[i]; },
-        sdot);
-    team.team_barrier();
+  }
+
+  /// dg of the chunk's tokens from the row terms and `sdot` = ⟨S0, dS'⟩, on one thread.
+  KOKKOS_INLINE_FUNCTION void gate_gradients(const member_type& team, const ChunkBlock<Scalar>& cb,
+                                             const Work& w, Scalar sdot) const {
+    const int H = pb.heads, C = pb.chunk;
+    const int r0 = cb.r0, n = cb.n, h = cb.h;
+    const Scalar* gam = cb.gam;
+    const Scalar* glo = cb.glo;
+    const int* rs = cb.rs;
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       if (n == 0) return;
       // The suffix sums of the Γ_i terms first, then the prefix sums of the λ_j terms.
       Scalar acc = 0;
       for (int i = n - 1; i >= 0; --i) {
-        acc += dgam[i];
-        dgam[i] = acc;
+        acc += w.dgam[i];
+        w.dgam[i] = acc;
       }
       const Scalar whole = decay_from_start(gam, glo, rs, C - 1) * sdot;
       Scalar before = 0;
       for (int i = 0; i < n; ++i) {
         const int row = r0 + i;
         if (row % pb.n_h == 0)
-          gt.dg[static_cast<long>(pb.token(row)) * H + h] = rowsum[i] + dgam[i] + before + whole;
-        before += e[i];
+          gt.dg[static_cast<long>(pb.token(row)) * H + h] =
+              w.rowsum[i] + w.dgam[i] + before + whole;
+        before += w.e[i];
       }
     });
   }
