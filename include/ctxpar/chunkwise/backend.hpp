@@ -88,6 +88,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -120,6 +121,17 @@ struct BackendOptions {
   int chunk_size = 64;  ///< tokens per chunk of the local chunkwise algorithm
   double scale = 0.0;   ///< output scale; 0 selects `K^(-1/2)`
 };
+
+namespace impl {
+
+/// The one check of a chunk size (`name` is how the caller's options spell it), made where a plan
+/// is built: the backends and engines a plan owns take their chunk size as given.
+inline void require_chunk_size(Preconditions& chk, std::int64_t chunk_size,
+                               const std::string& name) {
+  chk.require(chunk_size >= 1, name + " must be positive", ">= 1", chunk_size);
+}
+
+}  // namespace impl
 
 /// Token-major activation view `[T, H, D]`.
 template <class Scalar, class MemorySpace>

@@ -398,9 +398,8 @@ template <class Backend, class Policy>
 void build_checks(Preconditions& chk, const Backend& backend, const ChunkwisePlan& plan,
                   const ChunkwiseShape& shape, const DriverOptions& options) {
   // The messages of the backends' per-call checks: a bad value is named the same way whether the
-  // plan or a call sees it.
-  chk.require(backend.chunk_size() >= 1, "the chunk size must be positive", ">= 1",
-              backend.chunk_size());
+  // plan or a call sees it. The chunk size is checked here only: a plan's backend keeps it.
+  require_chunk_size(chk, backend.chunk_size(), "the chunk size");
   chk.require(shape.key_dim > 0, "the key dimension K must be positive", "K > 0", shape.key_dim);
   chk.require(shape.value_dim > 0, "the value dimension V must be positive", "V > 0",
               shape.value_dim);
@@ -440,17 +439,10 @@ template <class View>
 void check_states(Preconditions& chk, const View& states, const char* what, std::int64_t n,
                   const ChunkwiseShape& s) {
   if (!is_given(states)) return;
-  const bool ok = static_cast<std::int64_t>(states.extent(0)) == n &&
-                  static_cast<std::int64_t>(states.extent(1)) == s.heads &&
-                  static_cast<std::int64_t>(states.extent(2)) == s.key_dim &&
-                  static_cast<std::int64_t>(states.extent(3)) == s.value_dim;
-  chk.require(
-      ok, std::string(what) + " must be [N, H, K, V]",
-      "[" + ctxpar::impl::to_text(n) + ", " + ctxpar::impl::to_text(s.heads) + ", " +
-          ctxpar::impl::to_text(s.key_dim) + ", " + ctxpar::impl::to_text(s.value_dim) + "]",
-      "[" + ctxpar::impl::to_text(states.extent(0)) + ", " +
-          ctxpar::impl::to_text(states.extent(1)) + ", " + ctxpar::impl::to_text(states.extent(2)) +
-          ", " + ctxpar::impl::to_text(states.extent(3)) + "]");
+  chk.require(ctxpar::impl::has_extents(states, n, s.heads, s.key_dim, s.value_dim),
+              std::string(what) + " must be [N, H, K, V]",
+              ctxpar::impl::shape_text({n, s.heads, s.key_dim, s.value_dim}),
+              ctxpar::impl::shape_text(states));
 }
 
 // Each plan object gets its own id, so that a context filled by another plan is recognised.
@@ -553,11 +545,12 @@ class CpPlan {
       const ChunkwiseShape s = backend_.shape(inputs);
       chk.require(s.tokens == shape_.tokens && s.heads == shape_.heads &&
                       s.key_dim == shape_.key_dim && s.value_dim == shape_.value_dim,
-                  "the inputs must have the plan's shape [T, H, K, V]", dims(shape_), dims(s));
+                  "the inputs must have the plan's shape [T, H, K, V]", shape_text(shape_),
+                  shape_text(s));
       chk.require(ctxpar::impl::has_extents(output, shape_.tokens, shape_.heads, shape_.value_dim),
                   "the output must be [T, H, V]",
-                  dims3(shape_.tokens, shape_.heads, shape_.value_dim),
-                  dims3(output.extent(0), output.extent(1), output.extent(2)));
+                  ctxpar::impl::shape_text({shape_.tokens, shape_.heads, shape_.value_dim}),
+                  ctxpar::impl::shape_text(output));
       impl::check_states(chk, states.initial_states, "the initial states", layout_.sequence_count(),
                          shape_);
       impl::check_states(chk, states.final_states, "the final states", layout_.sequence_count(),
@@ -650,8 +643,8 @@ class CpPlan {
       chk.require(
           ctxpar::impl::has_extents(output_grad, shape_.tokens, shape_.heads, shape_.value_dim),
           "the output gradient must be [T, H, V]",
-          dims3(shape_.tokens, shape_.heads, shape_.value_dim),
-          dims3(output_grad.extent(0), output_grad.extent(1), output_grad.extent(2)));
+          ctxpar::impl::shape_text({shape_.tokens, shape_.heads, shape_.value_dim}),
+          ctxpar::impl::shape_text(output_grad));
       impl::check_states(chk, states.final_state_grads, "the final-state gradients",
                          layout_.sequence_count(), shape_);
       impl::check_states(chk, states.initial_state_grads, "the initial-state gradients",
@@ -743,14 +736,8 @@ class CpPlan {
   }
 
  private:
-  template <class A, class B, class C>
-  static std::string dims3(A a, B b, C c) {
-    return "[" + ctxpar::impl::to_text(a) + ", " + ctxpar::impl::to_text(b) + ", " +
-           ctxpar::impl::to_text(c) + "]";
-  }
-  static std::string dims(const ChunkwiseShape& s) {
-    return "[" + ctxpar::impl::to_text(s.tokens) + ", " + ctxpar::impl::to_text(s.heads) + ", " +
-           ctxpar::impl::to_text(s.key_dim) + ", " + ctxpar::impl::to_text(s.value_dim) + "]";
+  static std::string shape_text(const ChunkwiseShape& s) {
+    return ctxpar::impl::shape_text({s.tokens, s.heads, s.key_dim, s.value_dim});
   }
 
   ExecutionSpace space_;

@@ -140,15 +140,9 @@ void check_summary_buffer(Preconditions& chk, const std::string& what, const Vie
   chk.require(view.span_is_contiguous(), what + " must be contiguous", "a contiguous view",
               "a strided view");
   if constexpr (compat::view_rank<View> == 3) {
-    const bool shape_ok = static_cast<std::int64_t>(view.extent(0)) == records &&
-                          static_cast<std::int64_t>(view.extent(1)) == heads &&
-                          static_cast<std::int64_t>(view.extent(2)) == width;
-    chk.require(shape_ok, what + " has the wrong shape",
-                "[" + ctxpar::impl::to_text(records) + ", " + ctxpar::impl::to_text(heads) + ", " +
-                    ctxpar::impl::to_text(width) + "]",
-                "[" + ctxpar::impl::to_text(view.extent(0)) + ", " +
-                    ctxpar::impl::to_text(view.extent(1)) + ", " +
-                    ctxpar::impl::to_text(view.extent(2)) + "]");
+    chk.require(ctxpar::impl::has_extents(view, records, heads, width),
+                what + " has the wrong shape", ctxpar::impl::shape_text({records, heads, width}),
+                ctxpar::impl::shape_text(view));
   }
 }
 

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "ctxpar/core/view_checks.hpp"
+
 namespace ctxpar {
 
 /// Device storage that only grows: `reserve<T>(n)` returns room for `n` elements of `T`,
@@ -57,15 +59,6 @@ View carve(GrowingBuffer<MemorySpace>& buffer, Extents... extents) {
 }
 
 namespace impl {
-
-/// True when `view`'s extents are exactly `extents`.
-template <class View, class... Extents>
-bool has_extents(const View& view, Extents... extents) {
-  std::size_t r = 0;
-  bool same = true;
-  ((same = same && view.extent(r++) == static_cast<std::size_t>(extents)), ...);
-  return same;
-}
 
 /// Reallocates `view` (uninitialised, labelled `label`) unless it already has exactly `extents`:
 /// state a plan keeps per call (saved activations, exchange tables) is allocated on the first call

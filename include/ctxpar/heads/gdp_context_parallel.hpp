@@ -114,8 +114,7 @@ class GdpContextParallel {
                 "householder, d_state and headdim must be positive", ">= 1",
                 "M " + std::to_string(shape.householder) + ", N " + std::to_string(shape.d_state) +
                     ", d " + std::to_string(shape.headdim));
-    chk.require(options.chunk_size >= 1, "options.chunk_size must be positive", ">= 1",
-                options.chunk_size);
+    chunkwise::impl::require_chunk_size(chk, options.chunk_size, "options.chunk_size");
     // eps keeps the L2 normalisation of an all-zero q or k finite; 0, a negative or a NaN eps
     // turns such tokens (and the state after them) into NaN.
     chk.require(std::isfinite(options.l2_eps) && options.l2_eps > 0.0,

@@ -23,6 +23,7 @@
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/host_isa_agreement.hpp"
 #include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/comm/rank_facts.hpp"
 #include "ctxpar/comm/reduce.hpp"
 #include "ctxpar/comm/sendrecv.hpp"
 #include "ctxpar/core/compat.hpp"
@@ -209,107 +210,127 @@ inline std::vector<int> scaled(const std::vector<int>& counts, std::int64_t fact
   return out;
 }
 
-/// The per-call checks of a distributed forward (the plan's constructor agreed on the shape and
-/// options), recorded into `chk`: this rank's inputs, the shard sizes, the order of positions
-/// across shard borders, ids on every rank or none, and message sizes that fit an MPI count.
-/// Returns the layout of the step; `agreement` is the plan's host buffer for the exchanged facts
-/// and `cell` its device word for the position-order check.
+/// What one rank tells the others about its shards at each call, for the checks that span ranks.
+struct ShardFacts {
+  std::int64_t cache_length = 0;  ///< keys in this rank's cache shard
+  std::int64_t cache_first = 0;   ///< its first position (0 when empty)
+  std::int64_t cache_last = 0;    ///< its last position (0 when empty)
+  std::int64_t chunk_length = 0;  ///< tokens in this rank's chunk shard
+  std::int64_t chunk_first = 0;   ///< its first position (0 when empty)
+  std::int64_t chunk_last = 0;    ///< its last position (0 when empty)
+  std::int64_t has_ids = 0;       ///< 1 when the chunk or the cache shard carries ids
+};
+
+/// This rank's `ShardFacts` (two position reads per shard from where the positions live).
 template <class Scalar, class MemorySpace>
-AxisLayout check_call(Preconditions& chk, const Group& group,
-                      const Chunk<Scalar, MemorySpace>& chunk,
-                      const Cache<Scalar, MemorySpace>& cache, const Options& options,
-                      bool whole_axis, std::int64_t record_bytes,
-                      std::vector<std::int64_t>& agreement,
-                      const Kokkos::View<std::int64_t, MemorySpace>& cell, bool& with_ids) {
-  impl::check_inputs(chk, chunk, cache, options, cell);
-  const int p = group.size(), me = group.rank();
-  auto first = [](const Positions<MemorySpace>& pos, bool last) -> std::int64_t {
+ShardFacts shard_facts(const Chunk<Scalar, MemorySpace>& chunk,
+                       const Cache<Scalar, MemorySpace>& cache) {
+  auto at = [](const Positions<MemorySpace>& pos, bool last) -> std::int64_t {
     if (pos.extent(0) == 0) return 0;
     std::int64_t v = 0;
     Kokkos::deep_copy(Kokkos::View<std::int64_t, Kokkos::HostSpace>(&v),
                       Kokkos::subview(pos, last ? pos.extent(0) - 1 : 0));
     return v;
   };
-  constexpr int fields = 7;
-  std::int64_t mine[fields] = {static_cast<std::int64_t>(cache.pos.extent(0)),
-                               first(cache.pos, false),
-                               first(cache.pos, true),
-                               static_cast<std::int64_t>(chunk.pos.extent(0)),
-                               first(chunk.pos, false),
-                               first(chunk.pos, true),
-                               chunk.ids.extent(0) > 0 || cache.ids.extent(0) > 0 ? 1 : 0};
-  std::vector<std::int64_t>& all = agreement;
-  all.resize(static_cast<std::size_t>(fields * p));
-  MPI_Allgather(mine, fields, MPI_INT64_T, all.data(), fields, MPI_INT64_T, group.mpi_comm());
-  group.record(CollectiveKind::agreement, 0, 0);
-  auto at = [&](int r, int f) { return all[static_cast<std::size_t>(r * fields + f)]; };
+  ShardFacts f;
+  f.cache_length = static_cast<std::int64_t>(cache.pos.extent(0));
+  f.cache_first = at(cache.pos, false);
+  f.cache_last = at(cache.pos, true);
+  f.chunk_length = static_cast<std::int64_t>(chunk.pos.extent(0));
+  f.chunk_first = at(chunk.pos, false);
+  f.chunk_last = at(chunk.pos, true);
+  f.has_ids = chunk.ids.extent(0) > 0 || cache.ids.extent(0) > 0 ? 1 : 0;
+  return f;
+}
+
+/// Positions increase across shard borders: this rank's first cache key after the last key of the
+/// nearest earlier rank's cache shard, its first chunk token after the nearest earlier chunk shard
+/// (or, on the first rank with chunk tokens, after the last cache key of any rank).
+inline void check_shard_borders(Preconditions& chk, const std::vector<ShardFacts>& all, int me) {
+  const ShardFacts& mine = all[static_cast<std::size_t>(me)];
+  const std::string what =
+      "positions must be strictly increasing along the key/value axis across shard borders";
+  if (mine.cache_length > 0) {
+    for (int q = me - 1; q >= 0; --q) {
+      const ShardFacts& other = all[static_cast<std::size_t>(q)];
+      if (other.cache_length == 0) continue;
+      chk.require(mine.cache_first > other.cache_last, what,
+                  "first cache position > " + std::to_string(other.cache_last) + " (rank " +
+                      std::to_string(q) + ")",
+                  std::to_string(mine.cache_first));
+      break;
+    }
+  }
+  if (mine.chunk_length == 0) return;
+  for (int q = me - 1; q >= 0; --q) {
+    const ShardFacts& other = all[static_cast<std::size_t>(q)];
+    if (other.chunk_length == 0) continue;
+    chk.require(mine.chunk_first > other.chunk_last, what,
+                "first chunk position > " + std::to_string(other.chunk_last) + " (rank " +
+                    std::to_string(q) + ")",
+                std::to_string(mine.chunk_first));
+    return;
+  }
+  for (int q = static_cast<int>(all.size()) - 1; q >= 0; --q) {
+    const ShardFacts& other = all[static_cast<std::size_t>(q)];
+    if (other.cache_length == 0) continue;
+    chk.require(
+        mine.chunk_first > other.cache_last,
+        "positions must be strictly increasing along the key/value axis (cache before chunk)",
+        "first chunk position > last cache position " + std::to_string(other.cache_last),
+        std::to_string(mine.chunk_first));
+    return;
+  }
+}
+
+/// The per-call checks of a distributed forward (the plan's constructor agreed on the shape and
+/// options), recorded into `chk`: this rank's inputs, the shard sizes, the order of positions
+/// across shard borders, ids on every rank or none, and message sizes that fit an MPI count.
+/// Returns the layout of the step; `facts` is the plan's host buffer for every rank's
+/// `ShardFacts` and `cell` its device word for the position-order check.
+template <class Scalar, class MemorySpace>
+AxisLayout check_call(Preconditions& chk, const Group& group,
+                      const Chunk<Scalar, MemorySpace>& chunk,
+                      const Cache<Scalar, MemorySpace>& cache, const Options& options,
+                      bool whole_axis, std::int64_t record_bytes, std::vector<ShardFacts>& facts,
+                      const Kokkos::View<std::int64_t, MemorySpace>& cell, bool& with_ids) {
+  impl::check_inputs(chk, chunk, cache, options, cell);
+  const int p = group.size(), me = group.rank();
+  ctxpar::impl::gather_rank_facts(group, shard_facts(chunk, cache), facts);
+  const ShardFacts& mine = facts[static_cast<std::size_t>(me)];
   std::int64_t c = 0, chunk_length = 0, any_ids = 0;
-  for (int r = 0; r < p; ++r) {
-    c += at(r, 0);
-    chunk_length += at(r, 3);
-    if (at(r, 0) + at(r, 3) > 0) any_ids = any_ids || at(r, 6);
+  for (const ShardFacts& f : facts) {
+    c += f.cache_length;
+    chunk_length += f.chunk_length;
+    if (f.cache_length + f.chunk_length > 0) any_ids = any_ids || f.has_ids;
   }
   chk.require(
       options.window == 0 || c <= options.window - 1, "the cache must not be longer than W - 1",
       "at most " + std::to_string(options.window - 1), std::to_string(c) + " keys over all ranks");
   const BalancedChunks chunks{chunk_length, p}, caches{c, p};
   chk.require(
-      at(me, 3) == chunks.size(me),
+      mine.chunk_length == chunks.size(me),
       "this rank's chunk shard must hold its BalancedChunks(t, P) share",
       std::to_string(chunks.size(me)) + " tokens (t = " + std::to_string(chunk_length) + ")",
-      std::to_string(at(me, 3)));
-  chk.require(at(me, 0) == caches.size(me),
+      std::to_string(mine.chunk_length));
+  chk.require(mine.cache_length == caches.size(me),
               "this rank's cache shard must hold its BalancedChunks(c, P) share",
               std::to_string(caches.size(me)) + " keys (c = " + std::to_string(c) + ")",
-              std::to_string(at(me, 0)));
-  if (at(me, 0) > 0) {
-    for (int q = me - 1; q >= 0; --q)
-      if (at(q, 0) > 0) {
-        chk.require(
-            at(me, 1) > at(q, 2),
-            "positions must be strictly increasing along the key/value axis across shard borders",
-            "first cache position > " + std::to_string(at(q, 2)) + " (rank " + std::to_string(q) +
-                ")",
-            std::to_string(at(me, 1)));
-        break;
-      }
-  }
-  if (at(me, 3) > 0) {
-    bool found = false;
-    for (int q = me - 1; q >= 0 && !found; --q)
-      if (at(q, 3) > 0) {
-        chk.require(
-            at(me, 4) > at(q, 5),
-            "positions must be strictly increasing along the key/value axis across shard borders",
-            "first chunk position > " + std::to_string(at(q, 5)) + " (rank " + std::to_string(q) +
-                ")",
-            std::to_string(at(me, 4)));
-        found = true;
-      }
-    for (int q = p - 1; q >= 0 && !found; --q)
-      if (at(q, 0) > 0) {
-        chk.require(
-            at(me, 4) > at(q, 2),
-            "positions must be strictly increasing along the key/value axis (cache before chunk)",
-            "first chunk position > last cache position " + std::to_string(at(q, 2)),
-            std::to_string(at(me, 4)));
-        found = true;
-      }
-  }
+              std::to_string(mine.cache_length));
+  check_shard_borders(chk, facts, me);
   chk.require(cache.length() == 0 || chunk.length() == 0 ||
                   (cache.ids.extent(0) > 0) == (chunk.ids.extent(0) > 0),
               "ids must be given for both the cache and the chunk shard, or for neither",
               chunk.ids.extent(0) > 0 ? "cache ids" : "no cache ids",
               cache.ids.extent(0) > 0 ? "cache ids" : "none");
-  if (at(me, 0) + at(me, 3) > 0)
-    chk.require(at(me, 6) == any_ids, "ids must be given on every rank or on none",
-                any_ids ? "ids" : "no ids", at(me, 6) ? "ids" : "no ids");
+  if (mine.cache_length + mine.chunk_length > 0)
+    chk.require(mine.has_ids == any_ids, "ids must be given on every rank or on none",
+                any_ids ? "ids" : "no ids", mine.has_ids ? "ids" : "no ids");
   // Every message of the step moves at most the whole axis of records (or of dK | dV gradient
   // records) and its size is an MPI `int`.
-  const std::int64_t per_token =
-      record_bytes > 2 * static_cast<std::int64_t>(chunk.k.extent(1) * chunk.k.extent(2))
-          ? record_bytes
-          : 2 * static_cast<std::int64_t>(chunk.k.extent(1) * chunk.k.extent(2));
+  const std::int64_t grad_record =
+      2 * static_cast<std::int64_t>(chunk.k.extent(1) * chunk.k.extent(2));
+  const std::int64_t per_token = record_bytes > grad_record ? record_bytes : grad_record;
   chk.require(per_token == 0 || c + chunk_length <= INT_MAX / per_token,
               "the key/value axis of one step must fit one MPI message (cache + chunk tokens)",
               "at most " + std::to_string(per_token == 0 ? 0 : INT_MAX / per_token) + " tokens",
@@ -396,13 +417,7 @@ class StepPlan {
     chk.require(shape.head_dim > 0 && shape.head_dim % 2 == 0,
                 "shape.head_dim must be positive and even (RoPE rotates pairs)", "an even D > 0",
                 shape.head_dim);
-    chk.require(options.window >= 0, "the window must be non-negative (0 = unlimited)", ">= 0",
-                options.window);
-    chk.require(std::isfinite(options.rope_base) && options.rope_base > 0.0,
-                "options.rope_base must be finite and positive", "a finite base > 0",
-                ctxpar::impl::to_text(options.rope_base));
-    chk.require(std::isfinite(options.scale), "options.scale must be finite (0 = 1 / sqrt(D))",
-                "a finite scale", ctxpar::impl::to_text(options.scale));
+    impl::check_options(chk, options);
     fingerprint_ =
         fingerprint({shape.query_heads, shape.kv_heads, shape.head_dim, options.window,
                      bits_of(options.rope_base), bits_of(options.scale), fingerprint(Policy::name),
@@ -422,7 +437,7 @@ class StepPlan {
     chk.agree();
     host_isa_ = static_cast<HostIsa>(isa);
     scale_ = impl::effective_scale(options, shape.head_dim);
-    agreement_.reserve(static_cast<std::size_t>(7 * group.size()));
+    facts_.reserve(static_cast<std::size_t>(group.size()));
   }
 
   /// Forward of one step. `chunk` and `cache` are this rank's shards; `out [t_r, Hq, D]` receives
@@ -436,50 +451,20 @@ class StepPlan {
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     const int me = group_.rank();
     const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
-    const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
     const std::int64_t t_r = chunk.length(), c_r = cache.length();
     bool with_ids = false;
-    impl::AxisLayout layout;
-    {
-      Preconditions chk(group_, "ctxpar::swa::StepPlan::forward");
-      chk.require(chunk.q.extent(1) == static_cast<std::size_t>(hq) &&
-                      chunk.q.extent(2) == static_cast<std::size_t>(dim) &&
-                      chunk.k.extent(1) == static_cast<std::size_t>(hkv),
-                  "the chunk shard must have the plan's heads and head dimension",
-                  "q [t_r, " + std::to_string(hq) + ", " + std::to_string(dim) + "], k [t_r, " +
-                      std::to_string(hkv) + ", " + std::to_string(dim) + "]",
-                  "q [" + std::to_string(chunk.q.extent(0)) + ", " +
-                      std::to_string(chunk.q.extent(1)) + ", " + std::to_string(chunk.q.extent(2)) +
-                      "], k heads " + std::to_string(chunk.k.extent(1)));
-      chk.require(
-          ctxpar::impl::is_unallocated(out) || ctxpar::impl::has_extents(out, t_r, hq, dim),
-          "out must be empty or have the shape of this rank's output",
-          "[" + std::to_string(t_r) + ", " + std::to_string(hq) + ", " + std::to_string(dim) + "]",
-          "[" + std::to_string(out.extent(0)) + ", " + std::to_string(out.extent(1)) + ", " +
-              std::to_string(out.extent(2)) + "]");
-      auto same = [](const auto& a, const auto& b) {
-        return a.data() != nullptr && a.data() == b.data();
-      };
-      const bool aliased = same(next_cache.k, cache.k) || same(next_cache.v, cache.v) ||
-                           same(next_cache.pos, cache.pos) || same(next_cache.ids, cache.ids);
-      chk.require(!aliased, "next_cache must not share memory with cache", "separate cache objects",
-                  "the same views");
-      layout = impl::check_call(chk, group_, chunk, cache, options_, whole_axis, bytes, agreement_,
-                                disorder_cell_, with_ids);
-      chk.agree();
-    }
+    const impl::AxisLayout layout = check_forward(chunk, cache, out, next_cache, with_ids);
     impl::StepTables<MemorySpace>& tb = saved.tables;
     // Tables are reused only when this plan built them for this layout (another policy's tables
     // for the same lengths would move the wrong records).
     if (saved.plan != fingerprint_ || !tb.matches(layout, options_.window))
       build_tables(tb, layout);
     saved.plan = fingerprint_;
-    const std::int64_t n_r = layout.records(me), length = layout.length();
+    const std::int64_t n_r = layout.records(me);
 
     // The caller's records, read in place: its cache shard then its chunk shard, raw.
     const impl::TokenSource<Scalar, MemorySpace> input{
         cache, KvBlock<Scalar, MemorySpace>{chunk.k, chunk.v, chunk.pos, chunk.ids}, c_r};
-    const double base = options_.rope_base;
 
     // The next cache is always cut from the caller's raw records, so both layouts carry the same
     // state between steps.
@@ -488,71 +473,22 @@ class StepPlan {
 
     // This rank's key/value records under the layout in use.
     impl::TokenSource<Scalar, MemorySpace> own = input;
-    if constexpr (whole_axis) {
-      // One all-to-all: records onto their whole-axis owners, and the next cache's raw records.
-      const impl::FusedPlan& f = rope_after_gather ? tb.alone : tb.with_reshard;
-      const impl::DeviceFused<MemorySpace>& fd = rope_after_gather ? tb.alone_d : tb.with_reshard_d;
-      const auto send = carve<impl::Bytes<MemorySpace>>(send_, f.send_total() * bytes);
-      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, f.recv_total() * bytes);
-      impl::pack_records(space_, input, fd.send_records, f.send_total(), send);
-      alltoallv(space_, group_, send, impl::scaled(f.send_counts, bytes), recv,
-                impl::scaled(f.recv_counts, bytes), unchecked);
-      const KvBlock<Scalar, MemorySpace> owned = own_.carve(n_r, hkv, dim, with_ids);
-      impl::unpack_records(space_, recv, input, fd.source_a, owned);
-      if constexpr (!rope_after_gather)
-        impl::unpack_records(space_, recv, input, fd.source_b, next_cache);
-      own = impl::source_of(owned);
-    }
+    if constexpr (whole_axis) own = to_whole_axis_owners(tb, input, n_r, with_ids, next_cache);
     // The records' positions stay with the step (for the RoPE backward).
     ctxpar::impl::ensure_extents(saved.own_pos, "ctxpar::swa::own_pos", n_r);
     impl::copy_tokens(space_, saved.own_pos, 0, own.first.pos, 0, own.split);
     impl::copy_tokens(space_, saved.own_pos, own.split, own.second.pos, 0, n_r - own.split);
 
     ctxpar::impl::ensure_extents(saved.q_rot, "ctxpar::swa::q_rot", t_r, hq, dim);
-    rope_forward(space_, chunk.q, chunk.pos, base, saved.q_rot);
+    rope_forward(space_, chunk.q, chunk.pos, options_.rope_base, saved.q_rot);
     saved.q_pos = chunk.pos;
     saved.q_ids = with_ids ? chunk.ids : Ids<MemorySpace>();
 
     KvBlock<Scalar, MemorySpace> raw_axis;
-    if constexpr (!halo) {
-      // One all-gather of every rank's records, packed (keys rotated on the way, unless the
-      // policy rotates after the gather) straight into this rank's place in the receive buffer;
-      // the axis is then reassembled in axis order, this rank's own tokens read in place (keys
-      // rotated as they join). One rank alone has no peer to send to: nothing is packed.
-      impl::Bytes<MemorySpace> recv;
-      if (group_.size() > 1) {
-        recv = carve<impl::Bytes<MemorySpace>>(recv_, length * bytes);
-        std::int64_t first = 0;
-        for (int r = 0; r < me; ++r) first += tb.gather_counts[r];
-        const impl::Bytes<MemorySpace> mine(recv.data() + first * bytes, n_r * bytes);
-        impl::pack_records(space_, own, impl::Index<MemorySpace>(), n_r, mine,
-                           rope_after_gather ? 0.0 : base);
-        allgatherv_in_place(space_, group_, recv, impl::scaled(tb.gather_counts, bytes), unchecked);
-      }
-      impl::ensure_block(saved.axis, length, hkv, dim, with_ids, "ctxpar::swa::axis");
-      if constexpr (rope_after_gather) {
-        // Raw keys land in the workspace; the step keeps the rotated ones.
-        raw_axis = saved.axis;
-        raw_axis.k = carve<tensor_type>(raw_k_, length, hkv, dim);
-        impl::unpack_records(space_, recv, own, tb.forward_axis_source, raw_axis);
-        rope_forward(space_, raw_axis.k, raw_axis.pos, base, saved.axis.k);
-      } else {
-        impl::unpack_records(space_, recv, own, tb.forward_axis_source, saved.axis, base);
-      }
-      saved.key_origin = 0;
-    } else {
-      // Only the W - 1 records before this rank's first query travel, point to point, rotated on
-      // the way; its own keys are rotated as they join the axis.
-      const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.halo.send_total() * bytes);
-      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.halo.recv_total() * bytes);
-      impl::pack_records(space_, own, tb.halo_send_records, tb.halo.send_total(), send, base);
-      impl::exchange_pairwise(space_, group_, send, impl::scaled(tb.halo.send_counts, bytes), recv,
-                              impl::scaled(tb.halo.recv_counts, bytes));
-      saved.key_origin = t_r > 0 ? tb.halo.lo : 0;
-      impl::ensure_block(saved.axis, static_cast<std::int64_t>(tb.halo.source.size()), hkv, dim,
-                         with_ids, "ctxpar::swa::halo_axis");
-      impl::unpack_records(space_, recv, own, tb.axis_source, saved.axis, base);
-    }
+    if constexpr (!halo)
+      raw_axis = gather_axis(tb, own, layout, with_ids, saved);
+    else
+      exchange_halo(tb, own, t_r, with_ids, saved);
 
     if (ctxpar::impl::is_unallocated(out))
       out = tensor_type(
@@ -563,21 +499,7 @@ class StepPlan {
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
                                            saved.key_origin, options_.window, scale_);
     attention_forward(space_, window_mask(options_.window), in, out, saved.lse, attention_);
-
-    if constexpr (rope_after_gather) {
-      impl::copy_tokens(space_, next_cache.k, 0, raw_axis.k, tb.reshard.lo, n_next);
-      impl::copy_tokens(space_, next_cache.v, 0, raw_axis.v, tb.reshard.lo, n_next);
-      impl::copy_tokens(space_, next_cache.pos, 0, raw_axis.pos, tb.reshard.lo, n_next);
-      if (with_ids)
-        impl::copy_tokens(space_, next_cache.ids, 0, raw_axis.ids, tb.reshard.lo, n_next);
-    } else if constexpr (!whole_axis) {
-      const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.reshard.send_total() * bytes);
-      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.reshard.recv_total() * bytes);
-      impl::pack_records(space_, input, tb.reshard_send_records, tb.reshard.send_total(), send);
-      alltoallv(space_, group_, send, impl::scaled(tb.reshard.send_counts, bytes), recv,
-                impl::scaled(tb.reshard.recv_counts, bytes), unchecked);
-      impl::unpack_records(space_, recv, input, tb.reshard_source, next_cache);
-    }
+    cut_next_cache(tb, input, raw_axis, with_ids, next_cache);
   }
 
   /// Backward of the `forward` that filled `saved`. From this rank's `dout [t_r, Hq, D]` and the
@@ -591,47 +513,11 @@ class StepPlan {
     const impl::StepTables<MemorySpace>& tb = saved.tables;
     const int me = group_.rank();
     const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
-    const std::int64_t per = hkv * dim;
     const std::int64_t t_r = saved.q_rot.extent(0);
-    const std::int64_t c_r = tb.layout.cache_split().size(me), n_in = c_r + t_r;
+    const std::int64_t c_r = tb.layout.cache_split().size(me);
     const std::int64_t n_r = tb.layout.records(me);
-    const std::int64_t n_next = tb.reshard.hi - tb.reshard.lo;
     const bool has_next = d_next_cache.dk.data() != nullptr || d_next_cache.dv.data() != nullptr;
-    {
-      Preconditions chk(group_, "ctxpar::swa::StepPlan::backward");
-      const bool from_here = saved.plan == fingerprint_ && tb.ready;
-      chk.require(from_here, "saved must come from a forward of this plan",
-                  "a state filled by this plan's forward",
-                  saved.plan == 0 ? "a state no forward filled" : "a state of another plan");
-      auto shape3 = [](const auto& v) {
-        return "[" + std::to_string(v.extent(0)) + ", " + std::to_string(v.extent(1)) + ", " +
-               std::to_string(v.extent(2)) + "]";
-      };
-      auto want3 = [](std::int64_t a, std::int64_t b, std::int64_t c) {
-        return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
-      };
-      if (from_here) {
-        chk.require(ctxpar::impl::has_extents(dout, t_r, hq, dim),
-                    "dout must have the shape of this rank's output", want3(t_r, hq, dim),
-                    shape3(dout));
-        chk.require(!has_next || (ctxpar::impl::has_extents(d_next_cache.dk, n_next, hkv, dim) &&
-                                  ctxpar::impl::has_extents(d_next_cache.dv, n_next, hkv, dim)),
-                    "the next-cache gradient must match this rank's next-cache shard",
-                    want3(n_next, hkv, dim), shape3(d_next_cache.dk));
-        auto output = [&](const tensor_type& v, const char* name, std::int64_t n, std::int64_t h) {
-          chk.require(ctxpar::impl::is_unallocated(v) || ctxpar::impl::has_extents(v, n, h, dim),
-                      std::string("grads.") + name + " must be empty or have its shard's shape",
-                      want3(n, h, dim), shape3(v));
-        };
-        output(grads.dq, "dq", t_r, hq);
-        output(grads.dk, "dk", t_r, hkv);
-        output(grads.dv, "dv", t_r, hkv);
-        output(grads.dk_cache, "dk_cache", c_r, hkv);
-        output(grads.dv_cache, "dv_cache", c_r, hkv);
-      }
-      chk.require_same("whether a next-cache gradient is given", has_next ? 1 : 0);
-      chk.agree();
-    }
+    check_backward(saved, dout, d_next_cache, grads, has_next);
 
     const auto dq_rot = carve<tensor_type>(dq_rot_, t_r, hq, dim);
     const auto dk_axis = carve<tensor_type>(dk_axis_, saved.axis.length(), hkv, dim);
@@ -645,74 +531,14 @@ class StepPlan {
         Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
         dv_axis, attention_);
 
-    using records_type = impl::GradientRecords<Scalar, MemorySpace>;
     tensor_type own_dk = carve<tensor_type>(own_dk_, n_r, hkv, dim),
                 own_dv = carve<tensor_type>(own_dv_, n_r, hkv, dim);
-    if constexpr (!halo) {
-      if (group_.size() == 1) {
-        // One rank: every axis token is its own, once; its gradient goes straight to it.
-        Kokkos::deep_copy(space_, own_dk, Scalar(0));
-        Kokkos::deep_copy(space_, own_dv, Scalar(0));
-        impl::route_gradients(space_, dk_axis, dv_axis, tb.forward_axis_source, records_type(),
-                              own_dk, own_dv);
-      } else {
-        // Every axis token has its own gathered slot, so routing fills `all` completely; the
-        // reduce-scatter sums every rank's partial gradient onto the owners.
-        const std::int64_t length = tb.layout.length();
-        const auto all = carve<records_type>(records_a_, length, 2 * per);
-        impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, all, own_dk, own_dv);
-        const auto mine = carve<records_type>(records_b_, n_r, 2 * per);
-        reduce_scatter(space_, group_, all, mine, impl::scaled(tb.gather_counts, 2 * per));
-        impl::split_gradient_records(space_, mine, own_dk, own_dv);
-      }
-    } else {
-      // Own keys accumulate locally; halo keys go back to their owners, who add them up.
-      Kokkos::deep_copy(space_, own_dk, Scalar(0));
-      Kokkos::deep_copy(space_, own_dv, Scalar(0));
-      const auto back = carve<records_type>(records_a_, tb.halo.recv_total(), 2 * per);
-      impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, back, own_dk, own_dv);
-      const auto got = carve<records_type>(records_b_, tb.halo.send_total(), 2 * per);
-      using flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
-      impl::exchange_pairwise(space_, group_, flat(back.data(), back.span()),
-                              impl::scaled(tb.halo.recv_counts, 2 * per),
-                              flat(got.data(), got.span()),
-                              impl::scaled(tb.halo.send_counts, 2 * per));
-      add_blocks(got, tb.halo_send_records, tb.halo.send_counts, nullptr, own_dk, own_dv);
-    }
+    if constexpr (!halo)
+      gather_gradients_back(tb, dk_axis, dv_axis, own_dk, own_dv);
+    else
+      halo_gradients_back(tb, dk_axis, dv_axis, own_dk, own_dv);
     rope_backward(space_, own_dk, saved.own_pos, options_.rope_base, own_dk);
-
-    if constexpr (whole_axis) {
-      // One all-to-all back to the caller's shards: the gradients of the records that moved onto
-      // their whole-axis owners, and (raw keys, so after the RoPE backward) the next-cache
-      // gradient.
-      const auto in_dk = carve<tensor_type>(in_dk_, n_in, hkv, dim),
-                 in_dv = carve<tensor_type>(in_dv_, n_in, hkv, dim);
-      Kokkos::deep_copy(space_, in_dk, Scalar(0));
-      Kokkos::deep_copy(space_, in_dv, Scalar(0));
-      const impl::FusedPlan& f = has_next ? tb.with_reshard : tb.alone;
-      const impl::DeviceFused<MemorySpace>& fd = has_next ? tb.with_reshard_d : tb.alone_d;
-      const auto back = carve<records_type>(records_a_, f.recv_total(), 2 * per);
-      impl::route_gradients(space_, own_dk, own_dv, fd.source_a, back, in_dk, in_dv);
-      if (has_next)
-        impl::route_gradients(space_, d_next_cache.dk, d_next_cache.dv, fd.source_b, back, in_dk,
-                              in_dv);
-      const auto got = carve<records_type>(records_b_, f.send_total(), 2 * per);
-      alltoallv(space_, group_, back, impl::scaled(f.recv_counts, 2 * per), got,
-                impl::scaled(f.send_counts, 2 * per), unchecked);
-      // A record may be in both halves of one peer's block: add them in two passes.
-      add_blocks(got, fd.send_records, f.send_counts, &f.send_a, in_dk, in_dv);
-      own_dk = in_dk;
-      own_dv = in_dv;
-    } else if (has_next) {
-      // The next cache holds raw keys, so its gradient joins after the RoPE backward.
-      const auto back = carve<records_type>(records_a_, tb.reshard.recv_total(), 2 * per);
-      impl::route_gradients(space_, d_next_cache.dk, d_next_cache.dv, tb.reshard_source, back,
-                            own_dk, own_dv);
-      const auto got = carve<records_type>(records_b_, tb.reshard.send_total(), 2 * per);
-      alltoallv(space_, group_, back, impl::scaled(tb.reshard.recv_counts, 2 * per), got,
-                impl::scaled(tb.reshard.send_counts, 2 * per), unchecked);
-      add_blocks(got, tb.reshard_send_records, tb.reshard.send_counts, nullptr, own_dk, own_dv);
-    }
+    return_gradients(tb, d_next_cache, has_next, own_dk, own_dv);
 
     allocate_if_empty(grads.dq, "ctxpar::swa::dq", t_r, hq);
     allocate_if_empty(grads.dk, "ctxpar::swa::dk", t_r, hkv);
@@ -746,6 +572,269 @@ class StepPlan {
   }
 
  private:
+  using source_type = impl::TokenSource<Scalar, MemorySpace>;
+  using records_type = impl::GradientRecords<Scalar, MemorySpace>;
+
+  // The agreed checks of a forward call: the chunk against the plan's shape, `out`, the aliasing
+  // of the two caches, then the checks across ranks (`check_call`). Returns the step's layout.
+  impl::AxisLayout check_forward(const chunk_type& chunk, const cache_type& cache,
+                                 const tensor_type& out, const cache_type& next_cache,
+                                 bool& with_ids) {
+    const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
+    const std::int64_t t_r = chunk.length();
+    Preconditions chk(group_, "ctxpar::swa::StepPlan::forward");
+    chk.require(chunk.q.extent(1) == static_cast<std::size_t>(hq) &&
+                    chunk.q.extent(2) == static_cast<std::size_t>(dim) &&
+                    chunk.k.extent(1) == static_cast<std::size_t>(hkv),
+                "the chunk shard must have the plan's heads and head dimension",
+                "q [t_r, " + std::to_string(hq) + ", " + std::to_string(dim) + "], k [t_r, " +
+                    std::to_string(hkv) + ", " + std::to_string(dim) + "]",
+                "q " + ctxpar::impl::shape_text(chunk.q) + ", k heads " +
+                    std::to_string(chunk.k.extent(1)));
+    chk.require(ctxpar::impl::is_unallocated(out) || ctxpar::impl::has_extents(out, t_r, hq, dim),
+                "out must be empty or have the shape of this rank's output",
+                ctxpar::impl::shape_text({t_r, hq, dim}), ctxpar::impl::shape_text(out));
+    auto same = [](const auto& a, const auto& b) {
+      return a.data() != nullptr && a.data() == b.data();
+    };
+    const bool aliased = same(next_cache.k, cache.k) || same(next_cache.v, cache.v) ||
+                         same(next_cache.pos, cache.pos) || same(next_cache.ids, cache.ids);
+    chk.require(!aliased, "next_cache must not share memory with cache", "separate cache objects",
+                "the same views");
+    const impl::AxisLayout layout =
+        impl::check_call(chk, group_, chunk, cache, options_, whole_axis,
+                         impl::record_bytes<Scalar>(hkv, dim), facts_, disorder_cell_, with_ids);
+    chk.agree();
+    return layout;
+  }
+
+  // The agreed checks of a backward call: `saved` from this plan, `dout`, the next-cache gradient
+  // and the given gradient views against this rank's shards.
+  void check_backward(const state_type& saved, const tensor_type& dout,
+                      const cache_gradient_type& d_next_cache, const gradients_type& grads,
+                      bool has_next) {
+    const impl::StepTables<MemorySpace>& tb = saved.tables;
+    const int me = group_.rank();
+    const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
+    const std::int64_t t_r = saved.q_rot.extent(0);
+    const std::int64_t c_r = tb.layout.cache_split().size(me);
+    const std::int64_t n_next = tb.reshard.hi - tb.reshard.lo;
+    Preconditions chk(group_, "ctxpar::swa::StepPlan::backward");
+    const bool from_here = saved.plan == fingerprint_ && tb.ready;
+    chk.require(from_here, "saved must come from a forward of this plan",
+                "a state filled by this plan's forward",
+                saved.plan == 0 ? "a state no forward filled" : "a state of another plan");
+    using ctxpar::impl::shape_text;
+    if (from_here) {
+      chk.require(ctxpar::impl::has_extents(dout, t_r, hq, dim),
+                  "dout must have the shape of this rank's output", shape_text({t_r, hq, dim}),
+                  shape_text(dout));
+      chk.require(!has_next || (ctxpar::impl::has_extents(d_next_cache.dk, n_next, hkv, dim) &&
+                                ctxpar::impl::has_extents(d_next_cache.dv, n_next, hkv, dim)),
+                  "the next-cache gradient must match this rank's next-cache shard",
+                  shape_text({n_next, hkv, dim}), shape_text(d_next_cache.dk));
+      auto output = [&](const tensor_type& v, const char* name, std::int64_t n, std::int64_t h) {
+        chk.require(ctxpar::impl::is_unallocated(v) || ctxpar::impl::has_extents(v, n, h, dim),
+                    std::string("grads.") + name + " must be empty or have its shard's shape",
+                    shape_text({n, h, dim}), shape_text(v));
+      };
+      output(grads.dq, "dq", t_r, hq);
+      output(grads.dk, "dk", t_r, hkv);
+      output(grads.dv, "dv", t_r, hkv);
+      output(grads.dk_cache, "dk_cache", c_r, hkv);
+      output(grads.dv_cache, "dv_cache", c_r, hkv);
+    }
+    chk.require_same("whether a next-cache gradient is given", has_next ? 1 : 0);
+    chk.agree();
+  }
+
+  // Whole-axis layout, forward: one all-to-all moves the records onto their whole-axis owners
+  // and (unless the policy rotates after the gather) the next cache's raw records. Returns this
+  // rank's owned records.
+  source_type to_whole_axis_owners(const impl::StepTables<MemorySpace>& tb,
+                                   const source_type& input, std::int64_t n_r, bool with_ids,
+                                   cache_type& next_cache) {
+    const std::int64_t bytes = impl::record_bytes<Scalar>(shape_.kv_heads, shape_.head_dim);
+    const impl::FusedPlan& f = rope_after_gather ? tb.alone : tb.with_reshard;
+    const impl::DeviceFused<MemorySpace>& fd = rope_after_gather ? tb.alone_d : tb.with_reshard_d;
+    const auto send = carve<impl::Bytes<MemorySpace>>(send_, f.send_total() * bytes);
+    const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, f.recv_total() * bytes);
+    impl::pack_records(space_, input, fd.send_records, f.send_total(), send);
+    alltoallv(space_, group_, send, impl::scaled(f.send_counts, bytes), recv,
+              impl::scaled(f.recv_counts, bytes), unchecked);
+    const KvBlock<Scalar, MemorySpace> owned =
+        own_.carve(n_r, shape_.kv_heads, shape_.head_dim, with_ids);
+    impl::unpack_records(space_, recv, input, fd.source_a, owned);
+    if constexpr (!rope_after_gather)
+      impl::unpack_records(space_, recv, input, fd.source_b, next_cache);
+    return impl::source_of(owned);
+  }
+
+  // All-gather policies, forward: one all-gather of every rank's records, packed (keys rotated
+  // on the way, unless the policy rotates after the gather) straight into this rank's place in
+  // the receive buffer; the axis is then reassembled in axis order into `saved.axis`, this rank's
+  // own tokens read in place (keys rotated as they join). One rank alone has no peer to send to:
+  // nothing is packed. Returns the raw axis when the policy rotates after the gather.
+  KvBlock<Scalar, MemorySpace> gather_axis(const impl::StepTables<MemorySpace>& tb,
+                                           const source_type& own, const impl::AxisLayout& layout,
+                                           bool with_ids, state_type& saved) {
+    const int me = group_.rank();
+    const std::int64_t hkv = shape_.kv_heads, dim = shape_.head_dim;
+    const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
+    const std::int64_t n_r = layout.records(me), length = layout.length();
+    const double base = options_.rope_base;
+    impl::Bytes<MemorySpace> recv;
+    if (group_.size() > 1) {
+      recv = carve<impl::Bytes<MemorySpace>>(recv_, length * bytes);
+      std::int64_t first = 0;
+      for (int r = 0; r < me; ++r) first += tb.gather_counts[r];
+      const impl::Bytes<MemorySpace> mine(recv.data() + first * bytes, n_r * bytes);
+      impl::pack_records(space_, own, impl::Index<MemorySpace>(), n_r, mine,
+                         rope_after_gather ? 0.0 : base);
+      allgatherv_in_place(space_, group_, recv, impl::scaled(tb.gather_counts, bytes), unchecked);
+    }
+    impl::ensure_block(saved.axis, length, hkv, dim, with_ids, "ctxpar::swa::axis");
+    saved.key_origin = 0;
+    KvBlock<Scalar, MemorySpace> raw_axis;
+    if constexpr (rope_after_gather) {
+      // Raw keys land in the workspace; the step keeps the rotated ones.
+      raw_axis = saved.axis;
+      raw_axis.k = carve<tensor_type>(raw_k_, length, hkv, dim);
+      impl::unpack_records(space_, recv, own, tb.forward_axis_source, raw_axis);
+      rope_forward(space_, raw_axis.k, raw_axis.pos, base, saved.axis.k);
+    } else {
+      impl::unpack_records(space_, recv, own, tb.forward_axis_source, saved.axis, base);
+    }
+    return raw_axis;
+  }
+
+  // Halo policy, forward: only the W - 1 records before this rank's first query travel, point to
+  // point, rotated on the way; its own keys are rotated as they join the axis.
+  void exchange_halo(const impl::StepTables<MemorySpace>& tb, const source_type& own,
+                     std::int64_t t_r, bool with_ids, state_type& saved) {
+    const std::int64_t hkv = shape_.kv_heads, dim = shape_.head_dim;
+    const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
+    const double base = options_.rope_base;
+    const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.halo.send_total() * bytes);
+    const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.halo.recv_total() * bytes);
+    impl::pack_records(space_, own, tb.halo_send_records, tb.halo.send_total(), send, base);
+    impl::exchange_pairwise(space_, group_, send, impl::scaled(tb.halo.send_counts, bytes), recv,
+                            impl::scaled(tb.halo.recv_counts, bytes));
+    saved.key_origin = t_r > 0 ? tb.halo.lo : 0;
+    impl::ensure_block(saved.axis, static_cast<std::int64_t>(tb.halo.source.size()), hkv, dim,
+                       with_ids, "ctxpar::swa::halo_axis");
+    impl::unpack_records(space_, recv, own, tb.axis_source, saved.axis, base);
+  }
+
+  // The next cache's raw records onto their owners: cut from the raw axis when the policy
+  // gathered raw keys, moved by one all-to-all for the chunk layout (the whole-axis layout moved
+  // them with its own all-to-all already).
+  void cut_next_cache(const impl::StepTables<MemorySpace>& tb, const source_type& input,
+                      const KvBlock<Scalar, MemorySpace>& raw_axis, bool with_ids,
+                      cache_type& next_cache) {
+    const std::int64_t n_next = tb.reshard.hi - tb.reshard.lo;
+    if constexpr (rope_after_gather) {
+      impl::copy_tokens(space_, next_cache.k, 0, raw_axis.k, tb.reshard.lo, n_next);
+      impl::copy_tokens(space_, next_cache.v, 0, raw_axis.v, tb.reshard.lo, n_next);
+      impl::copy_tokens(space_, next_cache.pos, 0, raw_axis.pos, tb.reshard.lo, n_next);
+      if (with_ids)
+        impl::copy_tokens(space_, next_cache.ids, 0, raw_axis.ids, tb.reshard.lo, n_next);
+    } else if constexpr (!whole_axis) {
+      const std::int64_t bytes = impl::record_bytes<Scalar>(shape_.kv_heads, shape_.head_dim);
+      const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.reshard.send_total() * bytes);
+      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.reshard.recv_total() * bytes);
+      impl::pack_records(space_, input, tb.reshard_send_records, tb.reshard.send_total(), send);
+      alltoallv(space_, group_, send, impl::scaled(tb.reshard.send_counts, bytes), recv,
+                impl::scaled(tb.reshard.recv_counts, bytes), unchecked);
+      impl::unpack_records(space_, recv, input, tb.reshard_source, next_cache);
+    } else {
+      (void)tb, (void)input, (void)raw_axis, (void)with_ids, (void)next_cache;
+    }
+  }
+
+  // All-gather policies, backward: the axis gradients onto the records this rank owns.
+  void gather_gradients_back(const impl::StepTables<MemorySpace>& tb, const tensor_type& dk_axis,
+                             const tensor_type& dv_axis, const tensor_type& own_dk,
+                             const tensor_type& own_dv) {
+    if (group_.size() == 1) {
+      // One rank: every axis token is its own, once; its gradient goes straight to it.
+      Kokkos::deep_copy(space_, own_dk, Scalar(0));
+      Kokkos::deep_copy(space_, own_dv, Scalar(0));
+      impl::route_gradients(space_, dk_axis, dv_axis, tb.forward_axis_source, records_type(),
+                            own_dk, own_dv);
+      return;
+    }
+    // Every axis token has its own gathered slot, so routing fills `all` completely; the
+    // reduce-scatter sums every rank's partial gradient onto the owners.
+    const std::int64_t per = shape_.kv_heads * shape_.head_dim;
+    const std::int64_t n_r = tb.layout.records(group_.rank()), length = tb.layout.length();
+    const auto all = carve<records_type>(records_a_, length, 2 * per);
+    impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, all, own_dk, own_dv);
+    const auto mine = carve<records_type>(records_b_, n_r, 2 * per);
+    reduce_scatter(space_, group_, all, mine, impl::scaled(tb.gather_counts, 2 * per));
+    impl::split_gradient_records(space_, mine, own_dk, own_dv);
+  }
+
+  // Halo policy, backward: own keys accumulate locally; halo keys go back to their owners, who
+  // add them up.
+  void halo_gradients_back(const impl::StepTables<MemorySpace>& tb, const tensor_type& dk_axis,
+                           const tensor_type& dv_axis, const tensor_type& own_dk,
+                           const tensor_type& own_dv) {
+    const std::int64_t per = shape_.kv_heads * shape_.head_dim;
+    Kokkos::deep_copy(space_, own_dk, Scalar(0));
+    Kokkos::deep_copy(space_, own_dv, Scalar(0));
+    const auto back = carve<records_type>(records_a_, tb.halo.recv_total(), 2 * per);
+    impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, back, own_dk, own_dv);
+    const auto got = carve<records_type>(records_b_, tb.halo.send_total(), 2 * per);
+    using flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
+    impl::exchange_pairwise(
+        space_, group_, flat(back.data(), back.span()), impl::scaled(tb.halo.recv_counts, 2 * per),
+        flat(got.data(), got.span()), impl::scaled(tb.halo.send_counts, 2 * per));
+    add_blocks(got, tb.halo_send_records, tb.halo.send_counts, nullptr, own_dk, own_dv);
+  }
+
+  // The owned records' gradients (raw keys: after the RoPE backward) back to the caller's shards
+  // with the next-cache gradient: one all-to-all for the whole-axis layout (the records that moved
+  // onto their owners and the next cache together); for the chunk layout the records are already
+  // the caller's and only a given next-cache gradient moves. `own_dk`/`own_dv` then hold the
+  // gradients of the caller's cache ++ chunk shard.
+  void return_gradients(const impl::StepTables<MemorySpace>& tb,
+                        const cache_gradient_type& d_next_cache, bool has_next, tensor_type& own_dk,
+                        tensor_type& own_dv) {
+    const std::int64_t hkv = shape_.kv_heads, dim = shape_.head_dim, per = hkv * dim;
+    if constexpr (whole_axis) {
+      const int me = group_.rank();
+      const std::int64_t n_in = tb.layout.cache_split().size(me) + tb.layout.chunk_split().size(me);
+      const auto in_dk = carve<tensor_type>(in_dk_, n_in, hkv, dim),
+                 in_dv = carve<tensor_type>(in_dv_, n_in, hkv, dim);
+      Kokkos::deep_copy(space_, in_dk, Scalar(0));
+      Kokkos::deep_copy(space_, in_dv, Scalar(0));
+      const impl::FusedPlan& f = has_next ? tb.with_reshard : tb.alone;
+      const impl::DeviceFused<MemorySpace>& fd = has_next ? tb.with_reshard_d : tb.alone_d;
+      const auto back = carve<records_type>(records_a_, f.recv_total(), 2 * per);
+      impl::route_gradients(space_, own_dk, own_dv, fd.source_a, back, in_dk, in_dv);
+      if (has_next)
+        impl::route_gradients(space_, d_next_cache.dk, d_next_cache.dv, fd.source_b, back, in_dk,
+                              in_dv);
+      const auto got = carve<records_type>(records_b_, f.send_total(), 2 * per);
+      alltoallv(space_, group_, back, impl::scaled(f.recv_counts, 2 * per), got,
+                impl::scaled(f.send_counts, 2 * per), unchecked);
+      // A record may be in both halves of one peer's block: add them in two passes.
+      add_blocks(got, fd.send_records, f.send_counts, &f.send_a, in_dk, in_dv);
+      own_dk = in_dk;
+      own_dv = in_dv;
+    } else if (has_next) {
+      // The next cache holds raw keys, so its gradient joins after the RoPE backward.
+      const auto back = carve<records_type>(records_a_, tb.reshard.recv_total(), 2 * per);
+      impl::route_gradients(space_, d_next_cache.dk, d_next_cache.dv, tb.reshard_source, back,
+                            own_dk, own_dv);
+      const auto got = carve<records_type>(records_b_, tb.reshard.send_total(), 2 * per);
+      alltoallv(space_, group_, back, impl::scaled(tb.reshard.recv_counts, 2 * per), got,
+                impl::scaled(tb.reshard.send_counts, 2 * per), unchecked);
+      add_blocks(got, tb.reshard_send_records, tb.reshard.send_counts, nullptr, own_dk, own_dv);
+    }
+  }
+
   static std::int64_t bits_of(double x) {
     std::int64_t b;
     std::memcpy(&b, &x, sizeof b);
@@ -832,7 +921,8 @@ class StepPlan {
   HostIsa host_isa_ = HostIsa::baseline;
   double scale_ = 1.0;
   std::int64_t fingerprint_ = 0;
-  std::vector<std::int64_t> agreement_;
+  // Every rank's `ShardFacts` of the current call (reserved once: the checks allocate nothing).
+  std::vector<impl::ShardFacts> facts_;
   // The device word of the per-call position-order check.
   Kokkos::View<std::int64_t, MemorySpace> disorder_cell_{"ctxpar::swa::check_positions"};
   // Forward staging: the whole-axis owners' records, the raw gathered keys (RopeAfterGather), and

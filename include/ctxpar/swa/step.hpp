@@ -123,6 +123,7 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
   compat::ScopedRegion region("ctxpar::swa::step_forward");
   impl::LocalChecker chk{"ctxpar::swa::step_forward"};
   impl::check_inputs(chk, chunk, cache, options);
+  impl::check_options(chk, options);
   const std::int64_t c = cache.length(), t = chunk.length();
   chk.require(options.window == 0 || c <= options.window - 1,
               "the cache must not be longer than W - 1",

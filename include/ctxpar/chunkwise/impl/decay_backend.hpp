@@ -12,6 +12,7 @@
 
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/chunkwise/impl/decay_kernels.hpp"
+#include "ctxpar/core/view_checks.hpp"
 
 namespace ctxpar::chunkwise::impl {
 
@@ -49,22 +50,23 @@ class DecayBackend {
   /// Records shape violations of `in` (local; no communication).
   void check(Preconditions& chk, const inputs_type& in) const {
     const auto s = shape(in);
-    chk.require(options_.chunk_size >= 1, "the chunk size must be positive", ">= 1",
-                options_.chunk_size);
     // A NaN or infinite scale makes every output NaN while the run still "succeeds".
     chk.require(std::isfinite(options_.scale), "the scale must be finite (0 = K^(-1/2))",
                 "a finite scale", options_.scale);
     chk.require(s.key_dim > 0, "the key dimension K must be positive", "K > 0", s.key_dim);
     chk.require(s.value_dim > 0, "the value dimension V must be positive", "V > 0", s.value_dim);
     chk.require(s.heads > 0, "the head count H must be positive", "H > 0", s.heads);
-    chk.require(same3(in.k, s.tokens, s.heads, s.key_dim), "k must have the shape of q [T, H, K]",
-                dims(s.tokens, s.heads, s.key_dim), dims(in.k));
+    chk.require(ctxpar::impl::has_extents(in.k, s.tokens, s.heads, s.key_dim),
+                "k must have the shape of q [T, H, K]",
+                ctxpar::impl::shape_text({s.tokens, s.heads, s.key_dim}),
+                ctxpar::impl::shape_text(in.k));
     chk.require(in.v.extent(0) == in.q.extent(0) && in.v.extent(1) == in.q.extent(1),
-                "v must be [T, H, V] with the T and H of q", dims(s.tokens, s.heads, s.value_dim),
-                dims(in.v));
+                "v must be [T, H, V] with the T and H of q",
+                ctxpar::impl::shape_text({s.tokens, s.heads, s.value_dim}),
+                ctxpar::impl::shape_text(in.v));
     const auto gate_ok = gate_shape_ok(in.g, s);
     chk.require(gate_ok.first, Diagonal ? "g must be [T, H, K]" : "g must be [T, H]",
-                gate_ok.second, dims(in.g));
+                gate_ok.second, ctxpar::impl::shape_text(in.g));
     chk.require(in.q.span_is_contiguous() && in.k.span_is_contiguous() &&
                     in.v.span_is_contiguous() && in.g.span_is_contiguous(),
                 "q, k, v and g must be contiguous", "contiguous views", "a strided view");
@@ -73,10 +75,11 @@ class DecayBackend {
   /// Records shape violations of `grads` against `in`.
   void check_gradients(Preconditions& chk, const inputs_type& in,
                        const gradients_type& grads) const {
+    using ctxpar::impl::same_extents;
     chk.require(same_extents(grads.dq, in.q) && same_extents(grads.dk, in.k) &&
                     same_extents(grads.dv, in.v) && same_extents(grads.dg, in.g),
-                "dq, dk, dv and dg must have the shapes of q, k, v and g", dims(in.q),
-                dims(grads.dq));
+                "dq, dk, dv and dg must have the shapes of q, k, v and g",
+                ctxpar::impl::shape_text(in.q), ctxpar::impl::shape_text(grads.dq));
     chk.require(grads.dg.span_is_contiguous(), "dg must be contiguous", "a contiguous view",
                 "a strided view");
   }
@@ -164,38 +167,13 @@ class DecayBackend {
 
  private:
   template <class View>
-  static std::string dims(const View& v) {
-    std::string out = "[";
-    for (int i = 0; i < compat::view_rank<View>; ++i) {
-      out += (i ? ", " : "") + std::to_string(v.extent(i));
-    }
-    return out + "]";
-  }
-  static std::string dims(std::int64_t a, std::int64_t b, std::int64_t c) {
-    return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
-  }
-  template <class View>
-  static bool same3(const View& v, std::int64_t a, std::int64_t b, std::int64_t c) {
-    return static_cast<std::int64_t>(v.extent(0)) == a &&
-           static_cast<std::int64_t>(v.extent(1)) == b &&
-           static_cast<std::int64_t>(v.extent(2)) == c;
-  }
-  template <class A, class B>
-  static bool same_extents(const A& a, const B& b) {
-    if (compat::view_rank<A> != compat::view_rank<B>) return false;
-    for (int i = 0; i < compat::view_rank<A>; ++i) {
-      if (a.extent(i) != b.extent(i)) return false;
-    }
-    return true;
-  }
-  template <class View>
   static std::pair<bool, std::string> gate_shape_ok(const View& g, const ChunkwiseShape& s) {
     if constexpr (Diagonal) {
-      return {same3(g, s.tokens, s.heads, s.key_dim), dims(s.tokens, s.heads, s.key_dim)};
+      return {ctxpar::impl::has_extents(g, s.tokens, s.heads, s.key_dim),
+              ctxpar::impl::shape_text({s.tokens, s.heads, s.key_dim})};
     } else {
-      return {static_cast<std::int64_t>(g.extent(0)) == s.tokens &&
-                  static_cast<std::int64_t>(g.extent(1)) == s.heads,
-              "[" + std::to_string(s.tokens) + ", " + std::to_string(s.heads) + "]"};
+      return {ctxpar::impl::has_extents(g, s.tokens, s.heads),
+              ctxpar::impl::shape_text({s.tokens, s.heads})};
     }
   }
   template <class View>

@@ -15,6 +15,7 @@
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/chunkwise/impl/gated_delta_engine.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/view_checks.hpp"
 
 namespace ctxpar::impl::gated_delta {
 
@@ -31,30 +32,6 @@ std::int64_t count_non_finite(const ExecutionSpace& space, const View& view) {
       },
       bad);
   return bad;
-}
-
-template <class View>
-std::string dims(const View& v) {
-  std::string out = "[";
-  for (int i = 0; i < compat::view_rank<View>; ++i)
-    out += (i ? ", " : "") + std::to_string(v.extent(i));
-  return out + "]";
-}
-
-inline std::string dims(std::initializer_list<std::int64_t> d) {
-  std::string out = "[";
-  int i = 0;
-  for (auto x : d) out += (i++ ? ", " : "") + std::to_string(x);
-  return out + "]";
-}
-
-template <class View>
-bool has_extents(const View& v, std::initializer_list<std::int64_t> d) {
-  if (static_cast<int>(d.size()) != compat::view_rank<View>) return false;
-  int i = 0;
-  for (auto x : d)
-    if (static_cast<std::int64_t>(v.extent(i++)) != x) return false;
-  return true;
 }
 
 template <class View>
@@ -104,8 +81,6 @@ class Backend {
   void check(Preconditions& chk, const inputs_type& in) const {
     const auto s = shape(in);
     const std::int64_t T = s.tokens, H = s.heads, K = s.key_dim, V = s.value_dim, n = n_h_;
-    chk.require(options_.chunk_size >= 1, "the chunk size must be positive", ">= 1",
-                options_.chunk_size);
     // A NaN or infinite scale makes every output NaN while the run still "succeeds".
     chk.require(std::isfinite(options_.scale), "the scale must be finite (0 = K^(-1/2))",
                 "a finite scale", options_.scale);
@@ -115,22 +90,23 @@ class Backend {
     chk.require(V > 0, "the value dimension V must be positive", "V > 0", V);
     chk.require(H > 0, "the head count H must be positive", "H > 0", H);
     if constexpr (Product) {
-      chk.require(has_extents(in.k, {T, n, H, K}), "k must be [T, n_h, H, K]", dims({T, n, H, K}),
-                  dims(in.k));
+      chk.require(has_extents(in.k, T, n, H, K), "k must be [T, n_h, H, K]",
+                  shape_text({T, n, H, K}), shape_text(in.k));
       chk.require(in.v.extent(0) == in.q.extent(0) &&
                       static_cast<std::int64_t>(in.v.extent(1)) == n &&
                       in.v.extent(2) == in.q.extent(1),
-                  "v must be [T, n_h, H, V]", dims({T, n, H, V}), dims(in.v));
-      chk.require(has_extents(in.beta, {T, n, H}), "beta must be [T, n_h, H]", dims({T, n, H}),
-                  dims(in.beta));
+                  "v must be [T, n_h, H, V]", shape_text({T, n, H, V}), shape_text(in.v));
+      chk.require(has_extents(in.beta, T, n, H), "beta must be [T, n_h, H]", shape_text({T, n, H}),
+                  shape_text(in.beta));
     } else {
-      chk.require(has_extents(in.k, {T, H, K}), "k must be [T, H, K] like q", dims({T, H, K}),
-                  dims(in.k));
+      chk.require(has_extents(in.k, T, H, K), "k must be [T, H, K] like q", shape_text({T, H, K}),
+                  shape_text(in.k));
       chk.require(in.v.extent(0) == in.q.extent(0) && in.v.extent(1) == in.q.extent(1),
-                  "v must be [T, H, V]", dims({T, H, V}), dims(in.v));
-      chk.require(has_extents(in.beta, {T, H}), "beta must be [T, H]", dims({T, H}), dims(in.beta));
+                  "v must be [T, H, V]", shape_text({T, H, V}), shape_text(in.v));
+      chk.require(has_extents(in.beta, T, H), "beta must be [T, H]", shape_text({T, H}),
+                  shape_text(in.beta));
     }
-    chk.require(has_extents(in.g, {T, H}), "g must be [T, H]", dims({T, H}), dims(in.g));
+    chk.require(has_extents(in.g, T, H), "g must be [T, H]", shape_text({T, H}), shape_text(in.g));
     chk.require(in.q.span_is_contiguous() && in.k.span_is_contiguous() &&
                     in.v.span_is_contiguous() && in.g.span_is_contiguous() &&
                     in.beta.span_is_contiguous(),
@@ -139,10 +115,11 @@ class Backend {
 
   /// Records violations of `grads` against `in`.
   void check_gradients(Preconditions& chk, const inputs_type& in, const gradients_type& gr) const {
-    chk.require(same(gr.dq, in.q) && same(gr.dk, in.k) && same(gr.dv, in.v) && same(gr.dg, in.g) &&
-                    same(gr.dbeta, in.beta),
+    chk.require(same_extents(gr.dq, in.q) && same_extents(gr.dk, in.k) &&
+                    same_extents(gr.dv, in.v) && same_extents(gr.dg, in.g) &&
+                    same_extents(gr.dbeta, in.beta),
                 "dq, dk, dv, dg and dbeta must have the shapes of q, k, v, g and beta",
-                dims(in.k) + " for dk", dims(gr.dk));
+                shape_text(in.k) + " for dk", shape_text(gr.dk));
     chk.require(gr.dq.span_is_contiguous() && gr.dk.span_is_contiguous() &&
                     gr.dv.span_is_contiguous() && gr.dg.span_is_contiguous() &&
                     gr.dbeta.span_is_contiguous(),
@@ -278,14 +255,6 @@ class Backend {
 
  private:
   using engine = Engine<Scalar, MemorySpace, Inputs>;
-
-  template <class A, class B>
-  static bool same(const A& a, const B& b) {
-    if (compat::view_rank<A> != compat::view_rank<B>) return false;
-    for (int i = 0; i < compat::view_rank<A>; ++i)
-      if (a.extent(i) != b.extent(i)) return false;
-    return true;
-  }
 
   int n_h_ = 1;
   chunkwise::BackendOptions options_;

@@ -11,6 +11,7 @@
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/tensors.hpp"
 
@@ -88,7 +89,23 @@ std::int64_t position_at(const Positions<MemorySpace>& a, const Positions<Memory
   return v;
 }
 
-/// Shape, id, ordering and (optionally) finiteness checks on one rank's chunk and cache. Returns
+/// The one check of the step's options: the window, the RoPE base and the softmax scale. A plan
+/// makes it once, at construction; the single-rank step on every call.
+template <class Checker>
+void check_options(Checker& chk, const Options& options) {
+  chk.require(options.window >= 0, "the window must be non-negative (0 = unlimited)", ">= 0",
+              options.window);
+  // A base of 0, a negative base or NaN turns every angle into NaN or Inf, and a non-finite scale
+  // every score: the step would return NaN everywhere and still "succeed".
+  chk.require(std::isfinite(options.rope_base) && options.rope_base > 0.0,
+              "options.rope_base must be finite and positive", "a finite base > 0",
+              ctxpar::impl::to_text(options.rope_base));
+  chk.require(std::isfinite(options.scale), "options.scale must be finite (0 = 1 / sqrt(D))",
+              "a finite scale", ctxpar::impl::to_text(options.scale));
+}
+
+/// Shape, id, ordering and (optionally) finiteness checks on one rank's chunk and cache (the
+/// options are `check_options`'). Returns
 /// false when a shape check failed (later checks would index out of range and are skipped).
 /// `cell` is one device word the position check may write (a plan owns one).
 template <class Checker, class Scalar, class MemorySpace>
@@ -103,10 +120,7 @@ bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
     chk.require(cond, what, expected, actual);
     ok = ok && cond;
   };
-  auto shape = [](const auto& v) {
-    return "[" + std::to_string(v.extent(0)) + ", " + std::to_string(v.extent(1)) + ", " +
-           std::to_string(v.extent(2)) + "]";
-  };
+  using ctxpar::impl::shape_text;
   need(dim % 2 == 0, "the head dimension must be even (RoPE rotates pairs)", "an even D",
        std::to_string(dim));
   need(hkv > 0 && hq % hkv == 0, "query heads must be a multiple of key/value heads (GQA)",
@@ -115,7 +129,7 @@ bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
            chunk.v.extent(1) == hkv && chunk.v.extent(2) == dim,
        "q, k and v must have the same tokens and head dimension, k and v the same heads",
        "k, v = [" + std::to_string(t) + ", Hkv, " + std::to_string(dim) + "]",
-       "q " + shape(chunk.q) + ", k " + shape(chunk.k) + ", v " + shape(chunk.v));
+       "q " + shape_text(chunk.q) + ", k " + shape_text(chunk.k) + ", v " + shape_text(chunk.v));
   need(chunk.pos.extent(0) == t, "one position per chunk token", std::to_string(t),
        std::to_string(chunk.pos.extent(0)));
   need(cache.k.extent(0) == cache.pos.extent(0) && cache.v.extent(0) == cache.pos.extent(0) &&
@@ -124,22 +138,13 @@ bool check_inputs(Checker& chk, const Chunk<Scalar, MemorySpace>& chunk,
        "the cache must hold one position per key and match the chunk's heads and head dimension",
        "[" + std::to_string(cache.pos.extent(0)) + ", " + std::to_string(hkv) + ", " +
            std::to_string(dim) + "]",
-       "k " + shape(cache.k) + ", v " + shape(cache.v));
+       "k " + shape_text(cache.k) + ", v " + shape_text(cache.v));
   need(chunk.ids.extent(0) == 0 || chunk.ids.extent(0) == t,
        "ids must be absent or one per chunk token", "0 or " + std::to_string(t),
        std::to_string(chunk.ids.extent(0)));
   need(cache.ids.extent(0) == 0 || cache.ids.extent(0) == cache.pos.extent(0),
        "cache ids must be absent or one per cache key",
        "0 or " + std::to_string(cache.pos.extent(0)), std::to_string(cache.ids.extent(0)));
-  need(options.window >= 0, "the window must be non-negative (0 = unlimited)", ">= 0",
-       std::to_string(options.window));
-  // A base of 0, a negative base or NaN turns every angle into NaN or Inf, and a non-finite scale
-  // every score: the step would return NaN everywhere and still "succeed".
-  need(std::isfinite(options.rope_base) && options.rope_base > 0.0,
-       "options.rope_base must be finite and positive", "a finite base > 0",
-       ctxpar::impl::to_text(options.rope_base));
-  need(std::isfinite(options.scale), "options.scale must be finite (0 = 1 / sqrt(D))",
-       "a finite scale", ctxpar::impl::to_text(options.scale));
   if (!ok) return false;
   if (const std::int64_t i = first_disorder(cache.pos, chunk.pos, cell); i > 0) {
     chk.require(false,
