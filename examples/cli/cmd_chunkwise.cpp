@@ -456,11 +456,13 @@ int dispatch_policy(const ctxpar::Group& group, const Settings& s,
                     std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu,
                     ctxpar::cli::OutputDir& out) {
   const cw::BackendOptions options{s.chunk, s.scale};
-  const auto& compositions = ctxpar::cli::compositions;
+  // The composition table is named in full inside the lambda: clang (hipcc) refuses a local
+  // reference to it there, as a use of an enclosing function's variable.
   return families.visit(families.index(s.family), [&](auto family) {
     const auto backend = decltype(family)::template backend<Scalar>(s, options);
     using B = std::decay_t<decltype(backend)>;
-    return compositions.visit(compositions.index(s.compose), [&](auto policy) {
+    const int compose = ctxpar::cli::compositions.index(s.compose);
+    return ctxpar::cli::compositions.visit(compose, [&](auto policy) {
       return run_typed<decltype(policy), Scalar, B>(group, backend, s, f, cu, out);
     });
   });
