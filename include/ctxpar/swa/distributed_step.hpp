@@ -8,24 +8,20 @@
 /// After the first call with given shapes, a forward + backward allocates nothing.
 #pragma once
 
-#include <mpi.h>
 #include <Kokkos_Core.hpp>
 
 #include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
-#include "ctxpar/comm/allgather.hpp"
-#include "ctxpar/comm/alltoall.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/host_isa_agreement.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/rank_facts.hpp"
-#include "ctxpar/comm/reduce.hpp"
-#include "ctxpar/comm/sendrecv.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"
@@ -36,6 +32,8 @@
 #include "ctxpar/swa/impl/axis.hpp"
 #include "ctxpar/swa/impl/layout.hpp"
 #include "ctxpar/swa/impl/records.hpp"
+#include "ctxpar/swa/impl/step_staging.hpp"
+#include "ctxpar/swa/impl/step_tables.hpp"
 #include "ctxpar/swa/impl/validate.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/policies.hpp"
@@ -57,79 +55,6 @@ struct StepShape {
   /// Head dimension `D` (even).
   std::int64_t head_dim = 0;
 };
-
-namespace impl {
-
-/// A fused exchange's tables on the device.
-template <class MemorySpace>
-struct DeviceFused {
-  Index<MemorySpace> send_records, source_a, source_b;
-};
-
-/// The exchange tables of one step layout (cache and chunk lengths, window, rank count), on the
-/// host and uploaded to the device. Built when a forward meets a layout its state was not built
-/// for, reused otherwise.
-template <class MemorySpace>
-struct StepTables {
-  AxisLayout layout;
-  std::int64_t window = -1;
-  bool ready = false;
-  /// Next-cache re-shard from the caller's per-segment shards (and its device tables).
-  ExchangePlan reshard;
-  Index<MemorySpace> reshard_source, reshard_send_records;
-  /// `HaloKV`: the halo exchange and its records to send.
-  ExchangePlan halo;
-  Index<MemorySpace> halo_send_records;
-  /// Axis token -> gathered record (all-gather policies) or halo slot / own record (`HaloKV`).
-  Index<MemorySpace> axis_source;
-  /// All-gather policies, forward: as `axis_source`, but this rank's own tokens as own records
-  /// `-(j + 1)`, read in place rather than from the gathered buffer (at one rank, nothing is
-  /// packed or gathered at all). The backward keeps `axis_source`: every token has its slot there.
-  Index<MemorySpace> forward_axis_source;
-  /// All-gather policies: records of each rank.
-  std::vector<int> gather_counts;
-  /// `WholeAxisChunks`: the move onto the whole-axis owners, fused with the next-cache re-shard
-  /// (`with_reshard`) or alone, and their device tables.
-  ExchangePlan assembly;
-  FusedPlan with_reshard, alone;
-  DeviceFused<MemorySpace> with_reshard_d, alone_d;
-
-  bool matches(const AxisLayout& l, std::int64_t w) const {
-    return ready && w == window && l.cache == layout.cache && l.chunk == layout.chunk &&
-           l.ranks == layout.ranks && l.whole_axis == layout.whole_axis;
-  }
-};
-
-/// Reallocates the views of `block` unless they already hold `n` tokens (ids only `with_ids`).
-template <class Scalar, class MemorySpace>
-void ensure_block(KvBlock<Scalar, MemorySpace>& block, std::int64_t n, std::int64_t kv_heads,
-                  std::int64_t dim, bool with_ids, const std::string& label) {
-  ctxpar::impl::ensure_extents(block.k, label, n, kv_heads, dim);
-  ctxpar::impl::ensure_extents(block.v, label, n, kv_heads, dim);
-  ctxpar::impl::ensure_extents(block.pos, label, n);
-  ctxpar::impl::ensure_extents(block.ids, label, with_ids ? n : 0);
-}
-
-/// Four grow-only buffers a key/value block is carved from.
-template <class Scalar, class MemorySpace>
-struct BlockBuffers {
-  GrowingBuffer<MemorySpace> k, v, pos, ids;
-  explicit BlockBuffers(const std::string& label) : k(label), v(label), pos(label), ids(label) {}
-  KvBlock<Scalar, MemorySpace> carve(std::int64_t n, std::int64_t kv_heads, std::int64_t dim,
-                                     bool with_ids) {
-    KvBlock<Scalar, MemorySpace> b;
-    b.k = ctxpar::carve<Tensor<Scalar, MemorySpace>>(k, n, kv_heads, dim);
-    b.v = ctxpar::carve<Tensor<Scalar, MemorySpace>>(v, n, kv_heads, dim);
-    b.pos = ctxpar::carve<Positions<MemorySpace>>(pos, n);
-    b.ids = ctxpar::carve<Ids<MemorySpace>>(ids, with_ids ? n : 0);
-    return b;
-  }
-  std::size_t bytes() const {
-    return k.capacity_bytes() + v.capacity_bytes() + pos.capacity_bytes() + ids.capacity_bytes();
-  }
-};
-
-}  // namespace impl
 
 /// What the backward of one distributed step needs from its forward, on one rank. The caller owns
 /// one per step in flight (a streaming chain keeps one per step until that step's backward); a
@@ -163,52 +88,11 @@ struct DistributedState {
     return q_rot.span() * sizeof(Scalar) + axis.k.span() * sizeof(Scalar) +
            axis.v.span() * sizeof(Scalar) + axis.pos.span() * sizeof(std::int64_t) +
            axis.ids.span() * sizeof(std::int32_t) + lse.span() * sizeof(accumulator_t<Scalar>) +
-           own_pos.span() * sizeof(std::int64_t) +
-           (tables.axis_source.span() + tables.forward_axis_source.span() +
-            tables.reshard_source.span() + tables.reshard_send_records.span() +
-            tables.halo_send_records.span()) *
-               sizeof(std::int64_t);
+           own_pos.span() * sizeof(std::int64_t) + tables.bytes();
   }
 };
 
 namespace impl {
-
-/// A plan that moves nothing (the missing half of a fused exchange).
-inline ExchangePlan empty_plan(int ranks) {
-  ExchangePlan plan;
-  plan.send_counts.assign(static_cast<std::size_t>(ranks), 0);
-  plan.recv_counts.assign(static_cast<std::size_t>(ranks), 0);
-  return plan;
-}
-
-/// Point-to-point exchange of packed blocks: `send_counts[j]` elements (rank-major in `send`) go to
-/// rank `j`, `recv_counts[i]` come from rank `i`. Round `d` pairs each rank with `rank + d`
-/// (sending) and `rank - d` (receiving); pairs with nothing to move skip the round.
-template <class ExecutionSpace, class SendView, class RecvView>
-void exchange_pairwise(const ExecutionSpace& space, const Group& group, const SendView& send,
-                       const std::vector<int>& send_counts, const RecvView& recv,
-                       const std::vector<int>& recv_counts) {
-  const int p = group.size(), me = group.rank();
-  std::vector<std::int64_t> sd(p, 0), rd(p, 0);
-  for (int i = 1; i < p; ++i) {
-    sd[i] = sd[i - 1] + send_counts[i - 1];
-    rd[i] = rd[i - 1] + recv_counts[i - 1];
-  }
-  for (int d = 1; d < p; ++d) {
-    const int dest = (me + d) % p, source = (me - d + p) % p;
-    const std::int64_t sc = send_counts[dest], rc = recv_counts[source];
-    if (sc == 0 && rc == 0) continue;
-    auto s = Kokkos::subview(send, std::make_pair(sd[dest], sd[dest] + sc));
-    auto r = Kokkos::subview(recv, std::make_pair(rd[source], rd[source] + rc));
-    sendrecv(space, group, s, sc > 0 ? dest : no_rank, r, rc > 0 ? source : no_rank, d);
-  }
-}
-
-inline std::vector<int> scaled(const std::vector<int>& counts, std::int64_t factor) {
-  std::vector<int> out(counts.size());
-  for (std::size_t i = 0; i < counts.size(); ++i) out[i] = static_cast<int>(counts[i] * factor);
-  return out;
-}
 
 /// What one rank tells the others about its shards at each call, for the checks that span ranks.
 struct ShardFacts {
@@ -437,6 +321,7 @@ class StepPlan {
     chk.agree();
     host_isa_ = static_cast<HostIsa>(isa);
     scale_ = impl::effective_scale(options, shape.head_dim);
+    records_ = impl::RecordShape{shape.kv_heads, shape.head_dim};
     facts_.reserve(static_cast<std::size_t>(group.size()));
   }
 
@@ -458,22 +343,21 @@ class StepPlan {
     // Tables are reused only when this plan built them for this layout (another policy's tables
     // for the same lengths would move the wrong records).
     if (saved.plan != fingerprint_ || !tb.matches(layout, options_.window))
-      build_tables(tb, layout);
+      tb.template build<exchange_type>(layout, me, options_.window);
     saved.plan = fingerprint_;
     const std::int64_t n_r = layout.records(me);
 
-    // The caller's records, read in place: its cache shard then its chunk shard, raw.
-    const impl::TokenSource<Scalar, MemorySpace> input{
+    // The caller's records, read in place: its cache shard then its chunk shard, raw. The next
+    // cache is always cut from them, so both layouts carry the same state between steps.
+    const source_type input{
         cache, KvBlock<Scalar, MemorySpace>{chunk.k, chunk.v, chunk.pos, chunk.ids}, c_r};
-
-    // The next cache is always cut from the caller's raw records, so both layouts carry the same
-    // state between steps.
-    const std::int64_t n_next = tb.reshard.hi - tb.reshard.lo;
-    impl::ensure_block(next_cache, n_next, hkv, dim, with_ids, "ctxpar::swa::next_cache");
-
+    impl::ensure_block(next_cache, tb.reshard.length(), hkv, dim, with_ids,
+                       "ctxpar::swa::next_cache");
     // This rank's key/value records under the layout in use.
-    impl::TokenSource<Scalar, MemorySpace> own = input;
-    if constexpr (whole_axis) own = to_whole_axis_owners(tb, input, n_r, with_ids, next_cache);
+    source_type own = input;
+    if constexpr (whole_axis)
+      own = tb.assembly->forward(exchange_context(), input, n_r, with_ids, !rope_after_gather,
+                                 next_cache);
     // The records' positions stay with the step (for the RoPE backward).
     ctxpar::impl::ensure_extents(saved.own_pos, "ctxpar::swa::own_pos", n_r);
     impl::copy_tokens(space_, saved.own_pos, 0, own.first.pos, 0, own.split);
@@ -483,12 +367,10 @@ class StepPlan {
     rope_forward(space_, chunk.q, chunk.pos, options_.rope_base, saved.q_rot);
     saved.q_pos = chunk.pos;
     saved.q_ids = with_ids ? chunk.ids : Ids<MemorySpace>();
-
-    KvBlock<Scalar, MemorySpace> raw_axis;
-    if constexpr (!halo)
-      raw_axis = gather_axis(tb, own, layout, with_ids, saved);
-    else
-      exchange_halo(tb, own, t_r, with_ids, saved);
+    const KvBlock<Scalar, MemorySpace> raw_axis =
+        std::get<exchange_type>(tb.exchange)
+            .template forward<rope_after_gather>(exchange_context(), own, layout, with_ids,
+                                                 options_.rope_base, saved.axis, saved.key_origin);
 
     if (ctxpar::impl::is_unallocated(out))
       out = tensor_type(
@@ -499,7 +381,13 @@ class StepPlan {
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
                                            saved.key_origin, options_.window, scale_);
     attention_forward(space_, window_mask(options_.window), in, out, saved.lse, attention_);
-    cut_next_cache(tb, input, raw_axis, with_ids, next_cache);
+    // The next cache's raw records onto their owners: cut from the raw axis when the policy
+    // gathered raw keys; moved by one all-to-all for the chunk layout (the whole-axis layout
+    // moved them with its assembly already).
+    if constexpr (rope_after_gather)
+      tb.reshard.cut(space_, raw_axis, with_ids, next_cache);
+    else if constexpr (!whole_axis)
+      tb.reshard.move(exchange_context(), input, next_cache);
   }
 
   /// Backward of the `forward` that filled `saved`. From this rank's `dout [t_r, Hq, D]` and the
@@ -531,14 +419,22 @@ class StepPlan {
         Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
         dv_axis, attention_);
 
+    // The axis gradients onto the records this rank owns, RoPE's backward there, then back to
+    // the caller's shards with the next cache's gradient (the next cache holds raw keys, so its
+    // gradient joins after the RoPE backward).
     tensor_type own_dk = carve<tensor_type>(own_dk_, n_r, hkv, dim),
                 own_dv = carve<tensor_type>(own_dv_, n_r, hkv, dim);
-    if constexpr (!halo)
-      gather_gradients_back(tb, dk_axis, dv_axis, own_dk, own_dv);
-    else
-      halo_gradients_back(tb, dk_axis, dv_axis, own_dk, own_dv);
+    std::get<exchange_type>(tb.exchange)
+        .gradients_back(exchange_context(), tb.layout, dk_axis, dv_axis, own_dk, own_dv);
     rope_backward(space_, own_dk, saved.own_pos, options_.rope_base, own_dk);
-    return_gradients(tb, d_next_cache, has_next, own_dk, own_dv);
+    if constexpr (whole_axis) {
+      const std::int64_t n_in = c_r + tb.layout.chunk_split().size(me);
+      std::tie(own_dk, own_dv) = tb.assembly->return_gradients(
+          exchange_context(), own_dk, own_dv, has_next, d_next_cache.dk, d_next_cache.dv, n_in);
+    } else if (has_next) {
+      tb.reshard.return_gradients(exchange_context(), d_next_cache.dk, d_next_cache.dv, own_dk,
+                                  own_dv);
+    }
 
     allocate_if_empty(grads.dq, "ctxpar::swa::dq", t_r, hq);
     allocate_if_empty(grads.dk, "ctxpar::swa::dk", t_r, hkv);
@@ -564,16 +460,16 @@ class StepPlan {
   /// Bytes of staging buffers and kernel scratch the plan holds now (they grow to the largest
   /// step seen and never shrink).
   std::size_t workspace_bytes() const {
-    return own_.bytes() + raw_k_.capacity_bytes() + send_.capacity_bytes() +
-           recv_.capacity_bytes() + dq_rot_.capacity_bytes() + dk_axis_.capacity_bytes() +
+    return staging_.bytes() + dq_rot_.capacity_bytes() + dk_axis_.capacity_bytes() +
            dv_axis_.capacity_bytes() + own_dk_.capacity_bytes() + own_dv_.capacity_bytes() +
-           in_dk_.capacity_bytes() + in_dv_.capacity_bytes() + records_a_.capacity_bytes() +
-           records_b_.capacity_bytes() + attention_.bytes();
+           attention_.bytes();
   }
 
  private:
   using source_type = impl::TokenSource<Scalar, MemorySpace>;
-  using records_type = impl::GradientRecords<Scalar, MemorySpace>;
+  // The policy's exchange (its tables live in each `DistributedState`).
+  using exchange_type =
+      std::conditional_t<halo, impl::HaloExchange<MemorySpace>, impl::GatherExchange<MemorySpace>>;
 
   // The agreed checks of a forward call: the chunk against the plan's shape, `out`, the aliasing
   // of the two caches, then the checks across ranks (`check_call`). Returns the step's layout.
@@ -618,7 +514,7 @@ class StepPlan {
     const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
     const std::int64_t t_r = saved.q_rot.extent(0);
     const std::int64_t c_r = tb.layout.cache_split().size(me);
-    const std::int64_t n_next = tb.reshard.hi - tb.reshard.lo;
+    const std::int64_t n_next = tb.reshard.length();
     Preconditions chk(group_, "ctxpar::swa::StepPlan::backward");
     const bool from_here = saved.plan == fingerprint_ && tb.ready;
     chk.require(from_here, "saved must come from a forward of this plan",
@@ -648,191 +544,8 @@ class StepPlan {
     chk.agree();
   }
 
-  // Whole-axis layout, forward: one all-to-all moves the records onto their whole-axis owners
-  // and (unless the policy rotates after the gather) the next cache's raw records. Returns this
-  // rank's owned records.
-  source_type to_whole_axis_owners(const impl::StepTables<MemorySpace>& tb,
-                                   const source_type& input, std::int64_t n_r, bool with_ids,
-                                   cache_type& next_cache) {
-    const std::int64_t bytes = impl::record_bytes<Scalar>(shape_.kv_heads, shape_.head_dim);
-    const impl::FusedPlan& f = rope_after_gather ? tb.alone : tb.with_reshard;
-    const impl::DeviceFused<MemorySpace>& fd = rope_after_gather ? tb.alone_d : tb.with_reshard_d;
-    const auto send = carve<impl::Bytes<MemorySpace>>(send_, f.send_total() * bytes);
-    const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, f.recv_total() * bytes);
-    impl::pack_records(space_, input, fd.send_records, f.send_total(), send);
-    alltoallv(space_, group_, send, impl::scaled(f.send_counts, bytes), recv,
-              impl::scaled(f.recv_counts, bytes), unchecked);
-    const KvBlock<Scalar, MemorySpace> owned =
-        own_.carve(n_r, shape_.kv_heads, shape_.head_dim, with_ids);
-    impl::unpack_records(space_, recv, input, fd.source_a, owned);
-    if constexpr (!rope_after_gather)
-      impl::unpack_records(space_, recv, input, fd.source_b, next_cache);
-    return impl::source_of(owned);
-  }
-
-  // All-gather policies, forward: one all-gather of every rank's records, packed (keys rotated
-  // on the way, unless the policy rotates after the gather) straight into this rank's place in
-  // the receive buffer; the axis is then reassembled in axis order into `saved.axis`, this rank's
-  // own tokens read in place (keys rotated as they join). One rank alone has no peer to send to:
-  // nothing is packed. Returns the raw axis when the policy rotates after the gather.
-  KvBlock<Scalar, MemorySpace> gather_axis(const impl::StepTables<MemorySpace>& tb,
-                                           const source_type& own, const impl::AxisLayout& layout,
-                                           bool with_ids, state_type& saved) {
-    const int me = group_.rank();
-    const std::int64_t hkv = shape_.kv_heads, dim = shape_.head_dim;
-    const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
-    const std::int64_t n_r = layout.records(me), length = layout.length();
-    const double base = options_.rope_base;
-    impl::Bytes<MemorySpace> recv;
-    if (group_.size() > 1) {
-      recv = carve<impl::Bytes<MemorySpace>>(recv_, length * bytes);
-      std::int64_t first = 0;
-      for (int r = 0; r < me; ++r) first += tb.gather_counts[r];
-      const impl::Bytes<MemorySpace> mine(recv.data() + first * bytes, n_r * bytes);
-      impl::pack_records(space_, own, impl::Index<MemorySpace>(), n_r, mine,
-                         rope_after_gather ? 0.0 : base);
-      allgatherv_in_place(space_, group_, recv, impl::scaled(tb.gather_counts, bytes), unchecked);
-    }
-    impl::ensure_block(saved.axis, length, hkv, dim, with_ids, "ctxpar::swa::axis");
-    saved.key_origin = 0;
-    KvBlock<Scalar, MemorySpace> raw_axis;
-    if constexpr (rope_after_gather) {
-      // Raw keys land in the workspace; the step keeps the rotated ones.
-      raw_axis = saved.axis;
-      raw_axis.k = carve<tensor_type>(raw_k_, length, hkv, dim);
-      impl::unpack_records(space_, recv, own, tb.forward_axis_source, raw_axis);
-      rope_forward(space_, raw_axis.k, raw_axis.pos, base, saved.axis.k);
-    } else {
-      impl::unpack_records(space_, recv, own, tb.forward_axis_source, saved.axis, base);
-    }
-    return raw_axis;
-  }
-
-  // Halo policy, forward: only the W - 1 records before this rank's first query travel, point to
-  // point, rotated on the way; its own keys are rotated as they join the axis.
-  void exchange_halo(const impl::StepTables<MemorySpace>& tb, const source_type& own,
-                     std::int64_t t_r, bool with_ids, state_type& saved) {
-    const std::int64_t hkv = shape_.kv_heads, dim = shape_.head_dim;
-    const std::int64_t bytes = impl::record_bytes<Scalar>(hkv, dim);
-    const double base = options_.rope_base;
-    const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.halo.send_total() * bytes);
-    const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.halo.recv_total() * bytes);
-    impl::pack_records(space_, own, tb.halo_send_records, tb.halo.send_total(), send, base);
-    impl::exchange_pairwise(space_, group_, send, impl::scaled(tb.halo.send_counts, bytes), recv,
-                            impl::scaled(tb.halo.recv_counts, bytes));
-    saved.key_origin = t_r > 0 ? tb.halo.lo : 0;
-    impl::ensure_block(saved.axis, static_cast<std::int64_t>(tb.halo.source.size()), hkv, dim,
-                       with_ids, "ctxpar::swa::halo_axis");
-    impl::unpack_records(space_, recv, own, tb.axis_source, saved.axis, base);
-  }
-
-  // The next cache's raw records onto their owners: cut from the raw axis when the policy
-  // gathered raw keys, moved by one all-to-all for the chunk layout (the whole-axis layout moved
-  // them with its own all-to-all already).
-  void cut_next_cache(const impl::StepTables<MemorySpace>& tb, const source_type& input,
-                      const KvBlock<Scalar, MemorySpace>& raw_axis, bool with_ids,
-                      cache_type& next_cache) {
-    const std::int64_t n_next = tb.reshard.hi - tb.reshard.lo;
-    if constexpr (rope_after_gather) {
-      impl::copy_tokens(space_, next_cache.k, 0, raw_axis.k, tb.reshard.lo, n_next);
-      impl::copy_tokens(space_, next_cache.v, 0, raw_axis.v, tb.reshard.lo, n_next);
-      impl::copy_tokens(space_, next_cache.pos, 0, raw_axis.pos, tb.reshard.lo, n_next);
-      if (with_ids)
-        impl::copy_tokens(space_, next_cache.ids, 0, raw_axis.ids, tb.reshard.lo, n_next);
-    } else if constexpr (!whole_axis) {
-      const std::int64_t bytes = impl::record_bytes<Scalar>(shape_.kv_heads, shape_.head_dim);
-      const auto send = carve<impl::Bytes<MemorySpace>>(send_, tb.reshard.send_total() * bytes);
-      const auto recv = carve<impl::Bytes<MemorySpace>>(recv_, tb.reshard.recv_total() * bytes);
-      impl::pack_records(space_, input, tb.reshard_send_records, tb.reshard.send_total(), send);
-      alltoallv(space_, group_, send, impl::scaled(tb.reshard.send_counts, bytes), recv,
-                impl::scaled(tb.reshard.recv_counts, bytes), unchecked);
-      impl::unpack_records(space_, recv, input, tb.reshard_source, next_cache);
-    } else {
-      (void)tb, (void)input, (void)raw_axis, (void)with_ids, (void)next_cache;
-    }
-  }
-
-  // All-gather policies, backward: the axis gradients onto the records this rank owns.
-  void gather_gradients_back(const impl::StepTables<MemorySpace>& tb, const tensor_type& dk_axis,
-                             const tensor_type& dv_axis, const tensor_type& own_dk,
-                             const tensor_type& own_dv) {
-    if (group_.size() == 1) {
-      // One rank: every axis token is its own, once; its gradient goes straight to it.
-      Kokkos::deep_copy(space_, own_dk, Scalar(0));
-      Kokkos::deep_copy(space_, own_dv, Scalar(0));
-      impl::route_gradients(space_, dk_axis, dv_axis, tb.forward_axis_source, records_type(),
-                            own_dk, own_dv);
-      return;
-    }
-    // Every axis token has its own gathered slot, so routing fills `all` completely; the
-    // reduce-scatter sums every rank's partial gradient onto the owners.
-    const std::int64_t per = shape_.kv_heads * shape_.head_dim;
-    const std::int64_t n_r = tb.layout.records(group_.rank()), length = tb.layout.length();
-    const auto all = carve<records_type>(records_a_, length, 2 * per);
-    impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, all, own_dk, own_dv);
-    const auto mine = carve<records_type>(records_b_, n_r, 2 * per);
-    reduce_scatter(space_, group_, all, mine, impl::scaled(tb.gather_counts, 2 * per));
-    impl::split_gradient_records(space_, mine, own_dk, own_dv);
-  }
-
-  // Halo policy, backward: own keys accumulate locally; halo keys go back to their owners, who
-  // add them up.
-  void halo_gradients_back(const impl::StepTables<MemorySpace>& tb, const tensor_type& dk_axis,
-                           const tensor_type& dv_axis, const tensor_type& own_dk,
-                           const tensor_type& own_dv) {
-    const std::int64_t per = shape_.kv_heads * shape_.head_dim;
-    Kokkos::deep_copy(space_, own_dk, Scalar(0));
-    Kokkos::deep_copy(space_, own_dv, Scalar(0));
-    const auto back = carve<records_type>(records_a_, tb.halo.recv_total(), 2 * per);
-    impl::route_gradients(space_, dk_axis, dv_axis, tb.axis_source, back, own_dk, own_dv);
-    const auto got = carve<records_type>(records_b_, tb.halo.send_total(), 2 * per);
-    using flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
-    impl::exchange_pairwise(
-        space_, group_, flat(back.data(), back.span()), impl::scaled(tb.halo.recv_counts, 2 * per),
-        flat(got.data(), got.span()), impl::scaled(tb.halo.send_counts, 2 * per));
-    add_blocks(got, tb.halo_send_records, tb.halo.send_counts, nullptr, own_dk, own_dv);
-  }
-
-  // The owned records' gradients (raw keys: after the RoPE backward) back to the caller's shards
-  // with the next-cache gradient: one all-to-all for the whole-axis layout (the records that moved
-  // onto their owners and the next cache together); for the chunk layout the records are already
-  // the caller's and only a given next-cache gradient moves. `own_dk`/`own_dv` then hold the
-  // gradients of the caller's cache ++ chunk shard.
-  void return_gradients(const impl::StepTables<MemorySpace>& tb,
-                        const cache_gradient_type& d_next_cache, bool has_next, tensor_type& own_dk,
-                        tensor_type& own_dv) {
-    const std::int64_t hkv = shape_.kv_heads, dim = shape_.head_dim, per = hkv * dim;
-    if constexpr (whole_axis) {
-      const int me = group_.rank();
-      const std::int64_t n_in = tb.layout.cache_split().size(me) + tb.layout.chunk_split().size(me);
-      const auto in_dk = carve<tensor_type>(in_dk_, n_in, hkv, dim),
-                 in_dv = carve<tensor_type>(in_dv_, n_in, hkv, dim);
-      Kokkos::deep_copy(space_, in_dk, Scalar(0));
-      Kokkos::deep_copy(space_, in_dv, Scalar(0));
-      const impl::FusedPlan& f = has_next ? tb.with_reshard : tb.alone;
-      const impl::DeviceFused<MemorySpace>& fd = has_next ? tb.with_reshard_d : tb.alone_d;
-      const auto back = carve<records_type>(records_a_, f.recv_total(), 2 * per);
-      impl::route_gradients(space_, own_dk, own_dv, fd.source_a, back, in_dk, in_dv);
-      if (has_next)
-        impl::route_gradients(space_, d_next_cache.dk, d_next_cache.dv, fd.source_b, back, in_dk,
-                              in_dv);
-      const auto got = carve<records_type>(records_b_, f.send_total(), 2 * per);
-      alltoallv(space_, group_, back, impl::scaled(f.recv_counts, 2 * per), got,
-                impl::scaled(f.send_counts, 2 * per), unchecked);
-      // A record may be in both halves of one peer's block: add them in two passes.
-      add_blocks(got, fd.send_records, f.send_counts, &f.send_a, in_dk, in_dv);
-      own_dk = in_dk;
-      own_dv = in_dv;
-    } else if (has_next) {
-      // The next cache holds raw keys, so its gradient joins after the RoPE backward.
-      const auto back = carve<records_type>(records_a_, tb.reshard.recv_total(), 2 * per);
-      impl::route_gradients(space_, d_next_cache.dk, d_next_cache.dv, tb.reshard_source, back,
-                            own_dk, own_dv);
-      const auto got = carve<records_type>(records_b_, tb.reshard.send_total(), 2 * per);
-      alltoallv(space_, group_, back, impl::scaled(tb.reshard.recv_counts, 2 * per), got,
-                impl::scaled(tb.reshard.send_counts, 2 * per), unchecked);
-      add_blocks(got, tb.reshard_send_records, tb.reshard.send_counts, nullptr, own_dk, own_dv);
-    }
+  impl::ExchangeContext<ExecutionSpace, Scalar, MemorySpace> exchange_context() {
+    return {space_, group_, staging_, records_};
   }
 
   static std::int64_t bits_of(double x) {
@@ -847,73 +560,6 @@ class StepPlan {
                       shape_.head_dim);
   }
 
-  /// Adds received gradient blocks (rank-major, `counts[r]` records from rank `r`) into own
-  /// tokens `records(slot)`. With `first_half`, each peer's block is added in two passes (its
-  /// first `(*first_half)[r]` records, then the rest), since a record may appear in both.
-  template <class Records>
-  void add_blocks(const Records& got, const impl::Index<MemorySpace>& records,
-                  const std::vector<int>& counts, const std::vector<int>* first_half,
-                  const tensor_type& dk, const tensor_type& dv) {
-    std::int64_t from = 0;
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      const std::int64_t split = first_half ? from + (*first_half)[r] : from;
-      if (first_half) impl::add_gradient_records(space_, got, records, from, split, dk, dv);
-      impl::add_gradient_records(space_, got, records, split, from + counts[r], dk, dv);
-      from += counts[r];
-    }
-  }
-
-  /// The exchange tables of `layout` on this rank, into `tb`.
-  void build_tables(impl::StepTables<MemorySpace>& tb, const impl::AxisLayout& layout) const {
-    const int me = group_.rank();
-    tb.layout = layout;
-    tb.window = options_.window;
-    const std::int64_t n = next_cache_length(options_.window, layout.length());
-    const impl::AxisLayout segments = layout.per_segment();
-    tb.reshard =
-        impl::make_plan(segments, me, [&](int r) { return impl::next_cache_range(layout, n, r); });
-    ctxpar::impl::upload(tb.reshard.source, tb.reshard_source, "ctxpar::swa::reshard_source");
-    ctxpar::impl::upload(tb.reshard.send_records, tb.reshard_send_records,
-                         "ctxpar::swa::reshard_send_records");
-    if constexpr (whole_axis) {
-      tb.assembly = impl::make_plan(segments, me, [&](int r) { return layout.axis_range(r); });
-      tb.with_reshard = impl::fuse(tb.assembly, tb.reshard);
-      tb.alone = impl::fuse(tb.assembly, impl::empty_plan(layout.ranks));
-      auto device = [](const impl::FusedPlan& f, impl::DeviceFused<MemorySpace>& d) {
-        ctxpar::impl::upload(f.send_records, d.send_records, "ctxpar::swa::assembly_send_records");
-        ctxpar::impl::upload(f.source_a, d.source_a, "ctxpar::swa::assembly_source");
-        ctxpar::impl::upload(f.source_b, d.source_b, "ctxpar::swa::assembly_reshard_source");
-      };
-      device(tb.with_reshard, tb.with_reshard_d);
-      device(tb.alone, tb.alone_d);
-    }
-    if constexpr (!halo) {
-      const std::int64_t length = layout.length();
-      tb.gather_counts.assign(static_cast<std::size_t>(layout.ranks), 0);
-      std::vector<std::int64_t> displ(static_cast<std::size_t>(layout.ranks), 0);
-      for (int r = 0; r < layout.ranks; ++r) {
-        tb.gather_counts[r] = static_cast<int>(layout.records(r));
-        if (r > 0) displ[r] = displ[r - 1] + layout.records(r - 1);
-      }
-      std::vector<std::int64_t> source(static_cast<std::size_t>(length)),
-          forward_source(static_cast<std::size_t>(length));
-      for (std::int64_t a = 0; a < length; ++a) {
-        source[a] = displ[layout.owner(a)] + layout.record_of(a);
-        forward_source[a] = layout.owner(a) == me ? -(layout.record_of(a) + 1) : source[a];
-      }
-      ctxpar::impl::upload(source, tb.axis_source, "ctxpar::swa::axis_source");
-      ctxpar::impl::upload(forward_source, tb.forward_axis_source,
-                           "ctxpar::swa::forward_axis_source");
-    } else {
-      tb.halo = impl::make_plan(
-          layout, me, [&](int r) { return impl::halo_range(layout, options_.window, r); });
-      ctxpar::impl::upload(tb.halo.send_records, tb.halo_send_records,
-                           "ctxpar::swa::halo_send_records");
-      ctxpar::impl::upload(tb.halo.source, tb.axis_source, "ctxpar::swa::axis_source");
-    }
-    tb.ready = true;
-  }
-
   ExecutionSpace space_;
   Group group_;
   StepShape shape_;
@@ -925,18 +571,15 @@ class StepPlan {
   std::vector<impl::ShardFacts> facts_;
   // The device word of the per-call position-order check.
   Kokkos::View<std::int64_t, MemorySpace> disorder_cell_{"ctxpar::swa::check_positions"};
-  // Forward staging: the whole-axis owners' records, the raw gathered keys (RopeAfterGather), and
-  // one send / one receive buffer that every exchange of the step reuses in turn. The caller's
-  // shards are read in place and keys are rotated inside the packing, so neither is copied.
-  impl::BlockBuffers<Scalar, MemorySpace> own_{"ctxpar::swa::own"};
-  GrowingBuffer<MemorySpace> raw_k_{"ctxpar::swa::raw_k"};
-  GrowingBuffer<MemorySpace> send_{"ctxpar::swa::send"}, recv_{"ctxpar::swa::recv"};
-  // Backward staging.
+  // The records of the step's exchanges.
+  impl::RecordShape records_;
+  // The exchanges' staging. The caller's shards are read in place and keys are rotated inside
+  // the packing, so neither is copied.
+  impl::StepStaging<Scalar, MemorySpace> staging_;
+  // Backward scratch: the rotated queries' and the axis's gradients, and the owned records'.
   GrowingBuffer<MemorySpace> dq_rot_{"ctxpar::swa::dq_rot"}, dk_axis_{"ctxpar::swa::dk_axis"},
       dv_axis_{"ctxpar::swa::dv_axis"}, own_dk_{"ctxpar::swa::own_dk"},
-      own_dv_{"ctxpar::swa::own_dv"}, in_dk_{"ctxpar::swa::input_dk"},
-      in_dv_{"ctxpar::swa::input_dv"}, records_a_{"ctxpar::swa::gradient_records"},
-      records_b_{"ctxpar::swa::gradient_records"};
+      own_dv_{"ctxpar::swa::own_dv"};
   AttentionWorkspace<MemorySpace> attention_;
 };
 
