@@ -498,7 +498,8 @@ class StepPlan {
     ctxpar::impl::ensure_extents(saved.lse, "ctxpar::swa::lse", t_r, hq);
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
                                            saved.key_origin, options_.window, scale_);
-    attention_forward(space_, window_mask(options_.window), in, out, saved.lse, attention_);
+    attention_forward(space_, window_mask(options_.window), in, out, saved.lse, attention_,
+                      options_.kernels);
     cut_next_cache(tb, input, raw_axis, with_ids, next_cache);
   }
 
@@ -529,7 +530,7 @@ class StepPlan {
         Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(saved.out),
         Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(saved.lse),
         Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
-        dv_axis, attention_);
+        dv_axis, attention_, options_.kernels);
 
     tensor_type own_dk = carve<tensor_type>(own_dk_, n_r, hkv, dim),
                 own_dv = carve<tensor_type>(own_dv_, n_r, hkv, dim);
