@@ -256,10 +256,11 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
                    Tensor("dk", length, hkv, dim), Tensor("dv", length, hkv, dim),
                    Kokkos::View<float**, Kokkos::LayoutRight, Mem>("lse", t, hq)};
   };
-  const auto run = [&](Outputs& o, ctxpar::bench::Timing& tf, ctxpar::bench::Timing& tb) {
+  const auto run = [&](Outputs& o, ctxpar::bench::Timing& tf, ctxpar::bench::Timing& tb,
+                       ctxpar::swa::KernelChoice kernels) {
     tf = ctxpar::bench::time_it(
         [&] {
-          ctxpar::swa::attention_forward(space, mask, in, o.out, o.lse);
+          ctxpar::swa::attention_forward(space, mask, in, o.out, o.lse, kernels);
           space.fence();
         },
         1, repeats);
@@ -268,7 +269,8 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
           ctxpar::swa::attention_backward(
               space, mask, in, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(o.out),
               Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(o.lse),
-              Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), o.dq, o.dk, o.dv);
+              Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), o.dq, o.dk, o.dv,
+              kernels);
           space.fence();
         },
         1, repeats);
@@ -280,13 +282,10 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
            std::memcmp(ha.data(), hb.data(), ha.span() * sizeof(*ha.data())) == 0;
   };
   const int saved_team = ctxpar::host_team_size();
-  const bool saved_portable = ctxpar::swa::impl::portable_kernels();
   ctxpar::set_host_team_size(1);
-  ctxpar::swa::impl::set_portable_kernels(false);
   Outputs simd = fresh();
   ctxpar::bench::Timing sf, sb;
-  run(simd, sf, sb);
-  ctxpar::swa::impl::set_portable_kernels(true);
+  run(simd, sf, sb, ctxpar::swa::KernelChoice::automatic);
   const double pairs = double(t) * double(window);
   const double ffwd = 4.0 * dim * hq * pairs, fbwd = 10.0 * dim * hq * pairs;
   const double simd_gf = ffwd / sf.median_s * 1e-9, simd_gb = fbwd / sb.median_s * 1e-9;
@@ -310,7 +309,7 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
     ctxpar::set_host_team_size(team);
     outs.push_back(fresh());
     ctxpar::bench::Timing tf, tb;
-    run(outs.back(), tf, tb);
+    run(outs.back(), tf, tb, ctxpar::swa::KernelChoice::portable);
     const double gf = ffwd / tf.median_s * 1e-9, gb = fbwd / tb.median_s * 1e-9;
     const std::string key = "team" + std::to_string(team) + "_";
     record.set(key + "forward", tf)
@@ -339,7 +338,6 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
     std::fflush(stdout);
   }
   ctxpar::set_host_team_size(saved_team);
-  ctxpar::swa::impl::set_portable_kernels(saved_portable);
   if (!(check < 1e-3))
     throw std::runtime_error("swa bench: wrong portable kernel result, relative error " +
                              std::to_string(check));

@@ -63,9 +63,9 @@ namespace {
 
 /// One step with cache = tokens [0, c) and chunk = tokens [c, c + t) of a stream, against the
 /// oracle on the whole stream (dout zero on the cache rows, whose queries the step does not
-/// compute).
+/// compute), with the kernels `kernels` picks.
 template <class Case>
-bool one_step_matches(ts::StreamSpec spec, std::int64_t c) {
+bool one_step_matches(ts::StreamSpec spec, std::int64_t c, ctxpar::swa::KernelChoice kernels) {
   using Scalar = typename Case::scalar_type;
   using Mem = typename Case::memory_space;
   typename Case::execution_space space;
@@ -80,6 +80,7 @@ bool one_step_matches(ts::StreamSpec spec, std::int64_t c) {
   ctxpar::swa::Options o;
   o.window = spec.window;
   o.rope_base = spec.base;
+  o.kernels = kernels;
   auto chunk = ts::chunk_of<Scalar, Mem>(s.problem, c, t);
   auto cache = ts::block_of<Scalar, Mem>(s.problem, 0, c);
   auto r = ctxpar::swa::step_forward(space, chunk, cache, o);
@@ -98,7 +99,7 @@ bool one_step_matches(ts::StreamSpec spec, std::int64_t c) {
        ts::bitwise_equal(r.next_cache.k, ts::to_view<Scalar, Mem>(s.problem.k, spec.tokens - n, n));
   if (!ok)
     std::cerr << "  (case: c=" << c << " t=" << t << " W=" << spec.window << " Hq=" << spec.hq
-              << ")\n";
+              << " kernels " << static_cast<int>(kernels) << ")\n";
   return ok;
 }
 
@@ -118,7 +119,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(step_matches_oracle_on_edge_cases, Case, ctxpar::t
       {70, 20, 100, 2, 1, 64, 0, {}},        // W >= L
       {130, 31, 32, 2, 2, 32, 0, {33, 34}},  // a one-token document, several key tiles
       {230, 100, 140, 4, 2, 16, 0, {170}},   // key tiles fully visible to query tiles (fast path)
+      {90, 30, 40, 2, 1, 72, 0, {}},         // D > 64, W < 2048: the measured rule of `automatic`
   };
+  // Every kernel choice where the host kernels exist; elsewhere every choice runs the portable
+  // kernels, so one run covers them.
+  using ctxpar::swa::KernelChoice;
+  std::vector<KernelChoice> choices = {KernelChoice::automatic};
+  if constexpr (ctxpar::swa::impl::uses_host_kernels<typename Case::execution_space>)
+    choices = {KernelChoice::automatic, KernelChoice::portable, KernelChoice::host_fused,
+               KernelChoice::host_unfused};
   bool ok = true;
   std::uint64_t seed = 11;
   for (const auto& v : variants) {
@@ -131,7 +140,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(step_matches_oracle_on_edge_cases, Case, ctxpar::t
     spec.first_position = v.first;
     spec.document_starts = v.docs;
     spec.seed = seed++;
-    ok = one_step_matches<Case>(spec, v.c) && ok;
+    for (const auto kernels : choices) ok = one_step_matches<Case>(spec, v.c, kernels) && ok;
   }
   CTXPAR_TEST_ALL(world(), ok);
 }

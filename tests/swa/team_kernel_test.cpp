@@ -21,14 +21,13 @@ using ctxpar::test::world;
 
 namespace {
 
-/// Host spaces run the portable kernels for the duration of a test; the team size is restored.
-struct PortableKernels {
+/// Every step and kernel call of these tests asks for the portable kernels.
+constexpr auto portable = ctxpar::swa::KernelChoice::portable;
+
+/// The team size is restored after each test.
+struct RestoreTeamSize {
   int saved = ctxpar::host_team_size();
-  PortableKernels() { ctxpar::swa::impl::set_portable_kernels(true); }
-  ~PortableKernels() {
-    ctxpar::swa::impl::set_portable_kernels(false);
-    ctxpar::set_host_team_size(saved);
-  }
+  ~RestoreTeamSize() { ctxpar::set_host_team_size(saved); }
 };
 
 constexpr std::array<int, 3> team_sizes = {1, 2, 4};
@@ -101,6 +100,7 @@ bool variant_case(const Variant& v, std::uint64_t seed) {
   Options o;
   o.window = spec.window;
   o.rope_base = spec.base;
+  o.kernels = portable;
   const std::int64_t t = v.tokens - v.c;
   const int rank = group.rank(), ranks = group.size();
   const BalancedChunks cs{v.c, ranks}, qs{t, ranks};
@@ -199,7 +199,7 @@ bool all_equal(const View& view, double value) {
 
 }  // namespace
 
-BOOST_FIXTURE_TEST_SUITE(portable_team_kernels, PortableKernels)
+BOOST_FIXTURE_TEST_SUITE(portable_team_kernels, RestoreTeamSize)
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(teams_really_have_several_threads, C, ctxpar::test::cases) {
   // On OpenMP with 4 threads, the kernels' teams get the requested size, so the other cases test
@@ -268,10 +268,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(empty_axes_and_queries_without_keys, C, ctxpar::te
           dv("dv", nk, 1, 8);
       Kokkos::View<Acc**, Kokkos::LayoutRight, Mem> lse("lse", tq, 4);
       for (const auto& view : {out, dq, dk, dv}) Kokkos::deep_copy(view, Scalar(7));
-      ctxpar::swa::attention_forward(space, mask, in, out, lse);
+      ctxpar::swa::attention_forward(space, mask, in, out, lse, portable);
       auto dout = ts::to_view<Scalar, Mem>(s.dout, sh[0], tq);
       ctxpar::swa::attention_backward(space, mask, in, ConstTensor(out), ConstLse(lse),
-                                      ConstTensor(dout), dq, dk, dv);
+                                      ConstTensor(dout), dq, dk, dv, portable);
       bool here = all_equal(out, 0) && all_equal(dq, 0) && all_equal(dk, 0) && all_equal(dv, 0);
       here = all_equal(lse, double(masked)) && here;
       if (!here)

@@ -19,6 +19,8 @@
 #include "ctxpar/swa/impl/host_kernel.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
 #include "ctxpar/swa/impl/team_kernels.hpp"
+#include "ctxpar/swa/impl/window_range.hpp"
+#include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/window_mask.hpp"
 
 CTXPAR_WIDE_VECTORS_BEGIN
@@ -153,12 +155,13 @@ void host_mask_rows(const Mask& mask, const mask::Token* qtok, int rows, int val
 /// The window mask of one key tile as a run of lanes per query row, for `WindowMask` when the
 /// tile's valid keys and the rows all belong to one sequence (`window_runs` returns false
 /// otherwise, and the caller evaluates the mask pair by pair). Keys are sorted by position, so
-/// the keys row `r` sees, `pos_r - W < pos_j <= pos_r`, are the lanes `[lo[r], hi[r])`; rows past
+/// the keys row `r` sees are the lanes `[lo[r], hi[r])` that `range` gives; rows past
 /// `valid_rows` see none. Masking a lane range in registers gives the same `masked_score` bits
 /// as `host_mask_rows`, without the per-pair calls or the round trip through memory.
 template <class Mask>
-bool window_runs(const Mask& mask, const mask::Token* qtok, int rows, int valid_rows,
-                 const mask::Token* ktok, const bool* kvalid, int* lo, int* hi) {
+bool window_runs(const Mask& mask, const WindowRange& range, const mask::Token* qtok, int rows,
+                 int valid_rows, const mask::Token* ktok, const bool* kvalid, int* lo, int* hi) {
+  (void)mask;
   if constexpr (std::is_same_v<Mask, WindowMask>) {
     int first = 0, end = key_tile;  // the valid keys are one run (an interval of the axis)
     while (first < key_tile && !kvalid[first]) ++first;
@@ -169,30 +172,20 @@ bool window_runs(const Mask& mask, const mask::Token* qtok, int rows, int valid_
       if (!kvalid[j] || ktok[j].seq != id) return false;
     for (int r = 0; r < rows && r < valid_rows; ++r)
       if (qtok[r].seq != id) return false;
-    const std::int64_t window = mask.left.right.window;
-    // First lane in [first, end) whose position exceeds `bound`.
-    const auto after = [&](std::int64_t bound) {
-      int a = first, b = end;
-      while (a < b) {
-        const int m = (a + b) / 2;
-        if (ktok[m].pos <= bound)
-          a = m + 1;
-        else
-          b = m;
-      }
-      return a;
-    };
+    const auto lane_pos = [&](std::int64_t j) { return ktok[j].pos; };
     for (int r = 0; r < rows; ++r) {
       if (r >= valid_rows) {
         lo[r] = hi[r] = 0;
         continue;
       }
-      hi[r] = after(qtok[r].pos);
-      lo[r] = window > 0 ? after(qtok[r].pos - window) : first;
+      std::int64_t a, b;
+      range.keys(lane_pos, first, end, qtok[r].pos, qtok[r].pos, a, b);
+      lo[r] = static_cast<int>(a);
+      hi[r] = static_cast<int>(b);
     }
     return true;
   } else {
-    (void)mask, (void)qtok, (void)rows, (void)valid_rows, (void)ktok, (void)kvalid, (void)lo,
+    (void)range, (void)qtok, (void)rows, (void)valid_rows, (void)ktok, (void)kvalid, (void)lo,
         (void)hi;
     return false;
   }
@@ -202,11 +195,12 @@ bool window_runs(const Mask& mask, const mask::Token* qtok, int rows, int valid_
 /// cuts (`window_runs`) by a lane range per row, any other mask pair by pair through `p` (scratch
 /// of `Rows * key_tile`). Rows past `valid_rows` are masked entirely.
 template <int Rows, class Mask, class T, class V, int Vectors>
-void host_mask_scores(const Mask& mask, const mask::Token* qtok, int valid_rows,
-                      const mask::Token* ktok, const bool* kvalid, V (&s)[Rows][Vectors], T* p) {
+void host_mask_scores(const Mask& mask, const WindowRange& range, const mask::Token* qtok,
+                      int valid_rows, const mask::Token* ktok, const bool* kvalid,
+                      V (&s)[Rows][Vectors], T* p) {
   constexpr int nv = Vectors, lanes = simd_lanes<V>, bytes = static_cast<int>(sizeof(V));
   int lo[Rows], hi[Rows];
-  if (window_runs(mask, qtok, Rows, valid_rows, ktok, kvalid, lo, hi)) {
+  if (window_runs(mask, range, qtok, Rows, valid_rows, ktok, kvalid, lo, hi)) {
     alignas(64) T lane_index[key_tile];  // 0, 1, ..., key_tile - 1 (exact in any float type)
     for (int j = 0; j < key_tile; ++j) lane_index[j] = static_cast<T>(j);
     for (int r = 0; r < Rows; ++r)
@@ -278,19 +272,21 @@ struct HostForwardKernel {
       simd_store(ls + r * lanes, simd_zero<acc, Bytes>());
     }
     host_copy_rows(qrow, query_tile, D, dp, scale, qs);
+    const WindowRange range = window_range(in);
     std::int64_t lo, hi, j0;
-    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    key_range(in, range, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     alignas(64) acc p[rows * key_tile];
     for (; j0 < hi; j0 += key_tile) {
       host_key_tokens(in, j0, lo, hi, ktok, valid);
-      const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, valid);
+      const bool full = tile_fully_visible(mask, range, qtok, query_tile, ktok, valid);
       const std::size_t off = packed.offset(j0, hk, shape.hkv);
       const acc* kt = packed.kt.data() + off;
       const acc* vr = packed.vr.data() + off;
       for (int r0 = 0; r0 < nq; r0 += rows) {
         simd s[rows][nv];
         host_scores<rows>(qs + r0 * dp, dp, kt, dp, s);
-        if (!full) host_mask_scores<rows>(mask, qtok + r0, query_tile - r0, ktok, valid, s, p);
+        if (!full)
+          host_mask_scores<rows>(mask, range, qtok + r0, query_tile - r0, ktok, valid, s, p);
         // The rows' new maxima, then their rescaling factors in whole vectors (`simd_exp` gives
         // the bits of the scalar `fast_exp`).
         constexpr int alpha_lanes = (rows + lanes - 1) / lanes * lanes;
@@ -339,16 +335,17 @@ struct HostForwardKernel {
 /// packed key tile, for the host backward kernels. The scores stay in registers from the product
 /// to the exponential (`host_mask_scores`).
 template <int Rows, int Bytes, class Mask, class T>
-void host_weights_and_gradients(const Mask& mask, int dp, const T* qs, const T* dos, const T* kt,
-                                const T* vt, const T* lses, const T* deltas,
-                                const mask::Token* qtok, int valid_rows, const mask::Token* ktok,
-                                const bool* kvalid, bool full, T* p, T* ds) {
+void host_weights_and_gradients(const Mask& mask, const WindowRange& range, int dp, const T* qs,
+                                const T* dos, const T* kt, const T* vt, const T* lses,
+                                const T* deltas, const mask::Token* qtok, int valid_rows,
+                                const mask::Token* ktok, const bool* kvalid, bool full, T* p,
+                                T* ds) {
   using simd = simd_t<T, Bytes>;
   constexpr int nv = tile_vectors<T, Bytes>, lanes = Simd<T, Bytes>::lanes;
   simd s[Rows][nv];
   host_scores<Rows>(qs, dp, kt, dp, s);
   if (!full || valid_rows < Rows)
-    host_mask_scores<Rows>(mask, qtok, valid_rows, ktok, kvalid, s, p);
+    host_mask_scores<Rows>(mask, range, qtok, valid_rows, ktok, kvalid, s, p);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < nv; ++c)
       simd_store(
@@ -413,18 +410,20 @@ struct HostQueryGradientKernel {
     }
     host_copy_rows(qrow, query_tile, D, dp, scale, qs);
     host_copy_rows(drow, query_tile, D, dp, acc(1), dos);
+    const WindowRange range = window_range(in);
     std::int64_t lo, hi, j0;
-    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    key_range(in, range, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     alignas(64) acc p[rows * key_tile];
     alignas(64) acc ds[rows * key_tile];
     for (; j0 < hi; j0 += key_tile) {
       host_key_tokens(in, j0, lo, hi, ktok, kvalid);
-      const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
+      const bool full = tile_fully_visible(mask, range, qtok, query_tile, ktok, kvalid);
       const std::size_t off = packed.offset(j0, hk, shape.hkv);
       for (int r0 = 0; r0 < nq; r0 += rows) {
-        host_weights_and_gradients<rows, Bytes>(
-            mask, dp, qs + r0 * dp, dos + r0 * dp, packed.kt.data() + off, packed.vt.data() + off,
-            lses + r0, deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full, p, ds);
+        host_weights_and_gradients<rows, Bytes>(mask, range, dp, qs + r0 * dp, dos + r0 * dp,
+                                                packed.kt.data() + off, packed.vt.data() + off,
+                                                lses + r0, deltas + r0, qtok + r0, nq - r0, ktok,
+                                                kvalid, full, p, ds);
         for (int b = 0; b < rows; b += 4)
           simd_rows_accumulate<4, Bytes>(ds + b * key_tile, key_tile, 1, key_tile,
                                          packed.kr.data() + off, dp, dqs + (r0 + b) * dp, dp, dp);
@@ -558,11 +557,10 @@ struct HostKeyGradientKernel {
       dks[x] = acc(0);
       dvs[x] = acc(0);
     }
-    // Queries that may see a key of this tile: positions in [first key, last key + W - 1].
-    const std::int64_t first = in.k_pos(jlo), last = in.k_pos(jhi - 1);
-    const std::int64_t qlo = lower_bound(in.q_pos, shape.tq, first);
-    const std::int64_t qhi =
-        in.window > 0 ? upper_bound(in.q_pos, shape.tq, last + in.window - 1) : shape.tq;
+    // Queries that may see a key of this tile.
+    const WindowRange range = window_range(in);
+    std::int64_t qlo, qhi;
+    range.queries(in.q_pos, shape.tq, in.k_pos(jlo), in.k_pos(jhi - 1), qlo, qhi);
     for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h) {
       for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_tile) {
         const int nq = static_cast<int>(qhi - i0 < query_tile ? qhi - i0 : query_tile);
@@ -576,12 +574,12 @@ struct HostKeyGradientKernel {
           deltas[r] = delta(i, h);
         }
         for (int r = nr; r < query_tile; ++r) qtok[r] = qtok[nr - 1];
-        const bool full = tile_fully_visible(mask, qtok, query_tile, ktok, kvalid);
+        const bool full = tile_fully_visible(mask, range, qtok, query_tile, ktok, kvalid);
         acc* dqp = dq_parts.extent(0) > 0 ? part_row(s, h, i0) : nullptr;
         for (int r0 = 0; r0 < nq; r0 += rows) {
           host_weights_and_gradients<rows, Bytes>(
-              mask, dp, qs + r0 * dp, dos + r0 * dp, kt, vt, lses + r0, deltas + r0, qtok + r0,
-              nq - r0, ktok, kvalid, full, ps + r0 * key_tile, dss + r0 * key_tile);
+              mask, range, dp, qs + r0 * dp, dos + r0 * dp, kt, vt, lses + r0, deltas + r0,
+              qtok + r0, nq - r0, ktok, kvalid, full, ps + r0 * key_tile, dss + r0 * key_tile);
           if (dqp) {
             // Only the rows of queries in range: the rows past them belong to other teams.
             const int end = nq < r0 + rows ? nq : r0 + rows;
@@ -650,26 +648,36 @@ struct SumQueryGradientPartsKernel {
   }
 };
 
+/// The measured rule of `KernelChoice::automatic` for the host backward: true when the fused
+/// backward is the faster one for padded head dimension `dp` and the window of `range` (`W > 0`).
+/// Measured with one thread (bench/swa kernel cases, t = 1024, Hq = 4, Hkv = 1; docs/swa.md §4,
+/// point 5). On an AVX2 host (16 vector registers), fused, the backward goes from 0.58-0.70 to
+/// 0.82-0.89 of SGEMM at D = 64 for every window, and at D = 128 for W >= 2048, but drops from
+/// 0.60-0.70 to 0.40-0.56 at D = 128 with W = 512 and 1024; those shapes keep the two-kernel
+/// backward there. On an AVX-512 host (Zen 4, 32 registers) fusing wins at D = 128 for every
+/// window: W = 512 from 0.77-0.83 to 0.91-0.99, W = 1024 from 0.79-0.82 to 1.01-1.14 (three
+/// alternating runs each).
+inline bool fused_backward_pays(int dp, const WindowRange& range, ctxpar::HostIsa isa) {
+  const bool avx512_registers = CTXPAR_HOST_SIMD && ctxpar::impl::host_isa_bytes(isa) >= 64;
+  return !(dp > 64 && range.window < 2048 && !avx512_registers);
+}
+
 /// The key segments of the fused host backward and their query rows (into `rows`), or `false`
-/// when the fused backward does not apply: an unlimited window, a head dimension above 64 with a
-/// window under 2048 (measured slower), or positions under which a query would see keys of more
-/// than two segments.
+/// when the fused backward does not run: an unlimited window, `KernelChoice::host_unfused`, the
+/// measured rule under `KernelChoice::automatic` (`fused_backward_pays`), or positions under which
+/// a query would see keys of more than two segments.
 template <class Scalar, class MemorySpace>
 bool fused_backward_segments(const AttentionInputs<Scalar, MemorySpace>& in,
                              const KernelShape<Scalar, MemorySpace>& shape,
                              const PackedKeys<accumulator_t<Scalar>, MemorySpace>& packed,
                              GrowingBuffer<MemorySpace>& storage, KeySegments& segments,
-                             Kokkos::View<std::int64_t*, MemorySpace>& rows, ctxpar::HostIsa isa) {
-  if (in.window <= 0) return false;
-  // Measured with one thread (bench/swa kernel cases, t = 1024, Hq = 4, Hkv = 1). On an AVX2 host
-  // (16 vector registers), fused, the backward goes from 0.58-0.70 to 0.82-0.89 of SGEMM at D = 64
-  // for every window, and at D = 128 for W >= 2048, but drops from 0.60-0.70 to 0.40-0.56 at
-  // D = 128 with W = 512 and 1024; those shapes keep the two-kernel backward there. On an AVX-512
-  // host (Zen 4, 32 registers) fusing wins at D = 128 for every window: W = 512 from 0.77-0.83 to
-  // 0.91-0.99, W = 1024 from 0.79-0.82 to 1.01-1.14 (three alternating runs each).
-  const bool avx512_registers = CTXPAR_HOST_SIMD && ctxpar::impl::host_isa_bytes(isa) >= 64;
-  if (packed.dp > 64 && in.window < 2048 && !avx512_registers) return false;
-  segments.tiles = (in.window + key_tile - 1) / key_tile;
+                             Kokkos::View<std::int64_t*, MemorySpace>& rows, ctxpar::HostIsa isa,
+                             KernelChoice kernels) {
+  const WindowRange range = window_range(in);
+  if (!range.limited() || kernels == KernelChoice::host_unfused) return false;
+  if (kernels == KernelChoice::automatic && !fused_backward_pays(packed.dp, range, isa))
+    return false;
+  segments.tiles = range.tiles_per_window(key_tile);
   segments.first_tile = in.key_origin / key_tile;
   segments.first = segments.first_tile / segments.tiles;
   segments.count = (segments.first_tile + packed.tiles - 1) / segments.tiles - segments.first + 1;
@@ -681,13 +689,22 @@ bool fused_backward_segments(const AttentionInputs<Scalar, MemorySpace>& in,
     std::int64_t jhi = jlo + segments.tiles * key_tile;
     jlo = jlo > 0 ? jlo : 0;
     jhi = jhi < shape.nk ? jhi : shape.nk;
-    rows(2 * k) = lower_bound(in.q_pos, shape.tq, in.k_pos(jlo));
-    rows(2 * k + 1) = upper_bound(in.q_pos, shape.tq, in.k_pos(jhi - 1) + in.window - 1);
+    std::int64_t qlo, qhi;
+    range.queries(in.q_pos, shape.tq, in.k_pos(jlo), in.k_pos(jhi - 1), qlo, qhi);
+    rows(2 * k) = qlo;
+    rows(2 * k + 1) = qhi;
     // Rows that only grow, and a segment's rows clear of the segment two before (same slot).
     if (k > 0 && (rows(2 * k) < rows(2 * k - 2) || rows(2 * k + 1) < rows(2 * k - 1))) return false;
     if (k > 1 && rows(2 * k) < rows(2 * k - 3)) return false;
   }
   return true;
+}
+
+/// True when `kernels` runs the host SIMD kernels on `ExecutionSpace` (a host space in a build
+/// that has them, and any choice but `portable`).
+template <class ExecutionSpace>
+constexpr bool runs_host_kernels(KernelChoice kernels) {
+  return uses_host_kernels<ExecutionSpace> && kernels != KernelChoice::portable;
 }
 
 /// Policy of the host SIMD kernels, which are written for one thread per team (the portable
@@ -720,13 +737,15 @@ void check_kernel_shapes(const AttentionInputs<Scalar, MemorySpace>& in, const s
 /// Forward attention of rotated queries against rotated keys: `out [tq, Hq, D]` and the row
 /// log-sum-exp `lse [tq, Hq]` (saved for the backward; a query with no visible key gets zeros and a
 /// large negative lse, never NaN). Query head `h` reads key head `h / (Hq / Hkv)`; key `j` is
-/// visible to query `i` iff `mask(token_i, token_j)` and `pos_j` lies in `(pos_i - W, pos_i]`.
+/// visible to query `i` iff `mask(token_i, token_j)` and `pos_j` lies in `(pos_i - W, pos_i]`
+/// (`W = in.window`; a `WindowMask` must be `window_mask(in.window)`: its tiles inside the window
+/// skip the mask). `kernels` picks the kernels (`KernelChoice`).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void attention_forward(
     const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
     const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
-    AttentionWorkspace<MemorySpace>& workspace) {
+    AttentionWorkspace<MemorySpace>& workspace, KernelChoice kernels = default_kernel_choice) {
   static_assert(mask::is_mask_v<Mask>,
                 "ctxpar::swa::attention_forward: the mask must be a ctxpar::mask expression");
   static_assert(
@@ -735,10 +754,9 @@ void attention_forward(
   impl::check_kernel_shapes(in, "ctxpar::swa::attention_forward");
   const impl::KernelShape<Scalar, MemorySpace> shape(in);
   if (shape.tq == 0 || shape.hq == 0) return;
-  // Host spaces take the SIMD kernels unless the portable kernels are asked for; an empty key
-  // axis stays on the portable path.
+  // An empty key axis stays on the portable path.
   if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
-    if (shape.nk > 0 && !impl::portable_kernels()) {
+    if (shape.nk > 0 && impl::runs_host_kernels<ExecutionSpace>(kernels)) {
       using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
       using Kernel = impl::HostForwardKernel<Scalar, MemorySpace, Mask, Member>;
       const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
@@ -758,7 +776,8 @@ void attention_forward(
 
 /// Backward of `attention_forward`: from `dout [tq, Hq, D]`, the forward's `out` and `lse`, writes
 /// the gradients with respect to the rotated queries `dq [tq, Hq, D]`, the rotated keys
-/// `dk [nk, Hkv, D]` and the values `dv [nk, Hkv, D]` (overwritten).
+/// `dk [nk, Hkv, D]` and the values `dv [nk, Hkv, D]` (overwritten), with the kernels `kernels`
+/// picks.
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void attention_backward(
     const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
@@ -768,7 +787,7 @@ void attention_backward(
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv,
-    AttentionWorkspace<MemorySpace>& workspace) {
+    AttentionWorkspace<MemorySpace>& workspace, KernelChoice kernels = default_kernel_choice) {
   static_assert(mask::is_mask_v<Mask>,
                 "ctxpar::swa::attention_backward: the mask must be a ctxpar::mask expression");
   static_assert(
@@ -778,7 +797,8 @@ void attention_backward(
   impl::check_kernel_shapes(in, "ctxpar::swa::attention_backward");
   const impl::KernelShape<Scalar, MemorySpace> shape(in);
   if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
-    if (shape.tq > 0 && shape.hq > 0 && shape.nk > 0 && !impl::portable_kernels()) {
+    if (shape.tq > 0 && shape.hq > 0 && shape.nk > 0 &&
+        impl::runs_host_kernels<ExecutionSpace>(kernels)) {
       using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
       const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
           impl::row_deltas(space, out, dout, workspace.delta);
@@ -792,7 +812,7 @@ void attention_backward(
       impl::KeySegments segments;
       Kokkos::View<std::int64_t*, MemorySpace> segment_rows;
       const bool fused = impl::fused_backward_segments(in, shape, packed, workspace.segment_rows,
-                                                       segments, segment_rows, isa);
+                                                       segments, segment_rows, isa, kernels);
       if (!fused) {
         using Kernel = impl::HostQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
         const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
@@ -842,9 +862,10 @@ template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void attention_forward(
     const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
+    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
+    KernelChoice kernels = default_kernel_choice) {
   AttentionWorkspace<MemorySpace> workspace;
-  attention_forward(space, mask, in, out, lse, workspace);
+  attention_forward(space, mask, in, out, lse, workspace, kernels);
 }
 
 /// `attention_backward` with scratch allocated for this call only.
@@ -856,9 +877,10 @@ void attention_backward(
     const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv,
+    KernelChoice kernels = default_kernel_choice) {
   AttentionWorkspace<MemorySpace> workspace;
-  attention_backward(space, mask, in, out, lse, dout, dq, dk, dv, workspace);
+  attention_backward(space, mask, in, out, lse, dout, dq, dk, dv, workspace, kernels);
 }
 
 }  // namespace ctxpar::swa

@@ -380,7 +380,8 @@ class StepPlan {
     ctxpar::impl::ensure_extents(saved.lse, "ctxpar::swa::lse", t_r, hq);
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
                                            saved.key_origin, options_.window, scale_);
-    attention_forward(space_, window_mask(options_.window), in, out, saved.lse, attention_);
+    attention_forward(space_, window_mask(options_.window), in, out, saved.lse, attention_,
+                      options_.kernels);
     // The next cache's raw records onto their owners: cut from the raw axis when the policy
     // gathered raw keys; moved by one all-to-all for the chunk layout (the whole-axis layout
     // moved them with its assembly already).
@@ -417,7 +418,7 @@ class StepPlan {
         Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(saved.out),
         Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(saved.lse),
         Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
-        dv_axis, attention_);
+        dv_axis, attention_, options_.kernels);
 
     // The axis gradients onto the records this rank owns, RoPE's backward there, then back to
     // the caller's shards with the next cache's gradient (the next cache holds raw keys, so its

@@ -4,7 +4,31 @@
 
 #include <cstdint>
 
+#include "ctxpar/core/team_size.hpp"
+
 namespace ctxpar::swa {
+
+/// Which local attention kernels run. Every choice computes the same attention; the host SIMD and
+/// the portable kernels (and the fused and two-kernel host backward) sum in different orders, so
+/// their results may differ in the last bits, while each one alone keeps its bitwise guarantees.
+/// Device spaces, and builds without the host SIMD kernels, run the portable kernels whatever the
+/// choice.
+enum class KernelChoice {
+  /// The measured default: host spaces run the host SIMD kernels, with the fused backward where
+  /// `impl::fused_backward_pays` says it is faster; device spaces run the portable kernels.
+  automatic,
+  /// The portable team kernels (`impl/team_kernels.hpp`, shaped for GPUs) on every space.
+  portable,
+  /// The host SIMD kernels with the fused backward wherever the window allows it (`W > 0`).
+  host_fused,
+  /// The host SIMD kernels with the two-kernel backward (dQ in a kernel of its own).
+  host_unfused,
+};
+
+/// The default kernel choice: `portable` in a `CTXPAR_PORTABLE_KERNELS` build (the build knob),
+/// `automatic` otherwise.
+inline constexpr KernelChoice default_kernel_choice =
+    CTXPAR_PORTABLE_KERNELS ? KernelChoice::portable : KernelChoice::automatic;
 
 /// Options shared by the single-rank and the distributed step; every rank must pass the same.
 struct Options {
@@ -17,6 +41,8 @@ struct Options {
   double scale = 0.0;
   /// When true, inputs are scanned for NaN/Inf (a collective check, one pass over the inputs).
   bool check_finite = false;
+  /// Which local attention kernels run (`KernelChoice`).
+  KernelChoice kernels = default_kernel_choice;
 };
 
 }  // namespace ctxpar::swa

@@ -171,7 +171,7 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
   st.lse = decltype(st.lse)("ctxpar::swa::lse", t, hq);
   const auto in =
       impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, options.window, st.scale);
-  attention_forward(space, window_mask(options.window), in, st.out, st.lse);
+  attention_forward(space, window_mask(options.window), in, st.out, st.lse, options.kernels);
   result.out = st.out;
 
   const std::int64_t n = st.next_cache_length;
@@ -220,7 +220,7 @@ StepGradients<Scalar, MemorySpace> step_backward(
       Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
       Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(st.lse),
       Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
-      dv_axis);
+      dv_axis, st.options.kernels);
 
   StepGradients<Scalar, MemorySpace> g;
   g.dq = Tensor<Scalar, MemorySpace>(

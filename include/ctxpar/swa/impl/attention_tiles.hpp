@@ -1,7 +1,8 @@
 /// \file
 /// Pieces shared by every sliding-window attention kernel (host SIMD and portable team kernels):
 /// the problem shape, the query and key tokens the mask reads, the key range a query tile can see
-/// on the global key-tile grid, and the test that lets a tile skip the mask.
+/// on the global key-tile grid, and the test that lets a tile skip the mask. The window reaches the
+/// kernels only through `window_range` (tile and lane ranges) and the mask (pairs).
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -13,6 +14,7 @@
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
+#include "ctxpar/swa/impl/window_range.hpp"
 #include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa::impl {
@@ -47,30 +49,37 @@ KOKKOS_INLINE_FUNCTION mask::Token key_token(const AttentionInputs<Scalar, Memor
   return mask::Token{in.k_pos(j), in.k_ids.extent(0) > 0 ? in.k_ids(j) : 0};
 }
 
+/// The window of the inputs as the kernels' one range type; no kernel reads `in.window` otherwise.
+template <class Scalar, class MemorySpace>
+KOKKOS_INLINE_FUNCTION WindowRange window_range(const AttentionInputs<Scalar, MemorySpace>& in) {
+  return WindowRange{in.window};
+}
+
 /// Keys `[lo, hi)` that some query with position in `[first, last]` may see under the window,
 /// and the first key-tile start (local index, possibly negative) of the global tile grid.
 template <class Scalar, class MemorySpace>
 KOKKOS_INLINE_FUNCTION void key_range(const AttentionInputs<Scalar, MemorySpace>& in,
-                                      std::int64_t nk, std::int64_t first, std::int64_t last,
-                                      std::int64_t& lo, std::int64_t& hi, std::int64_t& tile0) {
-  lo = in.window > 0 ? lower_bound(in.k_pos, nk, first - in.window + 1) : 0;
-  hi = upper_bound(in.k_pos, nk, last);
+                                      const WindowRange& range, std::int64_t nk, std::int64_t first,
+                                      std::int64_t last, std::int64_t& lo, std::int64_t& hi,
+                                      std::int64_t& tile0) {
+  range.keys(in.k_pos, 0, nk, first, last, lo, hi);
   const std::int64_t g = in.key_origin + lo;
   tile0 = (g / key_tile) * key_tile - in.key_origin;
 }
 
 /// True when every (query, key) pair of the tiles is visible under the window mask, so the
 /// kernels may skip evaluating it per pair (the weights are then the same bits either way). Only
-/// for `WindowMask`, whose window is read from the mask itself; any other mask is always
-/// evaluated pair by pair.
+/// for `WindowMask`, whose window is the inputs' (`range`); any other mask is always evaluated
+/// pair by pair.
 template <class Mask>
-KOKKOS_INLINE_FUNCTION bool tile_fully_visible(const Mask& mask, const mask::Token* qtok, int rows,
+KOKKOS_INLINE_FUNCTION bool tile_fully_visible(const Mask& mask, const WindowRange& range,
+                                               const mask::Token* qtok, int rows,
                                                const mask::Token* ktok, const bool* valid) {
+  (void)mask;
   if constexpr (std::is_same_v<Mask, WindowMask>) {
     if (!valid[0] || !valid[key_tile - 1]) return false;
-    const std::int64_t window = mask.left.right.window;
-    if (ktok[key_tile - 1].pos > qtok[0].pos) return false;
-    if (window > 0 && qtok[rows - 1].pos - ktok[0].pos >= window) return false;
+    if (!range.admits_all(qtok[0].pos, qtok[rows - 1].pos, ktok[0].pos, ktok[key_tile - 1].pos))
+      return false;
     const std::int32_t id = ktok[0].seq;
     for (int j = 0; j < key_tile; ++j)
       if (ktok[j].seq != id) return false;
@@ -78,7 +87,7 @@ KOKKOS_INLINE_FUNCTION bool tile_fully_visible(const Mask& mask, const mask::Tok
       if (qtok[r].seq != id) return false;
     return true;
   } else {
-    (void)mask;
+    (void)range;
     (void)qtok;
     (void)rows;
     (void)ktok;

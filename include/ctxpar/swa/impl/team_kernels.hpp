@@ -1,7 +1,7 @@
 /// \file
 /// The portable sliding-window attention kernels, shaped like FlashAttention-2 for GPUs with Kokkos
-/// hierarchical parallelism: device backends always run them, host spaces run them in a
-/// `CTXPAR_PORTABLE_KERNELS` build or when a test asks (`set_portable_kernels`).
+/// hierarchical parallelism: device backends always run them, host spaces when the kernel choice is
+/// `KernelChoice::portable` (the default of a `CTXPAR_PORTABLE_KERNELS` build).
 ///
 /// Mapping. Forward and dQ: a team per (query tile, key/value head, group of query heads), so the
 /// query heads of a GQA group share each staged key/value tile; threads (`TeamThreadRange`) over
@@ -36,22 +36,6 @@
 #include "ctxpar/swa/impl/attention_tiles.hpp"
 
 namespace ctxpar::swa::impl {
-
-inline bool& portable_kernels_setting() {
-  static bool value = false;
-  return value;
-}
-
-/// True when host spaces run the portable team kernels instead of the host SIMD kernels (set by
-/// tests and benchmarks; a `CTXPAR_PORTABLE_KERNELS` build does so everywhere).
-inline bool portable_kernels() {
-  return portable_kernels_setting();
-}
-
-/// Makes host spaces run the portable team kernels (`true`) or the host SIMD kernels (`false`).
-inline void set_portable_kernels(bool on) {
-  portable_kernels_setting() = on;
-}
 
 /// Bytes of a scratch piece of `n` elements of `T`, rounded up so the next piece stays aligned.
 template <class T>
@@ -174,12 +158,13 @@ struct TeamForwardKernel {
       });
     });
     team.team_barrier();
+    const WindowRange range = window_range(in);
     std::int64_t lo, hi, j0;
-    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    key_range(in, range, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     for (; j0 < hi; j0 += key_tile) {
       stage_key_tile(team, in, qt.hk, D, j0, lo, hi, kt, static_cast<acc*>(nullptr),
                      static_cast<acc*>(nullptr), vs, ktok, kvalid);
-      const bool all = tile_fully_visible(mask, qtok, static_cast<int>(nq), ktok, kvalid);
+      const bool all = tile_fully_visible(mask, range, qtok, static_cast<int>(nq), ktok, kvalid);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
         const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
         const int slot = hh * query_tile + rr;
@@ -334,12 +319,13 @@ struct TeamQueryGradientKernel {
       });
     });
     team.team_barrier();
+    const WindowRange range = window_range(in);
     std::int64_t lo, hi, j0;
-    key_range(in, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    key_range(in, range, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     for (; j0 < hi; j0 += key_tile) {
       stage_key_tile(team, in, qt.hk, D, j0, lo, hi, kt, ks, vt, static_cast<acc*>(nullptr), ktok,
                      kvalid);
-      const bool all = tile_fully_visible(mask, qtok, static_cast<int>(nq), ktok, kvalid);
+      const bool all = tile_fully_visible(mask, range, qtok, static_cast<int>(nq), ktok, kvalid);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
         const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
         const int slot = hh * query_tile + rr;
@@ -433,11 +419,10 @@ struct TeamKeyGradientKernel {
     });
     stage_key_tile(team, in, hk, D, j0, j0, j0 + nkt, kt, static_cast<acc*>(nullptr), vt,
                    static_cast<acc*>(nullptr), ktok, kvalid);
-    // Queries that may see a key of this tile: positions in [first key, last key + W - 1].
-    const std::int64_t first = in.k_pos(j0), last = in.k_pos(j0 + nkt - 1);
-    const std::int64_t qlo = lower_bound(in.q_pos, shape.tq, first);
-    const std::int64_t qhi =
-        in.window > 0 ? upper_bound(in.q_pos, shape.tq, last + in.window - 1) : shape.tq;
+    // Queries that may see a key of this tile.
+    const WindowRange range = window_range(in);
+    std::int64_t qlo, qhi;
+    range.queries(in.q_pos, shape.tq, in.k_pos(j0), in.k_pos(j0 + nkt - 1), qlo, qhi);
     for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h) {
       for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_tile) {
         const int nq = static_cast<int>(qhi - i0 < query_tile ? qhi - i0 : query_tile);
@@ -454,7 +439,7 @@ struct TeamKeyGradientKernel {
           });
         });
         team.team_barrier();
-        const bool all = tile_fully_visible(mask, qtok, nq, ktok, kvalid);
+        const bool all = tile_fully_visible(mask, range, qtok, nq, ktok, kvalid);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nq), [&](const int r) {
           const acc* qr = qs + r * D;
           const acc* dor = dos + r * D;
