@@ -6,6 +6,7 @@ ctxpar_add_mpi_test(NAME chunkwise_errors SOURCES errors_test.cpp LABELS chunkwi
 ctxpar_add_mpi_test(NAME chunkwise_short_conv SOURCES short_conv_test.cpp LABELS chunkwise TIMEOUT 120)
 ctxpar_add_mpi_test(NAME chunkwise_decay_numerics SOURCES decay_numerics_test.cpp LABELS chunkwise TIMEOUT 300)
 ctxpar_add_mpi_test(NAME chunkwise_cp_plan SOURCES cp_plan_test.cpp LABELS chunkwise TIMEOUT 120)
+ctxpar_add_mpi_test(NAME chunkwise_gates SOURCES gates_test.cpp LABELS chunkwise TIMEOUT 120)
 # The conv plan's results and steady state on the paths device memory takes.
 ctxpar_add_staged_twin(NAME chunkwise_short_conv_staged SOURCES short_conv_test.cpp LABELS chunkwise
   ARGS --run_test=conv_halo_zigzag_matches_whole_sequence_oracle,conv_plan_matches_the_free_functions_and_allocates_nothing_after_warm_up)

@@ -577,38 +577,23 @@ class CpPlan {
     std::vector<state_view<memory_space>>& s_in = work_.s_in;
     impl::ensure_states(space_, s_in, slots, shape_.heads, shape_.key_dim, shape_.value_dim,
                         "ctxpar::chunkwise::s_in");
-    for (int slot = 0; slot < slots; ++slot) {
-      const int v = layout_.virtual_shard(me, slot);
-      const std::int64_t off = layout_.local_offset(slot), len = layout_.shard_length(v);
-      if (len == 0) {
-        identity_summary<transition>(space_, local[slot], shape_.key_dim, shape_.value_dim);
-      } else {
-        const LocalSequences seqs = layout_.local_sequences(v);
-        impl::call_forward_prepare(space_, backend_, backend_.slice(inputs, off, off + len), seqs,
-                                   local[slot], ctx.saved[static_cast<std::size_t>(slot)],
-                                   impl::forward_needs(seqs, h0));
-      }
-    }
-    impl::Composer<transition, ExecutionSpace, scalar_type> composer(
-        space_, group_, layout_, shape_.heads, shape_.key_dim, shape_.value_dim, false, work_);
-    if constexpr (std::is_same_v<Policy, GatherFold>) {
-      composer.gather_fold(local, options_.form, states.initial_states, s_in);
-    } else {
-      composer.scan_compose(local, states.initial_states, s_in);
-    }
+    compose_slots(local, false, states.initial_states, s_in,
+                  [&](int slot, int v, std::int64_t off, std::int64_t len) {
+                    const LocalSequences seqs = layout_.local_sequences(v);
+                    impl::call_forward_prepare(
+                        space_, backend_, backend_.slice(inputs, off, off + len), seqs, local[slot],
+                        ctx.saved[static_cast<std::size_t>(slot)], impl::forward_needs(seqs, h0));
+                  });
     if (is_given(states.final_states))
       Kokkos::deep_copy(space_, states.final_states, scalar_type(0));
-    for (int slot = 0; slot < slots; ++slot) {
-      const int v = layout_.virtual_shard(me, slot);
-      const std::int64_t off = layout_.local_offset(slot), len = layout_.shard_length(v);
-      if (len == 0) continue;
+    for_filled_slots([&](int slot, int v, std::int64_t off, std::int64_t len) {
       token_view<scalar_type, memory_space> out =
           Kokkos::subview(output, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL);
       backend_.forward_apply(space_, backend_.slice(inputs, off, off + len),
                              layout_.local_sequences(v), s_in[static_cast<std::size_t>(slot)],
                              states.initial_states, out, states.final_states,
                              ctx.saved[static_cast<std::size_t>(slot)]);
-    }
+    });
     if (is_given(states.final_states)) {
       // A sequence without tokens ends where it starts: its final state is its initial state.
       if (me == 0 && h0) {
@@ -664,36 +649,21 @@ class CpPlan {
       return const_token_view<scalar_type, memory_space>(
           Kokkos::subview(output_grad, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL));
     };
-    for (int slot = 0; slot < slots; ++slot) {
-      const int v = layout_.virtual_shard(me, slot);
-      const std::int64_t off = layout_.local_offset(slot), len = layout_.shard_length(v);
-      if (len == 0) {
-        identity_summary<transition>(space_, local[slot], shape_.key_dim, shape_.value_dim);
-      } else {
-        const LocalSequences seqs = layout_.local_sequences(v);
-        impl::call_backward_prepare(space_, backend_, ctx.saved[static_cast<std::size_t>(slot)],
-                                    dout_of(off, len), seqs, local[slot],
-                                    impl::backward_needs(seqs, dht));
-      }
-    }
-    impl::Composer<transition, ExecutionSpace, scalar_type> composer(
-        space_, group_, layout_, shape_.heads, shape_.key_dim, shape_.value_dim, true, work_);
-    if constexpr (std::is_same_v<Policy, GatherFold>) {
-      composer.gather_fold(local, options_.form, states.final_state_grads, ds_out);
-    } else {
-      composer.scan_compose(local, states.final_state_grads, ds_out);
-    }
+    compose_slots(local, true, states.final_state_grads, ds_out,
+                  [&](int slot, int v, std::int64_t off, std::int64_t len) {
+                    const LocalSequences seqs = layout_.local_sequences(v);
+                    impl::call_backward_prepare(
+                        space_, backend_, ctx.saved[static_cast<std::size_t>(slot)],
+                        dout_of(off, len), seqs, local[slot], impl::backward_needs(seqs, dht));
+                  });
     if (is_given(states.initial_state_grads))
       Kokkos::deep_copy(space_, states.initial_state_grads, scalar_type(0));
-    for (int slot = 0; slot < slots; ++slot) {
-      const int v = layout_.virtual_shard(me, slot);
-      const std::int64_t off = layout_.local_offset(slot), len = layout_.shard_length(v);
-      if (len == 0) continue;
+    for_filled_slots([&](int slot, int v, std::int64_t off, std::int64_t len) {
       backend_.backward_apply(space_, ctx.saved[static_cast<std::size_t>(slot)], dout_of(off, len),
                               layout_.local_sequences(v), ds_out[static_cast<std::size_t>(slot)],
                               states.final_state_grads, backend_.slice(grads, off, off + len),
                               states.initial_state_grads, state_view<memory_space>());
-    }
+    });
     if (is_given(states.initial_state_grads)) {
       if (me == 0 && dht) {
         for (int n : layout_.empty_sequences()) {
@@ -736,6 +706,45 @@ class CpPlan {
   }
 
  private:
+  // `f(slot, v, off, len)` for every local slot: its virtual shard and its rows of the rank's
+  // tokens.
+  template <class F>
+  void for_slots(const F& f) const {
+    for (int slot = 0; slot < layout_.slots(); ++slot) {
+      const int v = layout_.virtual_shard(group_.rank(), slot);
+      f(slot, v, layout_.local_offset(slot), layout_.shard_length(v));
+    }
+  }
+  // `f(slot, v, off, len)` for the local slots that hold tokens.
+  template <class F>
+  void for_filled_slots(const F& f) const {
+    for_slots([&](int slot, int v, std::int64_t off, std::int64_t len) {
+      if (len > 0) f(slot, v, off, len);
+    });
+  }
+  // Each local slot's summary (`prepare(slot, v, off, len)` where it holds tokens, the identity
+  // where it holds none), then their composition over the ranks into one carried state per slot
+  // (`backward`: the chain reversed), from the sequences' `given` boundary states.
+  template <class Transition, class Given, class Prepare>
+  void compose_slots(SummaryStore<Transition, memory_space>& local, bool backward,
+                     const Given& given, std::vector<state_view<memory_space>>& carried,
+                     const Prepare& prepare) {
+    for_slots([&](int slot, int v, std::int64_t off, std::int64_t len) {
+      if (len == 0) {
+        identity_summary<Transition>(space_, local[slot], shape_.key_dim, shape_.value_dim);
+      } else {
+        prepare(slot, v, off, len);
+      }
+    });
+    impl::Composer<Transition, ExecutionSpace, scalar_type> composer(
+        space_, group_, layout_, shape_.heads, shape_.key_dim, shape_.value_dim, backward, work_);
+    if constexpr (std::is_same_v<Policy, GatherFold>) {
+      composer.gather_fold(local, options_.form, given, carried);
+    } else {
+      composer.scan_compose(local, given, carried);
+    }
+  }
+
   static std::string shape_text(const ChunkwiseShape& s) {
     return ctxpar::impl::shape_text({s.tokens, s.heads, s.key_dim, s.value_dim});
   }

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/preconditions.hpp"
@@ -32,6 +33,7 @@
 #include "ctxpar/comm/sendrecv.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/impl/causal_conv.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/partition/zigzag.hpp"
@@ -140,12 +142,12 @@ struct ConvForwardKernel {
     const std::int64_t t = i / channels, c = i % channels, w = src.width;
     const int f = src.fragment(t);
     const std::int64_t ut = t - src.begin(f);
-    Scalar acc = bias.data() ? bias(c) : Scalar(0);
-    for (std::int64_t j = 0; j < w; ++j) {
-      const std::int64_t u = ut - (w - 1) + j;
-      if (src.reaches(f, u, ut)) acc += weight(c, j) * src.value(f, u, c);
-    }
-    y(t, c) = acc;
+    // Tap j reads fragment position ut − (w − 1) + j: a halo row (the carried prefix) below 0.
+    y(t, c) = ctxpar::impl::causal_window_dot(
+        bias.data() ? bias(c) : Scalar(0), std::int64_t(0), w,
+        [&](std::int64_t j) { return weight(c, j); },
+        [&](std::int64_t j) { return src.value(f, ut - (w - 1) + j, c); },
+        [&](std::int64_t j) { return src.reaches(f, ut - (w - 1) + j, ut); });
   }
 };
 
@@ -162,12 +164,14 @@ struct ConvInputGradKernel {
     const int f = e >= src.split + (w - 1) ? 1 : 0;
     const std::int64_t u = e - src.begin(f) - f * (w - 1) - (w - 1);
     const std::int64_t n = src.end(f) - src.begin(f);
-    Scalar acc = 0;
-    for (std::int64_t j = 0; j < w; ++j) {
-      const std::int64_t ut = u + (w - 1) - j;
-      if (ut >= 0 && ut < n && src.reaches(f, u, ut))
-        acc += weight(c, j) * dy(src.begin(f) + ut, c);
-    }
+    // The transposed window: tap j of row u meets output ut = u + (w − 1) − j of the fragment.
+    const Scalar acc = ctxpar::impl::causal_window_dot(
+        Scalar(0), std::int64_t(0), w, [&](std::int64_t j) { return weight(c, j); },
+        [&](std::int64_t j) { return dy(src.begin(f) + u + (w - 1) - j, c); },
+        [&](std::int64_t j) {
+          const std::int64_t ut = u + (w - 1) - j;
+          return ut >= 0 && ut < n && src.reaches(f, u, ut);
+        });
     if (u >= 0) {
       dx(src.begin(f) + u, c) = acc;
     } else {
@@ -399,32 +403,26 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
 
 }  // namespace impl
 
-/// Forward of the depthwise causal conv over a contiguous sequence shard. `x [T, C]` (the rank's
-/// tokens in order; e.g. `[T, H·D]` flattened), `weight [C, w]`, `bias [C]` (empty view: no
-/// bias), `seq_ids [T]` int32 (empty view: one sequence), `y [T, C]`. Collective (one `sendrecv`,
-/// two with ids); every shard but the last needs `T >= w - 1`; bad input on any rank makes every
-/// rank throw the same `Error`.
-template <class ExecutionSpace, class Scalar, class MemorySpace>
-void short_conv_forward(
-    const ExecutionSpace& space, const Group& group,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const Scalar*, MemorySpace>& bias,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
-  impl::ConvWorkspace<Scalar, MemorySpace> ws;
-  impl::conv_forward(space, group, Contiguous{}, "ctxpar::chunkwise::short_conv_forward", x, weight,
-                     bias, seq_ids, y, ws);
-}
+namespace impl {
+/// The shard layouts the conv takes (`Contiguous`, `Zigzag`).
+template <class Layout>
+inline constexpr bool is_conv_layout_v =
+    std::is_same_v<Layout, Contiguous> || std::is_same_v<Layout, Zigzag>;
+}  // namespace impl
 
-/// Forward of the conv over a zigzag shard: `x [2C, C_ch]` holds natural chunk `r` then chunk
-/// `2P-1-r` of `2P` equal chunks (`ZigzagLayout` order, the whole packed stream when `seq_ids`
-/// are given); otherwise as the contiguous overload. Collective: one shift up and one shift down
-/// (`(w-1)·C_ch` values to each neighbour that exists, plus `w-1` ids each with `seq_ids`); every
-/// chunk needs `C >= w - 1`.
-template <class ExecutionSpace, class Scalar, class MemorySpace>
+/// Forward of the depthwise causal conv over a sequence shard in `layout`. `x [T, C]` (the
+/// rank's tokens in order; e.g. `[T, H·D]` flattened), `weight [C, w]`, `bias [C]` (empty view: no
+/// bias), `seq_ids [T]` int32 (empty view: one sequence), `y [T, C]`. Bad input on any rank makes
+/// every rank throw the same `Error`. Collective:
+/// - `Contiguous`: one `sendrecv` (two with ids); every shard but the last needs `T >= w - 1`.
+/// - `Zigzag`: `x [2C, C_ch]` holds natural chunk `r` then chunk `2P-1-r` of `2P` equal chunks
+///   (`ZigzagLayout` order, the whole packed stream when `seq_ids` are given); one shift up and
+///   one shift down (`(w-1)·C_ch` values to each neighbour that exists, plus `w-1` ids each with
+///   `seq_ids`); every chunk needs `C >= w - 1`.
+template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace,
+          std::enable_if_t<impl::is_conv_layout_v<Layout>, int> = 0>
 void short_conv_forward(
-    const ExecutionSpace& space, const Group& group, Zigzag layout,
+    const ExecutionSpace& space, const Group& group, Layout layout,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
     const Kokkos::View<const Scalar*, MemorySpace>& bias,
@@ -435,43 +433,26 @@ void short_conv_forward(
                      seq_ids, y, ws);
 }
 
-/// Forward with the layout tag spelled out (`Contiguous`), the same as the untagged overload.
+/// Forward over a contiguous shard: `short_conv_forward` with `Contiguous`.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void short_conv_forward(
-    const ExecutionSpace& space, const Group& group, Contiguous layout,
+    const ExecutionSpace& space, const Group& group,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
     const Kokkos::View<const Scalar*, MemorySpace>& bias,
     const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
-  impl::ConvWorkspace<Scalar, MemorySpace> ws;
-  impl::conv_forward(space, group, layout, "ctxpar::chunkwise::short_conv_forward", x, weight, bias,
-                     seq_ids, y, ws);
+  short_conv_forward(space, group, Contiguous{}, x, weight, bias, seq_ids, y);
 }
 
-/// Backward of `short_conv_forward` (contiguous shards): `dx [T, C]` (including the gradient that
-/// other ranks' halos send back), `dweight [C, w]` and `dbias [C]` (optional) summed over all
-/// ranks. Collective.
-template <class ExecutionSpace, class Scalar, class MemorySpace>
+/// Backward of `short_conv_forward` in `layout`: `dx [T, C]` (including the gradient that other
+/// ranks' halos send back: each halo's gradient returns to the fragment it came from, under
+/// `Zigzag` rank `r-1`, rank `r+1`, or rank `P-1`'s own first chunk), `dweight [C, w]` and
+/// `dbias [C]` (optional) summed over all ranks. Collective.
+template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace,
+          std::enable_if_t<impl::is_conv_layout_v<Layout>, int> = 0>
 void short_conv_backward(
-    const ExecutionSpace& space, const Group& group,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
-    const Kokkos::View<Scalar*, MemorySpace>& dbias) {
-  impl::ConvWorkspace<Scalar, MemorySpace> ws;
-  impl::conv_backward(space, group, Contiguous{}, "ctxpar::chunkwise::short_conv_backward", x,
-                      weight, seq_ids, dy, dx, dweight, dbias, ws);
-}
-
-/// Backward of the zigzag `short_conv_forward`: each halo's gradient returns to the chunk it came
-/// from (rank `r-1`, rank `r+1`, or rank `P-1`'s own first chunk). Collective.
-template <class ExecutionSpace, class Scalar, class MemorySpace>
-void short_conv_backward(
-    const ExecutionSpace& space, const Group& group, Zigzag layout,
+    const ExecutionSpace& space, const Group& group, Layout layout,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
     const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
@@ -484,10 +465,10 @@ void short_conv_backward(
                       seq_ids, dy, dx, dweight, dbias, ws);
 }
 
-/// Backward with the layout tag spelled out (`Contiguous`), the same as the untagged overload.
+/// Backward over a contiguous shard: `short_conv_backward` with `Contiguous`.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
 void short_conv_backward(
-    const ExecutionSpace& space, const Group& group, Contiguous layout,
+    const ExecutionSpace& space, const Group& group,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
     const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
     const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
@@ -495,9 +476,7 @@ void short_conv_backward(
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
     const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
     const Kokkos::View<Scalar*, MemorySpace>& dbias) {
-  impl::ConvWorkspace<Scalar, MemorySpace> ws;
-  impl::conv_backward(space, group, layout, "ctxpar::chunkwise::short_conv_backward", x, weight,
-                      seq_ids, dy, dx, dweight, dbias, ws);
+  short_conv_backward(space, group, Contiguous{}, x, weight, seq_ids, dy, dx, dweight, dbias);
 }
 
 /// The short conv as a plan: built once for a group and a layout (`Contiguous` or `Zigzag`), it

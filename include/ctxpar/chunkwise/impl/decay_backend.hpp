@@ -87,23 +87,14 @@ class DecayBackend {
   /// Tokens `[begin, end)` of `in`.
   inputs_type slice(const inputs_type& in, std::int64_t begin, std::int64_t end) const {
     const auto r = std::make_pair(begin, end);
-    inputs_type out;
-    out.q = Kokkos::subview(in.q, r, Kokkos::ALL, Kokkos::ALL);
-    out.k = Kokkos::subview(in.k, r, Kokkos::ALL, Kokkos::ALL);
-    out.v = Kokkos::subview(in.v, r, Kokkos::ALL, Kokkos::ALL);
-    out.g = slice_gate(in.g, r);
-    return out;
+    return {token_rows(in.q, r), token_rows(in.k, r), token_rows(in.v, r), token_rows(in.g, r)};
   }
 
   /// Tokens `[begin, end)` of `grads`.
   gradients_type slice(const gradients_type& grads, std::int64_t begin, std::int64_t end) const {
     const auto r = std::make_pair(begin, end);
-    gradients_type out;
-    out.dq = Kokkos::subview(grads.dq, r, Kokkos::ALL, Kokkos::ALL);
-    out.dk = Kokkos::subview(grads.dk, r, Kokkos::ALL, Kokkos::ALL);
-    out.dv = Kokkos::subview(grads.dv, r, Kokkos::ALL, Kokkos::ALL);
-    out.dg = slice_gate(grads.dg, r);
-    return out;
+    return {token_rows(grads.dq, r), token_rows(grads.dk, r), token_rows(grads.dv, r),
+            token_rows(grads.dg, r)};
   }
 
   /// Whether any input holds NaN or Inf.
@@ -176,12 +167,13 @@ class DecayBackend {
               ctxpar::impl::shape_text({s.tokens, s.heads})};
     }
   }
+  // Tokens `r` of a `[T, H]` or `[T, H, D]` view (the gates are either).
   template <class View>
-  static auto slice_gate(const View& g, std::pair<std::int64_t, std::int64_t> r) {
+  static auto token_rows(const View& view, std::pair<std::int64_t, std::int64_t> r) {
     if constexpr (compat::view_rank<View> == 3) {
-      return Kokkos::subview(g, r, Kokkos::ALL, Kokkos::ALL);
+      return Kokkos::subview(view, r, Kokkos::ALL, Kokkos::ALL);
     } else {
-      return Kokkos::subview(g, r, Kokkos::ALL);
+      return Kokkos::subview(view, r, Kokkos::ALL);
     }
   }
 

@@ -35,6 +35,7 @@
 
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/gates.hpp"
 #include "ctxpar/core/impl/isa_dispatch.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
@@ -81,8 +82,8 @@ KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type decay_ratio(
     const Gamma& gamma, const Reset& reset, std::int64_t later, std::int64_t earlier,
     std::int64_t h, std::int64_t gi) {
   using value = typename Gamma::non_const_value_type;
-  return reset(later, h, gi) <= earlier ? compat::exp(gamma(later, h, gi) - gamma(earlier, h, gi))
-                                        : value(0);
+  return ctxpar::impl::gated_decay<ctxpar::impl::LibraryExp>(
+      reset(later, h, gi) <= earlier, value(gamma(later, h, gi) - gamma(earlier, h, gi)));
 }
 
 /// Decay from the chunk's incoming state to token `i`: 0 after a hard reset in the chunk.
@@ -90,7 +91,8 @@ template <class Gamma, class Reset>
 KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type decay_from_start(
     const Gamma& gamma, const Reset& reset, std::int64_t i, std::int64_t h, std::int64_t gi) {
   using value = typename Gamma::non_const_value_type;
-  return reset(i, h, gi) < 0 ? compat::exp(gamma(i, h, gi)) : value(0);
+  return ctxpar::impl::gated_decay<ctxpar::impl::LibraryExp>(reset(i, h, gi) < 0,
+                                                             value(gamma(i, h, gi)));
 }
 
 /// `decay_ratio` with the compensated cumulative log-gates (`gamma + lo`).
@@ -99,10 +101,10 @@ KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type precise_ratio(
     const Gamma& gamma, const Gamma& lo, const Reset& reset, std::int64_t later,
     std::int64_t earlier, std::int64_t h, std::int64_t gi) {
   using value = typename Gamma::non_const_value_type;
-  return reset(later, h, gi) <= earlier
-             ? compat::exp((gamma(later, h, gi) - gamma(earlier, h, gi)) +
-                           (lo(later, h, gi) - lo(earlier, h, gi)))
-             : value(0);
+  return ctxpar::impl::gated_decay<ctxpar::impl::LibraryExp>(
+      reset(later, h, gi) <= earlier,
+      value(ctxpar::impl::compensated_difference(gamma(later, h, gi), lo(later, h, gi),
+                                                 gamma(earlier, h, gi), lo(earlier, h, gi))));
 }
 
 /// `decay_from_start` with the compensated cumulative log-gates.
@@ -111,7 +113,8 @@ KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type precise_from_start(
     const Gamma& gamma, const Gamma& lo, const Reset& reset, std::int64_t i, std::int64_t h,
     std::int64_t gi) {
   using value = typename Gamma::non_const_value_type;
-  return reset(i, h, gi) < 0 ? compat::exp(gamma(i, h, gi) + lo(i, h, gi)) : value(0);
+  return ctxpar::impl::gated_decay<ctxpar::impl::LibraryExp>(reset(i, h, gi) < 0,
+                                                             value(gamma(i, h, gi) + lo(i, h, gi)));
 }
 
 template <class Scalar, class MemorySpace>
@@ -133,32 +136,41 @@ struct GammaKernel {
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     const std::int64_t gi = i % width, h = (i / width) % heads, c = i / (width * heads);
-    Scalar sum = 0, lo = 0, minus_inf = 0;
+    ctxpar::impl::CompensatedLogGate<Scalar> cumulative;
+    Scalar minus_inf = 0;
     std::int64_t last_reset = -1;
     for (std::int64_t t = chunk_begin(c); t < chunk_end(c); ++t) {
       const Scalar x = g(t, h, gi);
-      if (x < Scalar(0) && !compat::isfinite(x)) {  // −∞: the state before t is forgotten
-        sum = 0;
-        lo = 0;
+      if (cumulative.add(x)) {  // −∞: the state before t is forgotten
         last_reset = t;
         minus_inf = x;
-      } else {
-        // Two-sum: `sum + x` exactly equals `s + err`; the errors accumulate in `lo`.
-        const Scalar s = sum + x, xs = s - sum;
-        lo += (sum - (s - xs)) + (x - xs);
-        sum = s;
       }
-      gamma(t, h, gi) = sum;
-      gamma_lo(t, h, gi) = lo;
+      gamma(t, h, gi) = cumulative.sum;
+      gamma_lo(t, h, gi) = cumulative.lo;
       reset(t, h, gi) = last_reset;
     }
-    logm(c, h, gi) = last_reset < 0 ? sum : minus_inf;
+    logm(c, h, gi) = last_reset < 0 ? cumulative.sum : minus_inf;
   }
 };
 
 // The team tile product (core/impl/tile_product.hpp) and the host instruction-set dispatch
 // (core/impl/isa_dispatch.hpp).
 namespace gd = ::ctxpar::impl;
+
+/// What a team of a chunk-team kernel (league rank `c·H + h`) owns: chunk `c` of head `h`, whose
+/// tokens are `b..last` (`n` of them).
+struct ChunkTeam {
+  std::int64_t c, b, last;
+  int h, n;
+};
+
+/// The `ChunkTeam` of league rank `rank` over `heads` heads.
+template <class Table>
+KOKKOS_INLINE_FUNCTION ChunkTeam chunk_team(int rank, int heads, const Table& chunk_begin,
+                                            const Table& chunk_end) {
+  const std::int64_t c = rank / heads, b = chunk_begin(c), last = chunk_end(c) - 1;
+  return {c, b, last, rank % heads, static_cast<int>(last - b + 1)};
+}
 
 template <class Scalar, class ExecutionSpace>
 using decay_scratch =
@@ -199,10 +211,9 @@ struct ChunkUpdateTiles {
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = heads, K = kdim, V = vdim;
-    const std::int64_t c = team.league_rank() / H;
-    const int h = team.league_rank() % H;
-    const std::int64_t b = chunk_begin(c), last = chunk_end(c) - 1;
-    const int n = static_cast<int>(last - b + 1);
+    const ChunkTeam ct = chunk_team(team.league_rank(), H, chunk_begin, chunk_end);
+    const std::int64_t c = ct.c, b = ct.b, last = ct.last;
+    const int h = ct.h, n = ct.n;
     scratch kt(team.team_scratch(1), std::size_t(chunk) * K);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int j) {
       const Scalar* kj = &k(b + j, h, 0);
@@ -253,54 +264,73 @@ KOKKOS_INLINE_FUNCTION void chain_step(Scalar* x, int w, Scalar m, const Scalar*
   for (int j = 0; j < w; ++j) x[j] = m * x[j] + d[j];
 }
 
-// Chains whole local sequences [s_lo, s_hi) over their chunks, forward. Mode "summary": start from
-// zero, write the fp32 summary state. Mode "apply": start from s_in / initial states, save every
-// chunk's incoming state, write final states of sequences that end here.
-template <class Scalar, class MemorySpace, bool Diagonal>
-struct ChainForwardKernel {
+/// What the chain kernels of both directions share: the sequence tables, the chunk transitions,
+/// the shape and mode, the dispatch, and the carry across one chunk. One work item per (sequence,
+/// head, key row, block of chain_block state columns): the chunk's decay is read once per row and
+/// the columns stay contiguous.
+template <class Chain, class Scalar, class MemorySpace, bool Diagonal>
+struct ChainKernelBase {
   using saved = DecaySaved<Scalar, MemorySpace>;
   typename saved::table seq_chunk, seq_ordinal, seq_starts, seq_ends;
   typename saved::work3 logm;
-  typename saved::work4 ds, states;
-  const_state_view<MemorySpace> s_in;
-  const_sequence_states_view<Scalar, MemorySpace> initial;
-  sequence_states_view<Scalar, MemorySpace> finals;
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
   std::int64_t s_lo, heads, kdim, vdim;
-  bool apply, have_s_in, have_initial, have_finals;
+  bool apply;
   /// The instruction set of the host fast path, chosen on the launching thread.
   HostIsa isa = gd::active_host_isa();
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     ctxpar::impl::run_kernel<
-        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
+        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(
+        isa, static_cast<const Chain&>(*this), i);
   }
-  /// The kernel at `Bytes`-wide vectors. One work item per (sequence, head, key row, block of
-  /// chain_block state columns): the chunk's decay is read once per row and the columns stay
-  /// contiguous.
+  /// Chunk `c` of item `it`'s carry: `x ← exp(logm_c)·x + d_c`, keeping `x` first in `keep_c`
+  /// in apply mode.
+  KOKKOS_INLINE_FUNCTION void carry(Scalar* x, const ChainItem& it, std::int64_t c,
+                                    const typename saved::work4& d,
+                                    const typename saved::work4& keep) const {
+    chain_step(x, it.w, compat::exp(logm(c, it.h, Diagonal ? it.kk : 0)), &d(c, it.h, it.kk, it.v0),
+               apply ? &keep(c, it.h, it.kk, it.v0) : nullptr);
+  }
+  /// Summary mode: the carried columns as the fp32 summary state.
+  KOKKOS_INLINE_FUNCTION void write_summary(const ChainItem& it, const Scalar* x) const {
+    for (int j = 0; j < it.w; ++j)
+      summary_state(it.h, it.kk * vdim + it.v0 + j) = static_cast<float>(x[j]);
+  }
+};
+
+// Chains whole local sequences [s_lo, s_hi) over their chunks, forward. Mode "summary": start from
+// zero, write the fp32 summary state. Mode "apply": start from s_in / initial states, save every
+// chunk's incoming state, write final states of sequences that end here.
+template <class Scalar, class MemorySpace, bool Diagonal>
+struct ChainForwardKernel : ChainKernelBase<ChainForwardKernel<Scalar, MemorySpace, Diagonal>,
+                                            Scalar, MemorySpace, Diagonal> {
+  using saved = DecaySaved<Scalar, MemorySpace>;
+  typename saved::work4 ds, states;
+  const_state_view<MemorySpace> s_in;
+  const_sequence_states_view<Scalar, MemorySpace> initial;
+  sequence_states_view<Scalar, MemorySpace> finals;
+  bool have_s_in, have_initial, have_finals;
+  /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
-    const ChainItem it = chain_item(i, s_lo, heads, kdim, vdim);
+    const ChainItem it = chain_item(i, this->s_lo, this->heads, this->kdim, this->vdim);
     const std::int64_t v0 = it.v0, kk = it.kk, h = it.h, s = it.s;
-    const int w = it.w;
-    const std::int64_t gi = Diagonal ? kk : 0;
     Scalar state[chain_block];
-    for (int j = 0; j < w; ++j) {
+    for (int j = 0; j < it.w; ++j) {
       Scalar x = 0;
-      if (apply) {
+      if (this->apply) {
         if (s == 0 && have_s_in) x = static_cast<Scalar>(s_in(h, kk, v0 + j));
-        if (have_initial && seq_starts(s) != 0) x += initial(seq_ordinal(s), h, kk, v0 + j);
+        if (have_initial && this->seq_starts(s) != 0)
+          x += initial(this->seq_ordinal(s), h, kk, v0 + j);
       }
       state[j] = x;
     }
-    for (std::int64_t c = seq_chunk(s); c < seq_chunk(s + 1); ++c)
-      chain_step(state, w, compat::exp(logm(c, h, gi)), &ds(c, h, kk, v0),
-                 apply ? &states(c, h, kk, v0) : nullptr);
-    for (int j = 0; j < w; ++j) {
-      if (!apply) {
-        summary_state(h, kk * vdim + v0 + j) = static_cast<float>(state[j]);
-      } else if (have_finals && seq_ends(s) != 0) {
-        finals(seq_ordinal(s), h, kk, v0 + j) = state[j];
-      }
+    for (std::int64_t c = this->seq_chunk(s); c < this->seq_chunk(s + 1); ++c)
+      this->carry(state, it, c, ds, states);
+    if (!this->apply) {
+      this->write_summary(it, state);
+    } else if (have_finals && this->seq_ends(s) != 0) {
+      for (int j = 0; j < it.w; ++j) finals(this->seq_ordinal(s), h, kk, v0 + j) = state[j];
     }
   }
 };
@@ -491,10 +521,9 @@ struct OutputTiles {
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = heads, K = kdim, V = vdim, C = chunk;
-    const std::int64_t c = team.league_rank() / H;
-    const int h = team.league_rank() % H;
-    const std::int64_t b = chunk_begin(c);
-    const int n = static_cast<int>(chunk_end(c) - b);
+    const ChunkTeam ct = chunk_team(team.league_rank(), H, chunk_begin, chunk_end);
+    const std::int64_t c = ct.c, b = ct.b;
+    const int h = ct.h, n = ct.n;
     const auto& sp = team.team_scratch(1);
     scratch qs(sp, std::size_t(C) * K), qh(sp, std::size_t(C) * K), aux(sp, std::size_t(C) * K),
         kt(sp, std::size_t(K) * C), P(sp, std::size_t(C) * C),
@@ -580,51 +609,41 @@ struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
 // Mode "apply": starts from ds_out (last sequence) or the final-state gradients, saves every
 // chunk's end gradient, writes ds_in and initial-state gradients.
 template <class Scalar, class MemorySpace, bool Diagonal>
-struct ChainBackwardKernel {
+struct ChainBackwardKernel : ChainKernelBase<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>,
+                                             Scalar, MemorySpace, Diagonal> {
   using saved = DecaySaved<Scalar, MemorySpace>;
-  typename saved::table seq_chunk, seq_ordinal, seq_starts, seq_ends;
-  typename saved::work3 logm;
   typename saved::work4 dmat, gend;
   const_state_view<MemorySpace> ds_out;
   const_sequence_states_view<Scalar, MemorySpace> final_grads;
   sequence_states_view<Scalar, MemorySpace> initial_grads;
   state_view<MemorySpace> ds_in;
-  Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
-  std::int64_t s_lo, last_seq, heads, kdim, vdim;
-  bool apply, have_ds_out, have_final_grads, have_initial_grads, have_ds_in;
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = gd::active_host_isa();
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    ctxpar::impl::run_kernel<
-        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
-  }
+  std::int64_t last_seq;
+  bool have_ds_out, have_final_grads, have_initial_grads, have_ds_in;
   /// The kernel at `Bytes`-wide vectors, work items as in ChainForwardKernel.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
-    const ChainItem it = chain_item(i, s_lo, heads, kdim, vdim);
+    const ChainItem it = chain_item(i, this->s_lo, this->heads, this->kdim, this->vdim);
     const std::int64_t v0 = it.v0, kk = it.kk, h = it.h, s = it.s;
-    const int w = it.w;
-    const std::int64_t gi = Diagonal ? kk : 0;
     Scalar grad[chain_block];
-    for (int j = 0; j < w; ++j) {
+    for (int j = 0; j < it.w; ++j) {
       Scalar x = 0;
-      if (apply) {
+      if (this->apply) {
         if (s == last_seq && have_ds_out) x = static_cast<Scalar>(ds_out(h, kk, v0 + j));
-        if (have_final_grads && seq_ends(s) != 0) x += final_grads(seq_ordinal(s), h, kk, v0 + j);
+        if (have_final_grads && this->seq_ends(s) != 0)
+          x += final_grads(this->seq_ordinal(s), h, kk, v0 + j);
       }
       grad[j] = x;
     }
-    for (std::int64_t c = seq_chunk(s + 1) - 1; c >= seq_chunk(s); --c)
-      chain_step(grad, w, compat::exp(logm(c, h, gi)), &dmat(c, h, kk, v0),
-                 apply ? &gend(c, h, kk, v0) : nullptr);
-    for (int j = 0; j < w; ++j) {
-      if (!apply) {
-        summary_state(h, kk * vdim + v0 + j) = static_cast<float>(grad[j]);
-        continue;
-      }
+    for (std::int64_t c = this->seq_chunk(s + 1) - 1; c >= this->seq_chunk(s); --c)
+      this->carry(grad, it, c, dmat, gend);
+    if (!this->apply) {
+      this->write_summary(it, grad);
+      return;
+    }
+    for (int j = 0; j < it.w; ++j) {
       if (s == 0 && have_ds_in) ds_in(h, kk, v0 + j) = static_cast<float>(grad[j]);
-      if (have_initial_grads && seq_starts(s) != 0)
-        initial_grads(seq_ordinal(s), h, kk, v0 + j) = grad[j];
+      if (have_initial_grads && this->seq_starts(s) != 0)
+        initial_grads(this->seq_ordinal(s), h, kk, v0 + j) = grad[j];
     }
   }
 };
@@ -742,10 +761,9 @@ struct ScalarGradientTiles {
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = heads, K = kdim, V = vdim, C = chunk;
-    const std::int64_t c = team.league_rank() / H;
-    const int h = team.league_rank() % H;
-    const std::int64_t b = chunk_begin(c), last = chunk_end(c) - 1;
-    const int n = static_cast<int>(last - b + 1);
+    const ChunkTeam ct = chunk_team(team.league_rank(), H, chunk_begin, chunk_end);
+    const std::int64_t c = ct.c, b = ct.b, last = ct.last;
+    const int h = ct.h, n = ct.n;
     const auto& sp = team.team_scratch(1);
     scratch kT(sp, std::size_t(K) * C), vT(sp, std::size_t(V) * C), D(sp, std::size_t(C) * C),
         P(sp, std::size_t(C) * C), dog(sp, std::size_t(C) * V), vl(sp, std::size_t(C) * V),
@@ -927,10 +945,9 @@ struct DiagonalGradientTiles {
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int H = static_cast<int>(row.heads), K = static_cast<int>(row.kdim),
               V = static_cast<int>(row.vdim), C = chunk;
-    const std::int64_t c = team.league_rank() / H;
-    const int h = team.league_rank() % H;
-    const std::int64_t b = row.chunk_begin(c), last = row.chunk_end(c) - 1;
-    const int n = static_cast<int>(last - b + 1);
+    const ChunkTeam ct = chunk_team(team.league_rank(), H, row.chunk_begin, row.chunk_end);
+    const std::int64_t c = ct.c, b = ct.b, last = ct.last;
+    const int h = ct.h, n = ct.n;
     const auto& gamma = row.gamma;
     const auto& reset = row.reset;
     Scalar spread = 0;
@@ -939,7 +956,8 @@ struct DiagonalGradientTiles {
     const bool direct = resets > 0 || spread > Scalar(decay_factor_limit);
     // γ_t − γ_b from both parts of the compensated sum (the factors' reference is token b).
     auto relative = [&](std::int64_t t, int d) {
-      return (gamma(t, h, d) - gamma(b, h, d)) + (row.gamma_lo(t, h, d) - row.gamma_lo(b, h, d));
+      return ctxpar::impl::compensated_difference(gamma(t, h, d), row.gamma_lo(t, h, d),
+                                                  gamma(b, h, d), row.gamma_lo(b, h, d));
     };
     if (direct)
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) { row((b + t) * H + h); });

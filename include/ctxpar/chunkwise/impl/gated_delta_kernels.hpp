@@ -17,6 +17,7 @@
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/fast_exp.hpp"
+#include "ctxpar/core/impl/gates.hpp"
 #include "ctxpar/core/impl/isa_dispatch.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
@@ -69,14 +70,14 @@ struct ChunkData {
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION Scalar decay_ratio(const Scalar* gam, const Scalar* lo, const int* rs, int i,
                                           int j) {
-  return rs[i] <= j ? fast_exp((gam[i] - gam[j]) + (lo[i] - lo[j])) : Scalar(0);
+  return gated_decay<FastExp>(rs[i] <= j, compensated_difference(gam[i], lo[i], gam[j], lo[j]));
 }
 
 /// Decay Γ_i = exp(γ_i) from the chunk's incoming state to row i: 0 after a hard reset.
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION Scalar decay_from_start(const Scalar* gam, const Scalar* lo, const int* rs,
                                                int i) {
-  return rs[i] < 0 ? fast_exp(gam[i] + lo[i]) : Scalar(0);
+  return gated_decay<FastExp>(rs[i] < 0, gam[i] + lo[i]);
 }
 
 #if CTXPAR_HOST_SIMD
@@ -104,8 +105,8 @@ struct RowDecays {
   /// The decays of the lanes: those `seen` past the row's last hard reset, 0 elsewhere.
   template <class Mask>
   simd decay(int j, const simd& jv, const Mask& seen) const {
-    const simd x =
-        (gam_i - simd_load<float, Bytes>(gam + j)) + (lo_i - simd_load<float, Bytes>(lo + j));
+    const simd x = compensated_difference(gam_i, lo_i, simd_load<float, Bytes>(gam + j),
+                                          simd_load<float, Bytes>(lo + j));
     return (seen & (jv >= reset)) ? simd_exp(x) : zero;
   }
 };
@@ -332,22 +333,13 @@ struct IntraChunk {
     Scalar* glo = cb.glo;
     int* rs = cb.rs;
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
-      Scalar acc = 0, lo = 0;
+      CompensatedLogGate<Scalar> gamma;
       int last_reset = -1;
       for (int i = 0; i < C; ++i) {
-        const Scalar x = i < n ? pb.gate(r0 + i, h) : Scalar(0);
-        if (x < Scalar(0) && !compat::isfinite(x)) {  // −∞: the state before row i is forgotten
-          acc = 0;
-          lo = 0;
-          last_reset = i;
-        } else {
-          // Two-sum: `acc + x` exactly equals `s + err`; the errors accumulate in `lo`.
-          const Scalar s = acc + x, xs = s - acc;
-          lo += (acc - (s - xs)) + (x - xs);
-          acc = s;
-        }
-        gam[i] = acc;
-        glo[i] = lo;
+        // A hard reset (−∞) forgets the state before row i.
+        if (gamma.add(i < n ? pb.gate(r0 + i, h) : Scalar(0))) last_reset = i;
+        gam[i] = gamma.sum;
+        glo[i] = gamma.lo;
         rs[i] = last_reset;
       }
     });
@@ -546,12 +538,12 @@ KOKKOS_INLINE_FUNCTION void decay_pass_block(const Member& team, const PassBlock
   });
 }
 
-/// Forward state pass, sequential over the chunks of each sequence, independent per (sequence,
-/// head, block of state columns). Columns `[0, V)` are the state `S`; with `m_out`, columns
-/// `[V, V+K)` carry `M` started from the identity (same update with Ũ = 0 and no output), so the
-/// transition is chained at the cost of `4CK²` per chunk without ever forming `M_c`.
-template <class Scalar, class ExecutionSpace, class MemorySpace>
-struct ForwardPass {
+/// The state passes, sequential over the chunks of each sequence, independent per (sequence,
+/// head, block of state columns); `Reverse` picks the direction. Both load the block's start,
+/// carry it chunk by chunk through three scratch blocks (`K × NB` carried columns and two
+/// `C × NB` row blocks) and store its end.
+template <class Scalar, class ExecutionSpace, class MemorySpace, bool Reverse>
+struct StatePass {
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using scratch = scratch_view<Scalar, ExecutionSpace>;
   Problem<Scalar> pb;
@@ -572,125 +564,113 @@ struct ForwardPass {
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
-    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
+    const int K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
     const PassBlock pk = pass_block_of(team.league_rank(), pb, tg, blocks, NB);
-    const int h = pk.h, s = pk.s, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
-    const bool m_cols = pk.m_cols();
-    scratch Z(team.team_scratch(1), std::size_t(K) * NB),
-        U(team.team_scratch(1), std::size_t(C) * NB), O(team.team_scratch(1), std::size_t(C) * NB);
-    load_pass_start(team, pk, tg, Z.data(), K, V, NB);
+    scratch carried(team.team_scratch(1), std::size_t(K) * NB),
+        first(team.team_scratch(1), std::size_t(C) * NB),
+        second(team.team_scratch(1), std::size_t(C) * NB);
+    load_pass_start(team, pk, tg, carried.data(), K, V, NB);
     team.team_barrier();
-    for (int c = tg.first_chunk[s]; c < tg.first_chunk[s + 1]; ++c) {
-      const long blk = static_cast<long>(c) * H + h;
-      const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
-      const Scalar* Ut = cd.ut.data() + blk * C * V;
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-        for (int j = 0; j < width; ++j)
-          U[i * NB + j] = j >= state_w ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
-      });
-      if (tg.save && !m_cols)
-        save_pass_columns(team, pk, K, Z.data(), cd.s0.data() + blk * K * V, V, NB);
-      team.team_barrier();
-      team_gemm<Bytes>(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z.data(),
-                       NB, U.data(), NB, true);
-      team.team_barrier();
-      if (tg.out && !m_cols) {
-        team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.qh.data() + blk * C * K, K),
-                         Z.data(), NB, O.data(), NB, false);
-        team.team_barrier();
-        team_gemm<Bytes>(team, C, width, C, Scalar(1),
-                         rows(cd.p.data() + blk * C * C, C, Band::lower), U.data(), NB, O.data(),
-                         NB, true);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
-          if (!pb.has_query(r0 + i)) return;
-          Scalar* orow = tg.out + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0;
-          for (int j = 0; j < state_w; ++j) orow[j] = O[i * NB + j];
-        });
-      }
-      if (tg.save && !m_cols)
-        save_pass_columns(team, pk, C, U.data(), cd.u.data() + blk * C * V, V, NB);
-      decay_pass_block(team, pk, cd, blk, C, K, Z.data(), NB);
-      team.team_barrier();
-      team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K),
-                       U.data(), NB, Z.data(), NB, true);
-      team.team_barrier();
+    if constexpr (Reverse) {
+      for (int c = tg.first_chunk[pk.s + 1] - 1; c >= tg.first_chunk[pk.s]; --c)
+        reverse_chunk<Bytes>(team, pk, c, carried.data(), first.data(), second.data());
+    } else {
+      for (int c = tg.first_chunk[pk.s]; c < tg.first_chunk[pk.s + 1]; ++c)
+        forward_chunk<Bytes>(team, pk, c, carried.data(), first.data(), second.data());
     }
-    store_pass_end(team, pk, tg, Z.data(), K, V, NB);
-  }
-};
-
-/// Reverse state pass (the adjoint of `ForwardPass`): D_{c−1} = Γ_last D_c + Q̂Γᵀ dO_c − W̃ᵀ dU_c
-/// with dU_c = K̃ D_c + Pᵀ dO_c. With `m_out`, columns `[V, V+K)` chain `Mᵀ` from the identity.
-template <class Scalar, class ExecutionSpace, class MemorySpace>
-struct ReversePass {
-  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  using scratch = scratch_view<Scalar, ExecutionSpace>;
-  Problem<Scalar> pb;
-  ChunkData<Scalar, MemorySpace> cd;
-  PassTargets<Scalar> tg;
-  int blocks = 0, block = 32;
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = active_host_isa();
-
-  static std::size_t scratch_bytes(int C, int K, int NB) {
-    return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(C) * NB);
+    store_pass_end(team, pk, tg, carried.data(), K, V, NB);
   }
 
-  KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
-  }
-
-  /// The kernel at `Bytes`-wide vectors.
+  /// Forward, chunk `c`: columns `[0, V)` are the state `S`; with `m_out`, columns `[V, V+K)`
+  /// carry `M` started from the identity (same update with Ũ = 0 and no output), so the
+  /// transition is chained at the cost of `4CK²` per chunk without ever forming `M_c`.
   template <int Bytes>
-  KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
+  KOKKOS_INLINE_FUNCTION void forward_chunk(const member_type& team, const PassBlock& pk, int c,
+                                            Scalar* Z, Scalar* U, Scalar* O) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
-    const PassBlock pk = pass_block_of(team.league_rank(), pb, tg, blocks, NB);
-    const int h = pk.h, s = pk.s, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
+    const int h = pk.h, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
     const bool m_cols = pk.m_cols();
-    scratch D(team.team_scratch(1), std::size_t(K) * NB),
-        dU(team.team_scratch(1), std::size_t(C) * NB),
-        dO(team.team_scratch(1), std::size_t(C) * NB);
-    load_pass_start(team, pk, tg, D.data(), K, V, NB);
+    const long blk = static_cast<long>(c) * H + h;
+    const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
+    const Scalar* Ut = cd.ut.data() + blk * C * V;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+      for (int j = 0; j < width; ++j)
+        U[i * NB + j] = j >= state_w ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
+    });
+    if (tg.save && !m_cols) save_pass_columns(team, pk, K, Z, cd.s0.data() + blk * K * V, V, NB);
     team.team_barrier();
-    for (int c = tg.first_chunk[s + 1] - 1; c >= tg.first_chunk[s]; --c) {
-      const long blk = static_cast<long>(c) * H + h;
-      const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-        const bool read = !m_cols && tg.dout && i < n && pb.has_query(r0 + i);
-        const Scalar* drow =
-            read ? tg.dout + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0 : nullptr;
-        for (int j = 0; j < width; ++j)
-          dO[i * NB + j] = (read && j < state_w) ? drow[j] : Scalar(0);
+    team_gemm<Bytes>(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z, NB, U,
+                     NB, true);
+    team.team_barrier();
+    if (tg.out && !m_cols) {
+      team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.qh.data() + blk * C * K, K), Z, NB, O,
+                       NB, false);
+      team.team_barrier();
+      team_gemm<Bytes>(team, C, width, C, Scalar(1),
+                       rows(cd.p.data() + blk * C * C, C, Band::lower), U, NB, O, NB, true);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
+        if (!pb.has_query(r0 + i)) return;
+        Scalar* orow = tg.out + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0;
+        for (int j = 0; j < state_w; ++j) orow[j] = O[i * NB + j];
       });
-      if (tg.save && !m_cols)
-        save_pass_columns(team, pk, K, D.data(), cd.dse.data() + blk * K * V, V, NB);
-      team.team_barrier();
-      team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D.data(),
-                       NB, dU.data(), NB, false);
-      team.team_barrier();
-      if (!m_cols) {
-        team_gemm<Bytes>(team, C, width, C, Scalar(1),
-                         transposed(cd.p.data() + blk * C * C, C, Band::upper), dO.data(), NB,
-                         dU.data(), NB, true);
-        team.team_barrier();
-      }
-      if (tg.save && !m_cols)
-        save_pass_columns(team, pk, C, dU.data(), cd.du.data() + blk * C * V, V, NB);
-      decay_pass_block(team, pk, cd, blk, C, K, D.data(), NB);
-      team.team_barrier();
-      if (!m_cols) {
-        team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K),
-                         dO.data(), NB, D.data(), NB, true);
-        team.team_barrier();
-      }
-      team_gemm<Bytes>(team, K, width, C, Scalar(-1), transposed(cd.wt.data() + blk * C * K, K),
-                       dU.data(), NB, D.data(), NB, true);
+    }
+    if (tg.save && !m_cols) save_pass_columns(team, pk, C, U, cd.u.data() + blk * C * V, V, NB);
+    decay_pass_block(team, pk, cd, blk, C, K, Z, NB);
+    team.team_barrier();
+    team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K), U, NB,
+                     Z, NB, true);
+    team.team_barrier();
+  }
+
+  /// Reverse, chunk `c` (the adjoint of `forward_chunk`): D_{c−1} = Γ_last D_c + Q̂Γᵀ dO_c −
+  /// W̃ᵀ dU_c with dU_c = K̃ D_c + Pᵀ dO_c. With `m_out`, columns `[V, V+K)` chain `Mᵀ` from the
+  /// identity.
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void reverse_chunk(const member_type& team, const PassBlock& pk, int c,
+                                            Scalar* D, Scalar* dU, Scalar* dO) const {
+    const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
+    const int h = pk.h, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
+    const bool m_cols = pk.m_cols();
+    const long blk = static_cast<long>(c) * H + h;
+    const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
+      const bool read = !m_cols && tg.dout && i < n && pb.has_query(r0 + i);
+      const Scalar* drow =
+          read ? tg.dout + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0 : nullptr;
+      for (int j = 0; j < width; ++j) dO[i * NB + j] = (read && j < state_w) ? drow[j] : Scalar(0);
+    });
+    if (tg.save && !m_cols) save_pass_columns(team, pk, K, D, cd.dse.data() + blk * K * V, V, NB);
+    team.team_barrier();
+    team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D, NB, dU,
+                     NB, false);
+    team.team_barrier();
+    if (!m_cols) {
+      team_gemm<Bytes>(team, C, width, C, Scalar(1),
+                       transposed(cd.p.data() + blk * C * C, C, Band::upper), dO, NB, dU, NB, true);
       team.team_barrier();
     }
-    store_pass_end(team, pk, tg, D.data(), K, V, NB);
+    if (tg.save && !m_cols) save_pass_columns(team, pk, C, dU, cd.du.data() + blk * C * V, V, NB);
+    decay_pass_block(team, pk, cd, blk, C, K, D, NB);
+    team.team_barrier();
+    if (!m_cols) {
+      team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K), dO,
+                       NB, D, NB, true);
+      team.team_barrier();
+    }
+    team_gemm<Bytes>(team, K, width, C, Scalar(-1), transposed(cd.wt.data() + blk * C * K, K), dU,
+                     NB, D, NB, true);
+    team.team_barrier();
   }
 };
+
+/// Forward state pass (see `StatePass::forward_chunk`).
+template <class Scalar, class ExecutionSpace, class MemorySpace>
+using ForwardPass = StatePass<Scalar, ExecutionSpace, MemorySpace, false>;
+
+/// Reverse state pass (see `StatePass::reverse_chunk`).
+template <class Scalar, class ExecutionSpace, class MemorySpace>
+using ReversePass = StatePass<Scalar, ExecutionSpace, MemorySpace, true>;
 
 /// Raw gradient outputs of the per-chunk backward.
 template <class Scalar>

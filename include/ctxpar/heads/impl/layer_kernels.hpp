@@ -11,7 +11,9 @@
 #include <cstdint>
 
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/causal_conv.hpp"
 #include "ctxpar/core/impl/fast_exp.hpp"
+#include "ctxpar/core/impl/gates.hpp"
 #include "ctxpar/core/impl/isa_dispatch.hpp"
 #include "ctxpar/core/impl/simd.hpp"
 #include "ctxpar/expr/unary.hpp"
@@ -22,20 +24,10 @@
 CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::heads::impl {
 
-/// `1/(1 + e^−x)` for `x ≥ 0`, `e^x/(1 + e^x)` below (no overflow of `e^−x`). One `exp` of `−|x|`
-/// serves both sides and the side is chosen after it, so a random sign costs no mispredicted
-/// branch around the `exp` (the same bits as evaluating the chosen side alone). The `exp` is the
-/// library's `fast_exp`, whose vector form `simd_sigmoid` below gives the same bits.
-template <class T>
-KOKKOS_INLINE_FUNCTION T sigmoid(T x) {
-  const T e = ctxpar::impl::fast_exp(x >= T(0) ? -x : x);
-  const T one_plus = T(1) + e;
-  return (x >= T(0) ? T(1) : e) / one_plus;
-}
-template <class T>
-KOKKOS_INLINE_FUNCTION T softplus(T x) {
-  return x > T(20) ? x : compat::log1p(compat::exp(x));
-}
+// The gate functions live with the other gates (core/impl/gates.hpp); these names stay the layer's.
+using ctxpar::impl::sigmoid;
+using ctxpar::impl::silu_grad;
+using ctxpar::impl::softplus;
 
 /// The gate's sigmoid as an expression-layer operation. Kept apart from `expr::op::Sigmoid`
 /// because it takes `exp(x)/(1 + exp(x))` for negative `x` (no overflow of `exp(-x)`) through the
@@ -102,13 +94,6 @@ inline ctxpar::impl::simd_t<T, Bytes> simd_sigmoid(ctxpar::impl::simd_t<T, Bytes
 }
 #endif
 
-/// SiLU'(x) = s·(1 + x·(1 − s)) with s = sigmoid(x).
-template <class T>
-KOKKOS_INLINE_FUNCTION T silu_grad(T x) {
-  const T s = sigmoid(x);
-  return s * (T(1) + x * (T(1) - s));
-}
-
 /// Over `n` contiguous channels: `act[c] = pre[c]·sigmoid(pre[c])` when `grad` is false, else
 /// `out[c] *= SiLU'(pre[c])`. Whole vectors on hosts with vector extensions (a loop over the
 /// scalar functions stays scalar), the scalar functions on the tail and everywhere else; the same
@@ -140,6 +125,20 @@ inline constexpr std::int64_t host_channel_block = std::int64_t(1) << 30;
 KOKKOS_INLINE_FUNCTION std::int64_t channel_items(std::int64_t tokens, std::int64_t channels,
                                                   std::int64_t block) {
   return tokens * ((channels + block - 1) / block);
+}
+
+/// What work item `i` of a conv kernel over `C = channels` with `block` channels each owns:
+/// token `t` and the `n` channels from `c0`.
+struct ChannelBlock {
+  std::int64_t t, c0, n;
+};
+
+/// Work item `i`'s `ChannelBlock`.
+KOKKOS_INLINE_FUNCTION ChannelBlock channel_block(std::int64_t i, std::int64_t channels,
+                                                  std::int64_t block) {
+  const std::int64_t blocks = (channels + block - 1) / block;
+  const std::int64_t c0 = (i % blocks) * block;
+  return {i / blocks, c0, channels - c0 < block ? channels - c0 : block};
 }
 
 /// taps(k, c) = w(c, k): the conv weights tap-major, so that one tap's weights of neighbouring
@@ -177,18 +176,31 @@ struct ConvForward {
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     using T = typename Out::non_const_value_type;
-    const std::int64_t blocks = (channels + block - 1) / block;
-    const std::int64_t t = i / blocks, c0 = (i % blocks) * block;
-    const std::int64_t n = channels - c0 < block ? channels - c0 : block;
+    const ChannelBlock item = channel_block(i, channels, block);
+    const std::int64_t t = item.t, c0 = item.c0, n = item.n;
     const int k0 = first_tap(t);
     if (n == 1) {
-      T s = bias(c0);
-      for (int k = k0; k < width; ++k) s += w(k, c0) * u(t - (width - 1) + k, off + c0);
+      const T s = pre_of(bias(c0), t, c0, k0);
       pre(t, c0) = s;
       act(t, c0) = s * sigmoid(s);
       return;
     }
     silu_row<Bytes>(pre_row<Bytes>(t, c0, n, k0), &act(t, c0), n, false);
+  }
+  /// `start + Σ_{k ≥ k0} w(k, c)·u(t − w + 1 + k, off + c)`: the conv's one windowed dot
+  /// (`causal_window_dot`), on channel `c` alone or (`T` a vector) on the channels from `c` on.
+  template <class T, class Load>
+  KOKKOS_INLINE_FUNCTION T pre_of(T start, std::int64_t t, std::int64_t c, int k0,
+                                  const Load& load) const {
+    const std::int64_t first = t - (width - 1);
+    return ctxpar::impl::causal_window_dot(
+        start, k0, width, [&](int k) { return load(&w(k, c)); },
+        [&](int k) { return load(&u(first + k, off + c)); });
+  }
+  /// `pre_of` on one channel.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T pre_of(T start, std::int64_t t, std::int64_t c, int k0) const {
+    return pre_of(start, t, c, k0, [](const auto* p) { return *p; });
   }
   /// `pre(t, c0 + j)` for `j < n` (the host form), from tap `k0` on: a vector of channels sums
   /// its taps in registers and is stored once (a pass over the row per tap was bound by its
@@ -199,23 +211,15 @@ struct ConvForward {
                                                             std::int64_t n, int k0) const {
     using T = typename Out::non_const_value_type;
     const auto row = &pre(t, c0);
-    const std::int64_t first = t - (width - 1);
     std::int64_t j = 0;
 #if CTXPAR_HOST_SIMD
     using ctxpar::impl::simd_load;
     constexpr int lanes = ctxpar::impl::Simd<T, Bytes>::lanes;
-    for (; j + lanes <= n; j += lanes) {
-      auto s = simd_load<T, Bytes>(&bias(c0 + j));
-      for (int k = k0; k < width; ++k)
-        s += simd_load<T, Bytes>(&w(k, c0 + j)) * simd_load<T, Bytes>(&u(first + k, off + c0 + j));
-      ctxpar::impl::simd_store(row + j, s);
-    }
+    const auto load = [](const T* p) { return simd_load<T, Bytes>(p); };
+    for (; j + lanes <= n; j += lanes)
+      ctxpar::impl::simd_store(row + j, pre_of(load(&bias(c0 + j)), t, c0 + j, k0, load));
 #endif
-    for (; j < n; ++j) {
-      T s = bias(c0 + j);
-      for (int k = k0; k < width; ++k) s += w(k, c0 + j) * u(first + k, off + c0 + j);
-      row[j] = s;
-    }
+    for (; j < n; ++j) row[j] = pre_of(bias(c0 + j), t, c0 + j, k0);
     return row;
   }
   /// The first tap of token `t` inside its sequence.
@@ -246,16 +250,16 @@ struct ConvBackwardInput {
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
     using T = typename Du::non_const_value_type;
-    const std::int64_t blocks = (channels + block - 1) / block;
-    const std::int64_t t = i / blocks, c0 = (i % blocks) * block;
-    const std::int64_t n = channels - c0 < block ? channels - c0 : block;
+    const ChannelBlock item = channel_block(i, channels, block);
+    const std::int64_t t = item.t, c0 = item.c0, n = item.n;
     // Tap k reads output t + w − 1 − k, which must lie before the sequence's end.
     const std::int64_t past = t + width - seq_end(t);
     const int k0 = past > 0 ? static_cast<int>(past) : 0;
     if (n == 1) {
-      T s = 0;
-      for (int k = k0; k < width; ++k) s += w(k, c0) * dpre(t + (width - 1) - k, c0);
-      du(t, off + c0) = s;
+      // The transposed window: tap k meets output t + w − 1 − k.
+      du(t, off + c0) = ctxpar::impl::causal_window_dot(
+          T(0), k0, width, [&](int k) { return w(k, c0); },
+          [&](int k) { return dpre(t + (width - 1) - k, c0); });
       return;
     }
     T* const row = &du(t, off + c0);
