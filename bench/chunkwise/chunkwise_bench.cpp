@@ -513,7 +513,6 @@ int main(int argc, char** argv) {
           const cw::state_view<mem> zero("zero_state", H, K, V);
           const cw::LocalSequences seqs = cw::LocalSequences::single(T);
           auto run = [&] {
-            saved.invalidate();
             b.forward_apply(exec(), base.in, seqs, zero, {}, o, {}, saved);
             exec().fence();
           };

@@ -92,7 +92,8 @@ inline double gated_delta_recurrence_flops(std::int64_t tokens, std::int64_t hea
 /// incoming state into `output [T, H, V]`. Count its work with `gated_delta_forward_flops`.
 /// `Backend` is `GatedDeltaRuleBackend` or `GatedDeltaProductBackend`. It allocates a saved
 /// bundle and a zero state on every call; a caller that repeats it keeps both and calls the
-/// backend's `forward_apply` itself (after `saved.invalidate()`), as the plans do.
+/// backend's `forward_apply` itself, as the heads layer does: a kept bundle keeps its chunk
+/// layout, and each forward rewrites its per-call record, so nothing needs resetting.
 template <class ExecutionSpace, class Backend>
 void gated_delta_local_forward(
     const ExecutionSpace& space, const Backend& backend,

@@ -185,10 +185,8 @@ class GdpContextParallel {
   template <class ExecutionSpace, class X, class U>
   void pre_conv_ssm(const ExecutionSpace& space, const X& x, const U& u,
                     const std::vector<std::int64_t>& cu_seqlens) const {
-    Preconditions chk(pre_.group(), "ctxpar::heads::GdpContextParallel::pre_conv_ssm");
-    require_batch(chk, cu_seqlens);
-    chk.agree();
-    pre_.to_head_parallel(space, x, u);
+    agree_batch("ctxpar::heads::GdpContextParallel::pre_conv_ssm", cu_seqlens);
+    pre_conv_ssm(space, x, u);
   }
   /// Collective. Backward of `pre_conv_ssm`: sums the gradients of repeated key groups.
   template <class ExecutionSpace, class U, class X>
@@ -204,10 +202,8 @@ class GdpContextParallel {
   template <class ExecutionSpace, class Y, class X>
   void post_conv_ssm(const ExecutionSpace& space, const Y& y, const X& out,
                      const std::vector<std::int64_t>& cu_seqlens) const {
-    Preconditions chk(pre_.group(), "ctxpar::heads::GdpContextParallel::post_conv_ssm");
-    require_batch(chk, cu_seqlens);
-    chk.agree();
-    post_.to_sequence_parallel(space, y, out);
+    agree_batch("ctxpar::heads::GdpContextParallel::post_conv_ssm", cu_seqlens);
+    post_conv_ssm(space, y, out);
   }
   /// Collective. Backward of `post_conv_ssm`.
   template <class ExecutionSpace, class X, class Y>
@@ -347,6 +343,13 @@ class GdpContextParallel {
     chk.require(batch_cu == pre_.cu_seqlens() || (plan_dense && !batch_packed),
                 "the batch's cu_seqlens must be the plan's", pre_.cu_seqlens().size() - 1,
                 std::to_string(batch_cu.size() - 1) + " sequences");
+  }
+
+  // Collective: `require_batch` alone, agreed by every rank under the operation name `op`.
+  void agree_batch(const char* op, const std::vector<std::int64_t>& batch_cu) const {
+    Preconditions chk(pre_.group(), op);
+    require_batch(chk, batch_cu);
+    chk.agree();
   }
 
   void check_parameters(const parameters& p, const std::vector<std::int64_t>& batch_cu) const {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/chunkwise/gated_delta_product.hpp"
 #include "ctxpar/chunkwise/local_sequences.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/expr/expr.hpp"
@@ -316,9 +316,9 @@ class GdpLayerCore {
   void recurrence_forward(const ExecutionSpace& space) {
     if (dims_.heads == 0) return;
     const inputs_type in = recurrence_inputs();
-    // The same bundle on every forward: these input buffers hold new values each time, so every
-    // computed quantity is marked stale, and the bundle's memory is reused (no allocation).
-    saved_.invalidate();
+    // The same bundle on every forward: its chunk layout is kept (no allocation), and a
+    // forward_apply without a forward_prepare of its own call recomputes everything from these
+    // buffers' new values.
     backend_.forward_apply(space, in, seqs_, zero_state(), {}, rec_.o, {}, saved_);
   }
   template <class ExecutionSpace>

@@ -44,6 +44,15 @@ auto slice_tokens(const View& v, std::pair<std::int64_t, std::int64_t> r) {
     return Kokkos::subview(v, r, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL);
 }
 
+/// `bundle` with each of the token-major view `members` sliced to the tokens `r`.
+template <class Bundle, class... Members>
+Bundle slice_members(const Bundle& bundle, std::pair<std::int64_t, std::int64_t> r,
+                     Members Bundle::*... members) {
+  Bundle out;
+  ((out.*members = slice_tokens(bundle.*members, r)), ...);
+  return out;
+}
+
 /// Gated delta backend. `Product = false`: `k, v [T, H, ·]`, `β [T, H]` and `n_h = 1`;
 /// `Product = true`: `k, v [T, n_h, H, ·]`, `β [T, n_h, H]`.
 template <class Scalar, class MemorySpace, bool Product, class Inputs, class Gradients>
@@ -128,26 +137,14 @@ class Backend {
 
   /// Tokens `[begin, end)` of `in`.
   inputs_type slice(const inputs_type& in, std::int64_t begin, std::int64_t end) const {
-    const auto r = std::make_pair(begin, end);
-    inputs_type out;
-    out.q = slice_tokens(in.q, r);
-    out.k = slice_tokens(in.k, r);
-    out.v = slice_tokens(in.v, r);
-    out.g = slice_tokens(in.g, r);
-    out.beta = slice_tokens(in.beta, r);
-    return out;
+    return slice_members(in, std::make_pair(begin, end), &inputs_type::q, &inputs_type::k,
+                         &inputs_type::v, &inputs_type::g, &inputs_type::beta);
   }
 
   /// Tokens `[begin, end)` of `grads`.
   gradients_type slice(const gradients_type& gr, std::int64_t begin, std::int64_t end) const {
-    const auto r = std::make_pair(begin, end);
-    gradients_type out;
-    out.dq = slice_tokens(gr.dq, r);
-    out.dk = slice_tokens(gr.dk, r);
-    out.dv = slice_tokens(gr.dv, r);
-    out.dg = slice_tokens(gr.dg, r);
-    out.dbeta = slice_tokens(gr.dbeta, r);
-    return out;
+    return slice_members(gr, std::make_pair(begin, end), &gradients_type::dq, &gradients_type::dk,
+                         &gradients_type::dv, &gradients_type::dg, &gradients_type::dbeta);
   }
 
   /// Whether any input holds NaN or Inf.
@@ -170,10 +167,7 @@ class Backend {
                        const chunkwise::SummaryViews<memory_space>& summary, saved_type& saved,
                        const chunkwise::SummaryNeeds& needs = {}) const {
     compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::forward_prepare");
-    saved.inputs = in;
-    saved.intra_done = false;
-    engine::forward_prepare(space, saved, problem(in), seqs, summary, needs, shape(in).tokens);
-    saved.prepared = true;
+    engine::forward_prepare(space, saved, in, problem(in), seqs, summary, needs, shape(in).tokens);
   }
 
   /// Contract method 2: outputs and final states from the composed `s_in`.
@@ -186,17 +180,10 @@ class Backend {
       const chunkwise::sequence_states_view<Scalar, memory_space>& final_states,
       saved_type& saved) const {
     compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::forward_apply");
-    // The per-chunk phase of forward_prepare is reused only right after it, on the same views;
-    // any other call recomputes it (the caller may have written new values into old buffers).
-    if (!saved.prepared || saved.inputs.q.data() != in.q.data() ||
-        saved.inputs.k.data() != in.k.data() || saved.inputs.v.data() != in.v.data() ||
-        saved.inputs.g.data() != in.g.data() || saved.inputs.beta.data() != in.beta.data()) {
-      saved.inputs = in;
-      saved.intra_done = false;
-      saved.forward_applied = false;  // its outputs were computed from other values
-    }
-    saved.prepared = false;
-    engine::forward_apply(space, saved, problem(in), seqs, s_in, initial_states, output,
+    // The per-chunk phase of forward_prepare is reused only right after it (same call), on the
+    // same views; any other call recomputes it (the caller may have written new values into old
+    // buffers), so a bundle kept across calls needs no reset.
+    engine::forward_apply(space, saved, in, problem(in), seqs, s_in, initial_states, output,
                           final_states);
   }
 
@@ -209,7 +196,7 @@ class Backend {
                         const chunkwise::SummaryViews<memory_space>& summary,
                         const chunkwise::SummaryNeeds& needs = {}) const {
     compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::backward_prepare");
-    engine::backward_prepare(space, saved, problem(saved.inputs), output_grad, seqs, summary,
+    engine::backward_prepare(space, saved, recorded_problem(saved), output_grad, seqs, summary,
                              needs);
   }
 
@@ -231,7 +218,7 @@ class Backend {
     gt.dv = grads.dv.data();
     gt.dg = grads.dg.data();
     gt.dbeta = grads.dbeta.data();
-    engine::backward_apply(space, saved, problem(saved.inputs), output_grad, seqs, ds_out,
+    engine::backward_apply(space, saved, recorded_problem(saved), output_grad, seqs, ds_out,
                            final_state_grads, gt, initial_state_grads, ds_in);
   }
 
@@ -255,6 +242,12 @@ class Backend {
 
  private:
   using engine = Engine<Scalar, MemorySpace, Inputs>;
+
+  // The problem of the forward that `saved` records (of empty inputs without one: the engine then
+  // refuses the bundle).
+  Problem<Scalar> recorded_problem(const saved_type& saved) const {
+    return problem(saved.forward ? saved.forward->inputs : inputs_type{});
+  }
 
   int n_h_ = 1;
   chunkwise::BackendOptions options_;

@@ -7,15 +7,18 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
-#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/chunkwise/impl/gated_delta_kernels.hpp"
 #include "ctxpar/chunkwise/local_sequences.hpp"
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/workspace.hpp"
 
@@ -25,55 +28,84 @@ namespace ctxpar::impl::gated_delta {
 template <class Scalar, class MemorySpace>
 using states_buffer = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
 
-/// What the forward keeps for the backward (views only), plus the chunk layout and the work
-/// buffers of the calls. A bundle kept across calls (the heads layer keeps one) reuses all of them
-/// while the shapes and the chunk layout stay the same: after `invalidate()`, the next call
-/// recomputes everything into the same memory and allocates nothing.
-template <class Scalar, class MemorySpace, class Inputs>
-struct Saved {
-  Inputs inputs;                                ///< the forward inputs (views)
+/// The part of the saved bundle that depends only on the shapes and the chunk layout: the chunk
+/// table, the per-chunk buffers and the work buffers of the four steps. It is sized by
+/// `plan_chunks` and kept by whoever keeps the bundle (a plan's context, the heads layer core), so
+/// a call with the same shapes and local sequences recomputes into the same memory and allocates
+/// nothing. Nothing in it says whether its values are current: the records below do.
+template <class Scalar, class MemorySpace>
+struct ChunkLayout {
   ChunkData<Scalar, MemorySpace> cd;            ///< per-chunk quantities
   Kokkos::View<int*, MemorySpace> first_chunk;  ///< [n + 1] chunk range of each local sequence
   std::vector<std::int64_t> cu_seqlens;         ///< the local token boundaries the layout is for
-  Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace> m;  ///< M of the trailing fragment
-  bool intra_done = false;  ///< the per-chunk phase ran on `inputs`
-  /// forward_prepare ran and no forward_apply has consumed its per-chunk phase yet. Only then may
-  /// forward_apply reuse it: matching data pointers alone cannot tell new values in old buffers.
-  bool prepared = false;
-  bool m_ready = false;       ///< `m` holds M of the trailing fragment
-  bool forward_done = false;  ///< chunk-start states and U are saved
-  /// forward_prepare already ran the apply's pass from zero (the driver said `s_in` is zero and
-  /// no initial states apply): `out` and `fin` hold its outputs and per-sequence final states.
-  bool forward_applied = false;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;   ///< `[T, H, V]` outputs
-  Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace> fin;  ///< `[n, H, K, V]` final states
-  /// backward_prepare already ran the apply's reverse pass from zero: `start` holds the gradient
-  /// at every local sequence's start and the chunk gradients' inputs are saved.
-  bool backward_applied = false;
-  Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace> start;  ///< `[n, H, K, V]`
-
+  Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace> m;  ///< `[H, K, K]` M (or Mᵀ) memory
   /// The chunk layout `cd` was allocated and uploaded for: (first row, rows, sequence) per chunk,
   /// the chunk range per sequence, and (C, H, K, V, n_h).
   std::vector<int> planned_rows, planned_first, planned_dims;
   /// Work buffers of the apply steps (initial and final states, their gradients), `[n, H, K, V]`.
   states_buffer<Scalar, MemorySpace> init_work, final_work, dinit_work, dstart_work;
-  /// Memory of the prepare steps' outputs (`out`, `fin`, `start` point into it while valid) and
-  /// of one `[1, H, K, V]` summary state; kept so a steady-state call allocates nothing.
+  /// Memory of the prepare steps' early apply passes (outputs, final states, start gradients) and
+  /// of one `[1, H, K, V]` summary state.
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out_work;
   states_buffer<Scalar, MemorySpace> prepared_final_work, prepared_start_work, summary_work;
   /// Per state row: (take the composed state?, row of the user's states or -1), and its mirror.
   Kokkos::View<int* [2], MemorySpace> state_rows;
   typename Kokkos::View<int* [2], MemorySpace>::HostMirror state_rows_host;
-
-  /// Marks every computed quantity stale (new values in the same input buffers), keeping the
-  /// memory for the next call.
-  void invalidate() {
-    intra_done = prepared = m_ready = forward_done = forward_applied = backward_applied = false;
-    out = {};
-    fin = {};
-    start = {};
-  }
 };
+
+/// What `forward_prepare` computed for the `forward_apply` of the same call: the per-chunk phase
+/// on `inputs` (in the layout's buffers) and, when the driver's needs allowed, more.
+template <class Scalar, class MemorySpace, class Inputs>
+struct PreparedForward {
+  Inputs inputs;  ///< the views the per-chunk phase ran on
+  /// M of the trailing fragment (the layout's `m`) when the summary needed it, else empty.
+  Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace> m;
+  /// The apply's pass, already run from zero (the driver's `zero_boundary`): the outputs
+  /// `[T, H, V]` and per-sequence final states `[n, H, K, V]`; both empty when it did not run.
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
+  states_buffer<Scalar, MemorySpace> fin;
+};
+
+/// What a forward computed that the backward reuses: the per-chunk phase, chunk-start states and
+/// U of `inputs` (in the layout's buffers), and M of the trailing fragment when it is at hand.
+/// Every `forward_apply` writes it whole.
+template <class MemorySpace, class Inputs>
+struct ForwardRecord {
+  Inputs inputs;  ///< the views of the forward; the backward's problem
+  /// M of the trailing fragment (the layout's `m`), or empty; a backward_prepare that overwrites
+  /// that memory with Mᵀ of the leading fragment empties it.
+  Kokkos::View<float***, Kokkos::LayoutRight, MemorySpace> m;
+};
+
+/// What `backward_prepare` computed for the `backward_apply` of the same call: the apply's
+/// reverse pass run from a zero `ds_out` (the driver's `zero_boundary`), with the gradient at
+/// every local sequence's start, `[n, H, K, V]`; the chunk gradients' inputs are saved.
+template <class Scalar, class MemorySpace>
+struct PreparedBackward {
+  states_buffer<Scalar, MemorySpace> start;  ///< the gradient at each local sequence's start
+};
+
+/// The bundle a backend keeps between its four methods: the chunk layout (kept across calls) and
+/// the records one call's steps hand to the next. Each record exists exactly when the step that
+/// writes it ran in this call: a step takes its predecessor's record, and a forward starts afresh
+/// (its per-chunk phase overwrites the memory the older records describe).
+template <class Scalar, class MemorySpace, class Inputs>
+struct Saved {
+  ChunkLayout<Scalar, MemorySpace> layout;  ///< shapes and chunk layout: sized once
+  /// forward_prepare → forward_apply.
+  std::optional<PreparedForward<Scalar, MemorySpace, Inputs>> prepared_forward;
+  std::optional<ForwardRecord<MemorySpace, Inputs>> forward;  ///< forward_apply → the backward
+  /// backward_prepare → backward_apply.
+  std::optional<PreparedBackward<Scalar, MemorySpace>> prepared_backward;
+};
+
+/// Whether two input bundles are the same views (data pointers). Values are not compared: only
+/// the call order (prepare, then apply of the same call) vouches for them.
+template <class Inputs>
+bool same_views(const Inputs& a, const Inputs& b) {
+  return a.q.data() == b.q.data() && a.k.data() == b.k.data() && a.v.data() == b.v.data() &&
+         a.g.data() == b.g.data() && a.beta.data() == b.beta.data();
+}
 
 /// `slot` when it already has the extents `[n, H, K, V]`, else a new buffer there (labelled).
 template <class Scalar, class MemorySpace>
@@ -92,9 +124,10 @@ inline int chunks_of(std::int64_t rows, int chunk) {
   return static_cast<int>((rows + chunk - 1) / chunk);
 }
 
-/// Lays out the chunks of the local sequences (in sub-step rows) and allocates the saved views.
-template <class Scalar, class MemorySpace, class Inputs>
-void plan_chunks(Saved<Scalar, MemorySpace, Inputs>& sv, const Problem<Scalar>& pb,
+/// Lays out the chunks of the local sequences (in sub-step rows) and allocates the layout's
+/// buffers unless they already are for this layout and these shapes.
+template <class Scalar, class MemorySpace>
+void plan_chunks(ChunkLayout<Scalar, MemorySpace>& sv, const Problem<Scalar>& pb,
                  const chunkwise::LocalSequences& seqs) {
   const int C = pb.chunk, H = pb.heads, K = pb.key_dim, V = pb.value_dim;
   std::vector<int> first(1, 0), rows;
@@ -108,7 +141,6 @@ void plan_chunks(Saved<Scalar, MemorySpace, Inputs>& sv, const Problem<Scalar>& 
     first.push_back(static_cast<int>(rows.size() / 3));
   }
   sv.cu_seqlens = seqs.cu_seqlens;
-  sv.intra_done = sv.m_ready = sv.forward_done = false;
   const std::vector<int> dims{C, H, K, V, pb.n_h};
   // The same layout and shapes as the buffers hold: everything is recomputed into them.
   if (sv.cd.x.data() != nullptr && rows == sv.planned_rows && first == sv.planned_first &&
@@ -167,44 +199,52 @@ Kokkos::TeamPolicy<ExecutionSpace> team_policy(const ExecutionSpace& space, int 
   return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
 }
 
-/// Runs the per-chunk phase over every chunk (once per forward).
-template <class ExecutionSpace, class Scalar, class MemorySpace, class Inputs>
-void run_intra(const ExecutionSpace& space, Saved<Scalar, MemorySpace, Inputs>& sv,
-               const Problem<Scalar>& pb) {
-  using functor = IntraChunk<Scalar, ExecutionSpace, MemorySpace>;
-  const int league = static_cast<int>(sv.cd.chunks.extent(0)) * pb.heads;
+/// Launches `functor` with a team per work item (`league` of them, none when it is empty) and
+/// `scratch` bytes of level-1 scratch per team.
+template <class ExecutionSpace, class Functor>
+void launch_teams(const ExecutionSpace& space, const char* label, int league, std::size_t scratch,
+                  const Functor& functor) {
   if (league > 0)
-    Kokkos::parallel_for(
-        "ctxpar::chunkwise::gated_delta::intra_chunk",
-        team_policy<functor>(space, league,
-                             functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim)),
-        functor{pb, sv.cd});
-  sv.intra_done = true;
+    Kokkos::parallel_for(label, team_policy<Functor>(space, league, scratch), functor);
+}
+
+/// Launches a per-chunk kernel (`IntraChunk`, `ChunkGradients`): a team per (chunk, head).
+template <template <class, class, class> class Kernel, class ExecutionSpace, class Scalar,
+          class MemorySpace, class... Extra>
+void for_each_chunk(const ExecutionSpace& space, const char* label,
+                    const ChunkLayout<Scalar, MemorySpace>& sv, const Problem<Scalar>& pb,
+                    const Extra&... extra) {
+  using functor = Kernel<Scalar, ExecutionSpace, MemorySpace>;
+  launch_teams(space, label, static_cast<int>(sv.cd.chunks.extent(0)) * pb.heads,
+               functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim),
+               functor{pb, sv.cd, extra...});
+}
+
+/// The per-chunk phase of every forward: lays out the chunks of `seqs` and runs the per-chunk
+/// (WY/UT) kernel over them on the problem's inputs.
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+void chunk_phase(const ExecutionSpace& space, ChunkLayout<Scalar, MemorySpace>& sv,
+                 const Problem<Scalar>& pb, const chunkwise::LocalSequences& seqs) {
+  plan_chunks(sv, pb, seqs);
+  for_each_chunk<IntraChunk>(space, "ctxpar::chunkwise::gated_delta::intra_chunk", sv, pb);
 }
 
 /// Runs a forward (`Reverse = false`) or reverse state pass over sequences `[begin, end)`.
-template <bool Reverse, class ExecutionSpace, class Scalar, class MemorySpace, class Inputs>
-void run_pass(const ExecutionSpace& space, const Saved<Scalar, MemorySpace, Inputs>& sv,
+template <bool Reverse, class ExecutionSpace, class Scalar, class MemorySpace>
+void run_pass(const ExecutionSpace& space, const ChunkLayout<Scalar, MemorySpace>& sv,
               const Problem<Scalar>& pb, PassTargets<Scalar> tg, int begin, int end) {
   tg.first_chunk = sv.first_chunk.data();
   tg.seq_begin = begin;
   const int nb = pass_block<ExecutionSpace>();
   const int blocks = (pb.value_dim + (tg.m_out ? pb.key_dim : 0) + nb - 1) / nb;
   const int league = (end - begin) * pb.heads * blocks;
-  if (league <= 0) return;
-  if constexpr (Reverse) {
-    using functor = ReversePass<Scalar, ExecutionSpace, MemorySpace>;
-    Kokkos::parallel_for(
-        "ctxpar::chunkwise::gated_delta::reverse_pass",
-        team_policy<functor>(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
-        functor{pb, sv.cd, tg, blocks, nb});
-  } else {
-    using functor = ForwardPass<Scalar, ExecutionSpace, MemorySpace>;
-    Kokkos::parallel_for(
-        "ctxpar::chunkwise::gated_delta::forward_pass",
-        team_policy<functor>(space, league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb)),
-        functor{pb, sv.cd, tg, blocks, nb});
-  }
+  using functor = std::conditional_t<Reverse, ReversePass<Scalar, ExecutionSpace, MemorySpace>,
+                                     ForwardPass<Scalar, ExecutionSpace, MemorySpace>>;
+  launch_teams(space,
+               Reverse ? "ctxpar::chunkwise::gated_delta::reverse_pass"
+                       : "ctxpar::chunkwise::gated_delta::forward_pass",
+               league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb),
+               functor{pb, sv.cd, tg, blocks, nb});
 }
 
 /// Copies `[rows, H, K·V]`-shaped Scalar states (row `src_row` of a contiguous `[n, H, K, V]`
@@ -304,168 +344,115 @@ void store_state(const ExecutionSpace& space, const states_buffer<Scalar, Memory
 }
 
 /// The four contract steps on a raw problem; the public backends adapt their views to these.
+/// Each step reads the record its predecessor in the call wrote into the bundle and writes its
+/// own; what exists is what ran (see `Saved`).
 template <class Scalar, class MemorySpace, class Inputs>
 struct Engine {
   using saved_type = Saved<Scalar, MemorySpace, Inputs>;
+  using layout_type = ChunkLayout<Scalar, MemorySpace>;
   using buffer = states_buffer<Scalar, MemorySpace>;
 
+  /// Step 1: the per-chunk phase of `in` and the summary `(M, dS)` the driver needs.
   template <class ExecutionSpace>
-  static void ensure_intra(const ExecutionSpace& space, saved_type& sv, const Problem<Scalar>& pb,
-                           const chunkwise::LocalSequences& seqs) {
-    if (!sv.intra_done || sv.cu_seqlens != seqs.cu_seqlens) {
-      plan_chunks(sv, pb, seqs);
-      run_intra(space, sv, pb);
-    }
-  }
-
-  template <class ExecutionSpace>
-  static void forward_prepare(const ExecutionSpace& space, saved_type& sv,
+  static void forward_prepare(const ExecutionSpace& space, saved_type& sv, const Inputs& in,
                               const Problem<Scalar>& pb, const chunkwise::LocalSequences& seqs,
                               const chunkwise::SummaryViews<MemorySpace>& summary,
                               const chunkwise::SummaryNeeds& needs, std::int64_t tokens) {
-    ensure_intra(space, sv, pb, seqs);
-    sv.forward_applied = false;
-    sv.out = {};
-    sv.fin = {};
-    // Nobody reads the summary (its record arrives zeroed): the apply's pass does all the work.
-    if (!needs.state) return;
-    const int last = seqs.count() - 1;
-    if (needs.zero_boundary && !needs.transition) {
-      // The apply would run this very pass from zero: run it once here, keep the outputs, and
-      // take dS from the trailing sequence's final state.
-      const int n = seqs.count();
-      ctxpar::impl::ensure_extents(sv.out_work, "ctxpar::chunkwise::gated_delta::out", tokens,
-                                   pb.heads, pb.value_dim);
-      sv.out = sv.out_work;
-      sv.fin = reuse_states(sv.prepared_final_work, "ctxpar::chunkwise::gated_delta::final", n,
-                            pb.heads, pb.key_dim, pb.value_dim);
-      PassTargets<Scalar> tg;
-      tg.final_state = sv.fin.data();
-      tg.out = sv.out.data();
-      tg.save = true;
-      run_pass<false>(space, sv, pb, tg, 0, n);
-      const std::int64_t kv = std::int64_t(pb.key_dim) * pb.value_dim;
-      store_summary_state(space, summary.state, sv.fin.data() + std::int64_t(last) * pb.heads * kv,
-                          kv);
-      sv.forward_applied = true;
-      return;
-    }
-    if (!needs.transition) {
-      const buffer ds = reuse_states(sv.summary_work, "ctxpar::chunkwise::gated_delta::ds", 1,
-                                     pb.heads, pb.key_dim, pb.value_dim);
-      PassTargets<Scalar> tg;
-      tg.final_state = ds.data();
-      tg.row_base = last;
-      run_pass<false>(space, sv, pb, tg, last, last + 1);
-      store_summary_state(space, summary.state, ds.data(), std::int64_t(pb.key_dim) * pb.value_dim);
-      return;
-    }
-    const buffer ds = reuse_states(sv.summary_work, "ctxpar::chunkwise::gated_delta::ds", 1,
-                                   pb.heads, pb.key_dim, pb.value_dim);
-    PassTargets<Scalar> tg;
-    tg.final_state = ds.data();
-    tg.row_base = last;
-    tg.m_out = sv.m.data();
-    run_pass<false>(space, sv, pb, tg, last, last + 1);
-    sv.m_ready = true;
-    store_summary_state(space, summary.state, ds.data(), std::int64_t(pb.key_dim) * pb.value_dim);
-    store_summary_transition(space, summary.transition, sv.m, false);
+    // A new call: the per-chunk phase overwrites what the last call's records describe.
+    sv.prepared_forward.reset();
+    sv.forward.reset();
+    sv.prepared_backward.reset();
+    chunk_phase(space, sv.layout, pb, seqs);
+    sv.prepared_forward = forward_summary(space, sv.layout, in, pb, seqs, summary, needs, tokens);
   }
 
+  /// Step 2: outputs and final states from the composed `s_in`; writes the forward record.
   template <class ExecutionSpace, class Initial, class Output, class Final>
-  static void forward_apply(const ExecutionSpace& space, saved_type& sv, const Problem<Scalar>& pb,
-                            const chunkwise::LocalSequences& seqs,
+  static void forward_apply(const ExecutionSpace& space, saved_type& sv, const Inputs& in,
+                            const Problem<Scalar>& pb, const chunkwise::LocalSequences& seqs,
                             const chunkwise::const_state_view<MemorySpace>& s_in,
                             const Initial& initial_states, const Output& output,
                             const Final& final_states) {
-    ensure_intra(space, sv, pb, seqs);
+    // The per-chunk phase of this call's forward_prepare is reused only on the very views and
+    // sequences it ran on; without one (or with other views) it runs here.
+    std::optional<PreparedForward<Scalar, MemorySpace, Inputs>> prep;
+    prep.swap(sv.prepared_forward);
+    if (prep && !(same_views(prep->inputs, in) && sv.layout.cu_seqlens == seqs.cu_seqlens))
+      prep.reset();
+    sv.forward.reset();
+    sv.prepared_backward.reset();
+    if (!prep) chunk_phase(space, sv.layout, pb, seqs);
     const int n = seqs.count();
-    if (sv.forward_applied && !chunkwise::is_given(initial_states) &&
-        sv.out.extent(0) == output.extent(0) && static_cast<int>(sv.fin.extent(0)) == n) {
-      // forward_prepare ran this pass from a zero s_in (the driver's zero_boundary).
-      Kokkos::deep_copy(space, output, sv.out);
-      std::vector<bool> ends(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) ends[std::size_t(i)] = seqs.ends_here(i);
-      scatter_states(space, sv.fin, final_states, seqs.ordinals, ends);
-      sv.forward_applied = false;
-      sv.out = {};
-      sv.fin = {};
-      sv.forward_done = true;
-      return;
-    }
-    sv.forward_applied = false;
-    const buffer init = reuse_states(sv.init_work, "ctxpar::chunkwise::gated_delta::init", n,
-                                     pb.heads, pb.key_dim, pb.value_dim);
-    const buffer fin = reuse_states(sv.final_work, "ctxpar::chunkwise::gated_delta::final", n,
-                                    pb.heads, pb.key_dim, pb.value_dim);
     std::vector<bool> starts(static_cast<std::size_t>(n)), ends(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i)
       starts[std::size_t(i)] = seqs.starts_here(i), ends[std::size_t(i)] = seqs.ends_here(i);
-    fill_states(space, init, s_in, 0, initial_states, seqs.ordinals, starts, sv.state_rows,
-                sv.state_rows_host);
-    PassTargets<Scalar> tg;
-    tg.init = init.data();
-    tg.final_state = fin.data();
-    tg.out = output.data();
-    tg.save = true;
-    run_pass<false>(space, sv, pb, tg, 0, n);
-    scatter_states(space, fin, final_states, seqs.ordinals, ends);
-    sv.forward_done = true;
+    if (prep && chunkwise::is_given(prep->out) && !chunkwise::is_given(initial_states) &&
+        prep->out.extent(0) == output.extent(0) && static_cast<int>(prep->fin.extent(0)) == n) {
+      // forward_prepare ran this pass from a zero s_in (the driver's zero_boundary).
+      Kokkos::deep_copy(space, output, prep->out);
+      scatter_states(space, prep->fin, final_states, seqs.ordinals, ends);
+    } else {
+      layout_type& lay = sv.layout;
+      PassTargets<Scalar> tg;
+      tg.out = output.data();
+      const buffer fin = apply_pass<false>(space, lay, pb, seqs, lay.init_work,
+                                           "ctxpar::chunkwise::gated_delta::init", lay.final_work,
+                                           "ctxpar::chunkwise::gated_delta::final", s_in, 0,
+                                           initial_states, starts, tg);
+      scatter_states(space, fin, final_states, seqs.ordinals, ends);
+    }
+    ForwardRecord<MemorySpace, Inputs> record{in, {}};
+    if (prep) record.m = prep->m;
+    sv.forward = record;
   }
 
+  /// Step 3: the summary `(Mᵀ, γ)` the driver needs, from the forward record. Without a record
+  /// for these sequences the summary stays as it arrived (zeros): backward_apply refuses the
+  /// bundle, and no rank is left alone in the composition in between.
   template <class ExecutionSpace, class OutputGrad>
   static void backward_prepare(const ExecutionSpace& space, saved_type& sv,
                                const Problem<Scalar>& pb, const OutputGrad& output_grad,
                                const chunkwise::LocalSequences& seqs,
                                const chunkwise::SummaryViews<MemorySpace>& summary,
                                const chunkwise::SummaryNeeds& needs) {
-    ensure_intra(space, sv, pb, seqs);
-    sv.backward_applied = false;
-    sv.start = {};
+    sv.prepared_backward.reset();
+    if (!recorded_for(sv, seqs)) return;
     if (!needs.state) return;  // nobody reads γ: the apply's reverse pass does all the work
-    if (needs.zero_boundary && !needs.transition && sv.forward_done) {
+    layout_type& lay = sv.layout;
+    const std::int64_t kv = std::int64_t(pb.key_dim) * pb.value_dim;
+    if (needs.zero_boundary && !needs.transition) {
       // The apply would run this reverse pass from a zero ds_out: run it once here (saving what
       // the chunk gradients read) and take γ from the leading sequence's start.
       const int n = seqs.count();
-      sv.start = reuse_states(sv.prepared_start_work, "ctxpar::chunkwise::gated_delta::dstart", n,
-                              pb.heads, pb.key_dim, pb.value_dim);
-      PassTargets<Scalar> tg;
-      tg.final_state = sv.start.data();
-      tg.dout = output_grad.data();
-      tg.save = true;
-      run_pass<true>(space, sv, pb, tg, 0, n);
-      store_summary_state(space, summary.state, sv.start.data(),
-                          std::int64_t(pb.key_dim) * pb.value_dim);
-      sv.backward_applied = true;
-      return;
-    }
-    if (!needs.transition) {
-      const buffer gamma =
-          reuse_states(sv.summary_work, "ctxpar::chunkwise::gated_delta::gamma_summary", 1,
+      const buffer start =
+          reuse_states(lay.prepared_start_work, "ctxpar::chunkwise::gated_delta::dstart", n,
                        pb.heads, pb.key_dim, pb.value_dim);
       PassTargets<Scalar> tg;
-      tg.final_state = gamma.data();
+      tg.final_state = start.data();
       tg.dout = output_grad.data();
-      run_pass<true>(space, sv, pb, tg, 0, 1);
-      store_summary_state(space, summary.state, gamma.data(),
-                          std::int64_t(pb.key_dim) * pb.value_dim);
+      tg.save = true;
+      run_pass<true>(space, lay, pb, tg, 0, n);
+      store_summary_state(space, summary.state, start.data(), kv);
+      sv.prepared_backward = PreparedBackward<Scalar, MemorySpace>{start};
       return;
     }
     const buffer gamma =
-        reuse_states(sv.summary_work, "ctxpar::chunkwise::gated_delta::gamma_summary", 1, pb.heads,
+        reuse_states(lay.summary_work, "ctxpar::chunkwise::gated_delta::gamma_summary", 1, pb.heads,
                      pb.key_dim, pb.value_dim);
-    const bool reuse_m = sv.m_ready && seqs.count() == 1;
     PassTargets<Scalar> tg;
     tg.final_state = gamma.data();
     tg.dout = output_grad.data();
-    if (!reuse_m) tg.m_out = sv.m.data();
-    run_pass<true>(space, sv, pb, tg, 0, 1);
-    if (!reuse_m) sv.m_ready = false;  // sv.m now holds Mᵀ of the leading fragment
-    store_summary_state(space, summary.state, gamma.data(),
-                        std::int64_t(pb.key_dim) * pb.value_dim);
-    store_summary_transition(space, summary.transition, sv.m, reuse_m);
+    // With one local sequence the leading fragment is the trailing one: Mᵀ is the forward's M.
+    const bool reuse_m = chunkwise::is_given(sv.forward->m) && seqs.count() == 1;
+    if (needs.transition && !reuse_m) tg.m_out = lay.m.data();
+    run_pass<true>(space, lay, pb, tg, 0, 1);
+    store_summary_state(space, summary.state, gamma.data(), kv);
+    if (!needs.transition) return;
+    if (!reuse_m) sv.forward->m = {};  // lay.m now holds Mᵀ of the leading fragment
+    store_summary_transition(space, summary.transition, lay.m, reuse_m);
   }
 
+  /// Step 4: every gradient from the composed `ds_out`, on the forward record.
   template <class ExecutionSpace, class OutputGrad, class FinalGrads, class InitialGrads>
   static void backward_apply(const ExecutionSpace& space, saved_type& sv, const Problem<Scalar>& pb,
                              const OutputGrad& output_grad, const chunkwise::LocalSequences& seqs,
@@ -475,44 +462,105 @@ struct Engine {
                              const chunkwise::state_view<MemorySpace>& ds_in) {
     const int n = seqs.count();
     // The backward reads the chunk-start states that only forward_apply (with the true S_in) saves.
-    require_local(sv.forward_done, "ctxpar::chunkwise::gated_delta::backward_apply",
+    require_local(recorded_for(sv, seqs), "ctxpar::chunkwise::gated_delta::backward_apply",
                   "forward_apply must run on this saved bundle before backward_apply",
                   "a forward bundle", "a bundle without forward_apply");
+    std::optional<PreparedBackward<Scalar, MemorySpace>> prep;
+    prep.swap(sv.prepared_backward);
+    layout_type& lay = sv.layout;
     std::vector<bool> ends_here(static_cast<std::size_t>(n)), starts(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i)
       ends_here[std::size_t(i)] = seqs.ends_here(i), starts[std::size_t(i)] = seqs.starts_here(i);
     buffer start;
-    if (sv.backward_applied && !chunkwise::is_given(final_grads) &&
-        static_cast<int>(sv.start.extent(0)) == n) {
-      start = sv.start;  // backward_prepare ran this pass from a zero ds_out (zero_boundary)
+    if (prep && !chunkwise::is_given(final_grads) && static_cast<int>(prep->start.extent(0)) == n) {
+      start = prep->start;  // backward_prepare ran this pass from a zero ds_out (zero_boundary)
     } else {
-      const buffer init = reuse_states(sv.dinit_work, "ctxpar::chunkwise::gated_delta::dinit", n,
-                                       pb.heads, pb.key_dim, pb.value_dim);
-      start = reuse_states(sv.dstart_work, "ctxpar::chunkwise::gated_delta::dstart", n, pb.heads,
-                           pb.key_dim, pb.value_dim);
-      fill_states(space, init, ds_out, n - 1, final_grads, seqs.ordinals, ends_here, sv.state_rows,
-                  sv.state_rows_host);
       PassTargets<Scalar> tg;
-      tg.init = init.data();
-      tg.final_state = start.data();
       tg.dout = output_grad.data();
-      tg.save = true;
-      run_pass<true>(space, sv, pb, tg, 0, n);
+      start = apply_pass<true>(space, lay, pb, seqs, lay.dinit_work,
+                               "ctxpar::chunkwise::gated_delta::dinit", lay.dstart_work,
+                               "ctxpar::chunkwise::gated_delta::dstart", ds_out, n - 1, final_grads,
+                               ends_here, tg);
     }
-    sv.backward_applied = false;
-    sv.start = {};
     GradTargets<Scalar> gt = grads;
     gt.dout = output_grad.data();
-    using functor = ChunkGradients<Scalar, ExecutionSpace, MemorySpace>;
-    const int league = static_cast<int>(sv.cd.chunks.extent(0)) * pb.heads;
-    if (league > 0)
-      Kokkos::parallel_for(
-          "ctxpar::chunkwise::gated_delta::chunk_gradients",
-          team_policy<functor>(space, league,
-                               functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim)),
-          functor{pb, sv.cd, gt});
+    for_each_chunk<ChunkGradients>(space, "ctxpar::chunkwise::gated_delta::chunk_gradients", lay,
+                                   pb, gt);
     scatter_states(space, start, initial_grads, seqs.ordinals, starts);
     if (chunkwise::is_given(ds_in)) store_state(space, start, 0, ds_in);
+  }
+
+ private:
+  // The apply's state pass over every local sequence (`Reverse`: the backward's): the boundary
+  // state fills row `pick` and the user's `rows` the rows `use_row` marks (in the layout's
+  // `init_slot`), and the pass writes the state leaving each sequence (the gradient at each start)
+  // into `result_slot`, saving what the later kernels read; returns that buffer.
+  template <bool Reverse, class ExecutionSpace, class Rows>
+  static buffer apply_pass(const ExecutionSpace& space, layout_type& lay, const Problem<Scalar>& pb,
+                           const chunkwise::LocalSequences& seqs, buffer& init_slot,
+                           const char* init_label, buffer& result_slot, const char* result_label,
+                           const chunkwise::const_state_view<MemorySpace>& boundary, int pick,
+                           const Rows& rows, const std::vector<bool>& use_row,
+                           PassTargets<Scalar> tg) {
+    const int n = seqs.count();
+    const buffer init = reuse_states(init_slot, init_label, n, pb.heads, pb.key_dim, pb.value_dim);
+    const buffer result =
+        reuse_states(result_slot, result_label, n, pb.heads, pb.key_dim, pb.value_dim);
+    fill_states(space, init, boundary, pick, rows, seqs.ordinals, use_row, lay.state_rows,
+                lay.state_rows_host);
+    tg.init = init.data();
+    tg.final_state = result.data();
+    tg.save = true;
+    run_pass<Reverse>(space, lay, pb, tg, 0, n);
+    return result;
+  }
+
+  // Whether the bundle holds a forward record for these local sequences.
+  static bool recorded_for(const saved_type& sv, const chunkwise::LocalSequences& seqs) {
+    return sv.forward.has_value() && sv.layout.cu_seqlens == seqs.cu_seqlens;
+  }
+
+  // The summary `(M, dS)` after the per-chunk phase, and what of it forward_apply can reuse.
+  template <class ExecutionSpace>
+  static PreparedForward<Scalar, MemorySpace, Inputs> forward_summary(
+      const ExecutionSpace& space, layout_type& lay, const Inputs& in, const Problem<Scalar>& pb,
+      const chunkwise::LocalSequences& seqs, const chunkwise::SummaryViews<MemorySpace>& summary,
+      const chunkwise::SummaryNeeds& needs, std::int64_t tokens) {
+    PreparedForward<Scalar, MemorySpace, Inputs> prep{in, {}, {}, {}};
+    // Nobody reads the summary (its record arrives zeroed): the apply's pass does all the work.
+    if (!needs.state) return prep;
+    const int last = seqs.count() - 1;
+    const std::int64_t kv = std::int64_t(pb.key_dim) * pb.value_dim;
+    if (needs.zero_boundary && !needs.transition) {
+      // The apply would run this very pass from zero: run it once here, keep the outputs, and
+      // take dS from the trailing sequence's final state.
+      const int n = seqs.count();
+      ctxpar::impl::ensure_extents(lay.out_work, "ctxpar::chunkwise::gated_delta::out", tokens,
+                                   pb.heads, pb.value_dim);
+      prep.out = lay.out_work;
+      prep.fin = reuse_states(lay.prepared_final_work, "ctxpar::chunkwise::gated_delta::final", n,
+                              pb.heads, pb.key_dim, pb.value_dim);
+      PassTargets<Scalar> tg;
+      tg.final_state = prep.fin.data();
+      tg.out = prep.out.data();
+      tg.save = true;
+      run_pass<false>(space, lay, pb, tg, 0, n);
+      store_summary_state(space, summary.state,
+                          prep.fin.data() + std::int64_t(last) * pb.heads * kv, kv);
+      return prep;
+    }
+    const buffer ds = reuse_states(lay.summary_work, "ctxpar::chunkwise::gated_delta::ds", 1,
+                                   pb.heads, pb.key_dim, pb.value_dim);
+    PassTargets<Scalar> tg;
+    tg.final_state = ds.data();
+    tg.row_base = last;
+    if (needs.transition) tg.m_out = lay.m.data();
+    run_pass<false>(space, lay, pb, tg, last, last + 1);
+    store_summary_state(space, summary.state, ds.data(), kv);
+    if (!needs.transition) return prep;
+    prep.m = lay.m;
+    store_summary_transition(space, summary.transition, lay.m, false);
+    return prep;
   }
 };
 
