@@ -19,6 +19,7 @@
 
 namespace ts = ctxpar::test::swa;
 using ctxpar::BalancedChunks;
+using ctxpar::swa::KernelChoice;
 using ctxpar::test::world;
 
 namespace {
@@ -264,6 +265,15 @@ BOOST_AUTO_TEST_CASE(each_bad_input_on_one_rank_gives_the_same_error_everywhere)
          ok;
     ok = expect_error(plan_op, "every rank must agree on the softmax scale", last,
                       [](Inputs& in) { in.options.scale = 0.25; }) &&
+         ok;
+    // Host and portable kernels sum in different orders: ranks on different kernels would break
+    // the bitwise agreement of their outputs with the single-rank step.
+    ok = expect_error(plan_op, "every rank must agree on the kernel choice", last,
+                      [](Inputs& in) {
+                        in.options.kernels = in.options.kernels == KernelChoice::portable
+                                                 ? KernelChoice::host_unfused
+                                                 : KernelChoice::portable;
+                      }) &&
          ok;
     // The chunk length is the sum of the chunk shards, so ranks cannot disagree on it; a shard of
     // the wrong size (one more token on the last rank, one fewer on the first) makes the shards
@@ -517,6 +527,12 @@ BOOST_AUTO_TEST_CASE(non_finite_or_non_positive_parameters_on_one_rank_or_all) {
     for (double scale : {nan, inf, -inf}) {
       ok = expect_error(plan_op, "options.scale must be finite", bad,
                         [scale](Inputs& in) { in.options.scale = scale; }) &&
+           ok;
+    }
+    // An integer cast into the enumeration from outside it selects no kernel.
+    for (int choice : {-1, 4}) {
+      ok = expect_error(plan_op, "options.kernels must be a KernelChoice", bad,
+                        [choice](Inputs& in) { in.options.kernels = KernelChoice(choice); }) &&
            ok;
     }
   }

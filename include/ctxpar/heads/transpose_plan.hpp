@@ -63,9 +63,39 @@ class TransposePlan {
   TransposePlan(const Group& group, ChannelLayout layout, std::int64_t tokens,
                 std::vector<std::int64_t> cu_seqlens = {})
       : group_(group), layout_(std::move(layout)), tokens_(tokens), cu_(std::move(cu_seqlens)) {
-    const int p = group_.size(), me = group_.rank();
     const std::string op = "ctxpar::heads::TransposePlan";
-    Preconditions chk(group_, op);
+    check_plan();
+    if (cu_.empty()) cu_ = {0, tokens_};
+    const int p = group_.size();
+    blocks_ = KeyGroupPartition{HeadPartition{layout_.nheads(), p}, layout_.ngroups()};
+    split_rows();
+    const std::vector<std::int64_t> offset = build_channel_runs(op);
+    if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
+      // A dense sequence is one packed sequence: the same closed form covers both.
+      order_ = PackedZigzagLayout<MemorySpace>::create(cu_, p, op);
+      order_host_ = PackedZigzagLayout<Kokkos::HostSpace>::create(cu_, p, op);
+    }
+
+    for (int j = 0; j < p; ++j) {
+      send_seq_.push_back(ctxpar::impl::mpi_count(local_rows() * (offset[j + 1] - offset[j]), op,
+                                                  "an all-to-all block"));
+      recv_head_.push_back(
+          ctxpar::impl::mpi_count(rows(j) * local_channels(), op, "an all-to-all block"));
+    }
+    buf_seq_ = Kokkos::View<Scalar*, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::sequence_buffer"),
+        local_rows() * offset[p]);
+    buf_head_ = Kokkos::View<Scalar*, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::head_buffer"),
+        tokens_ * local_channels());
+  }
+
+ private:
+  // The agreed checks of the constructor: the layout, T, the policies' divisibility and the
+  // packed sequences, each against this rank's view of the arguments.
+  void check_plan() const {
+    Preconditions chk(group_, "ctxpar::heads::TransposePlan");
+    const int p = group_.size();
     check_layout(chk, layout_, p);
     chk.require(tokens_ >= 0, "the token count must be non-negative", ">= 0", tokens_);
     // Every transpose moves `T · channels` elements through int MPI counts per rank pair; a
@@ -105,9 +135,41 @@ class TransposePlan {
                              std::is_same_v<HeadPolicy, UnevenHeads> ? 1 : 0,
                              std::is_same_v<TokenOrder, Zigzag> ? 1 : 0}));
     chk.agree();
-    if (!packed) cu_ = {0, tokens_};
+  }
 
-    blocks_ = KeyGroupPartition{HeadPartition{layout_.nheads(), p}, layout_.ngroups()};
+  static void check_layout(Preconditions& chk, const ChannelLayout& layout, int p) {
+    const int h = layout.nheads(), g = layout.ngroups();
+    chk.require(h >= 1 && g >= 1 && h % g == 0, "nheads must be a positive multiple of ngroups",
+                "ngroups | nheads",
+                "nheads " + std::to_string(h) + ", ngroups " + std::to_string(g));
+    bool sections_ok = !layout.sections().empty();
+    for (const Section& s : layout.sections())
+      sections_ok = sections_ok && s.copies >= 1 && s.width >= 1 &&
+                    s.units == (s.kind == SectionKind::heads ? h : g);
+    chk.require(sections_ok,
+                "every section must have copies, width >= 1 and units = nheads or ngroups",
+                "valid sections", "an inconsistent section");
+    if constexpr (std::is_same_v<HeadPolicy, EvenHeads>) {
+      chk.require(h % p == 0, "nheads % P == 0 (choose UnevenHeads for other head counts)",
+                  "a multiple of " + std::to_string(p), h);
+      bool has_groups = false;
+      for (const Section& s : layout.sections())
+        has_groups = has_groups || s.kind == SectionKind::groups;
+      if (has_groups && g < p) {
+        chk.require(p % g == 0,
+                    "P % ngroups == 0 when ngroups < P (each group is repeated P/ngroups times)",
+                    "a divisor of " + std::to_string(p), g);
+      } else if (has_groups) {
+        chk.require(g % p == 0, "ngroups % P == 0 when ngroups >= P",
+                    "a multiple of " + std::to_string(p), g);
+      }
+    }
+  }
+
+  // The sequence-parallel row split: equal shards, or the torch.chunk rule under uneven heads with
+  // contiguous tokens.
+  void split_rows() {
+    const int p = group_.size();
     row_begin_.resize(p + 1);
     const std::int64_t chunk =
         std::is_same_v<TokenOrder, Zigzag> || std::is_same_v<HeadPolicy, EvenHeads>
@@ -115,7 +177,12 @@ class TransposePlan {
             : (tokens_ + p - 1) / p;  // the torch.chunk rule
     for (int i = 0; i <= p; ++i) row_begin_[i] = std::min<std::int64_t>(chunk * i, tokens_);
     row_begin_[p] = tokens_;
+  }
 
+  // The channel map of every rank as contiguous runs, uploaded; whether the transposes are the
+  // identity. Returns each rank's first map entry (and the total at `[P]`).
+  std::vector<std::int64_t> build_channel_runs(const std::string& op) {
+    const int p = group_.size();
     std::vector<std::int64_t> map, offset(p + 1, 0);
     std::vector<int> owner;  // destination rank of every map entry
     for (int j = 0; j < p; ++j) {
@@ -158,27 +225,10 @@ class TransposePlan {
     for (std::size_t k = 0; identity_ && k < map.size(); ++k)
       identity_ = map[k] == static_cast<std::int64_t>(k);
 
-    if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
-      // A dense sequence is one packed sequence: the same closed form covers both.
-      order_ = PackedZigzagLayout<MemorySpace>::create(cu_, p, op);
-      order_host_ = PackedZigzagLayout<Kokkos::HostSpace>::create(cu_, p, op);
-    }
-
-    for (int j = 0; j < p; ++j) {
-      send_seq_.push_back(ctxpar::impl::mpi_count(local_rows() * (offset[j + 1] - offset[j]), op,
-                                                  "an all-to-all block"));
-      recv_head_.push_back(
-          ctxpar::impl::mpi_count(rows(j) * local_channels(), op, "an all-to-all block"));
-    }
-    buf_seq_ = Kokkos::View<Scalar*, MemorySpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::sequence_buffer"),
-        local_rows() * offset[p]);
-    buf_head_ = Kokkos::View<Scalar*, MemorySpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::head_buffer"),
-        tokens_ * local_channels());
-    (void)me;
+    return offset;
   }
 
+ public:
   /// The communicator.
   const Group& group() const { return group_; }
   /// Whether both transposes are the identity (one rank, natural token order, every channel in
@@ -286,35 +336,6 @@ class TransposePlan {
   }
 
  private:
-  static void check_layout(Preconditions& chk, const ChannelLayout& layout, int p) {
-    const int h = layout.nheads(), g = layout.ngroups();
-    chk.require(h >= 1 && g >= 1 && h % g == 0, "nheads must be a positive multiple of ngroups",
-                "ngroups | nheads",
-                "nheads " + std::to_string(h) + ", ngroups " + std::to_string(g));
-    bool sections_ok = !layout.sections().empty();
-    for (const Section& s : layout.sections())
-      sections_ok = sections_ok && s.copies >= 1 && s.width >= 1 &&
-                    s.units == (s.kind == SectionKind::heads ? h : g);
-    chk.require(sections_ok,
-                "every section must have copies, width >= 1 and units = nheads or ngroups",
-                "valid sections", "an inconsistent section");
-    if constexpr (std::is_same_v<HeadPolicy, EvenHeads>) {
-      chk.require(h % p == 0, "nheads % P == 0 (choose UnevenHeads for other head counts)",
-                  "a multiple of " + std::to_string(p), h);
-      bool has_groups = false;
-      for (const Section& s : layout.sections())
-        has_groups = has_groups || s.kind == SectionKind::groups;
-      if (has_groups && g < p) {
-        chk.require(p % g == 0,
-                    "P % ngroups == 0 when ngroups < P (each group is repeated P/ngroups times)",
-                    "a divisor of " + std::to_string(p), g);
-      } else if (has_groups) {
-        chk.require(g % p == 0, "ngroups % P == 0 when ngroups >= P",
-                    "a multiple of " + std::to_string(p), g);
-      }
-    }
-  }
-
   template <class ExecutionSpace, class HeadView, class SeqView>
   void reverse(const char* op, const ExecutionSpace& space, const HeadView& y, const SeqView& x,
                bool sum_repeats) const {

@@ -312,6 +312,7 @@ class StepPlan {
         .require_same("the window", options.window)
         .require_same("the RoPE base", bits_of(options.rope_base))
         .require_same("the softmax scale", bits_of(options.scale))
+        .require_same("the kernel choice", static_cast<int>(options.kernels))
         .require_same(std::string("the policy (") + Policy::name + " here)",
                       fingerprint(Policy::name))
         .require_same(std::string("the key/value layout (") + Layout::name + " here)",

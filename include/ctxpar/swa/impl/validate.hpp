@@ -38,8 +38,9 @@ bool all_finite(const View& view, const Kokkos::View<std::int64_t, MemorySpace>&
   Kokkos::parallel_for(
       "ctxpar::swa::check_finite",
       Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>(
-          {0, 0, 0}, {static_cast<std::int64_t>(v.extent(0)), static_cast<std::int64_t>(v.extent(1)),
-                      static_cast<std::int64_t>(v.extent(2))}),
+          {0, 0, 0},
+          {static_cast<std::int64_t>(v.extent(0)), static_cast<std::int64_t>(v.extent(1)),
+           static_cast<std::int64_t>(v.extent(2))}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j, const std::int64_t k) {
         if (!ctxpar::compat::isfinite(static_cast<double>(v(i, j, k)))) bad() = 1;
       });
@@ -102,6 +103,12 @@ void check_options(Checker& chk, const Options& options) {
               ctxpar::impl::to_text(options.rope_base));
   chk.require(std::isfinite(options.scale), "options.scale must be finite (0 = 1 / sqrt(D))",
               "a finite scale", ctxpar::impl::to_text(options.scale));
+  // A value cast from an integer outside the enumeration would select no kernel at all.
+  const int kernels = static_cast<int>(options.kernels);
+  chk.require(kernels >= static_cast<int>(KernelChoice::automatic) &&
+                  kernels <= static_cast<int>(KernelChoice::host_unfused),
+              "options.kernels must be a KernelChoice",
+              "automatic, portable, host_fused or host_unfused", kernels);
 }
 
 /// Shape, id, ordering and (optionally) finiteness checks on one rank's chunk and cache (the
