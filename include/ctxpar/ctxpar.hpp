@@ -5,10 +5,10 @@
 #include "ctxpar/comm/comm.hpp"
 #include "ctxpar/core/allocation_counter.hpp"
 #include "ctxpar/core/compat.hpp"
-#include "ctxpar/core/host_isa.hpp"
 #include "ctxpar/core/config.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/fingerprint.hpp"
+#include "ctxpar/core/host_isa.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"
@@ -23,16 +23,7 @@
 #include "ctxpar/swa/swa.hpp"
 
 // Mechanism B: chunkwise linear attention / SSM.
-#include "ctxpar/chunkwise/backend.hpp"
-#include "ctxpar/chunkwise/diagonal_gate.hpp"
-#include "ctxpar/chunkwise/driver.hpp"
-#include "ctxpar/chunkwise/gated_delta_product.hpp"
-#include "ctxpar/chunkwise/gated_delta_rule.hpp"
-#include "ctxpar/chunkwise/scalar_decay.hpp"
-#include "ctxpar/chunkwise/short_conv.hpp"
+#include "ctxpar/chunkwise/chunkwise.hpp"
 
 // Mechanism C: head partitioning by all-to-all.
-#include "ctxpar/heads/channel_layout.hpp"
-#include "ctxpar/heads/gdp_context_parallel.hpp"
-#include "ctxpar/heads/gdp_layer.hpp"
-#include "ctxpar/heads/transpose_plan.hpp"
+#include "ctxpar/heads/heads.hpp"

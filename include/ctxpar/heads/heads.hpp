@@ -1,0 +1,12 @@
+/// \file
+/// Mechanism C of ctxpar, head partitioning for Gated DeltaNet / Gated Delta Product layers
+/// (sequence-sharded to head-sharded and back, the layer core, its context-parallel driver):
+/// everything public in one include.
+#pragma once
+
+#include "ctxpar/heads/channel_layout.hpp"
+#include "ctxpar/heads/gdp_context_parallel.hpp"
+#include "ctxpar/heads/gdp_layer.hpp"
+#include "ctxpar/heads/policies.hpp"
+#include "ctxpar/heads/skip_term.hpp"
+#include "ctxpar/heads/transpose_plan.hpp"
