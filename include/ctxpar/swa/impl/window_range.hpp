@@ -1,9 +1,10 @@
 /// \file
 /// The one reader of the sliding window below the step plan: which keys a query (or a run of
 /// queries) may see and which queries see a key (or a run of keys), over strictly increasing
-/// absolute positions. Every kernel and table of the sliding-window attention asks this type
-/// instead of doing arithmetic with the window, so the convention (`pos_q - W < pos_k <= pos_q`,
-/// `W = 0` unlimited) is written once.
+/// absolute positions. The host and portable attention kernels ask this type instead of doing
+/// arithmetic with the window, so their convention (`pos_q - W < pos_k <= pos_q`, `W = 0`
+/// unlimited) is written once. The plan's exchange tables still compute their token ranges from
+/// `W` themselves (`halo_range`, `next_cache_length`).
 #pragma once
 
 #include <Kokkos_Core.hpp>
