@@ -133,10 +133,11 @@ Measured swa_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode) {
   o.window = window;
   sw::StepPlan<sw::HaloKV, sw::SegmentChunks, Exec, float, Mem> plan(
       space, g, sw::StepShape{hq, hkv, dim}, o);
-  Tensor out;
+  const Tensor out = sw::allocate_output<float, Mem>(plan.shape(), in.chunk.length());
   sw::Cache<float, Mem> next_cache;
   sw::DistributedState<float, Mem> state;
-  sw::StepGradients<float, Mem> grads;
+  const auto grads =
+      sw::allocate_gradients<float, Mem>(plan.shape(), in.chunk.length(), in.cache.length());
   Measured m;
   time_passes(
       mode,

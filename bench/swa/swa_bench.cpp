@@ -351,8 +351,9 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
 
 /// One steady-state forward + backward step of `Policy` on `group`, on this rank's shards (a
 /// cache of c keys and a chunk of t tokens, both split by BalancedChunks): a plan built once, and
-/// the call that reuses its workspace and the same outputs, state and gradients (the first call
-/// allocates them), as a training loop's steady state does. `step()` makes one call and fences.
+/// the call that reuses its workspace and the same outputs, state and gradients (the outputs
+/// allocated with the plan, the state on the first call), as a training loop's steady state does.
+/// `step()` makes one call and fences.
 template <class Policy>
 struct TimedStep {
   Exec space;
@@ -368,7 +369,10 @@ struct TimedStep {
             std::int64_t hq, std::int64_t hkv, std::int64_t dim)
       : in(step_inputs(group.rank(), group.size(), c, t, hq, hkv, dim)),
         dout(random_tensor(4, in.chunk.length(), hq, dim)),
-        plan(space, group, ctxpar::swa::StepShape{hq, hkv, dim}, window_options(window)) {}
+        plan(space, group, ctxpar::swa::StepShape{hq, hkv, dim}, window_options(window)),
+        out(ctxpar::swa::allocate_output<float, Mem>(plan.shape(), in.chunk.length())),
+        grads(ctxpar::swa::allocate_gradients<float, Mem>(plan.shape(), in.chunk.length(),
+                                                          in.cache.length())) {}
 
   void step() {
     plan.forward(in.chunk, in.cache, out, next_cache, state);
@@ -401,10 +405,10 @@ ctxpar::bench::Record step_vs_kernel_case(std::int64_t t, std::int64_t window, s
   const Tensor dout = random_tensor(4, t, hq, dim);
   ctxpar::swa::StepPlan<Policy, ctxpar::swa::SegmentChunks, Exec, float, Mem> plan(
       space, solo, ctxpar::swa::StepShape{hq, hkv, dim}, o);
-  Tensor out;
+  const Tensor out = ctxpar::swa::allocate_output<float, Mem>(plan.shape(), t);
   ctxpar::swa::Cache<float, Mem> next_cache;
   ctxpar::swa::DistributedState<float, Mem> state;
-  ctxpar::swa::StepGradients<float, Mem> grads;
+  const auto grads = ctxpar::swa::allocate_gradients<float, Mem>(plan.shape(), t, 0);
   const auto step_forward = [&] {
     plan.forward(in.chunk, in.cache, out, next_cache, state);
     space.fence();
@@ -544,7 +548,7 @@ ctxpar::bench::Record bytes_case(const ctxpar::Group& group, std::int64_t t, std
       gather_plan(space, group, shape, o);
   ctxpar::swa::StepPlan<ctxpar::swa::HaloKV, ctxpar::swa::SegmentChunks, Exec, float, Mem>
       halo_plan(space, group, shape, o);
-  Tensor out;
+  const Tensor out = ctxpar::swa::allocate_output<float, Mem>(shape, in.chunk.length());
   ctxpar::swa::Cache<float, Mem> next_cache;
   // One state per plan: a state keeps the exchange tables of the plan that filled it.
   ctxpar::swa::DistributedState<float, Mem> gather_state, halo_state;

@@ -82,7 +82,10 @@ struct CaseState {
   CaseState(const ctxpar::Group& g, std::int64_t t, std::int64_t window,
             const ctxpar::swa::Options& o)
       : in(inputs(g.rank(), g.size(), window - 1, t)),
-        plan(space, g, ctxpar::swa::StepShape{hq, hkv, dim}, o) {}
+        plan(space, g, ctxpar::swa::StepShape{hq, hkv, dim}, o),
+        out(ctxpar::swa::allocate_output<float, Mem>(plan.shape(), in.chunk.length())),
+        grads(ctxpar::swa::allocate_gradients<float, Mem>(plan.shape(), in.chunk.length(),
+                                                          in.cache.length())) {}
   void forward() { plan.forward(in.chunk, in.cache, out, next_cache, state); }
   void backward() { plan.backward(state, in.dout, {}, grads); }
 };

@@ -148,6 +148,9 @@ class StreamRunner {
       const std::int64_t t = std::min(step, s.tokens - from);
       const ctxpar::BalancedChunks split{t, p};
       const auto chunk = chunk_of(s, from + split.begin(me), split.size(me));
+      // The caller's outputs: allocated on the first run, reused by the repeats.
+      if (outs_[k].extent(1) == 0)
+        outs_[k] = ctxpar::swa::allocate_output<Scalar, Mem>(plan_.shape(), split.size(me));
       o.step_seconds.push_back(timed_call(group, steady, counter, [&] {
         plan_.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k]);
       }));
@@ -164,6 +167,7 @@ class StreamRunner {
       const auto n = static_cast<std::int64_t>(states_[k].q_rot.extent(0));
       const auto dout = rows(s.dout, froms[k], n, s.hq, s.dim);
       auto& g = grads_[k];
+      if (g.dq.extent(1) == 0) g = ctxpar::swa::allocate_gradients(plan_.shape(), states_[k]);
       o.backward_seconds +=
           timed_call(group, steady, counter, [&] { plan_.backward(states_[k], dout, carried, g); });
       place(o.dq, g.dq, froms[k]);

@@ -112,14 +112,17 @@ int swa_part(const ctxpar::Group& group) {
   swa::StepPlan<swa::HaloKV, swa::SegmentChunks, exec, real> plan(exec(), group, {hq, hkv, d}, opt);
   std::vector<swa::Cache<real, mem>> caches(steps + 1);  // caches[s]: the input of step s
   caches[0] = swa::empty_cache<real, mem>(hkv, d);
-  std::vector<swa::Tensor<real, mem>> outs(steps);  // empty views: the plan allocates them
+  std::vector<swa::Tensor<real, mem>> outs(steps);
   std::vector<swa::DistributedState<real, mem>> saved(steps);
-  for (std::int64_t s = 0; s < steps; ++s)
+  for (std::int64_t s = 0; s < steps; ++s) {
+    outs[s] = swa::allocate_output<real, mem>(plan.shape(), shard.size(me));
     plan.forward(chunk(s, shard.begin(me), shard.size(me)), caches[s], outs[s], caches[s + 1],
                  saved[s]);
+  }
   std::vector<swa::StepGradients<real, mem>> grads(steps);
   swa::CacheGradient<real, mem> carried;  // empty for the last step
   for (std::int64_t s = steps - 1; s >= 0; --s) {
+    grads[s] = swa::allocate_gradients(plan.shape(), saved[s]);  // sized as the step's shards
     plan.backward(saved[s], dout(s, shard.begin(me), shard.size(me)), carried, grads[s]);
     carried = {grads[s].dk_cache, grads[s].dv_cache};
   }

@@ -16,13 +16,12 @@ void distributed(const Group& group, const ctxpar::swa::Chunk<Scalar, memory>& c
                  const ctxpar::swa::Cache<Scalar, memory>& cache,
                  const ctxpar::swa::Options& options) {
   ctxpar::swa::StepPlan<Policy, Layout, exec, Scalar> plan(exec(), group, {2, 1, 8}, options);
-  ctxpar::swa::Tensor<Scalar, memory> out;
+  const auto out = ctxpar::swa::allocate_output<Scalar, memory>(plan.shape(), chunk.length());
   ctxpar::swa::Cache<Scalar, memory> next_cache;
   ctxpar::swa::DistributedState<Scalar, memory> state;
   plan.forward(chunk, cache, out, next_cache, state);
   ctxpar::swa::CacheGradient<Scalar, memory> d_next{next_cache.k, next_cache.v};
-  ctxpar::swa::StepGradients<Scalar, memory> grads;
-  plan.backward(state, out, d_next, grads);
+  plan.backward(state, out, d_next, ctxpar::swa::allocate_gradients(plan.shape(), state));
 }
 
 template <class Scalar>

@@ -90,12 +90,14 @@ bool step_case(const ts::StreamSpec& spec, std::int64_t c, const Reference<C>& r
   o.rope_base = spec.base;
   const auto& s = ref.s;
   auto sh = shards_of<Scalar, Mem>(s.problem, 0, c, t, group.rank(), group.size());
+  const ctxpar::swa::StepShape plan_shape{spec.hq, spec.hkv, spec.dim};
   ctxpar::swa::StepPlan<Policy, Layout, typename C::execution_space, Scalar, Mem> plan(
-      space, group, {spec.hq, spec.hkv, spec.dim}, o);
+      space, group, plan_shape, o);
   Result<Scalar, Mem> r;
+  r.out = ctxpar::swa::allocate_output<Scalar, Mem>(plan_shape, sh.chunk.length());
   plan.forward(sh.chunk, sh.cache, r.out, r.next_cache, r.state);
   auto dout = ts::to_view<Scalar, Mem>(s.dout, sh.chunk_from, sh.chunk.length());
-  ctxpar::swa::StepGradients<Scalar, Mem> gr;
+  const auto gr = ctxpar::swa::allocate_gradients(plan_shape, r.state);
   plan.backward(r.state, dout, {}, gr);
   const std::int64_t q0 = sh.chunk_from - c, tr = sh.chunk.length();
   auto slice = [&](const auto& v, std::int64_t from, std::int64_t n) {
@@ -290,6 +292,7 @@ bool stream_case(LayoutPlan plan) {
     const bool whole =
         plan == LayoutPlan::whole_axis || (plan == LayoutPlan::alternating && k % 2 == 1);
     Result<Scalar, Mem> r;
+    r.out = ctxpar::swa::allocate_output<Scalar, Mem>(whole_plan.shape(), sh.chunk.length());
     const auto& cache = caches[k % 2];
     auto& next = caches[(k + 1) % 2];
     if (whole)
@@ -311,7 +314,7 @@ bool stream_case(LayoutPlan plan) {
   ctxpar::swa::CacheGradient<Scalar, Mem> carried;
   for (std::size_t k = states.size(); k-- > 0;) {
     const auto& st = states[k];
-    ctxpar::swa::StepGradients<Scalar, Mem> gr;
+    const auto gr = ctxpar::swa::allocate_gradients(whole_plan.shape(), st);
     const auto dout = ts::to_view<Scalar, Mem>(s.dout, froms[k], st.q_rot.extent(0));
     if (wholes[k])
       whole_plan.backward(st, dout, carried, gr);

@@ -45,8 +45,11 @@ struct Inputs {
   std::int64_t chunk_from = 0;
 };
 
-/// What one forward writes on a rank.
+/// What one forward writes on a rank: the caller's output of this rank's shard shape, the next
+/// cache and the saved state.
 struct Outputs {
+  Outputs() = default;
+  explicit Outputs(const struct Inputs& in);
   ctxpar::swa::Tensor<Scalar, Mem> out;
   ctxpar::swa::Cache<Scalar, Mem> next_cache;
   ctxpar::swa::DistributedState<Scalar, Mem> state;
@@ -79,10 +82,13 @@ Inputs good_inputs(std::int64_t hq = 4, std::int64_t hkv = 2, std::int64_t dim =
   return in;
 }
 
+Outputs::Outputs(const Inputs& in)
+    : out(ctxpar::swa::allocate_output<Scalar, Mem>(in.shape, in.chunk.length())) {}
+
 /// Builds the plan of `in` and runs one forward. Collective.
 void plan_and_forward(const Inputs& in) {
   Plan plan(Exec(), world(), in.shape, in.options);
-  Outputs o;
+  Outputs o(in);
   plan.forward(in.chunk, in.cache, o.out, o.next_cache, o.state);
 }
 
@@ -310,9 +316,9 @@ BOOST_AUTO_TEST_CASE(each_bad_input_on_one_rank_gives_the_same_error_everywhere)
   bool good = true;
   try {
     Plan plan(Exec(), g, in.shape, in.options);
-    Outputs o;
+    Outputs o(in);
     plan.forward(in.chunk, in.cache, o.out, o.next_cache, o.state);
-    ctxpar::swa::StepGradients<Scalar, Mem> gr;
+    const auto gr = ctxpar::swa::allocate_gradients(in.shape, o.state);
     plan.backward(o.state,
                   ts::to_view<Scalar, Mem>(in.stream.dout, in.chunk_from, in.chunk.length()), {},
                   gr);
@@ -327,17 +333,17 @@ BOOST_AUTO_TEST_CASE(bad_dout_on_one_rank_gives_the_same_error_everywhere) {
   const auto& g = world();
   Inputs in = good_inputs();
   Plan plan(Exec(), g, in.shape, in.options);
-  Outputs r;
+  Outputs r(in);
   plan.forward(in.chunk, in.cache, r.out, r.next_cache, r.state);
   const int bad = g.size() - 1;
   ctxpar::swa::Tensor<Scalar, Mem> dout("dout", r.out.extent(0) + (g.rank() == bad ? 1 : 0), 4, 8);
-  ctxpar::swa::StepGradients<Scalar, Mem> gr;
+  const auto gr = ctxpar::swa::allocate_gradients(in.shape, r.state);
   auto call = [&] { plan.backward(r.state, dout, {}, gr); };
   CTXPAR_TEST_ALL(g, expect_throw(backward_op, "dout must have the shape", bad, call));
 }
 
-// The outputs and the saved state a caller hands in are checked too: a non-empty `out` of the
-// wrong shape, a next cache that is the input cache, gradients of the wrong shape, a next-cache
+// The outputs and the saved state a caller hands in are checked too: an `out` of the wrong shape
+// or none, a next cache that is the input cache, gradients of the wrong shape or none, a next-cache
 // gradient of the wrong shape, a state no forward filled or that another plan filled. The plan
 // stays usable after each refused call, and a repeated forward into the same views writes the
 // same bits.
@@ -348,7 +354,7 @@ BOOST_AUTO_TEST_CASE(bad_outputs_or_state_on_one_rank_give_the_same_error_everyw
   const bool here = g.rank() == bad;
   Inputs in = good_inputs();
   Plan plan(Exec(), g, in.shape, in.options);
-  Outputs o;
+  Outputs o(in);
   plan.forward(in.chunk, in.cache, o.out, o.next_cache, o.state);
   const std::int64_t t_r = in.chunk.length(), c_r = in.cache.length();
   const std::int64_t n_next = o.next_cache.length();
@@ -358,14 +364,17 @@ BOOST_AUTO_TEST_CASE(bad_outputs_or_state_on_one_rank_give_the_same_error_everyw
   bool ok = true;
 
   {
-    Outputs x;
-    if (here) x.out = Tensor("bad", t_r + 1, 4, 8);
-    ok = expect_throw(forward_op, "out must be empty or have the shape of this rank's output", bad,
-                      [&] { plan.forward(in.chunk, in.cache, x.out, x.next_cache, x.state); }) &&
-         ok;
+    // A view of the wrong shape, and an empty view (outputs are the caller's, never allocated).
+    for (const Tensor& wrong : {Tensor("bad", t_r + 1, 4, 8), Tensor()}) {
+      Outputs x(in);
+      if (here) x.out = wrong;
+      ok = expect_throw(forward_op, "out must have the shape of this rank's output", bad,
+                        [&] { plan.forward(in.chunk, in.cache, x.out, x.next_cache, x.state); }) &&
+           ok;
+    }
   }
   {
-    Outputs x;
+    Outputs x(in);
     if (here) x.next_cache = in.cache;
     ok = expect_throw(forward_op, "next_cache must not share memory with cache", bad,
                       [&] { plan.forward(in.chunk, in.cache, x.out, x.next_cache, x.state); }) &&
@@ -383,18 +392,20 @@ BOOST_AUTO_TEST_CASE(bad_outputs_or_state_on_one_rank_give_the_same_error_everyw
                 {&Grads::dk_cache, "dk_cache", c_r, 2},
                 {&Grads::dv_cache, "dv_cache", c_r, 2}};
   for (const auto& f : fields) {
-    Grads gr;
-    if (here) gr.*f.field = Tensor("bad", f.tokens, f.heads, 6);
-    ok = expect_throw(backward_op,
-                      std::string("grads.") + f.name + " must be empty or have its shard's shape",
-                      bad, [&] { plan.backward(o.state, dout, {}, gr); }) &&
-         ok;
+    for (const Tensor& wrong : {Tensor("bad", f.tokens, f.heads, 6), Tensor()}) {
+      Grads gr = ctxpar::swa::allocate_gradients(in.shape, o.state);
+      if (here) gr.*f.field = wrong;
+      ok =
+          expect_throw(backward_op, std::string("grads.") + f.name + " must have its shard's shape",
+                       bad, [&] { plan.backward(o.state, dout, {}, gr); }) &&
+          ok;
+    }
   }
   {
     ctxpar::swa::CacheGradient<Scalar, Mem> d_next;
     d_next.dk = Tensor("dk_next", n_next + (here ? 1 : 0), 2, 8);
     d_next.dv = Tensor("dv_next", n_next + (here ? 1 : 0), 2, 8);
-    Grads gr;
+    Grads gr = ctxpar::swa::allocate_gradients(in.shape, o.state);
     ok =
         expect_throw(backward_op, "the next-cache gradient must match this rank's next-cache shard",
                      bad, [&] { plan.backward(o.state, dout, d_next, gr); }) &&
@@ -402,7 +413,7 @@ BOOST_AUTO_TEST_CASE(bad_outputs_or_state_on_one_rank_give_the_same_error_everyw
   }
   {
     ctxpar::swa::DistributedState<Scalar, Mem> never_filled;
-    Grads gr;
+    Grads gr = ctxpar::swa::allocate_gradients(in.shape, o.state);
     ok = expect_throw(backward_op, "got a state no forward filled", bad,
                       [&] { plan.backward(here ? never_filled : o.state, dout, {}, gr); }) &&
          ok;
@@ -412,9 +423,9 @@ BOOST_AUTO_TEST_CASE(bad_outputs_or_state_on_one_rank_give_the_same_error_everyw
     ctxpar::swa::Options wider = in.options;
     wider.window += 2;
     Plan other(Exec(), g, in.shape, wider);
-    Outputs y;
+    Outputs y(in);
     other.forward(in.chunk, in.cache, y.out, y.next_cache, y.state);
-    Grads gr;
+    Grads gr = ctxpar::swa::allocate_gradients(in.shape, o.state);
     ok = expect_throw(backward_op, "got a state of another plan", bad,
                       [&] { plan.backward(here ? y.state : o.state, dout, {}, gr); }) &&
          ok;
@@ -425,7 +436,7 @@ BOOST_AUTO_TEST_CASE(bad_outputs_or_state_on_one_rank_give_the_same_error_everyw
     plan.forward(in.chunk, in.cache, o.out, o.next_cache, o.state);
     good = ts::bitwise_equal(o.out, first);
     if (!good) std::cerr << "[rank " << g.rank() << "] repeated forward differs\n";
-    Grads gr;
+    Grads gr = ctxpar::swa::allocate_gradients(in.shape, o.state);
     plan.backward(o.state, dout, {}, gr);
   } catch (const std::exception& e) {
     std::cerr << "[rank " << g.rank() << "] good call refused: " << e.what() << "\n";
@@ -472,7 +483,7 @@ BOOST_AUTO_TEST_CASE(ranks_disagreeing_on_the_key_value_layout_throw_everywhere)
         ctxpar::swa::StepPlan<ctxpar::swa::RopeBeforeGather, ctxpar::swa::WholeAxisChunks, Exec,
                               Scalar, Mem>
             plan(Exec(), g, in.shape, in.options);
-        Outputs o;
+        Outputs o(in);
         plan.forward(in.chunk, in.cache, o.out, o.next_cache, o.state);
       } else {
         plan_and_forward(in);
@@ -495,7 +506,7 @@ BOOST_AUTO_TEST_CASE(ranks_disagreeing_on_the_policy_throw_everywhere) {
       if (g.size() == 1 || g.rank() == bad) {
         ctxpar::swa::StepPlan<ctxpar::swa::HaloKV, ctxpar::swa::SegmentChunks, Exec, Scalar, Mem>
             plan(Exec(), g, in.shape, in.options);
-        Outputs o;
+        Outputs o(in);
         plan.forward(in.chunk, in.cache, o.out, o.next_cache, o.state);
       } else {
         plan_and_forward(in);
@@ -554,7 +565,7 @@ BOOST_AUTO_TEST_CASE(non_finite_or_non_positive_parameters_on_one_rank_or_all) {
   bool good = true;
   try {
     Plan plan(Exec(), g, in.shape, in.options);
-    Outputs r;
+    Outputs r(in);
     plan.forward(in.chunk, in.cache, r.out, r.next_cache, r.state);
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.out);
     for (std::size_t i = 0; i < h.span(); ++i) good = good && std::isfinite(h.data()[i]);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ctxpar/core/allocation_counter.hpp"
+#include "ctxpar/core/plan.hpp"
 #include "ctxpar/swa/distributed_step.hpp"
 #include "ctxpar_test/harness.hpp"
 #include "fixtures.hpp"
@@ -22,6 +23,17 @@ namespace {
 using Exec = Kokkos::DefaultExecutionSpace;
 using Mem = Exec::memory_space;
 using Scalar = double;
+
+// Every policy and layout has the contract's surface (core/plan.hpp).
+template <class Layout>
+constexpr bool every_policy_follows_the_contract = ctxpar::follows_plan_contract<
+    ctxpar::swa::StepPlan<ctxpar::swa::RopeBeforeGather, Layout, Exec, Scalar>>&&
+    ctxpar::follows_plan_contract<
+        ctxpar::swa::StepPlan<ctxpar::swa::RopeAfterGather, Layout, Exec, Scalar>>&& ctxpar::
+        follows_plan_contract<ctxpar::swa::StepPlan<ctxpar::swa::HaloKV, Layout, Exec, Scalar>>;
+static_assert(every_policy_follows_the_contract<ctxpar::swa::SegmentChunks> &&
+                  every_policy_follows_the_contract<ctxpar::swa::WholeAxisChunks>,
+              "ctxpar::swa::StepPlan must follow the plan contract");
 
 /// Every step's inputs on this rank (its shards), cut once from a stream.
 struct StreamInputs {
@@ -60,11 +72,18 @@ struct StreamOnPlan {
     caches[0] = ctxpar::swa::empty_cache<Scalar, Mem>(shape.kv_heads, shape.head_dim);
   }
 
+  // The caller's outputs and gradients are allocated on the first run (an unallocated view has
+  // no heads) and reused by every later one.
   void run(const StreamInputs& in) {
-    for (std::size_t k = 0; k < states.size(); ++k)
+    for (std::size_t k = 0; k < states.size(); ++k) {
+      if (outs[k].extent(1) == 0)
+        outs[k] = ctxpar::swa::allocate_output<Scalar, Mem>(plan.shape(), in.chunks[k].length());
       plan.forward(in.chunks[k], caches[k], outs[k], caches[k + 1], states[k]);
+    }
     ctxpar::swa::CacheGradient<Scalar, Mem> carried;
     for (std::size_t k = states.size(); k-- > 0;) {
+      if (grads[k].dq.extent(1) == 0)
+        grads[k] = ctxpar::swa::allocate_gradients(plan.shape(), states[k]);
       plan.backward(states[k], in.douts[k], carried, grads[k]);
       carried = {grads[k].dk_cache, grads[k].dv_cache};
     }
@@ -163,12 +182,12 @@ BOOST_AUTO_TEST_CASE(workspace_grows_to_the_largest_step_and_never_shrinks) {
       plan(Exec(), g, {spec.hq, spec.hkv, spec.dim}, o);
   auto step_of = [&](std::int64_t t) {
     const BalancedChunks split{t, g.size()};
-    ctxpar::swa::Tensor<Scalar, Mem> out;
+    const auto out = ctxpar::swa::allocate_output<Scalar, Mem>(plan.shape(), split.size(g.rank()));
     ctxpar::swa::Cache<Scalar, Mem> next;
     ctxpar::swa::DistributedState<Scalar, Mem> state;
-    ctxpar::swa::StepGradients<Scalar, Mem> grads;
     plan.forward(ts::chunk_of<Scalar, Mem>(s.problem, split.begin(g.rank()), split.size(g.rank())),
                  ctxpar::swa::empty_cache<Scalar, Mem>(spec.hkv, spec.dim), out, next, state);
+    const auto grads = ctxpar::swa::allocate_gradients(plan.shape(), state);
     // With the backward: a rank alone gathers nothing, so its forward alone may need no
     // workspace (the portable attention kernel has none); its backward always does.
     plan.backward(state,
@@ -205,10 +224,10 @@ BOOST_AUTO_TEST_CASE(a_state_moves_between_plans) {
   const auto dout = ts::to_view<Scalar, Mem>(s.dout, split.begin(g.rank()), split.size(g.rank()));
   const auto empty = empty_cache<Scalar, Mem>(spec.hkv, spec.dim);
   auto run = [&](DistributedState<Scalar, Mem>& state) {
-    Tensor<Scalar, Mem> out;
+    const auto out = allocate_output<Scalar, Mem>(shape, chunk.length());
     Cache<Scalar, Mem> next;
-    StepGradients<Scalar, Mem> grads;
     halo.forward(chunk, empty, out, next, state);
+    const auto grads = allocate_gradients(shape, state);
     halo.backward(state, dout, {}, grads);
     std::vector<Scalar> all;
     for (const auto& v : {out, grads.dq, grads.dk, grads.dv}) {
@@ -219,7 +238,7 @@ BOOST_AUTO_TEST_CASE(a_state_moves_between_plans) {
   };
   DistributedState<Scalar, Mem> fresh, moved;
   {
-    Tensor<Scalar, Mem> out;
+    const auto out = allocate_output<Scalar, Mem>(shape, chunk.length());
     Cache<Scalar, Mem> next;
     gather.forward(chunk, empty, out, next, moved);
   }

@@ -118,10 +118,12 @@ bool variant_case(const Variant& v, std::uint64_t seed) {
     r.single = step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, v.c, t),
                             ts::block_of<Scalar, Mem>(s.problem, 0, v.c), o);
     r.single_g = step_backward(space, r.single.state, ts::to_view<Scalar, Mem>(s.dout, v.c, t));
+    r.dist.out = allocate_output<Scalar, Mem>(plan.shape(), tr);
     plan.forward(ts::chunk_of<Scalar, Mem>(s.problem, chunk_from, tr),
                  ts::block_of<Scalar, Mem>(s.problem, cache_from, cs.size(rank)), r.dist.out,
                  r.dist.next_cache, r.dist.state);
     auto dout = ts::to_view<Scalar, Mem>(s.dout, chunk_from, tr);
+    r.dist_g = allocate_gradients(plan.shape(), r.dist.state);
     plan.backward(r.dist.state, dout, {}, r.dist_g);
     // Against the oracle: the single-rank step on the whole chunk, the distributed one on this
     // rank's shards.

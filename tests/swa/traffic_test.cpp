@@ -132,16 +132,17 @@ bool traffic_case(std::int64_t c, std::int64_t t, std::int64_t window) {
   ok = counters_match("plan data", g.total_data_traffic(), {}, false) && ok;
   ok = expect_calls("plan agreement", g.traffic(CollectiveKind::agreement), 2) && ok;
 
-  ctxpar::swa::Tensor<Scalar, Mem> out;
+  const auto out = ctxpar::swa::allocate_output<Scalar, Mem>(plan.shape(), chunk.length());
   ctxpar::swa::Cache<Scalar, Mem> next_cache;
   ctxpar::swa::DistributedState<Scalar, Mem> state;
-  ctxpar::swa::StepGradients<Scalar, Mem> grads;
+  const auto grads =
+      ctxpar::swa::allocate_gradients<Scalar, Mem>(plan.shape(), chunk.length(), cache.length());
   ctxpar::swa::CacheGradient<Scalar, Mem> d_next;
   d_next.dk = ctxpar::swa::Tensor<Scalar, Mem>("dk_next", next.size(me), spec.hkv, spec.dim);
   d_next.dv = ctxpar::swa::Tensor<Scalar, Mem>("dv_next", next.size(me), spec.hkv, spec.dim);
   const auto dout = ts::to_view<Scalar, Mem>(s.dout, c + tc.begin(me), tc.size(me));
-  // The first call builds the state's exchange tables and allocates the outputs; the repeat
-  // reuses them. Both move exactly the same bytes.
+  // The first call builds the state's exchange tables; the repeat reuses them. Both move exactly
+  // the same bytes.
   for (int call = 0; call < 2; ++call) {
     g.reset_traffic();
     plan.forward(chunk, cache, out, next_cache, state);

@@ -232,8 +232,12 @@ class SwaLayer {
       Kokkos::deep_copy(chunk.ids, hi);
       std::visit(
           [&](auto& plan) {
-            if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>)
+            if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>) {
+              // The layer's outputs: allocated on the first forward, reused after.
+              if (outs_[k].extent(1) == 0)
+                outs_[k] = swa::allocate_output<double, memory_space>(plan.shape(), n);
               plan.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k]);
+            }
           },
           step_plan_);
       detail::download(outs_[k], o_stream, row);
@@ -268,12 +272,14 @@ class SwaLayer {
     for (std::size_t k = states_.size(); k-- > 0;) {
       const std::int64_t n = offset[k + 1] - offset[k];
       auto dv = detail::upload3(ds, offset[k], n, hq, d, "ctxpar::hybrid::dout");
-      // Allocated by the plan on the first backward, written in place after that.
+      // Allocated on the first backward, written in place after that.
       swa::StepGradients<double, memory_space>& gr = grads_[k];
       std::visit(
           [&](auto& plan) {
-            if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>)
+            if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>) {
+              if (gr.dq.extent(1) == 0) gr = swa::allocate_gradients(plan.shape(), states_[k]);
               plan.backward(states_[k], dv, carried, gr);
+            }
           },
           step_plan_);
       Matrix part(n, (hq + 2 * hkv) * d), piece(n, hq * d), kv(n, hkv * d);

@@ -80,6 +80,8 @@ struct DistributedState {
   Positions<MemorySpace> own_pos;
   /// Exchange tables of this step's layout.
   impl::StepTables<MemorySpace> tables;
+  /// Keys in this rank's cache shard at the forward (the rows of `dk_cache`/`dv_cache`).
+  std::int64_t cache_tokens = 0;
   /// Fingerprint of the plan whose forward filled it (0: never filled).
   std::int64_t plan = 0;
 
@@ -91,6 +93,42 @@ struct DistributedState {
            own_pos.span() * sizeof(std::int64_t) + tables.bytes();
   }
 };
+
+/// A caller-owned output for a rank's chunk shard of `tokens` queries: `[tokens, Hq, D]`,
+/// uninitialised (the forward writes every element). Allocate once per shard length and reuse.
+template <class Scalar, class MemorySpace>
+Tensor<Scalar, MemorySpace> allocate_output(const StepShape& shape, std::int64_t tokens) {
+  return Tensor<Scalar, MemorySpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::out")), tokens,
+      shape.query_heads, shape.head_dim);
+}
+
+/// Caller-owned gradient views for a rank's chunk shard of `chunk_tokens` and cache shard of
+/// `cache_tokens`, uninitialised (the backward writes every element). Allocate once and reuse.
+template <class Scalar, class MemorySpace>
+StepGradients<Scalar, MemorySpace> allocate_gradients(const StepShape& shape,
+                                                      std::int64_t chunk_tokens,
+                                                      std::int64_t cache_tokens) {
+  auto tensor = [&](const char* label, std::int64_t n, std::int64_t heads) {
+    return Tensor<Scalar, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n, heads,
+        shape.head_dim);
+  };
+  StepGradients<Scalar, MemorySpace> g;
+  g.dq = tensor("ctxpar::swa::dq", chunk_tokens, shape.query_heads);
+  g.dk = tensor("ctxpar::swa::dk", chunk_tokens, shape.kv_heads);
+  g.dv = tensor("ctxpar::swa::dv", chunk_tokens, shape.kv_heads);
+  g.dk_cache = tensor("ctxpar::swa::dk_cache", cache_tokens, shape.kv_heads);
+  g.dv_cache = tensor("ctxpar::swa::dv_cache", cache_tokens, shape.kv_heads);
+  return g;
+}
+
+/// Caller-owned gradient views for the shards of the step whose forward filled `saved`.
+template <class Scalar, class MemorySpace>
+StepGradients<Scalar, MemorySpace> allocate_gradients(
+    const StepShape& shape, const DistributedState<Scalar, MemorySpace>& saved) {
+  return allocate_gradients<Scalar, MemorySpace>(shape, saved.q_rot.extent(0), saved.cache_tokens);
+}
 
 namespace impl {
 
@@ -256,8 +294,10 @@ AxisLayout check_call(Preconditions& chk, const Group& group,
 /// `ctxpar::Error` before any data moves.
 ///
 /// Memory: the plan owns grow-only staging buffers and kernel scratch (`workspace_bytes()`); each
-/// `DistributedState` owns the saved activations and exchange tables of its step. Outputs the
-/// caller leaves empty are allocated on the first call and reused after.
+/// `DistributedState` owns the saved activations and exchange tables of its step. Outputs and
+/// gradients are the caller's views of its shards' shapes (`allocate_output`,
+/// `StepGradients::allocate`); only the next cache, whose shard length the plan decides, is sized
+/// by the plan (and reallocated only when that length changes).
 template <class Policy, class Layout, class ExecutionSpace, class Scalar,
           class MemorySpace = typename ExecutionSpace::memory_space>
 class StepPlan {
@@ -274,6 +314,12 @@ class StepPlan {
   static constexpr bool whole_axis = std::is_same_v<Layout, WholeAxisChunks>;
 
  public:
+  /// Where the plan runs.
+  using execution_space = ExecutionSpace;
+  /// The element type of every tensor.
+  using scalar_type = Scalar;
+  /// Where every tensor lives.
+  using memory_space = MemorySpace;
   /// `[tokens, heads, D]` tensors of the step.
   using tensor_type = Tensor<Scalar, MemorySpace>;
   /// A rank's chunk shard.
@@ -282,6 +328,8 @@ class StepPlan {
   using cache_type = Cache<Scalar, MemorySpace>;
   /// What one step's backward needs from its forward.
   using state_type = DistributedState<Scalar, MemorySpace>;
+  /// The contract's name for `state_type` (`core/plan.hpp`).
+  using saved_type = state_type;
   /// Gradients of a rank's shards.
   using gradients_type = StepGradients<Scalar, MemorySpace>;
   /// Gradient arriving at a rank's next-cache shard.
@@ -326,12 +374,17 @@ class StepPlan {
     facts_.reserve(static_cast<std::size_t>(group.size()));
   }
 
+  StepPlan(const StepPlan&) = delete;             ///< not copyable: the plan owns its memory
+  StepPlan& operator=(const StepPlan&) = delete;  ///< not copyable
+  StepPlan(StepPlan&&) = default;                 ///< movable
+  StepPlan& operator=(StepPlan&&) = default;      ///< movable
+
   /// Forward of one step. `chunk` and `cache` are this rank's shards; `out [t_r, Hq, D]` receives
-  /// this rank's outputs (an empty view is allocated), `next_cache` becomes this rank's shard of
+  /// this rank's outputs (a caller's view of that shape), `next_cache` becomes this rank's shard of
   /// the next cache (its views are reallocated only when its length changes; it must not share
   /// memory with `cache`), and `saved` receives what `backward` needs. `out` and the chunk's
   /// positions and ids are read again by the backward: keep them unchanged until then.
-  void forward(const chunk_type& chunk, const cache_type& cache, tensor_type& out,
+  void forward(const chunk_type& chunk, const cache_type& cache, const tensor_type& out,
                cache_type& next_cache, state_type& saved) {
     compat::ScopedRegion region("ctxpar::swa::StepPlan::forward");
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
@@ -346,6 +399,7 @@ class StepPlan {
     if (saved.plan != fingerprint_ || !tb.matches(layout, options_.window))
       tb.template build<exchange_type>(layout, me, options_.window);
     saved.plan = fingerprint_;
+    saved.cache_tokens = c_r;
     const std::int64_t n_r = layout.records(me);
 
     // The caller's records, read in place: its cache shard then its chunk shard, raw. The next
@@ -373,10 +427,6 @@ class StepPlan {
             .template forward<rope_after_gather>(exchange_context(), own, layout, with_ids,
                                                  options_.rope_base, saved.axis, saved.key_origin);
 
-    if (ctxpar::impl::is_unallocated(out))
-      out = tensor_type(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("ctxpar::swa::out")), t_r, hq,
-          dim);
     saved.out = out;
     ctxpar::impl::ensure_extents(saved.lse, "ctxpar::swa::lse", t_r, hq);
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
@@ -395,9 +445,9 @@ class StepPlan {
   /// Backward of the `forward` that filled `saved`. From this rank's `dout [t_r, Hq, D]` and the
   /// gradient of this rank's next-cache shard (empty on every rank for the last step) writes dq,
   /// dk, dv of this rank's chunk shard and dk_cache, dv_cache of its cache shard into `grads`
-  /// (empty views are allocated; given views must have the shard's shape).
+  /// (the caller's views, each of its shard's shape: `StepGradients::allocate`).
   void backward(const state_type& saved, const tensor_type& dout,
-                const cache_gradient_type& d_next_cache, gradients_type& grads) {
+                const cache_gradient_type& d_next_cache, const gradients_type& grads) {
     compat::ScopedRegion region("ctxpar::swa::StepPlan::backward");
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     const impl::StepTables<MemorySpace>& tb = saved.tables;
@@ -438,11 +488,6 @@ class StepPlan {
                                   own_dv);
     }
 
-    allocate_if_empty(grads.dq, "ctxpar::swa::dq", t_r, hq);
-    allocate_if_empty(grads.dk, "ctxpar::swa::dk", t_r, hkv);
-    allocate_if_empty(grads.dv, "ctxpar::swa::dv", t_r, hkv);
-    allocate_if_empty(grads.dk_cache, "ctxpar::swa::dk_cache", c_r, hkv);
-    allocate_if_empty(grads.dv_cache, "ctxpar::swa::dv_cache", c_r, hkv);
     rope_backward(space_, dq_rot, saved.q_pos, options_.rope_base, grads.dq);
     impl::copy_tokens(space_, grads.dk_cache, 0, own_dk, 0, c_r);
     impl::copy_tokens(space_, grads.dv_cache, 0, own_dv, 0, c_r);
@@ -456,6 +501,8 @@ class StepPlan {
   const Options& options() const { return options_; }
   /// The ranks of the plan.
   const Group& group() const { return group_; }
+  /// The execution space every call runs on.
+  const execution_space& space() const { return space_; }
   /// The instruction set of the host kernels, agreed by the ranks at construction
   /// (`core/host_isa.hpp`).
   HostIsa host_isa() const { return host_isa_; }
@@ -489,8 +536,8 @@ class StepPlan {
                     std::to_string(hkv) + ", " + std::to_string(dim) + "]",
                 "q " + ctxpar::impl::shape_text(chunk.q) + ", k heads " +
                     std::to_string(chunk.k.extent(1)));
-    chk.require(ctxpar::impl::is_unallocated(out) || ctxpar::impl::has_extents(out, t_r, hq, dim),
-                "out must be empty or have the shape of this rank's output",
+    chk.require(ctxpar::impl::has_extents(out, t_r, hq, dim),
+                "out must have the shape of this rank's output",
                 ctxpar::impl::shape_text({t_r, hq, dim}), ctxpar::impl::shape_text(out));
     auto same = [](const auto& a, const auto& b) {
       return a.data() != nullptr && a.data() == b.data();
@@ -532,8 +579,8 @@ class StepPlan {
                   "the next-cache gradient must match this rank's next-cache shard",
                   shape_text({n_next, hkv, dim}), shape_text(d_next_cache.dk));
       auto output = [&](const tensor_type& v, const char* name, std::int64_t n, std::int64_t h) {
-        chk.require(ctxpar::impl::is_unallocated(v) || ctxpar::impl::has_extents(v, n, h, dim),
-                    std::string("grads.") + name + " must be empty or have its shard's shape",
+        chk.require(ctxpar::impl::has_extents(v, n, h, dim),
+                    std::string("grads.") + name + " must have its shard's shape",
                     shape_text({n, h, dim}), shape_text(v));
       };
       output(grads.dq, "dq", t_r, hq);
@@ -554,12 +601,6 @@ class StepPlan {
     std::int64_t b;
     std::memcpy(&b, &x, sizeof b);
     return b;
-  }
-
-  void allocate_if_empty(tensor_type& v, const char* label, std::int64_t n, std::int64_t heads) {
-    if (ctxpar::impl::is_unallocated(v))
-      v = tensor_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n, heads,
-                      shape_.head_dim);
   }
 
   ExecutionSpace space_;
