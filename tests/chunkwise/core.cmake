@@ -9,5 +9,5 @@ ctxpar_add_mpi_test(NAME chunkwise_cp_plan SOURCES cp_plan_test.cpp LABELS chunk
 ctxpar_add_mpi_test(NAME chunkwise_gates SOURCES gates_test.cpp LABELS chunkwise TIMEOUT 120)
 # The conv plan's results and steady state on the paths device memory takes.
 ctxpar_add_staged_twin(NAME chunkwise_short_conv_staged SOURCES short_conv_test.cpp LABELS chunkwise
-  ARGS --run_test=conv_halo_zigzag_matches_whole_sequence_oracle,conv_plan_matches_the_free_functions_and_allocates_nothing_after_warm_up)
+  ARGS --run_test=conv_halo_zigzag_matches_whole_sequence_oracle,conv_plan_repeats_its_results_and_allocates_nothing_in_calls)
 ctxpar_add_isa_twins(TARGET chunkwise_decay_cp LABELS chunkwise)

@@ -2,9 +2,11 @@
 // against an fp64 oracle of the whole sequence and against the single-rank path, on every rank,
 // for contiguous shards (uneven, empty) and zigzag shards (chunk r's halo from rank r-1, chunk
 // 2P-1-r's from rank r+1 or rank P-1 itself), dense and packed (documents ending on, just before
-// and just after shard and chunk borders), with and without bias; the plan (ShortConvPlan) against
-// the free functions, with no allocation after its first call; and the collective errors for a
-// shard or chunk shorter than w - 1 on one rank.
+// and just after shard and chunk borders), with and without bias, all through `ShortConvPlan`; the
+// plan's repeated calls give its first call's results to the bit and allocate nothing (its buffers
+// come with its construction); and the collective errors: a shard or chunk shorter than w - 1 on
+// one rank, views that disagree with the plan's shape, a backward with a saved state no forward
+// filled.
 #include <boost/test/unit_test.hpp>
 
 #include <mpi.h>
@@ -14,10 +16,12 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ctxpar/chunkwise/short_conv.hpp"
 #include "ctxpar/core/allocation_counter.hpp"
+#include "ctxpar/core/plan.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
 #include "ctxpar_test/harness.hpp"
 
@@ -100,13 +104,31 @@ struct ConvRun {
   Kokkos::View<Scalar*, mem> db;
 };
 
+// How `run_conv` calls the plan: once (the plan's first forward + backward), or with
+// `repeats > 0` that many more times on the same plan and saved state, each overwriting the
+// outputs. `allocations` (when given) receives the allocations of those repeats (a repeat that
+// regrew the plan's buffers counts a million), `conv_first` those of the first call whose label
+// names the conv's buffers, and `conv_built` those of the plan's construction.
+struct PlanCounts {
+  int repeats = 0;
+  std::int64_t* allocations = nullptr;
+  std::int64_t conv_first = -1, conv_built = -1;
+};
+
+// Allocations `counter` saw whose label names one of the conv's halo buffers.
+std::int64_t conv_buffer_allocations(const ctxpar::AllocationCounter& counter) {
+  std::int64_t n = 0;
+  for (const auto& [label, count] : counter.labels())
+    if (label.rfind("ctxpar::chunkwise::conv::", 0) == 0) n += count;
+  return n;
+}
+
 template <class Scalar>
 ConvRun<Scalar> run_conv(const ctxpar::Group& group, bool zigzag,
                          const std::vector<std::int64_t>& tokens, const std::vector<double>& x,
                          const std::vector<double>& dy, const std::vector<double>& w,
                          const std::vector<double>& b, const std::vector<int>& ids, bool packed,
-                         std::int64_t C, std::int64_t W, int plan_repeats = -1,
-                         std::int64_t* allocations = nullptr) {
+                         std::int64_t C, std::int64_t W, PlanCounts* counts = nullptr) {
   const std::int64_t L = static_cast<std::int64_t>(tokens.size());
   rows_t<Scalar> xl("x", L, C), dyl("dy", L, C), wv("w", C, W);
   ConvRun<Scalar> out{rows_t<Scalar>("y", L, C), rows_t<Scalar>("dx", L, C),
@@ -136,49 +158,40 @@ ConvRun<Scalar> run_conv(const ctxpar::Group& group, bool zigzag,
   using crows = Kokkos::View<const Scalar**, Kokkos::LayoutRight, mem>;
   const Kokkos::View<const Scalar*, mem> cb(bv);
   const Kokkos::View<const std::int32_t*, mem> cid(idv);
-  // With plan_repeats >= 0: one warm-up forward + backward on a ShortConvPlan, then
-  // plan_repeats more on the same plan, whose allocations go to *allocations. Otherwise the free
-  // functions, once (their allocations to *allocations when given).
+  const cw::ShortConvShape shape{L, C, W, !b.empty(), packed};
   auto through_plan = [&](auto layout) {
-    cw::ShortConvPlan<decltype(layout), Scalar, mem, exec> plan(exec(), group, layout);
+    std::optional<ctxpar::AllocationCounter> counter;
+    if (counts) counter.emplace();
+    cw::ShortConvPlan<decltype(layout), exec, Scalar, mem> plan(exec(), group, shape, layout);
+    if (counts) {
+      counts->conv_built = conv_buffer_allocations(*counter);
+      counter->reset();
+    }
+    typename decltype(plan)::saved_type saved;
     auto call = [&] {
-      plan.forward(crows(xl), crows(wv), cb, cid, out.y);
-      plan.backward(crows(xl), crows(wv), cid, crows(dyl), out.dx, out.dw, out.db);
+      plan.forward(crows(xl), crows(wv), cb, cid, out.y, saved);
+      plan.backward(saved, crows(dyl), out.dx, out.dw, out.db);
       exec().fence();
     };
     call();
-    const std::size_t warm = plan.workspace_bytes();
-    ctxpar::AllocationCounter counter;
-    for (int r = 0; r < plan_repeats; ++r) call();
-    *allocations = counter.allocations();
-    if (plan.workspace_bytes() != warm) *allocations += 1000000;  // a buffer regrew: not steady
+    if (!counts) return;
+    counts->conv_first = conv_buffer_allocations(*counter);
+    const std::size_t built = plan.workspace_bytes();
+    counter->reset();
+    for (int r = 0; r < counts->repeats; ++r) call();
+    *counts->allocations = counter->allocations();
+    if (plan.workspace_bytes() != built) *counts->allocations += 1000000;  // a buffer regrew
   };
-  if (plan_repeats >= 0) {
-    if (zigzag)
-      through_plan(ctxpar::Zigzag{});
-    else
-      through_plan(ctxpar::Contiguous{});
-    return out;
-  }
-  std::optional<ctxpar::AllocationCounter> counter;
-  if (allocations) counter.emplace();
-  if (zigzag) {
-    cw::short_conv_forward(exec(), group, ctxpar::Zigzag{}, crows(xl), crows(wv), cb, cid, out.y);
-    cw::short_conv_backward(exec(), group, ctxpar::Zigzag{}, crows(xl), crows(wv), cid, crows(dyl),
-                            out.dx, out.dw, out.db);
-  } else {
-    cw::short_conv_forward(exec(), group, crows(xl), crows(wv), cb, cid, out.y);
-    cw::short_conv_backward(exec(), group, crows(xl), crows(wv), cid, crows(dyl), out.dx, out.dw,
-                            out.db);
-  }
-  exec().fence();
-  if (allocations) *allocations = counter->allocations();
+  if (zigzag)
+    through_plan(ctxpar::Zigzag{});
+  else
+    through_plan(ctxpar::Contiguous{});
   return out;
 }
 
-// The plan gives the free functions' results to the bit, on every rank, and allocates nothing
-// after its first call; the free functions' own allocations are counted too, so the counter is
-// shown to see the conv's halo buffers (a plan that dropped its workspace would fail).
+// Repeated forward + backward calls on one plan and saved state give the first call's results
+// to the bit, on every rank, and allocate nothing; the plan's construction allocates the conv's
+// buffers (so the counter is shown to see them) and its first call allocates none of them.
 template <class Scalar>
 bool check_plan(const std::vector<std::int64_t>& lengths, std::int64_t C, std::int64_t W,
                 bool packed, bool zigzag, std::uint64_t seed) {
@@ -197,11 +210,10 @@ bool check_plan(const std::vector<std::int64_t>& lengths, std::int64_t C, std::i
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = uniform(seed + 3, i);
   const std::vector<std::int64_t> mine = shard_tokens(T, group.size(), group.rank(), zigzag);
   const std::int64_t L = static_cast<std::int64_t>(mine.size());
-  std::int64_t free_allocations = 0, plan_allocations = -1;
-  const auto f =
-      run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, -1, &free_allocations);
-  const auto q =
-      run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, 3, &plan_allocations);
+  std::int64_t repeat_allocations = -1;
+  PlanCounts counts{3, &repeat_allocations};
+  const auto f = run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W);
+  const auto q = run_conv<Scalar>(group, zigzag, mine, x, dy, w, b, ids, packed, C, W, &counts);
   const std::string tag = std::string(zigzag ? " zigzag" : " contiguous") +
                           (packed ? " packed" : " dense") + " rank " + std::to_string(group.rank());
   auto where = [&](std::int64_t i) { return "flat index " + std::to_string(i) + tag; };
@@ -211,18 +223,23 @@ bool check_plan(const std::vector<std::int64_t>& lengths, std::int64_t C, std::i
         [&](std::int64_t i) { return static_cast<double>(b[i]); },
         [&](std::int64_t) { return 0.0; }, where);
   };
-  bool ok = same("plan y", L * C, q.y.data(), f.y.data());
-  ok = same("plan dx", L * C, q.dx.data(), f.dx.data()) && ok;
-  ok = same("plan dweight", C * W, q.dw.data(), f.dw.data()) && ok;
-  ok = same("plan dbias", C, q.db.data(), f.db.data()) && ok;
-  if (plan_allocations != 0) {
-    std::cerr << "ShortConvPlan" << tag << ": " << plan_allocations
-              << " allocations in 3 calls after the warm-up\n";
+  bool ok = same("repeated y", L * C, q.y.data(), f.y.data());
+  ok = same("repeated dx", L * C, q.dx.data(), f.dx.data()) && ok;
+  ok = same("repeated dweight", C * W, q.dw.data(), f.dw.data()) && ok;
+  ok = same("repeated dbias", C, q.db.data(), f.db.data()) && ok;
+  if (repeat_allocations != 0) {
+    std::cerr << "ShortConvPlan" << tag << ": " << repeat_allocations
+              << " allocations in 3 calls after the first\n";
     ok = false;
   }
-  if (free_allocations == 0) {
-    std::cerr << "short_conv free functions" << tag
-              << ": no allocation counted, so the counter cannot see the halo buffers\n";
+  if (counts.conv_first != 0) {
+    std::cerr << "ShortConvPlan" << tag << ": its first call allocated " << counts.conv_first
+              << " conv buffers (the constructor should have)\n";
+    ok = false;
+  }
+  if (W > 1 && counts.conv_built == 0) {
+    std::cerr << "ShortConvPlan" << tag
+              << ": its construction allocated no conv buffer, so the counter cannot see them\n";
     ok = false;
   }
   return ok;
@@ -380,7 +397,7 @@ BOOST_AUTO_TEST_CASE(conv_halo_zigzag_matches_whole_sequence_oracle) {
   CTXPAR_TEST_ALL(group, check_conv<double>({2 * p}, 2, 2, true, true, true, 51));
 }
 
-BOOST_AUTO_TEST_CASE(conv_plan_matches_the_free_functions_and_allocates_nothing_after_warm_up) {
+BOOST_AUTO_TEST_CASE(conv_plan_repeats_its_results_and_allocates_nothing_in_calls) {
   const auto& group = world();
   const int p = group.size();
   const std::int64_t W = 4, chunk = 5;
@@ -391,17 +408,20 @@ BOOST_AUTO_TEST_CASE(conv_plan_matches_the_free_functions_and_allocates_nothing_
                   check_plan<double>(documents_near(2 * p * chunk, chunk), 3, W, true, true, 63));
 }
 
+using crows = Kokkos::View<const double**, Kokkos::LayoutRight, mem>;
+using conv_plan = cw::ShortConvPlan<ctxpar::Contiguous, exec, double, mem>;
+using zigzag_conv_plan = cw::ShortConvPlan<ctxpar::Zigzag, exec, double, mem>;
+static_assert(ctxpar::follows_plan_contract<conv_plan>);
+static_assert(ctxpar::follows_plan_contract<zigzag_conv_plan>);
+static_assert(std::is_same_v<conv_plan::saved_type, cw::ShortConvSaved<double, mem>>);
+
 BOOST_AUTO_TEST_CASE(conv_shard_shorter_than_halo_on_one_rank) {
   const auto& group = world();
   if (group.size() == 1) return;  // the last shard never sends a halo: a lone rank cannot fail
   const int bad_rank = 0;
   auto f = [&] {
     const std::int64_t L = group.rank() == bad_rank ? 2 : 6, C = 2, W = 4;
-    Kokkos::View<double**, Kokkos::LayoutRight, mem> x("x", L, C), y("y", L, C), w("w", C, W);
-    cw::short_conv_forward(exec(), group, Kokkos::View<const double**, Kokkos::LayoutRight, mem>(x),
-                           Kokkos::View<const double**, Kokkos::LayoutRight, mem>(w),
-                           Kokkos::View<const double*, mem>(),
-                           Kokkos::View<const std::int32_t*, mem>(), y);
+    conv_plan plan(exec(), group, cw::ShortConvShape{L, C, W});
   };
   CTXPAR_TEST_ALL(group, throws_everywhere(group, f, "at least w - 1 tokens", bad_rank));
 }
@@ -409,25 +429,86 @@ BOOST_AUTO_TEST_CASE(conv_shard_shorter_than_halo_on_one_rank) {
 BOOST_AUTO_TEST_CASE(conv_zigzag_errors_on_one_rank) {
   const auto& group = world();
   const int bad_rank = group.size() - 1;
-  using crows = Kokkos::View<const double**, Kokkos::LayoutRight, mem>;
   // Chunks of 2 tokens with w = 4: every chunk feeds a successor (at P = 1 chunk 0 feeds chunk 1),
   // so every rank is short; the error names the lowest rank.
-  auto short_chunks = [&] {
-    const std::int64_t L = 4, C = 2, W = 4;
-    Kokkos::View<double**, Kokkos::LayoutRight, mem> x("x", L, C), y("y", L, C), w("w", C, W);
-    cw::short_conv_forward(exec(), group, ctxpar::Zigzag{}, crows(x), crows(w),
-                           Kokkos::View<const double*, mem>(),
-                           Kokkos::View<const std::int32_t*, mem>(), y);
-  };
+  auto short_chunks = [&] { zigzag_conv_plan plan(exec(), group, cw::ShortConvShape{4, 2, 4}); };
   CTXPAR_TEST_ALL(group, throws_everywhere(group, short_chunks, "at least w - 1 tokens", 0));
-  // An odd shard on one rank (not two equal chunks), in the backward.
+  // An odd shard on one rank (not two equal chunks).
   auto odd = [&] {
-    const std::int64_t L = group.rank() == bad_rank ? 9 : 10, C = 2, W = 3;
-    Kokkos::View<double**, Kokkos::LayoutRight, mem> x("x", L, C), dy("dy", L, C), dx("dx", L, C),
-        w("w", C, W), dw("dw", C, W);
-    cw::short_conv_backward(exec(), group, ctxpar::Zigzag{}, crows(x), crows(w),
-                            Kokkos::View<const std::int32_t*, mem>(), crows(dy), dx, dw,
-                            Kokkos::View<double*, mem>());
+    const std::int64_t L = group.rank() == bad_rank ? 9 : 10;
+    zigzag_conv_plan plan(exec(), group, cw::ShortConvShape{L, 2, 3});
   };
   CTXPAR_TEST_ALL(group, throws_everywhere(group, odd, "two chunks of equal length", bad_rank));
+}
+
+BOOST_AUTO_TEST_CASE(conv_plan_shape_errors_on_one_rank) {
+  const auto& group = world();
+  const int bad_rank = group.size() - 1;
+  const std::int64_t L = 6, C = 3, W = 3;
+  // A width or channel count that differs on one rank: refused by the constructor.
+  auto other_width = [&] {
+    conv_plan plan(exec(), group, cw::ShortConvShape{L, C, group.rank() == bad_rank ? 2 : W});
+  };
+  auto other_channels = [&] {
+    conv_plan plan(exec(), group, cw::ShortConvShape{L, group.rank() == bad_rank ? 4 : C, W});
+  };
+  auto no_width = [&] { conv_plan plan(exec(), group, cw::ShortConvShape{L, C, 0}); };
+  if (group.size() > 1) {
+    CTXPAR_TEST_ALL(group,
+                    throws_everywhere(group, other_width, "agree on the conv width w", bad_rank));
+    CTXPAR_TEST_ALL(
+        group, throws_everywhere(group, other_channels, "agree on the channel count C", bad_rank));
+  }
+  CTXPAR_TEST_ALL(group, throws_everywhere(group, no_width, "shape.width", 0));
+}
+
+BOOST_AUTO_TEST_CASE(conv_plan_call_errors_on_one_rank) {
+  const auto& group = world();
+  const int bad_rank = group.size() - 1;
+  const std::int64_t L = 6, C = 3, W = 3;
+  conv_plan plan(exec(), group, cw::ShortConvShape{L, C, W, true, false});
+  Kokkos::View<double**, Kokkos::LayoutRight, mem> x("x", L, C), y("y", L, C), w("w", C, W),
+      dy("dy", L, C), dx("dx", L, C), dw("dw", C, W), longer("x", L + 1, C);
+  Kokkos::View<double*, mem> b("b", C), db("db", C);
+  Kokkos::View<std::int32_t*, mem> ids("ids", L);
+  const Kokkos::View<const double*, mem> cb(b);
+  const Kokkos::View<const std::int32_t*, mem> no_ids;
+  conv_plan::saved_type filled;
+  plan.forward(crows(x), crows(w), cb, no_ids, y, filled);
+  const bool bad = group.rank() == bad_rank;
+  // x with one token more than the plan's shape, on one rank.
+  auto forward_longer_x = [&] {
+    conv_plan::saved_type saved;
+    plan.forward(crows(bad ? longer : x), crows(w), cb, no_ids, y, saved);
+  };
+  CTXPAR_TEST_ALL(group, throws_everywhere(group, forward_longer_x, "x must be [T, C]", bad_rank));
+  // Sequence ids the shape does not have, on one rank.
+  auto forward_ids = [&] {
+    conv_plan::saved_type saved;
+    plan.forward(crows(x), crows(w), cb, bad ? Kokkos::View<const std::int32_t*, mem>(ids) : no_ids,
+                 y, saved);
+  };
+  CTXPAR_TEST_ALL(group,
+                  throws_everywhere(group, forward_ids, "seq_ids must be [T] when", bad_rank));
+  // No bias though the shape has one, on one rank.
+  auto forward_no_bias = [&] {
+    conv_plan::saved_type saved;
+    plan.forward(crows(x), crows(w), bad ? Kokkos::View<const double*, mem>() : cb, no_ids, y,
+                 saved);
+  };
+  CTXPAR_TEST_ALL(group, throws_everywhere(group, forward_no_bias, "bias must be [C]", bad_rank));
+  // dweight of the wrong width, on one rank.
+  Kokkos::View<double**, Kokkos::LayoutRight, mem> dw_narrow("dw", C, W - 1);
+  auto backward_dweight = [&] { plan.backward(filled, crows(dy), dx, bad ? dw_narrow : dw, db); };
+  CTXPAR_TEST_ALL(group,
+                  throws_everywhere(group, backward_dweight, "dweight must be [C, w]", bad_rank));
+  // A backward with a saved state no forward filled, on one rank.
+  auto backward_unfilled = [&] {
+    conv_plan::saved_type empty;
+    plan.backward(bad ? empty : filled, crows(dy), dx, dw, db);
+  };
+  CTXPAR_TEST_ALL(group, throws_everywhere(group, backward_unfilled,
+                                           "saved must come from a forward", bad_rank));
+  // The plan still works after the refused calls (they refused before any data moved).
+  plan.backward(filled, crows(dy), dx, dw, db);
 }

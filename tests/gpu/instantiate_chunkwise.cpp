@@ -93,7 +93,8 @@ void instantiate_backends(const Group& group) {
   instantiate_driver<cw::GatherFold>(group, gdp, pin, pgr, t, h, k, v);
   instantiate_driver<cw::ScanCompose>(group, gdp, pin, pgr, t, h, k, v);
 
-  // Short-conv halo, forward and backward, with and without sequence ids.
+  // Short-conv halo, forward and backward, with sequence ids, through both layouts' plans (the
+  // zigzag halo routing, two chunks per rank, is a separate code path).
   const exec space;
   const std::int64_t c = 6, w = 4;
   Kokkos::View<T**, Kokkos::LayoutRight, mem> x("x", t, c), y("y", t, c), wt("w", c, w),
@@ -101,21 +102,16 @@ void instantiate_backends(const Group& group) {
   Kokkos::View<T*, mem> bias("b", c), dbias("db", c);
   Kokkos::View<std::int32_t*, mem> ids("ids", t);
   using cx = Kokkos::View<const T**, Kokkos::LayoutRight, mem>;
-  cw::short_conv_forward(space, group, cx(x), cx(wt), Kokkos::View<const T*, mem>(bias),
-                         Kokkos::View<const std::int32_t*, mem>(ids), y);
-  cw::short_conv_backward(space, group, cx(x), cx(wt), Kokkos::View<const std::int32_t*, mem>(ids),
-                          cx(y), dx, dw, dbias);
-  // The zigzag halo routing (two chunks per rank) is a separate code path.
-  cw::short_conv_forward(space, group, ctxpar::Zigzag{}, cx(x), cx(wt),
-                         Kokkos::View<const T*, mem>(bias),
-                         Kokkos::View<const std::int32_t*, mem>(ids), y);
-  cw::short_conv_backward(space, group, ctxpar::Zigzag{}, cx(x), cx(wt),
-                          Kokkos::View<const std::int32_t*, mem>(ids), cx(y), dx, dw, dbias);
-  // The plan: the same kernels through kept halo buffers (grow-only prefixes of device views).
-  cw::ShortConvPlan<ctxpar::Zigzag, T, mem> plan(space, group);
-  plan.forward(cx(x), cx(wt), Kokkos::View<const T*, mem>(bias),
-               Kokkos::View<const std::int32_t*, mem>(ids), y);
-  plan.backward(cx(x), cx(wt), Kokkos::View<const std::int32_t*, mem>(ids), cx(y), dx, dw, dbias);
+  const cw::ShortConvShape shape{t, c, w, true, true};
+  auto conv = [&](auto layout) {
+    cw::ShortConvPlan<decltype(layout), exec, T, mem> plan(space, group, shape, layout);
+    typename decltype(plan)::saved_type saved;
+    plan.forward(cx(x), cx(wt), Kokkos::View<const T*, mem>(bias),
+                 Kokkos::View<const std::int32_t*, mem>(ids), y, saved);
+    plan.backward(saved, cx(y), dx, dw, dbias);
+  };
+  conv(ctxpar::Contiguous{});
+  conv(ctxpar::Zigzag{});
 }
 
 }  // namespace ctxpar::gpu_check

@@ -447,6 +447,15 @@ class GdnLayer {
       for (std::size_t j = 0; j < mine.size(); ++j) h(j) = all[static_cast<std::size_t>(mine[j])];
       Kokkos::deep_copy(ids_, h);
     }
+    if (conv_) {  // the conv plan of this run's layout, sized for this rank's shard
+      const chunkwise::ShortConvShape shape{
+          static_cast<std::int64_t>(plan.tokens_of(group.rank()).size()),
+          3 * cfg.heads * cfg.head_dim, cfg.conv_width, true, packed_};
+      if (zigzag_)
+        conv_zigzag_.emplace(execution_space(), group, shape);
+      else
+        conv_contiguous_.emplace(execution_space(), group, shape);
+    }
   }
 
   /// Whether the short conv runs.
@@ -484,9 +493,9 @@ class GdnLayer {
       detail::Tensor2 y("ctxpar::hybrid::gdn_conv_out", t, 3 * hk);
       const Kokkos::View<const double*, memory_space> cb(bias);
       if (zigzag_)
-        conv_zigzag_.forward(const2(pre_v_), const2(conv_w_), cb, const_ids(), y);
+        conv_zigzag_->forward(const2(pre_v_), const2(conv_w_), cb, const_ids(), y, conv_saved_);
       else
-        conv_contiguous_.forward(const2(pre_v_), const2(conv_w_), cb, const_ids(), y);
+        conv_contiguous_->forward(const2(pre_v_), const2(conv_w_), cb, const_ids(), y, conv_saved_);
       detail::download(y, conv_out_, 0);
     }
     conv_seconds_ = detail::now_fenced(conv_timer);
@@ -574,11 +583,9 @@ class GdnLayer {
       const Traffic c0 = group_.total_data_traffic();
       Kokkos::Timer conv_timer;
       if (zigzag_)
-        conv_zigzag_.backward(const2(pre_v_), const2(conv_w_), const_ids(), const2(dy_v), dx_v, dw,
-                              db);
+        conv_zigzag_->backward(conv_saved_, const2(dy_v), dx_v, dw, db);
       else
-        conv_contiguous_.backward(const2(pre_v_), const2(conv_w_), const_ids(), const2(dy_v), dx_v,
-                                  dw, db);
+        conv_contiguous_->backward(conv_saved_, const2(dy_v), dx_v, dw, db);
       stats.backward_seconds += detail::now_fenced(conv_timer);
       const Traffic c = detail::minus(group_.total_data_traffic(), c0);
       stats.measured.calls += c.calls;
@@ -692,10 +699,12 @@ class GdnLayer {
   bool conv_ = true, zigzag_ = false, packed_ = false;
   Kokkos::View<std::int32_t*, memory_space> ids_;
   detail::Tensor2 pre_v_, conv_w_;
-  // The conv's halo buffers, kept between calls (one plan per layout; only one is ever called).
-  chunkwise::ShortConvPlan<Contiguous, double, memory_space> conv_contiguous_{execution_space(),
-                                                                              group_};
-  chunkwise::ShortConvPlan<Zigzag, double, memory_space> conv_zigzag_{execution_space(), group_};
+  // The conv's plan (only the one of the run's layout is built) and what its forward keeps.
+  std::optional<chunkwise::ShortConvPlan<Contiguous, execution_space, double, memory_space>>
+      conv_contiguous_;
+  std::optional<chunkwise::ShortConvPlan<Zigzag, execution_space, double, memory_space>>
+      conv_zigzag_;
+  chunkwise::ShortConvSaved<double, memory_space> conv_saved_;
   Matrix conv_out_;
   double conv_seconds_ = 0;
   Traffic conv_fwd_traffic_;

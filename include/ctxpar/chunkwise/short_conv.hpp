@@ -27,6 +27,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
@@ -48,9 +49,8 @@ struct ConvViews {
   using ids = Kokkos::View<const std::int32_t*, MemorySpace>;
 };
 
-// The halo exchange's buffers, kept between calls by `ShortConvPlan` (the free functions make a
-// fresh one per call): grow-only storage that each call carves its views from, so a steady state
-// allocates nothing.
+// The halo exchange's buffers, owned by `ShortConvPlan` and sized by its constructor for the
+// largest views a call carves from them, so no call allocates.
 template <class Scalar, class MemorySpace>
 struct ConvWorkspace {
   using rows_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
@@ -238,35 +238,25 @@ inline void conv_layout_checks(Zigzag, const Group& group, std::int64_t tokens, 
                   " on " + ctxpar::impl::to_text(group.size()) + " ranks)");
 }
 
-// Shared checks and the forward halo exchange of x (and ids).
-template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace>
+// The forward halo exchange of x (and, `with_ids`, of the ids) into `ws`, for the shape the plan
+// agreed on. Whether ids are given comes from that shape, not from `ids.data()`: an empty shard's
+// ids may have no storage, yet it takes part in the ids' messages like every rank.
+template <class ExecutionSpace, class Scalar, class MemorySpace>
 ConvSource<Scalar, MemorySpace> conv_halo(
-    const ExecutionSpace& space, const Group& group, Layout layout,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& ids, Preconditions& chk, ConvLinks& links,
+    const ExecutionSpace& space, const Group& group, const ConvLinks& links,
+    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x, std::int64_t w,
+    const Kokkos::View<const std::int32_t*, MemorySpace>& ids, bool with_ids,
     ConvWorkspace<Scalar, MemorySpace>& ws) {
-  const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
-  chk.require(w >= 1, "the conv width w must be positive", ">= 1", w);
-  chk.require(static_cast<std::int64_t>(weight.extent(0)) == channels,
-              "weight must be [C, w] with the C of x", channels, weight.extent(0));
-  chk.require(ids.data() == nullptr || static_cast<std::int64_t>(ids.extent(0)) == tokens,
-              "sequence ids must hold one id per local token", tokens, ids.extent(0));
-  conv_layout_checks(layout, group, tokens, w, chk);
-  chk.require_same("the channel count C", channels);
-  chk.require_same("the conv width w", w);
-  chk.require_same("whether sequence ids are given", ids.data() ? 1 : 0);
-  chk.agree();
-
-  links = conv_links(layout, group, tokens);
-  const std::int64_t h = w < 1 ? 0 : w - 1;
+  const std::int64_t tokens = x.extent(0), channels = x.extent(1);
+  const std::int64_t h = w - 1;
   using workspace = ConvWorkspace<Scalar, MemorySpace>;
   const auto halo =
       ctxpar::carve<typename workspace::rows_view>(ws.halo, links.fragments * h, channels);
   const auto halo_ids =
-      ctxpar::carve<typename workspace::ids_view>(ws.halo_ids, links.fragments * h);
-  Kokkos::deep_copy(space, halo, Scalar(0));  // zeros at the sequence start (no sender)
-  if (ids.data()) Kokkos::deep_copy(space, halo_ids, -1);  // zero halo: never the same sequence
+      with_ids ? ctxpar::carve<typename workspace::ids_view>(ws.halo_ids, links.fragments * h)
+               : typename workspace::ids_view();
+  Kokkos::deep_copy(space, halo, Scalar(0));             // zeros at the sequence start (no sender)
+  if (with_ids) Kokkos::deep_copy(space, halo_ids, -1);  // zero halo: never the same sequence
   for (int f = 0; f < links.fragments; ++f) {
     // Fragment f's tail (at most w-1 rows; only a shard that sends nothing may be shorter).
     const std::int64_t fb = f == 0 ? 0 : links.split, fe = f == 0 ? links.split : tokens;
@@ -279,7 +269,7 @@ ConvSource<Scalar, MemorySpace> conv_halo(
     const auto recv = ctxpar::carve<typename workspace::rows_view>(ws.recv, h, channels);
     sendrecv(space, group, send, links.tail_to[f], recv, links.halo_from[f], 41 + 2 * f);
     if (links.halo_from[f] != no_rank) Kokkos::deep_copy(space, halo_f, recv);
-    if (ids.data()) {
+    if (with_ids) {
       const auto send_ids = ctxpar::carve<typename workspace::ids_view>(ws.send_ids, fe - first);
       const auto recv_ids = ctxpar::carve<typename workspace::ids_view>(ws.recv_ids, h);
       if (fe > first)
@@ -292,7 +282,7 @@ ConvSource<Scalar, MemorySpace> conv_halo(
     Kokkos::deep_copy(
         space, Kokkos::subview(halo, std::make_pair(h, 2 * h), Kokkos::ALL),
         Kokkos::subview(x, std::make_pair(links.split - h, links.split), Kokkos::ALL));
-    if (ids.data())
+    if (with_ids)
       Kokkos::deep_copy(space, Kokkos::subview(halo_ids, std::make_pair(h, 2 * h)),
                         Kokkos::subview(ids, std::make_pair(links.split - h, links.split)));
   }
@@ -304,63 +294,38 @@ ConvSource<Scalar, MemorySpace> conv_halo(
   s.width = w;
   s.split = links.split;
   s.tokens = tokens;
-  s.masked = ids.data() != nullptr;
+  s.masked = with_ids;
   return s;
 }
 
-template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace>
-void conv_forward(const ExecutionSpace& space, const Group& group, Layout layout,
-                  const std::string& op,
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+void conv_forward(const ExecutionSpace& space, const Group& group, const ConvLinks& links,
                   const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
                   const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
                   const Kokkos::View<const Scalar*, MemorySpace>& bias,
-                  const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+                  const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids, bool with_ids,
                   const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y,
                   ConvWorkspace<Scalar, MemorySpace>& ws) {
-  using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_forward", ExecutionSpace, x_view);
-  compat::ScopedRegion region("ctxpar::chunkwise::short_conv_forward");
-  Preconditions chk(group, op);
-  chk.require(y.extent(0) == x.extent(0) && y.extent(1) == x.extent(1),
-              "y must have the shape of x [T, C]",
-              ctxpar::impl::to_text(x.extent(0)) + " x " + ctxpar::impl::to_text(x.extent(1)),
-              ctxpar::impl::to_text(y.extent(0)) + " x " + ctxpar::impl::to_text(y.extent(1)));
-  chk.require(bias.data() == nullptr || bias.extent(0) == x.extent(1), "bias must be [C]",
-              x.extent(1), bias.extent(0));
-  ConvLinks links;
-  const auto src = conv_halo(space, group, layout, x, weight, seq_ids, chk, links, ws);
+  const auto src = conv_halo(space, group, links, x, static_cast<std::int64_t>(weight.extent(1)),
+                             seq_ids, with_ids, ws);
   const std::int64_t channels = x.extent(1);
   Kokkos::parallel_for("ctxpar::chunkwise::conv::forward",
                        conv_range(space, x.extent(0) * channels),
                        ConvForwardKernel<Scalar, MemorySpace>{src, weight, bias, y, channels});
 }
 
-template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace>
-void conv_backward(const ExecutionSpace& space, const Group& group, Layout layout,
-                   const std::string& op,
+template <class ExecutionSpace, class Scalar, class MemorySpace>
+void conv_backward(const ExecutionSpace& space, const Group& group, const ConvLinks& links,
                    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
                    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-                   const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
+                   const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids, bool with_ids,
                    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
                    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
                    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
                    const Kokkos::View<Scalar*, MemorySpace>& dbias,
                    ConvWorkspace<Scalar, MemorySpace>& ws) {
-  using x_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::short_conv_backward", ExecutionSpace, x_view);
-  compat::ScopedRegion region("ctxpar::chunkwise::short_conv_backward");
-  Preconditions chk(group, op);
-  chk.require(dy.extent(0) == x.extent(0) && dy.extent(1) == x.extent(1) &&
-                  dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1),
-              "dy and dx must have the shape of x [T, C]", ctxpar::impl::to_text(x.extent(0)),
-              dy.extent(0));
-  chk.require(dweight.extent(0) == weight.extent(0) && dweight.extent(1) == weight.extent(1),
-              "dweight must have the shape of weight", weight.extent(0), dweight.extent(0));
-  chk.require(dbias.data() == nullptr || dbias.extent(0) == x.extent(1), "dbias must be [C]",
-              x.extent(1), dbias.extent(0));
-  ConvLinks links;
-  const auto src = conv_halo(space, group, layout, x, weight, seq_ids, chk, links, ws);
   const std::int64_t tokens = x.extent(0), channels = x.extent(1), w = weight.extent(1);
+  const auto src = conv_halo(space, group, links, x, w, seq_ids, with_ids, ws);
   const std::int64_t h = w - 1;
   using workspace = ConvWorkspace<Scalar, MemorySpace>;
   const auto dhalo =
@@ -401,128 +366,209 @@ void conv_backward(const ExecutionSpace& space, const Group& group, Layout layou
   if (dbias.data()) allreduce_sum(space, group, dbias, unchecked);
 }
 
-}  // namespace impl
-
-namespace impl {
 /// The shard layouts the conv takes (`Contiguous`, `Zigzag`).
 template <class Layout>
 inline constexpr bool is_conv_layout_v =
     std::is_same_v<Layout, Contiguous> || std::is_same_v<Layout, Zigzag>;
+
 }  // namespace impl
 
-/// Forward of the depthwise causal conv over a sequence shard in `layout`. `x [T, C]` (the
-/// rank's tokens in order; e.g. `[T, H·D]` flattened), `weight [C, w]`, `bias [C]` (empty view: no
-/// bias), `seq_ids [T]` int32 (empty view: one sequence), `y [T, C]`. Bad input on any rank makes
-/// every rank throw the same `Error`. Collective:
-/// - `Contiguous`: one `sendrecv` (two with ids); every shard but the last needs `T >= w - 1`.
+/// The sizes a `ShortConvPlan` is built for. `tokens` is this rank's shard length (ranks may
+/// differ, within the layout's rules); the rest every rank passes the same.
+struct ShortConvShape {
+  /// Tokens `T` of this rank's shard (`x [T, C]`).
+  std::int64_t tokens = 0;
+  /// Channels `C` (e.g. `H·D` of a `[T, H, D]` tensor flattened).
+  std::int64_t channels = 0;
+  /// Conv width `w` (`weight [C, w]`), at least 1.
+  std::int64_t width = 1;
+  /// Whether the calls pass a bias `[C]` (and the backward a `dbias [C]`).
+  bool bias = false;
+  /// Whether the calls pass per-token sequence ids `[T]` (packed input).
+  bool seq_ids = false;
+};
+
+/// What `ShortConvPlan::backward` needs from the forward, owned by the caller: handles on the
+/// forward's `x`, `weight` and `seq_ids` (shallow: the backward reads the caller's views again, so
+/// keep them unchanged until then; the backward repeats the forward's halo exchange from them).
+/// Default-constructed it holds nothing, and a backward refuses it.
+template <class Scalar, class MemorySpace>
+struct ShortConvSaved {
+  /// The forward's input `x [T, C]`.
+  Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace> x;
+  /// The forward's `weight [C, w]`.
+  Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace> weight;
+  /// The forward's sequence ids `[T]` (empty: one sequence).
+  Kokkos::View<const std::int32_t*, MemorySpace> seq_ids;
+  /// Whether a forward filled it.
+  bool filled = false;
+};
+
+/// Depthwise causal short conv over sequence shards in `Layout` (`Contiguous` or `Zigzag`), as a
+/// plan. Collective: build it, and call `forward` / `backward`, on every rank of `group`.
+///
+/// Built once for a `ShortConvShape`: the constructor checks the shape on every rank (bad input on
+/// any rank makes every rank throw the same `ctxpar::Error`), agrees on `C`, `w` and whether bias
+/// and ids are given, and allocates the halo exchange's buffers, so no call allocates, not even
+/// the first (`workspace_bytes()` says how much they hold). Per layout:
+/// - `Contiguous`: rank `r` holds the tokens after rank `r-1`'s; every shard but the last needs
+///   `T >= w - 1`. The halo exchange is one `sendrecv` (two with ids).
 /// - `Zigzag`: `x [2C, C_ch]` holds natural chunk `r` then chunk `2P-1-r` of `2P` equal chunks
-///   (`ZigzagLayout` order, the whole packed stream when `seq_ids` are given); one shift up and
-///   one shift down (`(w-1)·C_ch` values to each neighbour that exists, plus `w-1` ids each with
-///   `seq_ids`); every chunk needs `C >= w - 1`.
-template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace,
-          std::enable_if_t<impl::is_conv_layout_v<Layout>, int> = 0>
-void short_conv_forward(
-    const ExecutionSpace& space, const Group& group, Layout layout,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const Scalar*, MemorySpace>& bias,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
-  impl::ConvWorkspace<Scalar, MemorySpace> ws;
-  impl::conv_forward(space, group, layout, "ctxpar::chunkwise::short_conv_forward", x, weight, bias,
-                     seq_ids, y, ws);
-}
-
-/// Forward over a contiguous shard: `short_conv_forward` with `Contiguous`.
-template <class ExecutionSpace, class Scalar, class MemorySpace>
-void short_conv_forward(
-    const ExecutionSpace& space, const Group& group,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const Scalar*, MemorySpace>& bias,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
-  short_conv_forward(space, group, Contiguous{}, x, weight, bias, seq_ids, y);
-}
-
-/// Backward of `short_conv_forward` in `layout`: `dx [T, C]` (including the gradient that other
-/// ranks' halos send back: each halo's gradient returns to the fragment it came from, under
-/// `Zigzag` rank `r-1`, rank `r+1`, or rank `P-1`'s own first chunk), `dweight [C, w]` and
-/// `dbias [C]` (optional) summed over all ranks. Collective.
-template <class ExecutionSpace, class Layout, class Scalar, class MemorySpace,
-          std::enable_if_t<impl::is_conv_layout_v<Layout>, int> = 0>
-void short_conv_backward(
-    const ExecutionSpace& space, const Group& group, Layout layout,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
-    const Kokkos::View<Scalar*, MemorySpace>& dbias) {
-  impl::ConvWorkspace<Scalar, MemorySpace> ws;
-  impl::conv_backward(space, group, layout, "ctxpar::chunkwise::short_conv_backward", x, weight,
-                      seq_ids, dy, dx, dweight, dbias, ws);
-}
-
-/// Backward over a contiguous shard: `short_conv_backward` with `Contiguous`.
-template <class ExecutionSpace, class Scalar, class MemorySpace>
-void short_conv_backward(
-    const ExecutionSpace& space, const Group& group,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& x,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& weight,
-    const Kokkos::View<const std::int32_t*, MemorySpace>& seq_ids,
-    const Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>& dy,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
-    const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
-    const Kokkos::View<Scalar*, MemorySpace>& dbias) {
-  short_conv_backward(space, group, Contiguous{}, x, weight, seq_ids, dy, dx, dweight, dbias);
-}
-
-/// The short conv as a plan: built once for a group and a layout (`Contiguous` or `Zigzag`), it
-/// keeps the halo exchange's buffers between calls, so after the first call of a shape
-/// `forward` and `backward` allocate nothing (the buffers grow to the largest shape seen, never
-/// shrink; `workspace_bytes()` says how much they hold). Same arguments, checks, collectives and
-/// results as `short_conv_forward` / `short_conv_backward` with that layout. Construction is
-/// local (the calls agree on C, w and whether ids are given, as the free functions do).
-template <class Layout, class Scalar, class MemorySpace,
-          class ExecutionSpace = typename MemorySpace::execution_space>
+///   (`ZigzagLayout` order, the whole packed stream when `seq_ids` are given); every chunk needs
+///   `C >= w - 1`. The halo exchange is one shift up and one shift down (`(w-1)·C_ch` values to
+///   each neighbour that exists, plus `w-1` ids each with `seq_ids`).
+///
+/// The backward repeats the forward's exchange from the saved inputs, sends each halo's gradient
+/// back to the fragment it came from (under `Zigzag` rank `r-1`, rank `r+1`, or rank `P-1`'s own
+/// first chunk) and sums `dweight` and `dbias` over the ranks. Not copyable (it owns its
+/// buffers); movable.
+template <class Layout, class ExecutionSpace, class Scalar,
+          class MemorySpace = typename ExecutionSpace::memory_space>
 class ShortConvPlan {
+  static_assert(impl::is_conv_layout_v<Layout>,
+                "ctxpar::chunkwise::ShortConvPlan: the layout must be Contiguous or Zigzag");
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
+                "ctxpar::chunkwise::ShortConvPlan: the memory space must be accessible from the "
+                "execution space");
+
  public:
+  /// The execution space the calls run on.
+  using execution_space = ExecutionSpace;
+  /// The values' type.
+  using scalar_type = Scalar;
+  /// Where the views live.
+  using memory_space = MemorySpace;
+  /// What a backward needs from its forward.
+  using saved_type = ShortConvSaved<Scalar, MemorySpace>;
   /// Read-only `[rows, C]` (or `[C, w]`) values the calls take.
   using rows_view = Kokkos::View<const Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  /// Writable `[rows, C]` (or `[C, w]`) values the calls write.
+  using out_rows_view = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
   /// Read-only per-token sequence ids.
   using ids_view = Kokkos::View<const std::int32_t*, MemorySpace>;
 
-  /// The conv on `group` with shards in `layout`; holds no buffer until the first call. Local.
-  ShortConvPlan(const ExecutionSpace& space, const Group& group, Layout layout = Layout{})
-      : space_(space), group_(group), layout_(layout) {}
+  /// The conv of `shape` on `group`, shards in `layout`. Collective: checks and agrees on the
+  /// shape, then allocates the halo buffers.
+  ShortConvPlan(const ExecutionSpace& space, const Group& group, const ShortConvShape& shape,
+                Layout layout = Layout{})
+      : space_(space), group_(group), shape_(shape) {
+    Preconditions chk(group, "ctxpar::chunkwise::ShortConvPlan");
+    chk.require(shape.width >= 1, "shape.width (the conv width w) must be positive", ">= 1",
+                shape.width);
+    chk.require(shape.tokens >= 0, "shape.tokens must not be negative", ">= 0", shape.tokens);
+    chk.require(shape.channels >= 0, "shape.channels must not be negative", ">= 0", shape.channels);
+    impl::conv_layout_checks(layout, group, shape.tokens, shape.width, chk);
+    chk.require_same("the channel count C", shape.channels)
+        .require_same("the conv width w", shape.width)
+        .require_same("whether a bias is given", shape.bias ? 1 : 0)
+        .require_same("whether sequence ids are given", shape.seq_ids ? 1 : 0);
+    chk.agree();
+    links_ = impl::conv_links(layout, group, shape.tokens);
+    // Every call carves at most these sizes, so reserving them here is all a call ever needs.
+    const std::size_t h = static_cast<std::size_t>(shape.width - 1),
+                      c = static_cast<std::size_t>(shape.channels),
+                      f = static_cast<std::size_t>(links_.fragments);
+    for (auto* rows : {&workspace_.halo, &workspace_.dhalo})
+      rows->template reserve<Scalar>(f * h * c);
+    for (auto* rows : {&workspace_.send, &workspace_.recv, &workspace_.back, &workspace_.halo_send})
+      rows->template reserve<Scalar>(h * c);
+    if (shape.seq_ids) {
+      workspace_.halo_ids.template reserve<std::int32_t>(f * h);
+      for (auto* ids : {&workspace_.send_ids, &workspace_.recv_ids})
+        ids->template reserve<std::int32_t>(h);
+    }
+  }
 
-  /// `y [T, C]` from `x [T, C]`, `weight [C, w]`, `bias [C]` (empty: none), `seq_ids [T]`
-  /// (empty: one sequence). Collective.
+  ShortConvPlan(const ShortConvPlan&) = delete;             ///< not copyable: it owns its buffers
+  ShortConvPlan& operator=(const ShortConvPlan&) = delete;  ///< not copyable: it owns its buffers
+  ShortConvPlan(ShortConvPlan&&) = default;                 ///< movable
+  ShortConvPlan& operator=(ShortConvPlan&&) = default;      ///< movable
+
+  /// `y [T, C]` from `x [T, C]`, `weight [C, w]`, `bias [C]` and `seq_ids [T]` (each of the last
+  /// two an empty view when the shape has none); `saved` keeps handles on `x`, `weight` and
+  /// `seq_ids` for the backward. Views that disagree with the plan's shape on any rank make
+  /// every rank throw the same `ctxpar::Error`. Collective.
   void forward(const rows_view& x, const rows_view& weight,
                const Kokkos::View<const Scalar*, MemorySpace>& bias, const ids_view& seq_ids,
-               const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& y) {
-    impl::conv_forward(space_, group_, layout_, "ctxpar::chunkwise::ShortConvPlan::forward", x,
-                       weight, bias, seq_ids, y, workspace_);
+               const out_rows_view& y, saved_type& saved) {
+    CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::ShortConvPlan::forward", ExecutionSpace,
+                             rows_view);
+    compat::ScopedRegion region("ctxpar::chunkwise::ShortConvPlan::forward");
+    Preconditions chk(group_, "ctxpar::chunkwise::ShortConvPlan::forward");
+    check_inputs(chk, x, weight, seq_ids);
+    const std::int64_t t = shape_.tokens, c = shape_.channels;
+    chk.require(shape_.bias ? ctxpar::impl::has_extents(bias, c) : !chunkwise::is_given(bias),
+                "bias must be [C] when the plan's shape has a bias, an empty view otherwise",
+                shape_.bias ? ctxpar::impl::shape_text({c}) : "an empty view",
+                ctxpar::impl::shape_text(bias));
+    chk.require(ctxpar::impl::has_extents(y, t, c), "y must be [T, C] (the plan's shape)",
+                ctxpar::impl::shape_text({t, c}), ctxpar::impl::shape_text(y));
+    chk.agree();
+    impl::conv_forward(space_, group_, links_, x, weight, bias, seq_ids, shape_.seq_ids, y,
+                       workspace_);
+    saved.x = x;
+    saved.weight = weight;
+    saved.seq_ids = seq_ids;
+    saved.filled = true;
   }
-  /// `dx [T, C]`, `dweight [C, w]` and `dbias [C]` (empty: none), summed over the ranks, from
-  /// `dy [T, C]`. Collective.
-  void backward(const rows_view& x, const rows_view& weight, const ids_view& seq_ids,
-                const rows_view& dy,
-                const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dx,
-                const Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>& dweight,
-                const Kokkos::View<Scalar*, MemorySpace>& dbias) {
-    impl::conv_backward(space_, group_, layout_, "ctxpar::chunkwise::ShortConvPlan::backward", x,
-                        weight, seq_ids, dy, dx, dweight, dbias, workspace_);
+
+  /// From the forward that filled `saved` and `dy [T, C]`: `dx [T, C]`, and `dweight [C, w]` and
+  /// `dbias [C]` (an empty view when the shape has no bias) summed over the ranks. A `saved` no
+  /// forward filled, or views that disagree with the plan's shape, on any rank make every rank
+  /// throw the same `ctxpar::Error`. Collective.
+  void backward(const saved_type& saved, const rows_view& dy, const out_rows_view& dx,
+                const out_rows_view& dweight, const Kokkos::View<Scalar*, MemorySpace>& dbias) {
+    compat::ScopedRegion region("ctxpar::chunkwise::ShortConvPlan::backward");
+    Preconditions chk(group_, "ctxpar::chunkwise::ShortConvPlan::backward");
+    chk.require(saved.filled, "saved must come from a forward (it holds that forward's inputs)",
+                "a saved state a forward filled", "a saved state no forward filled");
+    check_inputs(chk, saved.x, saved.weight, saved.seq_ids);
+    const std::int64_t t = shape_.tokens, c = shape_.channels, w = shape_.width;
+    chk.require(ctxpar::impl::has_extents(dy, t, c), "dy must be [T, C] (the plan's shape)",
+                ctxpar::impl::shape_text({t, c}), ctxpar::impl::shape_text(dy));
+    chk.require(ctxpar::impl::has_extents(dx, t, c), "dx must be [T, C] (the plan's shape)",
+                ctxpar::impl::shape_text({t, c}), ctxpar::impl::shape_text(dx));
+    chk.require(ctxpar::impl::has_extents(dweight, c, w),
+                "dweight must be [C, w] (the plan's shape)", ctxpar::impl::shape_text({c, w}),
+                ctxpar::impl::shape_text(dweight));
+    chk.require(shape_.bias ? ctxpar::impl::has_extents(dbias, c) : !chunkwise::is_given(dbias),
+                "dbias must be [C] when the plan's shape has a bias, an empty view otherwise",
+                shape_.bias ? ctxpar::impl::shape_text({c}) : "an empty view",
+                ctxpar::impl::shape_text(dbias));
+    chk.agree();
+    impl::conv_backward(space_, group_, links_, saved.x, saved.weight, saved.seq_ids,
+                        shape_.seq_ids, dy, dx, dweight, dbias, workspace_);
   }
-  /// Bytes of halo buffers the plan holds now.
+
+  /// The execution space the calls run on.
+  const ExecutionSpace& space() const { return space_; }
+  /// The ranks the plan spans.
+  const Group& group() const { return group_; }
+  /// The shape the plan was built for.
+  const ShortConvShape& shape() const { return shape_; }
+  /// Bytes of halo buffers the plan holds (all allocated by the constructor).
   std::size_t workspace_bytes() const { return workspace_.bytes(); }
 
  private:
+  // x, weight and seq_ids against the plan's shape (in the backward: the saved ones).
+  void check_inputs(Preconditions& chk, const rows_view& x, const rows_view& weight,
+                    const ids_view& seq_ids) const {
+    const std::int64_t t = shape_.tokens, c = shape_.channels, w = shape_.width;
+    chk.require(ctxpar::impl::has_extents(x, t, c), "x must be [T, C] (the plan's shape)",
+                ctxpar::impl::shape_text({t, c}), ctxpar::impl::shape_text(x));
+    chk.require(ctxpar::impl::has_extents(weight, c, w), "weight must be [C, w] (the plan's shape)",
+                ctxpar::impl::shape_text({c, w}), ctxpar::impl::shape_text(weight));
+    chk.require(
+        shape_.seq_ids ? ctxpar::impl::has_extents(seq_ids, t) : !chunkwise::is_given(seq_ids),
+        "seq_ids must be [T] when the plan's shape has ids, an empty view otherwise",
+        shape_.seq_ids ? ctxpar::impl::shape_text({t}) : "an empty view",
+        ctxpar::impl::shape_text(seq_ids));
+  }
+
   ExecutionSpace space_;
   Group group_;
-  Layout layout_;
+  ShortConvShape shape_;
+  impl::ConvLinks links_;
   impl::ConvWorkspace<Scalar, MemorySpace> workspace_;
 };
 
