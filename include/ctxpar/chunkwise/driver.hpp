@@ -492,6 +492,8 @@ class CpPlan {
   using gradients_type = typename Backend::gradients_type;
   /// What a forward keeps for its backward.
   using context_type = ChunkwiseContext<Backend>;
+  /// The contract's name for `context_type` (`core/plan.hpp`).
+  using saved_type = context_type;
   /// Optional per-sequence states of a forward.
   using forward_states_type = ForwardStates<scalar_type, memory_space>;
   /// Optional per-sequence state gradients of a backward.
@@ -687,6 +689,8 @@ class CpPlan {
   const Backend& backend() const { return backend_; }
   /// The ranks of the plan.
   const Group& group() const { return group_; }
+  /// The execution space every call runs on.
+  const ExecutionSpace& space() const { return space_; }
   /// Bytes of driver memory the plan holds now (summaries, composed states and gradients,
   /// composition and scan scratch); it grows to what the calls need and never shrinks. The
   /// backend's saved arrays live in the contexts.
