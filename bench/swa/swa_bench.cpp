@@ -178,7 +178,7 @@ ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::in
   Tensor out("out", t, hq, dim), dout = random_tensor(4, t, hq, dim);
   Tensor dq("dq", t, hq, dim), dk("dk", length, hkv, dim), dv("dv", length, hkv, dim);
   Kokkos::View<float**, Kokkos::LayoutRight, Mem> lse("lse", t, hq);
-  const auto mask = ctxpar::swa::window_mask(window);
+  const auto mask = ctxpar::swa::document_mask();
   const auto tf = ctxpar::bench::time_it(
       [&] {
         ctxpar::swa::attention_forward(space, mask, in, out, lse);
@@ -246,7 +246,7 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
   const std::int64_t length = window - 1 + t;
   const auto in = window_inputs(dim, window, t, hq, hkv, 11);
   const Tensor dout = random_tensor(14, t, hq, dim);
-  const auto mask = ctxpar::swa::window_mask(window);
+  const auto mask = ctxpar::swa::document_mask();
   struct Outputs {
     Tensor out, dq, dk, dv;
     Kokkos::View<float**, Kokkos::LayoutRight, Mem> lse;
@@ -423,7 +423,7 @@ ctxpar::bench::Record step_vs_kernel_case(std::int64_t t, std::int64_t window, s
   const auto kin =
       ctxpar::swa::impl::attention_inputs(state.q_rot, state.q_pos, state.q_ids, state.axis,
                                           state.key_origin, window, 1.0 / std::sqrt(double(dim)));
-  const auto mask = ctxpar::swa::window_mask(window);
+  const auto mask = ctxpar::swa::document_mask();
   ctxpar::swa::AttentionWorkspace<Mem> workspace;
   Tensor kout("out", t, hq, dim), dq("dq", t, hq, dim), dk("dk", t, hkv, dim),
       dv("dv", t, hkv, dim);

@@ -2,7 +2,9 @@
 // edge cases, a long stream with the carried cache), and the oracle against finite differences.
 #include <Kokkos_Core.hpp>
 
+#include <array>
 #include <cmath>
+#include <iostream>
 #include <vector>
 
 #include "ctxpar/swa/step.hpp"
@@ -223,7 +225,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(queries_without_visible_keys_give_zeros_not_nan, C
       dv("dv", 20, 1, 8);
   Kokkos::View<ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem> lse("lse", 20, 2);
   Kokkos::deep_copy(out, Scalar(7));
-  const auto mask = ctxpar::swa::window_mask(0);
+  const auto mask = ctxpar::swa::document_mask();
   ctxpar::swa::attention_forward(space, mask, in, out, lse);
   auto dout = ts::to_view<Scalar, Mem>(s.dout, 20, 20);
   ctxpar::swa::attention_backward(
@@ -234,6 +236,68 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(queries_without_visible_keys_give_zeros_not_nan, C
   for (const auto& view : {out, dq, dk, dv}) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
     for (std::size_t i = 0; i < h.span(); ++i) ok = ok && h.data()[i] == Scalar(0);
+  }
+  CTXPAR_TEST_ALL(world(), ok);
+}
+
+// The window reaches the kernels only through their inputs, never through the mask: any mask
+// (here the document mask with `all()` joined, a type the kernels know nothing of, so they test
+// every pair of the tiles the window cuts) gets the same windowed result, to the bit, as
+// `document_mask()` (whose cut tiles are masked by lane ranges), on every kernel path, forward
+// and backward. A kernel that took the window from the mask would let keys outside the window
+// through here.
+BOOST_AUTO_TEST_CASE_TEMPLATE(the_window_comes_from_the_inputs_not_the_mask, Case,
+                              ctxpar::test::cases) {
+  using Scalar = typename Case::scalar_type;
+  using Mem = typename Case::memory_space;
+  using Tensor = ctxpar::swa::Tensor<Scalar, Mem>;
+  using Lse = Kokkos::View<ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem>;
+  using ConstLse =
+      Kokkos::View<const ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem>;
+  using ConstTensor = Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>;
+  typename Case::execution_space space;
+  bool ok = true;
+  for (const std::int64_t window : {1, 7, 33, 0}) {
+    ts::StreamSpec spec;
+    spec.tokens = 150;
+    spec.hq = 4;
+    spec.hkv = 2;
+    spec.dim = 8;
+    spec.window = window;
+    spec.document_starts = {61};
+    auto s = ts::make_stream<Scalar>(spec);
+    const std::int64_t n = spec.tokens;
+    ctxpar::swa::AttentionInputs<Scalar, Mem> in;
+    in.q = ts::to_view<Scalar, Mem>(s.problem.q, 0, n);
+    in.k = ts::to_view<Scalar, Mem>(s.problem.k, 0, n);
+    in.v = ts::to_view<Scalar, Mem>(s.problem.v, 0, n);
+    in.q_pos = ts::vector_view<Mem, std::int64_t, ctxpar::swa::Positions<Mem>>(s.problem.pos, 0, n);
+    in.q_ids = ts::vector_view<Mem, std::int32_t, ctxpar::swa::Ids<Mem>>(s.problem.ids, 0, n);
+    in.k_pos = in.q_pos;
+    in.k_ids = in.q_ids;
+    in.window = window;
+    in.scale = 0.25;
+    const auto dout = ts::to_view<Scalar, Mem>(s.dout, 0, n);
+    for (const auto kernels :
+         {ctxpar::swa::KernelChoice::automatic, ctxpar::swa::KernelChoice::portable}) {
+      auto run = [&](const auto& mask) {
+        Tensor out("out", n, 4, 8), dq("dq", n, 4, 8), dk("dk", n, 2, 8), dv("dv", n, 2, 8);
+        Lse lse("lse", n, 4);
+        ctxpar::swa::attention_forward(space, mask, in, out, lse, kernels);
+        ctxpar::swa::attention_backward(space, mask, in, ConstTensor(out), ConstLse(lse),
+                                        ConstTensor(dout), dq, dk, dv, kernels);
+        return std::array<Tensor, 4>{out, dq, dk, dv};
+      };
+      const auto fast = run(ctxpar::swa::document_mask());
+      const auto pairwise = run(ctxpar::swa::document_mask() && ctxpar::mask::all());
+      for (std::size_t i = 0; i < fast.size(); ++i) {
+        if (!ts::bitwise_equal(fast[i], pairwise[i])) {
+          std::cerr << "window " << window << ", kernels " << static_cast<int>(kernels)
+                    << ": result " << i << " depends on the mask type\n";
+          ok = false;
+        }
+      }
+    }
   }
   CTXPAR_TEST_ALL(world(), ok);
 }

@@ -210,12 +210,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(teams_really_have_several_threads, C, ctxpar::test
   using Mem = typename C::memory_space;
   using Space = typename C::execution_space;
   using Member = typename Kokkos::TeamPolicy<Space>::member_type;
-  using Mask = decltype(ctxpar::swa::window_mask(0));
+  using Mask = ctxpar::swa::DocumentMask;
   using Kernel = ctxpar::swa::impl::TeamForwardKernel<Scalar, Mem, Mask, Member>;
   bool ok = true;
   for (const int team : team_sizes) {
     ctxpar::set_host_team_size(team);
-    Kernel kernel{{}, {}, {}, ctxpar::swa::window_mask(0), {}, 1, 1, 0};
+    Kernel kernel{{}, {}, {}, ctxpar::swa::document_mask(), {}, 1, 1, 0};
     const auto policy = ctxpar::swa::impl::team_kernel_policy(
         Space(), 4, Kernel::scratch_bytes(8, 1), ctxpar::swa::query_tile, kernel);
     const int expected =
@@ -254,7 +254,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(empty_axes_and_queries_without_keys, C, ctxpar::te
   spec.window = 0;
   spec.document_starts = {40};
   auto s = ts::make_stream<Scalar>(spec);
-  const auto mask = ctxpar::swa::window_mask(0);
+  const auto mask = ctxpar::swa::document_mask();
   const Acc masked = ctxpar::swa::impl::masked_score<Acc>();
   bool ok = true;
   for (const int team : team_sizes) {

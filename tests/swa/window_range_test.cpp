@@ -1,6 +1,7 @@
 // The window range type against a brute-force scan: random strictly increasing positions (with
 // gaps), windows 0 (unlimited), 1, 2, odd and longer than the axis; every key range of a query
 // run, every query range of a key run, the all-visible test and the tiles per window.
+// The axis ranges of the exchange tables (first reachable index, carried keys) likewise.
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -100,6 +101,31 @@ BOOST_AUTO_TEST_CASE(window_range_matches_a_brute_force_scan) {
     }
     if (!ok) {
       std::cerr << "window " << window << " differs from the scan\n";
+      break;
+    }
+  }
+  CTXPAR_TEST_ALL(world(), ok);
+}
+
+// The axis ranges the exchange tables take from the type, on gap-free positions (axis indices):
+// the first index a query may reach is the first one in its window, and the carried cache is
+// exactly the keys some later query (at any index past the axis) may still see.
+BOOST_AUTO_TEST_CASE(table_ranges_match_a_brute_force_scan) {
+  bool ok = true;
+  for (const std::int64_t window : {0, 1, 2, 3, 7, 40}) {
+    const WindowRange range{window};
+    for (std::int64_t q = 0; q < 30; ++q) {
+      std::int64_t first = q;
+      while (first > 0 && in_window(window, q, first - 1)) --first;
+      ok = ok && range.first_reachable(q) == first;
+    }
+    for (std::int64_t length = 0; length < 30; ++length) {
+      std::int64_t seen = 0;  // keys of [0, length) some query at index >= length may see
+      for (std::int64_t k = 0; k < length; ++k) seen += in_window(window, length, k) ? 1 : 0;
+      ok = ok && range.carried(length) == seen;
+    }
+    if (!ok) {
+      std::cerr << "window " << window << ": table ranges differ from the scan\n";
       break;
     }
   }

@@ -15,13 +15,13 @@
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
+#include "ctxpar/swa/document_mask.hpp"
 #include "ctxpar/swa/impl/attention_tiles.hpp"
 #include "ctxpar/swa/impl/host_kernel.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
 #include "ctxpar/swa/impl/team_kernels.hpp"
 #include "ctxpar/swa/impl/window_range.hpp"
 #include "ctxpar/swa/options.hpp"
-#include "ctxpar/swa/window_mask.hpp"
 
 CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::swa {
@@ -142,17 +142,17 @@ void host_key_tokens(const AttentionInputs<Scalar, MemorySpace>& in, std::int64_
 }
 
 /// Scores of `rows` rows (in `p`, row stride `key_tile`) set to `masked_score` where the pair is
-/// not visible; rows past `valid_rows` are masked entirely.
+/// not visible (`visible`); rows past `valid_rows` are masked entirely.
 template <class Mask, class T>
-void host_mask_rows(const Mask& mask, const mask::Token* qtok, int rows, int valid_rows,
-                    const mask::Token* ktok, const bool* kvalid, T* p) {
+void host_mask_rows(const Mask& mask, const WindowRange& range, const mask::Token* qtok, int rows,
+                    int valid_rows, const mask::Token* ktok, const bool* kvalid, T* p) {
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < key_tile; ++j)
-      if (!(r < valid_rows && kvalid[j] && mask(qtok[r], ktok[j])))
+      if (!(r < valid_rows && kvalid[j] && visible(mask, range, qtok[r], ktok[j])))
         p[r * key_tile + j] = masked_score<T>();
 }
 
-/// The window mask of one key tile as a run of lanes per query row, for `WindowMask` when the
+/// The visible keys of one key tile as a run of lanes per query row, for `DocumentMask` when the
 /// tile's valid keys and the rows all belong to one sequence (`window_runs` returns false
 /// otherwise, and the caller evaluates the mask pair by pair). Keys are sorted by position, so
 /// the keys row `r` sees are the lanes `[lo[r], hi[r])` that `range` gives; rows past
@@ -162,7 +162,7 @@ template <class Mask>
 bool window_runs(const Mask& mask, const WindowRange& range, const mask::Token* qtok, int rows,
                  int valid_rows, const mask::Token* ktok, const bool* kvalid, int* lo, int* hi) {
   (void)mask;
-  if constexpr (std::is_same_v<Mask, WindowMask>) {
+  if constexpr (std::is_same_v<Mask, DocumentMask>) {
     int first = 0, end = key_tile;  // the valid keys are one run (an interval of the axis)
     while (first < key_tile && !kvalid[first]) ++first;
     while (end > first && !kvalid[end - 1]) --end;
@@ -213,7 +213,7 @@ void host_mask_scores(const Mask& mask, const WindowRange& range, const mask::To
   } else {
     for (int r = 0; r < Rows; ++r)
       for (int c = 0; c < nv; ++c) simd_store(p + r * key_tile + c * lanes, s[r][c]);
-    host_mask_rows(mask, qtok, Rows, valid_rows, ktok, kvalid, p);
+    host_mask_rows(mask, range, qtok, Rows, valid_rows, ktok, kvalid, p);
     for (int r = 0; r < Rows; ++r)
       for (int c = 0; c < nv; ++c) s[r][c] = simd_load<T, bytes>(p + r * key_tile + c * lanes);
   }
@@ -737,9 +737,10 @@ void check_kernel_shapes(const AttentionInputs<Scalar, MemorySpace>& in, const s
 /// Forward attention of rotated queries against rotated keys: `out [tq, Hq, D]` and the row
 /// log-sum-exp `lse [tq, Hq]` (saved for the backward; a query with no visible key gets zeros and a
 /// large negative lse, never NaN). Query head `h` reads key head `h / (Hq / Hkv)`; key `j` is
-/// visible to query `i` iff `mask(token_i, token_j)` and `pos_j` lies in `(pos_i - W, pos_i]`
-/// (`W = in.window`; a `WindowMask` must be `window_mask(in.window)`: its tiles inside the window
-/// skip the mask). `kernels` picks the kernels (`KernelChoice`).
+/// visible to query `i` iff `pos_j` lies in `(pos_i - W, pos_i]` (`W = in.window`, 0: unlimited)
+/// and `mask(token_i, token_j)` (`document_mask()` for sliding-window attention: its tiles inside
+/// the window and one document skip the per-pair test). `kernels` picks the kernels
+/// (`KernelChoice`).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void attention_forward(
     const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,

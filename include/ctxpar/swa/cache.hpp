@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ctxpar/swa/impl/window_range.hpp"
 #include "ctxpar/swa/tensors.hpp"
 
 namespace ctxpar::swa {
@@ -19,8 +20,7 @@ using Cache = KvBlock<Scalar, MemorySpace>;
 /// Length of the cache after a step whose key/value axis (cache ++ chunk) has `axis_length` tokens:
 /// the last `min(W - 1, axis_length)` keys, or all of them when the window is unlimited (`W = 0`).
 inline std::int64_t next_cache_length(std::int64_t window, std::int64_t axis_length) {
-  if (window <= 0) return axis_length;
-  return window - 1 < axis_length ? window - 1 : axis_length;
+  return impl::WindowRange{window}.carried(axis_length);
 }
 
 /// An empty cache (`c = 0`) for `kv_heads` heads of dimension `dim`, for the first step.

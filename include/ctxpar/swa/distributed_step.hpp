@@ -29,6 +29,7 @@
 #include "ctxpar/swa/attention_kernel.hpp"
 #include "ctxpar/swa/attention_workspace.hpp"
 #include "ctxpar/swa/cache.hpp"
+#include "ctxpar/swa/document_mask.hpp"
 #include "ctxpar/swa/impl/axis.hpp"
 #include "ctxpar/swa/impl/layout.hpp"
 #include "ctxpar/swa/impl/records.hpp"
@@ -40,7 +41,6 @@
 #include "ctxpar/swa/rope.hpp"
 #include "ctxpar/swa/step.hpp"
 #include "ctxpar/swa/tensors.hpp"
-#include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa {
 
@@ -370,6 +370,7 @@ class StepPlan {
     chk.agree();
     host_isa_ = static_cast<HostIsa>(isa);
     scale_ = impl::effective_scale(options, shape.head_dim);
+    window_ = impl::WindowRange{options.window};
     records_ = impl::RecordShape{shape.kv_heads, shape.head_dim};
     facts_.reserve(static_cast<std::size_t>(group.size()));
   }
@@ -396,8 +397,8 @@ class StepPlan {
     impl::StepTables<MemorySpace>& tb = saved.tables;
     // Tables are reused only when this plan built them for this layout (another policy's tables
     // for the same lengths would move the wrong records).
-    if (saved.plan != fingerprint_ || !tb.matches(layout, options_.window))
-      tb.template build<exchange_type>(layout, me, options_.window);
+    if (saved.plan != fingerprint_ || !tb.matches(layout, window_))
+      tb.template build<exchange_type>(layout, me, window_);
     saved.plan = fingerprint_;
     saved.cache_tokens = c_r;
     const std::int64_t n_r = layout.records(me);
@@ -431,8 +432,7 @@ class StepPlan {
     ctxpar::impl::ensure_extents(saved.lse, "ctxpar::swa::lse", t_r, hq);
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
                                            saved.key_origin, options_.window, scale_);
-    attention_forward(space_, window_mask(options_.window), in, out, saved.lse, attention_,
-                      options_.kernels);
+    attention_forward(space_, document_mask(), in, out, saved.lse, attention_, options_.kernels);
     // The next cache's raw records onto their owners: cut from the raw axis when the policy
     // gathered raw keys; moved by one all-to-all for the chunk layout (the whole-axis layout
     // moved them with its assembly already).
@@ -465,7 +465,7 @@ class StepPlan {
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
                                            saved.key_origin, options_.window, scale_);
     attention_backward(
-        space_, window_mask(options_.window), in,
+        space_, document_mask(), in,
         Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(saved.out),
         Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(saved.lse),
         Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
@@ -609,6 +609,8 @@ class StepPlan {
   Options options_;
   HostIsa host_isa_ = HostIsa::baseline;
   double scale_ = 1.0;
+  // The window as the tables and kernels read it (the plan's one conversion of `options.window`).
+  impl::WindowRange window_;
   std::int64_t fingerprint_ = 0;
   // Every rank's `ShardFacts` of the current call (reserved once: the checks allocate nothing).
   std::vector<impl::ShardFacts> facts_;

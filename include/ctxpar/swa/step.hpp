@@ -12,12 +12,12 @@
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/swa/attention_kernel.hpp"
 #include "ctxpar/swa/cache.hpp"
+#include "ctxpar/swa/document_mask.hpp"
 #include "ctxpar/swa/impl/axis.hpp"
 #include "ctxpar/swa/impl/validate.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/rope.hpp"
 #include "ctxpar/swa/tensors.hpp"
-#include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa {
 
@@ -171,7 +171,7 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
   st.lse = decltype(st.lse)("ctxpar::swa::lse", t, hq);
   const auto in =
       impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, options.window, st.scale);
-  attention_forward(space, window_mask(options.window), in, st.out, st.lse, options.kernels);
+  attention_forward(space, document_mask(), in, st.out, st.lse, options.kernels);
   result.out = st.out;
 
   const std::int64_t n = st.next_cache_length;
@@ -216,7 +216,7 @@ StepGradients<Scalar, MemorySpace> step_backward(
   const auto in =
       impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, st.options.window, st.scale);
   attention_backward(
-      space, window_mask(st.options.window), in,
+      space, document_mask(), in,
       Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
       Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(st.lse),
       Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,

@@ -13,9 +13,9 @@
 
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
+#include "ctxpar/swa/document_mask.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
 #include "ctxpar/swa/impl/window_range.hpp"
-#include "ctxpar/swa/window_mask.hpp"
 
 namespace ctxpar::swa::impl {
 
@@ -67,16 +67,24 @@ KOKKOS_INLINE_FUNCTION void key_range(const AttentionInputs<Scalar, MemorySpace>
   tile0 = (g / key_tile) * key_tile - in.key_origin;
 }
 
-/// True when every (query, key) pair of the tiles is visible under the window mask, so the
-/// kernels may skip evaluating it per pair (the weights are then the same bits either way). Only
-/// for `WindowMask`, whose window is the inputs' (`range`); any other mask is always evaluated
-/// pair by pair.
+/// True when key token `k` is visible to query token `q`: inside the window (`range`) and admitted
+/// by the caller's `mask`. The one per-pair test of every kernel.
+template <class Mask>
+KOKKOS_INLINE_FUNCTION bool visible(const Mask& mask, const WindowRange& range,
+                                    const mask::Token& q, const mask::Token& k) {
+  return range.admits(q.pos, k.pos) && mask(q, k);
+}
+
+/// True when every (query, key) pair of the tiles is visible, so the kernels may skip evaluating
+/// it per pair (the weights are then the same bits either way). Only for `DocumentMask`, where a
+/// tile inside the window and inside one document is wholly visible; any other mask is always
+/// evaluated pair by pair.
 template <class Mask>
 KOKKOS_INLINE_FUNCTION bool tile_fully_visible(const Mask& mask, const WindowRange& range,
                                                const mask::Token* qtok, int rows,
                                                const mask::Token* ktok, const bool* valid) {
   (void)mask;
-  if constexpr (std::is_same_v<Mask, WindowMask>) {
+  if constexpr (std::is_same_v<Mask, DocumentMask>) {
     if (!valid[0] || !valid[key_tile - 1]) return false;
     if (!range.admits_all(qtok[0].pos, qtok[rows - 1].pos, ktok[0].pos, ktok[key_tile - 1].pos))
       return false;

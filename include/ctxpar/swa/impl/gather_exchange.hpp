@@ -34,8 +34,8 @@ struct GatherExchange {
   /// The backward keeps `axis_source`: every token has its slot there.
   Index<MemorySpace> forward_axis_source;
 
-  /// The tables of `layout` on rank `me`.
-  void build(const AxisLayout& layout, int me) {
+  /// The tables of `layout` on rank `me` (every rank gathers the whole axis, whatever the window).
+  void build(const AxisLayout& layout, int me, const WindowRange& /*range*/) {
     const std::int64_t length = layout.length();
     counts.assign(static_cast<std::size_t>(layout.ranks), 0);
     std::vector<std::int64_t> displ(static_cast<std::size_t>(layout.ranks), 0);

@@ -54,9 +54,9 @@ struct HaloExchange {
   /// Axis token (from `plan.lo`) -> halo receive slot, or own record `-(j + 1)`.
   Index<MemorySpace> axis_source;
 
-  /// The tables of `layout` on rank `me` for window `window`.
-  void build(const AxisLayout& layout, int me, std::int64_t window) {
-    plan = make_plan(layout, me, [&](int r) { return halo_range(layout, window, r); });
+  /// The tables of `layout` on rank `me` for the window `range`.
+  void build(const AxisLayout& layout, int me, const WindowRange& range) {
+    plan = make_plan(layout, me, [&](int r) { return halo_range(layout, range, r); });
     ctxpar::impl::upload(plan.send_records, send_records, "ctxpar::swa::halo_send_records");
     ctxpar::impl::upload(plan.source, axis_source, "ctxpar::swa::axis_source");
   }

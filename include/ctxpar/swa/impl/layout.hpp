@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ctxpar/partition/balanced_chunks.hpp"
+#include "ctxpar/swa/impl/window_range.hpp"
 
 namespace ctxpar::swa::impl {
 
@@ -166,15 +167,14 @@ ExchangePlan make_plan(const AxisLayout& layout, int me, Needed needed) {
   return plan;
 }
 
-/// The keys rank `r`'s queries read: the `W - 1` axis indices before its first query (everything
-/// before it for an unlimited window) and the keys of its own queries; nothing when it has no
-/// query.
+/// The keys rank `r`'s queries read: the axis indices its first query may reach back to (the
+/// `W - 1` before it, everything before it for an unlimited window) and the keys of its own
+/// queries; nothing when it has no query.
 inline std::pair<std::int64_t, std::int64_t> halo_range(const AxisLayout& layout,
-                                                        std::int64_t window, int r) {
+                                                        const WindowRange& range, int r) {
   if (layout.chunk_split().size(r) == 0) return {0, 0};
   const std::int64_t first = layout.first_query(r);
-  const std::int64_t lo = window > 0 && first - (window - 1) > 0 ? first - (window - 1) : 0;
-  return {lo, first + layout.chunk_split().size(r)};
+  return {range.first_reachable(first), first + layout.chunk_split().size(r)};
 }
 
 /// The axis range that becomes rank `r`'s shard of the next cache (the last `n` axis indices,

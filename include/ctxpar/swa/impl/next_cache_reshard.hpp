@@ -30,9 +30,9 @@ struct NextCacheReshard {
   /// `plan.source` and `plan.send_records` on the device.
   Index<MemorySpace> source, send_records;
 
-  /// The tables of `layout` on rank `me` for window `window`.
-  void build(const AxisLayout& layout, int me, std::int64_t window) {
-    const std::int64_t n = next_cache_length(window, layout.length());
+  /// The tables of `layout` on rank `me` for the window `range`.
+  void build(const AxisLayout& layout, int me, const WindowRange& range) {
+    const std::int64_t n = range.carried(layout.length());
     plan =
         make_plan(layout.per_segment(), me, [&](int r) { return next_cache_range(layout, n, r); });
     ctxpar::impl::upload(plan.source, source, "ctxpar::swa::reshard_source");

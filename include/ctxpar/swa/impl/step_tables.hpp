@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <type_traits>
 #include <variant>
 
 #include "ctxpar/swa/impl/gather_exchange.hpp"
@@ -16,6 +15,7 @@
 #include "ctxpar/swa/impl/layout.hpp"
 #include "ctxpar/swa/impl/next_cache_reshard.hpp"
 #include "ctxpar/swa/impl/whole_axis_assembly.hpp"
+#include "ctxpar/swa/impl/window_range.hpp"
 
 namespace ctxpar::swa::impl {
 
@@ -23,7 +23,7 @@ namespace ctxpar::swa::impl {
 template <class MemorySpace>
 struct StepTables {
   AxisLayout layout;
-  std::int64_t window = -1;
+  WindowRange range;
   bool ready = false;
   /// The next cache's re-shard from the caller's per-segment shards.
   NextCacheReshard<MemorySpace> reshard;
@@ -32,19 +32,19 @@ struct StepTables {
   /// The policy's exchange.
   std::variant<GatherExchange<MemorySpace>, HaloExchange<MemorySpace>> exchange;
 
-  /// Whether these tables were built for `l` and window `w`.
-  bool matches(const AxisLayout& l, std::int64_t w) const {
-    return ready && w == window && l.cache == layout.cache && l.chunk == layout.chunk &&
-           l.ranks == layout.ranks && l.whole_axis == layout.whole_axis;
+  /// Whether these tables were built for `l` and the window `r`.
+  bool matches(const AxisLayout& l, const WindowRange& r) const {
+    return ready && r.window == range.window && l.cache == layout.cache &&
+           l.chunk == layout.chunk && l.ranks == layout.ranks && l.whole_axis == layout.whole_axis;
   }
 
-  /// Builds the tables of `l` on rank `me` for window `w`, with the exchange `Exchange` and, for
-  /// the whole-axis layout, the assembly.
+  /// Builds the tables of `l` on rank `me` for the window `r`, with the exchange `Exchange` and,
+  /// for the whole-axis layout, the assembly.
   template <class Exchange>
-  void build(const AxisLayout& l, int me, std::int64_t w) {
+  void build(const AxisLayout& l, int me, const WindowRange& r) {
     layout = l;
-    window = w;
-    reshard.build(l, me, w);
+    range = r;
+    reshard.build(l, me, r);
     if (l.whole_axis) {
       if (!assembly) assembly.emplace();
       assembly->build(l, me, reshard.plan);
@@ -52,10 +52,7 @@ struct StepTables {
       assembly.reset();
     }
     if (!std::holds_alternative<Exchange>(exchange)) exchange.template emplace<Exchange>();
-    if constexpr (std::is_same_v<Exchange, HaloExchange<MemorySpace>>)
-      std::get<Exchange>(exchange).build(l, me, w);
-    else
-      std::get<Exchange>(exchange).build(l, me);
+    std::get<Exchange>(exchange).build(l, me, r);
     ready = true;
   }
 

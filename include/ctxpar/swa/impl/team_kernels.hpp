@@ -176,7 +176,7 @@ struct TeamForwardKernel {
             [&](const int j, acc& best) {
               acc s = 0;
               for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
-              if (!all && !(kvalid[j] && mask(qtok[rr], ktok[j]))) s = masked;
+              if (!all && !(kvalid[j] && visible(mask, range, qtok[rr], ktok[j]))) s = masked;
               pr[j] = s;
               best = best > s ? best : s;
             },
@@ -337,7 +337,7 @@ struct TeamQueryGradientKernel {
         Kokkos::parallel_reduce(
             Kokkos::ThreadVectorRange(team, key_tile),
             [&](const int j, int& n) {
-              const bool vis = all || (kvalid[j] && mask(qtok[rr], ktok[j]));
+              const bool vis = all || (kvalid[j] && visible(mask, range, qtok[rr], ktok[j]));
               acc s = 0, dp = 0;
               for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
               for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
@@ -444,7 +444,7 @@ struct TeamKeyGradientKernel {
           const acc* qr = qs + r * D;
           const acc* dor = dos + r * D;
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, key_tile), [&](const int j) {
-            const bool vis = all || (kvalid[j] && mask(qtok[r], ktok[j]));
+            const bool vis = all || (kvalid[j] && visible(mask, range, qtok[r], ktok[j]));
             acc s = 0, dp = 0;
             for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
             for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];

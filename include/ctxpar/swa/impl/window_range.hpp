@@ -1,10 +1,10 @@
 /// \file
 /// The one reader of the sliding window below the step plan: which keys a query (or a run of
 /// queries) may see and which queries see a key (or a run of keys), over strictly increasing
-/// absolute positions. The host and portable attention kernels ask this type instead of doing
-/// arithmetic with the window, so their convention (`pos_q - W < pos_k <= pos_q`, `W = 0`
-/// unlimited) is written once. The plan's exchange tables still compute their token ranges from
-/// `W` themselves (`halo_range`, `next_cache_length`).
+/// absolute positions, and from that the axis ranges the exchange tables move (the halo a rank
+/// reads, the cache a step carries). The host and portable attention kernels and the tables ask
+/// this type instead of doing arithmetic with the window, so the convention
+/// (`pos_q - W < pos_k <= pos_q`, `W = 0` unlimited) is written once; masks carry no window.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -58,6 +58,18 @@ struct WindowRange {
                                       std::int64_t& hi) const {
     lo = lower_bound(pos, n, k_first);
     hi = limited() ? upper_bound(pos, n, k_last + window - 1) : n;
+  }
+
+  /// The first axis index the query at index `q` may see: positions strictly increase, so at most
+  /// `W - 1` keys before it lie in its window (0 when unlimited).
+  KOKKOS_INLINE_FUNCTION constexpr std::int64_t first_reachable(std::int64_t q) const {
+    return limited() && q - (window - 1) > 0 ? q - (window - 1) : 0;
+  }
+
+  /// Keys of an axis of `length` tokens that later queries may still see: the last
+  /// `min(W - 1, length)`, all of them when unlimited (the cache a step carries).
+  KOKKOS_INLINE_FUNCTION constexpr std::int64_t carried(std::int64_t length) const {
+    return !limited() ? length : (window - 1 < length ? window - 1 : length);
   }
 
   /// Tiles of `tile` consecutive positions that cover one window (`W > 0`).
