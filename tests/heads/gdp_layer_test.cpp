@@ -80,8 +80,9 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group,
   using mem = typename Exec::memory_space;
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
   // A small chunk so that every sequence spans several chunks of the recurrence kernel.
-  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, t_total, cu,
-                                                                 ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<HeadPolicy, TokenOrder, Exec, Scalar> cp(Exec(), group, s, t_total, cu,
+                                                                  ch::GdpOptions{l2_eps, 4});
+  ch::GdpSaved<Scalar, mem> saved;
   const std::int64_t rows = natural.size(), c = s.input_layout().channels(), di = s.d_inner();
   matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
       dz("dz", rows, di), dx("dx", rows, c);
@@ -91,8 +92,8 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group,
   auto params = ch::GdpParameters<Scalar, mem>::allocate(s),
        grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
   fill_parameters(params, d);
-  cp.forward(Exec(), x, params, y, z);
-  cp.backward(Exec(), dy, dz, dx, grads);
+  cp.forward(x, params, y, z, saved);
+  cp.backward(saved, dy, dz, dx, grads);
   Run<Scalar, mem> r;
   r.y = read(y), r.z = read(z), r.dx = read(dx);
   r.dw = read(grads.conv_weight), r.db = read(grads.conv_bias), r.ddt = read(grads.dt_bias),
@@ -308,8 +309,9 @@ BOOST_AUTO_TEST_CASE(packed_isolation) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   const std::vector<std::int64_t> cu{0, 4 * p, 6 * p, 10 * p};
   const std::int64_t t_total = cu.back(), c = s.input_layout().channels(), di = s.d_inner();
-  ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(group, s, t_total, cu,
-                                                                    ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<ch::EvenHeads, ch::Zigzag, exec, double> cp(exec(), group, s, t_total, cu,
+                                                                     ch::GdpOptions{l2_eps, 4});
+  ch::GdpSaved<double, mem> saved;
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows();
   auto doc_of = [&](std::int64_t n) { return n < cu[1] ? 0 : n < cu[2] ? 1 : 2; };
@@ -325,8 +327,8 @@ BOOST_AUTO_TEST_CASE(packed_isolation) {
         dz("dz", rows, di), dx("dx", rows, c);
     fill(x, rows_of(x_all, c, natural));
     fill(dy, rows_of(dy_all, di, natural));
-    cp.forward(exec(), x, params, y, z, cu);
-    cp.backward(exec(), dy, dz, dx, grads);
+    cp.forward(x, params, y, z, saved, cu);
+    cp.backward(saved, dy, dz, dx, grads);
     y_out = read(y);
     dx_out = read(dx);
   };
@@ -378,8 +380,9 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 3, ch::SkipTerm::per_head};
   const std::vector<std::int64_t> cu{0, 2 * p, 2 * p, 6 * p, 8 * p};  // an empty one too
   const std::int64_t t_total = cu.back(), c = s.input_layout().channels(), di = s.d_inner();
-  ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(group, s, t_total, cu,
-                                                                    ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<ch::EvenHeads, ch::Zigzag, exec, double> cp(exec(), group, s, t_total, cu,
+                                                                     ch::GdpOptions{l2_eps, 4});
+  ch::GdpSaved<double, mem> saved;
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows();
   std::vector<std::int64_t> natural(rows);
@@ -399,8 +402,8 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   fill(x_other, rows_of(other.x, c, natural));
   auto call = [&](const matrix& input) {
     Kokkos::deep_copy(x, input);
-    cp.forward(exec(), x, params, y, z, cu);
-    cp.backward(exec(), dy, dz, dx, grads);
+    cp.forward(x, params, y, z, saved, cu);
+    cp.backward(saved, dy, dz, dx, grads);
     exec().fence();
   };
   auto results = [&] {
