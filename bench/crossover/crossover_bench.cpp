@@ -338,7 +338,7 @@ template <bool Product>
 struct Crossover {
   using F = Family<Product>;
   using backend_type = typename F::backend_type;
-  using in_plan_type = ch::TransposePlan<float, mem, ctxpar::UnevenHeads, ctxpar::Contiguous>;
+  using in_plan_type = ch::TransposePlan<ctxpar::UnevenHeads, ctxpar::Contiguous, exec, float>;
 
   const ctxpar::Group& world;
   const ctxpar::Group& self;
@@ -376,8 +376,8 @@ struct Crossover {
         Hj(0),
         backend(F::backend(shape)),
         plan_b(cw::ChunkwisePlan::create(w, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})),
-        plan_in(w, shape.input_layout(), T),
-        plan_out(w, ch::ChannelLayout::heads_only(shape.H, shape.V, "y"), T),
+        plan_in(exec(), w, shape.input_layout(), T),
+        plan_out(exec(), w, ch::ChannelLayout::heads_only(shape.H, shape.V, "y"), T),
         plan_local(
             cw::ChunkwisePlan::create(sf, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})) {
     Hj = static_cast<int>(plan_out.local_channels() / s.V);
@@ -432,22 +432,22 @@ struct Crossover {
       last = now;
     };
     phase_transpose = phase_copy = phase_local = 0;
-    plan_in.to_head_parallel(space, x_seq, x_head);
+    plan_in.to_head_parallel(x_seq, x_head);
     mark(phase_transpose);
     xh.copy(space, s, x_head, false);
     mark(phase_copy);
     const cw::token_view<float, mem> oh(y_head.data(), T, Hj, s.V);
     c_local->forward(F::inputs(s, xh), oh, c_ctx);
     mark(phase_local);
-    plan_out.to_sequence_parallel(space, y_head, y_seq);
-    plan_out.to_head_parallel(space, dy_seq, dy_head);
+    plan_out.to_sequence_parallel(y_head, y_seq);
+    plan_out.to_head_parallel(dy_seq, dy_head);
     mark(phase_transpose);
     const cw::const_token_view<float, mem> doh(dy_head.data(), T, Hj, s.V);
     c_local->backward(c_ctx, doh, F::gradients(s, dxh));
     mark(phase_local);
     dxh.copy(space, s, dx_head, true);
     mark(phase_copy);
-    plan_in.adjoint_to_head_parallel(space, dx_head, dx_seq);
+    plan_in.adjoint_to_head_parallel(dx_head, dx_seq);
     mark(phase_transpose);
     space.fence();
   }

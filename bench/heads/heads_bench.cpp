@@ -69,11 +69,11 @@ template <class HeadPolicy>
 void kernels(cb::Report& report, const ctxpar::Group& group, int rounds, std::size_t triad_n,
              std::int64_t per_rank, const ch::GdpShape& s, const std::string& name) {
   const int p = group.size();
-  ch::TransposePlan<scalar, mem, HeadPolicy, ch::Zigzag> plan(group, s.input_layout(),
-                                                              per_rank * p);
+  ch::TransposePlan<HeadPolicy, ch::Zigzag, exec, scalar> plan(exec(), group, s.input_layout(),
+                                                               per_rank * p);
   matrix x("x", plan.local_rows(), plan.channels()), y("y", per_rank * p, plan.local_channels());
   fill(x);
-  plan.to_head_parallel(exec(), x, y);  // fills the receive buffer once
+  plan.to_head_parallel(x, y);  // fills the receive buffer once
   matrix x_copy("x_copy", plan.local_rows(), plan.channels());
   for (int round = 0; round < rounds; ++round) {
     MPI_Barrier(group.mpi_comm());
@@ -85,12 +85,12 @@ void kernels(cb::Report& report, const ctxpar::Group& group, int rounds, std::si
     });
     MPI_Barrier(group.mpi_comm());
     const auto pack = cb::time_it([&] {
-      plan.pack(exec(), x);
+      plan.pack(x);
       exec().fence();
     });
     MPI_Barrier(group.mpi_comm());
     const auto unpack = cb::time_it([&] {
-      plan.unpack(exec(), y);
+      plan.unpack(y);
       exec().fence();
     });
     const double load = cb::load_average();
@@ -125,10 +125,10 @@ template <class HeadPolicy>
 void transpose(cb::Report& report, const ctxpar::Group& group, std::int64_t per_rank,
                const ch::GdpShape& s, const std::string& name, int repeats) {
   const int p = group.size();
-  ch::TransposePlan<scalar, mem, HeadPolicy, ch::Zigzag> in_plan(group, s.input_layout(),
-                                                                 per_rank * p);
-  ch::TransposePlan<scalar, mem, HeadPolicy, ch::Zigzag> out_plan(group, s.output_layout(),
+  ch::TransposePlan<HeadPolicy, ch::Zigzag, exec, scalar> in_plan(exec(), group, s.input_layout(),
                                                                   per_rank * p);
+  ch::TransposePlan<HeadPolicy, ch::Zigzag, exec, scalar> out_plan(exec(), group, s.output_layout(),
+                                                                   per_rank * p);
   matrix x("x", in_plan.local_rows(), in_plan.channels()),
       u("u", per_rank * p, in_plan.local_channels());
   matrix yh("yh", per_rank * p, out_plan.local_channels()),
@@ -136,21 +136,21 @@ void transpose(cb::Report& report, const ctxpar::Group& group, std::int64_t per_
   fill(x);
   fill(yh);
   group.reset_traffic();
-  in_plan.to_head_parallel(exec(), x, u);
+  in_plan.to_head_parallel(x, u);
   const auto counted = group.traffic(ctxpar::CollectiveKind::alltoall).bytes_sent;
   const double formula =
       double(p - 1) / p * double(per_rank) * double(in_plan.channels()) * sizeof(scalar);
   const auto t_in = cb::time_collective(
       group.mpi_comm(),
       [&] {
-        in_plan.to_head_parallel(exec(), x, u);
+        in_plan.to_head_parallel(x, u);
         exec().fence();
       },
       1, repeats);
   const auto t_out = cb::time_collective(
       group.mpi_comm(),
       [&] {
-        out_plan.to_sequence_parallel(exec(), yh, ys);
+        out_plan.to_sequence_parallel(yh, ys);
         exec().fence();
       },
       1, repeats);
@@ -222,8 +222,9 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
     const ctxpar::Group solo(solo_comm);
     const std::int64_t c = s.input_layout().channels(), di = s.d_inner();
     const int m = s.householder, h = s.nheads, n = s.d_state, d = s.headdim;
-    ch::GdpContextParallel<scalar, mem, ch::EvenHeads, ctxpar::Contiguous> layer(
-        solo, s, t, {}, ch::GdpOptions{1e-6, chunk});
+    ch::GdpContextParallel<ch::EvenHeads, ctxpar::Contiguous, exec, scalar> layer(
+        exec(), solo, s, t, {}, ch::GdpOptions{1e-6, chunk});
+    ch::GdpSaved<scalar, mem> layer_saved;
     matrix x("x", t, c), y("y", t, di), z("z", t, di), dy("dy", t, di), dz("dz", t, di),
         dx("dx", t, c);
     auto params = ch::GdpParameters<scalar, mem>::allocate(s),
@@ -288,7 +289,7 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
     const cw::state_view<mem> zero("zero_state", h, n, d);
     typename backend_type::saved_type saved;
     const auto step_forward = [&] {
-      layer.forward(exec(), x, params, y, z);
+      layer.forward(x, params, y, z, layer_saved);
       exec().fence();
     };
     const auto kernel_forward = [&] {
@@ -297,7 +298,7 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
       exec().fence();
     };
     const auto step_backward = [&] {
-      layer.backward(exec(), dy, dz, dx, grads);
+      layer.backward(layer_saved, dy, dz, dx, grads);
       exec().fence();
     };
     const auto kernel_backward = [&] {

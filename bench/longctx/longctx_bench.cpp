@@ -257,10 +257,11 @@ void fill(const View& v, std::uint64_t seed, float scale) {
 }
 
 Measured heads_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode) {
-  using Layer = ch::GdpContextParallel<float, Mem, ch::EvenHeads, ctxpar::Contiguous>;
+  using Layer = ch::GdpContextParallel<ch::EvenHeads, ctxpar::Contiguous, Exec, float>;
   const ch::GdpShape s{4, 32, 2, 32, 1, 4, ch::SkipTerm::per_head};
   Exec space;
-  Layer layer(g, s, t * g.size());
+  Layer layer(space, g, s, t * g.size());
+  Layer::saved_type saved;
   const std::int64_t rows = layer.input_plan().local_rows(), c = s.input_layout().channels(),
                      di = s.d_inner();
   Layer::matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
@@ -278,12 +279,12 @@ Measured heads_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode) {
   time_passes(
       mode,
       [&] {
-        layer.forward(space, x, params, y, z);
+        layer.forward(x, params, y, z, saved);
         space.fence();
       },
       [&] {
-        layer.forward(space, x, params, y, z);
-        layer.backward(space, dy, dz, dx, grads);
+        layer.forward(x, params, y, z, saved);
+        layer.backward(saved, dy, dz, dx, grads);
         space.fence();
       },
       m);

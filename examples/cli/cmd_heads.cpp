@@ -104,8 +104,9 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
                   int perturb_rank, int repeat) {
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
   const ch::GdpShape& s = in.shape;
-  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, in.tokens, in.cu,
-                                                                 ch::GdpOptions{1e-6, chunk});
+  ch::GdpContextParallel<HeadPolicy, TokenOrder, exec, Scalar> cp(
+      exec(), group, s, in.tokens, in.cu, ch::GdpOptions{1e-6, chunk});
+  ch::GdpSaved<Scalar, mem> saved;  // what the backward reads
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows(), c = s.input_layout().channels(), di = s.d_inner();
   std::vector<std::int64_t> natural(rows);
@@ -140,7 +141,7 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   const auto forward_call = [&] {
     MPI_Barrier(group.mpi_comm());
     const auto t0 = std::chrono::steady_clock::now();
-    cp.forward(exec(), x, params, y, z, in.cu);
+    cp.forward(x, params, y, z, saved, in.cu);
     exec().fence();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
@@ -148,7 +149,7 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
     if (!backward) return 0.0;
     MPI_Barrier(group.mpi_comm());
     const auto t0 = std::chrono::steady_clock::now();
-    cp.backward(exec(), dy, dz, dx, grads);
+    cp.backward(saved, dy, dz, dx, grads);
     exec().fence();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };

@@ -234,14 +234,14 @@ int gdn_part(const ctxpar::Group& group) {
 // accept any head and token count (uneven token shards, key groups shared by several ranks).
 int heads_part(const ctxpar::Group& group) {
   namespace ch = ctxpar::heads;
-  using Plan = ch::TransposePlan<real, mem, ctxpar::UnevenHeads, ctxpar::Contiguous>;
+  using Plan = ch::TransposePlan<ctxpar::UnevenHeads, ctxpar::Contiguous, exec, real>;
   using Rows = Plan::view_type;  // [rows, channels], LayoutRight
   const std::int64_t T = 13;
   const ch::GdpShape shape{/*nheads*/ 4,      /*headdim*/ 2,
                            /*ngroups*/ 2,     /*d_state*/ 3,
                            /*householder*/ 2, /*conv_width*/ 4};
   const int me = group.rank();
-  const Plan plan(group, shape.input_layout(), T);  // collective; allocates its buffers once
+  const Plan plan(exec(), group, shape.input_layout(), T);  // collective; allocates once
   const std::int64_t C = plan.channels(), Cj = plan.local_channels(), b = plan.row_begin(me);
   // For each channel this rank holds after the transpose, the P = 1 channel it comes from.
   const std::vector<std::int64_t> source = plan.layout().channel_map(plan.blocks(), me);
@@ -260,9 +260,9 @@ int heads_part(const ctxpar::Group& group) {
       for (std::int64_t c = 0; c < Cj; ++c) hdy(t, c) = dy_at(t, source[c]);
     Kokkos::deep_copy(dy, hdy);
   }
-  plan.to_head_parallel(exec(), x, y);            // all T tokens, this rank's heads and groups
-  plan.to_sequence_parallel(exec(), y, back);     // the inverse: back == x bit for bit
-  plan.adjoint_to_head_parallel(exec(), dy, dx);  // the backward of to_head_parallel
+  plan.to_head_parallel(x, y);            // all T tokens, this rank's heads and groups
+  plan.to_sequence_parallel(y, back);     // the inverse: back == x bit for bit
+  plan.adjoint_to_head_parallel(dy, dx);  // the backward of to_head_parallel
 
   // A key group used by the heads of several ranks is sent to each of them, so its gradient is
   // the sum of their copies: count the holders of every channel.

@@ -23,22 +23,23 @@ void instantiate_heads(const Group& group) {
   const ch::GdpShape s{2 * group.size(), 4, 1, 4, 2, 4, ch::SkipTerm::per_head};
   const std::int64_t t = 4 * group.size();
   using matrix = Kokkos::View<T**, Kokkos::LayoutRight, mem>;
-  ch::TransposePlan<T, mem, HeadPolicy, TokenOrder> plan(group, s.input_layout(), t);
+  ch::TransposePlan<HeadPolicy, TokenOrder, exec, T> plan(space, group, s.input_layout(), t);
   matrix x("x", plan.local_rows(), plan.channels()), u("u", t, plan.local_channels());
-  plan.to_head_parallel(space, x, u);
-  plan.to_sequence_parallel(space, u, x);
-  plan.adjoint_to_head_parallel(space, u, x);
+  plan.to_head_parallel(x, u);
+  plan.to_sequence_parallel(u, x);
+  plan.adjoint_to_head_parallel(u, x);
 
-  ch::GdpContextParallel<T, mem, HeadPolicy, TokenOrder> cp(group, s, t,
-                                                            std::vector<std::int64_t>{0, t});
+  ch::GdpContextParallel<HeadPolicy, TokenOrder, exec, T> cp(space, group, s, t,
+                                                             std::vector<std::int64_t>{0, t});
+  ch::GdpSaved<T, mem> saved;
   auto params = ch::GdpParameters<T, mem>::allocate(s),
        grads = ch::GdpParameters<T, mem>::allocate(s, "grads");
   const std::int64_t rows = cp.input_plan().local_rows();
   matrix y("y", rows, s.d_inner()), z("z", rows, s.d_inner()), dx("dx", rows, plan.channels());
-  cp.forward(space, x, params, y, z);
-  cp.backward(space, y, z, dx, grads);
+  cp.forward(x, params, y, z, saved);
+  cp.backward(saved, y, z, dx, grads);
   Kokkos::View<T*, mem> d("d", s.nheads), dl("dl", cp.local_dims().heads);
-  cp.slice_vector(space, d, dl, false);
+  cp.slice_vector(d, dl, false);
 }
 
 }  // namespace ctxpar::gpu_check

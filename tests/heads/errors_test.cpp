@@ -3,6 +3,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,13 +15,21 @@ namespace {
 using ctxpar::test::throws_everywhere;
 using ctxpar::test::world;
 namespace ch = ctxpar::heads;
-using mem = Kokkos::DefaultExecutionSpace::memory_space;
+using exec_space = Kokkos::DefaultExecutionSpace;
+using mem = exec_space::memory_space;
+using transpose_plan = ch::TransposePlan<ch::EvenHeads, ch::Contiguous, exec_space, double>;
+using gdp_plan = ch::GdpContextParallel<ch::EvenHeads, ch::Contiguous, exec_space, double>;
+using zigzag_gdp_plan = ch::GdpContextParallel<ch::EvenHeads, ch::Zigzag, exec_space, double>;
+
+// The layer follows the plan contract, with its saved state the caller's.
+static_assert(ctxpar::follows_plan_contract<gdp_plan>);
+static_assert(std::is_same_v<gdp_plan::saved_type, ch::GdpSaved<double, mem>>);
 using matrix = Kokkos::View<double**, Kokkos::LayoutRight, mem>;
 
 template <class HeadPolicy = ch::EvenHeads, class TokenOrder = ch::Contiguous>
 void make_plan(const ch::GdpShape& s, std::int64_t t, std::vector<std::int64_t> cu = {}) {
-  ch::TransposePlan<double, mem, HeadPolicy, TokenOrder> plan(world(), s.input_layout(), t,
-                                                              std::move(cu));
+  ch::TransposePlan<HeadPolicy, TokenOrder, exec_space, double> plan(
+      exec_space(), world(), s.input_layout(), t, std::move(cu));
 }
 
 // Runs `body(bad_rank)` for every choice of the one bad rank and expects `needle` from
@@ -123,13 +132,13 @@ BOOST_AUTO_TEST_CASE(ranks_disagree_on_the_layout) {
 BOOST_AUTO_TEST_CASE(channel_count_not_matching_the_layout) {
   const int p = world().size(), me = world().rank();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
-  ch::TransposePlan<double, mem> plan(world(), s.input_layout(), 4 * p);
+  transpose_plan plan(exec_space(), world(), s.input_layout(), 4 * p);
   matrix y("y", 4 * p, plan.local_channels());
   each_bad_rank(
       "channel count must match the layout",
       [&](int bad) {
         matrix x("x", plan.local_rows(), plan.channels() + (me == bad ? 1 : 0));
-        plan.to_head_parallel(Kokkos::DefaultExecutionSpace(), x, y);
+        plan.to_head_parallel(x, y);
       },
       same_rank);
 }
@@ -138,8 +147,9 @@ BOOST_AUTO_TEST_CASE(packed_input_without_metadata) {
   const int p = world().size(), me = world().rank();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   const std::int64_t t = 4 * p;
-  ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(world(), s, t);  // built dense
+  zigzag_gdp_plan cp(exec_space(), world(), s, t);  // built dense
   auto params = ch::GdpParameters<double, mem>::allocate(s);
+  ch::GdpSaved<double, mem> saved;
   const std::int64_t rows = cp.input_plan().local_rows();
   matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
       z("z", rows, s.d_inner());
@@ -148,7 +158,7 @@ BOOST_AUTO_TEST_CASE(packed_input_without_metadata) {
       [&](int bad) {
         const std::vector<std::int64_t> cu =
             me == bad ? std::vector<std::int64_t>{0, 2 * p, t} : std::vector<std::int64_t>{};
-        cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z, cu);
+        cp.forward(x, params, y, z, saved, cu);
       },
       same_rank);
 }
@@ -156,7 +166,8 @@ BOOST_AUTO_TEST_CASE(packed_input_without_metadata) {
 BOOST_AUTO_TEST_CASE(parameter_shapes) {
   const int p = world().size(), me = world().rank();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
-  ch::GdpContextParallel<double, mem> cp(world(), s, 4 * p);
+  gdp_plan cp(exec_space(), world(), s, 4 * p);
+  ch::GdpSaved<double, mem> saved;
   const std::int64_t rows = cp.input_plan().local_rows();
   matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
       z("z", rows, s.d_inner());
@@ -165,7 +176,7 @@ BOOST_AUTO_TEST_CASE(parameter_shapes) {
       [&](int bad) {
         auto params = ch::GdpParameters<double, mem>::allocate(s);
         if (me == bad) params.a_log = Kokkos::View<double*, mem>("short", s.nheads - 1);
-        cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z);
+        cp.forward(x, params, y, z, saved);
       },
       same_rank);
 }
@@ -176,8 +187,9 @@ BOOST_AUTO_TEST_CASE(packed_input_without_metadata_in_the_transposes) {
   const int p = world().size(), me = world().rank();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   const std::int64_t t = 4 * p;
-  ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(world(), s, t);  // built dense
+  zigzag_gdp_plan cp(exec_space(), world(), s, t);  // built dense
   const std::int64_t rows = cp.input_plan().local_rows();
+  ch::GdpSaved<double, mem> saved;
   matrix x("x", rows, s.input_layout().channels()), u("u", t, cp.input_plan().local_channels()),
       y("y", t, cp.output_plan().local_channels()), out("out", rows, s.d_inner());
   auto cu_for = [&](int bad) {
@@ -185,12 +197,10 @@ BOOST_AUTO_TEST_CASE(packed_input_without_metadata_in_the_transposes) {
   };
   each_bad_rank(
       "packed input under Zigzag needs its sequence metadata",
-      [&](int bad) { cp.pre_conv_ssm(Kokkos::DefaultExecutionSpace(), x, u, cu_for(bad)); },
-      same_rank);
+      [&](int bad) { cp.pre_conv_ssm(x, u, cu_for(bad)); }, same_rank);
   each_bad_rank(
       "packed input under Zigzag needs its sequence metadata",
-      [&](int bad) { cp.post_conv_ssm(Kokkos::DefaultExecutionSpace(), y, out, cu_for(bad)); },
-      same_rank);
+      [&](int bad) { cp.post_conv_ssm(y, out, cu_for(bad)); }, same_rank);
 }
 
 // A packed plan handed a batch with other (or dense) metadata, under Contiguous too: the conv and
@@ -200,7 +210,8 @@ BOOST_AUTO_TEST_CASE(batch_metadata_not_the_plans) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   const std::int64_t t = 4 * p;
   const std::vector<std::int64_t> cu{0, 2 * p, t};
-  ch::GdpContextParallel<double, mem> cp(world(), s, t, cu);
+  gdp_plan cp(exec_space(), world(), s, t, cu);
+  ch::GdpSaved<double, mem> saved;
   auto params = ch::GdpParameters<double, mem>::allocate(s);
   const std::int64_t rows = cp.input_plan().local_rows();
   matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
@@ -208,8 +219,7 @@ BOOST_AUTO_TEST_CASE(batch_metadata_not_the_plans) {
   each_bad_rank(
       "the batch's cu_seqlens must be the plan's",
       [&](int bad) {
-        cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z,
-                   me == bad ? std::vector<std::int64_t>{0, t} : cu);
+        cp.forward(x, params, y, z, saved, me == bad ? std::vector<std::int64_t>{0, t} : cu);
       },
       same_rank);
 }
@@ -220,7 +230,8 @@ BOOST_AUTO_TEST_CASE(batch_metadata_not_the_plans) {
 BOOST_AUTO_TEST_CASE(output_and_gradient_rows) {
   const int p = world().size(), me = world().rank();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
-  ch::GdpContextParallel<double, mem> cp(world(), s, 4 * p);
+  gdp_plan cp(exec_space(), world(), s, 4 * p);
+  ch::GdpSaved<double, mem> saved;
   auto params = ch::GdpParameters<double, mem>::allocate(s);
   auto grads = ch::GdpParameters<double, mem>::allocate(s);
   const std::int64_t rows = cp.input_plan().local_rows(), c = s.input_layout().channels();
@@ -228,34 +239,70 @@ BOOST_AUTO_TEST_CASE(output_and_gradient_rows) {
   const matrix x("x", rows, c), dx("dx", rows, c), y("y", rows, s.d_inner()),
       z("z", rows, s.d_inner());
   const std::string needle = "the sequence-parallel shard must hold this rank's rows";
-  const auto exec = Kokkos::DefaultExecutionSpace();
   each_bad_rank(
       needle,
-      [&](int bad) { cp.forward(exec, x, params, matrix("y", rows_of(bad), s.d_inner()), z); },
-      same_rank);
-  each_bad_rank(
-      needle,
-      [&](int bad) { cp.forward(exec, x, params, y, matrix("z", rows_of(bad), s.d_inner())); },
-      same_rank);
-  cp.forward(exec, x, params, y, z);
-  each_bad_rank(
-      needle,
-      [&](int bad) { cp.backward(exec, matrix("dy", rows_of(bad), s.d_inner()), z, dx, grads); },
+      [&](int bad) { cp.forward(x, params, matrix("y", rows_of(bad), s.d_inner()), z, saved); },
       same_rank);
   each_bad_rank(
       needle,
-      [&](int bad) { cp.backward(exec, y, matrix("dz", rows_of(bad), s.d_inner()), dx, grads); },
+      [&](int bad) { cp.forward(x, params, y, matrix("z", rows_of(bad), s.d_inner()), saved); },
+      same_rank);
+  cp.forward(x, params, y, z, saved);
+  each_bad_rank(
+      needle,
+      [&](int bad) { cp.backward(saved, matrix("dy", rows_of(bad), s.d_inner()), z, dx, grads); },
       same_rank);
   each_bad_rank(
-      needle, [&](int bad) { cp.backward(exec, y, z, matrix("dx", rows_of(bad), c), grads); },
+      needle,
+      [&](int bad) { cp.backward(saved, y, matrix("dz", rows_of(bad), s.d_inner()), dx, grads); },
       same_rank);
+  each_bad_rank(
+      needle, [&](int bad) { cp.backward(saved, y, z, matrix("dx", rows_of(bad), c), grads); },
+      same_rank);
+}
+
+// A backward handed a saved state that no forward of the plan filled (an empty one, or one sized
+// by a plan of another shape), on one rank or on all: refused on every rank, naming `saved`,
+// before any buffer of it is read.
+BOOST_AUTO_TEST_CASE(backward_without_its_forward) {
+  const int p = world().size(), me = world().rank();
+  const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4}, other{2 * p, 2, 1, 3, 2, 2};
+  gdp_plan cp(exec_space(), world(), s, 4 * p), cp_other(exec_space(), world(), other, 4 * p);
+  auto params = ch::GdpParameters<double, mem>::allocate(s);
+  auto grads = ch::GdpParameters<double, mem>::allocate(s, "grads");
+  auto params_other = ch::GdpParameters<double, mem>::allocate(other);
+  const std::int64_t rows = cp.input_plan().local_rows(), c = s.input_layout().channels();
+  const matrix x("x", rows, c), dx("dx", rows, c), y("y", rows, s.d_inner()),
+      z("z", rows, s.d_inner());
+  const matrix x_other("x", rows, other.input_layout().channels());
+  ch::GdpSaved<double, mem> filled, foreign;
+  cp.forward(x, params, y, z, filled);
+  cp_other.forward(x_other, params_other, y, z, foreign);
+  const std::string needle = "saved must hold a forward of this plan";
+  each_bad_rank_or_all(needle, [&](int bad) {
+    ch::GdpSaved<double, mem> empty;
+    cp.backward(bad < 0 || me == bad ? empty : filled, y, z, dx, grads);
+  });
+  each_bad_rank(
+      needle, [&](int bad) { cp.backward(me == bad ? foreign : filled, y, z, dx, grads); },
+      same_rank);
+  // The filled one still works after the refusals.
+  bool ok = true;
+  try {
+    cp.backward(filled, y, z, dx, grads);
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << me << "] " << e.what() << "\n";
+    ok = false;
+  }
+  CTXPAR_TEST_ALL(world(), ok);
 }
 
 BOOST_AUTO_TEST_CASE(skip_term_shape) {
   const int p = world().size(), me = world().rank();
   for (ch::SkipTerm skip : {ch::SkipTerm::per_head, ch::SkipTerm::per_channel}) {
     const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4, skip};
-    ch::GdpContextParallel<double, mem> cp(world(), s, 4 * p);
+    gdp_plan cp(exec_space(), world(), s, 4 * p);
+    ch::GdpSaved<double, mem> saved;
     const std::int64_t rows = cp.input_plan().local_rows();
     matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
         z("z", rows, s.d_inner());
@@ -267,7 +314,7 @@ BOOST_AUTO_TEST_CASE(skip_term_shape) {
           if (me == bad)
             params.d = Kokkos::View<double*, mem>("other",
                                                   skip == ch::SkipTerm::per_head ? s.d_inner() : 0);
-          cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z);
+          cp.forward(x, params, y, z, saved);
         },
         same_rank);
   }
@@ -281,12 +328,13 @@ BOOST_AUTO_TEST_CASE(ranks_disagree_on_the_skip_term) {
       [&](int bad) {
         const ch::GdpShape s{
             2 * p, 2, 1, 3, 2, 4, me == bad ? ch::SkipTerm::per_head : ch::SkipTerm::none};
-        ch::GdpContextParallel<double, mem> cp(world(), s, 4 * p);
+        gdp_plan cp(exec_space(), world(), s, 4 * p);
+        ch::GdpSaved<double, mem> saved;
         const std::int64_t rows = cp.input_plan().local_rows();
         matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
             z("z", rows, s.d_inner());
         auto params = ch::GdpParameters<double, mem>::allocate(s);
-        cp.forward(Kokkos::DefaultExecutionSpace(), x, params, y, z);
+        cp.forward(x, params, y, z, saved);
       },
       [](int bad) { return bad == 0 ? 1 : bad; });
 }
@@ -318,8 +366,8 @@ BOOST_AUTO_TEST_CASE(empty_cu_seqlens_is_one_dense_sequence) {
   const int p = world().size();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   const std::int64_t t = 4 * p;
-  ch::TransposePlan<double, mem> dense(world(), s.input_layout(), t);
-  ch::TransposePlan<double, mem> explicit_dense(world(), s.input_layout(), t, {0, t});
+  transpose_plan dense(exec_space(), world(), s.input_layout(), t);
+  transpose_plan explicit_dense(exec_space(), world(), s.input_layout(), t, {0, t});
   const std::vector<std::int64_t> one_sequence{0, t};
   const bool same = dense.cu_seqlens() == one_sequence &&
                     explicit_dense.cu_seqlens() == dense.cu_seqlens() &&
@@ -355,7 +403,8 @@ BOOST_AUTO_TEST_CASE(layer_options) {
     each_bad_rank_or_all(needle, [&](int bad) {
       ch::GdpOptions o;
       if (bad < 0 || me == bad) spoil(o);
-      ch::GdpContextParallel<double, mem> cp(world(), s, t, {}, o);
+      gdp_plan cp(exec_space(), world(), s, t, {}, o);
+      ch::GdpSaved<double, mem> saved;
     });
   }
   bool ok = true;
@@ -363,7 +412,8 @@ BOOST_AUTO_TEST_CASE(layer_options) {
     ch::GdpOptions o;
     o.l2_eps = std::numeric_limits<double>::denorm_min();
     o.chunk_size = 1;
-    ch::GdpContextParallel<double, mem> cp(world(), s, t, {}, o);
+    gdp_plan cp(exec_space(), world(), s, t, {}, o);
+    ch::GdpSaved<double, mem> saved;
   } catch (const std::exception& e) {
     std::cerr << "[rank " << me << "] " << e.what() << "\n";
     ok = false;

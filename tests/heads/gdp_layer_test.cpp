@@ -56,6 +56,13 @@ std::vector<double> read(const View& v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   return std::vector<double>(h.data(), h.data() + h.span());
 }
+// The natural token of each of rank `rank`'s sequence-parallel rows.
+template <class Plan>
+std::vector<std::int64_t> natural_rows(const Plan& plan, int rank) {
+  std::vector<std::int64_t> natural(plan.rows(rank));
+  for (std::int64_t t = 0; t < plan.rows(rank); ++t) natural[t] = plan.natural_row(rank, t);
+  return natural;
+}
 // Rows `natural[t]` of a row-major [T, cols] array.
 std::vector<double> rows_of(const std::vector<double>& a, std::int64_t cols,
                             const std::vector<std::int64_t>& natural) {
@@ -80,8 +87,9 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group,
   using mem = typename Exec::memory_space;
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
   // A small chunk so that every sequence spans several chunks of the recurrence kernel.
-  ch::GdpContextParallel<Scalar, mem, HeadPolicy, TokenOrder> cp(group, s, t_total, cu,
-                                                                 ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<HeadPolicy, TokenOrder, Exec, Scalar> cp(Exec(), group, s, t_total, cu,
+                                                                  ch::GdpOptions{l2_eps, 4});
+  ch::GdpSaved<Scalar, mem> saved;
   const std::int64_t rows = natural.size(), c = s.input_layout().channels(), di = s.d_inner();
   matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
       dz("dz", rows, di), dx("dx", rows, c);
@@ -91,8 +99,8 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group,
   auto params = ch::GdpParameters<Scalar, mem>::allocate(s),
        grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
   fill_parameters(params, d);
-  cp.forward(Exec(), x, params, y, z);
-  cp.backward(Exec(), dy, dz, dx, grads);
+  cp.forward(x, params, y, z, saved);
+  cp.backward(saved, dy, dz, dx, grads);
   Run<Scalar, mem> r;
   r.y = read(y), r.z = read(z), r.dx = read(dx);
   r.dw = read(grads.conv_weight), r.db = read(grads.conv_bias), r.ddt = read(grads.dt_bias),
@@ -308,8 +316,9 @@ BOOST_AUTO_TEST_CASE(packed_isolation) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   const std::vector<std::int64_t> cu{0, 4 * p, 6 * p, 10 * p};
   const std::int64_t t_total = cu.back(), c = s.input_layout().channels(), di = s.d_inner();
-  ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(group, s, t_total, cu,
-                                                                    ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<ch::EvenHeads, ch::Zigzag, exec, double> cp(exec(), group, s, t_total, cu,
+                                                                     ch::GdpOptions{l2_eps, 4});
+  ch::GdpSaved<double, mem> saved;
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows();
   auto doc_of = [&](std::int64_t n) { return n < cu[1] ? 0 : n < cu[2] ? 1 : 2; };
@@ -317,16 +326,15 @@ BOOST_AUTO_TEST_CASE(packed_isolation) {
   auto params = ch::GdpParameters<double, mem>::allocate(s),
        grads = ch::GdpParameters<double, mem>::allocate(s, "g");
   fill_parameters(params, d);
-  std::vector<std::int64_t> natural(rows);
-  for (std::int64_t t = 0; t < rows; ++t) natural[t] = plan.natural_row(me, t);
+  const std::vector<std::int64_t> natural = natural_rows(plan, me);
   auto run = [&](const std::vector<double>& x_all, const std::vector<double>& dy_all,
                  std::vector<double>& y_out, std::vector<double>& dx_out) {
     matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
         dz("dz", rows, di), dx("dx", rows, c);
     fill(x, rows_of(x_all, c, natural));
     fill(dy, rows_of(dy_all, di, natural));
-    cp.forward(exec(), x, params, y, z, cu);
-    cp.backward(exec(), dy, dz, dx, grads);
+    cp.forward(x, params, y, z, saved, cu);
+    cp.backward(saved, dy, dz, dx, grads);
     y_out = read(y);
     dx_out = read(dx);
   };
@@ -378,12 +386,12 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 3, ch::SkipTerm::per_head};
   const std::vector<std::int64_t> cu{0, 2 * p, 2 * p, 6 * p, 8 * p};  // an empty one too
   const std::int64_t t_total = cu.back(), c = s.input_layout().channels(), di = s.d_inner();
-  ch::GdpContextParallel<double, mem, ch::EvenHeads, ch::Zigzag> cp(group, s, t_total, cu,
-                                                                    ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<ch::EvenHeads, ch::Zigzag, exec, double> cp(exec(), group, s, t_total, cu,
+                                                                     ch::GdpOptions{l2_eps, 4});
+  ch::GdpSaved<double, mem> saved;
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows();
-  std::vector<std::int64_t> natural(rows);
-  for (std::int64_t t = 0; t < rows; ++t) natural[t] = plan.natural_row(me, t);
+  const std::vector<std::int64_t> natural = natural_rows(plan, me);
   const auto d = make_data(s, t_total, 77), other = make_data(s, t_total, 78);
   auto params = ch::GdpParameters<double, mem>::allocate(s),
        grads = ch::GdpParameters<double, mem>::allocate(s, "g");
@@ -399,8 +407,8 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   fill(x_other, rows_of(other.x, c, natural));
   auto call = [&](const matrix& input) {
     Kokkos::deep_copy(x, input);
-    cp.forward(exec(), x, params, y, z, cu);
-    cp.backward(exec(), dy, dz, dx, grads);
+    cp.forward(x, params, y, z, saved, cu);
+    cp.backward(saved, dy, dz, dx, grads);
     exec().fence();
   };
   auto results = [&] {
@@ -427,6 +435,67 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   const bool same = results() == first;
   if (!same) std::cerr << "[rank " << me << "] a repeated call changed the results\n";
   CTXPAR_TEST_ALL(group, allocations == 0 && same);
+}
+
+// Two forwards in flight, one GdpSaved each: the backward of the first reads only what that
+// forward saved (bit for bit the gradients of the pair run alone), and once both saved states are
+// sized, interleaved forwards and backwards allocate nothing. Uneven heads and tokens: at P = 4 a
+// rank holds no head, so its saved buffers are empty and must still count as sized.
+BOOST_AUTO_TEST_CASE(saved_states_in_flight) {
+  using exec = Kokkos::DefaultExecutionSpace;
+  using mem = exec::memory_space;
+  using matrix = Kokkos::View<double**, Kokkos::LayoutRight, mem>;
+  const auto& group = world();
+  const int p = group.size(), me = group.rank();
+  const ch::GdpShape s{3, 2, 1, 3, 2, 4, ch::SkipTerm::per_head};
+  const std::int64_t t_total = 5 * p + 1, c = s.input_layout().channels(), di = s.d_inner();
+  ch::GdpContextParallel<ch::UnevenHeads, ch::Contiguous, exec, double> cp(
+      exec(), group, s, t_total, {}, ch::GdpOptions{l2_eps, 4});
+  const auto& plan = cp.input_plan();
+  const std::int64_t rows = plan.local_rows();
+  const std::vector<std::int64_t> natural = natural_rows(plan, me);
+  const auto da = make_data(s, t_total, 31), db = make_data(s, t_total, 32);
+  auto params = ch::GdpParameters<double, mem>::allocate(s),
+       grads = ch::GdpParameters<double, mem>::allocate(s, "g");
+  fill_parameters(params, da);
+  matrix xa("xa", rows, c), xb("xb", rows, c), ya("ya", rows, di), za("za", rows, di),
+      yb("yb", rows, di), zb("zb", rows, di), dy("dy", rows, di), dz("dz", rows, di),
+      dx("dx", rows, c);
+  fill(xa, rows_of(da.x, c, natural));
+  fill(xb, rows_of(db.x, c, natural));
+  fill(dy, rows_of(da.dy, di, natural));
+  fill(dz, rows_of(da.dz, di, natural));
+  auto results = [&] {
+    return std::vector<std::vector<double>>{read(dx),
+                                            read(grads.conv_weight),
+                                            read(grads.conv_bias),
+                                            read(grads.dt_bias),
+                                            read(grads.a_log),
+                                            read(grads.d)};
+  };
+  ch::GdpSaved<double, mem> alone, a, b;
+  cp.forward(xa, params, ya, za, alone);
+  cp.backward(alone, dy, dz, dx, grads);
+  const auto reference = results();
+  auto interleaved = [&] {
+    cp.forward(xa, params, ya, za, a);
+    cp.forward(xb, params, yb, zb, b);  // would overwrite what a plan-owned state kept of xa
+    cp.backward(a, dy, dz, dx, grads);
+    exec().fence();
+  };
+  interleaved();  // sizes a and b
+  bool ok = results() == reference;
+  std::int64_t allocations = 0;
+  {
+    ctxpar::AllocationCounter counter;
+    interleaved();
+    allocations = counter.allocations();
+  }
+  ok = ok && results() == reference;
+  if (!ok) std::cerr << "[rank " << me << "] a backward read another forward's saved state\n";
+  if (allocations != 0)
+    std::cerr << "[rank " << me << "] " << allocations << " allocations with sized saved states\n";
+  CTXPAR_TEST_ALL(group, ok && allocations == 0);
 }
 
 namespace {

@@ -26,7 +26,7 @@ bool check(const ch::GdpShape& s) {
   using mem = exec::memory_space;
   const int p = world().size(), me = world().rank();
   constexpr bool uneven = std::is_same_v<HeadPolicy, ch::UnevenHeads>;
-  ch::GdpContextParallel<double, mem, HeadPolicy> cp(world(), s, 4 * p);
+  ch::GdpContextParallel<HeadPolicy, ch::Contiguous, exec, double> cp(exec(), world(), s, 4 * p);
   const auto rows = conv_rows(s, p, me, uneven);
   const auto [hb, he] = heads_test::head_range(s.nheads, p, me, uneven);
   bool ok = cp.conv1d_channels() == static_cast<std::int64_t>(rows.size());
@@ -49,7 +49,7 @@ bool check(const ch::GdpShape& s) {
   local.conv_bias = decltype(local.conv_bias)("lb", rows.size());
   local.dt_bias = decltype(local.dt_bias)("ldt", he - hb);
   local.a_log = decltype(local.a_log)("la", he - hb);
-  cp.slice_parameters(exec(), full, local);
+  cp.slice_parameters(full, local);
   auto lw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local.conv_weight);
   auto lb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local.conv_bias);
   auto ldt = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), local.dt_bias);
@@ -66,8 +66,8 @@ bool check(const ch::GdpShape& s) {
       lc("lc", (he - hb) * s.headdim);
   fill1(d_head, 4);
   fill1(d_chan, 5);
-  cp.slice_vector(exec(), d_head, lh, false);
-  cp.slice_vector(exec(), d_chan, lc, true);
+  cp.slice_vector(d_head, lh, false);
+  cp.slice_vector(d_chan, lc, true);
   auto lhh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lh);
   auto lch = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lc);
   for (int h = hb; h < he; ++h) {
@@ -92,7 +92,7 @@ bool check(const ch::GdpShape& s) {
   Kokkos::deep_copy(local.dt_bias, dth);
   Kokkos::deep_copy(local.a_log, dth);
   auto grads = ch::GdpParameters<double, mem>::allocate(s, "grads");
-  cp.accumulate_gradients(exec(), local, grads);
+  cp.accumulate_gradients(local, grads);
   std::vector<double> want_b(s.conv_channels(), 0.0), want_w(s.conv_channels() * s.conv_width, 0.0),
       want_h(s.nheads, 0.0);
   for (int r = 0; r < p; ++r) {

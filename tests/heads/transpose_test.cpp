@@ -2,6 +2,7 @@
 // bit for bit, the adjoint sums repeated key groups, and the all-to-all bytes equal the formula —
 // for even and uneven heads, contiguous and zigzag token order, dense and packed sequences.
 #include <cstring>
+#include <type_traits>
 
 #include "ctxpar/comm/allgather.hpp"
 #include "ctxpar/heads/transpose_plan.hpp"
@@ -12,6 +13,12 @@ namespace {
 
 using ctxpar::test::world;
 namespace ch = ctxpar::heads;
+
+// The transpose is a linear map: it follows the plan contract with no saved state.
+using zigzag_plan =
+    ch::TransposePlan<ch::UnevenHeads, ch::Zigzag, Kokkos::DefaultExecutionSpace, float>;
+static_assert(ctxpar::follows_plan_contract<zigzag_plan>);
+static_assert(std::is_same_v<zigzag_plan::saved_type, ctxpar::NoSavedState>);
 
 struct Case {
   std::string name;
@@ -60,8 +67,8 @@ bool check(const Case& c, std::uint64_t seed) {
   constexpr bool uneven = std::is_same_v<HeadPolicy, ch::UnevenHeads>;
   constexpr bool zigzag = std::is_same_v<TokenOrder, ch::Zigzag>;
   using mem = typename Exec::memory_space;
-  using plan_type = ch::TransposePlan<Scalar, mem, HeadPolicy, TokenOrder>;
-  plan_type plan(group, c.layout, c.tokens, c.cu);
+  using plan_type = ch::TransposePlan<HeadPolicy, TokenOrder, Exec, Scalar>;
+  plan_type plan(Exec(), group, c.layout, c.tokens, c.cu);
   const std::int64_t t_total = c.tokens, ch_all = c.layout.channels();
   bool ok = true;
 
@@ -98,7 +105,7 @@ bool check(const Case& c, std::uint64_t seed) {
 
   Kokkos::View<Scalar**, Kokkos::LayoutRight, mem> y("y", t_total, plan.local_channels());
   group.reset_traffic();
-  plan.to_head_parallel(Exec(), x, y);
+  plan.to_head_parallel(x, y);
   const auto traffic = group.traffic(ctxpar::CollectiveKind::alltoall);
   auto yh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
   for (std::int64_t n = 0; n < t_total && ok; ++n)
@@ -127,7 +134,7 @@ bool check(const Case& c, std::uint64_t seed) {
               << bytes << "\n";
 
   // Round trip: bit for bit.
-  plan.to_sequence_parallel(Exec(), y, back);
+  plan.to_sequence_parallel(y, back);
   auto bh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), back);
   ok = ok && std::memcmp(bh.data(), xh.data(), sizeof(Scalar) * rows * ch_all) == 0;
 
@@ -139,7 +146,7 @@ bool check(const Case& c, std::uint64_t seed) {
   for (std::int64_t n = 0; n < t_total; ++n)
     for (std::size_t k = 0; k < chans.size(); ++k) dyh(n, k) = dy_value(me, n, k);
   Kokkos::deep_copy(y, dyh);
-  plan.adjoint_to_head_parallel(Exec(), y, back);
+  plan.adjoint_to_head_parallel(y, back);
   Kokkos::deep_copy(bh, back);
   std::vector<double> expected(rows * ch_all, 0.0), magnitude(rows * ch_all, 0.0);
   for (int j = 0; j < p; ++j) {

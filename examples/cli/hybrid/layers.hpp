@@ -904,17 +904,18 @@ class GdpLayer {
   };
   template <class HeadPolicy, class TokenOrder>
   struct Impl : Base {
-    heads::GdpContextParallel<double, memory_space, HeadPolicy, TokenOrder> layer;
+    heads::GdpContextParallel<HeadPolicy, TokenOrder, execution_space, double> layer;
+    heads::GdpSaved<double, memory_space> saved;  // the last forward, for its backward
     Impl(const Group& g, const heads::GdpShape& s, std::int64_t t,
          const std::vector<std::int64_t>& cu, const heads::GdpOptions& o)
-        : layer(g, s, t, cu, o) {}
+        : layer(execution_space(), g, s, t, cu, o) {}
     void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p,
                  const detail::Tensor2& y, const detail::Tensor2& z) override {
-      layer.forward(execution_space(), u, p, y, z);
+      layer.forward(u, p, y, z, saved);
     }
     void backward(const detail::Tensor2& dy, const detail::Tensor2& dz, const detail::Tensor2& du,
                   const heads::GdpParameters<double, memory_space>& g) override {
-      layer.backward(execution_space(), dy, dz, du, g);
+      layer.backward(saved, dy, dz, du, g);
     }
     std::int64_t input_channels(int r) const override {
       return layer.input_plan().local_channels(r);

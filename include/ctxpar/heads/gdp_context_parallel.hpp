@@ -48,6 +48,19 @@ struct GdpParameters {
   }
 };
 
+/// What `GdpContextParallel::backward` needs from one `forward`: the head-parallel input, this
+/// rank's parameter slices and the layer core's activations. Caller-owned and
+/// default-constructible (empty): the first `forward` into it sizes its buffers, later forwards
+/// of the same plan reuse them, and each `backward` reads the forward that last filled it.
+template <class Scalar, class MemorySpace>
+struct GdpSaved {
+  Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> u;  ///< `[T, C_local]` head-parallel x
+  GdpParameters<Scalar, MemorySpace> local;  ///< this rank's slices of the forward's parameters
+  GdpLayerSaved<Scalar, MemorySpace> core;   ///< the layer core's activations
+  /// Whether a `forward` completed into this object.
+  bool filled() const { return core.filled; }
+};
+
 namespace impl {
 /// dst(i, k) = src(map(i), k): the rows of a full parameter a rank uses.
 template <class Src, class Dst, class Map>
@@ -88,26 +101,33 @@ struct Scatter1 {
 }  // namespace impl
 
 /// Head-parallel GDP for one layer shape, one sequence layout and one communicator. Construction
-/// is collective (see `TransposePlan`). The policies are `EvenHeads`/`UnevenHeads` and
-/// `Contiguous`/`Zigzag`.
-template <class Scalar, class MemorySpace, class HeadPolicy = EvenHeads,
-          class TokenOrder = Contiguous>
+/// is collective (see `TransposePlan`). It follows the plan contract (`core/plan.hpp`): what the
+/// backward reads lives in a caller-owned `GdpSaved` (`saved_type`); the plan keeps only its
+/// transposes, index tables and work buffers. The policies are `EvenHeads`/`UnevenHeads` and
+/// `Contiguous`/`Zigzag`; every call runs on the `ExecutionSpace` instance the plan is built with.
+template <class HeadPolicy, class TokenOrder, class ExecutionSpace, class Scalar,
+          class MemorySpace = typename ExecutionSpace::memory_space>
 class GdpContextParallel {
  public:
-  using value_type = Scalar;         ///< activation type
-  using memory_space = MemorySpace;  ///< where everything lives
+  using execution_space = ExecutionSpace;  ///< where every kernel and collective runs
+  using scalar_type = Scalar;              ///< activation type
+  using value_type = Scalar;               ///< activation type
+  using memory_space = MemorySpace;        ///< where everything lives
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, channels]`
   using vector = Kokkos::View<Scalar*, MemorySpace>;                        ///< parameters
   using plan_type =
-      TransposePlan<Scalar, MemorySpace, HeadPolicy, TokenOrder>;  ///< both transposes
-  using parameters = GdpParameters<Scalar, MemorySpace>;           ///< full parameters
+      TransposePlan<HeadPolicy, TokenOrder, ExecutionSpace, Scalar, MemorySpace>;  ///< transposes
+  using parameters = GdpParameters<Scalar, MemorySpace>;  ///< full parameters
+  using saved_type = GdpSaved<Scalar, MemorySpace>;       ///< what the backward reads
 
-  /// Collective. `tokens` = `T`; `cu_seqlens` (global, identical on every rank) for packed input.
-  GdpContextParallel(const Group& group, const GdpShape& shape, std::int64_t tokens,
-                     std::vector<std::int64_t> cu_seqlens = {}, const GdpOptions& options = {})
+  /// Collective. `space` runs every call of the plan; `tokens` = `T`; `cu_seqlens` (global,
+  /// identical on every rank) for packed input.
+  GdpContextParallel(const ExecutionSpace& space, const Group& group, const GdpShape& shape,
+                     std::int64_t tokens, std::vector<std::int64_t> cu_seqlens = {},
+                     const GdpOptions& options = {})
       : shape_(shape),
-        pre_(group, shape.input_layout(), tokens, cu_seqlens),
-        post_(group, shape.output_layout(), tokens, cu_seqlens) {
+        pre_(space, group, shape.input_layout(), tokens, cu_seqlens),
+        post_(space, group, shape.output_layout(), tokens, cu_seqlens) {
     Preconditions chk(group, "ctxpar::heads::GdpContextParallel");
     chk.require(shape.conv_width >= 1, "the conv width must be positive", ">= 1", shape.conv_width);
     chk.require(shape.householder >= 1 && shape.d_state >= 1 && shape.headdim >= 1,
@@ -149,14 +169,33 @@ class GdpContextParallel {
       channels[c] = std::int64_t(dims_.head_begin) * shape.headdim + c;
     ctxpar::impl::upload(heads, head_map_, "ctxpar::heads::head_map");
     ctxpar::impl::upload(channels, channel_map_, "ctxpar::heads::d_inner_map");
-    local_ = allocate_local("local_parameters");
     local_grad_ = allocate_local("local_gradients");
-    u_ = matrix("ctxpar::heads::u", tokens, pre_.local_channels());
     du_ = matrix("ctxpar::heads::du", tokens, pre_.local_channels());
     y_ = matrix("ctxpar::heads::y", tokens, dims_.d_inner());
     z_ = matrix("ctxpar::heads::z", tokens, dims_.d_inner());
     dy_ = matrix("ctxpar::heads::dy", tokens, dims_.d_inner());
     dz_ = matrix("ctxpar::heads::dz", tokens, dims_.d_inner());
+  }
+
+  /// Plans own their buffers: movable, not copyable (a copy would share them).
+  GdpContextParallel(const GdpContextParallel&) = delete;
+  GdpContextParallel& operator=(const GdpContextParallel&) = delete;
+  GdpContextParallel(GdpContextParallel&&) = default;             ///< moves the buffers
+  GdpContextParallel& operator=(GdpContextParallel&&) = default;  ///< moves the buffers
+
+  /// The execution space instance the plan runs on.
+  const execution_space& space() const { return pre_.space(); }
+  /// The ranks of the plan.
+  const Group& group() const { return pre_.group(); }
+  /// Bytes of the buffers the plan owns now: its transposes', its index tables, its work buffers
+  /// and the layer core's (`saved_type` objects are the caller's and not counted).
+  std::size_t workspace_bytes() const {
+    std::size_t n = du_.span() + y_.span() + z_.span() + dy_.span() + dz_.span() +
+                    local_grad_.conv_weight.span() + local_grad_.conv_bias.span() +
+                    local_grad_.dt_bias.span() + local_grad_.a_log.span() + local_grad_.d.span();
+    n *= sizeof(Scalar);
+    n += (conv_map_.span() + head_map_.span() + channel_map_.span()) * sizeof(std::int64_t);
+    return n + pre_.workspace_bytes() + post_.workspace_bytes() + core_.workspace_bytes();
   }
 
   /// The layer shape at `P = 1`.
@@ -175,48 +214,45 @@ class GdpContextParallel {
 
   /// Collective. `x [T/P, C]` (sequence-parallel) → `u [T, C_local]` (head-parallel, natural
   /// order).
-  template <class ExecutionSpace, class X, class U>
-  void pre_conv_ssm(const ExecutionSpace& space, const X& x, const U& u) const {
-    pre_.to_head_parallel(space, x, u);
+  template <class X, class U>
+  void pre_conv_ssm(const X& x, const U& u) const {
+    pre_.to_head_parallel(x, u);
   }
   /// Collective. As above, for a batch that comes with its packed metadata `cu_seqlens` (the
   /// reference's `packed_seq_params`): refused on every rank when it is not the plan's, in
   /// particular a packed batch on a plan built dense under `Zigzag`.
-  template <class ExecutionSpace, class X, class U>
-  void pre_conv_ssm(const ExecutionSpace& space, const X& x, const U& u,
-                    const std::vector<std::int64_t>& cu_seqlens) const {
+  template <class X, class U>
+  void pre_conv_ssm(const X& x, const U& u, const std::vector<std::int64_t>& cu_seqlens) const {
     agree_batch("ctxpar::heads::GdpContextParallel::pre_conv_ssm", cu_seqlens);
-    pre_conv_ssm(space, x, u);
+    pre_conv_ssm(x, u);
   }
   /// Collective. Backward of `pre_conv_ssm`: sums the gradients of repeated key groups.
-  template <class ExecutionSpace, class U, class X>
-  void pre_conv_ssm_backward(const ExecutionSpace& space, const U& du, const X& dx) const {
-    pre_.adjoint_to_head_parallel(space, du, dx);
+  template <class U, class X>
+  void pre_conv_ssm_backward(const U& du, const X& dx) const {
+    pre_.adjoint_to_head_parallel(du, dx);
   }
   /// Collective. `y [T, d_inner_local]` (head-parallel) → `[T/P, d_inner]`; use for `y` and `z`.
-  template <class ExecutionSpace, class Y, class X>
-  void post_conv_ssm(const ExecutionSpace& space, const Y& y, const X& out) const {
-    post_.to_sequence_parallel(space, y, out);
+  template <class Y, class X>
+  void post_conv_ssm(const Y& y, const X& out) const {
+    post_.to_sequence_parallel(y, out);
   }
   /// Collective. As above, with the batch's packed metadata checked like `pre_conv_ssm`'s.
-  template <class ExecutionSpace, class Y, class X>
-  void post_conv_ssm(const ExecutionSpace& space, const Y& y, const X& out,
-                     const std::vector<std::int64_t>& cu_seqlens) const {
+  template <class Y, class X>
+  void post_conv_ssm(const Y& y, const X& out, const std::vector<std::int64_t>& cu_seqlens) const {
     agree_batch("ctxpar::heads::GdpContextParallel::post_conv_ssm", cu_seqlens);
-    post_conv_ssm(space, y, out);
+    post_conv_ssm(y, out);
   }
   /// Collective. Backward of `post_conv_ssm`.
-  template <class ExecutionSpace, class X, class Y>
-  void post_conv_ssm_backward(const ExecutionSpace& space, const X& dout, const Y& dy) const {
-    post_.to_head_parallel(space, dout, dy);
+  template <class X, class Y>
+  void post_conv_ssm_backward(const X& dout, const Y& dy) const {
+    post_.to_head_parallel(dout, dy);
   }
 
   /// This rank's slices of the full parameters (conv rows per householder copy: V by head block,
   /// K and Q by key group with the repeat; `dt_bias`, `a_log` by head block; `d` by head block or
   /// by the block's channels).
-  template <class ExecutionSpace>
-  void slice_parameters(const ExecutionSpace& space, const parameters& full,
-                        const parameters& local) const {
+  void slice_parameters(const parameters& full, const parameters& local) const {
+    const ExecutionSpace& space = pre_.space();
     using p2 =
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
     const std::int64_t cc = conv1d_channels();
@@ -230,20 +266,18 @@ class GdpContextParallel {
     gather1(space, "ctxpar::heads::slice_dt_bias", full.dt_bias, local.dt_bias, head_map_);
     gather1(space, "ctxpar::heads::slice_a_log", full.a_log, local.a_log, head_map_);
     if (shape_.skip != SkipTerm::none)
-      slice_vector(space, full.d, local.d, shape_.skip == SkipTerm::per_channel);
+      slice_vector(full.d, local.d, shape_.skip == SkipTerm::per_channel);
   }
   /// Slice of a per-head (`has_hdim == false`, `[H]`) or per-channel (`[d_inner]`) vector such as
   /// `D`.
-  template <class ExecutionSpace>
-  void slice_vector(const ExecutionSpace& space, const vector& full, const vector& local,
-                    bool has_hdim) const {
-    gather1(space, "ctxpar::heads::slice_vector", full, local, has_hdim ? channel_map_ : head_map_);
+  void slice_vector(const vector& full, const vector& local, bool has_hdim) const {
+    gather1(pre_.space(), "ctxpar::heads::slice_vector", full, local,
+            has_hdim ? channel_map_ : head_map_);
   }
   /// Collective. Folds this rank's slice gradients into full-size gradients (zero elsewhere) and
   /// sums them over ranks: every rank ends with the gradient of the full parameters.
-  template <class ExecutionSpace>
-  void accumulate_gradients(const ExecutionSpace& space, const parameters& local,
-                            const parameters& full) const {
+  void accumulate_gradients(const parameters& local, const parameters& full) const {
+    const ExecutionSpace& space = pre_.space();
     using p2 =
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
     Kokkos::deep_copy(space, full.conv_weight, Scalar(0));
@@ -273,56 +307,64 @@ class GdpContextParallel {
   }
 
   /// Collective. The layer forward: `x [T/P, C]` sequence-parallel and the full parameters →
-  /// `y [T/P, d_inner]` and `z [T/P, d_inner]` sequence-parallel (same token order as `x`).
+  /// `y [T/P, d_inner]` and `z [T/P, d_inner]` sequence-parallel (same token order as `x`); what
+  /// the backward needs goes into `saved` (sized on its first forward, reused after).
   /// `cu_seqlens` is the packed metadata of this batch (empty for a dense batch); it must be the
   /// plan's. Packed input under `Zigzag` on a plan built without its metadata is refused: the
   /// dense zigzag pattern would scramble tokens across documents.
-  template <class ExecutionSpace>
-  void forward(const ExecutionSpace& space, const matrix& x, const parameters& full,
-               const matrix& y, const matrix& z, const std::vector<std::int64_t>& cu_seqlens = {}) {
+  void forward(const matrix& x, const parameters& full, const matrix& y, const matrix& z,
+               saved_type& saved, const std::vector<std::int64_t>& cu_seqlens = {}) {
+    const ExecutionSpace& space = pre_.space();
     compat::ScopedRegion region("ctxpar::heads::gdp_forward");
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     check_parameters(full, cu_seqlens);
-    slice_parameters(space, full, local_);
-    pre_conv_ssm(space, x, u_);
+    // Empty until the core completes: a call refused below leaves no half-written state a
+    // backward could read.
+    saved.core.filled = false;
+    if (!fits(saved)) size_saved(saved);
+    slice_parameters(full, saved.local);
+    pre_conv_ssm(x, saved.u);
     // Where the output transpose is the identity (one rank), the core writes y and z in place.
     const bool direct = post_.identity();
     if (direct) {
       post_.require_views("ctxpar::heads::GdpContextParallel::forward (y)", y, y);
       post_.require_views("ctxpar::heads::GdpContextParallel::forward (z)", z, z);
     }
-    core_.forward(space, u_, local_.conv_weight, local_.conv_bias, local_.dt_bias, local_.a_log,
-                  local_.d, direct ? y : y_, direct ? z : z_);
+    const parameters& local = saved.local;
+    core_.forward(space, saved.u, local.conv_weight, local.conv_bias, local.dt_bias, local.a_log,
+                  local.d, direct ? y : y_, direct ? z : z_, saved.core);
     if (!direct) {
-      post_conv_ssm(space, y_, y);
-      post_conv_ssm(space, z_, z);
+      post_conv_ssm(y_, y);
+      post_conv_ssm(z_, z);
     }
   }
 
-  /// Collective. Backward of the last `forward`: `dy`, `dz` (sequence-parallel) → `dx` and the
-  /// gradients of the full parameters, summed over ranks.
-  template <class ExecutionSpace>
-  void backward(const ExecutionSpace& space, const matrix& dy, const matrix& dz, const matrix& dx,
+  /// Collective. Backward of the `forward` that filled `saved`: `dy`, `dz` (sequence-parallel) →
+  /// `dx` and the gradients of the full parameters, summed over ranks. A `saved` no forward of
+  /// this plan filled is refused on every rank. Not `const`: the recurrence keeps its backward
+  /// scratch in `saved`.
+  void backward(saved_type& saved, const matrix& dy, const matrix& dz, const matrix& dx,
                 const parameters& grads) {
+    const ExecutionSpace& space = pre_.space();
     compat::ScopedRegion region("ctxpar::heads::gdp_backward");
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
-    check_parameters(grads, {});
+    check_parameters(grads, {}, &saved);
     // As in `forward`: identity transposes (one rank) read dy, dz and write dx in place. x itself
-    // is still copied into the plan's u, which the backward reads: the caller's x may change.
+    // is still copied into saved.u, which the backward reads: the caller's x may change.
     const bool direct_out = post_.identity(), direct_in = pre_.identity();
     if (direct_out) {
       post_.require_views("ctxpar::heads::GdpContextParallel::backward (dy)", dy, dy);
       post_.require_views("ctxpar::heads::GdpContextParallel::backward (dz)", dz, dz);
     } else {
-      post_conv_ssm_backward(space, dy, dy_);
-      post_conv_ssm_backward(space, dz, dz_);
+      post_conv_ssm_backward(dy, dy_);
+      post_conv_ssm_backward(dz, dz_);
     }
     if (direct_in) pre_.require_views("ctxpar::heads::GdpContextParallel::backward (dx)", dx, dx);
-    core_.backward(space, direct_out ? dy : dy_, direct_out ? dz : dz_, direct_in ? dx : du_,
-                   local_grad_.conv_weight, local_grad_.conv_bias, local_grad_.dt_bias,
-                   local_grad_.a_log, local_grad_.d);
-    if (!direct_in) pre_conv_ssm_backward(space, du_, dx);
-    accumulate_gradients(space, local_grad_, grads);
+    core_.backward(space, saved.core, direct_out ? dy : dy_, direct_out ? dz : dz_,
+                   direct_in ? dx : du_, local_grad_.conv_weight, local_grad_.conv_bias,
+                   local_grad_.dt_bias, local_grad_.a_log, local_grad_.d);
+    if (!direct_in) pre_conv_ssm_backward(du_, dx);
+    accumulate_gradients(local_grad_, grads);
   }
 
  private:
@@ -352,9 +394,37 @@ class GdpContextParallel {
     chk.agree();
   }
 
-  void check_parameters(const parameters& p, const std::vector<std::int64_t>& batch_cu) const {
+  // Whether the buffers of `saved` have this plan's sizes on this rank.
+  bool fits(const saved_type& saved) const {
+    const parameters& l = saved.local;
+    return static_cast<std::int64_t>(saved.u.extent(0)) == pre_.tokens() &&
+           static_cast<std::int64_t>(saved.u.extent(1)) == pre_.local_channels() &&
+           static_cast<std::int64_t>(l.conv_weight.extent(0)) == dims_.conv_channels() &&
+           static_cast<int>(l.conv_weight.extent(1)) == shape_.conv_width &&
+           static_cast<std::int64_t>(l.conv_bias.extent(0)) == dims_.conv_channels() &&
+           static_cast<int>(l.dt_bias.extent(0)) == dims_.heads &&
+           static_cast<int>(l.a_log.extent(0)) == dims_.heads &&
+           static_cast<std::int64_t>(l.d.extent(0)) ==
+               skip_size(shape_.skip, dims_.heads, shape_.headdim) &&
+           core_.fits(saved.core);
+  }
+
+  // The buffers of `saved` at this plan's sizes (labelled; the core's sized by the core).
+  void size_saved(saved_type& saved) const {
+    saved.u = matrix("ctxpar::heads::u", pre_.tokens(), pre_.local_channels());
+    saved.local = allocate_local("local_parameters");
+  }
+
+  // `saved` (the backward's) must come from a forward of this plan.
+  void check_parameters(const parameters& p, const std::vector<std::int64_t>& batch_cu,
+                        const saved_type* saved = nullptr) const {
     Preconditions chk(pre_.group(), "ctxpar::heads::GdpContextParallel");
     require_batch(chk, batch_cu);
+    if (saved)
+      chk.require(saved->filled() && fits(*saved),
+                  "saved must hold a forward of this plan (call forward with it first)",
+                  "a saved state a forward filled",
+                  saved->filled() ? "one sized for another plan" : "an empty saved state");
     chk.require(
         static_cast<std::int64_t>(p.conv_weight.extent(0)) == shape_.conv_channels() &&
             static_cast<std::int64_t>(p.conv_weight.extent(1)) == shape_.conv_width,
@@ -388,7 +458,7 @@ class GdpContextParallel {
     return p;
   }
 
-  template <class ExecutionSpace, class Src, class Dst>
+  template <class Src, class Dst>
   static void gather1(const ExecutionSpace& space, const char* label, const Src& src,
                       const Dst& dst, const index_view& map) {
     const std::int64_t n = map.extent(0);
@@ -396,7 +466,7 @@ class GdpContextParallel {
         label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n),
         impl::Gather1<Src, Dst, index_view>{src, dst, map});
   }
-  template <class ExecutionSpace, class Src, class Dst>
+  template <class Src, class Dst>
   static void scatter1(const ExecutionSpace& space, const char* label, const Src& src,
                        const Dst& dst, const index_view& map) {
     const std::int64_t n = map.extent(0);
@@ -411,8 +481,8 @@ class GdpContextParallel {
   impl::LocalDims dims_;
   GdpLayerCore<Scalar, MemorySpace> core_;
   index_view conv_map_, head_map_, channel_map_;
-  parameters local_, local_grad_;
-  matrix u_, du_, y_, z_, dy_, dz_;
+  parameters local_grad_;
+  matrix du_, y_, z_, dy_, dz_;
 };
 
 }  // namespace ctxpar::heads

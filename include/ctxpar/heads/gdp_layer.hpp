@@ -32,15 +32,45 @@ struct GdpOptions {
   int chunk_size = 64;   ///< tokens per chunk of the chunkwise recurrence kernel
 };
 
-/// The layer core of one rank. Holds its work buffers (allocated once, labelled) and what the
-/// backward pass needs from the last `forward`. Views are token-major, natural order, LayoutRight.
+/// What `GdpLayerCore::backward` reads from one `forward`: the activations of the conv, the
+/// normalisation and the recurrence, and views of that forward's input and parameter slices.
+/// Caller-owned (default-constructible, empty); the first `forward` into it sizes its buffers and
+/// later forwards of the same shape reuse them.
+template <class Scalar, class MemorySpace>
+struct GdpLayerSaved {
+  /// `[rows, cols]` activations.
+  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  /// Per-head (or per-channel) parameters.
+  using vector = Kokkos::View<Scalar*, MemorySpace>;
+  /// `[rows, H, D]` activations.
+  using tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;
+  /// The recurrence backend's own saved state.
+  using recurrence_saved =
+      typename chunkwise::GatedDeltaProductBackend<Scalar, MemorySpace>::saved_type;
+
+  matrix u;                     ///< the forward's input `[T, C_local]` (a view of the caller's)
+  vector dt_bias, a_log, d;     ///< the forward's parameter slices (views of the caller's)
+  matrix pre, act;              ///< conv output before and after SiLU `[T, C_conv]`
+  matrix taps;                  ///< conv weights tap-major `[width, C_conv]`
+  tensor3 rnorm;                ///< reciprocal norms of q and k `[T, M + 1, groups]`
+  tensor3 q, k, v;              ///< recurrence inputs `[T, H, N]`, `[T·M, H, N]`, `[T·M, H, d]`
+  matrix beta, g;               ///< gates `[T·M, H]`, `[T, H]`
+  recurrence_saved recurrence;  ///< what the recurrence backend keeps
+  bool sized = false;           ///< whether a `forward` sized the buffers (any may be empty)
+  bool filled = false;          ///< whether a `forward` completed into this object
+};
+
+/// The layer core of one rank. Holds its work buffers (allocated once, labelled); what the
+/// backward pass needs from a `forward` goes into a caller-owned `GdpLayerSaved`. Views are
+/// token-major, natural order, LayoutRight.
 template <class Scalar, class MemorySpace>
 class GdpLayerCore {
  public:
-  using value_type = Scalar;                                                ///< activation type
-  using memory_space = MemorySpace;                                         ///< where buffers live
-  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, cols]`
-  using vector = Kokkos::View<Scalar*, MemorySpace>;                        ///< per channel/head
+  using saved_type = GdpLayerSaved<Scalar, MemorySpace>;  ///< what the backward reads
+  using value_type = Scalar;                              ///< activation type
+  using memory_space = MemorySpace;                       ///< where buffers live
+  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;    ///< `[rows, cols]`
+  using vector = Kokkos::View<Scalar*, MemorySpace>;                          ///< per channel/head
   using tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, H, D]`
 
   GdpLayerCore() = default;
@@ -65,7 +95,7 @@ class GdpLayerCore {
   GdpLayerCore(const impl::LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens,
                const GdpOptions& options = {})
       : dims_(dims), tokens_(checked_tokens(cu_seqlens)), eps_(options.l2_eps) {
-    const std::int64_t t = tokens_, m = dims.copies, h = dims.heads;
+    const std::int64_t t = tokens_;
     seq_start_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_start", t);
     seq_end_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_end", t);
     auto s = ctxpar::impl::host_mirror(seq_start_);
@@ -77,15 +107,6 @@ class GdpLayerCore {
       }
     Kokkos::deep_copy(seq_start_, s);
     Kokkos::deep_copy(seq_end_, e);
-    pre_ = matrix("ctxpar::heads::conv_pre", t, dims.conv_channels());
-    act_ = matrix("ctxpar::heads::conv_act", t, dims.conv_channels());
-    taps_ = matrix("ctxpar::heads::conv_taps", dims.width, dims.conv_channels());
-    rnorm_ = tensor3("ctxpar::heads::rnorm", t, m + 1, dims.groups);
-    rec_.q = tensor3("ctxpar::heads::q", t, h, dims.d_state);
-    rec_.k = tensor3("ctxpar::heads::k", t * m, h, dims.d_state);
-    rec_.v = tensor3("ctxpar::heads::v", t * m, h, dims.headdim);
-    rec_.beta = matrix("ctxpar::heads::beta", t * m, h);
-    rec_.g = matrix("ctxpar::heads::g", t, h);
     // Whole sequences, empty ones dropped (the backend wants non-empty local sequences); the
     // scale is the backend's default d_state^(-1/2).
     std::vector<std::int64_t> cu{0};
@@ -102,36 +123,67 @@ class GdpLayerCore {
   /// Tokens `T`.
   std::int64_t tokens() const { return tokens_; }
 
+  /// Whether the buffers of `saved` have this core's sizes (a forward then reuses them).
+  bool fits(const saved_type& saved) const {
+    const auto t = static_cast<std::size_t>(tokens_), m = static_cast<std::size_t>(dims_.copies),
+               h = static_cast<std::size_t>(dims_.heads);
+    const auto cc = static_cast<std::size_t>(dims_.conv_channels());
+    return saved.pre.extent(0) == t && saved.pre.extent(1) == cc && saved.act.extent(0) == t &&
+           saved.act.extent(1) == cc && saved.taps.extent(0) == std::size_t(dims_.width) &&
+           saved.taps.extent(1) == cc && saved.rnorm.extent(0) == t &&
+           saved.rnorm.extent(1) == m + 1 && saved.rnorm.extent(2) == std::size_t(dims_.groups) &&
+           saved.q.extent(0) == t && saved.q.extent(1) == h &&
+           saved.q.extent(2) == std::size_t(dims_.d_state) && saved.k.extent(0) == t * m &&
+           saved.v.extent(0) == t * m && saved.v.extent(2) == std::size_t(dims_.headdim) &&
+           saved.beta.extent(0) == t * m && saved.g.extent(0) == t && saved.g.extent(1) == h &&
+           saved.sized;
+  }
+
+  /// Bytes of the work buffers the core holds now (the backward's gradients appear on the first
+  /// backward).
+  std::size_t workspace_bytes() const {
+    return (seq_start_.span() + seq_end_.span()) * sizeof(std::int64_t) +
+           (dact_.span() + grads_.q.span() + grads_.k.span() + grads_.v.span() +
+            grads_.beta.span() + grads_.g.span() + zero_.span()) *
+               sizeof(Scalar);
+  }
+
   /// `u [T, C_local]` (the head-parallel input `[z | V | K | Q | b | a]`), this rank's parameter
   /// slices `conv_w [C_conv, w]`, `conv_b [C_conv]`, `dt_bias [H]`, `a_log [H]` and `d` (`[H]`,
   /// `[H·d]` or empty, per `dims().skip`) → `y [T, H·d]` and `z [T, d_inner]` (the z section,
-  /// contiguous). Keeps what `backward` needs.
+  /// contiguous). Keeps what `backward` needs in `saved` (sized here on its first forward) and
+  /// views of `u`, `dt_bias`, `a_log` and `d`, which must stay unchanged until that backward.
   template <class ExecutionSpace>
   void forward(const ExecutionSpace& space, const matrix& u, const matrix& conv_w,
                const vector& conv_b, const vector& dt_bias, const vector& a_log, const vector& d,
-               const matrix& y, const matrix& z) {
+               const matrix& y, const matrix& z, saved_type& saved) {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::GdpLayerCore::forward", ExecutionSpace, matrix);
     compat::ScopedRegion region("ctxpar::heads::layer_forward");
-    u_ = u;
-    dt_bias_ = dt_bias;
-    a_log_ = a_log;
-    d_ = d;
+    saved.filled = false;
+    if (!fits(saved)) size_saved(saved);
+    saved.u = u;
+    saved.dt_bias = dt_bias;
+    saved.a_log = a_log;
+    saved.d = d;
     const std::int64_t t = tokens_;
     using p2 =
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
     using p1 = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
-    if (t == 0) return;
+    if (t == 0) {
+      saved.filled = true;
+      return;
+    }
     const std::int64_t cc = dims_.conv_channels();
     Kokkos::parallel_for("ctxpar::heads::transpose_conv_taps", p1(space, 0, cc),
-                         impl::TransposeTaps<matrix, matrix>{conv_w, taps_});
+                         impl::TransposeTaps<matrix, matrix>{conv_w, saved.taps});
     using conv_kernel =
         impl::ConvForward<matrix, matrix, vector, matrix, Kokkos::View<std::int64_t*, MemorySpace>>;
     using split_kernel = impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>;
     const std::int64_t block = conv_channel_block<ExecutionSpace>();
-    const conv_kernel conv{u,          taps_,       conv_b, pre_,  act_,
-                           seq_start_, dims_.off_v, cc,     block, dims_.width};
+    const conv_kernel conv{u,          saved.taps,  conv_b, saved.pre, saved.act,
+                           seq_start_, dims_.off_v, cc,     block,     dims_.width};
     constexpr bool host = ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>;
-    const split_kernel split{act_, rnorm_, rec_.k, rec_.q, rec_.v, dims_, eps_, !host};
+    const split_kernel split{saved.act, saved.rnorm, saved.k, saved.q, saved.v, dims_, eps_, !host};
     if constexpr (host) {
       // One pass per token over the row in cache (conv, SiLU, norms, q̂, k̂, v, z).
       Kokkos::parallel_for(
@@ -145,24 +197,26 @@ class GdpLayerCore {
         Kokkos::parallel_for("ctxpar::heads::copy_z", p2(space, {0, 0}, {t, dims_.d_inner()}),
                              impl::CopyColumns<matrix, matrix>{u, z, 0});
     }
-    gates_forward(space, u, a_log, dt_bias);
-    rec_.o = tensor3(y.data(), t, dims_.heads, dims_.headdim);
-    recurrence_forward(space);
+    gates_forward(space, u, a_log, dt_bias, saved);
+    const tensor3 y3(y.data(), t, dims_.heads, dims_.headdim);
+    recurrence_forward(space, saved, y3);
     if (dims_.skip != SkipTerm::none && dims_.d_inner() > 0) {
-      const tensor3 y3(y.data(), t, dims_.heads, dims_.headdim);
-      const auto x3 = value_copy0();
+      const auto x3 = value_copy0(saved);
       with_skip_weights(d, [&](const auto& w) {
         ctxpar::assign(space, y3, expr::view(y3) + w * expr::view(x3));
       });
     }
+    saved.filled = true;
   }
 
-  /// Backward of the last `forward`: `dy [T, H·d]`, `dz [T, d_inner]` → `du [T, C_local]` and this
-  /// rank's parameter-slice gradients (overwritten; `dd` like `d`, empty without a skip term).
+  /// Backward of the `forward` that filled `saved` (the caller checks that one did): `dy [T, H·d]`,
+  /// `dz [T, d_inner]` → `du [T, C_local]` and this rank's parameter-slice gradients (overwritten;
+  /// `dd` like `d`, empty without a skip term). The recurrence keeps its backward scratch in
+  /// `saved`.
   template <class ExecutionSpace>
-  void backward(const ExecutionSpace& space, const matrix& dy, const matrix& dz, const matrix& du,
-                const matrix& dconv_w, const vector& dconv_b, const vector& ddt_bias,
-                const vector& da_log, const vector& dd) {
+  void backward(const ExecutionSpace& space, saved_type& saved, const matrix& dy, const matrix& dz,
+                const matrix& du, const matrix& dconv_w, const vector& dconv_b,
+                const vector& ddt_bias, const vector& da_log, const vector& dd) {
     compat::ScopedRegion region("ctxpar::heads::layer_backward");
     const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
     using p2 =
@@ -184,19 +238,20 @@ class GdpLayerCore {
       if (dd.extent(0) > 0) Kokkos::deep_copy(space, dd, Scalar(0));
       return;
     }
-    recurrence_backward(space, tensor3(dy.data(), t, h, dims_.headdim));
+    recurrence_backward(space, saved, tensor3(dy.data(), t, h, dims_.headdim));
     // One pass from dq, dk, dv to dpre (in dact_): the L2-norm backward, the skip term's output
     // gradient joining dx_V (the skip term reads x_V) and SiLU's backward, fused at the store.
     Kokkos::parallel_for(
         "ctxpar::heads::l2norm_silu_backward", p1(space, 0, t),
         impl::SplitNormalizeBackward<matrix, tensor3, tensor3, tensor3, matrix, matrix, vector>{
-            act_, pre_, rnorm_, grads_.k, grads_.q, grads_.v, dact_, dy, d_, dims_});
+            saved.act, saved.pre, saved.rnorm, grads_.k, grads_.q, grads_.v, dact_, dy, saved.d,
+            dims_});
     if (dims_.skip != SkipTerm::none && dims_.d_inner() > 0) {
       // dD sums dy·x_V over this rank's tokens (over ranks in GdpContextParallel).
       const int width = dims_.skip == SkipTerm::per_head ? dims_.headdim : 1;
       Kokkos::parallel_for(
           "ctxpar::heads::skip_grad", p1(space, 0, static_cast<std::int64_t>(dd.extent(0))),
-          impl::SkipGrad<matrix, strided_matrix, vector>{dy, values_copy0(), dd, t, width});
+          impl::SkipGrad<matrix, strided_matrix, vector>{dy, values_copy0(saved), dd, t, width});
     }
     const std::int64_t cc = dims_.conv_channels();
     if (cc > 0) {
@@ -204,21 +259,21 @@ class GdpLayerCore {
           "ctxpar::heads::conv_backward_input",
           p1(space, 0, impl::channel_items(t, cc, conv_channel_block<ExecutionSpace>())),
           impl::ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
-              dact_, taps_, du, seq_end_, dims_.off_v, cc, conv_channel_block<ExecutionSpace>(),
-              dims_.width});
+              dact_, saved.taps, du, seq_end_, dims_.off_v, cc,
+              conv_channel_block<ExecutionSpace>(), dims_.width});
       using weights_kernel = impl::ConvBackwardWeights<matrix, matrix, matrix, vector,
                                                        Kokkos::View<std::int64_t*, MemorySpace>>;
       const int block =
           ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> ? weights_kernel::max_block : 1;
       Kokkos::parallel_for("ctxpar::heads::conv_backward_weights",
                            p1(space, 0, (cc + block - 1) / block),
-                           weights_kernel{dact_, u_, dconv_w, dconv_b, seq_start_, dims_.off_v, t,
-                                          dims_.width, cc, block});
+                           weights_kernel{dact_, saved.u, dconv_w, dconv_b, seq_start_, dims_.off_v,
+                                          t, dims_.width, cc, block});
     }
-    gates_backward(space, du);
+    gates_backward(space, saved, du);
     Kokkos::parallel_for("ctxpar::heads::gate_param_grads",
                          Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
-                         impl::GateParamGrads<matrix, matrix, vector>{du, grads_.g, rec_.g,
+                         impl::GateParamGrads<matrix, matrix, vector>{du, grads_.g, saved.g,
                                                                       ddt_bias, da_log, dims_, t});
     if (dims_.d_inner() > 0)
       Kokkos::parallel_for("ctxpar::heads::copy_dz", p2(space, {0, 0}, {t, dims_.d_inner()}),
@@ -237,16 +292,32 @@ class GdpLayerCore {
   }
 
   // x_V, householder copy 0 of the values after conv and SiLU, as `[T, H, d]` and `[T, H·d]`:
-  // v (`[T·M, H, d]`) read with a row stride of `M·H·d`. `act_` holds no V channels where the
+  // v (`[T·M, H, d]`) read with a row stride of `M·H·d`. `act` holds no V channels where the
   // host prologue writes v directly, so every reader of x_V takes it from here.
-  strided_tensor3 value_copy0() const {
+  strided_tensor3 value_copy0(const saved_type& saved) const {
     const std::int64_t row = dims_.d_inner() * dims_.copies;
     const Kokkos::LayoutStride layout(tokens_, row, dims_.heads, dims_.headdim, dims_.headdim, 1);
-    return strided_tensor3(rec_.v.data(), layout);
+    return strided_tensor3(saved.v.data(), layout);
   }
-  strided_matrix values_copy0() const {
+  strided_matrix values_copy0(const saved_type& saved) const {
     const Kokkos::LayoutStride layout(tokens_, dims_.d_inner() * dims_.copies, dims_.d_inner(), 1);
-    return strided_matrix(rec_.v.data(), layout);
+    return strided_matrix(saved.v.data(), layout);
+  }
+
+  // The buffers of `saved` at this core's sizes (zero-filled, labelled).
+  void size_saved(saved_type& saved) const {
+    const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
+    saved.pre = matrix("ctxpar::heads::conv_pre", t, dims_.conv_channels());
+    saved.act = matrix("ctxpar::heads::conv_act", t, dims_.conv_channels());
+    saved.taps = matrix("ctxpar::heads::conv_taps", dims_.width, dims_.conv_channels());
+    saved.rnorm = tensor3("ctxpar::heads::rnorm", t, m + 1, dims_.groups);
+    saved.q = tensor3("ctxpar::heads::q", t, h, dims_.d_state);
+    saved.k = tensor3("ctxpar::heads::k", t * m, h, dims_.d_state);
+    saved.v = tensor3("ctxpar::heads::v", t * m, h, dims_.headdim);
+    saved.beta = matrix("ctxpar::heads::beta", t * m, h);
+    saved.g = matrix("ctxpar::heads::g", t, h);
+    saved.recurrence = {};
+    saved.sized = true;
   }
   // Calls `f` with D read as `[T, H, d]`: the per-channel D viewed as `[H, d]`, or the per-head D
   // repeated over the head's channels (two expression types, hence the callback).
@@ -264,33 +335,33 @@ class GdpLayerCore {
   // g = −exp(A_log)·softplus(a + dt_bias): one fused expression-layer kernel each.
   template <class ExecutionSpace>
   void gates_forward(const ExecutionSpace& space, const matrix& u, const vector& a_log,
-                     const vector& dt_bias) {
+                     const vector& dt_bias, const saved_type& saved) {
     const std::int64_t t = tokens_, mh = std::int64_t(dims_.copies) * dims_.heads;
-    const matrix beta(rec_.beta.data(), t, mh);
+    const matrix beta(saved.beta.data(), t, mh);
     ctxpar::assign(space, beta,
                    impl::gate_sigmoid(expr::view(Kokkos::subview(
                        u, Kokkos::ALL, Kokkos::make_pair(dims_.off_b, dims_.off_b + mh)))));
     const auto ua =
         Kokkos::subview(u, Kokkos::ALL, Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads));
-    ctxpar::assign(space, rec_.g,
+    ctxpar::assign(space, saved.g,
                    -expr::exp(expr::broadcast<0>(a_log, t)) *
                        impl::gate_softplus(expr::view(ua) + expr::broadcast<0>(dt_bias, t)));
   }
   // Backward of `gates_forward` into the b and a sections of `du`.
   template <class ExecutionSpace>
-  void gates_backward(const ExecutionSpace& space, const matrix& du) {
+  void gates_backward(const ExecutionSpace& space, const saved_type& saved, const matrix& du) {
     const std::int64_t t = tokens_, mh = std::int64_t(dims_.copies) * dims_.heads;
-    const matrix beta(rec_.beta.data(), t, mh), dbeta(grads_.beta.data(), t, mh);
+    const matrix beta(saved.beta.data(), t, mh), dbeta(grads_.beta.data(), t, mh);
     ctxpar::assign(
         space, Kokkos::subview(du, Kokkos::ALL, Kokkos::make_pair(dims_.off_b, dims_.off_b + mh)),
         expr::view(dbeta) * expr::view(beta) * (Scalar(1) - expr::view(beta)));
-    const auto ua =
-        Kokkos::subview(u_, Kokkos::ALL, Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads));
+    const auto ua = Kokkos::subview(saved.u, Kokkos::ALL,
+                                    Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads));
     ctxpar::assign(
         space,
         Kokkos::subview(du, Kokkos::ALL, Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads)),
-        -expr::view(grads_.g) * expr::exp(expr::broadcast<0>(a_log_, t)) *
-            impl::gate_sigmoid(expr::view(ua) + expr::broadcast<0>(dt_bias_, t)));
+        -expr::view(grads_.g) * expr::exp(expr::broadcast<0>(saved.a_log, t)) *
+            impl::gate_sigmoid(expr::view(ua) + expr::broadcast<0>(saved.dt_bias, t)));
   }
 
   // The recurrence over the whole local sequence for every local head: the chunkwise GDP backend
@@ -299,30 +370,30 @@ class GdpLayerCore {
   using backend_type = chunkwise::GatedDeltaProductBackend<Scalar, MemorySpace>;
   using inputs_type = typename backend_type::inputs_type;
 
-  inputs_type recurrence_inputs() const {
+  inputs_type recurrence_inputs(const saved_type& saved) const {
     const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
     inputs_type in;
-    in.q = rec_.q;
+    in.q = saved.q;
     in.k =
-        chunkwise::const_substep_view<Scalar, MemorySpace>(rec_.k.data(), t, m, h, dims_.d_state);
+        chunkwise::const_substep_view<Scalar, MemorySpace>(saved.k.data(), t, m, h, dims_.d_state);
     in.v =
-        chunkwise::const_substep_view<Scalar, MemorySpace>(rec_.v.data(), t, m, h, dims_.headdim);
-    in.g = rec_.g;
-    in.beta = chunkwise::const_token_view<Scalar, MemorySpace>(rec_.beta.data(), t, m, h);
+        chunkwise::const_substep_view<Scalar, MemorySpace>(saved.v.data(), t, m, h, dims_.headdim);
+    in.g = saved.g;
+    in.beta = chunkwise::const_token_view<Scalar, MemorySpace>(saved.beta.data(), t, m, h);
     return in;
   }
 
   template <class ExecutionSpace>
-  void recurrence_forward(const ExecutionSpace& space) {
+  void recurrence_forward(const ExecutionSpace& space, saved_type& saved, const tensor3& out) {
     if (dims_.heads == 0) return;
-    const inputs_type in = recurrence_inputs();
-    // The same bundle on every forward: its chunk layout is kept (no allocation), and a
-    // forward_apply without a forward_prepare of its own call recomputes everything from these
-    // buffers' new values.
-    backend_.forward_apply(space, in, seqs_, zero_state(), {}, rec_.o, {}, saved_);
+    const inputs_type in = recurrence_inputs(saved);
+    // The same bundle on every forward into one `saved`: its chunk layout is kept (no
+    // allocation), and a forward_apply without a forward_prepare of its own call recomputes
+    // everything from these buffers' new values.
+    backend_.forward_apply(space, in, seqs_, zero_state(), {}, out, {}, saved.recurrence);
   }
   template <class ExecutionSpace>
-  void recurrence_backward(const ExecutionSpace& space, const tensor3& dout) {
+  void recurrence_backward(const ExecutionSpace& space, saved_type& saved, const tensor3& dout) {
     if (dims_.heads == 0) return;
     const std::int64_t t = tokens_, m = dims_.copies, h = dims_.heads;
     typename backend_type::gradients_type g;
@@ -331,7 +402,7 @@ class GdpLayerCore {
     g.dv = chunkwise::substep_view<Scalar, MemorySpace>(grads_.v.data(), t, m, h, dims_.headdim);
     g.dg = grads_.g;
     g.dbeta = chunkwise::token_view<Scalar, MemorySpace>(grads_.beta.data(), t, m, h);
-    backend_.backward_apply(space, saved_, dout, seqs_, zero_state(), {}, g, {}, {});
+    backend_.backward_apply(space, saved.recurrence, dout, seqs_, zero_state(), {}, g, {}, {});
   }
   // The zero state entering (and the zero gradient leaving) the rank's whole sequences: read
   // only, allocated on first use.
@@ -346,24 +417,15 @@ class GdpLayerCore {
     tensor3 q, k, v;  // [T, H, N], [T·M, H, N], [T·M, H, d]
     matrix beta, g;   // [T·M, H], [T, H]
   };
-  struct Recurrence {
-    tensor3 q, k, v, o;  // as Grads, and the output [T, H, d]
-    matrix beta, g;
-  };
 
   impl::LocalDims dims_;
   std::int64_t tokens_ = 0;
   double eps_ = 1e-6;
   Kokkos::View<std::int64_t*, MemorySpace> seq_start_, seq_end_;
-  matrix pre_, act_, dact_, u_;
-  matrix taps_;  // the last forward's conv weights tap-major, [width, C_conv]
-  vector dt_bias_, a_log_, d_;
-  tensor3 rnorm_;
-  Recurrence rec_;
+  matrix dact_;
   Grads grads_;
   chunkwise::LocalSequences seqs_;
   backend_type backend_{1};
-  typename backend_type::saved_type saved_;
   chunkwise::state_view<MemorySpace> zero_;
 };
 

@@ -19,6 +19,7 @@
 #include "ctxpar/core/checked_product.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/fingerprint.hpp"
+#include "ctxpar/core/plan.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/heads/channel_layout.hpp"
@@ -30,17 +31,19 @@
 namespace ctxpar::heads {
 
 /// The plan of one head transpose over a `ChannelLayout`, for activations of `Scalar` in
-/// `MemorySpace`. Construction is collective: it checks the layout, the policies and the token
-/// layout on every rank, agrees on the verdict (every rank throws the same `ctxpar::Error`), and
-/// allocates its two labelled buffers once. The transposes reuse them.
+/// `MemorySpace`, run on the `ExecutionSpace` instance it is built with. Construction is
+/// collective: it checks the layout, the policies and the token layout on every rank, agrees on
+/// the verdict (every rank throws the same `ctxpar::Error`), and allocates its two labelled
+/// buffers once. The transposes reuse them. It follows the plan contract (`core/plan.hpp`): a
+/// linear map, so `saved_type` is `NoSavedState` and the calls take no saved object.
 ///
 /// Sequence-parallel side: rank `i` holds rows `[row_begin(i), row_end(i))` of the sequence in
 /// sequence-parallel order (natural order under `Contiguous`, zigzag order under `Zigzag`), all
 /// `channels()` channels. Head-parallel side: every rank holds all `tokens()` rows in natural
 /// order and its `local_channels()` channels (section by section, copy by copy, its head block or
 /// its key groups; see `ChannelLayout::channel_map`).
-template <class Scalar, class MemorySpace, class HeadPolicy = EvenHeads,
-          class TokenOrder = Contiguous>
+template <class HeadPolicy, class TokenOrder, class ExecutionSpace, class Scalar,
+          class MemorySpace = typename ExecutionSpace::memory_space>
 class TransposePlan {
   static_assert(std::is_floating_point_v<Scalar> || std::is_integral_v<Scalar>,
                 "ctxpar::heads::TransposePlan: Scalar must be an arithmetic type");
@@ -48,21 +51,32 @@ class TransposePlan {
                 "ctxpar::heads::TransposePlan: HeadPolicy must be EvenHeads or UnevenHeads");
   static_assert(is_token_order_v<TokenOrder>,
                 "ctxpar::heads::TransposePlan: TokenOrder must be Contiguous or Zigzag");
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
+                "ctxpar::heads::TransposePlan: the memory space must be accessible from the "
+                "execution space");
 
  public:
-  using value_type = Scalar;         ///< element type of the activations
-  using memory_space = MemorySpace;  ///< where the buffers live
-  using head_policy = HeadPolicy;    ///< EvenHeads or UnevenHeads
-  using token_order = TokenOrder;    ///< Contiguous or Zigzag
+  using execution_space = ExecutionSpace;  ///< where the kernels and the exchange run
+  using scalar_type = Scalar;              ///< element type of the activations
+  using value_type = Scalar;               ///< element type of the activations
+  using memory_space = MemorySpace;        ///< where the buffers live
+  using saved_type = NoSavedState;         ///< a linear map: the backward needs no saved state
+  using head_policy = HeadPolicy;          ///< EvenHeads or UnevenHeads
+  using token_order = TokenOrder;          ///< Contiguous or Zigzag
   /// Sequence-sharded or head-sharded activations, `[rows, channels]`.
   using view_type = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
 
-  /// Collective. `tokens` is the global token count `T`; `cu_seqlens` (optional, global, the same
-  /// on every rank) describes packed sequences: starts at 0, non-decreasing, ends at `T`. Under
-  /// `Zigzag` every sequence is zigzagged on its own, so packed input needs it.
-  TransposePlan(const Group& group, ChannelLayout layout, std::int64_t tokens,
-                std::vector<std::int64_t> cu_seqlens = {})
-      : group_(group), layout_(std::move(layout)), tokens_(tokens), cu_(std::move(cu_seqlens)) {
+  /// Collective. `space` runs every kernel and exchange of the plan; `tokens` is the global token
+  /// count `T`; `cu_seqlens` (optional, global, the same on every rank) describes packed
+  /// sequences: starts at 0, non-decreasing, ends at `T`. Under `Zigzag` every sequence is
+  /// zigzagged on its own, so packed input needs it.
+  TransposePlan(const ExecutionSpace& space, const Group& group, ChannelLayout layout,
+                std::int64_t tokens, std::vector<std::int64_t> cu_seqlens = {})
+      : space_(space),
+        group_(group),
+        layout_(std::move(layout)),
+        tokens_(tokens),
+        cu_(std::move(cu_seqlens)) {
     const std::string op = "ctxpar::heads::TransposePlan";
     check_plan();
     if (cu_.empty()) cu_ = {0, tokens_};
@@ -89,6 +103,12 @@ class TransposePlan {
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::head_buffer"),
         tokens_ * local_channels());
   }
+
+  /// Plans own their buffers: movable, not copyable (a copy would share them).
+  TransposePlan(const TransposePlan&) = delete;
+  TransposePlan& operator=(const TransposePlan&) = delete;
+  TransposePlan(TransposePlan&&) = default;             ///< moves the buffers
+  TransposePlan& operator=(TransposePlan&&) = default;  ///< moves the buffers
 
  private:
   // The agreed checks of the constructor: the layout, T, the policies' divisibility and the
@@ -229,8 +249,15 @@ class TransposePlan {
   }
 
  public:
+  /// The execution space instance the plan runs on.
+  const execution_space& space() const { return space_; }
   /// The communicator.
   const Group& group() const { return group_; }
+  /// Bytes of the device buffers the plan owns (send and receive buffers, the channel runs).
+  std::size_t workspace_bytes() const {
+    return (buf_seq_.span() + buf_head_.span()) * sizeof(Scalar) +
+           runs_.span() * sizeof(impl::ChannelRun);
+  }
   /// Whether both transposes are the identity (one rank, natural token order, every channel in
   /// its own place): a caller may then use one view for both sides instead of transposing.
   bool identity() const { return identity_; }
@@ -269,8 +296,9 @@ class TransposePlan {
 
   /// Collective. `x [local_rows(), channels()]` (sequence-parallel) → `y [tokens(),
   /// local_channels()]` (head-parallel, natural order).
-  template <class ExecutionSpace, class SeqView, class HeadView>
-  void to_head_parallel(const ExecutionSpace& space, const SeqView& x, const HeadView& y) const {
+  template <class SeqView, class HeadView>
+  void to_head_parallel(const SeqView& x, const HeadView& y) const {
+    const ExecutionSpace& space = space_;
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, SeqView);
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_head_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region("ctxpar::heads::to_head_parallel");
@@ -286,9 +314,9 @@ class TransposePlan {
           "ctxpar::heads::pack_sequence", space, local_rows(),
           impl::PackSequence<SeqView, buffer, MemorySpace, ExecutionSpace>{x, packed, runs_});
     if constexpr (contiguous) {
-      if (!alone) exchange(space, buf_seq_, send_seq_, flat(y), recv_head_);
+      if (!alone) exchange(buf_seq_, send_seq_, flat(y), recv_head_);
     } else {
-      if (!alone) exchange(space, buf_seq_, send_seq_, buf_head_, recv_head_);
+      if (!alone) exchange(buf_seq_, send_seq_, buf_head_, recv_head_);
       if (tokens_ > 0)
         impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space, tokens_,
                            impl::UnpackHead<const_buffer, HeadView, PackedZigzagLayout<MemorySpace>,
@@ -300,19 +328,19 @@ class TransposePlan {
 
   /// The local first half of `to_head_parallel` alone: packs `x` into the plan's send buffer (no
   /// communication). For measuring the pack bandwidth; `to_head_parallel` does this itself.
-  template <class ExecutionSpace, class SeqView>
-  void pack(const ExecutionSpace& space, const SeqView& x) const {
+  template <class SeqView>
+  void pack(const SeqView& x) const {
     if (local_rows() > 0)
-      impl::for_each_row("ctxpar::heads::pack_sequence", space, local_rows(),
+      impl::for_each_row("ctxpar::heads::pack_sequence", space_, local_rows(),
                          impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
                                             MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
   }
   /// The local second half of `to_head_parallel` under `Zigzag` alone: unpacks the plan's receive
   /// buffer into `y` with the zigzag undo (no communication). For measuring the unpack bandwidth.
-  template <class ExecutionSpace, class HeadView>
-  void unpack(const ExecutionSpace& space, const HeadView& y) const {
+  template <class HeadView>
+  void unpack(const HeadView& y) const {
     if (tokens_ > 0)
-      impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space, tokens_,
+      impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space_, tokens_,
                          impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
                                           PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
                              buf_head_, y, order_, local_channels()});
@@ -321,24 +349,22 @@ class TransposePlan {
   /// Collective. The inverse of `to_head_parallel`: `y [tokens(), local_channels()]` →
   /// `x [local_rows(), channels()]`; a channel repeated on several ranks takes the copy of the
   /// lowest rank. Without repeats it is also the adjoint (the backward of `to_head_parallel`).
-  template <class ExecutionSpace, class HeadView, class SeqView>
-  void to_sequence_parallel(const ExecutionSpace& space, const HeadView& y,
-                            const SeqView& x) const {
-    reverse("ctxpar::heads::to_sequence_parallel", space, y, x, false);
+  template <class HeadView, class SeqView>
+  void to_sequence_parallel(const HeadView& y, const SeqView& x) const {
+    reverse("ctxpar::heads::to_sequence_parallel", y, x, false);
   }
 
   /// Collective. The adjoint of `to_head_parallel` (its backward): like `to_sequence_parallel`, but
   /// the copies of a repeated channel are summed in rank order.
-  template <class ExecutionSpace, class HeadView, class SeqView>
-  void adjoint_to_head_parallel(const ExecutionSpace& space, const HeadView& dy,
-                                const SeqView& dx) const {
-    reverse("ctxpar::heads::adjoint_to_head_parallel", space, dy, dx, true);
+  template <class HeadView, class SeqView>
+  void adjoint_to_head_parallel(const HeadView& dy, const SeqView& dx) const {
+    reverse("ctxpar::heads::adjoint_to_head_parallel", dy, dx, true);
   }
 
  private:
-  template <class ExecutionSpace, class HeadView, class SeqView>
-  void reverse(const char* op, const ExecutionSpace& space, const HeadView& y, const SeqView& x,
-               bool sum_repeats) const {
+  template <class HeadView, class SeqView>
+  void reverse(const char* op, const HeadView& y, const SeqView& x, bool sum_repeats) const {
+    const ExecutionSpace& space = space_;
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, SeqView);
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region(op);
@@ -350,7 +376,7 @@ class TransposePlan {
       if (alone)
         received = flat(y);
       else
-        exchange(space, flat(y), recv_head_, buf_seq_, send_seq_);
+        exchange(flat(y), recv_head_, buf_seq_, send_seq_);
     } else {
       if (tokens_ > 0)
         impl::for_each_row(
@@ -360,7 +386,7 @@ class TransposePlan {
       if (alone)
         received = buf_head_;
       else
-        exchange(space, buf_head_, recv_head_, buf_seq_, send_seq_);
+        exchange(buf_head_, recv_head_, buf_seq_, send_seq_);
     }
     if (local_rows() > 0)
       impl::for_each_row("ctxpar::heads::unpack_sequence", space, local_rows(),
@@ -403,13 +429,13 @@ class TransposePlan {
   }
 
  private:
-  template <class ExecutionSpace, class Send, class Recv>
-  void exchange(const ExecutionSpace& space, const Send& send, const std::vector<int>& send_counts,
-                const Recv& recv, const std::vector<int>& recv_counts) const {
+  template <class Send, class Recv>
+  void exchange(const Send& send, const std::vector<int>& send_counts, const Recv& recv,
+                const std::vector<int>& recv_counts) const {
     if constexpr (std::is_same_v<HeadPolicy, EvenHeads>) {
-      alltoall(space, group_, send, recv, unchecked);
+      alltoall(space_, group_, send, recv, unchecked);
     } else {
-      alltoallv(space, group_, send, send_counts, recv, recv_counts, unchecked);
+      alltoallv(space_, group_, send, send_counts, recv, recv_counts, unchecked);
     }
   }
 
@@ -437,6 +463,7 @@ class TransposePlan {
     return s + (cu.size() > 8 ? ",..." : "");
   }
 
+  ExecutionSpace space_;
   Group group_;
   ChannelLayout layout_;
   std::int64_t tokens_;
@@ -450,19 +477,5 @@ class TransposePlan {
   Kokkos::View<Scalar*, MemorySpace> buf_seq_, buf_head_;
   bool identity_ = false;
 };
-
-/// Collective: `plan.to_head_parallel(space, x, y)`. The plan carries the group.
-template <class ExecutionSpace, class Plan, class SeqView, class HeadView>
-void to_head_parallel(const ExecutionSpace& space, const Plan& plan, const SeqView& x,
-                      const HeadView& y) {
-  plan.to_head_parallel(space, x, y);
-}
-
-/// Collective: `plan.to_sequence_parallel(space, y, x)`. The plan carries the group.
-template <class ExecutionSpace, class Plan, class HeadView, class SeqView>
-void to_sequence_parallel(const ExecutionSpace& space, const Plan& plan, const HeadView& y,
-                          const SeqView& x) {
-  plan.to_sequence_parallel(space, y, x);
-}
 
 }  // namespace ctxpar::heads
