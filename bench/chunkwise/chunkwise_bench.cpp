@@ -37,6 +37,7 @@
 #include "ctxpar/chunkwise/diagonal_gate.hpp"
 #include "ctxpar/chunkwise/driver.hpp"
 #include "ctxpar/chunkwise/gated_delta_rule.hpp"
+#include "ctxpar/chunkwise/impl/gated_delta_reference.hpp"
 #include "ctxpar/chunkwise/scalar_decay.hpp"
 
 namespace {
@@ -493,7 +494,7 @@ int main(int argc, char** argv) {
         cw::token_view<float, mem> o_rec("o_rec", T, H, V);
         const auto t_rec = bench::time_it(
             [&] {
-              cw::gated_delta_recurrence_forward(exec(), rb, base.in, o_rec);
+              cw::impl::reference_recurrence_forward(exec(), rb, base.in, o_rec);
               exec().fence();
             },
             1, repeats);
@@ -508,7 +509,7 @@ int main(int argc, char** argv) {
           cw::GatedDeltaRuleBackend<float, mem> b(cw::BackendOptions{chunk, 0.0});
           cw::token_view<float, mem> o("o", T, H, V);
           // A kept bundle and zero state, as a plan keeps them: the time is the kernels', not the
-          // allocations a fresh bundle makes on every call (gated_delta_local_forward's).
+          // allocations a fresh bundle makes on every call (impl::reference_local_forward's).
           typename cw::GatedDeltaRuleBackend<float, mem>::saved_type saved;
           const cw::state_view<mem> zero("zero_state", H, K, V);
           const cw::LocalSequences seqs = cw::LocalSequences::single(T);

@@ -1,5 +1,5 @@
 // `ctxpar swa`: streamed sliding-window attention over a whole stream of .npy tensors, context
-// parallel across the ranks, checked against the single-rank step; and the `swa` part of
+// parallel across the ranks, checked against the same plan on one rank; and the `swa` part of
 // `ctxpar demo`.
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
@@ -190,40 +190,15 @@ class StreamRunner {
   std::vector<ctxpar::swa::StepGradients<Scalar, Mem>> grads_;
 };
 
-/// The same stream through the single-rank step on this rank alone.
+/// The same stream on this rank alone: the plan on a one-rank group (`MPI_COMM_SELF`), the
+/// single-rank use of the operator.
 template <class Scalar>
 StreamOutput<Scalar> single_run(const Stream<Scalar>& s, std::int64_t step,
                                 const ctxpar::swa::Options& options, bool backward) {
-  Exec space;
-  StreamOutput<Scalar> o;
-  o.out.assign(s.tokens * s.hq * s.dim, Scalar(0));
-  auto cache = ctxpar::swa::empty_cache<Scalar, Mem>(s.hkv, s.dim);
-  std::vector<ctxpar::swa::StepState<Scalar, Mem>> states;
-  for (std::int64_t from = 0; from < s.tokens; from += step) {
-    const std::int64_t t = std::min(step, s.tokens - from);
-    auto r = ctxpar::swa::step_forward(space, chunk_of(s, from, t), cache, options);
-    place(o.out, r.out, from);
-    cache = r.next_cache;
-    states.push_back(r.state);
-  }
-  if (!backward) return o;
-  o.dq.assign(o.out.size(), Scalar(0));
-  o.dk.assign(s.tokens * s.hkv * s.dim, Scalar(0));
-  o.dv.assign(o.dk.size(), Scalar(0));
-  ctxpar::swa::CacheGradient<Scalar, Mem> carried;
-  std::int64_t from = s.tokens;
-  for (std::size_t k = states.size(); k-- > 0;) {
-    const auto n = static_cast<std::int64_t>(states[k].q_rot.extent(0));
-    from -= n;
-    auto g =
-        ctxpar::swa::step_backward(space, states[k], rows(s.dout, from, n, s.hq, s.dim), carried);
-    place(o.dq, g.dq, from);
-    place(o.dk, g.dk, from);
-    place(o.dv, g.dv, from);
-    carried.dk = g.dk_cache;
-    carried.dv = g.dv_cache;
-  }
-  return o;
+  const ctxpar::Group self(MPI_COMM_SELF);
+  StreamRunner<Scalar, ctxpar::swa::RopeBeforeGather, ctxpar::swa::SegmentChunks> runner(self, s,
+                                                                                         options);
+  return runner.run(self, s, step, backward);
 }
 
 /// Largest |a - b| / (1 + |b|) over two arrays (0 for empty ones).

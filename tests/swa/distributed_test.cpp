@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ctxpar/swa/distributed_step.hpp"
-#include "ctxpar/swa/step.hpp"
+#include "ctxpar/swa/impl/reference_step.hpp"
 #include "ctxpar_test/harness.hpp"
 #include "fixtures.hpp"
 
@@ -72,7 +72,7 @@ struct Reference {
   ts::Forward f;
   ts::Backward g;
   ts::Bounds b;
-  ctxpar::swa::StepResult<Scalar, Mem> single;
+  ctxpar::swa::impl::ReferenceResult<Scalar, Mem> single;
   ctxpar::swa::StepGradients<Scalar, Mem> single_g;
 };
 
@@ -219,10 +219,11 @@ bool all_variants() {
     o.window = spec.window;
     o.rope_base = spec.base;
     const std::int64_t t = v.tokens - v.c;
-    ref.single = step_forward(space, ts::chunk_of<Scalar, Mem>(ref.s.problem, v.c, t),
-                              ts::block_of<Scalar, Mem>(ref.s.problem, 0, v.c), o);
-    ref.single_g =
-        step_backward(space, ref.single.state, ts::to_view<Scalar, Mem>(ref.s.dout, v.c, t));
+    ref.single =
+        impl::reference_step_forward(space, ts::chunk_of<Scalar, Mem>(ref.s.problem, v.c, t),
+                                     ts::block_of<Scalar, Mem>(ref.s.problem, 0, v.c), o);
+    ref.single_g = impl::reference_step_backward(space, ref.single.state,
+                                                 ts::to_view<Scalar, Mem>(ref.s.dout, v.c, t));
     ok = step_case<C, RopeBeforeGather, SegmentChunks>(spec, v.c, ref) && ok;
     ok = step_case<C, RopeAfterGather, SegmentChunks>(spec, v.c, ref) && ok;
     ok = step_case<C, HaloKV, SegmentChunks>(spec, v.c, ref) && ok;
@@ -299,8 +300,8 @@ bool stream_case(LayoutPlan plan) {
       whole_plan.forward(sh.chunk, cache, r.out, next, r.state);
     else
       segment_plan.forward(sh.chunk, cache, r.out, next, r.state);
-    auto single = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t),
-                                            single_cache, o);
+    auto single = ctxpar::swa::impl::reference_step_forward(
+        space, ts::chunk_of<Scalar, Mem>(s.problem, from, t), single_cache, o);
     ok = ts::close_to("streamed out", r.out, f.out, b.out, sh.chunk_from) && ok;
     ok = ts::bitwise_equal(r.out, ctxpar::swa::impl::tokens(single.out, sh.chunk_from - from,
                                                             sh.chunk.length())) &&

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <vector>
 
-#include "ctxpar/swa/step.hpp"
+#include "ctxpar/swa/impl/reference_step.hpp"
 #include "ctxpar_test/harness.hpp"
 #include "fixtures.hpp"
 
@@ -85,9 +85,9 @@ bool one_step_matches(ts::StreamSpec spec, std::int64_t c, ctxpar::swa::KernelCh
   o.kernels = kernels;
   auto chunk = ts::chunk_of<Scalar, Mem>(s.problem, c, t);
   auto cache = ts::block_of<Scalar, Mem>(s.problem, 0, c);
-  auto r = ctxpar::swa::step_forward(space, chunk, cache, o);
+  auto r = ctxpar::swa::impl::reference_step_forward(space, chunk, cache, o);
   auto dout = ts::to_view<Scalar, Mem>(s.dout, c, t);
-  auto gr = ctxpar::swa::step_backward(space, r.state, dout);
+  auto gr = ctxpar::swa::impl::reference_step_backward(space, r.state, dout);
   bool ok = ts::close_to("out", r.out, f.out, b.out, c);
   ok = ts::close_to("dq", gr.dq, g.dq, b.dq, c) && ok;
   ok = ts::close_to("dk", gr.dk, g.dk, b.dk, c) && ok;
@@ -168,14 +168,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass, Case, ctxpar:
   ctxpar::swa::Options o;
   o.window = spec.window;
   const std::int64_t step = 5;  // 22 steps, the last one shorter
-  std::vector<ctxpar::swa::StepState<Scalar, Mem>> states;
+  std::vector<ctxpar::swa::impl::ReferenceState<Scalar, Mem>> states;
   auto cache = ctxpar::swa::empty_cache<Scalar, Mem>(spec.hkv, spec.dim);
   cache.ids = ctxpar::swa::Ids<Mem>("ids", 0);
   bool ok = true;
   for (std::int64_t from = 0; from < spec.tokens; from += step) {
     const std::int64_t t = std::min(step, spec.tokens - from);
-    auto r =
-        ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, from, t), cache, o);
+    auto r = ctxpar::swa::impl::reference_step_forward(
+        space, ts::chunk_of<Scalar, Mem>(s.problem, from, t), cache, o);
     ok = ts::close_to("streamed out", r.out, f.out, b.out, from) && ok;
     cache = r.next_cache;
     states.push_back(r.state);
@@ -185,8 +185,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(streamed_steps_equal_one_dense_pass, Case, ctxpar:
   for (auto it = states.rbegin(); it != states.rend(); ++it) {
     const std::int64_t t = it->q_rot.extent(0);
     from -= t;
-    auto gr =
-        ctxpar::swa::step_backward(space, *it, ts::to_view<Scalar, Mem>(s.dout, from, t), carried);
+    auto gr = ctxpar::swa::impl::reference_step_backward(
+        space, *it, ts::to_view<Scalar, Mem>(s.dout, from, t), carried);
     ok = ts::close_to("streamed dq", gr.dq, g.dq, b.dq, from) && ok;
     ok = ts::close_to("streamed dk", gr.dk, g.dk, b.dk, from) && ok;
     ok = ts::close_to("streamed dv", gr.dv, g.dv, b.dv, from) && ok;
@@ -315,8 +315,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(documents_are_isolated, Case, ctxpar::test::cases)
   spec.document_starts = {17, 30};
   auto s = ts::make_stream<Scalar>(spec);
   ctxpar::swa::Options o;
-  auto a = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, 0, 45),
-                                     ts::block_of<Scalar, Mem>(s.problem, 0, 0), o);
+  auto a =
+      ctxpar::swa::impl::reference_step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, 0, 45),
+                                                ts::block_of<Scalar, Mem>(s.problem, 0, 0), o);
   ts::Problem p = s.problem;
   for (std::int64_t i = 17; i < 30; ++i)
     for (std::int64_t d = 0; d < spec.dim; ++d) {
@@ -324,8 +325,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(documents_are_isolated, Case, ctxpar::test::cases)
       p.k(i, 0, d) -= 0.5;
       p.q(i, 1, d) *= 2;
     }
-  auto b = ctxpar::swa::step_forward(space, ts::chunk_of<Scalar, Mem>(p, 0, 45),
-                                     ts::block_of<Scalar, Mem>(p, 0, 0), o);
+  auto b = ctxpar::swa::impl::reference_step_forward(space, ts::chunk_of<Scalar, Mem>(p, 0, 45),
+                                                     ts::block_of<Scalar, Mem>(p, 0, 0), o);
   bool ok = ts::bitwise_equal(ctxpar::swa::impl::tokens(a.out, 0, 17),
                               ctxpar::swa::impl::tokens(b.out, 0, 17));
   ok = ts::bitwise_equal(ctxpar::swa::impl::tokens(a.out, 30, 15),
@@ -335,7 +336,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(documents_are_isolated, Case, ctxpar::test::cases)
   for (std::int64_t i = 17; i < 30; ++i)
     for (std::int64_t h = 0; h < spec.hq; ++h)
       for (std::int64_t d = 0; d < spec.dim; ++d) dout(i, h, d) = s.dout(i, h, d);
-  auto g = ctxpar::swa::step_backward(space, a.state, ts::to_view<Scalar, Mem>(dout, 0, 45));
+  auto g = ctxpar::swa::impl::reference_step_backward(space, a.state,
+                                                      ts::to_view<Scalar, Mem>(dout, 0, 45));
   for (const auto& view : {g.dq, g.dk, g.dv}) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
     const std::size_t per = h.extent(1) * h.extent(2);

@@ -11,7 +11,7 @@
 
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/swa/distributed_step.hpp"
-#include "ctxpar/swa/step.hpp"
+#include "ctxpar/swa/impl/reference_step.hpp"
 #include "ctxpar_test/harness.hpp"
 #include "fixtures.hpp"
 
@@ -53,7 +53,7 @@ const std::vector<Variant>& variants() {
 /// The outputs of one run: single-rank step (whole axis) and this rank's distributed step.
 template <class Scalar, class Mem>
 struct Run {
-  ctxpar::swa::StepResult<Scalar, Mem> single;
+  ctxpar::swa::impl::ReferenceResult<Scalar, Mem> single;
   ctxpar::swa::StepGradients<Scalar, Mem> single_g;
   /// What this rank's distributed forward wrote.
   struct {
@@ -115,9 +115,10 @@ bool variant_case(const Variant& v, std::uint64_t seed) {
   for (const int team : team_sizes) {
     ctxpar::set_host_team_size(team);
     Run<Scalar, Mem> r;
-    r.single = step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, v.c, t),
-                            ts::block_of<Scalar, Mem>(s.problem, 0, v.c), o);
-    r.single_g = step_backward(space, r.single.state, ts::to_view<Scalar, Mem>(s.dout, v.c, t));
+    r.single = impl::reference_step_forward(space, ts::chunk_of<Scalar, Mem>(s.problem, v.c, t),
+                                            ts::block_of<Scalar, Mem>(s.problem, 0, v.c), o);
+    r.single_g = impl::reference_step_backward(space, r.single.state,
+                                               ts::to_view<Scalar, Mem>(s.dout, v.c, t));
     r.dist.out = allocate_output<Scalar, Mem>(plan.shape(), tr);
     plan.forward(ts::chunk_of<Scalar, Mem>(s.problem, chunk_from, tr),
                  ts::block_of<Scalar, Mem>(s.problem, cache_from, cs.size(rank)), r.dist.out,

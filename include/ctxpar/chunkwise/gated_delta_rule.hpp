@@ -11,7 +11,6 @@
 
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/chunkwise/impl/gated_delta_backend.hpp"
-#include "ctxpar/chunkwise/impl/gated_delta_recurrence.hpp"
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/core/view_checks.hpp"
 
@@ -84,56 +83,6 @@ inline double gated_delta_recurrence_flops(std::int64_t tokens, std::int64_t hea
                                            int n_h = 1) {
   const double kv = double(key_dim) * double(value_dim);
   return double(tokens) * double(heads) * (double(n_h) * (5 * kv + 3 * double(value_dim)) + 2 * kv);
-}
-
-/// The local work of one CP rank in a forward, without communication, for benchmarks and
-/// single-device use: the whole shard is one sequence; `forward_prepare` (the summary `(M, dS)`,
-/// dense `M` chained per chunk) unless `with_summary` is false, then `forward_apply` from a zero
-/// incoming state into `output [T, H, V]`. Count its work with `gated_delta_forward_flops`.
-/// `Backend` is `GatedDeltaRuleBackend` or `GatedDeltaProductBackend`. It allocates a saved
-/// bundle and a zero state on every call; a caller that repeats it keeps both and calls the
-/// backend's `forward_apply` itself, as the heads layer does: a kept bundle keeps its chunk
-/// layout, and each forward rewrites its per-call record, so nothing needs resetting.
-template <class ExecutionSpace, class Backend>
-void gated_delta_local_forward(
-    const ExecutionSpace& space, const Backend& backend,
-    const typename Backend::inputs_type& inputs,
-    const token_view<typename Backend::scalar_type, typename Backend::memory_space>& output,
-    bool with_summary = true) {
-  using memory_space = typename Backend::memory_space;
-  using output_view = token_view<typename Backend::scalar_type, memory_space>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::gated_delta_local_forward", ExecutionSpace,
-                           output_view);
-  const ChunkwiseShape s = backend.shape(inputs);
-  if (s.tokens == 0) return;
-  const LocalSequences seqs = LocalSequences::single(s.tokens);
-  typename Backend::saved_type saved;
-  if (with_summary) {
-    SummaryStore<DenseTransition, memory_space> summary(SummaryForm::packed, 1, s.heads, s.key_dim,
-                                                        s.value_dim);
-    backend.forward_prepare(space, inputs, seqs, summary[0], saved);
-  }
-  state_view<memory_space> zero("ctxpar::chunkwise::gated_delta::zero_state", s.heads, s.key_dim,
-                                s.value_dim);
-  backend.forward_apply(space, inputs, seqs, zero, {}, output, {}, saved);
-}
-
-/// The token-by-token recurrence on the same inputs (one sequence, zero initial state) into
-/// `output`: the baseline benchmarks compare the chunkwise kernels with (same data, same
-/// threads). Never used by the CP operators. Count its work with `gated_delta_recurrence_flops`.
-template <class ExecutionSpace, class Backend>
-void gated_delta_recurrence_forward(
-    const ExecutionSpace& space, const Backend& backend,
-    const typename Backend::inputs_type& inputs,
-    const token_view<typename Backend::scalar_type, typename Backend::memory_space>& output) {
-  using output_view = token_view<typename Backend::scalar_type, typename Backend::memory_space>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::chunkwise::gated_delta_recurrence_forward", ExecutionSpace,
-                           output_view);
-  const ChunkwiseShape s = backend.shape(inputs);
-  if (s.tokens == 0) return;
-  const auto pb = backend.problem(inputs);
-  ctxpar::impl::gated_delta::recurrence_forward(space, pb, static_cast<int>(s.tokens) * pb.n_h,
-                                                output.data());
 }
 
 }  // namespace ctxpar::chunkwise

@@ -30,7 +30,9 @@
 #include "ctxpar/swa/attention_workspace.hpp"
 #include "ctxpar/swa/cache.hpp"
 #include "ctxpar/swa/document_mask.hpp"
+#include "ctxpar/swa/gradients.hpp"
 #include "ctxpar/swa/impl/axis.hpp"
+#include "ctxpar/swa/impl/kernel_inputs.hpp"
 #include "ctxpar/swa/impl/layout.hpp"
 #include "ctxpar/swa/impl/records.hpp"
 #include "ctxpar/swa/impl/step_staging.hpp"
@@ -39,7 +41,6 @@
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/policies.hpp"
 #include "ctxpar/swa/rope.hpp"
-#include "ctxpar/swa/step.hpp"
 #include "ctxpar/swa/tensors.hpp"
 
 namespace ctxpar::swa {

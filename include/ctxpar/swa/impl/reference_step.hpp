@@ -1,6 +1,9 @@
 /// \file
-/// The single-rank sliding-window attention step: forward with the carried raw K/V cache, and the
-/// backward that also returns the cache gradients so steps chain in reverse.
+/// The single-rank reference step: the sliding-window attention step written directly (forward
+/// with the carried raw K/V cache, the backward that also returns the cache gradients so steps
+/// chain in reverse), without a plan, a group or kept memory. Tests compare `StepPlan` with it as
+/// a second, independent implementation; users run a `StepPlan` on a one-rank group instead.
+/// Every call allocates.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -13,17 +16,19 @@
 #include "ctxpar/swa/attention_kernel.hpp"
 #include "ctxpar/swa/cache.hpp"
 #include "ctxpar/swa/document_mask.hpp"
+#include "ctxpar/swa/gradients.hpp"
 #include "ctxpar/swa/impl/axis.hpp"
+#include "ctxpar/swa/impl/kernel_inputs.hpp"
 #include "ctxpar/swa/impl/validate.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/rope.hpp"
 #include "ctxpar/swa/tensors.hpp"
 
-namespace ctxpar::swa {
+namespace ctxpar::swa::impl {
 
 /// What the backward of one step needs from its forward.
 template <class Scalar, class MemorySpace>
-struct StepState {
+struct ReferenceState {
   /// Rotated queries `[t, Hq, D]`.
   Tensor<Scalar, MemorySpace> q_rot;
   /// Query positions and ids.
@@ -48,65 +53,14 @@ struct StepState {
 
 /// Result of a forward step.
 template <class Scalar, class MemorySpace>
-struct StepResult {
+struct ReferenceResult {
   /// Attention output `[t, Hq, D]`.
   Tensor<Scalar, MemorySpace> out;
   /// The cache for the next step: the last `min(W-1, c+t)` raw keys/values with positions, ids.
   Cache<Scalar, MemorySpace> next_cache;
   /// Saved for the backward.
-  StepState<Scalar, MemorySpace> state;
+  ReferenceState<Scalar, MemorySpace> state;
 };
-
-/// Gradients of one step.
-template <class Scalar, class MemorySpace>
-struct StepGradients {
-  /// With respect to the raw chunk queries `[t, Hq, D]`.
-  Tensor<Scalar, MemorySpace> dq;
-  /// With respect to the raw chunk keys `[t, Hkv, D]`.
-  Tensor<Scalar, MemorySpace> dk;
-  /// With respect to the chunk values `[t, Hkv, D]`.
-  Tensor<Scalar, MemorySpace> dv;
-  /// With respect to the raw cache keys `[c, Hkv, D]`.
-  Tensor<Scalar, MemorySpace> dk_cache;
-  /// With respect to the cache values `[c, Hkv, D]`.
-  Tensor<Scalar, MemorySpace> dv_cache;
-};
-
-/// Gradient arriving at a step's next cache from later steps (an empty view means none).
-template <class Scalar, class MemorySpace>
-struct CacheGradient {
-  /// With respect to the next cache's raw keys `[n, Hkv, D]`.
-  Tensor<Scalar, MemorySpace> dk;
-  /// With respect to the next cache's values `[n, Hkv, D]`.
-  Tensor<Scalar, MemorySpace> dv;
-};
-
-namespace impl {
-inline double effective_scale(const Options& options, std::int64_t dim) {
-  return options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(dim));
-}
-
-template <class Scalar, class MemorySpace>
-AttentionInputs<Scalar, MemorySpace> attention_inputs(const Tensor<Scalar, MemorySpace>& q_rot,
-                                                      const Positions<MemorySpace>& q_pos,
-                                                      const Ids<MemorySpace>& q_ids,
-                                                      const KvBlock<Scalar, MemorySpace>& axis,
-                                                      std::int64_t key_origin, std::int64_t window,
-                                                      double scale) {
-  AttentionInputs<Scalar, MemorySpace> in;
-  in.q = q_rot;
-  in.q_pos = q_pos;
-  in.q_ids = q_ids;
-  in.k = axis.k;
-  in.v = axis.v;
-  in.k_pos = axis.pos;
-  in.k_ids = axis.ids;
-  in.key_origin = key_origin;
-  in.window = window;
-  in.scale = scale;
-  return in;
-}
-}  // namespace impl
 
 /// Forward of one streaming step on one rank. The key/value axis is `cache ++ chunk`; keys are
 /// rotated once at assembly at their absolute positions, queries at theirs; the next cache holds
@@ -114,16 +68,17 @@ AttentionInputs<Scalar, MemorySpace> attention_inputs(const Tensor<Scalar, Memor
 /// `ctxpar::Error` on bad input (odd D, Hq % Hkv != 0, shape or id-length mismatch, positions not
 /// strictly increasing along the axis, a cache longer than W-1, NaN/Inf with `check_finite`).
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
-                                             const Chunk<Scalar, MemorySpace>& chunk,
-                                             const Cache<Scalar, MemorySpace>& cache,
-                                             const Options& options) {
+ReferenceResult<Scalar, MemorySpace> reference_step_forward(const ExecutionSpace& space,
+                                                            const Chunk<Scalar, MemorySpace>& chunk,
+                                                            const Cache<Scalar, MemorySpace>& cache,
+                                                            const Options& options) {
   using tensor_type = Tensor<Scalar, MemorySpace>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::step_forward", ExecutionSpace, tensor_type);
-  compat::ScopedRegion region("ctxpar::swa::step_forward");
-  impl::LocalChecker chk{"ctxpar::swa::step_forward"};
-  impl::check_inputs(chk, chunk, cache, options);
-  impl::check_options(chk, options);
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::impl::reference_step_forward", ExecutionSpace,
+                           tensor_type);
+  compat::ScopedRegion region("ctxpar::swa::impl::reference_step_forward");
+  LocalChecker chk{"ctxpar::swa::impl::reference_step_forward"};
+  check_inputs(chk, chunk, cache, options);
+  check_options(chk, options);
   const std::int64_t c = cache.length(), t = chunk.length();
   chk.require(options.window == 0 || c <= options.window - 1,
               "the cache must not be longer than W - 1",
@@ -135,24 +90,24 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
   const std::int64_t hq = chunk.q.extent(1), hkv = chunk.k.extent(1), dim = chunk.q.extent(2);
   const std::int64_t length = c + t;
 
-  StepResult<Scalar, MemorySpace> result;
-  StepState<Scalar, MemorySpace>& st = result.state;
+  ReferenceResult<Scalar, MemorySpace> result;
+  ReferenceState<Scalar, MemorySpace>& st = result.state;
   st.options = options;
-  st.scale = impl::effective_scale(options, dim);
+  st.scale = effective_scale(options, dim);
   st.cache_length = c;
   st.next_cache_length = next_cache_length(options.window, length);
 
   KvBlock<Scalar, MemorySpace> raw =
       allocate_block<Scalar, MemorySpace>(length, hkv, dim, with_ids, "ctxpar::swa::axis");
-  impl::copy_tokens(space, raw.k, 0, cache.k, 0, c);
-  impl::copy_tokens(space, raw.k, c, chunk.k, 0, t);
-  impl::copy_tokens(space, raw.v, 0, cache.v, 0, c);
-  impl::copy_tokens(space, raw.v, c, chunk.v, 0, t);
-  impl::copy_tokens(space, raw.pos, 0, cache.pos, 0, c);
-  impl::copy_tokens(space, raw.pos, c, chunk.pos, 0, t);
+  copy_tokens(space, raw.k, 0, cache.k, 0, c);
+  copy_tokens(space, raw.k, c, chunk.k, 0, t);
+  copy_tokens(space, raw.v, 0, cache.v, 0, c);
+  copy_tokens(space, raw.v, c, chunk.v, 0, t);
+  copy_tokens(space, raw.pos, 0, cache.pos, 0, c);
+  copy_tokens(space, raw.pos, c, chunk.pos, 0, t);
   if (with_ids) {
-    impl::copy_tokens(space, raw.ids, 0, cache.ids, 0, c);
-    impl::copy_tokens(space, raw.ids, c, chunk.ids, 0, t);
+    copy_tokens(space, raw.ids, 0, cache.ids, 0, c);
+    copy_tokens(space, raw.ids, c, chunk.ids, 0, t);
   }
 
   st.axis = raw;
@@ -170,17 +125,17 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
   st.out = Tensor<Scalar, MemorySpace>("ctxpar::swa::out", t, hq, dim);
   st.lse = decltype(st.lse)("ctxpar::swa::lse", t, hq);
   const auto in =
-      impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, options.window, st.scale);
+      attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, options.window, st.scale);
   attention_forward(space, document_mask(), in, st.out, st.lse, options.kernels);
   result.out = st.out;
 
   const std::int64_t n = st.next_cache_length;
   result.next_cache =
       allocate_block<Scalar, MemorySpace>(n, hkv, dim, with_ids, "ctxpar::swa::next_cache");
-  impl::copy_tokens(space, result.next_cache.k, 0, raw.k, length - n, n);
-  impl::copy_tokens(space, result.next_cache.v, 0, raw.v, length - n, n);
-  impl::copy_tokens(space, result.next_cache.pos, 0, raw.pos, length - n, n);
-  if (with_ids) impl::copy_tokens(space, result.next_cache.ids, 0, raw.ids, length - n, n);
+  copy_tokens(space, result.next_cache.k, 0, raw.k, length - n, n);
+  copy_tokens(space, result.next_cache.v, 0, raw.v, length - n, n);
+  copy_tokens(space, result.next_cache.pos, 0, raw.pos, length - n, n);
+  if (with_ids) copy_tokens(space, result.next_cache.ids, 0, raw.ids, length - n, n);
   return result;
 }
 
@@ -188,14 +143,15 @@ StepResult<Scalar, MemorySpace> step_forward(const ExecutionSpace& space,
 /// back from later steps, empty for the last step) returns dq, dk, dv of the chunk and
 /// dK, dV of the input cache.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
-StepGradients<Scalar, MemorySpace> step_backward(
-    const ExecutionSpace& space, const StepState<Scalar, MemorySpace>& st,
+StepGradients<Scalar, MemorySpace> reference_step_backward(
+    const ExecutionSpace& space, const ReferenceState<Scalar, MemorySpace>& st,
     const Tensor<Scalar, MemorySpace>& dout,
     const CacheGradient<Scalar, MemorySpace>& d_next_cache = {}) {
   using tensor_type = Tensor<Scalar, MemorySpace>;
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::step_backward", ExecutionSpace, tensor_type);
-  compat::ScopedRegion region("ctxpar::swa::step_backward");
-  const std::string op = "ctxpar::swa::step_backward";
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::impl::reference_step_backward", ExecutionSpace,
+                           tensor_type);
+  compat::ScopedRegion region("ctxpar::swa::impl::reference_step_backward");
+  const std::string op = "ctxpar::swa::impl::reference_step_backward";
   const std::int64_t t = st.q_rot.extent(0), hq = st.q_rot.extent(1), dim = st.q_rot.extent(2);
   const std::int64_t length = st.axis.length(), hkv = st.axis.k.extent(1), c = st.cache_length;
   require_local(dout.extent(0) == static_cast<std::size_t>(t) &&
@@ -214,7 +170,7 @@ StepGradients<Scalar, MemorySpace> step_backward(
   Tensor<Scalar, MemorySpace> dk_axis("ctxpar::swa::dk_axis", length, hkv, dim);
   Tensor<Scalar, MemorySpace> dv_axis("ctxpar::swa::dv_axis", length, hkv, dim);
   const auto in =
-      impl::attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, st.options.window, st.scale);
+      attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, st.options.window, st.scale);
   attention_backward(
       space, document_mask(), in,
       Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
@@ -229,18 +185,18 @@ StepGradients<Scalar, MemorySpace> step_backward(
   rope_backward(space, dk_axis, st.axis.pos, st.options.rope_base, dk_axis);
   if (has_next) {
     const std::int64_t n = st.next_cache_length;
-    impl::add_tokens(space, dk_axis, length - n, d_next_cache.dk, 0, n);
-    impl::add_tokens(space, dv_axis, length - n, d_next_cache.dv, 0, n);
+    add_tokens(space, dk_axis, length - n, d_next_cache.dk, 0, n);
+    add_tokens(space, dv_axis, length - n, d_next_cache.dv, 0, n);
   }
   g.dk = Tensor<Scalar, MemorySpace>("ctxpar::swa::dk", t, hkv, dim);
   g.dv = Tensor<Scalar, MemorySpace>("ctxpar::swa::dv", t, hkv, dim);
   g.dk_cache = Tensor<Scalar, MemorySpace>("ctxpar::swa::dk_cache", c, hkv, dim);
   g.dv_cache = Tensor<Scalar, MemorySpace>("ctxpar::swa::dv_cache", c, hkv, dim);
-  impl::copy_tokens(space, g.dk, 0, dk_axis, c, t);
-  impl::copy_tokens(space, g.dv, 0, dv_axis, c, t);
-  impl::copy_tokens(space, g.dk_cache, 0, dk_axis, 0, c);
-  impl::copy_tokens(space, g.dv_cache, 0, dv_axis, 0, c);
+  copy_tokens(space, g.dk, 0, dk_axis, c, t);
+  copy_tokens(space, g.dv, 0, dv_axis, c, t);
+  copy_tokens(space, g.dk_cache, 0, dk_axis, 0, c);
+  copy_tokens(space, g.dv_cache, 0, dv_axis, 0, c);
   return g;
 }
 
-}  // namespace ctxpar::swa
+}  // namespace ctxpar::swa::impl
