@@ -14,11 +14,32 @@
 
 namespace ctxpar::swa::impl {
 
-/// Bytes of one token record: K and V (`Hkv * D` scalars each), the position (8 bytes), the id
-/// (4 bytes) and 4 bytes of padding, so every record starts 8-byte aligned.
+/// Bytes of a record's tail, after its K and V: the position (8 bytes), the id (4 bytes) and 4
+/// bytes of padding, so every record starts 8-byte aligned.
+constexpr std::int64_t record_tail_bytes = 16;
+
+/// Bytes of one token record: K and V (`Hkv * D` scalars each), then the tail.
 template <class Scalar>
 std::int64_t record_bytes(std::int64_t kv_heads, std::int64_t dim) {
-  return 2 * kv_heads * dim * static_cast<std::int64_t>(sizeof(Scalar)) + 16;
+  return 2 * kv_heads * dim * static_cast<std::int64_t>(sizeof(Scalar)) + record_tail_bytes;
+}
+
+/// Writes a record's tail at `tail`: position, id and zero padding (every byte sent is defined).
+KOKKOS_INLINE_FUNCTION void write_record_tail(void* tail, std::int64_t pos, std::int32_t id) {
+  std::int64_t* p = static_cast<std::int64_t*>(tail);
+  *p = pos;
+  *reinterpret_cast<std::int32_t*>(p + 1) = id;
+  *(reinterpret_cast<std::int32_t*>(p + 1) + 1) = 0;
+}
+
+/// The position in the record tail at `tail`.
+KOKKOS_INLINE_FUNCTION std::int64_t record_position(const void* tail) {
+  return *static_cast<const std::int64_t*>(tail);
+}
+
+/// The id in the record tail at `tail`.
+KOKKOS_INLINE_FUNCTION std::int32_t record_id(const void* tail) {
+  return *reinterpret_cast<const std::int32_t*>(static_cast<const std::int64_t*>(tail) + 1);
 }
 
 template <class MemorySpace>
@@ -127,10 +148,7 @@ struct PackRecords {
           [&](std::int64_t h, std::int64_t e) -> Scalar& { return kv[h * dim + e]; },
           [&](std::int64_t h, std::int64_t e) -> Scalar& { return kv[per + h * dim + e]; });
     } else {
-      std::int64_t* p = reinterpret_cast<std::int64_t*>(base + 2 * per * sizeof(Scalar));
-      *p = src.pos(i);
-      *reinterpret_cast<std::int32_t*>(p + 1) = src.id(i);
-      *(reinterpret_cast<std::int32_t*>(p + 1) + 1) = 0;
+      write_record_tail(base + 2 * per * sizeof(Scalar), src.pos(i), src.id(i));
     }
   }
 };
@@ -164,10 +182,7 @@ struct HostPackRecords {
       Scalar* kv = record(slot);
       if (p.rope_base <= 0.0) std::copy_n(p.src.k_row(i), per, kv);
       std::copy_n(p.src.v_row(i), per, kv + per);
-      std::int64_t* pos = reinterpret_cast<std::int64_t*>(kv + 2 * per);
-      *pos = p.src.pos(i);
-      *reinterpret_cast<std::int32_t*>(pos + 1) = p.src.id(i);
-      *(reinterpret_cast<std::int32_t*>(pos + 1) + 1) = 0;
+      write_record_tail(kv + 2 * per, p.src.pos(i), p.src.id(i));
     }
     if (p.rope_base > 0.0)
       host_rope_tokens(
@@ -229,10 +244,9 @@ struct UnpackRecords {
           axis.v(i, h, d + half) = kv[per + e + half];
         }
       } else {
-        const std::int64_t* p =
-            reinterpret_cast<const std::int64_t*>(base + 2 * per * sizeof(Scalar));
-        axis.pos(i) = *p;
-        if (with_ids) axis.ids(i) = *reinterpret_cast<const std::int32_t*>(p + 1);
+        const unsigned char* tail = base + 2 * per * sizeof(Scalar);
+        axis.pos(i) = record_position(tail);
+        if (with_ids) axis.ids(i) = record_id(tail);
       }
     } else {
       const std::int64_t j = -(s + 1);
@@ -268,9 +282,8 @@ struct HostUnpackRecords {
         const Scalar* kv = reinterpret_cast<const Scalar*>(u.in.data() + s * u.bytes);
         std::copy_n(kv, per, k);
         std::copy_n(kv + per, per, v);
-        const std::int64_t* pos = reinterpret_cast<const std::int64_t*>(kv + 2 * per);
-        u.axis.pos(i) = *pos;
-        if (with_ids) u.axis.ids(i) = *reinterpret_cast<const std::int32_t*>(pos + 1);
+        u.axis.pos(i) = record_position(kv + 2 * per);
+        if (with_ids) u.axis.ids(i) = record_id(kv + 2 * per);
       } else {
         const std::int64_t j = -(s + 1);
         any_own = true;
