@@ -96,6 +96,7 @@
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/chunkwise/transition.hpp"
 #include "ctxpar/comm/preconditions.hpp"
+#include "ctxpar/core/impl/detect.hpp"
 
 namespace ctxpar::chunkwise {
 
@@ -210,84 +211,66 @@ struct has_plan_queries<
                std::declval<const typename B::gradients_type&>(), std::int64_t{}, std::int64_t{}))>>
     : std::true_type {};
 
-template <class B, class E, class = void>
-struct has_forward_prepare : std::false_type {};
-template <class B, class E>
-struct has_forward_prepare<
-    B, E,
-    void_t<decltype(std::declval<const B&>().forward_prepare(
-        std::declval<const E&>(), std::declval<const typename B::inputs_type&>(),
-        std::declval<const LocalSequences&>(),
-        std::declval<const SummaryViews<typename B::memory_space>&>(),
-        std::declval<typename B::saved_type&>()))>> : std::true_type {};
+// The four contract methods, called with arguments of the given types.
+template <class B, class... Args>
+using forward_prepare_call =
+    decltype(std::declval<const B&>().forward_prepare(std::declval<Args>()...));
+template <class B, class... Args>
+using forward_apply_call =
+    decltype(std::declval<const B&>().forward_apply(std::declval<Args>()...));
+template <class B, class... Args>
+using backward_prepare_call =
+    decltype(std::declval<const B&>().backward_prepare(std::declval<Args>()...));
+template <class B, class... Args>
+using backward_apply_call =
+    decltype(std::declval<const B&>().backward_apply(std::declval<Args>()...));
 
-template <class B, class E, class = void>
-struct has_forward_prepare_needs : std::false_type {};
-template <class B, class E>
-struct has_forward_prepare_needs<
-    B, E,
-    void_t<decltype(std::declval<const B&>().forward_prepare(
-        std::declval<const E&>(), std::declval<const typename B::inputs_type&>(),
-        std::declval<const LocalSequences&>(),
-        std::declval<const SummaryViews<typename B::memory_space>&>(),
-        std::declval<typename B::saved_type&>(), std::declval<const SummaryNeeds&>()))>>
-    : std::true_type {};
+/// The argument types of backend `B`'s contract methods on `ExecutionSpace`, named as in the
+/// diagnostics of `check_chunkwise_backend`, and which of the methods `B` accepts them in.
+template <class B, class ExecutionSpace>
+struct ContractMethods {
+  using scalar = typename B::scalar_type;
+  using memory = typename B::memory_space;
+  using space = const ExecutionSpace&;
+  using inputs = const typename B::inputs_type&;
+  using seqs = const LocalSequences&;
+  using summary = const SummaryViews<memory>&;
+  using saved = typename B::saved_type&;
+  using needs = const SummaryNeeds&;
+  using output = const token_view<scalar, memory>&;
+  using output_grad = const const_token_view<scalar, memory>&;
+  using grads = const typename B::gradients_type&;
+  using s_in = const const_state_view<memory>&;
+  using ds_in = const state_view<memory>&;
+  using given_states = const const_sequence_states_view<scalar, memory>&;
+  using written_states = const sequence_states_view<scalar, memory>&;
 
-template <class B, class E, class = void>
-struct has_backward_prepare_needs : std::false_type {};
-template <class B, class E>
-struct has_backward_prepare_needs<
-    B, E,
-    void_t<decltype(std::declval<const B&>().backward_prepare(
-        std::declval<const E&>(), std::declval<typename B::saved_type&>(),
-        std::declval<const const_token_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<const LocalSequences&>(),
-        std::declval<const SummaryViews<typename B::memory_space>&>(),
-        std::declval<const SummaryNeeds&>()))>> : std::true_type {};
+  /// True when `B` has the contract method `Call` taking the space and then `Args`.
+  template <template <class...> class Call, class... Args>
+  static constexpr bool accepts = ctxpar::impl::is_detected<Call, B, space, Args...>::value;
 
-template <class B, class E, class = void>
-struct has_forward_apply : std::false_type {};
-template <class B, class E>
-struct has_forward_apply<
-    B, E,
-    void_t<decltype(std::declval<const B&>().forward_apply(
-        std::declval<const E&>(), std::declval<const typename B::inputs_type&>(),
-        std::declval<const LocalSequences&>(),
-        std::declval<const const_state_view<typename B::memory_space>&>(),
-        std::declval<
-            const const_sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<const token_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<
-            const sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<typename B::saved_type&>()))>> : std::true_type {};
+  static constexpr bool forward_prepare =
+      accepts<forward_prepare_call, inputs, seqs, summary, saved>;
+  /// The optional overload told which summary parts the composition reads.
+  static constexpr bool forward_prepare_needs =
+      accepts<forward_prepare_call, inputs, seqs, summary, saved, needs>;
+  static constexpr bool forward_apply =
+      accepts<forward_apply_call, inputs, seqs, s_in, given_states, output, written_states, saved>;
+  static constexpr bool backward_prepare =
+      accepts<backward_prepare_call, saved, output_grad, seqs, summary>;
+  /// The optional overload told which summary parts the composition reads.
+  static constexpr bool backward_prepare_needs =
+      accepts<backward_prepare_call, saved, output_grad, seqs, summary, needs>;
+  static constexpr bool backward_apply = accepts<backward_apply_call, saved, output_grad, seqs,
+                                                 s_in, given_states, grads, written_states, ds_in>;
+};
 
-template <class B, class E, class = void>
-struct has_backward_prepare : std::false_type {};
+// The two optional overloads, which the driver calls when they exist.
 template <class B, class E>
-struct has_backward_prepare<
-    B, E,
-    void_t<decltype(std::declval<const B&>().backward_prepare(
-        std::declval<const E&>(), std::declval<typename B::saved_type&>(),
-        std::declval<const const_token_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<const LocalSequences&>(),
-        std::declval<const SummaryViews<typename B::memory_space>&>()))>> : std::true_type {};
-
-template <class B, class E, class = void>
-struct has_backward_apply : std::false_type {};
+using has_forward_prepare_needs = std::bool_constant<ContractMethods<B, E>::forward_prepare_needs>;
 template <class B, class E>
-struct has_backward_apply<
-    B, E,
-    void_t<decltype(std::declval<const B&>().backward_apply(
-        std::declval<const E&>(), std::declval<typename B::saved_type&>(),
-        std::declval<const const_token_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<const LocalSequences&>(),
-        std::declval<const const_state_view<typename B::memory_space>&>(),
-        std::declval<
-            const const_sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<const typename B::gradients_type&>(),
-        std::declval<
-            const sequence_states_view<typename B::scalar_type, typename B::memory_space>&>(),
-        std::declval<const state_view<typename B::memory_space>&>()))>> : std::true_type {};
+using has_backward_prepare_needs =
+    std::bool_constant<ContractMethods<B, E>::backward_prepare_needs>;
 
 }  // namespace impl
 
@@ -295,13 +278,13 @@ namespace impl {
 template <class Backend, class ExecutionSpace, bool HasTypes = has_backend_types<Backend>::value>
 struct backend_check : std::false_type {};
 template <class Backend, class ExecutionSpace>
-struct backend_check<Backend, ExecutionSpace, true>
-    : std::integral_constant<bool, is_transition_v<typename Backend::transition_type> &&
-                                       has_plan_queries<Backend>::value &&
-                                       has_forward_prepare<Backend, ExecutionSpace>::value &&
-                                       has_forward_apply<Backend, ExecutionSpace>::value &&
-                                       has_backward_prepare<Backend, ExecutionSpace>::value &&
-                                       has_backward_apply<Backend, ExecutionSpace>::value> {};
+struct backend_check<Backend, ExecutionSpace, true> {
+  using methods = ContractMethods<Backend, ExecutionSpace>;
+  static constexpr bool value = is_transition_v<typename Backend::transition_type> &&
+                                has_plan_queries<Backend>::value && methods::forward_prepare &&
+                                methods::forward_apply && methods::backward_prepare &&
+                                methods::backward_apply;
+};
 }  // namespace impl
 
 /// True when `Backend` satisfies the chunkwise backend contract for `ExecutionSpace`.
@@ -316,22 +299,23 @@ constexpr bool check_chunkwise_backend() {
                 "ctxpar::chunkwise backend: needs the nested types scalar_type, memory_space, "
                 "transition_type, inputs_type, gradients_type and saved_type");
   if constexpr (impl::has_backend_types<Backend>::value) {
+    using methods = impl::ContractMethods<Backend, ExecutionSpace>;
     static_assert(is_transition_v<typename Backend::transition_type>,
                   "ctxpar::chunkwise backend: transition_type must be a transition tag");
     static_assert(impl::has_plan_queries<Backend>::value,
                   "ctxpar::chunkwise backend: needs family_name, family_id, chunk_size(), shape(), "
                   "check(), check_gradients() and slice() for inputs and gradients");
-    static_assert(impl::has_forward_prepare<Backend, ExecutionSpace>::value,
+    static_assert(methods::forward_prepare,
                   "ctxpar::chunkwise backend: forward_prepare(space, inputs, seqs, summary, saved) "
                   "is missing or has the wrong signature");
-    static_assert(impl::has_forward_apply<Backend, ExecutionSpace>::value,
+    static_assert(methods::forward_apply,
                   "ctxpar::chunkwise backend: forward_apply(space, inputs, seqs, s_in, "
                   "initial_states, output, final_states, saved) is missing or has the wrong "
                   "signature");
-    static_assert(impl::has_backward_prepare<Backend, ExecutionSpace>::value,
+    static_assert(methods::backward_prepare,
                   "ctxpar::chunkwise backend: backward_prepare(space, saved, output_grad, seqs, "
                   "summary) is missing or has the wrong signature");
-    static_assert(impl::has_backward_apply<Backend, ExecutionSpace>::value,
+    static_assert(methods::backward_apply,
                   "ctxpar::chunkwise backend: backward_apply(space, saved, output_grad, seqs, "
                   "ds_out, final_state_grads, grads, initial_state_grads, ds_in) is missing or has "
                   "the wrong signature");

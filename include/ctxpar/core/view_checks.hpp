@@ -20,6 +20,12 @@ template <class ExecutionSpace, class View>
 inline constexpr bool is_accessible_from_v =
     Kokkos::SpaceAccessibility<ExecutionSpace, typename View::memory_space>::accessible;
 
+namespace impl {
+/// `is_accessible_from_v` for every one of `Views` (what `CTXPAR_ASSERT_ACCESSIBLE` checks).
+template <class ExecutionSpace, class... Views>
+inline constexpr bool all_accessible_from_v = (is_accessible_from_v<ExecutionSpace, Views> && ...);
+}  // namespace impl
+
 /// True when `View`'s memory can be handed to MPI without staging through a host mirror.
 template <class View>
 inline constexpr bool is_host_accessible_v =
@@ -75,9 +81,9 @@ bool same_extents(const A& a, const B& b) {
 
 }  // namespace ctxpar
 
-/// Static check at a public entry point: `view_type` is accessible from `exec_type`. The message
-/// names the API so the compiler's diagnostic reads as an instruction.
-#define CTXPAR_ASSERT_ACCESSIBLE(api, exec_type, view_type)               \
-  static_assert(::ctxpar::is_accessible_from_v<exec_type, view_type>, api \
-                ": the view must be accessible from the execution space " \
+/// Static check at a public entry point: every view type after `exec_type` is accessible from it.
+/// The message names the API so the compiler's diagnostic reads as an instruction.
+#define CTXPAR_ASSERT_ACCESSIBLE(api, exec_type, ...)                              \
+  static_assert(::ctxpar::impl::all_accessible_from_v<exec_type, __VA_ARGS__>, api \
+                ": the view must be accessible from the execution space "          \
                 "(allocate it in that space's memory space)")

@@ -17,22 +17,6 @@
 namespace ctxpar::expr {
 
 namespace impl {
-/// The columns `[first, first + count)` of the last axis of `dst`, as a footprint of its own.
-inline Footprint slice_last(const Footprint& dst, std::int64_t first, std::int64_t count) {
-  Footprint f = dst;
-  const int last = dst.rank - 1;
-  f.begin = dst.begin + first * dst.stride[last] * static_cast<std::int64_t>(dst.element_size);
-  f.extent[last] = count;
-  std::int64_t span = 0;
-  bool empty = false;
-  for (int d = 0; d < f.rank; ++d) {
-    if (f.extent[d] == 0) empty = true;
-    span += (f.extent[d] - 1) * f.stride[d];
-  }
-  f.end = empty ? f.begin : f.begin + (span + 1) * static_cast<std::int64_t>(f.element_size);
-  return f;
-}
-
 /// The bytes of `other`'s span outside `mine`'s span, as (at most) two plain byte ranges. The
 /// two parts of a record with several rows interleave, so their spans overlap although their
 /// elements do not; a read that is exactly `mine` lies inside `mine`'s span, and any other read of
@@ -121,8 +105,7 @@ struct Concat {
     const std::int64_t total = split + second.shape().extent[rank - 1];
     if (!index_local || dst.rank != rank || dst.extent[rank - 1] != total)
       return first.alias_safe(dst, false) && second.alias_safe(dst, false);
-    const Footprint mine = impl::slice_last(dst, 0, split),
-                    theirs = impl::slice_last(dst, split, total - split);
+    const Footprint mine = dst.slice_last(0, split), theirs = dst.slice_last(split, total - split);
     const impl::SpanRest first_rest = impl::span_outside(theirs, mine),
                          second_rest = impl::span_outside(mine, theirs);
     return first.alias_safe(mine, true) && first.alias_safe(first_rest.before, false) &&

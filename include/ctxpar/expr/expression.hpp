@@ -23,20 +23,23 @@
 #include <string>
 #include <type_traits>
 
+#include "ctxpar/core/impl/detect.hpp"
+
 namespace ctxpar::expr {
 
 /// Tag a type carries (`using expression_category = expression_tag;`) to be an expression node.
 struct expression_tag {};
 
-/// True when `T` is an element-wise expression node.
-template <class T, class = void>
-struct is_expression : std::false_type {};
-
-/// \cond INTERNAL
+namespace impl {
+/// `T`'s declared expression category.
 template <class T>
-struct is_expression<T, std::void_t<typename T::expression_category>>
-    : std::is_same<typename T::expression_category, expression_tag> {};
-/// \endcond
+using expression_category_t = typename T::expression_category;
+}  // namespace impl
+
+/// True when `T` is an element-wise expression node: its `expression_category` is `expression_tag`.
+template <class T>
+struct is_expression
+    : std::is_same<ctxpar::impl::detected_t<impl::expression_category_t, T>, expression_tag> {};
 
 /// True when `T` (cv and references ignored) is an element-wise expression node.
 template <class T>
@@ -117,18 +120,44 @@ struct Footprint {
     f.begin = reinterpret_cast<const char*>(view.data());
     f.element_size = sizeof(typename View::value_type);
     f.rank = static_cast<int>(View::rank);
-    // The exact last element from extents and strides: View::span() of a strided view may reach
-    // past it, which would report a false overlap with memory that merely follows the view.
-    std::int64_t last = 0;
-    bool empty = false;
     for (int d = 0; d < f.rank; ++d) {
       f.extent[d] = static_cast<std::int64_t>(view.extent(d));
       f.stride[d] = static_cast<std::int64_t>(view.stride(d));
-      if (f.extent[d] == 0) empty = true;
-      last += (f.extent[d] - 1) * f.stride[d];
     }
-    f.end = empty ? f.begin : f.begin + (last + 1) * static_cast<std::int64_t>(f.element_size);
+    f.end_at_last_element();
     return f;
+  }
+  /// The columns `[first, first + count)` of the last axis, as a footprint of their own.
+  Footprint slice_last(std::int64_t first, std::int64_t count) const {
+    Footprint f = *this;
+    f.begin = begin + first * stride[rank - 1] * static_cast<std::int64_t>(element_size);
+    f.extent[rank - 1] = count;
+    f.end_at_last_element();
+    return f;
+  }
+  /// This footprint (last extent `rows·cols`) seen as rank + 1 `[..., rows, cols]`, so a child
+  /// of a flatten can tell the element it is written to from any other (same start and span).
+  Footprint unflatten_last(std::int64_t rows, std::int64_t cols) const {
+    Footprint f = *this;
+    const int last = rank - 1;
+    f.rank = rank + 1;
+    f.extent[last] = rows;
+    f.extent[last + 1] = cols;
+    f.stride[last] = cols * stride[last];
+    f.stride[last + 1] = stride[last];
+    return f;
+  }
+  /// Sets `end` one past the last element the extents and strides reach from `begin` (`begin`
+  /// when empty): exact, where View::span() of a strided view may reach past it and so report a
+  /// false overlap with memory that merely follows the view.
+  void end_at_last_element() {
+    std::int64_t last = 0;
+    bool empty = false;
+    for (int d = 0; d < rank; ++d) {
+      if (extent[d] == 0) empty = true;
+      last += (extent[d] - 1) * stride[d];
+    }
+    end = empty ? begin : begin + (last + 1) * static_cast<std::int64_t>(element_size);
   }
   /// True when the two spans share a byte (empty spans overlap nothing).
   bool overlaps(const Footprint& other) const {

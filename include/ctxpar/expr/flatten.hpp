@@ -15,21 +15,6 @@
 
 namespace ctxpar::expr {
 
-namespace impl {
-/// `dst` (rank r, last extent `rows·cols`) seen as rank r+1 `[..., rows, cols]`, so a child of a
-/// flatten can tell the element it is written to from any other (same start and span).
-inline Footprint unflatten_last(const Footprint& dst, std::int64_t rows, std::int64_t cols) {
-  Footprint f = dst;
-  const int last = dst.rank - 1;
-  f.rank = dst.rank + 1;
-  f.extent[last] = rows;
-  f.extent[last + 1] = cols;
-  f.stride[last] = cols * dst.stride[last];
-  f.stride[last + 1] = dst.stride[last];
-  return f;
-}
-}  // namespace impl
-
 /// `E` (rank 2 `[I, J]` or rank 3 `[N, I, J]`) read with its last two axes merged: `[I·J]` or
 /// `[N, I·J]`, element `e` of the merged axis being `(e / J, e % J)`.
 template <class E>
@@ -77,7 +62,7 @@ struct Flatten {
     const Shape inner = child.shape();
     if (!index_local || dst.rank != rank || dst.extent[rank - 1] != inner.extent[rank - 1] * cols)
       return child.alias_safe(dst, false);
-    return child.alias_safe(impl::unflatten_last(dst, inner.extent[rank - 1], cols), true);
+    return child.alias_safe(dst.unflatten_last(inner.extent[rank - 1], cols), true);
   }
   /// Accessible when the operand is.
   template <class Space>

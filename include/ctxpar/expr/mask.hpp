@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ctxpar/core/impl/detect.hpp"
+
 namespace ctxpar::mask {
 
 /// The position of one token as a mask sees it: its global position in the (packed) stream and
@@ -25,15 +27,15 @@ struct Token {
 /// User-defined masks opt in the same way.
 struct mask_tag {};
 
-/// True when `T` is a mask expression: it declares `mask_category` as `mask_tag`.
-template <class T, class = void>
-struct is_mask : std::false_type {};
-
-/// \cond INTERNAL
+namespace impl {
+/// `T`'s declared mask category.
 template <class T>
-struct is_mask<T, std::void_t<typename T::mask_category>>
-    : std::is_same<typename T::mask_category, mask_tag> {};
-/// \endcond
+using mask_category_t = typename T::mask_category;
+}  // namespace impl
+
+/// True when `T` is a mask expression: it declares `mask_category` as `mask_tag`.
+template <class T>
+struct is_mask : std::is_same<ctxpar::impl::detected_t<impl::mask_category_t, T>, mask_tag> {};
 
 /// True when `T` (cv and references ignored) is a mask expression.
 template <class T>
@@ -80,35 +82,32 @@ struct All {
   KOKKOS_INLINE_FUNCTION bool operator()(const Token&, const Token&) const { return true; }
 };
 
-/// Conjunction of two masks, both stored by value. Short-circuits like the built-in `&&`.
-template <class L, class R>
-struct And {
+/// Two masks joined by the built-in `||` (`Any`) or `&&` (otherwise), both stored by value; it
+/// short-circuits like that operator.
+template <bool Any, class L, class R>
+struct Join {
   /// Marks the type as a mask expression.
   using mask_category = mask_tag;
   /// Left operand.
   L left;
   /// Right operand.
   R right;
-  /// True when both operands admit the pair.
+  /// True when either operand (`Any`) or both admit the pair.
   KOKKOS_INLINE_FUNCTION bool operator()(const Token& q, const Token& k) const {
-    return left(q, k) && right(q, k);
+    if constexpr (Any)
+      return left(q, k) || right(q, k);
+    else
+      return left(q, k) && right(q, k);
   }
 };
 
-/// Disjunction of two masks, both stored by value. Short-circuits like the built-in `||`.
+/// Conjunction of two masks (`a && b`).
 template <class L, class R>
-struct Or {
-  /// Marks the type as a mask expression.
-  using mask_category = mask_tag;
-  /// Left operand.
-  L left;
-  /// Right operand.
-  R right;
-  /// True when either operand admits the pair.
-  KOKKOS_INLINE_FUNCTION bool operator()(const Token& q, const Token& k) const {
-    return left(q, k) || right(q, k);
-  }
-};
+using And = Join<false, L, R>;
+
+/// Disjunction of two masks (`a || b`).
+template <class L, class R>
+using Or = Join<true, L, R>;
 
 /// Causal mask: `k.pos <= q.pos`.
 KOKKOS_INLINE_FUNCTION constexpr Causal causal() {

@@ -18,11 +18,14 @@ namespace ctxpar::expr {
 /// Operations of unary nodes. Each has `apply(x)` (device-callable, `ctxpar::compat` math only)
 /// and `result<T>`, the value type it produces from `T`.
 namespace op {
-/// `-x`.
-struct Negate {
+/// Base of the operations whose result has the operand's type.
+struct SameType {
   /// Same type.
   template <class T>
   using result = T;
+};
+/// `-x`.
+struct Negate : SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {
@@ -30,10 +33,7 @@ struct Negate {
   }
 };
 /// `exp(x)`.
-struct Exp {
-  /// Same type.
-  template <class T>
-  using result = T;
+struct Exp : SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {
@@ -41,10 +41,7 @@ struct Exp {
   }
 };
 /// `log(1 + x)`, accurate near 0.
-struct Log1p {
-  /// Same type.
-  template <class T>
-  using result = T;
+struct Log1p : SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {
@@ -52,10 +49,7 @@ struct Log1p {
   }
 };
 /// `1 / (1 + exp(-x))`.
-struct Sigmoid {
-  /// Same type.
-  template <class T>
-  using result = T;
+struct Sigmoid : SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {
@@ -63,10 +57,7 @@ struct Sigmoid {
   }
 };
 /// `log(1 + exp(x))`, evaluated as `x + log1p(exp(-x))` for positive x so it never overflows.
-struct Softplus {
-  /// Same type.
-  template <class T>
-  using result = T;
+struct Softplus : SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {
@@ -74,10 +65,7 @@ struct Softplus {
   }
 };
 /// `x * sigmoid(x)`, evaluated as `x / (1 + exp(-x))`.
-struct Silu {
-  /// Same type.
-  template <class T>
-  using result = T;
+struct Silu : SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {
@@ -85,10 +73,7 @@ struct Silu {
   }
 };
 /// `1 / sqrt(x)`.
-struct Rsqrt {
-  /// Same type.
-  template <class T>
-  using result = T;
+struct Rsqrt : SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {

@@ -22,12 +22,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/impl/violation.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/fingerprint.hpp"
+#include "ctxpar/core/host_mirror.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
@@ -99,11 +99,33 @@ inline std::optional<Violation> check_dense_zigzag(std::int64_t length, int part
   return std::nullopt;
 }
 
+/// The maps every zigzag layout derives from its `to_layout` / `to_natural` permutation: its
+/// shards are equal (`Layout::local_length()` on every rank), so layout position `q` is local
+/// token `q % L` of rank `q / L`.
+template <class Layout>
+struct EqualShardMaps {
+  /// Rank holding natural token `i`.
+  KOKKOS_INLINE_FUNCTION int owner(std::int64_t i) const {
+    return static_cast<int>(self().to_layout(i) / self().local_length());
+  }
+  /// Index of natural token `i` in its owner's shard.
+  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const {
+    return self().to_layout(i) % self().local_length();
+  }
+  /// Natural index of local token `j` of rank `r`.
+  KOKKOS_INLINE_FUNCTION std::int64_t global_index(int r, std::int64_t j) const {
+    return self().to_natural(r * self().local_length() + j);
+  }
+
+ private:
+  KOKKOS_INLINE_FUNCTION const Layout& self() const { return static_cast<const Layout&>(*this); }
+};
+
 }  // namespace impl
 
 /// Dense zigzag layout: `T` tokens (a positive multiple of `2P`), chunk `C = T / (2P)`, every rank
 /// holds `2C` tokens: natural chunk `r` then natural chunk `2P-1-r`.
-struct ZigzagLayout {
+struct ZigzagLayout : impl::EqualShardMaps<ZigzagLayout> {
   using layout_tag = Zigzag;  ///< which layout this is
   std::int64_t total = 0;     ///< total tokens `T`
   int nparts = 1;             ///< ranks `P`
@@ -112,7 +134,7 @@ struct ZigzagLayout {
   static ZigzagLayout create(std::int64_t length, int parts,
                              const std::string& op = "ctxpar::ZigzagLayout") {
     impl::throw_if_bad(impl::check_dense_zigzag(length, parts), op);
-    return ZigzagLayout{length, parts};
+    return ZigzagLayout{{}, length, parts};
   }
   /// Collective build over `group` (`P = group.size()`); every rank throws the same `Error` if the
   /// length is bad on any rank or differs between ranks.
@@ -120,7 +142,7 @@ struct ZigzagLayout {
                              const std::string& op = "ctxpar::ZigzagLayout") {
     impl::agree_on(group, impl::check_dense_zigzag(length, group.size()), op,
                    {{"the sequence length", length}});
-    return ZigzagLayout{length, group.size()};
+    return ZigzagLayout{{}, length, group.size()};
   }
 
   /// Total tokens.
@@ -143,18 +165,6 @@ struct ZigzagLayout {
     const std::int64_t c = chunk();
     return zigzag_natural_chunk(q / c, nparts) * c + q % c;
   }
-  /// Rank holding natural token `i`.
-  KOKKOS_INLINE_FUNCTION int owner(std::int64_t i) const {
-    return static_cast<int>(to_layout(i) / local_length());
-  }
-  /// Index of natural token `i` in its owner's shard.
-  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const {
-    return to_layout(i) % local_length();
-  }
-  /// Natural index of local token `j` of rank `r`.
-  KOKKOS_INLINE_FUNCTION std::int64_t global_index(int r, std::int64_t j) const {
-    return to_natural(r * local_length() + j);
-  }
 };
 
 /// Packed ("THD") zigzag layout: every sequence is zigzagged on its own. Sequence `s` with start
@@ -169,7 +179,7 @@ struct ZigzagLayout {
 /// Holds `cu_seqlens` in a view of `MemorySpace` (and nothing host-only), so the layout can be
 /// copied into kernels of that space; copies are cheap (the view is shared).
 template <class MemorySpace = Kokkos::HostSpace>
-class PackedZigzagLayout {
+class PackedZigzagLayout : public impl::EqualShardMaps<PackedZigzagLayout<MemorySpace>> {
  public:
   using layout_tag = Zigzag;         ///< which layout this is
   using memory_space = MemorySpace;  ///< where `cu_seqlens` lives
@@ -241,18 +251,6 @@ class PackedZigzagLayout {
     const std::int64_t offset = local - start / nparts_;
     const std::int64_t n = zigzag_natural_chunk(2 * r + offset / half, nparts_);
     return start + n * half + offset % half;
-  }
-  /// Rank holding natural token `i`.
-  KOKKOS_INLINE_FUNCTION int owner(std::int64_t i) const {
-    return static_cast<int>(to_layout(i) / local_length());
-  }
-  /// Index of natural token `i` in its owner's shard.
-  KOKKOS_INLINE_FUNCTION std::int64_t local_index(std::int64_t i) const {
-    return to_layout(i) % local_length();
-  }
-  /// Natural index of local token `j` of rank `r`.
-  KOKKOS_INLINE_FUNCTION std::int64_t global_index(int r, std::int64_t j) const {
-    return to_natural(r * local_length() + j);
   }
 
  private:

@@ -58,6 +58,18 @@ KOKKOS_INLINE_FUNCTION void rope_rotation(std::int64_t pos, double frequency, do
   s = sign * compat::sin(angle);
 }
 
+/// Writes into `(ya, yb)` the pair `(xa, xb)` rotated by cosine `c` and signed sine `s`, in double:
+/// the expressions of every RoPE kernel, so all of them give the same bits. Both inputs are read
+/// before either output is written, so `y` may alias `x`.
+template <class In, class Out>
+KOKKOS_INLINE_FUNCTION void rotate_pair(const In& xa, const In& xb, double c, double s, Out& ya,
+                                        Out& yb) {
+  const double a = static_cast<double>(xa);
+  const double b = static_cast<double>(xb);
+  ya = static_cast<Out>(a * c - b * s);
+  yb = static_cast<Out>(b * c + a * s);
+}
+
 /// Rotates pair `(d, d + D/2)` of every head of the tokens of one block by
 /// `sign * pos * base^(-2d/D)`. The angle, its cosine and sine and the products are evaluated in
 /// double from nothing but (position, d), so a token's rotation is the same bit pattern whichever
@@ -77,16 +89,11 @@ struct RopeFunctor {
     const std::int64_t d = flat % half;
     const RopeBlock block = rope_block(flat / half, tokens);
     const double frequency = rope_frequency(d, half, base);
-    using value_type = typename OutView::non_const_value_type;
     for (std::int64_t i = block.first; i < block.last; ++i) {
       double c = 1.0, s = 0.0;
       rope_rotation(pos(i), frequency, sign, c, s);
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const double a = static_cast<double>(x(i, h, d));
-        const double b = static_cast<double>(x(i, h, d + half));
-        y(i, h, d) = static_cast<value_type>(a * c - b * s);
-        y(i, h, d + half) = static_cast<value_type>(b * c + a * s);
-      }
+      for (std::int64_t h = 0; h < heads; ++h)
+        rotate_pair(x(i, h, d), x(i, h, d + half), c, s, y(i, h, d), y(i, h, d + half));
     }
   }
 };
@@ -132,7 +139,7 @@ inline void host_rope_tokens(std::int64_t first, std::int64_t last, std::int64_t
 }
 
 /// Rotates pairs `[d0, d0 + n)` of every head of one token row `x` (`heads * 2 * half` scalars,
-/// head-major) into `y` by `c, s` (the expressions of `RopeFunctor`, in double). `y` may be `x`.
+/// head-major) into `y` by `c, s` (`rotate_pair`). `y` may be `x`.
 template <class In, class Out>
 inline void host_rotate_pairs(const In* x, Out* y, std::int64_t heads, std::int64_t half,
                               std::int64_t d0, int n, const double* c, const double* s) {
@@ -141,12 +148,7 @@ inline void host_rotate_pairs(const In* x, Out* y, std::int64_t heads, std::int6
     const In* xb = xa + half;
     Out* ya = y + h * 2 * half + d0;
     Out* yb = ya + half;
-    for (int u = 0; u < n; ++u) {
-      const double a = static_cast<double>(xa[u]);
-      const double b = static_cast<double>(xb[u]);
-      ya[u] = static_cast<Out>(a * c[u] - b * s[u]);
-      yb[u] = static_cast<Out>(b * c[u] + a * s[u]);
-    }
+    for (int u = 0; u < n; ++u) rotate_pair(xa[u], xb[u], c[u], s[u], ya[u], yb[u]);
   }
 }
 
@@ -215,9 +217,7 @@ void rope_apply(const ExecutionSpace& space, const InView& x, const PosView& pos
 template <class ExecutionSpace, class InView, class OutView, class PosView>
 void rope_forward(const ExecutionSpace& space, const InView& x, const PosView& pos, double base,
                   const OutView& y) {
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, InView);
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, OutView);
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, PosView);
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_forward", ExecutionSpace, InView, OutView, PosView);
   impl::rope_apply(space, x, pos, base, 1.0, y, "ctxpar::swa::rope_forward");
 }
 
@@ -226,9 +226,7 @@ void rope_forward(const ExecutionSpace& space, const InView& x, const PosView& p
 template <class ExecutionSpace, class InView, class OutView, class PosView>
 void rope_backward(const ExecutionSpace& space, const InView& dy, const PosView& pos, double base,
                    const OutView& dx) {
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, InView);
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, OutView);
-  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, PosView);
+  CTXPAR_ASSERT_ACCESSIBLE("ctxpar::swa::rope_backward", ExecutionSpace, InView, OutView, PosView);
   impl::rope_apply(space, dy, pos, base, -1.0, dx, "ctxpar::swa::rope_backward");
 }
 

@@ -32,10 +32,7 @@ using ctxpar::impl::softplus;
 /// The gate's sigmoid as an expression-layer operation. Kept apart from `expr::op::Sigmoid`
 /// because it takes `exp(x)/(1 + exp(x))` for negative `x` (no overflow of `exp(-x)`) through the
 /// library's `fast_exp`, the same function as the layer's SiLU, on host and device alike.
-struct GateSigmoid {
-  /// Same type.
-  template <class T>
-  using result = T;
+struct GateSigmoid : expr::op::SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {
@@ -43,10 +40,7 @@ struct GateSigmoid {
   }
 };
 /// The gate's softplus (`x` itself above 20) as an expression-layer operation; see `GateSigmoid`.
-struct GateSoftplus {
-  /// Same type.
-  template <class T>
-  using result = T;
+struct GateSoftplus : expr::op::SameType {
   /// Applies the operation.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T apply(T x) {

@@ -48,6 +48,12 @@ KOKKOS_INLINE_FUNCTION typename View::pointer_type row_pointer(const View& v, st
   return v.data() + t * static_cast<std::int64_t>(v.stride(0));
 }
 
+/// `dst[i] = src[i]` for every `i` of `range` (a team's or a thread's share of one run or row).
+template <class Range, class Src, class Dst>
+KOKKOS_INLINE_FUNCTION void copy_elements(const Range& range, const Src* src, Dst* dst) {
+  Kokkos::parallel_for(range, [&](std::int64_t i) { dst[i] = src[i]; });
+}
+
 /// Sequence-parallel row `t` → the send buffer: every run copies `x(t, source + i)` into the block
 /// for its rank, row-major `[rows, C_j]`.
 template <class Src, class Buf, class MemorySpace, class ExecutionSpace>
@@ -64,50 +70,43 @@ struct PackSequence {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, static_cast<std::int64_t>(runs.extent(0))),
                          [&](std::int64_t r) {
                            const ChannelRun run = runs(r);
-                           const auto* const src = row + run.source;
-                           auto* const dst = out + run.block_base + t * run.block_stride;
-                           Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, run.length),
-                                                [&](std::int64_t i) { dst[i] = src[i]; });
+                           copy_elements(Kokkos::ThreadVectorRange(m, run.length), row + run.source,
+                                         out + run.block_base + t * run.block_stride);
                          });
   }
 };
 
-/// Receive buffer row `q` (sequence-parallel order) → head-parallel row `order.to_natural(q)`
-/// (the zigzag undo; `Layout::to_natural` is evaluated once per row).
+/// The zigzag undo and redo around the head transpose, one row `q` of the flat buffer (`[rows,
+/// channels]`, sequence-parallel order) per team: `ToHead` copies it to head-parallel row
+/// `order.to_natural(q)` of the view (the undo), otherwise that row of the view into it (the
+/// redo). `Layout::to_natural` is evaluated once per row.
+template <class Src, class Dst, class Layout, class ExecutionSpace, bool ToHead>
+struct ZigzagRowCopy {
+  using member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  Src src;
+  Dst dst;
+  Layout order;
+  std::int64_t channels;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
+    const std::int64_t q = m.league_rank();
+    const std::int64_t natural = order.to_natural(q);
+    if constexpr (ToHead)
+      copy_elements(Kokkos::TeamVectorRange(m, channels), src.data() + q * channels,
+                    row_pointer(dst, natural));
+    else
+      copy_elements(Kokkos::TeamVectorRange(m, channels), row_pointer(src, natural),
+                    dst.data() + q * channels);
+  }
+};
+
+/// Receive buffer row `q` (sequence-parallel order) → head-parallel row `order.to_natural(q)`.
 template <class Buf, class Dst, class Layout, class ExecutionSpace>
-struct UnpackHead {
-  using member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  Buf buf;
-  Dst y;
-  Layout order;
-  std::int64_t channels;
+using UnpackHead = ZigzagRowCopy<Buf, Dst, Layout, ExecutionSpace, true>;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
-    const std::int64_t q = m.league_rank();
-    const auto* const src = buf.data() + q * channels;
-    auto* const dst = row_pointer(y, order.to_natural(q));
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(m, channels),
-                         [&](std::int64_t c) { dst[c] = src[c]; });
-  }
-};
-
-/// Head-parallel row `order.to_natural(q)` → send buffer row `q` (the zigzag redo).
+/// Head-parallel row `order.to_natural(q)` → send buffer row `q`.
 template <class Src, class Buf, class Layout, class ExecutionSpace>
-struct PackHead {
-  using member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  Src y;
-  Buf buf;
-  Layout order;
-  std::int64_t channels;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
-    const std::int64_t q = m.league_rank();
-    const auto* const src = row_pointer(y, order.to_natural(q));
-    auto* const dst = buf.data() + q * channels;
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(m, channels),
-                         [&](std::int64_t c) { dst[c] = src[c]; });
-  }
-};
+using PackHead = ZigzagRowCopy<Src, Buf, Layout, ExecutionSpace, false>;
 
 /// Receive buffer (one `[rows, C_j]` block per source rank) → sequence-parallel row `t`. First
 /// copies write (in parallel: they cover distinct channels); then, for the adjoint, the copies of
@@ -129,10 +128,8 @@ struct UnpackSequence {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, nruns), [&](std::int64_t r) {
       const ChannelRun run = runs(r);
       if (!run.first) return;
-      const auto* const src = in + run.block_base + t * run.block_stride;
-      auto* const dst = row + run.source;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, run.length),
-                           [&](std::int64_t i) { dst[i] = src[i]; });
+      copy_elements(Kokkos::ThreadVectorRange(m, run.length),
+                    in + run.block_base + t * run.block_stride, row + run.source);
     });
     if (!sum_repeats) return;
     for (std::int64_t r = 0; r < nruns; ++r) {

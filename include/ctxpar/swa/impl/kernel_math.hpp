@@ -17,34 +17,35 @@ namespace ctxpar::swa::impl {
 /// scalar and vector forms give the same bits, so that the portable and host kernels agree.
 using ctxpar::impl::fast_exp;
 
+/// First index in the strictly increasing `pos[0, n)` whose value lies past `value`: at least it
+/// (`Inclusive`), or above it. The two bounds below are this one bisection.
+template <bool Inclusive, class PosView>
+KOKKOS_INLINE_FUNCTION std::int64_t first_past(const PosView& pos, std::int64_t n,
+                                               std::int64_t value) {
+  std::int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    const bool past = Inclusive ? pos(mid) >= value : pos(mid) > value;
+    if (past)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
 /// First index in the strictly increasing `pos[0, n)` whose value is at least `value`.
 template <class PosView>
 KOKKOS_INLINE_FUNCTION std::int64_t lower_bound(const PosView& pos, std::int64_t n,
                                                 std::int64_t value) {
-  std::int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    if (pos(mid) < value)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return first_past<true>(pos, n, value);
 }
 
 /// First index in the strictly increasing `pos[0, n)` whose value exceeds `value`.
 template <class PosView>
 KOKKOS_INLINE_FUNCTION std::int64_t upper_bound(const PosView& pos, std::int64_t n,
                                                 std::int64_t value) {
-  std::int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    if (pos(mid) <= value)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return first_past<false>(pos, n, value);
 }
 
 }  // namespace ctxpar::swa::impl

@@ -14,11 +14,32 @@
 
 namespace ctxpar::swa::impl {
 
-/// Bytes of one token record: K and V (`Hkv * D` scalars each), the position (8 bytes), the id
-/// (4 bytes) and 4 bytes of padding, so every record starts 8-byte aligned.
+/// Bytes of a record's tail, after its K and V: the position (8 bytes), the id (4 bytes) and 4
+/// bytes of padding, so every record starts 8-byte aligned.
+constexpr std::int64_t record_tail_bytes = 16;
+
+/// Bytes of one token record: K and V (`Hkv * D` scalars each), then the tail.
 template <class Scalar>
 std::int64_t record_bytes(std::int64_t kv_heads, std::int64_t dim) {
-  return 2 * kv_heads * dim * static_cast<std::int64_t>(sizeof(Scalar)) + 16;
+  return 2 * kv_heads * dim * static_cast<std::int64_t>(sizeof(Scalar)) + record_tail_bytes;
+}
+
+/// Writes a record's tail at `tail`: position, id and zero padding (every byte sent is defined).
+KOKKOS_INLINE_FUNCTION void write_record_tail(void* tail, std::int64_t pos, std::int32_t id) {
+  std::int64_t* p = static_cast<std::int64_t*>(tail);
+  *p = pos;
+  *reinterpret_cast<std::int32_t*>(p + 1) = id;
+  *(reinterpret_cast<std::int32_t*>(p + 1) + 1) = 0;
+}
+
+/// The position in the record tail at `tail`.
+KOKKOS_INLINE_FUNCTION std::int64_t record_position(const void* tail) {
+  return *static_cast<const std::int64_t*>(tail);
+}
+
+/// The id in the record tail at `tail`.
+KOKKOS_INLINE_FUNCTION std::int32_t record_id(const void* tail) {
+  return *reinterpret_cast<const std::int32_t*>(static_cast<const std::int64_t*>(tail) + 1);
 }
 
 template <class MemorySpace>
@@ -64,6 +85,41 @@ TokenSource<Scalar, MemorySpace> source_of(const KvBlock<Scalar, MemorySpace>& b
   return {block, KvBlock<Scalar, MemorySpace>{}, block.length()};
 }
 
+/// Work item `x` of a record kernel over `tokens` tokens: one block of `rope_tokens_per_item`
+/// tokens and pair `d` of `half` (item `half` of a block is the positions and ids), so that the
+/// pair's RoPE frequency (0 when `rope_base <= 0`: no rotation) is evaluated once per block; calls
+/// `write(i, d, frequency)` for every token `i` of the block.
+template <class Write>
+KOKKOS_INLINE_FUNCTION void for_record_item(std::int64_t x, std::int64_t half, std::int64_t tokens,
+                                            double rope_base, const Write& write) {
+  const std::int64_t d = x % (half + 1);
+  const RopeBlock block = rope_block(x / (half + 1), tokens);
+  const double frequency = rope_base > 0.0 && d < half ? rope_frequency(d, half, rope_base) : 0.0;
+  for (std::int64_t i = block.first; i < block.last; ++i) write(i, d, frequency);
+}
+
+/// Copies pair `(d, d + half)` of every head of token `i` of `src` to `key(h, e)` and
+/// `value(h, e)` (references to element `e` of head `h` of the destination), the keys rotated at
+/// the token's position by `frequency` when `rotate` (the same bits as `rope_forward`).
+template <class Scalar, class MemorySpace, class Key, class Value>
+KOKKOS_INLINE_FUNCTION void copy_token_pair(const TokenSource<Scalar, MemorySpace>& src,
+                                            std::int64_t i, std::int64_t d, std::int64_t heads,
+                                            std::int64_t half, bool rotate, double frequency,
+                                            const Key& key, const Value& value) {
+  double c = 1.0, s = 0.0;
+  if (rotate) rope_rotation(src.pos(i), frequency, 1.0, c, s);
+  for (std::int64_t h = 0; h < heads; ++h) {
+    if (rotate) {
+      rotate_pair(src.k(i, h, d), src.k(i, h, d + half), c, s, key(h, d), key(h, d + half));
+    } else {
+      key(h, d) = src.k(i, h, d);
+      key(h, d + half) = src.k(i, h, d + half);
+    }
+    value(h, d) = src.v(i, h, d);
+    value(h, d + half) = src.v(i, h, d + half);
+  }
+}
+
 /// Writes record `slot` of `out` from token `index(slot)` of `src` (or token `slot` when `index`
 /// is empty). With `rope_base > 0` the keys are rotated at their positions on the way in (the
 /// same bits as `rope_forward`), so no rotated copy of the keys is ever written. One work item
@@ -77,10 +133,9 @@ struct PackRecords {
   std::int64_t slots, heads, half, bytes;
   double rope_base;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    const std::int64_t d = x % (half + 1);
-    const RopeBlock block = rope_block(x / (half + 1), slots);
-    const double frequency = rope_base > 0.0 && d < half ? rope_frequency(d, half, rope_base) : 0.0;
-    for (std::int64_t slot = block.first; slot < block.last; ++slot) pack(slot, d, frequency);
+    for_record_item(
+        x, half, slots, rope_base,
+        [&](std::int64_t slot, std::int64_t d, double frequency) { pack(slot, d, frequency); });
   }
   KOKKOS_INLINE_FUNCTION void pack(std::int64_t slot, std::int64_t d, double frequency) const {
     const std::int64_t i = index.extent(0) > 0 ? index(slot) : slot;
@@ -88,27 +143,12 @@ struct PackRecords {
     const std::int64_t dim = 2 * half, per = heads * dim;
     if (d < half) {
       Scalar* kv = reinterpret_cast<Scalar*>(base);
-      double c = 1.0, s = 0.0;
-      if (rope_base > 0.0) rope_rotation(src.pos(i), frequency, 1.0, c, s);
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const std::int64_t e = h * dim + d;
-        if (rope_base > 0.0) {
-          const double ka = static_cast<double>(src.k(i, h, d));
-          const double kb = static_cast<double>(src.k(i, h, d + half));
-          kv[e] = static_cast<Scalar>(ka * c - kb * s);
-          kv[e + half] = static_cast<Scalar>(kb * c + ka * s);
-        } else {
-          kv[e] = src.k(i, h, d);
-          kv[e + half] = src.k(i, h, d + half);
-        }
-        kv[per + e] = src.v(i, h, d);
-        kv[per + e + half] = src.v(i, h, d + half);
-      }
+      copy_token_pair(
+          src, i, d, heads, half, rope_base > 0.0, frequency,
+          [&](std::int64_t h, std::int64_t e) -> Scalar& { return kv[h * dim + e]; },
+          [&](std::int64_t h, std::int64_t e) -> Scalar& { return kv[per + h * dim + e]; });
     } else {
-      std::int64_t* p = reinterpret_cast<std::int64_t*>(base + 2 * per * sizeof(Scalar));
-      *p = src.pos(i);
-      *reinterpret_cast<std::int32_t*>(p + 1) = src.id(i);
-      *(reinterpret_cast<std::int32_t*>(p + 1) + 1) = 0;
+      write_record_tail(base + 2 * per * sizeof(Scalar), src.pos(i), src.id(i));
     }
   }
 };
@@ -142,10 +182,7 @@ struct HostPackRecords {
       Scalar* kv = record(slot);
       if (p.rope_base <= 0.0) std::copy_n(p.src.k_row(i), per, kv);
       std::copy_n(p.src.v_row(i), per, kv + per);
-      std::int64_t* pos = reinterpret_cast<std::int64_t*>(kv + 2 * per);
-      *pos = p.src.pos(i);
-      *reinterpret_cast<std::int32_t*>(pos + 1) = p.src.id(i);
-      *(reinterpret_cast<std::int32_t*>(pos + 1) + 1) = 0;
+      write_record_tail(kv + 2 * per, p.src.pos(i), p.src.id(i));
     }
     if (p.rope_base > 0.0)
       host_rope_tokens(
@@ -187,11 +224,9 @@ struct UnpackRecords {
   std::int64_t tokens, heads, half, bytes;
   double own_rope_base;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    const std::int64_t d = x % (half + 1);
-    const RopeBlock block = rope_block(x / (half + 1), tokens);
-    const double frequency =
-        own_rope_base > 0.0 && d < half ? rope_frequency(d, half, own_rope_base) : 0.0;
-    for (std::int64_t i = block.first; i < block.last; ++i) unpack(i, d, frequency);
+    for_record_item(
+        x, half, tokens, own_rope_base,
+        [&](std::int64_t i, std::int64_t d, double frequency) { unpack(i, d, frequency); });
   }
   KOKKOS_INLINE_FUNCTION void unpack(std::int64_t i, std::int64_t d, double frequency) const {
     const std::int64_t s = source(i);
@@ -209,29 +244,17 @@ struct UnpackRecords {
           axis.v(i, h, d + half) = kv[per + e + half];
         }
       } else {
-        const std::int64_t* p =
-            reinterpret_cast<const std::int64_t*>(base + 2 * per * sizeof(Scalar));
-        axis.pos(i) = *p;
-        if (with_ids) axis.ids(i) = *reinterpret_cast<const std::int32_t*>(p + 1);
+        const unsigned char* tail = base + 2 * per * sizeof(Scalar);
+        axis.pos(i) = record_position(tail);
+        if (with_ids) axis.ids(i) = record_id(tail);
       }
     } else {
       const std::int64_t j = -(s + 1);
       if (d < half) {
-        double c = 1.0, sn = 0.0;
-        if (own_rope_base > 0.0) rope_rotation(own.pos(j), frequency, 1.0, c, sn);
-        for (std::int64_t h = 0; h < heads; ++h) {
-          if (own_rope_base > 0.0) {
-            const double ka = static_cast<double>(own.k(j, h, d));
-            const double kb = static_cast<double>(own.k(j, h, d + half));
-            axis.k(i, h, d) = static_cast<Scalar>(ka * c - kb * sn);
-            axis.k(i, h, d + half) = static_cast<Scalar>(kb * c + ka * sn);
-          } else {
-            axis.k(i, h, d) = own.k(j, h, d);
-            axis.k(i, h, d + half) = own.k(j, h, d + half);
-          }
-          axis.v(i, h, d) = own.v(j, h, d);
-          axis.v(i, h, d + half) = own.v(j, h, d + half);
-        }
+        copy_token_pair(
+            own, j, d, heads, half, own_rope_base > 0.0, frequency,
+            [&](std::int64_t h, std::int64_t e) -> Scalar& { return axis.k(i, h, e); },
+            [&](std::int64_t h, std::int64_t e) -> Scalar& { return axis.v(i, h, e); });
       } else {
         axis.pos(i) = own.pos(j);
         if (with_ids) axis.ids(i) = own.id(j);
@@ -259,9 +282,8 @@ struct HostUnpackRecords {
         const Scalar* kv = reinterpret_cast<const Scalar*>(u.in.data() + s * u.bytes);
         std::copy_n(kv, per, k);
         std::copy_n(kv + per, per, v);
-        const std::int64_t* pos = reinterpret_cast<const std::int64_t*>(kv + 2 * per);
-        u.axis.pos(i) = *pos;
-        if (with_ids) u.axis.ids(i) = *reinterpret_cast<const std::int32_t*>(pos + 1);
+        u.axis.pos(i) = record_position(kv + 2 * per);
+        if (with_ids) u.axis.ids(i) = record_id(kv + 2 * per);
       } else {
         const std::int64_t j = -(s + 1);
         any_own = true;
