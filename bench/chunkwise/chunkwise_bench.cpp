@@ -99,7 +99,7 @@ template <class B>
 struct Runner {
   const ctxpar::Group& group;
   B backend;
-  cw::ChunkwisePlan plan;
+  cw::SequenceLayout plan;
   typename B::inputs_type in;
   typename B::gradients_type grads;
   cw::token_view<float, mem> o;
@@ -112,7 +112,8 @@ struct Runner {
   Runner(const ctxpar::Group& g, const Data& d, int chunk, bool diagonal_gates = false)
       : group(g),
         backend(cw::BackendOptions{chunk, 0.0}),
-        plan(cw::ChunkwisePlan::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, d.T})),
+        plan(
+            cw::SequenceLayout::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, d.T})),
         gather(exec(), g, backend, plan, cw::ChunkwiseShape{plan.local_length(), d.H, d.K, d.V}),
         scan(exec(), g, backend, plan, cw::ChunkwiseShape{plan.local_length(), d.H, d.K, d.V}) {
     const int v = g.rank();

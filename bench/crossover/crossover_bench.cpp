@@ -347,13 +347,13 @@ struct Crossover {
   int p, me, Hj;
   backend_type backend;
   // mechanism B
-  cw::ChunkwisePlan plan_b;
+  cw::SequenceLayout plan_b;
   Tensors xb, dxb;
   cw::token_view<float, mem> ob;
   cw::const_token_view<float, mem> doutb;
   // mechanism C
   in_plan_type plan_in, plan_out;
-  cw::ChunkwisePlan plan_local;
+  cw::SequenceLayout plan_local;
   matrix_view x_seq, x_head, dx_head, dx_seq, y_seq, y_head, dy_seq, dy_head;
   Tensors xh, dxh;
   // The chunkwise operators, built once (B: one per policy over the world; C: the recurrence of
@@ -375,11 +375,12 @@ struct Crossover {
         me(w.rank()),
         Hj(0),
         backend(F::backend(shape)),
-        plan_b(cw::ChunkwisePlan::create(w, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})),
+        plan_b(
+            cw::SequenceLayout::create(w, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})),
         plan_in(exec(), w, shape.input_layout(), T),
         plan_out(exec(), w, ch::ChannelLayout::heads_only(shape.H, shape.V, "y"), T),
         plan_local(
-            cw::ChunkwisePlan::create(sf, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})) {
+            cw::SequenceLayout::create(sf, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, T})) {
     Hj = static_cast<int>(plan_out.local_channels() / s.V);
     b_gather.emplace(exec(), w, backend, plan_b, cw::ChunkwiseShape{t, s.H, s.K, s.V});
     b_scan.emplace(exec(), w, backend, plan_b, cw::ChunkwiseShape{t, s.H, s.K, s.V});

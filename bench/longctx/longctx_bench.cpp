@@ -171,8 +171,8 @@ Measured chunkwise_case(const ctxpar::Group& g, std::int64_t t, const Mode& mode
   using Backend = cw::GatedDeltaRuleBackend<float, Mem>;
   Exec space;
   const std::int64_t total = t * g.size();
-  const cw::ChunkwisePlan plan =
-      cw::ChunkwisePlan::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, total});
+  const cw::SequenceLayout plan =
+      cw::SequenceLayout::create(g, ctxpar::Contiguous{}, std::vector<std::int64_t>{0, total});
   const std::int64_t b = plan.shard_begin(g.rank()), n = plan.shard_length(g.rank());
   // Inputs written straight into this rank's views (host-accessible on the host backends this
   // benchmark runs on), so no global copy of the sequence inflates the peak memory.

@@ -243,7 +243,7 @@ struct Pass {
     const std::int64_t tokens = f.at("q").extent(0);
     const auto& layouts = ctxpar::cli::layouts;
     const auto plan = layouts.visit(layouts.index(s.layout), [&](auto order) {
-      return cw::ChunkwisePlan::create(group, order, tokens, cu);
+      return cw::SequenceLayout::create(group, order, tokens, cu);
     });
     rows.clear();
     for (int slot = 0; slot < plan.slots(); ++slot) {

@@ -200,16 +200,15 @@ class StagedFiles {
       struct stat st;
       if (::stat(target.c_str(), &st) == 0) {
         if (!S_ISREG(st.st_mode))
-          return roll_back(target + ": is " + impl::file_kind(st.st_mode) +
-                           ", not a regular file");
+          return roll_back(target + ": is " + impl::file_kind(st.st_mode) + ", not a regular file");
         std::string aside;
         const std::string problem = move_aside(target, aside);
         if (!problem.empty()) return roll_back(problem);
         kept.emplace_back(aside, target);
       }
       if (::rename(temporary.c_str(), target.c_str()) != 0)
-        return roll_back(target + ": cannot rename the temporary into place: " +
-                         std::strerror(errno));
+        return roll_back(target +
+                         ": cannot rename the temporary into place: " + std::strerror(errno));
       renamed.push_back(target);
     }
     for (const auto& k : kept) std::remove(k.first.c_str());

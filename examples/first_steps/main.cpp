@@ -190,7 +190,7 @@ int gdn_part(const ctxpar::Group& group) {
   // Forward and backward over `grp`, with this rank's rows [b, e); returns o, dq, dk, dv.
   auto run = [&](const ctxpar::Group& grp, std::int64_t b, std::int64_t e) {
     const auto plan =
-        cw::ChunkwisePlan::create(grp, ctxpar::Contiguous{}, cu_seqlens);  // collective
+        cw::SequenceLayout::create(grp, ctxpar::Contiguous{}, cu_seqlens);  // collective
     const auto rows = std::make_pair(b, e);
     auto rows3 = [&](const Tensor& x) {
       return Tensor(Kokkos::subview(x, rows, Kokkos::ALL, Kokkos::ALL));

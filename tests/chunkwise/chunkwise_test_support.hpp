@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "ctxpar/chunkwise/driver.hpp"
-#include "ctxpar/chunkwise/plan.hpp"
+#include "ctxpar/chunkwise/sequence_layout.hpp"
 #include "ctxpar_test/harness.hpp"
 
 namespace ctxpar::test::chunkwise {
@@ -94,7 +94,7 @@ View upload_rows(const std::vector<double>& global, std::int64_t per_token,
 }
 
 /// The rows (global token ranges, in local order) rank `r` holds under `plan`.
-inline std::vector<Range> owned_rows(const cw::ChunkwisePlan& plan, int r) {
+inline std::vector<Range> owned_rows(const cw::SequenceLayout& plan, int r) {
   std::vector<Range> out;
   for (int slot = 0; slot < plan.slots(); ++slot) {
     const int v = plan.virtual_shard(r, slot);
@@ -113,8 +113,8 @@ Result run_cp(const Group& group, const typename A::problem& prob, const CaseOpt
   using scalar = typename backend_t::scalar_type;
   using mem = typename backend_t::memory_space;
   const Exec space;
-  const auto plan = opt.zigzag ? cw::ChunkwisePlan::create(group, Zigzag{}, prob.cu)
-                               : cw::ChunkwisePlan::create(group, Contiguous{}, prob.cu);
+  const auto plan = opt.zigzag ? cw::SequenceLayout::create(group, Zigzag{}, prob.cu)
+                               : cw::SequenceLayout::create(group, Contiguous{}, prob.cu);
   const std::vector<Range> rows = owned_rows(plan, group.rank());
   if (rows_out) *rows_out = rows;
   const backend_t backend = A::make_backend(prob, cw::BackendOptions{opt.chunk, 0.0});

@@ -51,7 +51,7 @@ struct Problem {
   cw::head_view<float, mem> g;
   cw::ScalarDecayGradients<float, mem> grads;
 
-  Problem(const cw::ChunkwisePlan& plan, std::uint64_t seed)
+  Problem(const cw::SequenceLayout& plan, std::uint64_t seed)
       : q("q", plan.local_length(), H, K),
         k("k", plan.local_length(), H, K),
         v("v", plan.local_length(), H, V),
@@ -98,8 +98,8 @@ BOOST_AUTO_TEST_CASE(a_configuration_differing_on_one_rank_throws_at_constructio
   const auto& group = world();
   const int p = group.size();
   const std::int64_t T = 8 * p;
-  const auto contiguous = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 3, T});
-  const auto zigzag = cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, {0, 3, T});
+  const auto contiguous = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, {0, 3, T});
+  const auto zigzag = cw::SequenceLayout::create(group, ctxpar::Zigzag{}, {0, 3, T});
   const backend_t backend(cw::BackendOptions{4, 0.0});
   const cw::ChunkwiseShape shape{contiguous.local_length(), H, K, V};
   const std::string op = "ctxpar::chunkwise::CpPlan";
@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(a_configuration_differing_on_one_rank_throws_at_constructio
 BOOST_AUTO_TEST_CASE(a_context_of_another_plan_is_refused_by_backward_and_refilled_by_forward) {
   const auto& group = world();
   const std::int64_t T = 10 * group.size();
-  const auto layout = cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, {0, 4, T});
+  const auto layout = cw::SequenceLayout::create(group, ctxpar::Zigzag{}, {0, 4, T});
   Problem a(layout, 10), b(layout, 20);
   // Another policy and another chunk size: the other plan's saved arrays have other shapes.
   auto other = cw::make_cp_plan<cw::GatherFold>(exec(), group, backend_t(cw::BackendOptions{3}),

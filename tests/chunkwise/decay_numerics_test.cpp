@@ -68,8 +68,8 @@ bool hard_resets_match_recurrence(bool zigzag, cw::SummaryForm form, bool scan) 
   const auto& group = world();
   const std::int64_t T = 24 * group.size() + 5;
   auto prob = cwt::make_decay_problem(2, 8, 6, Diagonal, cwt::cu_from_lengths({T - 9, 9}), 81, 8);
-  const auto plan = zigzag ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, prob.cu)
-                           : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, prob.cu);
+  const auto plan = zigzag ? cw::SequenceLayout::create(group, ctxpar::Zigzag{}, prob.cu)
+                           : cw::SequenceLayout::create(group, ctxpar::Contiguous{}, prob.cu);
   std::vector<std::int64_t> at{5, 16, T - 1};
   for (int v = 1; v < plan.virtual_count(); ++v) at.push_back(plan.shard_begin(v));
   const double inf = std::numeric_limits<double>::infinity();

@@ -42,7 +42,7 @@ void run(Fault fault, bool bad) {
   const auto& group = world();
   // 6 tokens per rank (so the faulty rank always has a token to poison), two sequences.
   const std::int64_t p = group.size(), T = 6 * p, H = 2, K = 4, V = 3;
-  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 3 * p + 1, T});
+  const auto plan = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, {0, 3 * p + 1, T});
   const std::int64_t local = plan.local_length();
   const std::int64_t k_dim = bad && fault == Fault::k_zero ? 0 : K;
   const std::int64_t v_dim = bad && fault == Fault::v_zero ? 0 : V;
@@ -188,7 +188,7 @@ BOOST_AUTO_TEST_CASE(metadata_errors_on_one_rank) {
     // Decreasing cu_seqlens.
     auto decreasing = [&] {
       std::vector<std::int64_t> cu{0, 5, bad ? 3 : 9, 12};
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
+      cw::SequenceLayout::create(group, ctxpar::Contiguous{}, cu);
     };
     CTXPAR_TEST_ALL(
         group, throws_everywhere(group, decreasing, "cu_seqlens must be non-decreasing", bad_rank));
@@ -197,23 +197,23 @@ BOOST_AUTO_TEST_CASE(metadata_errors_on_one_rank) {
       std::vector<std::int32_t> ids(static_cast<std::size_t>(4 * p), 0);
       for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i / 3);
       if (bad) ids[1] = 5;
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{},
-                                ctxpar::PackedMetadata::from_seq_idx(group, ids));
+      cw::SequenceLayout::create(group, ctxpar::Contiguous{},
+                                 ctxpar::PackedMetadata::from_seq_idx(group, ids));
     };
     CTXPAR_TEST_ALL(group, throws_everywhere(group, ids_decreasing, "non-decreasing", bad_rank));
     // Ids that are not int32 values.
     auto ids_wide = [&] {
       std::vector<std::int64_t> ids(static_cast<std::size_t>(4 * p), 0);
       if (bad) ids.back() = std::int64_t{1} << 40;
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{},
-                                ctxpar::PackedMetadata::from_seq_idx(group, ids));
+      cw::SequenceLayout::create(group, ctxpar::Contiguous{},
+                                 ctxpar::PackedMetadata::from_seq_idx(group, ids));
     };
     CTXPAR_TEST_ALL(group, throws_everywhere(group, ids_wide, "int32", bad_rank));
     // Metadata over the wrong number of parts (zigzag needs 2P virtual shards).
     auto parts = [&] {
       std::vector<std::int32_t> ids(static_cast<std::size_t>(4 * p), 0);
       const auto meta = ctxpar::PackedMetadata::from_seq_idx(ids, bad ? p : 2 * p);
-      cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, meta);
+      cw::SequenceLayout::create(group, ctxpar::Zigzag{}, meta);
     };
     CTXPAR_TEST_ALL(
         group, throws_everywhere(group, parts, "zigzag needs packed metadata built over 2P parts",
@@ -242,26 +242,26 @@ BOOST_AUTO_TEST_CASE(cu_seqlens_against_the_token_count_on_one_rank_or_all) {
     const int named = bad_rank < 0 ? 0 : bad_rank;
     for (std::int64_t end : {T + 1, T + (std::int64_t{1} << 40), T - 1}) {
       auto call = [&] {
-        cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, {0, 2, bad ? end : T});
+        cw::SequenceLayout::create(group, ctxpar::Contiguous{}, T, {0, 2, bad ? end : T});
       };
       CTXPAR_TEST_ALL(
           group, throws_everywhere(group, call, "cu_seqlens must end at the token count T", named));
       auto zig = [&] {
-        cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, T, {0, 2, bad ? end : T});
+        cw::SequenceLayout::create(group, ctxpar::Zigzag{}, T, {0, 2, bad ? end : T});
       };
       CTXPAR_TEST_ALL(
           group, throws_everywhere(group, zig, "cu_seqlens must end at the token count T", named));
     }
     auto start = [&] {
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, {bad ? 1 : 0, T});
+      cw::SequenceLayout::create(group, ctxpar::Contiguous{}, T, {bad ? 1 : 0, T});
     };
     CTXPAR_TEST_ALL(group, throws_everywhere(group, start, "cu_seqlens must start with 0", named));
     auto order = [&] {
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, {0, 4, bad ? 3 : 4, T});
+      cw::SequenceLayout::create(group, ctxpar::Contiguous{}, T, {0, 4, bad ? 3 : 4, T});
     };
     CTXPAR_TEST_ALL(group,
                     throws_everywhere(group, order, "cu_seqlens must be non-decreasing", named));
-    auto no_tokens = [&] { cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, bad ? 0 : T); };
+    auto no_tokens = [&] { cw::SequenceLayout::create(group, ctxpar::Contiguous{}, bad ? 0 : T); };
     CTXPAR_TEST_ALL(group, throws_everywhere(group, no_tokens, "at least one token", named));
   }
 }
@@ -275,12 +275,12 @@ BOOST_AUTO_TEST_CASE(cu_seqlens_at_the_bounds_and_empty) {
   bool ok = true;
   try {
     const std::vector<std::int64_t> cu{0, 0, 5, T, T};
-    const auto a = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, cu);
-    const auto b = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
+    const auto a = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, T, cu);
+    const auto b = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, cu);
     ok = ok && a.fingerprint() == b.fingerprint() && a.sequence_count() == 4 &&
          a.total_length() == T;
-    const auto dense = cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, T);
-    const auto explicit_dense = cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, {0, T});
+    const auto dense = cw::SequenceLayout::create(group, ctxpar::Zigzag{}, T);
+    const auto explicit_dense = cw::SequenceLayout::create(group, ctxpar::Zigzag{}, {0, T});
     ok = ok && dense.fingerprint() == explicit_dense.fingerprint() && dense.sequence_count() == 1 &&
          dense.cu_seqlens() == std::vector<std::int64_t>{0, T};
   } catch (const std::exception& e) {
@@ -292,7 +292,7 @@ BOOST_AUTO_TEST_CASE(cu_seqlens_at_the_bounds_and_empty) {
   // (A bare `{}` would select the token-count overload with T = 0, refused as "at least one
   // token".)
   auto empty = [&] {
-    cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, std::vector<std::int64_t>{});
+    cw::SequenceLayout::create(group, ctxpar::Contiguous{}, std::vector<std::int64_t>{});
   };
   CTXPAR_TEST_ALL(group, throws_everywhere(group, empty, "an empty cu_seqlens", 0));
 }
@@ -303,7 +303,7 @@ namespace {
 cw::token_view<float, mem> forward_with(const cw::BackendOptions& options) {
   const auto& group = world();
   const std::int64_t p = group.size(), T = 6 * p, H = 2, K = 4, V = 3;
-  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, T, {0, 3 * p + 1, T});
+  const auto plan = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, T, {0, 3 * p + 1, T});
   const std::int64_t L = plan.local_length();
   cw::token_view<float, mem> q("q", L, H, K), k("k", L, H, K), v("v", L, H, V), o("o", L, H, V);
   cw::head_view<float, mem> g("g", L, H);
@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(huge_chunk_is_clamped_to_the_shard) {
 // Extents whose summaries could not move in one MPI message are refused before any allocation.
 BOOST_AUTO_TEST_CASE(summary_size_overflow_is_refused) {
   const auto& group = world();
-  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, group.size());
+  const auto plan = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, group.size());
   // One token and one head: K·V = 2^32 floats of summary per rank, while the inputs hold only
   // 2^16 floats each.
   const std::int64_t K = std::int64_t{1} << 16, V = std::int64_t{1} << 16;

@@ -36,7 +36,7 @@ Shape good(std::size_t T, int n_h = 1) {
 }
 
 // Runs a GDN forward with views of the given shapes; every view is filled with small values.
-void run_gdn(const Shape& s, const cw::ChunkwisePlan& plan) {
+void run_gdn(const Shape& s, const cw::SequenceLayout& plan) {
   cw::GatedDeltaRuleInputs<float, mem> in;
   in.q = cw::token_view<float, mem>("q", s.tq, s.hq, s.kq);
   in.k = cw::token_view<float, mem>("k", s.tk, s.hk, s.kk);
@@ -50,7 +50,7 @@ void run_gdn(const Shape& s, const cw::ChunkwisePlan& plan) {
       .forward(in, out, ctx);
 }
 
-void run_gdp(const Shape& s, const cw::ChunkwisePlan& plan) {
+void run_gdp(const Shape& s, const cw::SequenceLayout& plan) {
   cw::GatedDeltaProductInputs<float, mem> in;
   const std::size_t n = s.n_h >= 1 ? std::size_t(s.n_h) : 1;
   in.q = cw::token_view<float, mem>("q", s.tq, s.hq, s.kq);
@@ -70,7 +70,7 @@ bool refused(Run run, Break corrupt, const std::string& needle, int n_h = 1) {
   const auto& group = world();
   const int bad = group.size() - 1;
   const auto plan =
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 8 * std::int64_t(group.size())});
+      cw::SequenceLayout::create(group, ctxpar::Contiguous{}, {0, 8 * std::int64_t(group.size())});
   Shape s = good(static_cast<std::size_t>(plan.local_length()), n_h);
   if (group.rank() == bad) corrupt(s);
   return ctxpar::test::throws_everywhere(
@@ -126,7 +126,7 @@ namespace {
 std::vector<float> forward_with(int n_h, const cw::BackendOptions& options) {
   const auto& group = world();
   const auto plan =
-      cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, 8 * std::int64_t(group.size()));
+      cw::SequenceLayout::create(group, ctxpar::Contiguous{}, 8 * std::int64_t(group.size()));
   const std::size_t T = static_cast<std::size_t>(plan.local_length()), H = 2, K = 4, V = 3;
   const std::size_t n = static_cast<std::size_t>(n_h);
   auto fill = [&](auto view, std::uint64_t seed, double lo, double hi) {

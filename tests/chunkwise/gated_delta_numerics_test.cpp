@@ -69,8 +69,8 @@ bool hard_resets_match_recurrence(bool zigzag, bool scan) {
   const std::int64_t T = 24 * group.size() + 5;
   auto prob =
       cwt::make_cp_problem(81, cwt::cu_from_lengths({T - 9, 9}), Product ? 2 : 1, 2, 8, 6, 8);
-  const auto plan = zigzag ? cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, prob.cu)
-                           : cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, prob.cu);
+  const auto plan = zigzag ? cw::SequenceLayout::create(group, ctxpar::Zigzag{}, prob.cu)
+                           : cw::SequenceLayout::create(group, ctxpar::Contiguous{}, prob.cu);
   std::vector<std::int64_t> at{5, 8, T - 1};
   for (int v = 1; v < plan.virtual_count(); ++v) at.push_back(plan.shard_begin(v));
   for (std::int64_t t : at)

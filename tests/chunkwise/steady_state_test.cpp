@@ -161,7 +161,7 @@ using Scalar = Decay<cw::ScalarDecayBackend<double, mem>, cw::head_view<double, 
 using Diagonal = Decay<cw::DiagonalGateBackend<double, mem>, cw::token_view<double, mem>>;
 
 template <class Case, class Policy>
-bool steady_on(const char* name, const cw::ChunkwisePlan& plan) {
+bool steady_on(const char* name, const cw::SequenceLayout& plan) {
   const auto& group = world();
   Case c(plan.local_length(), 2, 4, 3);
   auto cp = cw::make_cp_plan<Policy>(exec(), group, c.backend, plan, c.backend.shape(c.inputs()));
@@ -202,12 +202,12 @@ bool steady_on(const char* name, const cw::ChunkwisePlan& plan) {
 }
 
 /// The layouts a context is reused on: one sequence, three packed sequences, zigzag shards.
-std::vector<cw::ChunkwisePlan> plans() {
+std::vector<cw::SequenceLayout> plans() {
   const auto& group = world();
   const std::int64_t p = group.size();
-  return {cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 11 * p + 3}),
-          cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, {0, 5, 5 + 7 * p, 13 * p + 6}),
-          cw::ChunkwisePlan::create(group, ctxpar::Zigzag{}, {0, 12 * p})};
+  return {cw::SequenceLayout::create(group, ctxpar::Contiguous{}, {0, 11 * p + 3}),
+          cw::SequenceLayout::create(group, ctxpar::Contiguous{}, {0, 5, 5 + 7 * p, 13 * p + 6}),
+          cw::SequenceLayout::create(group, ctxpar::Zigzag{}, {0, 12 * p})};
 }
 
 template <class Case, class Policy>

@@ -526,7 +526,7 @@ BOOST_AUTO_TEST_CASE(metadata_worked_example_end_to_end) {
   // docs/chunkwise.md §3: lengths [5, 4, 7], T = 16; the table is stated for P = 4.
   const auto& group = world();
   const std::vector<std::int64_t> cu = cwt::cu_from_lengths({5, 4, 7});
-  const auto plan = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, cu);
+  const auto plan = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, cu);
   if (group.size() == 4) {
     const int r = group.rank();
     const int want_start[] = {0, 0, 1, 2}, want_stop_minus_1[] = {1, 2, 3, 3};
@@ -537,7 +537,7 @@ BOOST_AUTO_TEST_CASE(metadata_worked_example_end_to_end) {
               seqs.cu_seqlens == want_cu[static_cast<std::size_t>(r)];
     // The same plan through the foundation's packed metadata.
     const auto meta = ctxpar::PackedMetadata::from_cu_seqlens(group, cu);
-    const auto plan2 = cw::ChunkwisePlan::create(group, ctxpar::Contiguous{}, meta);
+    const auto plan2 = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, meta);
     ok = ok && plan2.preceding_start(r) == want_start[r] &&
          plan2.following_stop(r) - 1 == want_stop_minus_1[r] &&
          plan2.local_sequences(r).cu_seqlens == want_cu[static_cast<std::size_t>(r)];

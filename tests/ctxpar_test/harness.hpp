@@ -135,32 +135,30 @@ using single_space = std::tuple<Exec>;
 /// Every enabled host backend × {float, double} (Threads is the backend of the `tsan` preset:
 /// ThreadSanitizer understands its pthreads barriers, not libgomp's), and in a device build the
 /// device space × {float, double}: the device kernels run every typed test there.
-using cases = typename impl::concat<
-    impl::device_space_list<impl::both_scalars>,
+using cases = typename impl::concat<impl::device_space_list<impl::both_scalars>,
 #ifdef KOKKOS_ENABLE_SERIAL
-    impl::both_scalars<Kokkos::Serial>,
+                                    impl::both_scalars<Kokkos::Serial>,
 #endif
 #ifdef KOKKOS_ENABLE_OPENMP
-    impl::both_scalars<Kokkos::OpenMP>,
+                                    impl::both_scalars<Kokkos::OpenMP>,
 #endif
 #ifdef KOKKOS_ENABLE_THREADS
-    impl::both_scalars<Kokkos::Threads>,
+                                    impl::both_scalars<Kokkos::Threads>,
 #endif
-    std::tuple<>>::type;
+                                    std::tuple<>>::type;
 
 /// Every enabled host backend and, in a device build, the device space (scalar fixed by the test).
-using execution_spaces = typename impl::concat<
-    impl::device_space_list<impl::single_space>,
+using execution_spaces = typename impl::concat<impl::device_space_list<impl::single_space>,
 #ifdef KOKKOS_ENABLE_SERIAL
-    std::tuple<Kokkos::Serial>,
+                                               std::tuple<Kokkos::Serial>,
 #endif
 #ifdef KOKKOS_ENABLE_OPENMP
-    std::tuple<Kokkos::OpenMP>,
+                                               std::tuple<Kokkos::OpenMP>,
 #endif
 #ifdef KOKKOS_ENABLE_THREADS
-    std::tuple<Kokkos::Threads>,
+                                               std::tuple<Kokkos::Threads>,
 #endif
-    std::tuple<>>::type;
+                                               std::tuple<>>::type;
 
 }  // namespace ctxpar::test
 

@@ -42,8 +42,8 @@ void instantiate_driver(const Group& group, const Backend& backend, const Inputs
                         std::int64_t v) {
   using scalar = typename Backend::scalar_type;
   const exec space;
-  const auto plan = cw::ChunkwisePlan::create(group, Contiguous{},
-                                              std::vector<std::int64_t>{0, t * group.size()});
+  const auto plan = cw::SequenceLayout::create(group, Contiguous{},
+                                               std::vector<std::int64_t>{0, t * group.size()});
   cw::token_view<scalar, mem> o("o", t, h, v);
   cw::ForwardStates<scalar, mem> fs{cw::const_sequence_states_view<scalar, mem>(
                                         cw::sequence_states_view<scalar, mem>("h0", 1, h, k, v)),

@@ -361,7 +361,7 @@ BOOST_AUTO_TEST_CASE(cu_seqlens_against_the_token_count) {
   }
 }
 
-// An empty cu_seqlens means one sequence of all T tokens, as for chunkwise::ChunkwisePlan.
+// An empty cu_seqlens means one sequence of all T tokens, as for chunkwise::SequenceLayout.
 BOOST_AUTO_TEST_CASE(empty_cu_seqlens_is_one_dense_sequence) {
   const int p = world().size();
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};

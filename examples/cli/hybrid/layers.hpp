@@ -18,7 +18,7 @@
 #include "choice.hpp"
 #include "ctxpar/chunkwise/driver.hpp"
 #include "ctxpar/chunkwise/gated_delta_rule.hpp"
-#include "ctxpar/chunkwise/plan.hpp"
+#include "ctxpar/chunkwise/sequence_layout.hpp"
 #include "ctxpar/chunkwise/short_conv.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/heads/gdp_context_parallel.hpp"
@@ -432,8 +432,9 @@ class GdnLayer {
   GdnLayer(const Group& group, const TokenPlan& plan, const StackConfig& cfg)
       : group_(group),
         cfg_(cfg),
-        plan_(plan.zigzag ? chunkwise::ChunkwisePlan::create(group, Zigzag{}, plan.cu_seqlens)
-                          : chunkwise::ChunkwisePlan::create(group, Contiguous{}, plan.cu_seqlens)),
+        plan_(plan.zigzag
+                  ? chunkwise::SequenceLayout::create(group, Zigzag{}, plan.cu_seqlens)
+                  : chunkwise::SequenceLayout::create(group, Contiguous{}, plan.cu_seqlens)),
         backend_(chunkwise::BackendOptions{cfg.kernel_chunk, 0.0}),
         cp_(make_cp(group, plan_, backend_, cfg)),
         conv_(cfg.gdn_conv),
@@ -673,7 +674,7 @@ class GdnLayer {
   using cp_type =
       std::variant<chunkwise::CpPlan<chunkwise::GatherFold, backend_type, execution_space>,
                    chunkwise::CpPlan<chunkwise::ScanCompose, backend_type, execution_space>>;
-  static cp_type make_cp(const Group& group, const chunkwise::ChunkwisePlan& layout,
+  static cp_type make_cp(const Group& group, const chunkwise::SequenceLayout& layout,
                          const backend_type& backend, const StackConfig& cfg) {
     const chunkwise::ChunkwiseShape shape{layout.local_length(), cfg.heads, cfg.head_dim,
                                           cfg.head_dim};
@@ -693,7 +694,7 @@ class GdnLayer {
 
   const Group& group_;
   StackConfig cfg_;
-  chunkwise::ChunkwisePlan plan_;
+  chunkwise::SequenceLayout plan_;
   backend_type backend_;
   cp_type cp_;
   bool conv_ = true, zigzag_ = false, packed_ = false;

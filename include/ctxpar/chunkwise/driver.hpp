@@ -18,8 +18,8 @@
 
 #include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/chunkwise/compose.hpp"
-#include "ctxpar/chunkwise/plan.hpp"
 #include "ctxpar/chunkwise/policy.hpp"
+#include "ctxpar/chunkwise/sequence_layout.hpp"
 #include "ctxpar/chunkwise/summary.hpp"
 #include "ctxpar/comm/allgather.hpp"
 #include "ctxpar/comm/group.hpp"
@@ -169,7 +169,7 @@ class Composer {
   using scan_t = scan_transition_t<Transition>;
   using flat_record = Kokkos::View<float*, memory_space>;
 
-  Composer(const ExecutionSpace& space, const Group& group, const ChunkwisePlan& plan,
+  Composer(const ExecutionSpace& space, const Group& group, const SequenceLayout& plan,
            std::int64_t heads, std::int64_t k, std::int64_t v, bool backward,
            DriverWorkspace<Transition, memory_space>& work)
       : space_(space),
@@ -342,7 +342,7 @@ class Composer {
 
   ExecutionSpace space_;
   Group group_;
-  const ChunkwisePlan& plan_;
+  const SequenceLayout& plan_;
   std::int64_t heads_, k_, v_;
   bool backward_;
   DriverWorkspace<Transition, memory_space>& work_;
@@ -395,7 +395,7 @@ void call_backward_prepare(const ExecutionSpace& space, const Backend& backend,
 // What a `CpPlan` checks once, at construction: the shape and options its calls will use, local
 // violations first (each rank's own message), then the values every rank must agree on.
 template <class Backend, class Policy>
-void build_checks(Preconditions& chk, const Backend& backend, const ChunkwisePlan& plan,
+void build_checks(Preconditions& chk, const Backend& backend, const SequenceLayout& plan,
                   const ChunkwiseShape& shape, const DriverOptions& options) {
   // The messages of the backends' per-call checks: a bad value is named the same way whether the
   // plan or a call sees it. The chunk size is checked here only: a plan's backend keeps it.
@@ -454,10 +454,10 @@ inline std::int64_t next_plan_id() {
 }  // namespace impl
 
 /// Chunkwise context parallelism of one layer, as a plan: built once, collectively, for a backend,
-/// a sequence layout (`ChunkwisePlan`), the rank's shape `[T_local, H, K, V]` and options, with the
-/// composition policy (`GatherFold` or `ScanCompose`) a compile-time tag. `forward` and `backward`
-/// take the caller's views and write into them; what a backward needs from its forward lives in a
-/// caller-owned `ChunkwiseContext`.
+/// a sequence layout (`SequenceLayout`), the rank's shape `[T_local, H, K, V]` and options, with
+/// the composition policy (`GatherFold` or `ScanCompose`) a compile-time tag. `forward` and
+/// `backward` take the caller's views and write into them; what a backward needs from its forward
+/// lives in a caller-owned `ChunkwiseContext`.
 ///
 /// Memory: the plan owns the driver's memory — the slots' summaries, the composed incoming states
 /// and outgoing gradients, the composition and scan scratch (`workspace_bytes()`) — and the
@@ -504,7 +504,7 @@ class CpPlan {
   /// summary form and layout (checked); a bad or disagreeing value makes every rank throw the
   /// same `ctxpar::Error`. Allocates nothing: memory is taken by the first calls.
   CpPlan(const ExecutionSpace& space, const Group& group, const Backend& backend,
-         const ChunkwisePlan& layout, const ChunkwiseShape& shape,
+         const SequenceLayout& layout, const ChunkwiseShape& shape,
          const DriverOptions& options = {})
       : space_(space),
         group_(group),
@@ -682,7 +682,7 @@ class CpPlan {
   /// The rank's shape `[T_local, H, K, V]` the plan was built for.
   const ChunkwiseShape& shape() const { return shape_; }
   /// The sequence layout.
-  const ChunkwisePlan& layout() const { return layout_; }
+  const SequenceLayout& layout() const { return layout_; }
   /// The options the plan was built with.
   const DriverOptions& options() const { return options_; }
   /// The backend the plan calls.
@@ -756,7 +756,7 @@ class CpPlan {
   ExecutionSpace space_;
   Group group_;
   Backend backend_;
-  ChunkwisePlan layout_;
+  SequenceLayout layout_;
   ChunkwiseShape shape_;
   DriverOptions options_;
   HostIsa host_isa_ = HostIsa::baseline;
@@ -770,7 +770,7 @@ class CpPlan {
 template <class Policy, class ExecutionSpace, class Backend>
 CpPlan<Policy, Backend, ExecutionSpace> make_cp_plan(const ExecutionSpace& space,
                                                      const Group& group, const Backend& backend,
-                                                     const ChunkwisePlan& layout,
+                                                     const SequenceLayout& layout,
                                                      const ChunkwiseShape& shape,
                                                      const DriverOptions& options = {}) {
   return CpPlan<Policy, Backend, ExecutionSpace>(space, group, backend, layout, shape, options);

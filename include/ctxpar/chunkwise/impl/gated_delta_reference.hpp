@@ -20,11 +20,12 @@ namespace ctxpar::chunkwise::impl {
 
 /// The local work of one CP rank in a forward, without communication: the whole shard is one
 /// sequence; `forward_prepare` (the summary `(M, dS)`, dense `M` chained per chunk) unless
-/// `with_summary` is false, then `forward_apply` from a zero incoming state into `output [T, H, V]`. Count its work with `gated_delta_forward_flops`.
-/// `Backend` is `GatedDeltaRuleBackend` or `GatedDeltaProductBackend`. It allocates a saved
-/// bundle and a zero state on every call; a caller that repeats it keeps both and calls the
-/// backend's `forward_apply` itself, as the heads layer does: a kept bundle keeps its chunk
-/// layout, and each forward rewrites its per-call record, so nothing needs resetting.
+/// `with_summary` is false, then `forward_apply` from a zero incoming state into `output [T, H,
+/// V]`. Count its work with `gated_delta_forward_flops`. `Backend` is `GatedDeltaRuleBackend` or
+/// `GatedDeltaProductBackend`. It allocates a saved bundle and a zero state on every call; a caller
+/// that repeats it keeps both and calls the backend's `forward_apply` itself, as the heads layer
+/// does: a kept bundle keeps its chunk layout, and each forward rewrites its per-call record, so
+/// nothing needs resetting.
 template <class ExecutionSpace, class Backend>
 void reference_local_forward(
     const ExecutionSpace& space, const Backend& backend,

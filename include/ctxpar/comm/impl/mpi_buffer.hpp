@@ -8,8 +8,8 @@
 
 #include <boost/mpi/datatype.hpp>
 #include <cstdint>
-#include <string>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -57,9 +57,7 @@ class MpiBuffer {
   }
 
   /// Pointer MPI reads from or writes to.
-  value_type* data() const {
-    return lease_ ? host_.data() : const_cast<value_type*>(view_.data());
-  }
+  value_type* data() const { return lease_ ? host_.data() : const_cast<value_type*>(view_.data()); }
   /// Elements in the view.
   std::int64_t size() const { return static_cast<std::int64_t>(view_.span()); }
 

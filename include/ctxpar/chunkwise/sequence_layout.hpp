@@ -1,9 +1,9 @@
 /// \file
-/// `ChunkwisePlan`: which tokens each rank holds and how its packed sequences continue across
+/// `SequenceLayout`: which tokens each rank holds and how its packed sequences continue across
 /// ranks, as *virtual shards* in causal order (contiguous: `P` shards, shard `r` on rank `r`;
 /// zigzag: `2P` shards, rank `r` holds shards `r` and `2P-1-r`, in that local order).
 ///
-/// For every virtual shard `v` the plan knows the packed-sequence metadata of
+/// For every virtual shard `v` the layout knows the packed-sequence metadata of
 /// docs/chunkwise.md §3: its local `cu_seqlens`, `preceding_start(v)` (first shard whose forward
 /// summary reaches `v`'s incoming state), `following_stop(v)` (one past the last shard whose
 /// backward summary reaches `v`), and the segmented-scan flags. Host-side only.
@@ -27,23 +27,23 @@
 namespace ctxpar::chunkwise {
 
 /// The sequence layout of one chunkwise CP call, identical on every rank.
-class ChunkwisePlan {
+class SequenceLayout {
  public:
-  ChunkwisePlan() = default;
+  SequenceLayout() = default;
 
   /// Contiguous shards (`torch.chunk` rule: uneven and empty shards allowed) of packed sequences
   /// with global boundaries `cu_seqlens` (`[0, …, T]`, non-decreasing; one sequence when
   /// `{0, T}`). Sequence ordinals (rows of `[N, H, K, V]` state arrays) are the positions in
   /// `cu_seqlens`, empty sequences included. Collective: ranks must pass the same boundaries.
-  static ChunkwisePlan create(const Group& group, Contiguous,
-                              const std::vector<std::int64_t>& cu_seqlens) {
+  static SequenceLayout create(const Group& group, Contiguous,
+                               const std::vector<std::int64_t>& cu_seqlens) {
     return agreed(group, false, cu_seqlens, 1);
   }
 
   /// Zigzag shards: the token stream is cut into `2P` chunks (`torch.chunk` rule) and rank `r`
   /// holds chunks `r` and `2P-1-r`, concatenated in that order. Collective.
-  static ChunkwisePlan create(const Group& group, Zigzag,
-                              const std::vector<std::int64_t>& cu_seqlens) {
+  static SequenceLayout create(const Group& group, Zigzag,
+                               const std::vector<std::int64_t>& cu_seqlens) {
     return agreed(group, true, cu_seqlens, 2);
   }
 
@@ -52,27 +52,27 @@ class ChunkwisePlan {
   /// past `T` would make the kernels read past the inputs; boundaries short of `T` would leave the
   /// tail unread). An empty `cu_seqlens` means one sequence of all `T` tokens, as in
   /// `heads::TransposePlan`. Collective: ranks must pass the same `T` and boundaries.
-  static ChunkwisePlan create(const Group& group, Contiguous, std::int64_t tokens,
-                              const std::vector<std::int64_t>& cu_seqlens = {}) {
+  static SequenceLayout create(const Group& group, Contiguous, std::int64_t tokens,
+                               const std::vector<std::int64_t>& cu_seqlens = {}) {
     return agreed(group, false, with_tokens(tokens, cu_seqlens), 1, tokens);
   }
 
   /// Zigzag shards of `tokens` tokens in packed sequences `cu_seqlens`, checked against `T` as for
   /// `Contiguous`; an empty `cu_seqlens` means one sequence of `T` tokens. Collective.
-  static ChunkwisePlan create(const Group& group, Zigzag, std::int64_t tokens,
-                              const std::vector<std::int64_t>& cu_seqlens = {}) {
+  static SequenceLayout create(const Group& group, Zigzag, std::int64_t tokens,
+                               const std::vector<std::int64_t>& cu_seqlens = {}) {
     return agreed(group, true, with_tokens(tokens, cu_seqlens), 2, tokens);
   }
 
   /// Contiguous plan from the foundation's packed metadata (`meta.parts()` must equal
   /// `group.size()`; shards of `T / P` tokens). Collective.
-  static ChunkwisePlan create(const Group& group, Contiguous, const PackedMetadata& meta) {
+  static SequenceLayout create(const Group& group, Contiguous, const PackedMetadata& meta) {
     return from_metadata(group, false, meta);
   }
 
   /// Zigzag plan from packed metadata built over `2P` parts (virtual shard `v` is the metadata's
   /// rank `v`). Collective.
-  static ChunkwisePlan create(const Group& group, Zigzag, const PackedMetadata& meta) {
+  static SequenceLayout create(const Group& group, Zigzag, const PackedMetadata& meta) {
     return from_metadata(group, true, meta);
   }
 
@@ -191,9 +191,9 @@ class ChunkwisePlan {
   }
 
   // `tokens` < 0: the overloads without a token count (T is `cu.back()`).
-  static ChunkwisePlan agreed(const Group& group, bool zigzag, const std::vector<std::int64_t>& cu,
-                              int per_rank, std::int64_t tokens = -1) {
-    const std::string op = "ctxpar::chunkwise::ChunkwisePlan";
+  static SequenceLayout agreed(const Group& group, bool zigzag, const std::vector<std::int64_t>& cu,
+                               int per_rank, std::int64_t tokens = -1) {
+    const std::string op = "ctxpar::chunkwise::SequenceLayout";
     Preconditions chk(group, op);
     if (tokens >= 0 && !cu.empty()) {
       chk.require(cu.back() == tokens,
@@ -228,7 +228,7 @@ class ChunkwisePlan {
                              "] = " + ctxpar::impl::to_text(cu[bad]));
     chk.require(cu.size() >= 2 && cu.back() >= 1, "the input must hold at least one token (T >= 1)",
                 ">= 1", cu.empty() ? 0 : cu.back());
-    ChunkwisePlan plan;
+    SequenceLayout plan;
     plan.zigzag_ = zigzag;
     plan.parts_ = group.size();
     plan.rank_ = group.rank();
@@ -243,15 +243,15 @@ class ChunkwisePlan {
     return plan;
   }
 
-  static ChunkwisePlan from_metadata(const Group& group, bool zigzag, const PackedMetadata& meta) {
-    const std::string op = "ctxpar::chunkwise::ChunkwisePlan";
+  static SequenceLayout from_metadata(const Group& group, bool zigzag, const PackedMetadata& meta) {
+    const std::string op = "ctxpar::chunkwise::SequenceLayout";
     Preconditions chk(group, op);
     const int want = group.size() * (zigzag ? 2 : 1);
     chk.require(meta.parts() == want,
                 zigzag ? "zigzag needs packed metadata built over 2P parts"
                        : "the packed metadata must be built over P = group size parts",
                 want, meta.parts());
-    ChunkwisePlan plan;
+    SequenceLayout plan;
     plan.zigzag_ = zigzag;
     plan.parts_ = group.size();
     plan.rank_ = group.rank();
