@@ -49,12 +49,18 @@ struct GdpLayerSaved {
       typename chunkwise::GatedDeltaProductBackend<Scalar, MemorySpace>::saved_type;
 
   matrix u;                     ///< the forward's input `[T, C_local]` (a view of the caller's)
-  vector dt_bias, a_log, d;     ///< the forward's parameter slices (views of the caller's)
-  matrix pre, act;              ///< conv output before and after SiLU `[T, C_conv]`
+  vector dt_bias;               ///< the forward's `dt_bias` slice (a view of the caller's)
+  vector a_log;                 ///< the forward's `A_log` slice (a view of the caller's)
+  vector d;                     ///< the forward's `D` slice (a view of the caller's)
+  matrix pre;                   ///< conv output before SiLU `[T, C_conv]`
+  matrix act;                   ///< conv output after SiLU `[T, C_conv]`
   matrix taps;                  ///< conv weights tap-major `[width, C_conv]`
   tensor3 rnorm;                ///< reciprocal norms of q and k `[T, M + 1, groups]`
-  tensor3 q, k, v;              ///< recurrence inputs `[T, H, N]`, `[T·M, H, N]`, `[T·M, H, d]`
-  matrix beta, g;               ///< gates `[T·M, H]`, `[T, H]`
+  tensor3 q;                    ///< recurrence queries `[T, H, N]`
+  tensor3 k;                    ///< recurrence keys `[T·M, H, N]`
+  tensor3 v;                    ///< recurrence values `[T·M, H, d]`
+  matrix beta;                  ///< write strengths `[T·M, H]`
+  matrix g;                     ///< log-decay gates `[T, H]`
   recurrence_saved recurrence;  ///< what the recurrence backend keeps
   bool sized = false;           ///< whether a `forward` sized the buffers (any may be empty)
   bool filled = false;          ///< whether a `forward` completed into this object
