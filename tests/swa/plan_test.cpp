@@ -64,11 +64,14 @@ struct StreamOnPlan {
 
   StreamOnPlan(const ctxpar::swa::StepShape& shape, const ctxpar::swa::Options& o,
                std::size_t steps)
-      : plan(Exec(), world(), shape, o),
-        caches(steps + 1),
-        states(steps),
-        outs(steps),
-        grads(steps) {
+      : plan(Exec(), world(), shape, o) {
+    // Sized here rather than in the initialiser list: GCC 12 cannot bound `steps` through the
+    // inlined vector constructors there and warns (-Walloc-size-larger-than) on a path that
+    // cannot happen.
+    caches.resize(steps + 1);
+    states.resize(steps);
+    outs.resize(steps);
+    grads.resize(steps);
     caches[0] = ctxpar::swa::empty_cache<Scalar, Mem>(shape.kv_heads, shape.head_dim);
   }
 

@@ -2,9 +2,8 @@
 /// Composition policies and options of the chunkwise CP driver.
 #pragma once
 
-#include <type_traits>
-
 #include "ctxpar/chunkwise/summary.hpp"
+#include "ctxpar/core/impl/one_of.hpp"
 
 namespace ctxpar::chunkwise {
 
@@ -29,7 +28,7 @@ struct ScanCompose {
 /// True for the two composition policies.
 template <class T>
 inline constexpr bool is_composition_policy_v =
-    std::is_same_v<T, GatherFold> || std::is_same_v<T, ScanCompose>;
+    ctxpar::impl::is_one_of_v<T, GatherFold, ScanCompose>;
 
 /// Options of a `CpPlan` (fixed at construction, agreed by every rank).
 struct DriverOptions {

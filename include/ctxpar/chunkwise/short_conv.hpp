@@ -366,11 +366,6 @@ void conv_backward(const ExecutionSpace& space, const Group& group, const ConvLi
   if (dbias.data()) allreduce_sum(space, group, dbias, unchecked);
 }
 
-/// The shard layouts the conv takes (`Contiguous`, `Zigzag`).
-template <class Layout>
-inline constexpr bool is_conv_layout_v =
-    std::is_same_v<Layout, Contiguous> || std::is_same_v<Layout, Zigzag>;
-
 }  // namespace impl
 
 /// The sizes a `ShortConvPlan` is built for. `tokens` is this rank's shard length (ranks may
@@ -425,7 +420,7 @@ struct ShortConvSaved {
 template <class Layout, class ExecutionSpace, class Scalar,
           class MemorySpace = typename ExecutionSpace::memory_space>
 class ShortConvPlan {
-  static_assert(impl::is_conv_layout_v<Layout>,
+  static_assert(is_token_layout_v<Layout>,
                 "ctxpar::chunkwise::ShortConvPlan: the layout must be Contiguous or Zigzag");
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
                 "ctxpar::chunkwise::ShortConvPlan: the memory space must be accessible from the "

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ctxpar/core/impl/one_of.hpp"
+
 namespace ctxpar::chunkwise {
 
 /// `A_t = I` (plain linear attention): `M` is the identity and carries no floats.
@@ -53,8 +55,8 @@ struct DenseTransition {
 /// True for the four transition tags.
 template <class T>
 inline constexpr bool is_transition_v =
-    std::is_same_v<T, IdentityTransition> || std::is_same_v<T, ScalarTransition> ||
-    std::is_same_v<T, DiagonalTransition> || std::is_same_v<T, DenseTransition>;
+    ctxpar::impl::is_one_of_v<T, IdentityTransition, ScalarTransition, DiagonalTransition,
+                              DenseTransition>;
 
 /// Floats of `M` per head in a *scan record*. A segmented scan resets a composition by zeroing
 /// `M`, which the identity cannot express, so the identity travels as a scalar there (1 float).

@@ -2,8 +2,7 @@
 /// Tag types choosing how mechanism C splits heads and orders tokens.
 #pragma once
 
-#include <type_traits>
-
+#include "ctxpar/core/impl/one_of.hpp"
 #include "ctxpar/partition/head_partition.hpp"
 #include "ctxpar/partition/zigzag.hpp"
 
@@ -20,11 +19,6 @@ using ::ctxpar::Zigzag;
 
 /// True for the head-split policies.
 template <class T>
-inline constexpr bool is_head_policy_v =
-    std::is_same_v<T, EvenHeads> || std::is_same_v<T, UnevenHeads>;
-
-/// True for the token-order policies.
-template <class T>
-inline constexpr bool is_token_order_v = std::is_same_v<T, Contiguous> || std::is_same_v<T, Zigzag>;
+inline constexpr bool is_head_policy_v = ctxpar::impl::is_one_of_v<T, EvenHeads, UnevenHeads>;
 
 }  // namespace ctxpar::heads

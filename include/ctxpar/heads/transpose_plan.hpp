@@ -49,7 +49,7 @@ class TransposePlan {
                 "ctxpar::heads::TransposePlan: Scalar must be an arithmetic type");
   static_assert(is_head_policy_v<HeadPolicy>,
                 "ctxpar::heads::TransposePlan: HeadPolicy must be EvenHeads or UnevenHeads");
-  static_assert(is_token_order_v<TokenOrder>,
+  static_assert(is_token_layout_v<TokenOrder>,
                 "ctxpar::heads::TransposePlan: TokenOrder must be Contiguous or Zigzag");
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
                 "ctxpar::heads::TransposePlan: the memory space must be accessible from the "

@@ -28,6 +28,7 @@
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/fingerprint.hpp"
 #include "ctxpar/core/host_mirror.hpp"
+#include "ctxpar/core/impl/one_of.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
@@ -39,6 +40,10 @@ struct Contiguous {};
 /// Layout tag: the sequence is cut into `2P` chunks and rank `r` holds chunks `r` and `2P-1-r`, in
 /// that order.
 struct Zigzag {};
+
+/// True for the two token layout tags (`Contiguous`, `Zigzag`).
+template <class T>
+inline constexpr bool is_token_layout_v = impl::is_one_of_v<T, Contiguous, Zigzag>;
 
 /// Zigzag position (0-based, in rank order) of natural chunk `n` of `2P`: `2n` for `n < P`,
 /// `4P - 2n - 1` otherwise.

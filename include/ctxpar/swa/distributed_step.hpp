@@ -27,6 +27,7 @@
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/partition/balanced_chunks.hpp"
 #include "ctxpar/swa/attention_kernel.hpp"
+#include "ctxpar/swa/attention_record.hpp"
 #include "ctxpar/swa/attention_workspace.hpp"
 #include "ctxpar/swa/cache.hpp"
 #include "ctxpar/swa/document_mask.hpp"
@@ -60,23 +61,13 @@ struct StepShape {
 /// What the backward of one distributed step needs from its forward, on one rank. The caller owns
 /// one per step in flight (a streaming chain keeps one per step until that step's backward); a
 /// forward reuses its memory while the step's shapes stay the same. Filled by `StepPlan::forward`.
+/// Its `AttentionRecord` holds this rank's queries (`[t_r, Hq, D]`, the caller's chunk positions
+/// and ids), the keys its kernel saw (the whole gathered axis under the all-gather policies, its
+/// halo plus its own chunk keys under `HaloKV`), the caller's `out` and the log-sum-exp.
 template <class Scalar, class MemorySpace>
-struct DistributedState {
-  /// This rank's rotated queries `[t_r, Hq, D]`.
-  Tensor<Scalar, MemorySpace> q_rot;
-  /// Positions of this rank's queries (the caller's chunk positions).
-  Positions<MemorySpace> q_pos;
-  /// Ids of this rank's queries (or empty).
-  Ids<MemorySpace> q_ids;
-  /// The keys this rank's kernel saw: the whole gathered axis (all-gather policies) or its halo
-  /// plus its own chunk keys (`HaloKV`); rotated keys, values, positions, ids.
-  KvBlock<Scalar, MemorySpace> axis;
+struct DistributedState : AttentionRecord<Scalar, MemorySpace> {
   /// Index of `axis` token 0 on the whole axis.
   std::int64_t key_origin = 0;
-  /// The forward's output (the caller's view; the backward reads it).
-  Tensor<Scalar, MemorySpace> out;
-  /// Row log-sum-exp `[t_r, Hq]`.
-  Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> lse;
   /// Positions of this rank's key/value records under the layout in use, for the RoPE backward.
   Positions<MemorySpace> own_pos;
   /// Exchange tables of this step's layout.
@@ -88,10 +79,7 @@ struct DistributedState {
 
   /// Bytes of device memory held (saved activations and tables).
   std::size_t bytes() const {
-    return q_rot.span() * sizeof(Scalar) + axis.k.span() * sizeof(Scalar) +
-           axis.v.span() * sizeof(Scalar) + axis.pos.span() * sizeof(std::int64_t) +
-           axis.ids.span() * sizeof(std::int32_t) + lse.span() * sizeof(accumulator_t<Scalar>) +
-           own_pos.span() * sizeof(std::int64_t) + tables.bytes();
+    return this->own_bytes() + own_pos.span() * sizeof(std::int64_t) + tables.bytes();
   }
 };
 

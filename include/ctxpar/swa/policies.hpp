@@ -3,7 +3,7 @@
 /// reaches the ranks that need it.
 #pragma once
 
-#include <type_traits>
+#include "ctxpar/core/impl/one_of.hpp"
 
 namespace ctxpar::swa {
 
@@ -35,8 +35,7 @@ struct HaloKV {
 /// True for the three policy tags above.
 template <class Policy>
 inline constexpr bool is_policy_v =
-    std::is_same_v<Policy, RopeBeforeGather> || std::is_same_v<Policy, RopeAfterGather> ||
-    std::is_same_v<Policy, HaloKV>;
+    ctxpar::impl::is_one_of_v<Policy, RopeBeforeGather, RopeAfterGather, HaloKV>;
 
 /// Key/value layout (default): the cache shard of rank `r` is `BalancedChunks(c, P)` of the cached
 /// keys and its chunk keys are the keys of its own queries (`BalancedChunks(t, P)`), so the chunk
@@ -62,6 +61,6 @@ struct WholeAxisChunks {
 /// True for the two key/value layout tags above.
 template <class Layout>
 inline constexpr bool is_kv_layout_v =
-    std::is_same_v<Layout, SegmentChunks> || std::is_same_v<Layout, WholeAxisChunks>;
+    ctxpar::impl::is_one_of_v<Layout, SegmentChunks, WholeAxisChunks>;
 
 }  // namespace ctxpar::swa

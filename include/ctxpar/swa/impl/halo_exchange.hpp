@@ -69,19 +69,16 @@ struct HaloExchange {
       const ExchangeContext<ExecutionSpace, Scalar, MemorySpace>& cx,
       const TokenSource<Scalar, MemorySpace>& own, const AxisLayout& layout, bool with_ids,
       double rope_base, KvBlock<Scalar, MemorySpace>& axis, std::int64_t& key_origin) const {
-    const ExecutionSpace& space = cx.space;
-    const Group& group = cx.group;
-    const RecordShape& shape = cx.records;
     static_assert(!RotateAfterGather, "the halo exchange rotates keys before they travel");
-    const std::int64_t bytes = shape.template bytes<Scalar>();
+    const std::int64_t bytes = cx.records.template bytes<Scalar>();
     const auto [send, recv] = cx.staging.byte_buffers(plan.send_total(), plan.recv_total(), bytes);
-    pack_records(space, own, send_records, plan.send_total(), send, rope_base);
-    exchange_pairwise(space, group, send, scaled(plan.send_counts, bytes), recv,
+    pack_records(cx.space, own, send_records, plan.send_total(), send, rope_base);
+    exchange_pairwise(cx.space, cx.group, send, scaled(plan.send_counts, bytes), recv,
                       scaled(plan.recv_counts, bytes));
-    key_origin = layout.chunk_split().size(group.rank()) > 0 ? plan.lo : 0;
-    ensure_block(axis, static_cast<std::int64_t>(plan.source.size()), shape.kv_heads, shape.dim,
-                 with_ids, "ctxpar::swa::halo_axis");
-    unpack_records(space, recv, own, axis_source, axis, rope_base);
+    key_origin = layout.chunk_split().size(cx.group.rank()) > 0 ? plan.lo : 0;
+    ensure_block(axis, static_cast<std::int64_t>(plan.source.size()), cx.records.kv_heads,
+                 cx.records.dim, with_ids, "ctxpar::swa::halo_axis");
+    unpack_records(cx.space, recv, own, axis_source, axis, rope_base);
     return {};
   }
 
@@ -93,18 +90,17 @@ struct HaloExchange {
                       const Tensor<Scalar, MemorySpace>& dv_axis,
                       const Tensor<Scalar, MemorySpace>& own_dk,
                       const Tensor<Scalar, MemorySpace>& own_dv) const {
-    const ExecutionSpace& space = cx.space;
-    const Group& group = cx.group;
     const std::int64_t per = 2 * cx.records.per_token();
-    Kokkos::deep_copy(space, own_dk, Scalar(0));
-    Kokkos::deep_copy(space, own_dv, Scalar(0));
+    Kokkos::deep_copy(cx.space, own_dk, Scalar(0));
+    Kokkos::deep_copy(cx.space, own_dv, Scalar(0));
     const auto [back, got] =
         cx.staging.gradient_buffers(plan.recv_total(), plan.send_total(), cx.records);
-    route_gradients(space, dk_axis, dv_axis, axis_source, back, own_dk, own_dv);
+    route_gradients(cx.space, dk_axis, dv_axis, axis_source, back, own_dk, own_dv);
     using flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
-    exchange_pairwise(space, group, flat(back.data(), back.span()), scaled(plan.recv_counts, per),
-                      flat(got.data(), got.span()), scaled(plan.send_counts, per));
-    add_gradient_blocks(space, got, send_records, plan.send_counts, nullptr, own_dk, own_dv);
+    exchange_pairwise(cx.space, cx.group, flat(back.data(), back.span()),
+                      scaled(plan.recv_counts, per), flat(got.data(), got.span()),
+                      scaled(plan.send_counts, per));
+    add_gradient_blocks(cx.space, got, send_records, plan.send_counts, nullptr, own_dk, own_dv);
   }
 
   /// Bytes of its device tables.

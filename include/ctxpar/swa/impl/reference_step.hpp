@@ -14,6 +14,7 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/swa/attention_kernel.hpp"
+#include "ctxpar/swa/attention_record.hpp"
 #include "ctxpar/swa/cache.hpp"
 #include "ctxpar/swa/document_mask.hpp"
 #include "ctxpar/swa/gradients.hpp"
@@ -26,21 +27,10 @@
 
 namespace ctxpar::swa::impl {
 
-/// What the backward of one step needs from its forward.
+/// What the backward of one step needs from its forward. Its record's `axis` is the assembled
+/// key/value axis `cache ++ chunk`.
 template <class Scalar, class MemorySpace>
-struct ReferenceState {
-  /// Rotated queries `[t, Hq, D]`.
-  Tensor<Scalar, MemorySpace> q_rot;
-  /// Query positions and ids.
-  Positions<MemorySpace> q_pos;
-  /// Query ids (or empty).
-  Ids<MemorySpace> q_ids;
-  /// The assembled key/value axis `cache ++ chunk`: rotated keys, values, positions, ids.
-  KvBlock<Scalar, MemorySpace> axis;
-  /// Forward output `[t, Hq, D]`.
-  Tensor<Scalar, MemorySpace> out;
-  /// Row log-sum-exp `[t, Hq]`.
-  Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> lse;
+struct ReferenceState : AttentionRecord<Scalar, MemorySpace> {
   /// Length `c` of the input cache.
   std::int64_t cache_length = 0;
   /// Length of the next cache (the tail of the axis it was cut from).
