@@ -69,8 +69,8 @@ template <class HeadPolicy>
 void kernels(cb::Report& report, const ctxpar::Group& group, int rounds, std::size_t triad_n,
              std::int64_t per_rank, const ch::GdpShape& s, const std::string& name) {
   const int p = group.size();
-  ch::TransposePlan<HeadPolicy, ch::Zigzag, exec, scalar> plan(exec(), group, s.input_layout(),
-                                                               per_rank * p);
+  ch::TransposePlan<HeadPolicy, ch::ZigzagPerSequence, exec, scalar> plan(
+      exec(), group, s.input_layout(), per_rank * p);
   matrix x("x", plan.local_rows(), plan.channels()), y("y", per_rank * p, plan.local_channels());
   fill(x);
   plan.to_head_parallel(x, y);  // fills the receive buffer once
@@ -125,10 +125,10 @@ template <class HeadPolicy>
 void transpose(cb::Report& report, const ctxpar::Group& group, std::int64_t per_rank,
                const ch::GdpShape& s, const std::string& name, int repeats) {
   const int p = group.size();
-  ch::TransposePlan<HeadPolicy, ch::Zigzag, exec, scalar> in_plan(exec(), group, s.input_layout(),
-                                                                  per_rank * p);
-  ch::TransposePlan<HeadPolicy, ch::Zigzag, exec, scalar> out_plan(exec(), group, s.output_layout(),
-                                                                   per_rank * p);
+  ch::TransposePlan<HeadPolicy, ch::ZigzagPerSequence, exec, scalar> in_plan(
+      exec(), group, s.input_layout(), per_rank * p);
+  ch::TransposePlan<HeadPolicy, ch::ZigzagPerSequence, exec, scalar> out_plan(
+      exec(), group, s.output_layout(), per_rank * p);
   matrix x("x", in_plan.local_rows(), in_plan.channels()),
       u("u", per_rank * p, in_plan.local_channels());
   matrix yh("yh", per_rank * p, out_plan.local_channels()),

@@ -25,6 +25,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "choice.hpp"
@@ -184,7 +185,9 @@ Outputs dispatch(const ctxpar::Group& group, const Inputs& in, bool uneven, int 
                  bool backward, int chunk, int perturb_rank = -1, int repeat = 0) {
   const int r = perturb_rank, n = repeat;
   return ctxpar::cli::layouts.visit(layout, [&](auto order) {
-    using Order = decltype(order);
+    // The input is one dense sequence, so its zigzag is the head transposes' per-sequence zigzag.
+    using Order = std::conditional_t<std::is_same_v<decltype(order), ctxpar::Zigzag>,
+                                     ctxpar::ZigzagPerSequence, decltype(order)>;
     return uneven ? run_layer<Scalar, ch::UnevenHeads, Order>(group, in, backward, chunk, r, n)
                   : run_layer<Scalar, ch::EvenHeads, Order>(group, in, backward, chunk, r, n);
   });

@@ -112,7 +112,8 @@ std::int64_t round_trip(const Layout& layout) {
 std::int64_t layouts(const Group& group) {
   return round_trip(ContiguousLayout::create(13, 4)) + round_trip(ZigzagLayout::create(16, 4)) +
          round_trip(ZigzagLayout::create(group, 16)) +
-         round_trip(PackedZigzagLayout<memory>::create(std::vector<std::int32_t>{0, 8, 24}, 4));
+         round_trip(
+             ZigzagPerSequenceLayout<memory>::create(std::vector<std::int32_t>{0, 8, 24}, 4));
 }
 
 void instantiate(const Group& group) {

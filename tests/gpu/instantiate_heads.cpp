@@ -47,7 +47,7 @@ void instantiate_heads(const Group& group) {
 void ctxpar_gpu_check_heads(const ctxpar::Group& group) {
   using namespace ctxpar::gpu_check;
   instantiate_heads<float, ctxpar::EvenHeads, ctxpar::Contiguous>(group);
-  instantiate_heads<float, ctxpar::UnevenHeads, ctxpar::Zigzag>(group);
-  instantiate_heads<double, ctxpar::EvenHeads, ctxpar::Zigzag>(group);
+  instantiate_heads<float, ctxpar::UnevenHeads, ctxpar::ZigzagPerSequence>(group);
+  instantiate_heads<double, ctxpar::EvenHeads, ctxpar::ZigzagPerSequence>(group);
   instantiate_heads<double, ctxpar::UnevenHeads, ctxpar::Contiguous>(group);
 }

@@ -19,7 +19,8 @@ using exec_space = Kokkos::DefaultExecutionSpace;
 using mem = exec_space::memory_space;
 using transpose_plan = ch::TransposePlan<ch::EvenHeads, ch::Contiguous, exec_space, double>;
 using gdp_plan = ch::GdpContextParallel<ch::EvenHeads, ch::Contiguous, exec_space, double>;
-using zigzag_gdp_plan = ch::GdpContextParallel<ch::EvenHeads, ch::Zigzag, exec_space, double>;
+using zigzag_gdp_plan =
+    ch::GdpContextParallel<ch::EvenHeads, ch::ZigzagPerSequence, exec_space, double>;
 
 // The layer follows the plan contract, with its saved state the caller's.
 static_assert(ctxpar::follows_plan_contract<gdp_plan>);
@@ -111,7 +112,8 @@ BOOST_AUTO_TEST_CASE(packed_lengths_not_divisible_by_2p_under_zigzag) {
       [&](int bad) {
         std::vector<std::int64_t> cu = me == bad ? std::vector<std::int64_t>{0, 2 * p - 1, 4 * p}
                                                  : std::vector<std::int64_t>{0, 2 * p, 4 * p};
-        make_plan<ch::EvenHeads, ch::Zigzag>(ch::GdpShape{2 * p, 2, 1, 3, 2, 4}, 4 * p, cu);
+        make_plan<ch::EvenHeads, ch::ZigzagPerSequence>(ch::GdpShape{2 * p, 2, 1, 3, 2, 4}, 4 * p,
+                                                        cu);
       },
       same_rank);
 }
@@ -154,7 +156,7 @@ BOOST_AUTO_TEST_CASE(packed_input_without_metadata) {
   matrix x("x", rows, s.input_layout().channels()), y("y", rows, s.d_inner()),
       z("z", rows, s.d_inner());
   each_bad_rank(
-      "packed input under Zigzag needs its sequence metadata",
+      "packed input under ZigzagPerSequence needs its sequence metadata",
       [&](int bad) {
         const std::vector<std::int64_t> cu =
             me == bad ? std::vector<std::int64_t>{0, 2 * p, t} : std::vector<std::int64_t>{};
@@ -196,10 +198,10 @@ BOOST_AUTO_TEST_CASE(packed_input_without_metadata_in_the_transposes) {
     return me == bad ? std::vector<std::int64_t>{0, 2 * p, t} : std::vector<std::int64_t>{0, t};
   };
   each_bad_rank(
-      "packed input under Zigzag needs its sequence metadata",
+      "packed input under ZigzagPerSequence needs its sequence metadata",
       [&](int bad) { cp.pre_conv_ssm(x, u, cu_for(bad)); }, same_rank);
   each_bad_rank(
-      "packed input under Zigzag needs its sequence metadata",
+      "packed input under ZigzagPerSequence needs its sequence metadata",
       [&](int bad) { cp.post_conv_ssm(y, out, cu_for(bad)); }, same_rank);
 }
 

@@ -131,7 +131,7 @@ bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::i
            std::uint64_t seed) {
   const auto& group = world();
   const int p = group.size(), me = group.rank();
-  constexpr bool zigzag = std::is_same_v<TokenOrder, ch::Zigzag>;
+  constexpr bool zigzag = std::is_same_v<TokenOrder, ch::ZigzagPerSequence>;
   const std::vector<std::int64_t> cu =
       cu_in.empty() ? std::vector<std::int64_t>{0, t_total} : cu_in;
   const auto d = make_data(s, t_total, seed);
@@ -237,10 +237,10 @@ BOOST_AUTO_TEST_CASE(gdp_even_contiguous_double) {
   sweep_even<Kokkos::DefaultExecutionSpace, double, ch::Contiguous>(100);
 }
 BOOST_AUTO_TEST_CASE(gdp_even_zigzag_double) {
-  sweep_even<Kokkos::DefaultExecutionSpace, double, ch::Zigzag>(200);
+  sweep_even<Kokkos::DefaultExecutionSpace, double, ch::ZigzagPerSequence>(200);
 }
 BOOST_AUTO_TEST_CASE(gdp_even_zigzag_float) {
-  sweep_even<Kokkos::DefaultExecutionSpace, float, ch::Zigzag>(300);
+  sweep_even<Kokkos::DefaultExecutionSpace, float, ch::ZigzagPerSequence>(300);
 }
 BOOST_AUTO_TEST_CASE(gdp_even_contiguous_serial_float) {
   sweep_even<Kokkos::Serial, float, ch::Contiguous>(400);
@@ -259,9 +259,10 @@ BOOST_AUTO_TEST_CASE(gdp_uneven) {
         CTXPAR_TEST_ALL(
             group, (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Contiguous>(
                        s, 5 * p + 2, {}, seed++)));
-        CTXPAR_TEST_ALL(group,
-                        (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::Zigzag>(
-                            s, 4 * p, {0, 2 * p, 4 * p}, seed++)));
+        CTXPAR_TEST_ALL(
+            group,
+            (check<Kokkos::DefaultExecutionSpace, double, ch::UnevenHeads, ch::ZigzagPerSequence>(
+                s, 4 * p, {0, 2 * p, 4 * p}, seed++)));
       }
     }
   }
@@ -316,8 +317,8 @@ BOOST_AUTO_TEST_CASE(packed_isolation) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 4};
   const std::vector<std::int64_t> cu{0, 4 * p, 6 * p, 10 * p};
   const std::int64_t t_total = cu.back(), c = s.input_layout().channels(), di = s.d_inner();
-  ch::GdpContextParallel<ch::EvenHeads, ch::Zigzag, exec, double> cp(exec(), group, s, t_total, cu,
-                                                                     ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<ch::EvenHeads, ch::ZigzagPerSequence, exec, double> cp(
+      exec(), group, s, t_total, cu, ch::GdpOptions{l2_eps, 4});
   ch::GdpSaved<double, mem> saved;
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows();
@@ -386,8 +387,8 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
   const ch::GdpShape s{2 * p, 2, 1, 3, 2, 3, ch::SkipTerm::per_head};
   const std::vector<std::int64_t> cu{0, 2 * p, 2 * p, 6 * p, 8 * p};  // an empty one too
   const std::int64_t t_total = cu.back(), c = s.input_layout().channels(), di = s.d_inner();
-  ch::GdpContextParallel<ch::EvenHeads, ch::Zigzag, exec, double> cp(exec(), group, s, t_total, cu,
-                                                                     ch::GdpOptions{l2_eps, 4});
+  ch::GdpContextParallel<ch::EvenHeads, ch::ZigzagPerSequence, exec, double> cp(
+      exec(), group, s, t_total, cu, ch::GdpOptions{l2_eps, 4});
   ch::GdpSaved<double, mem> saved;
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows();

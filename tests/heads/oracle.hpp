@@ -55,9 +55,10 @@ inline std::vector<std::int64_t> gdp_channels(int h, int d, int g, int n, int m_
   return out;
 }
 
-/// Sequence-parallel position (rank-major) of every natural token. Contiguous: identity. Zigzag:
-/// per sequence (start c, length L, half = L/2P), natural chunk n goes to zigzag chunk
-/// z = 2n (n < P) or 4P - 2n - 1, owner z/2, index owner·T/P + c/P + (z mod 2)·half + p mod half.
+/// Sequence-parallel position (rank-major) of every natural token. Contiguous: identity.
+/// ZigzagPerSequence: per sequence (start c, length L, half = L/2P), natural chunk n goes to zigzag
+/// chunk z = 2n (n < P) or 4P - 2n - 1, owner z/2, index owner·T/P + c/P + (z mod 2)·half + p mod
+/// half.
 inline std::vector<std::int64_t> shard_position(std::int64_t t_total, int p, bool zigzag,
                                                 const std::vector<std::int64_t>& cu) {
   std::vector<std::int64_t> pos(t_total);

@@ -16,7 +16,7 @@ namespace ch = ctxpar::heads;
 
 // The transpose is a linear map: it follows the plan contract with no saved state.
 using zigzag_plan =
-    ch::TransposePlan<ch::UnevenHeads, ch::Zigzag, Kokkos::DefaultExecutionSpace, float>;
+    ch::TransposePlan<ch::UnevenHeads, ch::ZigzagPerSequence, Kokkos::DefaultExecutionSpace, float>;
 static_assert(ctxpar::follows_plan_contract<zigzag_plan>);
 static_assert(std::is_same_v<zigzag_plan::saved_type, ctxpar::NoSavedState>);
 
@@ -65,7 +65,7 @@ bool check(const Case& c, std::uint64_t seed) {
   const auto& group = world();
   const int p = group.size(), me = group.rank();
   constexpr bool uneven = std::is_same_v<HeadPolicy, ch::UnevenHeads>;
-  constexpr bool zigzag = std::is_same_v<TokenOrder, ch::Zigzag>;
+  constexpr bool zigzag = std::is_same_v<TokenOrder, ch::ZigzagPerSequence>;
   using mem = typename Exec::memory_space;
   using plan_type = ch::TransposePlan<HeadPolicy, TokenOrder, Exec, Scalar>;
   plan_type plan(Exec(), group, c.layout, c.tokens, c.cu);
@@ -196,7 +196,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(even_contiguous, Exec, ctxpar::test::execution_spa
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(even_zigzag, Exec, ctxpar::test::execution_spaces) {
-  run_all<Exec, double, ch::EvenHeads, ch::Zigzag>(true);
+  run_all<Exec, double, ch::EvenHeads, ch::ZigzagPerSequence>(true);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(uneven_contiguous, Exec, ctxpar::test::execution_spaces) {
@@ -204,7 +204,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(uneven_contiguous, Exec, ctxpar::test::execution_s
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(uneven_zigzag, Exec, ctxpar::test::execution_spaces) {
-  run_all<Exec, float, ch::UnevenHeads, ch::Zigzag>(true);
+  run_all<Exec, float, ch::UnevenHeads, ch::ZigzagPerSequence>(true);
 }
 
 // Uneven head counts: nheads = 2P + 1 (and fewer heads than ranks) under UnevenHeads.
@@ -222,7 +222,8 @@ BOOST_AUTO_TEST_CASE(uneven_head_counts) {
         p > 1};
     CTXPAR_TEST_ALL(
         group,
-        (check<Kokkos::DefaultHostExecutionSpace, double, ch::UnevenHeads, ch::Zigzag>(c, 99)));
+        (check<Kokkos::DefaultHostExecutionSpace, double, ch::UnevenHeads, ch::ZigzagPerSequence>(
+            c, 99)));
     c.tokens = 3 * p + 2;
     CTXPAR_TEST_ALL(
         group,

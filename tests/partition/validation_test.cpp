@@ -142,7 +142,7 @@ BOOST_AUTO_TEST_CASE(packed_zigzag_length_on_one_rank) {
     auto call = [&] {
       std::vector<int> cu{0, two_p, 3 * two_p, 4 * two_p};
       if (g.rank() == bad) cu[2] += 1;  // sequence 1 gets 2·2P + 1 tokens, sequence 2 gets 2P - 1
-      ctxpar::PackedZigzagLayout<>::create(g, cu);
+      ctxpar::ZigzagPerSequenceLayout<>::create(g, cu);
     };
     const std::string needle = "on rank " + std::to_string(bad) +
                                ": every packed sequence length must be divisible by 2P for the "
@@ -155,7 +155,7 @@ BOOST_AUTO_TEST_CASE(packed_zigzag_length_on_one_rank) {
     auto call = [&] {
       std::vector<int> cu{0, two_p, 3 * two_p};
       if (g.rank() == bad) cu = {0, 2 * two_p, 3 * two_p};  // valid, but not what the others hold
-      ctxpar::PackedZigzagLayout<>::create(g, cu);
+      ctxpar::ZigzagPerSequenceLayout<>::create(g, cu);
     };
     CTXPAR_TEST_ALL(
         g, throws_everywhere(g, call, "every rank must agree on cu_seqlens (fingerprint)", bad));

@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE(packed_zigzag_against_concatenated_chunks) {
   auto check = [&](const std::vector<int>& units, int p) {
     std::vector<std::int64_t> cu{0};
     for (int u : units) cu.push_back(cu.back() + 2 * p * u);
-    const auto layout = ctxpar::PackedZigzagLayout<>::create(cu, p);
+    const auto layout = ctxpar::ZigzagPerSequenceLayout<>::create(cu, p);
     std::vector<std::int64_t> local_cu;
     for (std::int64_t c : cu) local_cu.push_back(c / p);
     bool good = layout.local_cu_seqlens() == local_cu &&
@@ -178,7 +178,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(undo_redo_on_views, Exec, ctxpar::test::execution_
       std::vector<std::int64_t> cu =
           variant == 0 ? std::vector<std::int64_t>{0, 2 * p * 3}
                        : std::vector<std::int64_t>{0, 2 * p, 2 * p, 2 * p * 4, 2 * p * 6};
-      const auto layout = ctxpar::PackedZigzagLayout<memory_space>::create(cu, p);
+      const auto layout = ctxpar::ZigzagPerSequenceLayout<memory_space>::create(cu, p);
       const std::int64_t t = cu.back(), cols = 3;
       const order_type order = literal_packed_order(cu, p);
       Kokkos::View<double**, memory_space> natural("natural", t, cols), zig("zig", t, cols),
@@ -239,24 +239,24 @@ BOOST_AUTO_TEST_CASE(local_validation_errors) {
   ok &= local_error([] { ctxpar::ZigzagLayout::create(0, 2); }, "got 0");
   ok &= local_error(
       [] {
-        ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 8, 14, 22}, 2);
+        ctxpar::ZigzagPerSequenceLayout<>::create(std::vector<int>{0, 8, 14, 22}, 2);
       },
-      "ctxpar::PackedZigzagLayout: every packed sequence length must be divisible by 2P for the "
-      "zigzag "
-      "layout (sequence 1 has length 6) (expected a multiple of 4, got length 6 of sequence 1)");
+      "ctxpar::ZigzagPerSequenceLayout: every packed sequence length must be divisible by 2P for "
+      "the zigzag layout (sequence 1 has length 6) (expected a multiple of 4, got length 6 of "
+      "sequence 1)");
   ok &= local_error(
       [] {
-        ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 8, 4}, 2);
+        ctxpar::ZigzagPerSequenceLayout<>::create(std::vector<int>{0, 8, 4}, 2);
       },
       "cu_seqlens must be non-decreasing");
   ok &= local_error(
       [] {
-        ctxpar::PackedZigzagLayout<>::create(std::vector<int>{2, 8}, 2);
+        ctxpar::ZigzagPerSequenceLayout<>::create(std::vector<int>{2, 8}, 2);
       },
       "cu_seqlens must start with 0");
   ok &= local_error(
       [] {
-        ctxpar::PackedZigzagLayout<>::create(std::vector<int>{0, 0}, 2);
+        ctxpar::ZigzagPerSequenceLayout<>::create(std::vector<int>{0, 0}, 2);
       },
       "at least one token");
   Kokkos::View<double*, Kokkos::HostSpace> a("a", 12), b("b", 10);

@@ -722,8 +722,8 @@ class GdnLayer {
 ///
 /// Packed documents under zigzag: the shared plan zigzags the whole packed stream (what the
 /// chunkwise and conv layers need), while the head transposes zigzag each document
-/// (`PackedZigzagLayout`). The layer then moves its input rows into the per-document order and its
-/// output rows back (one all-to-all of `d_model`-wide rows each way, forward and backward),
+/// (`ZigzagPerSequenceLayout`). The layer then moves its input rows into the per-document order and
+/// its output rows back (one all-to-all of `d_model`-wide rows each way, forward and backward),
 /// reported as re-layout traffic.
 class GdpLayer {
  public:
@@ -738,7 +738,7 @@ class GdpLayer {
         plan.cu_seqlens.size() > 2 ? plan.cu_seqlens : std::vector<std::int64_t>{};
     if (plan.zigzag && !cu.empty()) {
       const int p = group.size();
-      const auto order = PackedZigzagLayout<Kokkos::HostSpace>::create(cu, p);
+      const auto order = ZigzagPerSequenceLayout<Kokkos::HostSpace>::create(cu, p);
       std::vector<std::vector<std::int64_t>> from(p), to(p);
       for (int r = 0; r < p; ++r) {
         from[r] = plan.tokens_of(r);
@@ -751,7 +751,7 @@ class GdpLayer {
     head_policies.visit(cfg.head_policy, [&](auto heads) {
       using Heads = decltype(heads);
       if (plan.zigzag)
-        impl_ = std::make_unique<Impl<Heads, Zigzag>>(group, s, plan.length, cu, o);
+        impl_ = std::make_unique<Impl<Heads, ZigzagPerSequence>>(group, s, plan.length, cu, o);
       else
         impl_ = std::make_unique<Impl<Heads, Contiguous>>(group, s, plan.length, cu, o);
     });
@@ -815,7 +815,7 @@ class GdpLayer {
   /// Policy name.
   static std::string policy_name(const StackConfig& c, bool zigzag) {
     return std::string(head_policies.is<UnevenHeads>(c.head_policy) ? "UnevenHeads" : "EvenHeads") +
-           "+" + (zigzag ? "Zigzag" : "Contiguous");
+           "+" + (zigzag ? "ZigzagPerSequence" : "Contiguous");
   }
 
  private:

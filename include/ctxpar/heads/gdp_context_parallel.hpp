@@ -104,7 +104,8 @@ struct Scatter1 {
 /// is collective (see `TransposePlan`). It follows the plan contract (`core/plan.hpp`): what the
 /// backward reads lives in a caller-owned `GdpSaved` (`saved_type`); the plan keeps only its
 /// transposes, index tables and work buffers. The policies are `EvenHeads`/`UnevenHeads` and
-/// `Contiguous`/`Zigzag`; every call runs on the `ExecutionSpace` instance the plan is built with.
+/// `Contiguous`/`ZigzagPerSequence`; every call runs on the `ExecutionSpace` instance the plan is
+/// built with.
 template <class HeadPolicy, class TokenOrder, class ExecutionSpace, class Scalar,
           class MemorySpace = typename ExecutionSpace::memory_space>
 class GdpContextParallel {
@@ -220,7 +221,7 @@ class GdpContextParallel {
   }
   /// Collective. As above, for a batch that comes with its packed metadata `cu_seqlens` (the
   /// reference's `packed_seq_params`): refused on every rank when it is not the plan's, in
-  /// particular a packed batch on a plan built dense under `Zigzag`.
+  /// particular a packed batch on a plan built dense under `ZigzagPerSequence`.
   template <class X, class U>
   void pre_conv_ssm(const X& x, const U& u, const std::vector<std::int64_t>& cu_seqlens) const {
     agree_batch("ctxpar::heads::GdpContextParallel::pre_conv_ssm", cu_seqlens);
@@ -310,8 +311,8 @@ class GdpContextParallel {
   /// `y [T/P, d_inner]` and `z [T/P, d_inner]` sequence-parallel (same token order as `x`); what
   /// the backward needs goes into `saved` (sized on its first forward, reused after).
   /// `cu_seqlens` is the packed metadata of this batch (empty for a dense batch); it must be the
-  /// plan's. Packed input under `Zigzag` on a plan built without its metadata is refused: the
-  /// dense zigzag pattern would scramble tokens across documents.
+  /// plan's. Packed input under `ZigzagPerSequence` on a plan built without its metadata is
+  /// refused: the dense zigzag pattern would scramble tokens across documents.
   void forward(const matrix& x, const parameters& full, const matrix& y, const matrix& z,
                saved_type& saved, const std::vector<std::int64_t>& cu_seqlens = {}) {
     const ExecutionSpace& space = pre_.space();
@@ -377,11 +378,12 @@ class GdpContextParallel {
     if (batch_cu.empty()) return;
     const bool plan_dense = pre_.cu_seqlens().size() == 2;
     const bool batch_packed = batch_cu.size() > 2;
-    chk.require(!(plan_dense && batch_packed && std::is_same_v<TokenOrder, Zigzag>),
-                "packed input under Zigzag needs its sequence metadata in the plan (the dense "
-                "zigzag pattern would scramble tokens across sequence boundaries)",
-                "a plan built with cu_seqlens",
-                "a dense plan and " + std::to_string(batch_cu.size() - 1) + " sequences");
+    chk.require(
+        !(plan_dense && batch_packed && std::is_same_v<TokenOrder, ZigzagPerSequence>),
+        "packed input under ZigzagPerSequence needs its sequence metadata in the plan (the dense "
+        "zigzag pattern would scramble tokens across sequence boundaries)",
+        "a plan built with cu_seqlens",
+        "a dense plan and " + std::to_string(batch_cu.size() - 1) + " sequences");
     chk.require(batch_cu == pre_.cu_seqlens() || (plan_dense && !batch_packed),
                 "the batch's cu_seqlens must be the plan's", pre_.cu_seqlens().size() - 1,
                 std::to_string(batch_cu.size() - 1) + " sequences");

@@ -38,10 +38,10 @@ namespace ctxpar::heads {
 /// linear map, so `saved_type` is `NoSavedState` and the calls take no saved object.
 ///
 /// Sequence-parallel side: rank `i` holds rows `[row_begin(i), row_end(i))` of the sequence in
-/// sequence-parallel order (natural order under `Contiguous`, zigzag order under `Zigzag`), all
-/// `channels()` channels. Head-parallel side: every rank holds all `tokens()` rows in natural
-/// order and its `local_channels()` channels (section by section, copy by copy, its head block or
-/// its key groups; see `ChannelLayout::channel_map`).
+/// sequence-parallel order (natural order under `Contiguous`, zigzag order under
+/// `ZigzagPerSequence`), all `channels()` channels. Head-parallel side: every rank holds all
+/// `tokens()` rows in natural order and its `local_channels()` channels (section by section, copy
+/// by copy, its head block or its key groups; see `ChannelLayout::channel_map`).
 template <class HeadPolicy, class TokenOrder, class ExecutionSpace, class Scalar,
           class MemorySpace = typename ExecutionSpace::memory_space>
 class TransposePlan {
@@ -49,8 +49,8 @@ class TransposePlan {
                 "ctxpar::heads::TransposePlan: Scalar must be an arithmetic type");
   static_assert(is_head_policy_v<HeadPolicy>,
                 "ctxpar::heads::TransposePlan: HeadPolicy must be EvenHeads or UnevenHeads");
-  static_assert(is_token_layout_v<TokenOrder>,
-                "ctxpar::heads::TransposePlan: TokenOrder must be Contiguous or Zigzag");
+  static_assert(is_token_order_v<TokenOrder>,
+                "ctxpar::heads::TransposePlan: TokenOrder must be Contiguous or ZigzagPerSequence");
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
                 "ctxpar::heads::TransposePlan: the memory space must be accessible from the "
                 "execution space");
@@ -62,14 +62,14 @@ class TransposePlan {
   using memory_space = MemorySpace;        ///< where the buffers live
   using saved_type = NoSavedState;         ///< a linear map: the backward needs no saved state
   using head_policy = HeadPolicy;          ///< EvenHeads or UnevenHeads
-  using token_order = TokenOrder;          ///< Contiguous or Zigzag
+  using token_order = TokenOrder;          ///< Contiguous or ZigzagPerSequence
   /// Sequence-sharded or head-sharded activations, `[rows, channels]`.
   using view_type = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
 
   /// Collective. `space` runs every kernel and exchange of the plan; `tokens` is the global token
   /// count `T`; `cu_seqlens` (optional, global, the same on every rank) describes packed
-  /// sequences: starts at 0, non-decreasing, ends at `T`. Under `Zigzag` every sequence is
-  /// zigzagged on its own, so packed input needs it.
+  /// sequences: starts at 0, non-decreasing, ends at `T`. Under `ZigzagPerSequence` every sequence
+  /// is zigzagged on its own, so packed input needs it.
   TransposePlan(const ExecutionSpace& space, const Group& group, ChannelLayout layout,
                 std::int64_t tokens, std::vector<std::int64_t> cu_seqlens = {})
       : space_(space),
@@ -84,10 +84,10 @@ class TransposePlan {
     blocks_ = KeyGroupPartition{HeadPartition{layout_.nheads(), p}, layout_.ngroups()};
     split_rows();
     const std::vector<std::int64_t> offset = build_channel_runs(op);
-    if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
+    if constexpr (std::is_same_v<TokenOrder, ZigzagPerSequence>) {
       // A dense sequence is one packed sequence: the same closed form covers both.
-      order_ = PackedZigzagLayout<MemorySpace>::create(cu_, p, op);
-      order_host_ = PackedZigzagLayout<Kokkos::HostSpace>::create(cu_, p, op);
+      order_ = ZigzagPerSequenceLayout<MemorySpace>::create(cu_, p, op);
+      order_host_ = ZigzagPerSequenceLayout<Kokkos::HostSpace>::create(cu_, p, op);
     }
 
     for (int j = 0; j < p; ++j) {
@@ -125,8 +125,10 @@ class TransposePlan {
         "T * channels must fit in int64",
         "at most " + std::to_string(std::numeric_limits<std::int64_t>::max()),
         "T = " + std::to_string(tokens_) + ", channels = " + std::to_string(layout_.channels()));
-    if constexpr (std::is_same_v<HeadPolicy, EvenHeads> || std::is_same_v<TokenOrder, Zigzag>) {
-      chk.require(tokens_ % p == 0, "T % P == 0 (EvenHeads and Zigzag need equal token shards)",
+    if constexpr (std::is_same_v<HeadPolicy, EvenHeads> ||
+                  std::is_same_v<TokenOrder, ZigzagPerSequence>) {
+      chk.require(tokens_ % p == 0,
+                  "T % P == 0 (EvenHeads and ZigzagPerSequence need equal token shards)",
                   "a multiple of " + std::to_string(p), tokens_);
     }
     const bool packed = !cu_.empty();
@@ -135,25 +137,27 @@ class TransposePlan {
       for (std::size_t s = 1; s < cu_.size(); ++s) valid = valid && cu_[s] >= cu_[s - 1];
       chk.require(valid, "cu_seqlens must start at 0, not decrease and end at T",
                   "0 ... " + std::to_string(tokens_), describe(cu_));
-      if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
+      if constexpr (std::is_same_v<TokenOrder, ZigzagPerSequence>) {
         for (std::size_t s = 1; valid && s < cu_.size(); ++s) {
           const std::int64_t len = cu_[s] - cu_[s - 1];
-          chk.require(len % (2 * p) == 0,
-                      "every packed sequence length must be divisible by 2P under Zigzag "
-                      "(sequence " +
-                          std::to_string(s - 1) + ")",
-                      "a multiple of " + std::to_string(2 * p), len);
+          chk.require(
+              len % (2 * p) == 0,
+              "every packed sequence length must be divisible by 2P under ZigzagPerSequence "
+              "(sequence " +
+                  std::to_string(s - 1) + ")",
+              "a multiple of " + std::to_string(2 * p), len);
         }
       }
-    } else if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
-      chk.require(tokens_ % (2 * p) == 0 && tokens_ > 0, "T % 2P == 0 (and T > 0) under Zigzag",
+    } else if constexpr (std::is_same_v<TokenOrder, ZigzagPerSequence>) {
+      chk.require(tokens_ % (2 * p) == 0 && tokens_ > 0,
+                  "T % 2P == 0 (and T > 0) under ZigzagPerSequence",
                   "a positive multiple of " + std::to_string(2 * p), tokens_);
     }
     chk.require_same(
         "the plan (layout, T, cu_seqlens, policies)",
         ctxpar::fingerprint({layout_.fingerprint_value(), tokens_, ctxpar::fingerprint(cu_),
                              std::is_same_v<HeadPolicy, UnevenHeads> ? 1 : 0,
-                             std::is_same_v<TokenOrder, Zigzag> ? 1 : 0}));
+                             std::is_same_v<TokenOrder, ZigzagPerSequence> ? 1 : 0}));
     chk.agree();
   }
 
@@ -192,7 +196,7 @@ class TransposePlan {
     const int p = group_.size();
     row_begin_.resize(p + 1);
     const std::int64_t chunk =
-        std::is_same_v<TokenOrder, Zigzag> || std::is_same_v<HeadPolicy, EvenHeads>
+        std::is_same_v<TokenOrder, ZigzagPerSequence> || std::is_same_v<HeadPolicy, EvenHeads>
             ? tokens_ / p
             : (tokens_ + p - 1) / p;  // the torch.chunk rule
     for (int i = 0; i <= p; ++i) row_begin_[i] = std::min<std::int64_t>(chunk * i, tokens_);
@@ -283,7 +287,7 @@ class TransposePlan {
   std::int64_t local_rows() const { return rows(group_.rank()); }
   /// The natural token index of row `t` of rank `i`'s sequence-parallel shard (host).
   std::int64_t natural_row(int i, std::int64_t t) const {
-    if constexpr (std::is_same_v<TokenOrder, Zigzag>) {
+    if constexpr (std::is_same_v<TokenOrder, ZigzagPerSequence>) {
       return order_host_.to_natural(row_begin_[i] + t);
     } else {
       return row_begin_[i] + t;
@@ -319,8 +323,8 @@ class TransposePlan {
       if (!alone) exchange(buf_seq_, send_seq_, buf_head_, recv_head_);
       if (tokens_ > 0)
         impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space, tokens_,
-                           impl::UnpackHead<const_buffer, HeadView, PackedZigzagLayout<MemorySpace>,
-                                            ExecutionSpace>{
+                           impl::UnpackHead<const_buffer, HeadView,
+                                            ZigzagPerSequenceLayout<MemorySpace>, ExecutionSpace>{
                                alone ? const_buffer(buf_seq_) : const_buffer(buf_head_), y, order_,
                                local_channels()});
     }
@@ -335,14 +339,15 @@ class TransposePlan {
                          impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
                                             MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
   }
-  /// The local second half of `to_head_parallel` under `Zigzag` alone: unpacks the plan's receive
-  /// buffer into `y` with the zigzag undo (no communication). For measuring the unpack bandwidth.
+  /// The local second half of `to_head_parallel` under `ZigzagPerSequence` alone: unpacks the
+  /// plan's receive buffer into `y` with the zigzag undo (no communication). For measuring the
+  /// unpack bandwidth.
   template <class HeadView>
   void unpack(const HeadView& y) const {
     if (tokens_ > 0)
       impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space_, tokens_,
                          impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
-                                          PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+                                          ZigzagPerSequenceLayout<MemorySpace>, ExecutionSpace>{
                              buf_head_, y, order_, local_channels()});
   }
 
@@ -381,7 +386,7 @@ class TransposePlan {
       if (tokens_ > 0)
         impl::for_each_row(
             "ctxpar::heads::pack_head_zigzag_redo", space, tokens_,
-            impl::PackHead<HeadView, buffer, PackedZigzagLayout<MemorySpace>, ExecutionSpace>{
+            impl::PackHead<HeadView, buffer, ZigzagPerSequenceLayout<MemorySpace>, ExecutionSpace>{
                 y, buf_head_, order_, local_channels()});
       if (alone)
         received = buf_head_;
@@ -472,8 +477,8 @@ class TransposePlan {
   std::vector<std::int64_t> row_begin_, offset_host_;
   std::vector<int> send_seq_, recv_head_;
   Kokkos::View<impl::ChannelRun*, MemorySpace> runs_;
-  PackedZigzagLayout<MemorySpace> order_;
-  PackedZigzagLayout<Kokkos::HostSpace> order_host_;
+  ZigzagPerSequenceLayout<MemorySpace> order_;
+  ZigzagPerSequenceLayout<Kokkos::HostSpace> order_host_;
   Kokkos::View<Scalar*, MemorySpace> buf_seq_, buf_head_;
   bool identity_ = false;
 };

@@ -37,11 +37,16 @@ namespace ctxpar {
 
 /// Layout tag: rank `r` holds one contiguous shard (`torch.chunk` rule, see `BalancedChunks`).
 struct Contiguous {};
-/// Layout tag: the sequence is cut into `2P` chunks and rank `r` holds chunks `r` and `2P-1-r`, in
-/// that order.
+/// Layout tag: the whole token axis (a packed batch included, sequence boundaries ignored) is cut
+/// into `2P` chunks and rank `r` holds chunks `r` and `2P-1-r`, in that order (`ZigzagLayout`; the
+/// chunkwise `SequenceLayout` and `ShortConvPlan`).
 struct Zigzag {};
+/// Layout tag: every sequence of a packed batch is cut into `2P` chunks on its own and rank `r`
+/// holds chunks `r` and `2P-1-r` of each, sequence after sequence (`ZigzagPerSequenceLayout`; the
+/// head transposes). For a single sequence it is the same layout as `Zigzag`.
+struct ZigzagPerSequence {};
 
-/// True for the two token layout tags (`Contiguous`, `Zigzag`).
+/// True for the whole-axis token layout tags (`Contiguous`, `Zigzag`).
 template <class T>
 inline constexpr bool is_token_layout_v = impl::is_one_of_v<T, Contiguous, Zigzag>;
 
@@ -172,10 +177,11 @@ struct ZigzagLayout : impl::EqualShardMaps<ZigzagLayout> {
   }
 };
 
-/// Packed ("THD") zigzag layout: every sequence is zigzagged on its own. Sequence `s` with start
-/// `c_s` and length `L_s` (each a multiple of `2P`) is cut into `2P` chunks of `half = L_s / (2P)`;
-/// rank `r`'s shard is, for each sequence in order, its natural chunks `r` and `2P-1-r`. Every rank
-/// therefore holds `T / P` tokens with the same local sequence boundaries `c_s / P`.
+/// The per-sequence zigzag layout of a packed ("THD") batch: every sequence is zigzagged on its
+/// own. Sequence `s` with start `c_s` and length `L_s` (each a multiple of `2P`) is cut into `2P`
+/// chunks of `half = L_s / (2P)`; rank `r`'s shard is, for each sequence in order, its natural
+/// chunks `r` and `2P-1-r`. Every rank therefore holds `T / P` tokens with the same local sequence
+/// boundaries `c_s / P`.
 ///
 /// Closed form (docs/partition.md §2): position `p` of sequence `s` has natural chunk `n = p /
 /// half`, zigzag chunk `z = zigzag_chunk_position(n)`, owner `z / 2`, layout position
@@ -184,29 +190,29 @@ struct ZigzagLayout : impl::EqualShardMaps<ZigzagLayout> {
 /// Holds `cu_seqlens` in a view of `MemorySpace` (and nothing host-only), so the layout can be
 /// copied into kernels of that space; copies are cheap (the view is shared).
 template <class MemorySpace = Kokkos::HostSpace>
-class PackedZigzagLayout : public impl::EqualShardMaps<PackedZigzagLayout<MemorySpace>> {
+class ZigzagPerSequenceLayout : public impl::EqualShardMaps<ZigzagPerSequenceLayout<MemorySpace>> {
  public:
-  using layout_tag = Zigzag;         ///< which layout this is
-  using memory_space = MemorySpace;  ///< where `cu_seqlens` lives
+  using layout_tag = ZigzagPerSequence;  ///< which layout this is
+  using memory_space = MemorySpace;      ///< where `cu_seqlens` lives
 
-  PackedZigzagLayout() = default;
+  ZigzagPerSequenceLayout() = default;
 
   /// Local build from `cu_seqlens = [0, c_1, …, T]`; throws a local `Error` naming the first
   /// sequence whose length is not a multiple of `2P`.
   template <class Integer>
-  static PackedZigzagLayout create(const std::vector<Integer>& cu_seqlens, int parts,
-                                   const std::string& op = "ctxpar::PackedZigzagLayout") {
+  static ZigzagPerSequenceLayout create(const std::vector<Integer>& cu_seqlens, int parts,
+                                        const std::string& op = "ctxpar::ZigzagPerSequenceLayout") {
     impl::throw_if_bad(check(cu_seqlens, parts), op);
-    return PackedZigzagLayout(cu_seqlens, parts);
+    return ZigzagPerSequenceLayout(cu_seqlens, parts);
   }
   /// Collective build over `group`; every rank throws the same `Error` if any rank's input is bad
   /// or the ranks disagree on `cu_seqlens`.
   template <class Integer>
-  static PackedZigzagLayout create(const Group& group, const std::vector<Integer>& cu_seqlens,
-                                   const std::string& op = "ctxpar::PackedZigzagLayout") {
+  static ZigzagPerSequenceLayout create(const Group& group, const std::vector<Integer>& cu_seqlens,
+                                        const std::string& op = "ctxpar::ZigzagPerSequenceLayout") {
     impl::agree_on(group, check(cu_seqlens, group.size()), op,
                    {{"cu_seqlens (fingerprint)", ctxpar::fingerprint(cu_seqlens)}});
-    return PackedZigzagLayout(cu_seqlens, group.size());
+    return ZigzagPerSequenceLayout(cu_seqlens, group.size());
   }
 
   /// Total tokens.
@@ -262,7 +268,7 @@ class PackedZigzagLayout : public impl::EqualShardMaps<PackedZigzagLayout<Memory
   template <class Integer>
   static std::optional<impl::Violation> check(const std::vector<Integer>& cu, int parts) {
     static_assert(std::is_integral_v<Integer>,
-                  "ctxpar::PackedZigzagLayout: cu_seqlens must be integers");
+                  "ctxpar::ZigzagPerSequenceLayout: cu_seqlens must be integers");
     if (parts < 1)
       return impl::Violation{"the number of ranks must be positive", ">= 1", impl::to_text(parts)};
     if (cu.size() < 2 || cu.front() != 0) {
@@ -298,7 +304,7 @@ class PackedZigzagLayout : public impl::EqualShardMaps<PackedZigzagLayout<Memory
   }
 
   template <class Integer>
-  PackedZigzagLayout(const std::vector<Integer>& cu, int parts)
+  ZigzagPerSequenceLayout(const std::vector<Integer>& cu, int parts)
       : total_(static_cast<std::int64_t>(cu.back())), nparts_(parts) {
     impl::upload(std::vector<std::int64_t>(cu.begin(), cu.end()), cu_,
                  "ctxpar::partition::zigzag_cu_seqlens");
