@@ -60,7 +60,7 @@ void attention_forward(
       auto policy = impl::host_kernel_policy(space, tiles * shape.hq,
                                              Kernel::scratch_bytes(packed.dp), level);
       Kokkos::parallel_for("ctxpar::swa::attention_forward", policy,
-                           Kernel{in, out, lse, packed, mask, shape, tiles, level, isa});
+                           Kernel{{in, packed, mask, shape, tiles, level, isa}, out, lse});
       return;
     }
   }
@@ -113,7 +113,7 @@ void attention_backward(
                                                Kernel::scratch_bytes(packed.dp), level);
         Kokkos::parallel_for(
             "ctxpar::swa::attention_backward_dq", policy,
-            Kernel{in, dout, lse, delta, dq, packed, mask, shape, tiles, level, isa});
+            Kernel{{in, packed, mask, shape, tiles, level, isa}, dout, lse, delta, dq});
         segments =
             impl::KeySegments{1, in.key_origin / key_tile, packed.tiles, in.key_origin / key_tile};
       }

@@ -18,6 +18,7 @@
 #include "ctxpar/swa/impl/attention_tiles.hpp"
 #include "ctxpar/swa/impl/host_kernel.hpp"
 #include "ctxpar/swa/impl/host_packing.hpp"
+#include "ctxpar/swa/impl/host_query_tiles.hpp"
 #include "ctxpar/swa/impl/host_tile_mask.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
 #include "ctxpar/swa/impl/window_range.hpp"
@@ -58,74 +59,60 @@ void host_weights_and_gradients(const Mask& mask, const WindowRange& range, int 
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct HostQueryGradientKernel {
   using acc = accumulator_t<Scalar>;
-  AttentionInputs<Scalar, MemorySpace> in;
+  HostQueryTiles<Scalar, MemorySpace, Mask> queries;
   Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
-  PackedKeys<acc, MemorySpace> packed;
-  Mask mask;
-  KernelShape<Scalar, MemorySpace> shape;
-  std::int64_t tiles;
-  int level;
-  ctxpar::HostIsa isa;
 
   static std::size_t scratch_bytes(int dp) {
     return sizeof(acc) * (3 * std::size_t(query_tile) * dp + 2 * query_tile) + 64;
   }
 
-  void operator()(const Member& team) const { ctxpar::impl::run_kernel<true>(isa, *this, team); }
+  void operator()(const Member& team) const {
+    ctxpar::impl::run_kernel<true>(queries.isa, *this, team);
+  }
 
   template <int Bytes>
   void run(const Member& team) const {
     constexpr int rows = score_rows<acc, Bytes>;
-    const int D = shape.dim, dp = packed.dp;
-    const int h = static_cast<int>(team.league_rank() / tiles);
-    const std::int64_t i0 = (team.league_rank() % tiles) * query_tile;
-    const int nq = static_cast<int>(shape.tq - i0 < query_tile ? shape.tq - i0 : query_tile);
-    const int hk = h / shape.group;
-    acc* qs = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
+    const HostQueryTile t = queries.tile(team);
+    const int D = queries.shape.dim, dp = queries.packed.dp, nq = t.nq;
+    acc* qs = queries.scratch(team, scratch_bytes(dp));
     acc* dos = qs + query_tile * dp;
     acc* dqs = dos + query_tile * dp;
     acc* lses = dqs + query_tile * dp;
     acc* deltas = lses + query_tile;
-    mask::Token qtok[query_tile], ktok[key_tile];
-    bool kvalid[key_tile];
-    const acc scale = static_cast<acc>(in.scale);
-    const Scalar* qrow[query_tile];
     const Scalar* drow[query_tile];
     for (int r = 0; r < query_tile; ++r) {
-      const bool ok = r < nq;
-      const std::int64_t i = ok ? i0 + r : i0 + nq - 1;
-      qtok[r] = query_token(in, i);
-      lses[r] = lse(i, h);
-      deltas[r] = delta(i, h);
-      qrow[r] = ok ? &in.q(i, h, 0) : nullptr;
-      drow[r] = ok ? &dout(i, h, 0) : nullptr;
+      const std::int64_t i = t.query(r);
+      lses[r] = lse(i, t.h);
+      deltas[r] = delta(i, t.h);
+      drow[r] = r < nq ? &dout(i, t.h, 0) : nullptr;
       for (int d = 0; d < dp; ++d) dqs[r * dp + d] = acc(0);
     }
-    host_copy_rows(qrow, query_tile, D, dp, scale, qs);
+    mask::Token qtok[query_tile];
+    queries.load_queries(t, qtok, qs);
     host_copy_rows(drow, query_tile, D, dp, acc(1), dos);
-    const WindowRange range = window_range(in);
-    std::int64_t lo, hi, j0;
-    key_range(in, range, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
     alignas(64) acc p[rows * key_tile];
     alignas(64) acc ds[rows * key_tile];
-    for (; j0 < hi; j0 += key_tile) {
-      host_key_tokens(in, j0, lo, hi, ktok, kvalid);
-      const bool full = tile_fully_visible(mask, range, qtok, query_tile, ktok, kvalid);
-      const std::size_t off = packed.offset(j0, hk, shape.hkv);
-      for (int r0 = 0; r0 < nq; r0 += rows) {
-        host_weights_and_gradients<rows, Bytes>(mask, range, dp, qs + r0 * dp, dos + r0 * dp,
-                                                packed.kt.data() + off, packed.vt.data() + off,
-                                                lses + r0, deltas + r0, qtok + r0, nq - r0, ktok,
-                                                kvalid, full, p, ds);
-        for (int b = 0; b < rows; b += 4)
-          simd_rows_accumulate<4, Bytes>(ds + b * key_tile, key_tile, 1, key_tile,
-                                         packed.kr.data() + off, dp, dqs + (r0 + b) * dp, dp, dp);
-      }
-    }
+    queries.for_each_key_tile(t, qtok,
+                              [&](const WindowRange& range, const mask::Token* ktok,
+                                  const bool* kvalid, bool full, std::size_t off) {
+                                const PackedKeys<acc, MemorySpace>& packed = queries.packed;
+                                for (int r0 = 0; r0 < nq; r0 += rows) {
+                                  host_weights_and_gradients<rows, Bytes>(
+                                      queries.mask, range, dp, qs + r0 * dp, dos + r0 * dp,
+                                      packed.kt.data() + off, packed.vt.data() + off, lses + r0,
+                                      deltas + r0, qtok + r0, nq - r0, ktok, kvalid, full, p, ds);
+                                  for (int b = 0; b < rows; b += 4)
+                                    simd_rows_accumulate<4, Bytes>(ds + b * key_tile, key_tile, 1,
+                                                                   key_tile, packed.kr.data() + off,
+                                                                   dp, dqs + (r0 + b) * dp, dp, dp);
+                                }
+                              });
+    const acc scale = static_cast<acc>(queries.in.scale);
     for (int r = 0; r < nq; ++r) {
-      Scalar* o = &dq(i0 + r, h, 0);
+      Scalar* o = &dq(t.i0 + r, t.h, 0);
       for (int d = 0; d < D; ++d) o[d] = static_cast<Scalar>(dqs[r * dp + d] * scale);
     }
   }

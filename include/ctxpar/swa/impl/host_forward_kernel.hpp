@@ -16,6 +16,7 @@
 #include "ctxpar/swa/impl/attention_tiles.hpp"
 #include "ctxpar/swa/impl/host_kernel.hpp"
 #include "ctxpar/swa/impl/host_packing.hpp"
+#include "ctxpar/swa/impl/host_query_tiles.hpp"
 #include "ctxpar/swa/impl/host_tile_mask.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
 #include "ctxpar/swa/impl/window_range.hpp"
@@ -29,15 +30,9 @@ namespace ctxpar::swa::impl {
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct HostForwardKernel {
   using acc = accumulator_t<Scalar>;
-  AttentionInputs<Scalar, MemorySpace> in;
+  HostQueryTiles<Scalar, MemorySpace, Mask> queries;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
   Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> lse;
-  PackedKeys<acc, MemorySpace> packed;
-  Mask mask;
-  KernelShape<Scalar, MemorySpace> shape;
-  std::int64_t tiles;
-  int level;
-  ctxpar::HostIsa isa;
 
   // Per query row: the scaled query, the output accumulator, the running maximum and the running
   // sum of weights, kept lane by lane (one vector per row, sized for the widest) and summed once
@@ -47,90 +42,83 @@ struct HostForwardKernel {
            std::size_t(query_tile) * ctxpar::impl::max_simd_bytes + 64;
   }
 
-  void operator()(const Member& team) const { ctxpar::impl::run_kernel<true>(isa, *this, team); }
+  void operator()(const Member& team) const {
+    ctxpar::impl::run_kernel<true>(queries.isa, *this, team);
+  }
 
   template <int Bytes>
   void run(const Member& team) const {
     using simd = simd_t<acc, Bytes>;
     constexpr int rows = score_rows<acc, Bytes>, nv = tile_vectors<acc, Bytes>,
                   lanes = Simd<acc, Bytes>::lanes;
-    const int D = shape.dim, dp = packed.dp;
-    const int h = static_cast<int>(team.league_rank() / tiles);
-    const std::int64_t i0 = (team.league_rank() % tiles) * query_tile;
-    const int nq = static_cast<int>(shape.tq - i0 < query_tile ? shape.tq - i0 : query_tile);
-    const int hk = h / shape.group;
-    acc* qs = static_cast<acc*>(team.team_scratch(level).get_shmem(scratch_bytes(dp)));
+    const HostQueryTile t = queries.tile(team);
+    const int D = queries.shape.dim, dp = queries.packed.dp, nq = t.nq;
+    acc* qs = queries.scratch(team, scratch_bytes(dp));
     acc* os = qs + query_tile * dp;
     acc* ms = os + query_tile * dp;
     acc* ls = ms + query_tile;  // [query_tile][lanes]
-    mask::Token qtok[query_tile], ktok[key_tile];
-    bool valid[key_tile];
-    const acc scale = static_cast<acc>(in.scale);
-    const Scalar* qrow[query_tile];
     for (int r = 0; r < query_tile; ++r) {
-      const std::int64_t i = r < nq ? i0 + r : i0 + nq - 1;
-      qtok[r] = query_token(in, i);
-      qrow[r] = r < nq ? &in.q(i, h, 0) : nullptr;
       for (int d = 0; d < dp; ++d) os[r * dp + d] = acc(0);
       ms[r] = masked_score<acc>();
       simd_store(ls + r * lanes, simd_zero<acc, Bytes>());
     }
-    host_copy_rows(qrow, query_tile, D, dp, scale, qs);
-    const WindowRange range = window_range(in);
-    std::int64_t lo, hi, j0;
-    key_range(in, range, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
+    mask::Token qtok[query_tile];
+    queries.load_queries(t, qtok, qs);
     alignas(64) acc p[rows * key_tile];
-    for (; j0 < hi; j0 += key_tile) {
-      host_key_tokens(in, j0, lo, hi, ktok, valid);
-      const bool full = tile_fully_visible(mask, range, qtok, query_tile, ktok, valid);
-      const std::size_t off = packed.offset(j0, hk, shape.hkv);
-      const acc* kt = packed.kt.data() + off;
-      const acc* vr = packed.vr.data() + off;
-      for (int r0 = 0; r0 < nq; r0 += rows) {
-        simd s[rows][nv];
-        host_scores<rows>(qs + r0 * dp, dp, kt, dp, s);
-        if (!full)
-          host_mask_scores<rows>(mask, range, qtok + r0, query_tile - r0, ktok, valid, s, p);
-        // The rows' new maxima, then their rescaling factors in whole vectors (`simd_exp` gives
-        // the bits of the scalar `fast_exp`).
-        constexpr int alpha_lanes = (rows + lanes - 1) / lanes * lanes;
-        alignas(64) acc mnew[alpha_lanes], alpha[alpha_lanes];
-        for (int r = 0; r < rows; ++r) {
-          simd mx = s[r][0];
-          for (int c = 1; c < nv; ++c) mx = simd_max<acc, Bytes>(mx, s[r][c]);
-          const acc rowmax = simd_max_lane<acc, Bytes>(mx);
-          mnew[r] = ms[r0 + r] > rowmax ? ms[r0 + r] : rowmax;
-          alpha[r] = ms[r0 + r] - mnew[r];
-        }
-        for (int r = rows; r < alpha_lanes; ++r) alpha[r] = acc(0);
-        for (int a = 0; a < alpha_lanes; a += lanes)
-          simd_store(alpha + a, simd_exp(simd_load<acc, Bytes>(alpha + a)));
-        for (int r = 0; r < rows; ++r) {
-          const int row = r0 + r;
-          simd sum = simd_zero<acc, Bytes>();
-          for (int c = 0; c < nv; ++c) {
-            const simd e = simd_zero_where<acc, Bytes>(s[r][c], masked_score<acc>(),
-                                                       simd_exp(s[r][c] - mnew[r]));
-            simd_store(p + r * key_tile + c * lanes, e);
-            sum += e;
+    queries.for_each_key_tile(
+        t, qtok,
+        [&](const WindowRange& range, const mask::Token* ktok, const bool* valid, bool full,
+            std::size_t off) {
+          const acc* kt = queries.packed.kt.data() + off;
+          const acc* vr = queries.packed.vr.data() + off;
+          for (int r0 = 0; r0 < nq; r0 += rows) {
+            simd s[rows][nv];
+            host_scores<rows>(qs + r0 * dp, dp, kt, dp, s);
+            if (!full)
+              host_mask_scores<rows>(queries.mask, range, qtok + r0, query_tile - r0, ktok, valid,
+                                     s, p);
+            // The rows' new maxima, then their rescaling factors in whole vectors (`simd_exp` gives
+            // the bits of the scalar `fast_exp`).
+            constexpr int alpha_lanes = (rows + lanes - 1) / lanes * lanes;
+            alignas(64) acc mnew[alpha_lanes], alpha[alpha_lanes];
+            for (int r = 0; r < rows; ++r) {
+              simd mx = s[r][0];
+              for (int c = 1; c < nv; ++c) mx = simd_max<acc, Bytes>(mx, s[r][c]);
+              const acc rowmax = simd_max_lane<acc, Bytes>(mx);
+              mnew[r] = ms[r0 + r] > rowmax ? ms[r0 + r] : rowmax;
+              alpha[r] = ms[r0 + r] - mnew[r];
+            }
+            for (int r = rows; r < alpha_lanes; ++r) alpha[r] = acc(0);
+            for (int a = 0; a < alpha_lanes; a += lanes)
+              simd_store(alpha + a, simd_exp(simd_load<acc, Bytes>(alpha + a)));
+            for (int r = 0; r < rows; ++r) {
+              const int row = r0 + r;
+              simd sum = simd_zero<acc, Bytes>();
+              for (int c = 0; c < nv; ++c) {
+                const simd e = simd_zero_where<acc, Bytes>(s[r][c], masked_score<acc>(),
+                                                           simd_exp(s[r][c] - mnew[r]));
+                simd_store(p + r * key_tile + c * lanes, e);
+                sum += e;
+              }
+              simd_store(ls + row * lanes,
+                         simd_load<acc, Bytes>(ls + row * lanes) * alpha[r] + sum);
+              ms[row] = mnew[r];
+              if (alpha[r] != acc(1))
+                for (int d = 0; d < dp; d += lanes)
+                  simd_store(os + row * dp + d,
+                             simd_load<acc, Bytes>(os + row * dp + d) * alpha[r]);
+            }
+            for (int b = 0; b < rows; b += 4)
+              simd_rows_accumulate<4, Bytes>(p + b * key_tile, key_tile, 1, key_tile, vr, dp,
+                                             os + (r0 + b) * dp, dp, dp);
           }
-          simd_store(ls + row * lanes, simd_load<acc, Bytes>(ls + row * lanes) * alpha[r] + sum);
-          ms[row] = mnew[r];
-          if (alpha[r] != acc(1))
-            for (int d = 0; d < dp; d += lanes)
-              simd_store(os + row * dp + d, simd_load<acc, Bytes>(os + row * dp + d) * alpha[r]);
-        }
-        for (int b = 0; b < rows; b += 4)
-          simd_rows_accumulate<4, Bytes>(p + b * key_tile, key_tile, 1, key_tile, vr, dp,
-                                         os + (r0 + b) * dp, dp, dp);
-      }
-    }
+        });
     for (int r = 0; r < nq; ++r) {
       const acc l = simd_sum<acc, Bytes>(simd_load<acc, Bytes>(ls + r * lanes));
       const acc inv = l > acc(0) ? acc(1) / l : acc(0);
-      Scalar* o = &out(i0 + r, h, 0);
+      Scalar* o = &out(t.i0 + r, t.h, 0);
       for (int d = 0; d < D; ++d) o[d] = static_cast<Scalar>(os[r * dp + d] * inv);
-      lse(i0 + r, h) = l > acc(0) ? ms[r] + compat::log(l) : masked_score<acc>();
+      lse(t.i0 + r, t.h) = l > acc(0) ? ms[r] + compat::log(l) : masked_score<acc>();
     }
   }
 };
