@@ -89,12 +89,13 @@ void attention_backward(
   using acc = accumulator_t<Scalar>;
   impl::check_kernel_shapes(in, "ctxpar::swa::attention_backward");
   const impl::KernelShape<Scalar, MemorySpace> shape(in);
+  // `delta_i = dout_i . out_i`, which both kernel families read.
+  const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
+      impl::row_deltas(space, out, dout, workspace.delta);
   if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
     if (shape.tq > 0 && shape.hq > 0 && shape.nk > 0 &&
         impl::runs_host_kernels<ExecutionSpace>(kernels)) {
       using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-      const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
-          impl::row_deltas(space, out, dout, workspace.delta);
       int level = 0;
       const ctxpar::HostIsa isa = ctxpar::impl::active_host_isa();
       const auto packed =
@@ -147,7 +148,7 @@ void attention_backward(
       return;
     }
   }
-  impl::portable_attention_backward(space, mask, in, out, lse, dout, dq, dk, dv, workspace);
+  impl::portable_attention_backward(space, mask, in, lse, delta, dout, dq, dk, dv);
 }
 
 /// `attention_forward` with scratch allocated for this call only.
