@@ -97,7 +97,7 @@ void host_mask_scores(const Mask& mask, const WindowRange& range, const mask::To
     for (int r = 0; r < Rows; ++r)
       for (int c = 0; c < nv; ++c) {
         const V j = simd_load<T, bytes>(lane_index + c * lanes);
-        s[r][c] = (j >= static_cast<T>(lo[r])) & (j < static_cast<T>(hi[r]))
+        s[r][c] = ((j >= static_cast<T>(lo[r])) & (j < static_cast<T>(hi[r])))
                       ? s[r][c]
                       : simd_broadcast<T, bytes>(masked_score<T>());
       }
