@@ -19,6 +19,7 @@
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/swa/impl/kernel_math.hpp"
+#include "ctxpar/swa/options.hpp"
 
 CTXPAR_WIDE_VECTORS_BEGIN
 namespace ctxpar::swa::impl {
@@ -68,6 +69,24 @@ inline void host_scores(const T* a, int lda, const T* bt, int dim, V (&s)[Rows][
 /// zero-padded).
 inline int padded_dim(int dim, int lanes) {
   return (dim + lanes - 1) / lanes * lanes;
+}
+
+/// True when `kernels` runs the host SIMD kernels on `ExecutionSpace` (a host space in a build
+/// that has them, and any choice but `portable`).
+template <class ExecutionSpace>
+constexpr bool runs_host_kernels(KernelChoice kernels) {
+  return uses_host_kernels<ExecutionSpace> && kernels != KernelChoice::portable;
+}
+
+/// Policy of the host SIMD kernels, which are written for one thread per team (the portable
+/// kernels choose their team size in `team_kernel_policy`).
+template <class ExecutionSpace>
+Kokkos::TeamPolicy<ExecutionSpace> host_kernel_policy(const ExecutionSpace& space,
+                                                      std::int64_t league, std::size_t bytes,
+                                                      int& level) {
+  level = bytes <= 32768 ? 0 : 1;
+  return Kokkos::TeamPolicy<ExecutionSpace>(space, static_cast<int>(league), 1)
+      .set_scratch_size(level, Kokkos::PerTeam(bytes));
 }
 
 }  // namespace ctxpar::swa::impl

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
+#include "ctxpar/core/error.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/tensors.hpp"
@@ -36,6 +38,21 @@ AttentionInputs<Scalar, MemorySpace> attention_inputs(const Tensor<Scalar, Memor
   in.window = window;
   in.scale = scale;
   return in;
+}
+
+/// Throws (locally) when the shapes of `in` do not fit one another; `op` names the caller.
+template <class Scalar, class MemorySpace>
+void check_kernel_shapes(const AttentionInputs<Scalar, MemorySpace>& in, const std::string& op) {
+  require_local(in.k.extent(1) > 0 && in.q.extent(1) % in.k.extent(1) == 0, op,
+                "query heads must be a multiple of key/value heads", "Hq % Hkv == 0",
+                std::to_string(in.q.extent(1)) + " % " + std::to_string(in.k.extent(1)));
+  require_local(in.q.extent(2) == in.k.extent(2) && in.k.extent(2) == in.v.extent(2), op,
+                "q, k and v must share the head dimension", in.q.extent(2), in.k.extent(2));
+  require_local(in.k.extent(0) == in.v.extent(0) && in.k.extent(1) == in.v.extent(1), op,
+                "k and v must have the same shape", in.k.extent(0), in.v.extent(0));
+  require_local(in.q_pos.extent(0) == in.q.extent(0) && in.k_pos.extent(0) == in.k.extent(0), op,
+                "one position per token", in.q.extent(0), in.q_pos.extent(0));
+  require_local(in.key_origin >= 0, op, "the key origin must be non-negative", 0, in.key_origin);
 }
 
 }  // namespace ctxpar::swa::impl

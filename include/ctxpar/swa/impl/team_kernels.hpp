@@ -30,9 +30,9 @@
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/team_size.hpp"
+#include "ctxpar/core/workspace.hpp"
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
-#include "ctxpar/swa/attention_workspace.hpp"
 #include "ctxpar/swa/impl/attention_tiles.hpp"
 
 namespace ctxpar::swa::impl {
@@ -83,6 +83,13 @@ KOKKOS_INLINE_FUNCTION void stage_key_tile(const Member& team,
   team.team_barrier();
 }
 
+/// One row of a `QueryTeam`: query `i` (row `rr` of the tile) of query head `h` (the team's
+/// `hh`-th), whose per-row scratch is slot `slot`.
+struct QueryRow {
+  int hh, rr, slot, h;
+  std::int64_t i;
+};
+
 /// Where a team of the forward or dQ kernel works: query tile `[i0, i0 + nq)`, key/value head
 /// `hk` and query heads `[h0, h0 + heads)`; its rows are (head, query) pairs, `heads * nq` of them.
 struct QueryTeam {
@@ -97,6 +104,101 @@ struct QueryTeam {
     hk = static_cast<int>(rest / chunks);
     h0 = hk * group + static_cast<int>(rest % chunks) * heads;
   }
+  /// Row `r` of the team (head-major).
+  KOKKOS_INLINE_FUNCTION QueryRow row(int r) const {
+    QueryRow q;
+    q.hh = static_cast<int>(r / nq);
+    q.rr = static_cast<int>(r % nq);
+    q.slot = q.hh * query_tile + q.rr;
+    q.i = i0 + q.rr;
+    q.h = h0 + q.hh;
+    return q;
+  }
+};
+
+/// What the forward and dQ kernels share: their inputs, the team each league rank is, the scratch
+/// layout's common part, the loop over the team's rows and the walk over the key tiles its
+/// queries may see (each kernel keeps its outputs and per-row state).
+template <class Scalar, class MemorySpace, class Mask>
+struct TeamQueryTiles {
+  using acc = accumulator_t<Scalar>;
+  AttentionInputs<Scalar, MemorySpace> in;
+  Mask mask;
+  KernelShape<Scalar, MemorySpace> shape;
+  std::int64_t tiles;
+  int heads;  // query heads per team
+  int level;
+
+  /// Scratch of a team with `row_arrays` arrays of `dim` per row slot and `key_arrays` per key of a
+  /// tile, besides the scores of every slot, two values per slot, and the query and key tokens.
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim, int heads, int row_arrays,
+                                                          int key_arrays) {
+    const std::size_t rows = std::size_t(heads) * query_tile;
+    return row_arrays * scratch_piece<acc>(rows * dim) +
+           key_arrays * scratch_piece<acc>(std::size_t(key_tile) * dim) +
+           scratch_piece<acc>(rows * key_tile) + 2 * scratch_piece<acc>(rows) +
+           scratch_piece<mask::Token>(query_tile) + scratch_piece<mask::Token>(key_tile) +
+           scratch_piece<bool>(key_tile);
+  }
+
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION QueryTeam team_of(const Member& team) const {
+    return QueryTeam(team.league_rank(), tiles, shape.tq, shape.group, heads);
+  }
+
+  /// The team's scratch of `bytes`, to be taken piece by piece.
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION ScratchCursor scratch(const Member& team, std::size_t bytes) const {
+    return ScratchCursor{static_cast<char*>(team.team_scratch(level).get_shmem(bytes))};
+  }
+
+  /// `body(row)` for every row of `qt`, one thread per row.
+  template <class Member, class Body>
+  KOKKOS_INLINE_FUNCTION void for_each_row(const Member& team, const QueryTeam& qt,
+                                           const Body& body) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, static_cast<int>(heads * qt.nq)),
+                         [&](const int r) { body(qt.row(r)); });
+  }
+
+  /// Fills the scratch of every row of `qt`: the scaled queries (`qs`), `element(row, d)` for each
+  /// element of the row, `state(row)` once, and the query tokens (`qtok`); then waits for the team.
+  template <class Member, class Element, class State>
+  KOKKOS_INLINE_FUNCTION void load_rows(const Member& team, const QueryTeam& qt, acc* qs,
+                                        mask::Token* qtok, const Element& element,
+                                        const State& state) const {
+    const int D = shape.dim;
+    const acc scale = static_cast<acc>(in.scale);
+    for_each_row(team, qt, [&](const QueryRow& q) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+        qs[q.slot * D + d] = static_cast<acc>(in.q(q.i, q.h, d)) * scale;
+        element(q, d);
+      });
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        state(q);
+        if (q.hh == 0) qtok[q.rr] = query_token(in, q.i);
+      });
+    });
+    team.team_barrier();
+  }
+
+  /// Stages each key tile that a query of `qt` (tokens `qtok`) may see, in increasing order, into
+  /// the layouts given (`stage_key_tile`), then calls `body(range, all, row)` for every row of `qt`
+  /// (`all`: every pair of the tile is visible) and waits for the team.
+  template <class Member, class T, class Body>
+  KOKKOS_INLINE_FUNCTION void for_each_key_tile(const Member& team, const QueryTeam& qt,
+                                                const mask::Token* qtok, T* kt, T* ks, T* vt, T* vs,
+                                                mask::Token* ktok, bool* kvalid,
+                                                const Body& body) const {
+    const WindowRange range = window_range(in);
+    std::int64_t lo, hi, j0;
+    key_range(in, range, shape.nk, qtok[0].pos, qtok[qt.nq - 1].pos, lo, hi, j0);
+    for (; j0 < hi; j0 += key_tile) {
+      stage_key_tile(team, in, qt.hk, shape.dim, j0, lo, hi, kt, ks, vt, vs, ktok, kvalid);
+      const bool all = tile_fully_visible(mask, range, qtok, static_cast<int>(qt.nq), ktok, kvalid);
+      for_each_row(team, qt, [&](const QueryRow& q) { body(range, all, q); });
+      team.team_barrier();
+    }
+  }
 };
 
 /// Forward: online softmax per row over the visible key tiles; writes `out` and the row
@@ -104,32 +206,20 @@ struct QueryTeam {
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct TeamForwardKernel {
   using acc = accumulator_t<Scalar>;
-  AttentionInputs<Scalar, MemorySpace> in;
+  using Tiles = TeamQueryTiles<Scalar, MemorySpace, Mask>;
+  Tiles queries;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
   Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> lse;
-  Mask mask;
-  KernelShape<Scalar, MemorySpace> shape;
-  std::int64_t tiles;
-  int heads;  // query heads per team
-  int level;
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim, int heads) {
-    const std::size_t rows = std::size_t(heads) * query_tile;
-    return 2 * scratch_piece<acc>(rows * dim) +
-           2 * scratch_piece<acc>(std::size_t(key_tile) * dim) +
-           scratch_piece<acc>(rows * key_tile) + 2 * scratch_piece<acc>(rows) +
-           scratch_piece<mask::Token>(query_tile) + scratch_piece<mask::Token>(key_tile) +
-           scratch_piece<bool>(key_tile);
+    return Tiles::scratch_bytes(dim, heads, 2, 2);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int D = shape.dim;
-    const QueryTeam qt(team.league_rank(), tiles, shape.tq, shape.group, heads);
-    const std::int64_t nq = qt.nq;
-    const int rows = static_cast<int>(heads * nq);
-    const std::size_t slots = std::size_t(heads) * query_tile;
-    ScratchCursor cur{
-        static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes(D, heads)))};
+    const int D = queries.shape.dim;
+    const QueryTeam qt = queries.team_of(team);
+    const std::size_t slots = std::size_t(queries.heads) * query_tile;
+    ScratchCursor cur = queries.scratch(team, scratch_bytes(D, queries.heads));
     acc* qs = cur.take<acc>(slots * D);
     acc* os = cur.take<acc>(slots * D);
     acc* kt = cur.take<acc>(std::size_t(key_tile) * D);
@@ -140,84 +230,62 @@ struct TeamForwardKernel {
     mask::Token* qtok = cur.take<mask::Token>(query_tile);
     mask::Token* ktok = cur.take<mask::Token>(key_tile);
     bool* kvalid = cur.take<bool>(key_tile);
-    const acc scale = static_cast<acc>(in.scale);
     const acc masked = masked_score<acc>();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
-      const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
-      const int slot = hh * query_tile + rr;
-      const std::int64_t i = qt.i0 + rr;
-      const int h = qt.h0 + hh;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-        qs[slot * D + d] = static_cast<acc>(in.q(i, h, d)) * scale;
-        os[slot * D + d] = acc(0);
-      });
-      Kokkos::single(Kokkos::PerThread(team), [&]() {
-        ms[slot] = masked;
-        ls[slot] = acc(0);
-        if (hh == 0) qtok[rr] = query_token(in, i);
-      });
-    });
-    team.team_barrier();
-    const WindowRange range = window_range(in);
-    std::int64_t lo, hi, j0;
-    key_range(in, range, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
-    for (; j0 < hi; j0 += key_tile) {
-      stage_key_tile(team, in, qt.hk, D, j0, lo, hi, kt, static_cast<acc*>(nullptr),
-                     static_cast<acc*>(nullptr), vs, ktok, kvalid);
-      const bool all = tile_fully_visible(mask, range, qtok, static_cast<int>(nq), ktok, kvalid);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
-        const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
-        const int slot = hh * query_tile + rr;
-        const acc* qr = qs + slot * D;
-        acc* pr = ps + slot * key_tile;
-        acc rowmax = masked;
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, key_tile),
-            [&](const int j, acc& best) {
-              acc s = 0;
-              for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
-              if (!all && !(kvalid[j] && visible(mask, range, qtok[rr], ktok[j]))) s = masked;
-              pr[j] = s;
-              best = best > s ? best : s;
-            },
-            Kokkos::Max<acc>(rowmax));
-        // No key of this tile visible to the row: its state stays untouched, so the row's sums
-        // do not depend on which other rows share the team.
-        if (rowmax == masked) return;
-        const acc mold = ms[slot];
-        const acc mnew = mold > rowmax ? mold : rowmax;
-        const acc alpha = fast_exp(mold - mnew);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, key_tile), [&](const int j) {
-          pr[j] = pr[j] == masked ? acc(0) : fast_exp(pr[j] - mnew);
+    queries.load_rows(
+        team, qt, qs, qtok, [&](const QueryRow& q, const int d) { os[q.slot * D + d] = acc(0); },
+        [&](const QueryRow& q) {
+          ms[q.slot] = masked;
+          ls[q.slot] = acc(0);
         });
-        // Every lane sums the weights itself, in key order: the same bits on every lane.
-        acc sum = 0;
-        for (int j = 0; j < key_tile; ++j) sum += pr[j];
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-          acc o = os[slot * D + d];
-          if (alpha != acc(1)) o *= alpha;
-          for (int j = 0; j < key_tile; ++j) o += pr[j] * vs[j * D + d];
-          os[slot * D + d] = o;
+    queries.for_each_key_tile(
+        team, qt, qtok, kt, static_cast<acc*>(nullptr), static_cast<acc*>(nullptr), vs, ktok,
+        kvalid, [&](const WindowRange& range, const bool all, const QueryRow& q) {
+          const int slot = q.slot;
+          const acc* qr = qs + slot * D;
+          acc* pr = ps + slot * key_tile;
+          acc rowmax = masked;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, key_tile),
+              [&](const int j, acc& best) {
+                acc s = 0;
+                for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
+                if (!all && !(kvalid[j] && visible(queries.mask, range, qtok[q.rr], ktok[j])))
+                  s = masked;
+                pr[j] = s;
+                best = best > s ? best : s;
+              },
+              Kokkos::Max<acc>(rowmax));
+          // No key of this tile visible to the row: its state stays untouched, so the row's sums
+          // do not depend on which other rows share the team.
+          if (rowmax == masked) return;
+          const acc mold = ms[slot];
+          const acc mnew = mold > rowmax ? mold : rowmax;
+          const acc alpha = fast_exp(mold - mnew);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, key_tile), [&](const int j) {
+            pr[j] = pr[j] == masked ? acc(0) : fast_exp(pr[j] - mnew);
+          });
+          // Every lane sums the weights itself, in key order: the same bits on every lane.
+          acc sum = 0;
+          for (int j = 0; j < key_tile; ++j) sum += pr[j];
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+            acc o = os[slot * D + d];
+            if (alpha != acc(1)) o *= alpha;
+            for (int j = 0; j < key_tile; ++j) o += pr[j] * vs[j * D + d];
+            os[slot * D + d] = o;
+          });
+          Kokkos::single(Kokkos::PerThread(team), [&]() {
+            ls[slot] = ls[slot] * alpha + sum;
+            ms[slot] = mnew;
+          });
         });
-        Kokkos::single(Kokkos::PerThread(team), [&]() {
-          ls[slot] = ls[slot] * alpha + sum;
-          ms[slot] = mnew;
-        });
-      });
-      team.team_barrier();
-    }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
-      const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
-      const int slot = hh * query_tile + rr;
-      const std::int64_t i = qt.i0 + rr;
-      const int h = qt.h0 + hh;
-      const acc l = ls[slot];
+    queries.for_each_row(team, qt, [&](const QueryRow& q) {
+      const acc l = ls[q.slot];
       const acc inv = l > acc(0) ? acc(1) / l : acc(0);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-        out(i, h, d) = static_cast<Scalar>(os[slot * D + d] * inv);
+        out(q.i, q.h, d) = static_cast<Scalar>(os[q.slot * D + d] * inv);
       });
       Kokkos::single(Kokkos::PerThread(team),
-                     [&]() { lse(i, h) = l > acc(0) ? ms[slot] + compat::log(l) : masked; });
+                     [&]() { lse(q.i, q.h) = l > acc(0) ? ms[q.slot] + compat::log(l) : masked; });
     });
   }
 };
@@ -262,33 +330,21 @@ Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> row_delt
 template <class Scalar, class MemorySpace, class Mask, class Member>
 struct TeamQueryGradientKernel {
   using acc = accumulator_t<Scalar>;
-  AttentionInputs<Scalar, MemorySpace> in;
+  using Tiles = TeamQueryTiles<Scalar, MemorySpace, Mask>;
+  Tiles queries;
   Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
-  Mask mask;
-  KernelShape<Scalar, MemorySpace> shape;
-  std::int64_t tiles;
-  int heads;  // query heads per team
-  int level;
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim, int heads) {
-    const std::size_t rows = std::size_t(heads) * query_tile;
-    return 3 * scratch_piece<acc>(rows * dim) +
-           3 * scratch_piece<acc>(std::size_t(key_tile) * dim) +
-           scratch_piece<acc>(rows * key_tile) + 2 * scratch_piece<acc>(rows) +
-           scratch_piece<mask::Token>(query_tile) + scratch_piece<mask::Token>(key_tile) +
-           scratch_piece<bool>(key_tile);
+    return Tiles::scratch_bytes(dim, heads, 3, 3);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int D = shape.dim;
-    const QueryTeam qt(team.league_rank(), tiles, shape.tq, shape.group, heads);
-    const std::int64_t nq = qt.nq;
-    const int rows = static_cast<int>(heads * nq);
-    const std::size_t slots = std::size_t(heads) * query_tile;
-    ScratchCursor cur{
-        static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes(D, heads)))};
+    const int D = queries.shape.dim;
+    const QueryTeam qt = queries.team_of(team);
+    const std::size_t slots = std::size_t(queries.heads) * query_tile;
+    ScratchCursor cur = queries.scratch(team, scratch_bytes(D, queries.heads));
     acc* qs = cur.take<acc>(slots * D);
     acc* dos = cur.take<acc>(slots * D);
     acc* dqs = cur.take<acc>(slots * D);
@@ -301,68 +357,50 @@ struct TeamQueryGradientKernel {
     mask::Token* qtok = cur.take<mask::Token>(query_tile);
     mask::Token* ktok = cur.take<mask::Token>(key_tile);
     bool* kvalid = cur.take<bool>(key_tile);
-    const acc scale = static_cast<acc>(in.scale);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
-      const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
-      const int slot = hh * query_tile + rr;
-      const std::int64_t i = qt.i0 + rr;
-      const int h = qt.h0 + hh;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-        qs[slot * D + d] = static_cast<acc>(in.q(i, h, d)) * scale;
-        dos[slot * D + d] = static_cast<acc>(dout(i, h, d));
-        dqs[slot * D + d] = acc(0);
-      });
-      Kokkos::single(Kokkos::PerThread(team), [&]() {
-        lses[slot] = lse(i, h);
-        deltas[slot] = delta(i, h);
-        if (hh == 0) qtok[rr] = query_token(in, i);
-      });
-    });
-    team.team_barrier();
-    const WindowRange range = window_range(in);
-    std::int64_t lo, hi, j0;
-    key_range(in, range, shape.nk, qtok[0].pos, qtok[nq - 1].pos, lo, hi, j0);
-    for (; j0 < hi; j0 += key_tile) {
-      stage_key_tile(team, in, qt.hk, D, j0, lo, hi, kt, ks, vt, static_cast<acc*>(nullptr), ktok,
-                     kvalid);
-      const bool all = tile_fully_visible(mask, range, qtok, static_cast<int>(nq), ktok, kvalid);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
-        const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
-        const int slot = hh * query_tile + rr;
-        const acc* qr = qs + slot * D;
-        const acc* dor = dos + slot * D;
-        acc* dsr = dss + slot * key_tile;
-        const acc l = lses[slot], dl = deltas[slot];
-        int seen = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, key_tile),
-            [&](const int j, int& n) {
-              const bool vis = all || (kvalid[j] && visible(mask, range, qtok[rr], ktok[j]));
-              acc s = 0, dp = 0;
-              for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
-              for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
-              const acc p = vis ? fast_exp(s - l) : acc(0);
-              dsr[j] = p * (dp - dl);
-              n += vis ? 1 : 0;
-            },
-            seen);
-        // As in the forward: a tile the row cannot see leaves its sums untouched.
-        if (seen == 0) return;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-          acc x = dqs[slot * D + d];
-          for (int j = 0; j < key_tile; ++j) x += dsr[j] * ks[j * D + d];
-          dqs[slot * D + d] = x;
+    queries.load_rows(
+        team, qt, qs, qtok,
+        [&](const QueryRow& q, const int d) {
+          dos[q.slot * D + d] = static_cast<acc>(dout(q.i, q.h, d));
+          dqs[q.slot * D + d] = acc(0);
+        },
+        [&](const QueryRow& q) {
+          lses[q.slot] = lse(q.i, q.h);
+          deltas[q.slot] = delta(q.i, q.h);
         });
-      });
-      team.team_barrier();
-    }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int r) {
-      const int hh = static_cast<int>(r / nq), rr = static_cast<int>(r % nq);
-      const int slot = hh * query_tile + rr;
-      const std::int64_t i = qt.i0 + rr;
-      const int h = qt.h0 + hh;
+    queries.for_each_key_tile(
+        team, qt, qtok, kt, ks, vt, static_cast<acc*>(nullptr), ktok, kvalid,
+        [&](const WindowRange& range, const bool all, const QueryRow& q) {
+          const int slot = q.slot;
+          const acc* qr = qs + slot * D;
+          const acc* dor = dos + slot * D;
+          acc* dsr = dss + slot * key_tile;
+          const acc l = lses[slot], dl = deltas[slot];
+          int seen = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, key_tile),
+              [&](const int j, int& n) {
+                const bool vis =
+                    all || (kvalid[j] && visible(queries.mask, range, qtok[q.rr], ktok[j]));
+                acc s = 0, dp = 0;
+                for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
+                for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
+                const acc p = vis ? fast_exp(s - l) : acc(0);
+                dsr[j] = p * (dp - dl);
+                n += vis ? 1 : 0;
+              },
+              seen);
+          // As in the forward: a tile the row cannot see leaves its sums untouched.
+          if (seen == 0) return;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
+            acc x = dqs[slot * D + d];
+            for (int j = 0; j < key_tile; ++j) x += dsr[j] * ks[j * D + d];
+            dqs[slot * D + d] = x;
+          });
+        });
+    const acc scale = static_cast<acc>(queries.in.scale);
+    queries.for_each_row(team, qt, [&](const QueryRow& q) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-        dq(i, h, d) = static_cast<Scalar>(dqs[slot * D + d] * scale);
+        dq(q.i, q.h, d) = static_cast<Scalar>(dqs[q.slot * D + d] * scale);
       });
     });
   }
@@ -479,21 +517,22 @@ struct TeamKeyGradientKernel {
 };
 
 /// A team policy for a portable kernel: scratch at level 0 when `bytes` fit there, else level 1
-/// (written to `level`), vector lanes from the backend (a warp or wavefront slice of at most
-/// `key_tile` lanes on devices, 1 on hosts) and the team size of `choose_team_size`, at most
-/// `rows` (the rows a team's threads split).
+/// (written to `level`, the functor's), vector lanes from the backend (a warp or wavefront slice of
+/// at most `key_tile` lanes on devices, 1 on hosts) and the team size of `choose_team_size`, at
+/// most `rows` (the rows a team's threads split).
 template <class ExecutionSpace, class Functor>
 Kokkos::TeamPolicy<ExecutionSpace> team_kernel_policy(const ExecutionSpace& space,
                                                       std::int64_t league, std::size_t bytes,
-                                                      int rows, Functor& functor) {
+                                                      int rows, const Functor& functor,
+                                                      int& level) {
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  functor.level = bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
+  level = bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
   const int lanes = std::max(1, std::min(key_tile, Policy::vector_length_max()));
   Policy probe(space, static_cast<int>(league), 1, lanes);
-  probe.set_scratch_size(functor.level, Kokkos::PerTeam(bytes));
+  probe.set_scratch_size(level, Kokkos::PerTeam(bytes));
   const int size = ctxpar::impl::choose_team_size(probe, functor, rows);
   Policy policy(space, static_cast<int>(league), size, lanes);
-  policy.set_scratch_size(functor.level, Kokkos::PerTeam(bytes));
+  policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
   return policy;
 }
 
@@ -522,46 +561,44 @@ void portable_attention_forward(
   const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
   const int heads = heads_per_team<ExecutionSpace>(
       shape.group, [&](int n) { return Kernel::scratch_bytes(shape.dim, n); });
-  Kernel kernel{in, out, lse, mask, shape, tiles, heads, 0};
+  Kernel kernel{{in, mask, shape, tiles, heads, 0}, out, lse};
   const auto policy =
       team_kernel_policy(space, tiles * (shape.hq / heads), Kernel::scratch_bytes(shape.dim, heads),
-                         heads * query_tile, kernel);
+                         heads * query_tile, kernel, kernel.queries.level);
   Kokkos::parallel_for("ctxpar::swa::attention_forward", policy, kernel);
 }
 
-/// Backward attention with the portable team kernels (see `attention_backward`).
+/// Backward attention with the portable team kernels (see `attention_backward`), given the row
+/// deltas `delta = row_deltas(out, dout)`.
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void portable_attention_backward(
     const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
     const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
+    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& delta,
     const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv,
-    AttentionWorkspace<MemorySpace>& workspace) {
-  using acc = accumulator_t<Scalar>;
+    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
   const KernelShape<Scalar, MemorySpace> shape(in);
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
-      row_deltas(space, out, dout, workspace.delta);
   if (shape.tq > 0 && shape.hq > 0) {
     using Kernel = TeamQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
     const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
     const int heads = heads_per_team<ExecutionSpace>(
         shape.group, [&](int n) { return Kernel::scratch_bytes(shape.dim, n); });
-    Kernel kernel{in, dout, lse, delta, dq, mask, shape, tiles, heads, 0};
-    const auto policy =
-        team_kernel_policy(space, tiles * (shape.hq / heads),
-                           Kernel::scratch_bytes(shape.dim, heads), heads * query_tile, kernel);
+    Kernel kernel{{in, mask, shape, tiles, heads, 0}, dout, lse, delta, dq};
+    const auto policy = team_kernel_policy(space, tiles * (shape.hq / heads),
+                                           Kernel::scratch_bytes(shape.dim, heads),
+                                           heads * query_tile, kernel, kernel.queries.level);
     Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy, kernel);
   }
   if (shape.nk > 0 && shape.hkv > 0) {
     using Kernel = TeamKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
     const std::int64_t tiles = (shape.nk + key_tile - 1) / key_tile;
     Kernel kernel{in, dout, lse, delta, dk, dv, mask, shape, tiles, 0};
-    const auto policy = team_kernel_policy(space, tiles * shape.hkv,
-                                           Kernel::scratch_bytes(shape.dim), query_tile, kernel);
+    const auto policy =
+        team_kernel_policy(space, tiles * shape.hkv, Kernel::scratch_bytes(shape.dim), query_tile,
+                           kernel, kernel.level);
     Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv", policy, kernel);
   }
 }
