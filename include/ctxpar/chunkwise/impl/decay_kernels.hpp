@@ -117,6 +117,20 @@ KOKKOS_INLINE_FUNCTION typename Gamma::non_const_value_type precise_from_start(
                                                              value(gamma(i, h, gi) + lo(i, h, gi)));
 }
 
+/// A decay kernel as Kokkos launches it: `Kernel` (whose `run<Bytes>` is the kernel at
+/// `Bytes`-wide vectors), the instruction set of the host fast path, chosen on the launching
+/// thread, and the one `operator()` that runs `Kernel::run` at it on each work item `Item` (an
+/// index, or a team member). `ExecutionSpace` decides whether the host fast path applies.
+template <class Kernel, class ExecutionSpace, class Item>
+struct IsaDispatched : Kernel {
+  /// The instruction set of the host fast path, chosen on the launching thread.
+  HostIsa isa = ctxpar::impl::active_host_isa();
+  KOKKOS_FUNCTION void operator()(const Item& item) const {
+    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(
+        isa, static_cast<const Kernel&>(*this), item);
+  }
+};
+
 template <class Scalar, class MemorySpace>
 struct GammaKernel {
   using saved = DecaySaved<Scalar, MemorySpace>;
@@ -126,12 +140,6 @@ struct GammaKernel {
   decltype(saved::reset) reset;
   typename saved::work3 gamma_lo;
   std::int64_t heads, width;
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = ctxpar::impl::active_host_isa();
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    ctxpar::impl::run_kernel<
-        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
-  }
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
@@ -198,14 +206,8 @@ struct ChunkUpdateTiles {
   typename saved::work4 ds;
   decltype(saved::reset) reset;
   int heads, kdim, vdim, chunk;
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = gd::active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K) { return scratch::shmem_size(std::size_t(C) * K); }
-
-  KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
-  }
 
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
@@ -265,10 +267,11 @@ KOKKOS_INLINE_FUNCTION void chain_step(Scalar* x, int w, Scalar m, const Scalar*
 }
 
 /// What the chain kernels of both directions share: the sequence tables, the chunk transitions,
-/// the shape and mode, the dispatch, and the carry across one chunk. One work item per (sequence,
-/// head, key row, block of chain_block state columns): the chunk's decay is read once per row and
-/// the columns stay contiguous.
-template <class Chain, class Scalar, class MemorySpace, bool Diagonal>
+/// the shape and mode, the chunk terms `d` carried into the kept states `keep`, the
+/// chain's start, and the carry across one chunk. One work item per (sequence, head, key row,
+/// block of chain_block state columns): the chunk's decay is read once per row and the columns
+/// stay contiguous.
+template <class Scalar, class MemorySpace, bool Diagonal>
 struct ChainKernelBase {
   using saved = DecaySaved<Scalar, MemorySpace>;
   typename saved::table seq_chunk, seq_ordinal, seq_starts, seq_ends;
@@ -276,18 +279,47 @@ struct ChainKernelBase {
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
   std::int64_t s_lo, heads, kdim, vdim;
   bool apply;
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = gd::active_host_isa();
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    ctxpar::impl::run_kernel<
-        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(
-        isa, static_cast<const Chain&>(*this), i);
+  /// `[chunks, H, K, V]` what each chunk adds (`dS_c` forward, `D_c` backward) and, in apply
+  /// mode, where each chunk's incoming carry is kept (its start state forward, its end-state
+  /// gradient backward).
+  typename saved::work4 d, keep;
+  /// Apply mode: the rank's fp32 boundary (`s_in` forward, `ds_out` backward), added to the start
+  /// of local sequence `edge_seq`, and the per-sequence starts (initial states forward,
+  /// final-state gradients backward), added where that start of the sequence lies on this rank.
+  const_state_view<MemorySpace> edge;
+  const_sequence_states_view<Scalar, MemorySpace> seq_start;
+  std::int64_t edge_seq;
+  bool have_edge, have_seq_start;
+
+  /// Apply mode: the chain starts from `edge_view` at sequence `at` and from `starts`.
+  void start_from(const const_state_view<MemorySpace>& edge_view, std::int64_t at,
+                  const const_sequence_states_view<Scalar, MemorySpace>& starts) {
+    edge = edge_view;
+    edge_seq = at;
+    seq_start = starts;
+    have_edge = is_given(edge_view);
+    have_seq_start = is_given(starts);
+  }
+  /// Work item `i` and its `it.w` carried columns at the chain's start, into `x`: zero in summary
+  /// mode; in apply mode the boundary and the sequence's start where `own(s)` says that start
+  /// lies on this rank (`seq_starts` forward, `seq_ends` backward).
+  KOKKOS_INLINE_FUNCTION ChainItem start(std::int64_t i, Scalar* x,
+                                         const typename saved::table& own) const {
+    const ChainItem it = chain_item(i, s_lo, heads, kdim, vdim);
+    for (int j = 0; j < it.w; ++j) {
+      Scalar v = 0;
+      if (apply) {
+        if (it.s == edge_seq && have_edge) v = static_cast<Scalar>(edge(it.h, it.kk, it.v0 + j));
+        if (have_seq_start && own(it.s) != 0)
+          v += seq_start(seq_ordinal(it.s), it.h, it.kk, it.v0 + j);
+      }
+      x[j] = v;
+    }
+    return it;
   }
   /// Chunk `c` of item `it`'s carry: `x ← exp(logm_c)·x + d_c`, keeping `x` first in `keep_c`
   /// in apply mode.
-  KOKKOS_INLINE_FUNCTION void carry(Scalar* x, const ChainItem& it, std::int64_t c,
-                                    const typename saved::work4& d,
-                                    const typename saved::work4& keep) const {
+  KOKKOS_INLINE_FUNCTION void carry(Scalar* x, const ChainItem& it, std::int64_t c) const {
     chain_step(x, it.w, compat::exp(logm(c, it.h, Diagonal ? it.kk : 0)), &d(c, it.h, it.kk, it.v0),
                apply ? &keep(c, it.h, it.kk, it.v0) : nullptr);
   }
@@ -298,39 +330,26 @@ struct ChainKernelBase {
   }
 };
 
-// Chains whole local sequences [s_lo, s_hi) over their chunks, forward. Mode "summary": start from
-// zero, write the fp32 summary state. Mode "apply": start from s_in / initial states, save every
-// chunk's incoming state, write final states of sequences that end here.
+// Chains whole local sequences [s_lo, s_hi) over their chunks, forward (d = dS_c, keep = S_c).
+// Mode "summary": start from zero, write the fp32 summary state. Mode "apply": start from s_in /
+// initial states, save every chunk's incoming state, write final states of sequences that end
+// here.
 template <class Scalar, class MemorySpace, bool Diagonal>
-struct ChainForwardKernel : ChainKernelBase<ChainForwardKernel<Scalar, MemorySpace, Diagonal>,
-                                            Scalar, MemorySpace, Diagonal> {
-  using saved = DecaySaved<Scalar, MemorySpace>;
-  typename saved::work4 ds, states;
-  const_state_view<MemorySpace> s_in;
-  const_sequence_states_view<Scalar, MemorySpace> initial;
+struct ChainForwardKernel : ChainKernelBase<Scalar, MemorySpace, Diagonal> {
   sequence_states_view<Scalar, MemorySpace> finals;
-  bool have_s_in, have_initial, have_finals;
+  bool have_finals;
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
-    const ChainItem it = chain_item(i, this->s_lo, this->heads, this->kdim, this->vdim);
-    const std::int64_t v0 = it.v0, kk = it.kk, h = it.h, s = it.s;
     Scalar state[chain_block];
-    for (int j = 0; j < it.w; ++j) {
-      Scalar x = 0;
-      if (this->apply) {
-        if (s == 0 && have_s_in) x = static_cast<Scalar>(s_in(h, kk, v0 + j));
-        if (have_initial && this->seq_starts(s) != 0)
-          x += initial(this->seq_ordinal(s), h, kk, v0 + j);
-      }
-      state[j] = x;
-    }
-    for (std::int64_t c = this->seq_chunk(s); c < this->seq_chunk(s + 1); ++c)
-      this->carry(state, it, c, ds, states);
+    const ChainItem it = this->start(i, state, this->seq_starts);
+    for (std::int64_t c = this->seq_chunk(it.s); c < this->seq_chunk(it.s + 1); ++c)
+      this->carry(state, it, c);
     if (!this->apply) {
       this->write_summary(it, state);
-    } else if (have_finals && this->seq_ends(s) != 0) {
-      for (int j = 0; j < it.w; ++j) finals(this->seq_ordinal(s), h, kk, v0 + j) = state[j];
+    } else if (have_finals && this->seq_ends(it.s) != 0) {
+      for (int j = 0; j < it.w; ++j)
+        finals(this->seq_ordinal(it.s), it.h, it.kk, it.v0 + j) = state[j];
     }
   }
 };
@@ -343,12 +362,6 @@ struct SequenceTransitionKernel {
   typename saved::work3 logm;
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> transition;
   std::int64_t s, width;
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = gd::active_host_isa();
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    ctxpar::impl::run_kernel<
-        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
-  }
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
@@ -415,8 +428,6 @@ struct OutputTiles {
   Scalar scale;
   int heads, kdim, vdim, chunk;
   decltype(saved::reset) reset;
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = gd::active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K) {
     // qs, qh, Kᵀ (or the factored query rows), factored Kᵀ | P | one sub-block of factored keys
@@ -513,10 +524,6 @@ struct OutputTiles {
     }
   }
 
-  KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
-  }
-
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
@@ -572,8 +579,9 @@ struct OutputTiles {
   }
 };
 
+// D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
 template <class Scalar, class MemorySpace, bool Diagonal>
-struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
+struct QueryOutputKernel {
   using saved = DecaySaved<Scalar, MemorySpace>;
   typename saved::input_view q;
   const_token_view<Scalar, MemorySpace> dout;
@@ -584,12 +592,6 @@ struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
   std::int64_t heads, kdim, vdim;
   decltype(saved::reset) reset;
   typename saved::work3 gamma_lo;
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = gd::active_host_isa();
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    ctxpar::impl::run_kernel<
-        ctxpar::impl::uses_host_fast_path_v<typename MemorySpace::execution_space>>(isa, *this, i);
-  }
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
@@ -605,45 +607,29 @@ struct QueryOutputKernel {  // D_c = Σ_i exp(γ_i) ⊙ (scale·q_i) do_iᵀ
   }
 };
 
-// Chains local sequences backward over their chunks. Mode "summary": zero at the end, writes γ.
-// Mode "apply": starts from ds_out (last sequence) or the final-state gradients, saves every
-// chunk's end gradient, writes ds_in and initial-state gradients.
+// Chains local sequences backward over their chunks (d = D_c, keep = G_c). Mode "summary": zero at
+// the end, writes γ. Mode "apply": starts from ds_out (last sequence) or the final-state
+// gradients, saves every chunk's end gradient, writes ds_in and initial-state gradients.
 template <class Scalar, class MemorySpace, bool Diagonal>
-struct ChainBackwardKernel : ChainKernelBase<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>,
-                                             Scalar, MemorySpace, Diagonal> {
-  using saved = DecaySaved<Scalar, MemorySpace>;
-  typename saved::work4 dmat, gend;
-  const_state_view<MemorySpace> ds_out;
-  const_sequence_states_view<Scalar, MemorySpace> final_grads;
+struct ChainBackwardKernel : ChainKernelBase<Scalar, MemorySpace, Diagonal> {
   sequence_states_view<Scalar, MemorySpace> initial_grads;
   state_view<MemorySpace> ds_in;
-  std::int64_t last_seq;
-  bool have_ds_out, have_final_grads, have_initial_grads, have_ds_in;
+  bool have_initial_grads, have_ds_in;
   /// The kernel at `Bytes`-wide vectors, work items as in ChainForwardKernel.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
-    const ChainItem it = chain_item(i, this->s_lo, this->heads, this->kdim, this->vdim);
-    const std::int64_t v0 = it.v0, kk = it.kk, h = it.h, s = it.s;
     Scalar grad[chain_block];
-    for (int j = 0; j < it.w; ++j) {
-      Scalar x = 0;
-      if (this->apply) {
-        if (s == last_seq && have_ds_out) x = static_cast<Scalar>(ds_out(h, kk, v0 + j));
-        if (have_final_grads && this->seq_ends(s) != 0)
-          x += final_grads(this->seq_ordinal(s), h, kk, v0 + j);
-      }
-      grad[j] = x;
-    }
-    for (std::int64_t c = this->seq_chunk(s + 1) - 1; c >= this->seq_chunk(s); --c)
-      this->carry(grad, it, c, dmat, gend);
+    const ChainItem it = this->start(i, grad, this->seq_ends);
+    for (std::int64_t c = this->seq_chunk(it.s + 1) - 1; c >= this->seq_chunk(it.s); --c)
+      this->carry(grad, it, c);
     if (!this->apply) {
       this->write_summary(it, grad);
       return;
     }
     for (int j = 0; j < it.w; ++j) {
-      if (s == 0 && have_ds_in) ds_in(h, kk, v0 + j) = static_cast<float>(grad[j]);
-      if (have_initial_grads && this->seq_starts(s) != 0)
-        initial_grads(this->seq_ordinal(s), h, kk, v0 + j) = grad[j];
+      if (it.s == 0 && have_ds_in) ds_in(it.h, it.kk, it.v0 + j) = static_cast<float>(grad[j]);
+      if (have_initial_grads && this->seq_starts(it.s) != 0)
+        initial_grads(this->seq_ordinal(it.s), it.h, it.kk, it.v0 + j) = grad[j];
     }
   }
 };
@@ -743,18 +729,12 @@ struct ScalarGradientTiles {
   decltype(saved::reset) reset;
   typename saved::work3 gamma_lo;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,1]
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = gd::active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kT vT | D P X | dO·Γ, V·λ | K·λ | S_cᵀ, G_cᵀ | a e
     return scratch::shmem_size(std::size_t(K) * C) + 3 * scratch::shmem_size(std::size_t(V) * C) +
            3 * scratch::shmem_size(std::size_t(C) * C) + scratch::shmem_size(std::size_t(C) * K) +
            2 * scratch::shmem_size(std::size_t(V) * K) + 2 * scratch::shmem_size(std::size_t(C));
-  }
-
-  KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
   }
 
   /// The kernel at `Bytes`-wide vectors.
@@ -874,8 +854,6 @@ struct DiagonalGradientTiles {
   GradientRowKernel<Scalar, MemorySpace, true> row;  // the inputs, outputs, and the fallback
   int chunk;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,K]
-  /// The instruction set of the host fast path, chosen on the launching thread.
-  HostIsa isa = gd::active_host_isa();
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kf qe kl tq ts tk tg | kfT | vT | D P | S_cᵀ G_cᵀ
@@ -934,10 +912,6 @@ struct DiagonalGradientTiles {
         }
       }
     });
-  }
-
-  KOKKOS_FUNCTION void operator()(const member_type& team) const {
-    ctxpar::impl::run_kernel<ctxpar::impl::uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
   }
 
   /// The kernel at `Bytes`-wide vectors.
@@ -1061,6 +1035,28 @@ Kokkos::TeamPolicy<ExecutionSpace> chunk_teams(const ExecutionSpace& space, std:
   return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
 }
 
+/// Launches `kernel`, dispatched (`IsaDispatched`), over `n` work items. Its views' execution
+/// space decides whether the host fast path applies.
+template <class ExecutionSpace, class Kernel>
+void launch_items(const ExecutionSpace& space, const char* label, std::int64_t n,
+                  const Kernel& kernel) {
+  using dispatched =
+      IsaDispatched<Kernel, typename Kernel::saved::table::execution_space, std::int64_t>;
+  Kokkos::parallel_for(label, range(space, n), dispatched{kernel});
+}
+
+/// Launches `kernel`, dispatched (`IsaDispatched`), with a team per (chunk, head) (`league` of
+/// them, nothing when there are none) and `scratch` bytes of level-1 scratch per team.
+template <class ExecutionSpace, class Kernel>
+void launch_chunk_teams(const ExecutionSpace& space, const char* label, std::int64_t league,
+                        std::size_t scratch, const Kernel& kernel) {
+  using dispatched = IsaDispatched<Kernel, ExecutionSpace,
+                                   typename Kokkos::TeamPolicy<ExecutionSpace>::member_type>;
+  if (league > 0)
+    Kokkos::parallel_for(label, chunk_teams<dispatched>(space, league, scratch),
+                         dispatched{kernel});
+}
+
 /// Builds the chunk tables of `seqs` into `saved` (chunks never cross a local sequence).
 template <class Scalar, class MemorySpace>
 void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSequences& seqs,
@@ -1095,9 +1091,12 @@ void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSeque
 }
 
 /// A chain kernel of either direction over `saved` with its shared fields set: the sequence
-/// tables, the chunk transitions, the shape, the first sequence and the mode.
+/// tables, the chunk transitions, the shape, the first sequence, the mode, and the chunk terms
+/// `d` it carries into `keep`.
 template <class Chain, class Scalar, class MemorySpace>
-Chain make_chain(const DecaySaved<Scalar, MemorySpace>& saved, std::int64_t s_lo, bool apply) {
+Chain make_chain(const DecaySaved<Scalar, MemorySpace>& saved, std::int64_t s_lo, bool apply,
+                 const typename DecaySaved<Scalar, MemorySpace>::work4& d,
+                 const typename DecaySaved<Scalar, MemorySpace>::work4& keep) {
   Chain chain{};
   chain.seq_chunk = saved.seq_chunk;
   chain.seq_ordinal = saved.seq_ordinal;
@@ -1109,7 +1108,25 @@ Chain make_chain(const DecaySaved<Scalar, MemorySpace>& saved, std::int64_t s_lo
   chain.kdim = saved.q.extent(2);
   chain.vdim = saved.v.extent(2);
   chain.apply = apply;
+  chain.d = d;
+  chain.keep = keep;
   return chain;
+}
+
+/// The summary of local sequence `s`, the first or the last: its chain (`Chain`, the direction)
+/// from zero in summary mode, into `summary.state`, and the product of its chunks' transitions.
+template <class Chain, class ExecutionSpace, class Scalar, class MemorySpace>
+void summarize_sequence(const ExecutionSpace& space, const DecaySaved<Scalar, MemorySpace>& saved,
+                        const typename DecaySaved<Scalar, MemorySpace>::work4& d, std::int64_t s,
+                        const SummaryViews<MemorySpace>& summary, const char* label) {
+  const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
+                     G = saved.g.extent(2);
+  auto chain = make_chain<Chain>(saved, s, false, d, d);
+  chain.summary_state = summary.state;
+  launch_items(space, label, chain_items(1, H, K, V), chain);
+  launch_items(space, "ctxpar::chunkwise::decay::summary_transition", H * G,
+               SequenceTransitionKernel<Scalar, MemorySpace>{saved.seq_chunk, saved.logm,
+                                                             summary.transition, s, G});
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
@@ -1128,25 +1145,17 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
   ensure_extents(saved.ds, "ctxpar::chunkwise::decay::ds", C, H, K, V);
   ensure_extents(saved.reset, "ctxpar::chunkwise::decay::reset", T, H, G);
   ensure_extents(saved.gamma_lo, "ctxpar::chunkwise::decay::gamma_lo", T, H, G);
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::decay::gamma", range(space, C * H * G),
+  launch_items(
+      space, "ctxpar::chunkwise::decay::gamma", C * H * G,
       GammaKernel<Scalar, MemorySpace>{saved.g, saved.chunk_begin, saved.chunk_end, saved.gamma,
                                        saved.logm, saved.reset, saved.gamma_lo, H, G});
   using update = ChunkUpdateTiles<Scalar, ExecutionSpace, MemorySpace, Diagonal>;
-  if (C * H > 0)
-    Kokkos::parallel_for("ctxpar::chunkwise::decay::chunk_update",
-                         chunk_teams<update>(space, C * H, update::scratch_bytes(chunk, int(K))),
-                         update{saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
-                                saved.ds, saved.reset, int(H), int(K), int(V), chunk});
-  const std::int64_t last = seqs.count() - 1;
-  auto chain = make_chain<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(saved, last, false);
-  chain.ds = saved.ds;
-  chain.summary_state = summary.state;
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_state",
-                       range(space, chain_items(1, H, K, V)), chain);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_transition", range(space, H * G),
-                       SequenceTransitionKernel<Scalar, MemorySpace>{saved.seq_chunk, saved.logm,
-                                                                     summary.transition, last, G});
+  launch_chunk_teams(space, "ctxpar::chunkwise::decay::chunk_update", C * H,
+                     update::scratch_bytes(chunk, int(K)),
+                     update{saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
+                            saved.ds, saved.reset, int(H), int(K), int(V), chunk});
+  summarize_sequence<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(
+      space, saved, saved.ds, seqs.count() - 1, summary, "ctxpar::chunkwise::decay::summary_state");
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
@@ -1158,25 +1167,19 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
   const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
                      C = saved.chunks;
   ctxpar::impl::ensure_extents(saved.states, "ctxpar::chunkwise::decay::states", C, H, K, V);
-  auto chain = make_chain<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, true);
-  chain.ds = saved.ds;
-  chain.states = saved.states;
-  chain.s_in = s_in;
-  chain.initial = initial;
+  auto chain = make_chain<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(
+      saved, 0, true, saved.ds, saved.states);
+  chain.start_from(s_in, 0, initial);
   chain.finals = finals;
-  chain.have_s_in = is_given(s_in);
-  chain.have_initial = is_given(initial);
   chain.have_finals = is_given(finals);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_forward",
-                       range(space, chain_items(seqs.count(), H, K, V)), chain);
+  launch_items(space, "ctxpar::chunkwise::decay::chain_forward", chain_items(seqs.count(), H, K, V),
+               chain);
   using output = OutputTiles<Scalar, ExecutionSpace, MemorySpace, Diagonal>;
-  if (C * H > 0)
-    Kokkos::parallel_for(
-        "ctxpar::chunkwise::decay::output",
-        chunk_teams<output>(space, C * H, output::scratch_bytes(saved.chunk, int(K))),
-        output{saved.q, saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
-               saved.states, out, static_cast<Scalar>(saved.scale), int(H), int(K), int(V),
-               saved.chunk, saved.reset});
+  launch_chunk_teams(space, "ctxpar::chunkwise::decay::output", C * H,
+                     output::scratch_bytes(saved.chunk, int(K)),
+                     output{saved.q, saved.k, saved.v, saved.chunk_begin, saved.chunk_end,
+                            saved.gamma, saved.states, out, static_cast<Scalar>(saved.scale),
+                            int(H), int(K), int(V), saved.chunk, saved.reset});
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
@@ -1185,22 +1188,55 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
                             const LocalSequences& /*seqs*/,
                             const SummaryViews<MemorySpace>& summary) {
   const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
-                     G = saved.g.extent(2), C = saved.chunks;
+                     C = saved.chunks;
   ctxpar::impl::ensure_extents(saved.dmat, "ctxpar::chunkwise::decay::dmat", C, H, K, V);
-  Kokkos::parallel_for(
-      "ctxpar::chunkwise::decay::query_output", range(space, C * H * K),
-      QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
-          saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.dmat,
-          static_cast<Scalar>(saved.scale), H, K, V, saved.reset, saved.gamma_lo});
-  auto chain = make_chain<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, false);
-  chain.dmat = saved.dmat;
-  chain.summary_state = summary.state;
-  chain.last_seq = -1;
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_gamma",
-                       range(space, chain_items(1, H, K, V)), chain);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::summary_transition", range(space, H * G),
-                       SequenceTransitionKernel<Scalar, MemorySpace>{saved.seq_chunk, saved.logm,
-                                                                     summary.transition, 0, G});
+  launch_items(space, "ctxpar::chunkwise::decay::query_output", C * H * K,
+               QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
+                   saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.dmat,
+                   static_cast<Scalar>(saved.scale), H, K, V, saved.reset, saved.gamma_lo});
+  summarize_sequence<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(
+      space, saved, saved.dmat, 0, summary, "ctxpar::chunkwise::decay::summary_gamma");
+}
+
+/// The gradient kernel of the family over `saved` (`DiagonalGradientTiles` or
+/// `ScalarGradientTiles`): writes dq, dk, dv and dg.
+template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace, class Dg>
+auto gradient_tiles(const DecaySaved<Scalar, MemorySpace>& saved,
+                    const const_token_view<Scalar, MemorySpace>& dout,
+                    const token_view<Scalar, MemorySpace>& dq,
+                    const token_view<Scalar, MemorySpace>& dk,
+                    const token_view<Scalar, MemorySpace>& dv, const Dg& dg) {
+  const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2);
+  const auto scale = static_cast<Scalar>(saved.scale);
+  if constexpr (Diagonal) {
+    return DiagonalGradientTiles<Scalar, ExecutionSpace, MemorySpace>{
+        GradientRowKernel<Scalar, MemorySpace, true>{
+            saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end, saved.token_chunk,
+            saved.gamma, saved.states, saved.gend, dq, dk, dv, scale, H, K, V, saved.reset,
+            saved.gamma_lo},
+        saved.chunk, dg};
+  } else {
+    return ScalarGradientTiles<Scalar, ExecutionSpace, MemorySpace>{saved.q,
+                                                                    saved.k,
+                                                                    saved.v,
+                                                                    dout,
+                                                                    saved.chunk_begin,
+                                                                    saved.chunk_end,
+                                                                    saved.gamma,
+                                                                    saved.states,
+                                                                    saved.gend,
+                                                                    dq,
+                                                                    dk,
+                                                                    dv,
+                                                                    scale,
+                                                                    int(H),
+                                                                    int(K),
+                                                                    int(V),
+                                                                    saved.chunk,
+                                                                    saved.reset,
+                                                                    saved.gamma_lo,
+                                                                    dg};
+  }
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
@@ -1216,61 +1252,21 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
                      V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
   ctxpar::impl::ensure_extents(saved.gend, "ctxpar::chunkwise::decay::gend", C, H, K, V);
-  auto chain = make_chain<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(saved, 0, true);
-  chain.dmat = saved.dmat;
-  chain.gend = saved.gend;
-  chain.ds_out = ds_out;
-  chain.final_grads = final_grads;
+  auto chain = make_chain<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(
+      saved, 0, true, saved.dmat, saved.gend);
+  chain.start_from(ds_out, seqs.count() - 1, final_grads);
   chain.initial_grads = initial_grads;
   chain.ds_in = ds_in;
-  chain.last_seq = seqs.count() - 1;
-  chain.have_ds_out = is_given(ds_out);
-  chain.have_final_grads = is_given(final_grads);
   chain.have_initial_grads = is_given(initial_grads);
   chain.have_ds_in = is_given(ds_in);
-  Kokkos::parallel_for("ctxpar::chunkwise::decay::chain_backward",
-                       range(space, chain_items(seqs.count(), H, K, V)), chain);
+  launch_items(space, "ctxpar::chunkwise::decay::chain_backward",
+               chain_items(seqs.count(), H, K, V), chain);
   // dg is written by the gradient kernels, from the pairs that straddle each token.
   const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg(
       dg_data, T, H, G);
-  if constexpr (Diagonal) {
-    using grads = DiagonalGradientTiles<Scalar, ExecutionSpace, MemorySpace>;
-    if (C * H > 0)
-      Kokkos::parallel_for(
-          "ctxpar::chunkwise::decay::gradients",
-          chunk_teams<grads>(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
-          grads{GradientRowKernel<Scalar, MemorySpace, true>{
-                    saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end,
-                    saved.token_chunk, saved.gamma, saved.states, saved.gend, dq, dk, dv,
-                    static_cast<Scalar>(saved.scale), H, K, V, saved.reset, saved.gamma_lo},
-                saved.chunk, dg});
-  } else {
-    using grads = ScalarGradientTiles<Scalar, ExecutionSpace, MemorySpace>;
-    if (C * H > 0)
-      Kokkos::parallel_for(
-          "ctxpar::chunkwise::decay::gradients",
-          chunk_teams<grads>(space, C * H, grads::scratch_bytes(saved.chunk, int(K), int(V))),
-          grads{saved.q,
-                saved.k,
-                saved.v,
-                dout,
-                saved.chunk_begin,
-                saved.chunk_end,
-                saved.gamma,
-                saved.states,
-                saved.gend,
-                dq,
-                dk,
-                dv,
-                static_cast<Scalar>(saved.scale),
-                int(H),
-                int(K),
-                int(V),
-                saved.chunk,
-                saved.reset,
-                saved.gamma_lo,
-                dg});
-  }
+  const auto grads = gradient_tiles<Diagonal, ExecutionSpace>(saved, dout, dq, dk, dv, dg);
+  launch_chunk_teams(space, "ctxpar::chunkwise::decay::gradients", C * H,
+                     decltype(grads)::scratch_bytes(saved.chunk, int(K), int(V)), grads);
 }
 
 /// Counts non-finite values of a view (NaN/Inf check flag).

@@ -109,6 +109,18 @@ struct RowDecays {
                                           simd_load<float, Bytes>(lo + j));
     return (seen & (jv >= reset)) ? simd_exp(x) : zero;
   }
+  /// Calls `f(j, jv, seen, decay)` on every whole vector of columns `j` below `C`; returns the
+  /// first column left to the scalar loop.
+  template <class F>
+  int sweep(int C, const F& f) const {
+    int j = 0;
+    for (; j + lanes <= C; j += lanes) {
+      const simd jv = columns(j);
+      const auto in = seen(jv);
+      f(j, jv, in, decay(j, jv, in));
+    }
+    return j;
+  }
 };
 #endif
 
@@ -124,15 +136,12 @@ KOKKOS_INLINE_FUNCTION void decay_rows(int i, int n, int C, Scalar bi, const Sca
 #if CTXPAR_HOST_SIMD
   if constexpr (Vector && std::is_same_v<Scalar, float>) {
     const RowDecays<Bytes> decays(i, n, gam, lo, rs);
-    for (; j + decays.lanes <= C; j += decays.lanes) {
-      const auto jv = decays.columns(j);
-      const auto seen = decays.seen(jv);
-      const auto d = decays.decay(j, jv, seen);
-      const auto a = bi * d * simd_load<float, Bytes>(A + j);
-      simd_store(A + j, (seen & (jv < decays.row)) ? a : decays.zero);
-      const auto p = simd_load<float, Bytes>(P + j) * d;
-      simd_store(P + j, seen ? p : decays.zero);
-    }
+    j = decays.sweep(C, [&](int jj, const auto& jv, const auto& seen, const auto& d) {
+      const auto a = bi * d * simd_load<float, Bytes>(A + jj);
+      simd_store(A + jj, (seen & (jv < decays.row)) ? a : decays.zero);
+      const auto p = simd_load<float, Bytes>(P + jj) * d;
+      simd_store(P + jj, seen ? p : decays.zero);
+    });
   }
 #endif
   for (; j < C; ++j) {
@@ -226,11 +235,9 @@ KOKKOS_INLINE_FUNCTION void decay_row(int i, int n, int C, const Scalar* gam, co
   int j = 0;
 #if CTXPAR_HOST_SIMD
   if constexpr (Vector && std::is_same_v<Scalar, float>) {
-    const RowDecays<Bytes> decays(i, n, gam, lo, rs);
-    for (; j + decays.lanes <= C; j += decays.lanes) {
-      const auto jv = decays.columns(j);
-      simd_store(L + j, decays.decay(j, jv, decays.seen(jv)));
-    }
+    j = RowDecays<Bytes>(i, n, gam, lo, rs)
+            .sweep(C,
+                   [&](int jj, const auto&, const auto&, const auto& d) { simd_store(L + jj, d); });
   }
 #endif
   for (; j < C; ++j) L[j] = (i < n && j < n && j <= i) ? decay_ratio(gam, lo, rs, i, j) : Scalar(0);
@@ -464,6 +471,13 @@ struct PassBlock {
   KOKKOS_INLINE_FUNCTION bool m_cols() const { return state_w == 0; }
 };
 
+/// Where a state pass block works in one chunk: the chunk's block of (chunk, head) in the saved
+/// arrays and its `n` live sub-step rows from row `r0`.
+struct PassChunk {
+  long blk = 0;
+  int r0 = 0, n = 0;
+};
+
 /// The block of league rank `rank` (blocks of `nb` columns, `blocks` per (sequence, head)).
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION PassBlock pass_block_of(int rank, const Problem<Scalar>& pb,
@@ -561,6 +575,11 @@ struct StatePass {
     ctxpar::impl::run_kernel<uses_host_fast_path_v<ExecutionSpace>>(isa, *this, team);
   }
 
+  /// Chunk `c` of the block `pk` works on.
+  KOKKOS_INLINE_FUNCTION PassChunk pass_chunk(const PassBlock& pk, int c) const {
+    return {static_cast<long>(c) * pb.heads + pk.h, cd.chunks(c, 0), cd.chunks(c, 1)};
+  }
+
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
@@ -573,10 +592,12 @@ struct StatePass {
     team.team_barrier();
     if constexpr (Reverse) {
       for (int c = tg.first_chunk[pk.s + 1] - 1; c >= tg.first_chunk[pk.s]; --c)
-        reverse_chunk<Bytes>(team, pk, c, carried.data(), first.data(), second.data());
+        reverse_chunk<Bytes>(team, pk, pass_chunk(pk, c), carried.data(), first.data(),
+                             second.data());
     } else {
       for (int c = tg.first_chunk[pk.s]; c < tg.first_chunk[pk.s + 1]; ++c)
-        forward_chunk<Bytes>(team, pk, c, carried.data(), first.data(), second.data());
+        forward_chunk<Bytes>(team, pk, pass_chunk(pk, c), carried.data(), first.data(),
+                             second.data());
     }
     store_pass_end(team, pk, tg, carried.data(), K, V, NB);
   }
@@ -585,41 +606,40 @@ struct StatePass {
   /// carry `M` started from the identity (same update with Ũ = 0 and no output), so the
   /// transition is chained at the cost of `4CK²` per chunk without ever forming `M_c`.
   template <int Bytes>
-  KOKKOS_INLINE_FUNCTION void forward_chunk(const member_type& team, const PassBlock& pk, int c,
-                                            Scalar* Z, Scalar* U, Scalar* O) const {
+  KOKKOS_INLINE_FUNCTION void forward_chunk(const member_type& team, const PassBlock& pk,
+                                            const PassChunk& at, Scalar* Z, Scalar* U,
+                                            Scalar* O) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
-    const int h = pk.h, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
-    const bool m_cols = pk.m_cols();
-    const long blk = static_cast<long>(c) * H + h;
-    const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
-    const Scalar* Ut = cd.ut.data() + blk * C * V;
+    const Scalar* Ut = cd.ut.data() + at.blk * C * V;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-      for (int j = 0; j < width; ++j)
-        U[i * NB + j] = j >= state_w ? Scalar(0) : Ut[static_cast<long>(i) * V + j0 + j];
+      for (int j = 0; j < pk.width; ++j)
+        U[i * NB + j] = j >= pk.state_w ? Scalar(0) : Ut[static_cast<long>(i) * V + pk.j0 + j];
     });
-    if (tg.save && !m_cols) save_pass_columns(team, pk, K, Z, cd.s0.data() + blk * K * V, V, NB);
+    if (tg.save && !pk.m_cols())
+      save_pass_columns(team, pk, K, Z, cd.s0.data() + at.blk * K * V, V, NB);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, width, K, Scalar(-1), rows(cd.wt.data() + blk * C * K, K), Z, NB, U,
-                     NB, true);
+    team_gemm<Bytes>(team, C, pk.width, K, Scalar(-1), rows(cd.wt.data() + at.blk * C * K, K), Z,
+                     NB, U, NB, true);
     team.team_barrier();
-    if (tg.out && !m_cols) {
-      team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.qh.data() + blk * C * K, K), Z, NB, O,
-                       NB, false);
+    if (tg.out && !pk.m_cols()) {
+      team_gemm<Bytes>(team, C, pk.width, K, Scalar(1), rows(cd.qh.data() + at.blk * C * K, K), Z,
+                       NB, O, NB, false);
       team.team_barrier();
-      team_gemm<Bytes>(team, C, width, C, Scalar(1),
-                       rows(cd.p.data() + blk * C * C, C, Band::lower), U, NB, O, NB, true);
+      team_gemm<Bytes>(team, C, pk.width, C, Scalar(1),
+                       rows(cd.p.data() + at.blk * C * C, C, Band::lower), U, NB, O, NB, true);
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
-        if (!pb.has_query(r0 + i)) return;
-        Scalar* orow = tg.out + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0;
-        for (int j = 0; j < state_w; ++j) orow[j] = O[i * NB + j];
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, at.n), [&](int i) {
+        if (!pb.has_query(at.r0 + i)) return;
+        Scalar* orow = tg.out + (static_cast<long>(pb.token(at.r0 + i)) * H + pk.h) * V + pk.j0;
+        for (int j = 0; j < pk.state_w; ++j) orow[j] = O[i * NB + j];
       });
     }
-    if (tg.save && !m_cols) save_pass_columns(team, pk, C, U, cd.u.data() + blk * C * V, V, NB);
-    decay_pass_block(team, pk, cd, blk, C, K, Z, NB);
+    if (tg.save && !pk.m_cols())
+      save_pass_columns(team, pk, C, U, cd.u.data() + at.blk * C * V, V, NB);
+    decay_pass_block(team, pk, cd, at.blk, C, K, Z, NB);
     team.team_barrier();
-    team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.kt.data() + blk * C * K, K), U, NB,
-                     Z, NB, true);
+    team_gemm<Bytes>(team, K, pk.width, C, Scalar(1), transposed(cd.kt.data() + at.blk * C * K, K),
+                     U, NB, Z, NB, true);
     team.team_barrier();
   }
 
@@ -627,39 +647,41 @@ struct StatePass {
   /// W̃ᵀ dU_c with dU_c = K̃ D_c + Pᵀ dO_c. With `m_out`, columns `[V, V+K)` chain `Mᵀ` from the
   /// identity.
   template <int Bytes>
-  KOKKOS_INLINE_FUNCTION void reverse_chunk(const member_type& team, const PassBlock& pk, int c,
-                                            Scalar* D, Scalar* dU, Scalar* dO) const {
+  KOKKOS_INLINE_FUNCTION void reverse_chunk(const member_type& team, const PassBlock& pk,
+                                            const PassChunk& at, Scalar* D, Scalar* dU,
+                                            Scalar* dO) const {
     const int H = pb.heads, K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
-    const int h = pk.h, j0 = pk.j0, width = pk.width, state_w = pk.state_w;
-    const bool m_cols = pk.m_cols();
-    const long blk = static_cast<long>(c) * H + h;
-    const int r0 = cd.chunks(c, 0), n = cd.chunks(c, 1);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
-      const bool read = !m_cols && tg.dout && i < n && pb.has_query(r0 + i);
+      const bool read = !pk.m_cols() && tg.dout && i < at.n && pb.has_query(at.r0 + i);
       const Scalar* drow =
-          read ? tg.dout + (static_cast<long>(pb.token(r0 + i)) * H + h) * V + j0 : nullptr;
-      for (int j = 0; j < width; ++j) dO[i * NB + j] = (read && j < state_w) ? drow[j] : Scalar(0);
+          read ? tg.dout + (static_cast<long>(pb.token(at.r0 + i)) * H + pk.h) * V + pk.j0
+               : nullptr;
+      for (int j = 0; j < pk.width; ++j)
+        dO[i * NB + j] = (read && j < pk.state_w) ? drow[j] : Scalar(0);
     });
-    if (tg.save && !m_cols) save_pass_columns(team, pk, K, D, cd.dse.data() + blk * K * V, V, NB);
+    if (tg.save && !pk.m_cols())
+      save_pass_columns(team, pk, K, D, cd.dse.data() + at.blk * K * V, V, NB);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, width, K, Scalar(1), rows(cd.kt.data() + blk * C * K, K), D, NB, dU,
-                     NB, false);
+    team_gemm<Bytes>(team, C, pk.width, K, Scalar(1), rows(cd.kt.data() + at.blk * C * K, K), D, NB,
+                     dU, NB, false);
     team.team_barrier();
-    if (!m_cols) {
-      team_gemm<Bytes>(team, C, width, C, Scalar(1),
-                       transposed(cd.p.data() + blk * C * C, C, Band::upper), dO, NB, dU, NB, true);
+    if (!pk.m_cols()) {
+      team_gemm<Bytes>(team, C, pk.width, C, Scalar(1),
+                       transposed(cd.p.data() + at.blk * C * C, C, Band::upper), dO, NB, dU, NB,
+                       true);
       team.team_barrier();
     }
-    if (tg.save && !m_cols) save_pass_columns(team, pk, C, dU, cd.du.data() + blk * C * V, V, NB);
-    decay_pass_block(team, pk, cd, blk, C, K, D, NB);
+    if (tg.save && !pk.m_cols())
+      save_pass_columns(team, pk, C, dU, cd.du.data() + at.blk * C * V, V, NB);
+    decay_pass_block(team, pk, cd, at.blk, C, K, D, NB);
     team.team_barrier();
-    if (!m_cols) {
-      team_gemm<Bytes>(team, K, width, C, Scalar(1), transposed(cd.qh.data() + blk * C * K, K), dO,
-                       NB, D, NB, true);
+    if (!pk.m_cols()) {
+      team_gemm<Bytes>(team, K, pk.width, C, Scalar(1),
+                       transposed(cd.qh.data() + at.blk * C * K, K), dO, NB, D, NB, true);
       team.team_barrier();
     }
-    team_gemm<Bytes>(team, K, width, C, Scalar(-1), transposed(cd.wt.data() + blk * C * K, K), dU,
-                     NB, D, NB, true);
+    team_gemm<Bytes>(team, K, pk.width, C, Scalar(-1), transposed(cd.wt.data() + at.blk * C * K, K),
+                     dU, NB, D, NB, true);
     team.team_barrier();
   }
 };
@@ -696,13 +718,13 @@ struct GradTargets {
 ///   does: its E_ii cancel exactly).
 template <class Scalar, class ExecutionSpace, class MemorySpace>
 struct ChunkGradients {
-  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  using scratch = scratch_view<Scalar, ExecutionSpace>;
   Problem<Scalar> pb;
   ChunkData<Scalar, MemorySpace> cd;
   GradTargets<Scalar> gt;
   /// The instruction set of the host fast path, chosen on the launching thread.
   HostIsa isa = active_host_isa();
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using scratch = scratch_view<Scalar, ExecutionSpace>;
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     const std::size_t ck = scratch::shmem_size(std::size_t(C) * K),
