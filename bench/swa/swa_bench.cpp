@@ -179,9 +179,10 @@ ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::in
   Tensor dq("dq", t, hq, dim), dk("dk", length, hkv, dim), dv("dv", length, hkv, dim);
   Kokkos::View<float**, Kokkos::LayoutRight, Mem> lse("lse", t, hq);
   const auto mask = ctxpar::swa::document_mask();
+  ctxpar::swa::AttentionWorkspace<Mem> workspace;  // sized by the warm-up call, then reused
   const auto tf = ctxpar::bench::time_it(
       [&] {
-        ctxpar::swa::attention_forward(space, mask, in, out, lse);
+        ctxpar::swa::attention_forward(space, mask, in, out, lse, workspace);
         space.fence();
       },
       1, repeats);
@@ -194,7 +195,7 @@ ctxpar::bench::Record kernel_case(std::int64_t dim, std::int64_t window, std::in
         ctxpar::swa::attention_backward(
             space, mask, in, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(out),
             Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(lse),
-            Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv);
+            Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv, workspace);
         space.fence();
       },
       1, repeats);
@@ -256,11 +257,12 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
                    Tensor("dk", length, hkv, dim), Tensor("dv", length, hkv, dim),
                    Kokkos::View<float**, Kokkos::LayoutRight, Mem>("lse", t, hq)};
   };
+  ctxpar::swa::AttentionWorkspace<Mem> workspace;  // sized by the first call, then reused
   const auto run = [&](Outputs& o, ctxpar::bench::Timing& tf, ctxpar::bench::Timing& tb,
                        ctxpar::swa::KernelChoice kernels) {
     tf = ctxpar::bench::time_it(
         [&] {
-          ctxpar::swa::attention_forward(space, mask, in, o.out, o.lse, kernels);
+          ctxpar::swa::attention_forward(space, mask, in, o.out, o.lse, workspace, kernels);
           space.fence();
         },
         1, repeats);
@@ -270,7 +272,7 @@ ctxpar::bench::Record portable_case(std::int64_t dim, std::int64_t window, std::
               space, mask, in, Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(o.out),
               Kokkos::View<const float**, Kokkos::LayoutRight, Mem>(o.lse),
               Kokkos::View<const float***, Kokkos::LayoutRight, Mem>(dout), o.dq, o.dk, o.dv,
-              kernels);
+              workspace, kernels);
           space.fence();
         },
         1, repeats);

@@ -226,12 +226,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(queries_without_visible_keys_give_zeros_not_nan, C
   Kokkos::View<ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem> lse("lse", 20, 2);
   Kokkos::deep_copy(out, Scalar(7));
   const auto mask = ctxpar::swa::document_mask();
-  ctxpar::swa::attention_forward(space, mask, in, out, lse);
+  ctxpar::swa::AttentionWorkspace<Mem> workspace;
+  ctxpar::swa::attention_forward(space, mask, in, out, lse, workspace);
   auto dout = ts::to_view<Scalar, Mem>(s.dout, 20, 20);
   ctxpar::swa::attention_backward(
       space, mask, in, Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(out),
       Kokkos::View<const ctxpar::swa::accumulator_t<Scalar>**, Kokkos::LayoutRight, Mem>(lse),
-      Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv);
+      Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>(dout), dq, dk, dv, workspace);
   bool ok = true;
   for (const auto& view : {out, dq, dk, dv}) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
@@ -283,9 +284,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_window_comes_from_the_inputs_not_the_mask, Cas
       auto run = [&](const auto& mask) {
         Tensor out("out", n, 4, 8), dq("dq", n, 4, 8), dk("dk", n, 2, 8), dv("dv", n, 2, 8);
         Lse lse("lse", n, 4);
-        ctxpar::swa::attention_forward(space, mask, in, out, lse, kernels);
+        ctxpar::swa::AttentionWorkspace<Mem> workspace;
+        ctxpar::swa::attention_forward(space, mask, in, out, lse, workspace, kernels);
         ctxpar::swa::attention_backward(space, mask, in, ConstTensor(out), ConstLse(lse),
-                                        ConstTensor(dout), dq, dk, dv, kernels);
+                                        ConstTensor(dout), dq, dk, dv, workspace, kernels);
         return std::array<Tensor, 4>{out, dq, dk, dv};
       };
       const auto fast = run(ctxpar::swa::document_mask());

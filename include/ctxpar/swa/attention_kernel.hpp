@@ -151,31 +151,5 @@ void attention_backward(
   impl::portable_attention_backward(space, mask, in, lse, delta, dout, dq, dk, dv);
 }
 
-/// `attention_forward` with scratch allocated for this call only.
-template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void attention_forward(
-    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
-    KernelChoice kernels = default_kernel_choice) {
-  AttentionWorkspace<MemorySpace> workspace;
-  attention_forward(space, mask, in, out, lse, workspace, kernels);
-}
-
-/// `attention_backward` with scratch allocated for this call only.
-template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void attention_backward(
-    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
-    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv,
-    KernelChoice kernels = default_kernel_choice) {
-  AttentionWorkspace<MemorySpace> workspace;
-  attention_backward(space, mask, in, out, lse, dout, dq, dk, dv, workspace, kernels);
-}
-
 }  // namespace ctxpar::swa
 CTXPAR_WIDE_VECTORS_END

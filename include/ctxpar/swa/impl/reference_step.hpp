@@ -116,7 +116,8 @@ ReferenceResult<Scalar, MemorySpace> reference_step_forward(const ExecutionSpace
   st.lse = decltype(st.lse)("ctxpar::swa::lse", t, hq);
   const auto in =
       attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, options.window, st.scale);
-  attention_forward(space, document_mask(), in, st.out, st.lse, options.kernels);
+  AttentionWorkspace<MemorySpace> workspace;
+  attention_forward(space, document_mask(), in, st.out, st.lse, workspace, options.kernels);
   result.out = st.out;
 
   const std::int64_t n = st.next_cache_length;
@@ -161,12 +162,13 @@ StepGradients<Scalar, MemorySpace> reference_step_backward(
   Tensor<Scalar, MemorySpace> dv_axis("ctxpar::swa::dv_axis", length, hkv, dim);
   const auto in =
       attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, st.options.window, st.scale);
+  AttentionWorkspace<MemorySpace> workspace;
   attention_backward(
       space, document_mask(), in,
       Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(st.out),
       Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>(st.lse),
       Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>(dout), dq_rot, dk_axis,
-      dv_axis, st.options.kernels);
+      dv_axis, workspace, st.options.kernels);
 
   StepGradients<Scalar, MemorySpace> g;
   g.dq = Tensor<Scalar, MemorySpace>(
