@@ -288,6 +288,7 @@ bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std
   cw::SummaryStore<cw::DenseTransition, mem> summary(cw::SummaryForm::packed, 1, H, K, V);
   cw::state_view<mem> zero("zero_state", H, K, V);
   typename B::saved_type saved;
+  const typename B::table_type table = backend.make_table(seqs, backend.shape(step.in));
   cw::token_view<float, mem> o("kernel_o", T, H, V);
   typename B::gradients_type grads;
   grads.dq = decltype(grads.dq)("kernel_dq", T, H, K);
@@ -297,8 +298,8 @@ bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std
   grads.dbeta = decltype(grads.dbeta)("kernel_dbeta", T, H);
   const auto step_forward = [&] { step.forward(); };
   const auto kernel_forward = [&] {
-    backend.forward_prepare(exec(), step.in, seqs, summary[0], saved, forward_needs);
-    backend.forward_apply(exec(), step.in, seqs, zero, {}, o, {}, saved);
+    backend.forward_prepare(exec(), step.in, seqs, table, summary[0], saved, forward_needs);
+    backend.forward_apply(exec(), step.in, seqs, table, zero, {}, o, {}, saved);
     exec().fence();
   };
   const auto step_backward = [&] {
@@ -306,8 +307,8 @@ bench::Record step_vs_kernel_case(const ctxpar::Group& self, std::int64_t T, std
     exec().fence();
   };
   const auto kernel_backward = [&] {
-    backend.backward_prepare(exec(), saved, step.dout, seqs, summary[0], backward_needs);
-    backend.backward_apply(exec(), saved, step.dout, seqs, zero, {}, grads, {},
+    backend.backward_prepare(exec(), saved, step.dout, seqs, table, summary[0], backward_needs);
+    backend.backward_apply(exec(), saved, step.dout, seqs, table, zero, {}, grads, {},
                            cw::state_view<mem>());
     exec().fence();
   };
@@ -509,13 +510,14 @@ int main(int argc, char** argv) {
         for (const int chunk : {32, 64, 128}) {
           cw::GatedDeltaRuleBackend<float, mem> b(cw::BackendOptions{chunk, 0.0});
           cw::token_view<float, mem> o("o", T, H, V);
-          // A kept bundle and zero state, as a plan keeps them: the time is the kernels', not the
-          // allocations a fresh bundle makes on every call (impl::reference_local_forward's).
+          // A kept table, bundle and zero state, as a plan keeps them: the time is the kernels',
+          // not the allocations fresh ones make on every call (impl::reference_local_forward's).
           typename cw::GatedDeltaRuleBackend<float, mem>::saved_type saved;
           const cw::state_view<mem> zero("zero_state", H, K, V);
           const cw::LocalSequences seqs = cw::LocalSequences::single(T);
+          const auto table = b.make_table(seqs, b.shape(base.in));
           auto run = [&] {
-            b.forward_apply(exec(), base.in, seqs, zero, {}, o, {}, saved);
+            b.forward_apply(exec(), base.in, seqs, table, zero, {}, o, {}, saved);
             exec().fence();
           };
           run();

@@ -288,13 +288,14 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
     const cw::LocalSequences seqs = cw::LocalSequences::from_cu_seqlens({0, t});
     const cw::state_view<mem> zero("zero_state", h, n, d);
     typename backend_type::saved_type saved;
+    const auto table = backend.make_table(seqs, backend.shape(in));  // as the layer keeps it
     const auto step_forward = [&] {
       layer.forward(x, params, y, z, layer_saved);
       exec().fence();
     };
     const auto kernel_forward = [&] {
       // As the layer does: the same bundle on new values (forward_apply alone recomputes them).
-      backend.forward_apply(exec(), in, seqs, zero, {}, o, {}, saved);
+      backend.forward_apply(exec(), in, seqs, table, zero, {}, o, {}, saved);
       exec().fence();
     };
     const auto step_backward = [&] {
@@ -302,7 +303,7 @@ cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk,
       exec().fence();
     };
     const auto kernel_backward = [&] {
-      backend.backward_apply(exec(), saved, dout, seqs, zero, {}, kg, {}, {});
+      backend.backward_apply(exec(), saved, dout, seqs, table, zero, {}, kg, {}, {});
       exec().fence();
     };
     // One warm-up round, after which the layer allocates nothing.

@@ -97,9 +97,10 @@ bool run_case(std::uint64_t seed, std::vector<int> cu, int n_h, int H, int K, in
   const LocalSequences seqs =
       LocalSequences::from_cu_seqlens(std::vector<std::int64_t>(cu.begin(), cu.end()));
   typename decltype(backend)::saved_type saved;
+  const auto table = backend.make_table(seqs, backend.shape(in));
   cw::SummaryStore<cw::DenseTransition, memory_space> fwd(cw::SummaryForm::packed, 1, H, K, V),
       bwd(cw::SummaryForm::unpacked, 1, H, K, V);
-  backend.forward_prepare(space, in, seqs, fwd[0], saved);
+  backend.forward_prepare(space, in, seqs, table, fwd[0], saved);
 
   cw::state_view<memory_space> s_in("s_in", H, K, V);
   {
@@ -111,12 +112,12 @@ bool run_case(std::uint64_t seed, std::vector<int> cu, int n_h, int H, int K, in
   if (with_h0) h0 = gd::to_view<Scalar, memory_space, decltype(h0)>(h0_rows, "h0", N, H, K, V);
   cw::token_view<Scalar, memory_space> o("o", T, H, V);
   cw::sequence_states_view<Scalar, memory_space> ht("ht", N, H, K, V);
-  backend.forward_apply(space, in, seqs, s_in, h0, o, ht, saved);
+  backend.forward_apply(space, in, seqs, table, s_in, h0, o, ht, saved);
 
   const auto dout_view =
       gd::to_view<Scalar, memory_space, cw::const_token_view<Scalar, memory_space>>(dout, "dout", T,
                                                                                     H, V);
-  backend.backward_prepare(space, saved, dout_view, seqs, bwd[0]);
+  backend.backward_prepare(space, saved, dout_view, seqs, table, bwd[0]);
   cw::state_view<memory_space> ds_out("ds_out", H, K, V), ds_in("ds_in", H, K, V);
   {
     auto h = Kokkos::create_mirror_view(ds_out);
@@ -128,7 +129,7 @@ bool run_case(std::uint64_t seed, std::vector<int> cu, int n_h, int H, int K, in
           dht, "dht", N, H, K, V);
   auto grads = family::make_gradients(p);
   cw::sequence_states_view<Scalar, memory_space> dh0("dh0", N, H, K, V);
-  backend.backward_apply(space, saved, dout_view, seqs, ds_out, dht_view, grads, dh0, ds_in);
+  backend.backward_apply(space, saved, dout_view, seqs, table, ds_out, dht_view, grads, dh0, ds_in);
   space.fence();
 
   const int rows = chunk * n_h;
@@ -370,10 +371,12 @@ BOOST_AUTO_TEST_CASE(reused_bundle_sees_new_values_in_old_buffers) {
   const cw::sequence_states_view<double, mem> no_h0;
   auto in = family::make_inputs(first);
   const auto fresh_in = family::make_inputs(second);
+  // One table for both bundles, as a plan shares its slot's table among contexts.
+  const auto table = backend.make_table(seqs, backend.shape(in));
   auto run = [&](const auto& inputs, auto& saved) {
     cw::token_view<double, mem> o("o", T, H, V);
     cw::sequence_states_view<double, mem> ht("ht", 1, H, K, V);
-    backend.forward_apply(space, inputs, seqs, zero, no_h0, o, ht, saved);
+    backend.forward_apply(space, inputs, seqs, table, zero, no_h0, o, ht, saved);
     space.fence();
     return gd::to_vector(o);
   };
@@ -413,6 +416,7 @@ BOOST_AUTO_TEST_CASE(streaming_with_carried_state_equals_one_pass) {
   std::vector<double> o_all, dq_all, dk_all, dv_all, dg_all, db_all;
   std::vector<double> state = whole.h0;
   std::vector<typename family::backend::saved_type> saved(3);
+  std::vector<typename family::backend::table_type> tables;
   std::vector<typename family::inputs> ins;
   for (int piece = 0; piece < 3; ++piece) {
     gd::Problem p = gd::make_problem(91, cuts[piece + 1] - cuts[piece], 1, H, K, V,
@@ -423,8 +427,9 @@ BOOST_AUTO_TEST_CASE(streaming_with_carried_state_equals_one_pass) {
     cw::sequence_states_view<double, mem> ht("ht", 1, H, K, V);
     cw::token_view<double, mem> o("o", p.tokens, H, V);
     const auto seqs = cw::LocalSequences::single(p.tokens);
-    backend.forward_apply(space, ins.back(), seqs, cw::state_view<mem>("zero", H, K, V), h0, o, ht,
-                          saved[piece]);
+    tables.push_back(backend.make_table(seqs, backend.shape(ins.back())));
+    backend.forward_apply(space, ins.back(), seqs, tables.back(),
+                          cw::state_view<mem>("zero", H, K, V), h0, o, ht, saved[piece]);
     const auto ov = gd::to_vector(o);
     o_all.insert(o_all.end(), ov.begin(), ov.end());
     state = gd::to_vector(ht);
@@ -444,8 +449,8 @@ BOOST_AUTO_TEST_CASE(streaming_with_carried_state_equals_one_pass) {
         carried, "dht", 1, H, K, V);
     cw::sequence_states_view<double, mem> dh0("dh0", 1, H, K, V);
     backend.backward_apply(space, saved[piece], dv, cw::LocalSequences::single(n),
-                           cw::state_view<mem>("zero", H, K, V), dh, grads, dh0,
-                           cw::state_view<mem>());
+                           tables[std::size_t(piece)], cw::state_view<mem>("zero", H, K, V), dh,
+                           grads, dh0, cw::state_view<mem>());
     parts[0].insert(parts[0].begin(), gd::to_vector(grads.dq));
     parts[1].insert(parts[1].begin(), gd::to_vector(grads.dk));
     parts[2].insert(parts[2].begin(), gd::to_vector(grads.dv));

@@ -16,7 +16,13 @@
 ///   the family needs), token-major and `LayoutRight`;
 /// - `gradients_type`: a struct of views with one gradient per differentiable input, same shapes;
 /// - `saved_type`: default-constructible, what `forward_prepare`/`forward_apply` keep for the
-///   other methods (views only; no host pointers into the inputs).
+///   other methods (views only; no host pointers into the inputs): the per-call memory, one per
+///   forward in flight, owned by the caller;
+/// - `table_type`: the per-slot table, what depends only on the shapes and a slot's local
+///   sequences (a chunk table, say). The plan builds one per local slot when it is built
+///   (`make_table`) and owns it; every method of a call on that slot reads it and none writes what
+///   a later call depends on, so all saved bundles of the slot share it. `NoTable` when the family
+///   needs none.
 ///
 /// Constants and plan queries:
 /// - `static constexpr const char* family_name`, `static constexpr int family_id` (plan
@@ -28,28 +34,33 @@
 /// - `void check_gradients(Preconditions&, const inputs_type&, const gradients_type&) const`;
 /// - `inputs_type slice(const inputs_type&, std::int64_t begin, std::int64_t end) const` and the
 ///   same for `gradients_type`: the token range `[begin, end)` (zigzag shards are two ranges);
-/// - `bool has_non_finite(const ExecutionSpace&, const inputs_type&) const` (NaN/Inf check flag).
+/// - `bool has_non_finite(const ExecutionSpace&, const inputs_type&) const` (NaN/Inf check flag);
+/// - `table_type make_table(const LocalSequences& seqs, const ChunkwiseShape& shape) const`: the
+///   table of a slot holding `seqs` of inputs of `shape` (`shape.tokens` = the slot's tokens); may
+///   allocate (it runs once per slot, at plan construction).
 ///
 /// The four methods (all templated on `ExecutionSpace`, taken first; `seqs` describes the
-/// shard's local sequences, `seqs.length() >= 1`; empty shards are handled by the driver):
+/// shard's local sequences, `seqs.length() >= 1`; empty shards are handled by the driver; `table`
+/// is the slot's, built by `make_table` for these `seqs` and the shape of these inputs):
 ///
-/// 1. `forward_prepare(space, inputs, seqs, SummaryViews summary, saved_type& saved)`:
+/// 1. `forward_prepare(space, inputs, seqs, table, SummaryViews summary, saved_type& saved)`:
 ///    write the forward summary `(M, dS)` of the shard's **trailing fragment** (local sequence
 ///    `seqs.count()-1`) computed with zero incoming state, and without that sequence's own initial
 ///    state even when it starts here (the driver folds initial states in). May cache local work
 ///    in `saved`.
-/// 2. `forward_apply(space, inputs, seqs, s_in, initial_states, output, final_states, saved)`:
+/// 2. `forward_apply(space, inputs, seqs, table, s_in, initial_states, output, final_states,
+///    saved)`:
 ///    `s_in [H,K,V]` fp32 is the exact incoming state of local sequence 0 from earlier shards (all
 ///    zeros when that sequence starts here). `initial_states [N,H,K,V]` (empty view when not
 ///    given) applies to every local sequence that starts here (`seqs.starts_here(i)`), i.e. the
 ///    state entering sequence 0 is `s_in + (starts_here(0) ? h0[ordinal] : 0)`. Writes
 ///    `output [T,H,V]` and, when `final_states` is non-empty, the rows of the local sequences that
 ///    end here (`seqs.ends_here(i)`). Keeps in `saved` what backward needs.
-/// 3. `backward_prepare(space, saved, output_grad, seqs, SummaryViews summary)`: write the backward
-///    summary `(Mᵀ, γ)` of the **leading fragment** (local sequence 0): `γ = ∂L_local/∂S_in` with
-///    zero gradient arriving at that fragment's end and without that sequence's own final-state
-///    gradient (the driver folds it in).
-/// 4. `backward_apply(space, saved, output_grad, seqs, ds_out, final_state_grads, grads,
+/// 3. `backward_prepare(space, saved, output_grad, seqs, table, SummaryViews summary)`: write the
+///    backward summary `(Mᵀ, γ)` of the **leading fragment** (local sequence 0):
+///    `γ = ∂L_local/∂S_in` with zero gradient arriving at that fragment's end and without that
+///    sequence's own final-state gradient (the driver folds it in).
+/// 4. `backward_apply(space, saved, output_grad, seqs, table, ds_out, final_state_grads, grads,
 ///    initial_state_grads, ds_in)`: `ds_out [H,K,V]` fp32 is the exact gradient arriving at the end
 ///    of local sequence `n-1` from later shards (zeros when it ends here);
 ///    `final_state_grads [N,H,K,V]` (empty when not given) applies to every local sequence that
@@ -60,10 +71,10 @@
 /// ### Optional: what the driver will use (`SummaryNeeds`)
 ///
 /// A backend may also accept a trailing `const SummaryNeeds&` in both prepare methods
-/// (`forward_prepare(space, inputs, seqs, summary, saved, needs)`, `backward_prepare(space, saved,
-/// output_grad, seqs, summary, needs)`); the driver then passes, per call, which parts of the
-/// summary a later composition reads and whether the apply's boundary state will be zero. Derived
-/// from the plan alone (every rank agrees without communicating):
+/// (`forward_prepare(space, inputs, seqs, table, summary, saved, needs)`, `backward_prepare(space,
+/// saved, output_grad, seqs, table, summary, needs)`); the driver then passes, per call, which
+/// parts of the summary a later composition reads and whether the apply's boundary state will be
+/// zero. Derived from the plan alone (every rank agrees without communicating):
 /// - `state`: the summary state (`dS` / `γ`) is read: the trailing (leading) sequence continues
 ///   to a later (earlier) shard;
 /// - `transition`: `M` (`Mᵀ`) is read with a possibly non-zero operand: `state` holds and the
@@ -116,6 +127,9 @@ struct SummaryNeeds {
   bool transition = true;      ///< `M` / `Mᵀ` is read with a possibly non-zero operand
   bool zero_boundary = false;  ///< the apply's `s_in` / `ds_out` is zero, no user boundary value
 };
+
+/// The per-slot table of a backend that needs none (`table_type`).
+struct NoTable {};
 
 /// Options every backend accepts.
 struct BackendOptions {
@@ -189,8 +203,8 @@ struct has_backend_types : std::false_type {};
 template <class B>
 struct has_backend_types<
     B, void_t<typename B::scalar_type, typename B::memory_space, typename B::transition_type,
-              typename B::inputs_type, typename B::gradients_type, typename B::saved_type>>
-    : std::true_type {};
+              typename B::inputs_type, typename B::gradients_type, typename B::saved_type,
+              typename B::table_type>> : std::true_type {};
 
 template <class B, class = void>
 struct has_plan_queries : std::false_type {};
@@ -208,7 +222,9 @@ struct has_plan_queries<
            decltype(std::declval<const B&>().slice(std::declval<const typename B::inputs_type&>(),
                                                    std::int64_t{}, std::int64_t{})),
            decltype(std::declval<const B&>().slice(
-               std::declval<const typename B::gradients_type&>(), std::int64_t{}, std::int64_t{}))>>
+               std::declval<const typename B::gradients_type&>(), std::int64_t{}, std::int64_t{})),
+           decltype(std::declval<const B&>().make_table(std::declval<const LocalSequences&>(),
+                                                        std::declval<const ChunkwiseShape&>()))>>
     : std::true_type {};
 
 // The four contract methods, called with arguments of the given types.
@@ -234,6 +250,7 @@ struct ContractMethods {
   using space = const ExecutionSpace&;
   using inputs = const typename B::inputs_type&;
   using seqs = const LocalSequences&;
+  using table = const typename B::table_type&;
   using summary = const SummaryViews<memory>&;
   using saved = typename B::saved_type&;
   using needs = const SummaryNeeds&;
@@ -250,19 +267,20 @@ struct ContractMethods {
   static constexpr bool accepts = ctxpar::impl::is_detected<Call, B, space, Args...>::value;
 
   static constexpr bool forward_prepare =
-      accepts<forward_prepare_call, inputs, seqs, summary, saved>;
+      accepts<forward_prepare_call, inputs, seqs, table, summary, saved>;
   /// The optional overload told which summary parts the composition reads.
   static constexpr bool forward_prepare_needs =
-      accepts<forward_prepare_call, inputs, seqs, summary, saved, needs>;
-  static constexpr bool forward_apply =
-      accepts<forward_apply_call, inputs, seqs, s_in, given_states, output, written_states, saved>;
+      accepts<forward_prepare_call, inputs, seqs, table, summary, saved, needs>;
+  static constexpr bool forward_apply = accepts<forward_apply_call, inputs, seqs, table, s_in,
+                                                given_states, output, written_states, saved>;
   static constexpr bool backward_prepare =
-      accepts<backward_prepare_call, saved, output_grad, seqs, summary>;
+      accepts<backward_prepare_call, saved, output_grad, seqs, table, summary>;
   /// The optional overload told which summary parts the composition reads.
   static constexpr bool backward_prepare_needs =
-      accepts<backward_prepare_call, saved, output_grad, seqs, summary, needs>;
-  static constexpr bool backward_apply = accepts<backward_apply_call, saved, output_grad, seqs,
-                                                 s_in, given_states, grads, written_states, ds_in>;
+      accepts<backward_prepare_call, saved, output_grad, seqs, table, summary, needs>;
+  static constexpr bool backward_apply =
+      accepts<backward_apply_call, saved, output_grad, seqs, table, s_in, given_states, grads,
+              written_states, ds_in>;
 };
 
 // The two optional overloads, which the driver calls when they exist.
@@ -297,28 +315,31 @@ template <class Backend, class ExecutionSpace>
 constexpr bool check_chunkwise_backend() {
   static_assert(impl::has_backend_types<Backend>::value,
                 "ctxpar::chunkwise backend: needs the nested types scalar_type, memory_space, "
-                "transition_type, inputs_type, gradients_type and saved_type");
+                "transition_type, inputs_type, gradients_type, saved_type and table_type");
   if constexpr (impl::has_backend_types<Backend>::value) {
     using methods = impl::ContractMethods<Backend, ExecutionSpace>;
     static_assert(is_transition_v<typename Backend::transition_type>,
                   "ctxpar::chunkwise backend: transition_type must be a transition tag");
     static_assert(impl::has_plan_queries<Backend>::value,
                   "ctxpar::chunkwise backend: needs family_name, family_id, chunk_size(), shape(), "
-                  "check(), check_gradients() and slice() for inputs and gradients");
-    static_assert(methods::forward_prepare,
-                  "ctxpar::chunkwise backend: forward_prepare(space, inputs, seqs, summary, saved) "
-                  "is missing or has the wrong signature");
+                  "check(), check_gradients(), slice() for inputs and gradients and "
+                  "make_table()");
+    static_assert(
+        methods::forward_prepare,
+        "ctxpar::chunkwise backend: forward_prepare(space, inputs, seqs, table, summary, saved) "
+        "is missing or has the wrong signature");
     static_assert(methods::forward_apply,
-                  "ctxpar::chunkwise backend: forward_apply(space, inputs, seqs, s_in, "
+                  "ctxpar::chunkwise backend: forward_apply(space, inputs, seqs, table, s_in, "
                   "initial_states, output, final_states, saved) is missing or has the wrong "
                   "signature");
     static_assert(methods::backward_prepare,
                   "ctxpar::chunkwise backend: backward_prepare(space, saved, output_grad, seqs, "
-                  "summary) is missing or has the wrong signature");
-    static_assert(methods::backward_apply,
-                  "ctxpar::chunkwise backend: backward_apply(space, saved, output_grad, seqs, "
-                  "ds_out, final_state_grads, grads, initial_state_grads, ds_in) is missing or has "
-                  "the wrong signature");
+                  "table, summary) is missing or has the wrong signature");
+    static_assert(
+        methods::backward_apply,
+        "ctxpar::chunkwise backend: backward_apply(space, saved, output_grad, seqs, "
+        "table, ds_out, final_state_grads, grads, initial_state_grads, ds_in) is missing or has "
+        "the wrong signature");
   }
   return is_chunkwise_backend_v<Backend, ExecutionSpace>;
 }

@@ -371,24 +371,24 @@ inline SummaryNeeds backward_needs(const LocalSequences& seqs, bool final_grads_
 template <class ExecutionSpace, class Backend, class Summary>
 void call_forward_prepare(const ExecutionSpace& space, const Backend& backend,
                           const typename Backend::inputs_type& inputs, const LocalSequences& seqs,
-                          const Summary& summary, typename Backend::saved_type& saved,
-                          const SummaryNeeds& needs) {
+                          const typename Backend::table_type& table, const Summary& summary,
+                          typename Backend::saved_type& saved, const SummaryNeeds& needs) {
   if constexpr (has_forward_prepare_needs<Backend, ExecutionSpace>::value) {
-    backend.forward_prepare(space, inputs, seqs, summary, saved, needs);
+    backend.forward_prepare(space, inputs, seqs, table, summary, saved, needs);
   } else {
-    backend.forward_prepare(space, inputs, seqs, summary, saved);
+    backend.forward_prepare(space, inputs, seqs, table, summary, saved);
   }
 }
 
 template <class ExecutionSpace, class Backend, class OutputGrad, class Summary>
 void call_backward_prepare(const ExecutionSpace& space, const Backend& backend,
                            typename Backend::saved_type& saved, const OutputGrad& output_grad,
-                           const LocalSequences& seqs, const Summary& summary,
-                           const SummaryNeeds& needs) {
+                           const LocalSequences& seqs, const typename Backend::table_type& table,
+                           const Summary& summary, const SummaryNeeds& needs) {
   if constexpr (has_backward_prepare_needs<Backend, ExecutionSpace>::value) {
-    backend.backward_prepare(space, saved, output_grad, seqs, summary, needs);
+    backend.backward_prepare(space, saved, output_grad, seqs, table, summary, needs);
   } else {
-    backend.backward_prepare(space, saved, output_grad, seqs, summary);
+    backend.backward_prepare(space, saved, output_grad, seqs, table, summary);
   }
 }
 
@@ -459,11 +459,12 @@ inline std::int64_t next_plan_id() {
 /// `backward` take the caller's views and write into them; what a backward needs from its forward
 /// lives in a caller-owned `ChunkwiseContext`.
 ///
-/// Memory: the plan owns the driver's memory — the slots' summaries, the composed incoming states
-/// and outgoing gradients, the composition and scan scratch (`workspace_bytes()`) — and the
-/// context the backend's saved arrays; both grow to what a call needs and are reused, so a
-/// steady-state forward + backward allocates nothing. Not copyable (its memory is not shared);
-/// movable.
+/// Memory: the plan owns the backend's per-slot tables (built with the plan: what depends only on
+/// the shapes and the slots' local sequences) and the driver's memory — the slots' summaries, the
+/// composed incoming states and outgoing gradients, the composition and scan scratch
+/// (`workspace_bytes()`); the context owns the backend's saved arrays (per call). Both grow to
+/// what a call needs and are reused, so a steady-state forward + backward allocates nothing. Not
+/// copyable (its memory is not shared); movable.
 template <class Policy, class Backend, class ExecutionSpace>
 class CpPlan {
   static_assert(is_composition_policy_v<Policy>,
@@ -502,7 +503,8 @@ class CpPlan {
   /// Builds the plan. Collective: every rank passes its local shape (`shape.tokens` =
   /// `layout.local_length()`) and the same backend family, chunk size, `H`, `K`, `V`, policy,
   /// summary form and layout (checked); a bad or disagreeing value makes every rank throw the
-  /// same `ctxpar::Error`. Allocates nothing: memory is taken by the first calls.
+  /// same `ctxpar::Error`. Allocates the backend's per-slot tables (`Backend::make_table`) and
+  /// nothing else: the driver's and the contexts' memory is taken by the first calls.
   CpPlan(const ExecutionSpace& space, const Group& group, const Backend& backend,
          const SequenceLayout& layout, const ChunkwiseShape& shape,
          const DriverOptions& options = {})
@@ -519,6 +521,12 @@ class CpPlan {
     ctxpar::impl::agree_host_isa(chk, isa);
     chk.agree();
     host_isa_ = static_cast<HostIsa>(isa);
+    // The per-shape facts of each slot, once: every call on the slot reads its table.
+    tables_.resize(static_cast<std::size_t>(layout_.slots()));
+    for_filled_slots([&](int slot, int v, std::int64_t, std::int64_t len) {
+      tables_[static_cast<std::size_t>(slot)] = backend_.make_table(
+          layout_.local_sequences(v), {len, shape_.heads, shape_.key_dim, shape_.value_dim});
+    });
   }
 
   /// The instruction set of the host kernels, agreed by the ranks at construction
@@ -569,21 +577,18 @@ class CpPlan {
     if (ctx.plan != id_) ctx.saved.clear();
     ctx.plan = 0;
     ctx.inputs = inputs;
-    const int slots = layout_.slots(), me = group_.rank();
-    ctx.saved.resize(static_cast<std::size_t>(slots));
+    ctx.saved.resize(static_cast<std::size_t>(layout_.slots()));
     const bool h0 = is_given(states.initial_states);
 
     SummaryStore<transition, memory_space>& local = work_.forward_local;
-    impl::ensure_store(space_, local, options_.form, slots, shape_.heads, shape_.key_dim,
-                       shape_.value_dim, "ctxpar::chunkwise::forward_summary");
     std::vector<state_view<memory_space>>& s_in = work_.s_in;
-    impl::ensure_states(space_, s_in, slots, shape_.heads, shape_.key_dim, shape_.value_dim,
-                        "ctxpar::chunkwise::s_in");
+    ensure_direction(local, "ctxpar::chunkwise::forward_summary", s_in, "ctxpar::chunkwise::s_in");
     compose_slots(local, false, states.initial_states, s_in,
                   [&](int slot, int v, std::int64_t off, std::int64_t len) {
                     const LocalSequences seqs = layout_.local_sequences(v);
                     impl::call_forward_prepare(
-                        space_, backend_, backend_.slice(inputs, off, off + len), seqs, local[slot],
+                        space_, backend_, backend_.slice(inputs, off, off + len), seqs,
+                        tables_[static_cast<std::size_t>(slot)], local[slot],
                         ctx.saved[static_cast<std::size_t>(slot)], impl::forward_needs(seqs, h0));
                   });
     if (is_given(states.final_states))
@@ -591,23 +596,13 @@ class CpPlan {
     for_filled_slots([&](int slot, int v, std::int64_t off, std::int64_t len) {
       token_view<scalar_type, memory_space> out =
           Kokkos::subview(output, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL);
+      const auto i = static_cast<std::size_t>(slot);
       backend_.forward_apply(space_, backend_.slice(inputs, off, off + len),
-                             layout_.local_sequences(v), s_in[static_cast<std::size_t>(slot)],
-                             states.initial_states, out, states.final_states,
-                             ctx.saved[static_cast<std::size_t>(slot)]);
+                             layout_.local_sequences(v), tables_[i], s_in[i], states.initial_states,
+                             out, states.final_states, ctx.saved[i]);
     });
-    if (is_given(states.final_states)) {
-      // A sequence without tokens ends where it starts: its final state is its initial state.
-      if (me == 0 && h0) {
-        for (int n : layout_.empty_sequences()) {
-          Kokkos::deep_copy(
-              space_,
-              Kokkos::subview(states.final_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
-              Kokkos::subview(states.initial_states, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
-        }
-      }
-      allreduce_sum(space_, group_, states.final_states, unchecked);
-    }
+    // A sequence without tokens ends where it starts: its final state is its initial state.
+    sum_sequence_states(states.final_states, states.initial_states);
     ctx.plan = id_;
   }
 
@@ -639,14 +634,11 @@ class CpPlan {
       chk.agree();
     }
 
-    const int slots = layout_.slots(), me = group_.rank();
     const bool dht = is_given(states.final_state_grads);
     SummaryStore<transition, memory_space>& local = work_.backward_local;
-    impl::ensure_store(space_, local, options_.form, slots, shape_.heads, shape_.key_dim,
-                       shape_.value_dim, "ctxpar::chunkwise::backward_summary");
     std::vector<state_view<memory_space>>& ds_out = work_.ds_out;
-    impl::ensure_states(space_, ds_out, slots, shape_.heads, shape_.key_dim, shape_.value_dim,
-                        "ctxpar::chunkwise::ds_out");
+    ensure_direction(local, "ctxpar::chunkwise::backward_summary", ds_out,
+                     "ctxpar::chunkwise::ds_out");
     auto dout_of = [&](std::int64_t off, std::int64_t len) {
       return const_token_view<scalar_type, memory_space>(
           Kokkos::subview(output_grad, std::make_pair(off, off + len), Kokkos::ALL, Kokkos::ALL));
@@ -654,29 +646,21 @@ class CpPlan {
     compose_slots(local, true, states.final_state_grads, ds_out,
                   [&](int slot, int v, std::int64_t off, std::int64_t len) {
                     const LocalSequences seqs = layout_.local_sequences(v);
-                    impl::call_backward_prepare(
-                        space_, backend_, ctx.saved[static_cast<std::size_t>(slot)],
-                        dout_of(off, len), seqs, local[slot], impl::backward_needs(seqs, dht));
+                    const auto i = static_cast<std::size_t>(slot);
+                    impl::call_backward_prepare(space_, backend_, ctx.saved[i], dout_of(off, len),
+                                                seqs, tables_[i], local[slot],
+                                                impl::backward_needs(seqs, dht));
                   });
     if (is_given(states.initial_state_grads))
       Kokkos::deep_copy(space_, states.initial_state_grads, scalar_type(0));
     for_filled_slots([&](int slot, int v, std::int64_t off, std::int64_t len) {
-      backend_.backward_apply(space_, ctx.saved[static_cast<std::size_t>(slot)], dout_of(off, len),
-                              layout_.local_sequences(v), ds_out[static_cast<std::size_t>(slot)],
-                              states.final_state_grads, backend_.slice(grads, off, off + len),
-                              states.initial_state_grads, state_view<memory_space>());
+      const auto i = static_cast<std::size_t>(slot);
+      backend_.backward_apply(space_, ctx.saved[i], dout_of(off, len), layout_.local_sequences(v),
+                              tables_[i], ds_out[i], states.final_state_grads,
+                              backend_.slice(grads, off, off + len), states.initial_state_grads,
+                              state_view<memory_space>());
     });
-    if (is_given(states.initial_state_grads)) {
-      if (me == 0 && dht) {
-        for (int n : layout_.empty_sequences()) {
-          Kokkos::deep_copy(
-              space_,
-              Kokkos::subview(states.initial_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
-              Kokkos::subview(states.final_state_grads, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
-        }
-      }
-      allreduce_sum(space_, group_, states.initial_state_grads, unchecked);
-    }
+    sum_sequence_states(states.initial_state_grads, states.final_state_grads);
   }
 
   /// The rank's shape `[T_local, H, K, V]` the plan was built for.
@@ -710,6 +694,32 @@ class CpPlan {
   }
 
  private:
+  // One direction's memory at the plan's sizes: the slots' summaries `local` and the composed
+  // states `carried` (zeroed), labelled; reallocated only when the sizes change.
+  template <class Transition>
+  void ensure_direction(SummaryStore<Transition, memory_space>& local, const char* local_label,
+                        std::vector<state_view<memory_space>>& carried, const char* carried_label) {
+    const int slots = layout_.slots();
+    impl::ensure_store(space_, local, options_.form, slots, shape_.heads, shape_.key_dim,
+                       shape_.value_dim, local_label);
+    impl::ensure_states(space_, carried, slots, shape_.heads, shape_.key_dim, shape_.value_dim,
+                        carried_label);
+  }
+  // When `result` is given: every sequence's row of it summed over the ranks (each rank wrote the
+  // rows of the sequences that end (start) on it), after rank 0 copied the rows of `given` (when
+  // given) into those of the sequences without tokens, which pass their boundary value through.
+  template <class Given>
+  void sum_sequence_states(const sequence_states_view<scalar_type, memory_space>& result,
+                           const Given& given) {
+    if (!is_given(result)) return;
+    if (group_.rank() == 0 && is_given(given)) {
+      for (int n : layout_.empty_sequences()) {
+        Kokkos::deep_copy(space_, Kokkos::subview(result, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
+                          Kokkos::subview(given, n, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
+      }
+    }
+    allreduce_sum(space_, group_, result, unchecked);
+  }
   // `f(slot, v, off, len)` for every local slot: its virtual shard and its rows of the rank's
   // tokens.
   template <class F>
@@ -761,6 +771,7 @@ class CpPlan {
   DriverOptions options_;
   HostIsa host_isa_ = HostIsa::baseline;
   std::int64_t id_;
+  std::vector<typename Backend::table_type> tables_;  // per local slot (empty where no tokens)
   impl::DriverWorkspace<typename Backend::transition_type, memory_space> work_;
 };
 

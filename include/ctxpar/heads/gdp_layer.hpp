@@ -122,6 +122,9 @@ class GdpLayerCore {
     chunkwise::BackendOptions bo;
     bo.chunk_size = options.chunk_size;
     backend_ = backend_type(dims.copies, bo);
+    // The recurrence's per-shape chunk table, once: every forward and backward reads it.
+    if (t > 0 && dims.heads > 0)
+      table_ = backend_.make_table(seqs_, {t, dims.heads, dims.d_state, dims.headdim});
   }
 
   /// Local sizes.
@@ -323,6 +326,7 @@ class GdpLayerCore {
     saved.beta = matrix("ctxpar::heads::beta", t * m, h);
     saved.g = matrix("ctxpar::heads::g", t, h);
     saved.recurrence = {};
+    if (table_.chunk_count() > 0) backend_.size_saved(saved.recurrence, table_);
     saved.sized = true;
   }
   // Calls `f` with D read as `[T, H, d]`: the per-channel D viewed as `[H, d]`, or the per-head D
@@ -393,10 +397,10 @@ class GdpLayerCore {
   void recurrence_forward(const ExecutionSpace& space, saved_type& saved, const tensor3& out) {
     if (dims_.heads == 0) return;
     const inputs_type in = recurrence_inputs(saved);
-    // The same bundle on every forward into one `saved`: its chunk layout is kept (no
-    // allocation), and a forward_apply without a forward_prepare of its own call recomputes
-    // everything from these buffers' new values.
-    backend_.forward_apply(space, in, seqs_, zero_state(), {}, out, {}, saved.recurrence);
+    // The same bundle on every forward into one `saved`: its buffers are kept (no allocation),
+    // and a forward_apply without a forward_prepare of its own call recomputes everything from
+    // these buffers' new values.
+    backend_.forward_apply(space, in, seqs_, table_, zero_state(), {}, out, {}, saved.recurrence);
   }
   template <class ExecutionSpace>
   void recurrence_backward(const ExecutionSpace& space, saved_type& saved, const tensor3& dout) {
@@ -408,7 +412,8 @@ class GdpLayerCore {
     g.dv = chunkwise::substep_view<Scalar, MemorySpace>(grads_.v.data(), t, m, h, dims_.headdim);
     g.dg = grads_.g;
     g.dbeta = chunkwise::token_view<Scalar, MemorySpace>(grads_.beta.data(), t, m, h);
-    backend_.backward_apply(space, saved.recurrence, dout, seqs_, zero_state(), {}, g, {}, {});
+    backend_.backward_apply(space, saved.recurrence, dout, seqs_, table_, zero_state(), {}, g, {},
+                            {});
   }
   // The zero state entering (and the zero gradient leaving) the rank's whole sequences: read
   // only, allocated on first use.
@@ -432,6 +437,7 @@ class GdpLayerCore {
   Grads grads_;
   chunkwise::LocalSequences seqs_;
   backend_type backend_{1};
+  typename backend_type::table_type table_;  // the recurrence's chunk table (built once)
   chunkwise::state_view<MemorySpace> zero_;
 };
 

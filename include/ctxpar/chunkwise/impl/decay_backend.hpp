@@ -26,6 +26,7 @@ class DecayBackend {
   using inputs_type = Inputs;                          ///< q, k, v, g
   using gradients_type = Gradients;                    ///< dq, dk, dv, dg
   using saved_type = DecaySaved<Scalar, MemorySpace>;  ///< kept between the four methods
+  using table_type = NoTable;  ///< no per-slot facts: the kernels read the sequences directly
   /// `M` is a scalar or a `K`-vector per head.
   using transition_type = std::conditional_t<Diagonal, DiagonalTransition, ScalarTransition>;
   /// Plan fingerprint family name.
@@ -105,11 +106,16 @@ class DecayBackend {
            0;
   }
 
+  /// The (empty) per-slot table.
+  table_type make_table(const LocalSequences& /*seqs*/, const ChunkwiseShape& /*shape*/) const {
+    return {};
+  }
+
   /// Contract method 1: summary `(M, dS)` of the trailing local sequence, zero incoming state.
   template <class ExecutionSpace>
   void forward_prepare(const ExecutionSpace& space, const inputs_type& in,
-                       const LocalSequences& seqs, const SummaryViews<memory_space>& summary,
-                       saved_type& saved) const {
+                       const LocalSequences& seqs, const table_type& /*table*/,
+                       const SummaryViews<memory_space>& summary, saved_type& saved) const {
     const auto s = shape(in);
     saved.q = in.q;
     saved.k = in.k;
@@ -125,7 +131,8 @@ class DecayBackend {
   /// Contract method 2: outputs (and final states) from the composed `s_in`.
   template <class ExecutionSpace>
   void forward_apply(const ExecutionSpace& space, const inputs_type& /*in*/,
-                     const LocalSequences& seqs, const const_state_view<memory_space>& s_in,
+                     const LocalSequences& seqs, const table_type& /*table*/,
+                     const const_state_view<memory_space>& s_in,
                      const const_sequence_states_view<Scalar, memory_space>& initial_states,
                      const token_view<Scalar, memory_space>& output,
                      const sequence_states_view<Scalar, memory_space>& final_states,
@@ -137,7 +144,7 @@ class DecayBackend {
   template <class ExecutionSpace>
   void backward_prepare(const ExecutionSpace& space, saved_type& saved,
                         const const_token_view<Scalar, memory_space>& output_grad,
-                        const LocalSequences& seqs,
+                        const LocalSequences& seqs, const table_type& /*table*/,
                         const SummaryViews<memory_space>& summary) const {
     decay_backward_prepare<Diagonal>(space, saved, output_grad, seqs, summary);
   }
@@ -146,7 +153,8 @@ class DecayBackend {
   template <class ExecutionSpace>
   void backward_apply(const ExecutionSpace& space, saved_type& saved,
                       const const_token_view<Scalar, memory_space>& output_grad,
-                      const LocalSequences& seqs, const const_state_view<memory_space>& ds_out,
+                      const LocalSequences& seqs, const table_type& /*table*/,
+                      const const_state_view<memory_space>& ds_out,
                       const const_sequence_states_view<Scalar, memory_space>& final_state_grads,
                       const gradients_type& grads,
                       const sequence_states_view<Scalar, memory_space>& initial_state_grads,

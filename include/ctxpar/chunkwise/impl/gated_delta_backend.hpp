@@ -63,6 +63,7 @@ class Backend {
   using inputs_type = Inputs;                             ///< q, k, v, g, β
   using gradients_type = Gradients;                       ///< dq, dk, dv, dg, dβ
   using saved_type = Saved<Scalar, MemorySpace, Inputs>;  ///< kept between the methods
+  using table_type = ChunkTable<MemorySpace>;             ///< per slot, the plan's
   using transition_type = chunkwise::DenseTransition;     ///< `M` is `K×K` per head
   /// Plan fingerprint family name.
   static constexpr const char* family_name = Product ? "gated_delta_product" : "gated_delta_rule";
@@ -156,6 +157,19 @@ class Backend {
            0;
   }
 
+  /// The chunk table of a slot holding the local sequences `seqs` of inputs of shape `s`
+  /// (allocates; built once per slot, before the calls, by whoever owns the slot).
+  table_type make_table(const chunkwise::LocalSequences& seqs,
+                        const chunkwise::ChunkwiseShape& s) const {
+    return make_chunk_table<MemorySpace>(problem_of(s), seqs);
+  }
+
+  /// Sizes the per-chunk buffers of `saved` for `table` up front, so that not even the first
+  /// forward into it allocates them (a forward sizes them itself otherwise).
+  void size_saved(saved_type& saved, const table_type& table) const {
+    size_buffers(saved.buffers, table);
+  }
+
   /// Contract method 1: summary `(M, dS)` of the trailing local sequence with zero incoming
   /// state. Runs the per-chunk (WY/UT) phase for every local chunk and keeps it in `saved`.
   /// `needs` (from the driver) drops what no composition reads: no state pass when the summary
@@ -163,18 +177,19 @@ class Backend {
   /// apply's own pass runs here (outputs kept in `saved` for `forward_apply` to copy).
   template <class ExecutionSpace>
   void forward_prepare(const ExecutionSpace& space, const inputs_type& in,
-                       const chunkwise::LocalSequences& seqs,
+                       const chunkwise::LocalSequences& seqs, const table_type& table,
                        const chunkwise::SummaryViews<memory_space>& summary, saved_type& saved,
                        const chunkwise::SummaryNeeds& needs = {}) const {
     compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::forward_prepare");
-    engine::forward_prepare(space, saved, in, problem(in), seqs, summary, needs, shape(in).tokens);
+    engine::forward_prepare(space, saved, in, problem(in), seqs, table, summary, needs,
+                            shape(in).tokens);
   }
 
   /// Contract method 2: outputs and final states from the composed `s_in`.
   template <class ExecutionSpace>
   void forward_apply(
       const ExecutionSpace& space, const inputs_type& in, const chunkwise::LocalSequences& seqs,
-      const chunkwise::const_state_view<memory_space>& s_in,
+      const table_type& table, const chunkwise::const_state_view<memory_space>& s_in,
       const chunkwise::const_sequence_states_view<Scalar, memory_space>& initial_states,
       const chunkwise::token_view<Scalar, memory_space>& output,
       const chunkwise::sequence_states_view<Scalar, memory_space>& final_states,
@@ -183,7 +198,7 @@ class Backend {
     // The per-chunk phase of forward_prepare is reused only right after it (same call), on the
     // same views; any other call recomputes it (the caller may have written new values into old
     // buffers), so a bundle kept across calls needs no reset.
-    engine::forward_apply(space, saved, in, problem(in), seqs, s_in, initial_states, output,
+    engine::forward_apply(space, saved, in, problem(in), seqs, table, s_in, initial_states, output,
                           final_states);
   }
 
@@ -192,12 +207,12 @@ class Backend {
   template <class ExecutionSpace>
   void backward_prepare(const ExecutionSpace& space, saved_type& saved,
                         const chunkwise::const_token_view<Scalar, memory_space>& output_grad,
-                        const chunkwise::LocalSequences& seqs,
+                        const chunkwise::LocalSequences& seqs, const table_type& table,
                         const chunkwise::SummaryViews<memory_space>& summary,
                         const chunkwise::SummaryNeeds& needs = {}) const {
     compat::ScopedRegion region("ctxpar::chunkwise::gated_delta::backward_prepare");
-    engine::backward_prepare(space, saved, recorded_problem(saved), output_grad, seqs, summary,
-                             needs);
+    engine::backward_prepare(space, saved, recorded_problem(saved), output_grad, seqs, table,
+                             summary, needs);
   }
 
   /// Contract method 4: every gradient from the composed `ds_out`.
@@ -205,7 +220,7 @@ class Backend {
   void backward_apply(
       const ExecutionSpace& space, saved_type& saved,
       const chunkwise::const_token_view<Scalar, memory_space>& output_grad,
-      const chunkwise::LocalSequences& seqs,
+      const chunkwise::LocalSequences& seqs, const table_type& table,
       const chunkwise::const_state_view<memory_space>& ds_out,
       const chunkwise::const_sequence_states_view<Scalar, memory_space>& final_state_grads,
       const gradients_type& grads,
@@ -218,19 +233,24 @@ class Backend {
     gt.dv = grads.dv.data();
     gt.dg = grads.dg.data();
     gt.dbeta = grads.dbeta.data();
-    engine::backward_apply(space, saved, recorded_problem(saved), output_grad, seqs, ds_out,
+    engine::backward_apply(space, saved, recorded_problem(saved), output_grad, seqs, table, ds_out,
                            final_state_grads, gt, initial_state_grads, ds_in);
   }
 
   /// The raw problem the kernels see (chunk measured in delta sub-steps).
   Problem<Scalar> problem(const inputs_type& in) const {
-    const auto s = shape(in);
-    Problem<Scalar> pb;
+    Problem<Scalar> pb = problem_of(shape(in));
     pb.q = in.q.data();
     pb.k = in.k.data();
     pb.v = in.v.data();
     pb.g = in.g.data();
     pb.beta = in.beta.data();
+    return pb;
+  }
+
+  /// The sizes of the raw problem of inputs of shape `s` (no data).
+  Problem<Scalar> problem_of(const chunkwise::ChunkwiseShape& s) const {
+    Problem<Scalar> pb;
     pb.n_h = n_h_;
     pb.heads = static_cast<int>(s.heads);
     pb.key_dim = static_cast<int>(s.key_dim);

@@ -22,10 +22,10 @@ namespace ctxpar::chunkwise::impl {
 /// sequence; `forward_prepare` (the summary `(M, dS)`, dense `M` chained per chunk) unless
 /// `with_summary` is false, then `forward_apply` from a zero incoming state into `output [T, H,
 /// V]`. Count its work with `gated_delta_forward_flops`. `Backend` is `GatedDeltaRuleBackend` or
-/// `GatedDeltaProductBackend`. It allocates a saved bundle and a zero state on every call; a caller
-/// that repeats it keeps both and calls the backend's `forward_apply` itself, as the heads layer
-/// does: a kept bundle keeps its chunk layout, and each forward rewrites its per-call record, so
-/// nothing needs resetting.
+/// `GatedDeltaProductBackend`. It builds a chunk table and allocates a saved bundle and a zero
+/// state on every call; a caller that repeats it keeps all three and calls the backend's
+/// `forward_apply` itself, as the heads layer does: a kept bundle keeps its buffers, and each
+/// forward rewrites its per-call record, so nothing needs resetting.
 template <class ExecutionSpace, class Backend>
 void reference_local_forward(
     const ExecutionSpace& space, const Backend& backend,
@@ -39,15 +39,16 @@ void reference_local_forward(
   const ChunkwiseShape s = backend.shape(inputs);
   if (s.tokens == 0) return;
   const LocalSequences seqs = LocalSequences::single(s.tokens);
+  const typename Backend::table_type table = backend.make_table(seqs, s);
   typename Backend::saved_type saved;
   if (with_summary) {
     SummaryStore<DenseTransition, memory_space> summary(SummaryForm::packed, 1, s.heads, s.key_dim,
                                                         s.value_dim);
-    backend.forward_prepare(space, inputs, seqs, summary[0], saved);
+    backend.forward_prepare(space, inputs, seqs, table, summary[0], saved);
   }
   state_view<memory_space> zero("ctxpar::chunkwise::gated_delta::zero_state", s.heads, s.key_dim,
                                 s.value_dim);
-  backend.forward_apply(space, inputs, seqs, zero, {}, output, {}, saved);
+  backend.forward_apply(space, inputs, seqs, table, zero, {}, output, {}, saved);
 }
 
 /// The token-by-token recurrence on the same inputs (one sequence, zero initial state) into
