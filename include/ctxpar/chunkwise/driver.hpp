@@ -348,24 +348,29 @@ class Composer {
   DriverWorkspace<Transition, memory_space>& work_;
 };
 
+// What a composition in one direction reads of a slot's summary: its state part when the fragment
+// it leaves through continues into a later shard (`leaves`), its transition when, besides, a value
+// arrives at the fragment it enters through (`enters`, with one fragment only) or the caller gives
+// the boundary value, and nothing incoming at all (`zero_boundary`) otherwise.
+inline SummaryNeeds direction_needs(bool leaves, bool enters, int fragments, bool boundary_given) {
+  SummaryNeeds needs;
+  needs.state = leaves;
+  const bool incoming = (fragments == 1 && enters) || boundary_given;
+  needs.transition = needs.state && incoming;
+  needs.zero_boundary = !enters && !boundary_given;
+  return needs;
+}
+
 // What the forward composition reads of slot summaries of shard `v` (see SummaryNeeds).
 inline SummaryNeeds forward_needs(const LocalSequences& seqs, bool initial_states_given) {
-  SummaryNeeds needs;
-  needs.state = seqs.last_continues;
-  const bool incoming = (seqs.count() == 1 && seqs.first_continues) || initial_states_given;
-  needs.transition = needs.state && incoming;
-  needs.zero_boundary = !seqs.first_continues && !initial_states_given;
-  return needs;
+  return direction_needs(seqs.last_continues, seqs.first_continues, seqs.count(),
+                         initial_states_given);
 }
 
 // The backward mirror: γ of the leading fragment is read when it continues from an earlier shard.
 inline SummaryNeeds backward_needs(const LocalSequences& seqs, bool final_grads_given) {
-  SummaryNeeds needs;
-  needs.state = seqs.first_continues;
-  const bool outgoing = (seqs.count() == 1 && seqs.last_continues) || final_grads_given;
-  needs.transition = needs.state && outgoing;
-  needs.zero_boundary = !seqs.last_continues && !final_grads_given;
-  return needs;
+  return direction_needs(seqs.first_continues, seqs.last_continues, seqs.count(),
+                         final_grads_given);
 }
 
 template <class ExecutionSpace, class Backend, class Summary>

@@ -39,13 +39,8 @@ void attention_forward(
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
     const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
     AttentionWorkspace<MemorySpace>& workspace, KernelChoice kernels = default_kernel_choice) {
-  static_assert(mask::is_mask_v<Mask>,
-                "ctxpar::swa::attention_forward: the mask must be a ctxpar::mask expression");
-  static_assert(
-      Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
-      "ctxpar::swa::attention_forward: the views must be accessible from the execution space");
-  impl::check_kernel_shapes(in, "ctxpar::swa::attention_forward");
-  const impl::KernelShape<Scalar, MemorySpace> shape(in);
+  const auto shape =
+      impl::checked_kernel_shape<ExecutionSpace, Mask>(in, "ctxpar::swa::attention_forward");
   if (shape.tq == 0 || shape.hq == 0) return;
   // An empty key axis stays on the portable path.
   if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
@@ -81,14 +76,9 @@ void attention_backward(
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv,
     AttentionWorkspace<MemorySpace>& workspace, KernelChoice kernels = default_kernel_choice) {
-  static_assert(mask::is_mask_v<Mask>,
-                "ctxpar::swa::attention_backward: the mask must be a ctxpar::mask expression");
-  static_assert(
-      Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
-      "ctxpar::swa::attention_backward: the views must be accessible from the execution space");
   using acc = accumulator_t<Scalar>;
-  impl::check_kernel_shapes(in, "ctxpar::swa::attention_backward");
-  const impl::KernelShape<Scalar, MemorySpace> shape(in);
+  const auto shape =
+      impl::checked_kernel_shape<ExecutionSpace, Mask>(in, "ctxpar::swa::attention_backward");
   // `delta_i = dout_i . out_i`, which both kernel families read.
   const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
       impl::row_deltas(space, out, dout, workspace.delta);

@@ -158,40 +158,40 @@ ShardFacts shard_facts(const Chunk<Scalar, MemorySpace>& chunk,
 /// nearest earlier rank's cache shard, its first chunk token after the nearest earlier chunk shard
 /// (or, on the first rank with chunk tokens, after the last cache key of any rank).
 inline void check_shard_borders(Preconditions& chk, const std::vector<ShardFacts>& all, int me) {
+  // The nearest rank at or before `from` whose shard (cache or chunk: `length`) is not empty.
+  const auto last_holding = [&all](int from, std::int64_t ShardFacts::*length) {
+    for (int q = from; q >= 0; --q)
+      if (all[static_cast<std::size_t>(q)].*length > 0) return q;
+    return -1;
+  };
   const ShardFacts& mine = all[static_cast<std::size_t>(me)];
   const std::string what =
       "positions must be strictly increasing along the key/value axis across shard borders";
-  if (mine.cache_length > 0) {
-    for (int q = me - 1; q >= 0; --q) {
-      const ShardFacts& other = all[static_cast<std::size_t>(q)];
-      if (other.cache_length == 0) continue;
-      chk.require(mine.cache_first > other.cache_last, what,
-                  "first cache position > " + std::to_string(other.cache_last) + " (rank " +
-                      std::to_string(q) + ")",
-                  std::to_string(mine.cache_first));
-      break;
-    }
-  }
-  if (mine.chunk_length == 0) return;
-  for (int q = me - 1; q >= 0; --q) {
-    const ShardFacts& other = all[static_cast<std::size_t>(q)];
-    if (other.chunk_length == 0) continue;
-    chk.require(mine.chunk_first > other.chunk_last, what,
-                "first chunk position > " + std::to_string(other.chunk_last) + " (rank " +
+  // This rank's first position of one shard kind (cache or chunk) must follow the last position
+  // of the nearest earlier rank holding that kind; returns whether there is one.
+  const auto follows_earlier = [&](std::int64_t first, std::int64_t ShardFacts::*length,
+                                   std::int64_t ShardFacts::*last_of, const char* kind) {
+    const int q = last_holding(me - 1, length);
+    if (q < 0) return false;
+    const std::int64_t last = all[static_cast<std::size_t>(q)].*last_of;
+    chk.require(first > last, what,
+                std::string("first ") + kind + " position > " + std::to_string(last) + " (rank " +
                     std::to_string(q) + ")",
-                std::to_string(mine.chunk_first));
+                std::to_string(first));
+    return true;
+  };
+  if (mine.cache_length > 0)
+    follows_earlier(mine.cache_first, &ShardFacts::cache_length, &ShardFacts::cache_last, "cache");
+  if (mine.chunk_length == 0 || follows_earlier(mine.chunk_first, &ShardFacts::chunk_length,
+                                                &ShardFacts::chunk_last, "chunk"))
     return;
-  }
-  for (int q = static_cast<int>(all.size()) - 1; q >= 0; --q) {
-    const ShardFacts& other = all[static_cast<std::size_t>(q)];
-    if (other.cache_length == 0) continue;
-    chk.require(
-        mine.chunk_first > other.cache_last,
-        "positions must be strictly increasing along the key/value axis (cache before chunk)",
-        "first chunk position > last cache position " + std::to_string(other.cache_last),
-        std::to_string(mine.chunk_first));
-    return;
-  }
+  const int q = last_holding(static_cast<int>(all.size()) - 1, &ShardFacts::cache_length);
+  if (q < 0) return;
+  const std::int64_t last = all[static_cast<std::size_t>(q)].cache_last;
+  chk.require(mine.chunk_first > last,
+              "positions must be strictly increasing along the key/value axis (cache before chunk)",
+              "first chunk position > last cache position " + std::to_string(last),
+              std::to_string(mine.chunk_first));
 }
 
 /// The per-call checks of a distributed forward (the plan's constructor agreed on the shape and

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
+#include "ctxpar/swa/impl/attention_tiles.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/tensors.hpp"
 
@@ -53,6 +55,22 @@ void check_kernel_shapes(const AttentionInputs<Scalar, MemorySpace>& in, const s
   require_local(in.q_pos.extent(0) == in.q.extent(0) && in.k_pos.extent(0) == in.k.extent(0), op,
                 "one position per token", in.q.extent(0), in.q_pos.extent(0));
   require_local(in.key_origin >= 0, op, "the key origin must be non-negative", 0, in.key_origin);
+}
+
+/// The shape of `in` once the checks of every attention entry point hold: `Mask` is a mask
+/// expression and the views are accessible from `ExecutionSpace` (at compile time), and the
+/// shapes of `in` fit one another (`check_kernel_shapes`; `op` names the caller).
+template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
+KernelShape<Scalar, MemorySpace> checked_kernel_shape(
+    const AttentionInputs<Scalar, MemorySpace>& in, const std::string& op) {
+  static_assert(mask::is_mask_v<Mask>,
+                "ctxpar::swa::attention_forward/backward: the mask must be a ctxpar::mask "
+                "expression");
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
+                "ctxpar::swa::attention_forward/backward: the views must be accessible from the "
+                "execution space");
+  check_kernel_shapes(in, op);
+  return KernelShape<Scalar, MemorySpace>(in);
 }
 
 }  // namespace ctxpar::swa::impl
