@@ -31,8 +31,10 @@ using states_buffer = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>
 
 /// The per-shape facts of one local slot, owned by whoever owns the slot (a `CpPlan`, the heads
 /// layer core) and built once, before any call, from the slot's local sequences and the problem's
-/// sizes (`make_chunk_table`): the chunk table and the row table of the state passes. Every call
-/// only reads it, so any number of saved bundles (forwards in flight) share one.
+/// sizes (`make_chunk_table`): the chunk table and the row table of the state passes. Calls read
+/// the chunk table only, so any number of saved bundles (forwards in flight) share one; the row
+/// table `state_rows` is the one exception, rewritten by each pass just before it reads it (calls
+/// run in order on the plan's space).
 template <class MemorySpace>
 struct ChunkTable {
   /// (first sub-step row, rows, local sequence) of every chunk.
