@@ -218,8 +218,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(teams_really_have_several_threads, C, ctxpar::test
     ctxpar::set_host_team_size(team);
     Kernel kernel{{{}, ctxpar::swa::document_mask(), {}, 1, 1, 0}, {}, {}};
     const auto policy = ctxpar::swa::impl::team_kernel_policy(
-        Space(), 4, Kernel::scratch_bytes(8, 1), ctxpar::swa::query_tile, kernel,
-        kernel.queries.level);
+        Space(), 4, Kernel::Tiles::scratch_bytes(8, 1, Kernel::row_arrays, Kernel::key_arrays),
+        ctxpar::swa::query_tile, kernel, kernel.queries.level);
     const int expected =
         std::is_same_v<Space, Kokkos::Serial> ? 1 : std::min(team, Space::concurrency());
     if (policy.team_size() != expected) {

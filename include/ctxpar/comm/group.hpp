@@ -12,6 +12,7 @@
 
 #include "ctxpar/comm/impl/mpi_stopwatch.hpp"
 #include "ctxpar/comm/impl/staging_arena.hpp"
+#include "ctxpar/core/impl/enum_name.hpp"
 
 namespace ctxpar {
 
@@ -29,9 +30,9 @@ enum class CollectiveKind : int {
 
 /// Human-readable name of a collective kind, for reports.
 inline const char* to_string(CollectiveKind kind) {
-  static const char* names[] = {"allgather", "alltoall",  "reduce_scatter", "scan",
-                                "sendrecv",  "allreduce", "agreement"};
-  return names[static_cast<int>(kind)];
+  static constexpr const char* names[] = {"allgather", "alltoall",  "reduce_scatter", "scan",
+                                          "sendrecv",  "allreduce", "agreement"};
+  return ctxpar::impl::enum_name(kind, names, "unknown");
 }
 
 /// Calls, payload bytes and time of one collective kind on one rank. Bytes count only the payload

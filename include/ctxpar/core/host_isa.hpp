@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "ctxpar/core/impl/enum_name.hpp"
 #include "ctxpar/core/impl/simd.hpp"
 
 /// 1 when the host kernels are compiled at several widths with run-time dispatch: x86-64 hosts
@@ -45,14 +46,8 @@ enum class HostIsa : int {
 
 /// The name of `isa` as `CTXPAR_HOST_ISA` and the tools spell it.
 inline const char* host_isa_name(HostIsa isa) {
-  switch (isa) {
-    case HostIsa::avx2:
-      return "avx2";
-    case HostIsa::avx512:
-      return "avx512";
-    default:
-      return "baseline";
-  }
+  static constexpr const char* names[] = {"baseline", "avx2", "avx512"};
+  return ctxpar::impl::enum_name(isa, names, "baseline");
 }
 
 /// Parses a name of `host_isa_name`; false for anything else (`auto` included).

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "ctxpar/core/impl/enum_name.hpp"
+
 namespace ctxpar::heads {
 
 /// The skip term `y += D ⊙ x_V`, where `x_V` is the first householder copy of the V section after
@@ -29,14 +31,8 @@ inline std::int64_t skip_size(SkipTerm skip, int nheads, int headdim) {
 
 /// The name used in messages and reports: `none`, `per_head` or `per_channel`.
 inline const char* skip_name(SkipTerm skip) {
-  switch (skip) {
-    case SkipTerm::per_head:
-      return "per_head";
-    case SkipTerm::per_channel:
-      return "per_channel";
-    default:
-      return "none";
-  }
+  static constexpr const char* names[] = {"none", "per_head", "per_channel"};
+  return ctxpar::impl::enum_name(skip, names, "none");
 }
 
 }  // namespace ctxpar::heads

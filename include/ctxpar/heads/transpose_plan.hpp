@@ -396,7 +396,7 @@ class TransposePlan {
     if (local_rows() > 0)
       impl::for_each_row("ctxpar::heads::unpack_sequence", space, local_rows(),
                          impl::UnpackSequence<const_buffer, SeqView, MemorySpace, ExecutionSpace>{
-                             received, x, runs_, sum_repeats});
+                             x, received, runs_, sum_repeats});
   }
 
  public:

@@ -175,11 +175,7 @@ ChunkTable<MemorySpace> make_chunk_table(const Problem<Scalar>& pb,
   for (int c = 0; c < nc; ++c)
     for (int j = 0; j < 3; ++j) chunks_host(c, j) = rows[std::size_t(c) * 3 + j];
   Kokkos::deep_copy(table.chunks, chunks_host);
-  table.first_chunk =
-      Kokkos::View<int*, MemorySpace>("ctxpar::chunkwise::gated_delta::first_chunk", first.size());
-  auto first_host = ctxpar::impl::host_mirror(table.first_chunk);
-  for (std::size_t i = 0; i < first.size(); ++i) first_host(i) = first[i];
-  Kokkos::deep_copy(table.first_chunk, first_host);
+  ctxpar::impl::upload(first, table.first_chunk, "ctxpar::chunkwise::gated_delta::first_chunk");
   table.state_rows = Kokkos::View<int* [2], MemorySpace>(
       "ctxpar::chunkwise::gated_delta::state_rows", static_cast<std::size_t>(seqs.count()));
   table.state_rows_host = ctxpar::impl::host_mirror(table.state_rows);

@@ -202,63 +202,73 @@ KOKKOS_INLINE_FUNCTION void simd_store(T* p, const V& v) {
 #endif
 }
 
+/// The two lane reductions: `op(a, b)` on two lanes or on two whole half-vectors (GCC's vector
+/// extensions compare and add lane-wise).
+struct LaneSum {
+  template <class V>
+  KOKKOS_INLINE_FUNCTION V operator()(const V& a, const V& b) const {
+    return a + b;
+  }
+};
+struct LaneMax {
+  template <class V>
+  KOKKOS_INLINE_FUNCTION V operator()(const V& a, const V& b) const {
+    return a > b ? a : b;
+  }
+};
+
 #if CTXPAR_HOST_SIMD
-/// Lane reductions in registers: the vector is halved (upper half onto lower half) until two lanes
-/// are left. Through memory, GCC reloads the stored vector lane by lane (a store-forwarding stall
-/// per lane), which cost the forward kernel about a tenth of its time in one reduction per row
-/// and key tile.
+/// Lane reductions in registers: the vector is halved (`op` of the upper half and the lower half)
+/// until two lanes are left. Through memory, GCC reloads the stored vector lane by lane (a
+/// store-forwarding stall per lane), which cost the forward kernel about a tenth of its time in
+/// one reduction per row and key tile.
 template <class T, int Bytes>
 struct HalvingReduce {
   typedef T vector __attribute__((vector_size(Bytes)));
   typedef T half __attribute__((vector_size(Bytes / 2)));
-  KOKKOS_INLINE_FUNCTION static void split(const vector& v, half& lo, half& hi) {
+  template <class Op>
+  KOKKOS_INLINE_FUNCTION static T reduce(const vector& v, const Op& op) {
+    half lo, hi;
     std::memcpy(&lo, &v, sizeof(half));
     std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof(half), sizeof(half));
-  }
-  KOKKOS_INLINE_FUNCTION static T sum(const vector& v) {
-    half lo, hi;
-    split(v, lo, hi);
-    return HalvingReduce<T, Bytes / 2>::sum(lo + hi);
-  }
-  KOKKOS_INLINE_FUNCTION static T max(const vector& v) {
-    half lo, hi;
-    split(v, lo, hi);
-    return HalvingReduce<T, Bytes / 2>::max(lo > hi ? lo : hi);
+    return HalvingReduce<T, Bytes / 2>::reduce(op(lo, hi), op);
   }
 };
 template <class T>
 struct HalvingReduce<T, 2 * sizeof(T)> {
   typedef T vector __attribute__((vector_size(2 * sizeof(T))));
-  KOKKOS_INLINE_FUNCTION static T sum(const vector& v) { return v[0] + v[1]; }
-  KOKKOS_INLINE_FUNCTION static T max(const vector& v) { return v[0] > v[1] ? v[0] : v[1]; }
+  template <class Op>
+  KOKKOS_INLINE_FUNCTION static T reduce(const vector& v, const Op& op) {
+    return op(v[0], v[1]);
+  }
 };
 #endif
 
-/// Sum of the lanes, in a fixed pairwise order (halves added until one lane is left: lane `i`
+/// `op` over the lanes in a fixed pairwise order (halves combined until one lane is left: lane `i`
 /// of each step is lanes `i` and `i + w` of the one before), the same bits on every path.
-template <class T, int Bytes = CTXPAR_SIMD_BYTES>
-KOKKOS_INLINE_FUNCTION T simd_sum(const simd_t<T, Bytes>& v) {
+template <class T, int Bytes = CTXPAR_SIMD_BYTES, class Op>
+KOKKOS_INLINE_FUNCTION T simd_reduce(const simd_t<T, Bytes>& v, const Op& op) {
 #if CTXPAR_HOST_SIMD
-  return HalvingReduce<T, Bytes>::sum(v);
+  return HalvingReduce<T, Bytes>::reduce(v, op);
 #else
   T x[Simd<T, Bytes>::lanes];
   simd_store(x, v);
   for (int w = Simd<T, Bytes>::lanes / 2; w > 0; w /= 2)
-    for (int i = 0; i < w; ++i) x[i] += x[i + w];
+    for (int i = 0; i < w; ++i) x[i] = op(x[i], x[i + w]);
   return x[0];
 #endif
+}
+
+/// Sum of the lanes (pairwise, see `simd_reduce`).
+template <class T, int Bytes = CTXPAR_SIMD_BYTES>
+KOKKOS_INLINE_FUNCTION T simd_sum(const simd_t<T, Bytes>& v) {
+  return simd_reduce<T, Bytes>(v, LaneSum{});
 }
 
 /// Largest lane (exact, so the order does not matter).
 template <class T, int Bytes = CTXPAR_SIMD_BYTES>
 KOKKOS_INLINE_FUNCTION T simd_max_lane(const simd_t<T, Bytes>& v) {
-#if CTXPAR_HOST_SIMD
-  return HalvingReduce<T, Bytes>::max(v);
-#else
-  T m = v[0];
-  for (int i = 1; i < Simd<T, Bytes>::lanes; ++i) m = m > v[i] ? m : v[i];
-  return m;
-#endif
+  return simd_reduce<T, Bytes>(v, LaneMax{});
 }
 
 }  // namespace ctxpar::impl

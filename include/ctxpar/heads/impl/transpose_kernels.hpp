@@ -54,28 +54,6 @@ KOKKOS_INLINE_FUNCTION void copy_elements(const Range& range, const Src* src, Ds
   Kokkos::parallel_for(range, [&](std::int64_t i) { dst[i] = src[i]; });
 }
 
-/// Sequence-parallel row `t` → the send buffer: every run copies `x(t, source + i)` into the block
-/// for its rank, row-major `[rows, C_j]`.
-template <class Src, class Buf, class MemorySpace, class ExecutionSpace>
-struct PackSequence {
-  using member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  Src x;
-  Buf buf;
-  Kokkos::View<const ChannelRun*, MemorySpace> runs;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
-    const std::int64_t t = m.league_rank();
-    const auto* const row = row_pointer(x, t);
-    auto* const out = buf.data();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, static_cast<std::int64_t>(runs.extent(0))),
-                         [&](std::int64_t r) {
-                           const ChannelRun run = runs(r);
-                           copy_elements(Kokkos::ThreadVectorRange(m, run.length), row + run.source,
-                                         out + run.block_base + t * run.block_stride);
-                         });
-  }
-};
-
 /// The zigzag undo and redo around the head transpose, one row `q` of the flat buffer (`[rows,
 /// channels]`, sequence-parallel order) per team: `ToHead` copies it to head-parallel row
 /// `order.to_natural(q)` of the view (the undo), otherwise that row of the view into it (the
@@ -108,40 +86,61 @@ using UnpackHead = ZigzagRowCopy<Buf, Dst, Layout, ExecutionSpace, true>;
 template <class Src, class Buf, class Layout, class ExecutionSpace>
 using PackHead = ZigzagRowCopy<Src, Buf, Layout, ExecutionSpace, false>;
 
-/// Receive buffer (one `[rows, C_j]` block per source rank) → sequence-parallel row `t`. First
-/// copies write (in parallel: they cover distinct channels); then, for the adjoint, the copies of
-/// repeated key groups are added one run at a time in rank order, so the sum is deterministic.
-/// Without `sum_repeats` the result is the inverse of `PackSequence` (the lowest rank's copy).
-template <class Buf, class Dst, class MemorySpace, class ExecutionSpace>
-struct UnpackSequence {
+/// Between sequence-parallel row `t` of `x` and the buffer of `[rows, C_j]` blocks, one per
+/// rank, one row per team. `ToBuffer` (the pack) copies every run `x(t, source + i)` into its
+/// rank's block. Otherwise (the unpack) the first copy of each channel writes (in parallel: they
+/// cover distinct channels); then, with `sum_repeats` (the adjoint), the copies of repeated key
+/// groups are added one run at a time in rank order, so the sum is deterministic. Without it the
+/// unpack is the inverse of the pack (the lowest rank's copy).
+template <class Seq, class Buf, class MemorySpace, class ExecutionSpace, bool ToBuffer>
+struct SequenceRunCopy {
   using member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  Seq x;
   Buf buf;
-  Dst x;
   Kokkos::View<const ChannelRun*, MemorySpace> runs;
-  bool sum_repeats;
+  bool sum_repeats = false;
 
   KOKKOS_INLINE_FUNCTION void operator()(const member& m) const {
     const std::int64_t t = m.league_rank();
     const std::int64_t nruns = static_cast<std::int64_t>(runs.extent(0));
     auto* const row = row_pointer(x, t);
-    const auto* const in = buf.data();
+    auto* const blocks = buf.data();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, nruns), [&](std::int64_t r) {
       const ChannelRun run = runs(r);
-      if (!run.first) return;
-      copy_elements(Kokkos::ThreadVectorRange(m, run.length),
-                    in + run.block_base + t * run.block_stride, row + run.source);
+      auto* const block_row = blocks + run.block_base + t * run.block_stride;
+      const auto range = Kokkos::ThreadVectorRange(m, run.length);
+      if constexpr (ToBuffer)
+        copy_elements(range, row + run.source, block_row);
+      else if (run.first)
+        copy_elements(range, block_row, row + run.source);
     });
-    if (!sum_repeats) return;
-    for (std::int64_t r = 0; r < nruns; ++r) {
+    if constexpr (!ToBuffer)
+      if (sum_repeats) add_repeats(m, t, row, blocks);
+  }
+
+  /// The unpack's adjoint part: adds the copies of repeated key groups (the runs that are not a
+  /// channel's first) to row `t`, one run at a time in rank order.
+  template <class Row, class Blocks>
+  KOKKOS_INLINE_FUNCTION void add_repeats(const member& m, std::int64_t t, Row* row,
+                                          const Blocks* blocks) const {
+    for (std::int64_t r = 0; r < static_cast<std::int64_t>(runs.extent(0)); ++r) {
       const ChannelRun run = runs(r);
       if (run.first) continue;
       m.team_barrier();
-      const auto* const src = in + run.block_base + t * run.block_stride;
-      auto* const dst = row + run.source;
+      const Blocks* const src = blocks + run.block_base + t * run.block_stride;
+      Row* const dst = row + run.source;
       Kokkos::parallel_for(Kokkos::TeamVectorRange(m, run.length),
                            [&](std::int64_t i) { dst[i] += src[i]; });
     }
   }
 };
+
+/// Sequence-parallel row `t` of `x` → the send buffer.
+template <class Src, class Buf, class MemorySpace, class ExecutionSpace>
+using PackSequence = SequenceRunCopy<Src, Buf, MemorySpace, ExecutionSpace, true>;
+
+/// Receive buffer → sequence-parallel row `t` of `x` (summing repeated copies on request).
+template <class Buf, class Dst, class MemorySpace, class ExecutionSpace>
+using UnpackSequence = SequenceRunCopy<Dst, Buf, MemorySpace, ExecutionSpace, false>;
 
 }  // namespace ctxpar::heads::impl

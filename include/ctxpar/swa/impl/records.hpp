@@ -120,6 +120,29 @@ KOKKOS_INLINE_FUNCTION void copy_token_pair(const TokenSource<Scalar, MemorySpac
   }
 }
 
+/// The sizes of a record kernel: `count` records or tokens, `heads` key/value heads of `2 * half`
+/// elements, `bytes` per record, and the RoPE base of the keys it rotates (`<= 0`: none).
+struct RecordSizes {
+  std::int64_t count, heads, half, bytes;
+  double rope_base;
+  /// Scalars of one token's keys (or values), all heads.
+  KOKKOS_INLINE_FUNCTION std::int64_t row() const { return heads * 2 * half; }
+  /// Work item `x` of the portable kernel (`for_record_item`).
+  template <class Write>
+  KOKKOS_INLINE_FUNCTION void item(std::int64_t x, const Write& write) const {
+    for_record_item(x, half, count, rope_base, write);
+  }
+  /// Work items of the portable kernel.
+  std::int64_t items() const { return rope_items(count, half + 1); }
+};
+
+/// The sizes of records of `heads` heads of `dim` Scalars.
+template <class Scalar>
+RecordSizes record_sizes(std::int64_t count, std::int64_t heads, std::int64_t dim,
+                         double rope_base) {
+  return {count, heads, dim / 2, record_bytes<Scalar>(heads, dim), rope_base};
+}
+
 /// Writes record `slot` of `out` from token `index(slot)` of `src` (or token `slot` when `index`
 /// is empty). With `rope_base > 0` the keys are rotated at their positions on the way in (the
 /// same bits as `rope_forward`), so no rotated copy of the keys is ever written. One work item
@@ -130,26 +153,48 @@ struct PackRecords {
   TokenSource<Scalar, MemorySpace> src;
   Index<MemorySpace> index;
   Bytes<MemorySpace> out;
-  std::int64_t slots, heads, half, bytes;
-  double rope_base;
+  RecordSizes sizes;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    for_record_item(
-        x, half, slots, rope_base,
-        [&](std::int64_t slot, std::int64_t d, double frequency) { pack(slot, d, frequency); });
+    sizes.item(
+        x, [&](std::int64_t slot, std::int64_t d, double frequency) { pack(slot, d, frequency); });
   }
   KOKKOS_INLINE_FUNCTION void pack(std::int64_t slot, std::int64_t d, double frequency) const {
     const std::int64_t i = index.extent(0) > 0 ? index(slot) : slot;
-    unsigned char* base = out.data() + slot * bytes;
-    const std::int64_t dim = 2 * half, per = heads * dim;
+    unsigned char* base = out.data() + slot * sizes.bytes;
+    const std::int64_t heads = sizes.heads, half = sizes.half, dim = 2 * half, per = heads * dim;
     if (d < half) {
       Scalar* kv = reinterpret_cast<Scalar*>(base);
       copy_token_pair(
-          src, i, d, heads, half, rope_base > 0.0, frequency,
+          src, i, d, heads, half, sizes.rope_base > 0.0, frequency,
           [&](std::int64_t h, std::int64_t e) -> Scalar& { return kv[h * dim + e]; },
           [&](std::int64_t h, std::int64_t e) -> Scalar& { return kv[per + h * dim + e]; });
     } else {
       write_record_tail(base + 2 * per * sizeof(Scalar), src.pos(i), src.id(i));
     }
+  }
+  /// The host fast path: the records of `block`, row by row (keys rotated by
+  /// `host_rope_tokens`, the same bits).
+  void host_rows(const RopeBlock& block) const {
+    const std::int64_t per = sizes.row();
+    auto token = [&](std::int64_t slot) { return index.extent(0) > 0 ? index(slot) : slot; };
+    auto record = [&](std::int64_t slot) {
+      return reinterpret_cast<Scalar*>(out.data() + slot * sizes.bytes);
+    };
+    for (std::int64_t slot = block.first; slot < block.last; ++slot) {
+      const std::int64_t i = token(slot);
+      Scalar* kv = record(slot);
+      if (sizes.rope_base <= 0.0) std::copy_n(src.k_row(i), per, kv);
+      std::copy_n(src.v_row(i), per, kv + per);
+      write_record_tail(kv + 2 * per, src.pos(i), src.id(i));
+    }
+    if (sizes.rope_base > 0.0)
+      host_rope_tokens(
+          block.first, block.last, sizes.half, sizes.rope_base, 1.0,
+          [&](std::int64_t slot) { return src.pos(token(slot)); },
+          [&](std::int64_t slot, std::int64_t d0, int n, const double* c, const double* sn) {
+            host_rotate_pairs(src.k_row(token(slot)), record(slot), sizes.heads, sizes.half, d0, n,
+                              c, sn);
+          });
   }
 };
 
@@ -165,35 +210,22 @@ void launch_token_kernel(const char* label, const ExecutionSpace& space, std::in
     Kokkos::parallel_for(label, Policy(space, 0, portable_items), portable);
 }
 
-/// The host fast path of `PackRecords`: one work item per block of `host_tokens_per_item` records,
-/// each record written row by row (keys rotated by `host_rope_tokens`, the same bits).
-template <class Scalar, class MemorySpace>
-struct HostPackRecords {
-  PackRecords<Scalar, MemorySpace> p;
+/// The host fast path of a record kernel: one work item per block of `host_tokens_per_item`
+/// records or tokens, each written row by row (`Kernel::host_rows`).
+template <class Kernel>
+struct HostRecordRows {
+  Kernel kernel;
   void operator()(const std::int64_t item) const {
-    const RopeBlock block = host_block(item, p.slots);
-    const std::int64_t per = p.heads * 2 * p.half;
-    auto token = [&](std::int64_t slot) { return p.index.extent(0) > 0 ? p.index(slot) : slot; };
-    auto record = [&](std::int64_t slot) {
-      return reinterpret_cast<Scalar*>(p.out.data() + slot * p.bytes);
-    };
-    for (std::int64_t slot = block.first; slot < block.last; ++slot) {
-      const std::int64_t i = token(slot);
-      Scalar* kv = record(slot);
-      if (p.rope_base <= 0.0) std::copy_n(p.src.k_row(i), per, kv);
-      std::copy_n(p.src.v_row(i), per, kv + per);
-      write_record_tail(kv + 2 * per, p.src.pos(i), p.src.id(i));
-    }
-    if (p.rope_base > 0.0)
-      host_rope_tokens(
-          block.first, block.last, p.half, p.rope_base, 1.0,
-          [&](std::int64_t slot) { return p.src.pos(token(slot)); },
-          [&](std::int64_t slot, std::int64_t d0, int n, const double* c, const double* sn) {
-            host_rotate_pairs(p.src.k_row(token(slot)), record(slot), p.heads, p.half, d0, n, c,
-                              sn);
-          });
+    kernel.host_rows(host_block(item, kernel.sizes.count));
   }
 };
+
+/// Launches a record kernel, or its host fast path on host cores.
+template <class ExecutionSpace, class Kernel>
+void launch_record_kernel(const char* label, const ExecutionSpace& space, const Kernel& kernel) {
+  launch_token_kernel(label, space, kernel.sizes.count, HostRecordRows<Kernel>{kernel},
+                      kernel.sizes.items(), kernel);
+}
 
 /// Packs `slots` records into `out` (see `PackRecords`); `rope_base > 0` rotates the keys.
 template <class ExecutionSpace, class Scalar, class MemorySpace>
@@ -203,11 +235,9 @@ void pack_records(const ExecutionSpace& space, const TokenSource<Scalar, MemoryS
   const std::int64_t heads = static_cast<std::int64_t>(src.first.k.extent(1)),
                      dim = static_cast<std::int64_t>(src.first.k.extent(2));
   if (slots == 0 || heads * dim == 0) return;
-  const PackRecords<Scalar, MemorySpace> pack{
-      src, index, out, slots, heads, dim / 2, record_bytes<Scalar>(heads, dim), rope_base};
-  launch_token_kernel("ctxpar::swa::pack_records", space, slots,
-                      HostPackRecords<Scalar, MemorySpace>{pack}, rope_items(slots, dim / 2 + 1),
-                      pack);
+  const PackRecords<Scalar, MemorySpace> pack{src, index, out,
+                                              record_sizes<Scalar>(slots, heads, dim, rope_base)};
+  launch_record_kernel("ctxpar::swa::pack_records", space, pack);
 }
 
 /// Writes token `i` of `axis` from record `source(i)` of `in` (>= 0, copied as it travelled) or
@@ -221,19 +251,17 @@ struct UnpackRecords {
   TokenSource<Scalar, MemorySpace> own;
   KvBlock<Scalar, MemorySpace> axis;
   Index<MemorySpace> source;
-  std::int64_t tokens, heads, half, bytes;
-  double own_rope_base;
+  RecordSizes sizes;  // rope_base: of the own tokens' keys
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
-    for_record_item(
-        x, half, tokens, own_rope_base,
-        [&](std::int64_t i, std::int64_t d, double frequency) { unpack(i, d, frequency); });
+    sizes.item(x,
+               [&](std::int64_t i, std::int64_t d, double frequency) { unpack(i, d, frequency); });
   }
   KOKKOS_INLINE_FUNCTION void unpack(std::int64_t i, std::int64_t d, double frequency) const {
     const std::int64_t s = source(i);
-    const std::int64_t dim = 2 * half, per = heads * dim;
+    const std::int64_t heads = sizes.heads, half = sizes.half, dim = 2 * half, per = heads * dim;
     const bool with_ids = axis.ids.extent(0) > 0;
     if (s >= 0) {
-      const unsigned char* base = in.data() + s * bytes;
+      const unsigned char* base = in.data() + s * sizes.bytes;
       if (d < half) {
         const Scalar* kv = reinterpret_cast<const Scalar*>(base);
         for (std::int64_t h = 0; h < heads; ++h) {
@@ -252,7 +280,7 @@ struct UnpackRecords {
       const std::int64_t j = -(s + 1);
       if (d < half) {
         copy_token_pair(
-            own, j, d, heads, half, own_rope_base > 0.0, frequency,
+            own, j, d, heads, half, sizes.rope_base > 0.0, frequency,
             [&](std::int64_t h, std::int64_t e) -> Scalar& { return axis.k(i, h, e); },
             [&](std::int64_t h, std::int64_t e) -> Scalar& { return axis.v(i, h, e); });
       } else {
@@ -261,47 +289,41 @@ struct UnpackRecords {
       }
     }
   }
-};
-
-/// The host fast path of `UnpackRecords`: one work item per block of `host_tokens_per_item`
-/// tokens, each written row by row (own keys rotated by `host_rope_tokens`, the same bits).
-template <class Scalar, class MemorySpace>
-struct HostUnpackRecords {
-  UnpackRecords<Scalar, MemorySpace> u;
-  void operator()(const std::int64_t item) const {
-    const RopeBlock block = host_block(item, u.tokens);
-    const std::int64_t per = u.heads * 2 * u.half;
-    const bool with_ids = u.axis.ids.extent(0) > 0;
-    const bool rotate_own = u.own_rope_base > 0.0;
+  /// The host fast path: the tokens of `block`, row by row (own keys rotated by
+  /// `host_rope_tokens`, the same bits).
+  void host_rows(const RopeBlock& block) const {
+    const std::int64_t per = sizes.row();
+    const bool with_ids = axis.ids.extent(0) > 0;
+    const bool rotate_own = sizes.rope_base > 0.0;
     bool any_own = false;
     for (std::int64_t i = block.first; i < block.last; ++i) {
-      const std::int64_t s = u.source(i);
-      Scalar* k = &u.axis.k(i, 0, 0);
-      Scalar* v = &u.axis.v(i, 0, 0);
+      const std::int64_t s = source(i);
+      Scalar* k = &axis.k(i, 0, 0);
+      Scalar* v = &axis.v(i, 0, 0);
       if (s >= 0) {
-        const Scalar* kv = reinterpret_cast<const Scalar*>(u.in.data() + s * u.bytes);
+        const Scalar* kv = reinterpret_cast<const Scalar*>(in.data() + s * sizes.bytes);
         std::copy_n(kv, per, k);
         std::copy_n(kv + per, per, v);
-        u.axis.pos(i) = record_position(kv + 2 * per);
-        if (with_ids) u.axis.ids(i) = record_id(kv + 2 * per);
+        axis.pos(i) = record_position(kv + 2 * per);
+        if (with_ids) axis.ids(i) = record_id(kv + 2 * per);
       } else {
         const std::int64_t j = -(s + 1);
         any_own = true;
-        if (!rotate_own) std::copy_n(u.own.k_row(j), per, k);
-        std::copy_n(u.own.v_row(j), per, v);
-        u.axis.pos(i) = u.own.pos(j);
-        if (with_ids) u.axis.ids(i) = u.own.id(j);
+        if (!rotate_own) std::copy_n(own.k_row(j), per, k);
+        std::copy_n(own.v_row(j), per, v);
+        axis.pos(i) = own.pos(j);
+        if (with_ids) axis.ids(i) = own.id(j);
       }
     }
     if (rotate_own && any_own)
       host_rope_tokens(
-          block.first, block.last, u.half, u.own_rope_base, 1.0,
-          [&](std::int64_t i) { return u.axis.pos(i); },
+          block.first, block.last, sizes.half, sizes.rope_base, 1.0,
+          [&](std::int64_t i) { return axis.pos(i); },
           [&](std::int64_t i, std::int64_t d0, int n, const double* c, const double* sn) {
-            const std::int64_t s = u.source(i);
+            const std::int64_t s = source(i);
             if (s < 0)
-              host_rotate_pairs(u.own.k_row(-(s + 1)), &u.axis.k(i, 0, 0), u.heads, u.half, d0, n,
-                                c, sn);
+              host_rotate_pairs(own.k_row(-(s + 1)), &axis.k(i, 0, 0), sizes.heads, sizes.half, d0,
+                                n, c, sn);
           });
   }
 };
@@ -316,10 +338,8 @@ void unpack_records(const ExecutionSpace& space, const Bytes<MemorySpace>& in,
   const std::int64_t n = static_cast<std::int64_t>(source.extent(0));
   if (n == 0 || heads * dim == 0) return;
   const UnpackRecords<Scalar, MemorySpace> unpack{
-      in, own, axis, source, n, heads, dim / 2, record_bytes<Scalar>(heads, dim), own_rope_base};
-  launch_token_kernel("ctxpar::swa::unpack_records", space, n,
-                      HostUnpackRecords<Scalar, MemorySpace>{unpack}, rope_items(n, dim / 2 + 1),
-                      unpack);
+      in, own, axis, source, record_sizes<Scalar>(n, heads, dim, own_rope_base)};
+  launch_record_kernel("ctxpar::swa::unpack_records", space, unpack);
 }
 
 /// Gradient records are `[slots, 2 * Hkv * D]` scalars: dK then dV.

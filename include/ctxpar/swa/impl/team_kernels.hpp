@@ -54,6 +54,39 @@ struct ScratchCursor {
   }
 };
 
+/// The tokens in a team's scratch: of its query rows (`query`) and of the key tile it has staged
+/// (`key`, with `key_valid` false for a slot past the keys).
+struct TileTokens {
+  mask::Token* query;
+  mask::Token* key;
+  bool* key_valid;
+
+  /// Their scratch bytes.
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t bytes() {
+    return scratch_piece<mask::Token>(query_tile) + scratch_piece<mask::Token>(key_tile) +
+           scratch_piece<bool>(key_tile);
+  }
+  /// Takes them from `cur`.
+  KOKKOS_INLINE_FUNCTION static TileTokens take(ScratchCursor& cur) {
+    TileTokens t;
+    t.query = cur.take<mask::Token>(query_tile);
+    t.key = cur.take<mask::Token>(key_tile);
+    t.key_valid = cur.take<bool>(key_tile);
+    return t;
+  }
+  /// Whether every pair of the first `rows` query rows and the key tile is visible.
+  template <class Mask>
+  KOKKOS_INLINE_FUNCTION bool all_visible(const Mask& mask, const WindowRange& range,
+                                          int rows) const {
+    return tile_fully_visible(mask, range, query, rows, key, key_valid);
+  }
+  /// Whether key `j` of the tile is visible to query row `r`.
+  template <class Mask>
+  KOKKOS_INLINE_FUNCTION bool sees(const Mask& mask, const WindowRange& range, int r, int j) const {
+    return key_valid[j] && visible(mask, range, query[r], key[j]);
+  }
+};
+
 /// Loads keys `[j0, j0 + key_tile)` of head `hk` into scratch, cooperatively (threads over keys,
 /// lanes over the head dimension), in the layouts asked for: `kt`/`vt` transposed (`[d][j]`, for
 /// lanes over keys), `ks`/`vs` row-major (`[j][d]`, for lanes over `d`). Keys outside `[lo, hi)`
@@ -136,9 +169,7 @@ struct TeamQueryTiles {
     const std::size_t rows = std::size_t(heads) * query_tile;
     return row_arrays * scratch_piece<acc>(rows * dim) +
            key_arrays * scratch_piece<acc>(std::size_t(key_tile) * dim) +
-           scratch_piece<acc>(rows * key_tile) + 2 * scratch_piece<acc>(rows) +
-           scratch_piece<mask::Token>(query_tile) + scratch_piece<mask::Token>(key_tile) +
-           scratch_piece<bool>(key_tile);
+           scratch_piece<acc>(rows * key_tile) + 2 * scratch_piece<acc>(rows) + TileTokens::bytes();
   }
 
   template <class Member>
@@ -146,11 +177,16 @@ struct TeamQueryTiles {
     return QueryTeam(team.league_rank(), tiles, shape.tq, shape.group, heads);
   }
 
-  /// The team's scratch of `bytes`, to be taken piece by piece.
+  /// The team's scratch for `row_arrays` and `key_arrays` (see `scratch_bytes`), to be taken
+  /// piece by piece.
   template <class Member>
-  KOKKOS_INLINE_FUNCTION ScratchCursor scratch(const Member& team, std::size_t bytes) const {
+  KOKKOS_INLINE_FUNCTION ScratchCursor scratch(const Member& team, int row_arrays,
+                                               int key_arrays) const {
+    const std::size_t bytes = scratch_bytes(shape.dim, heads, row_arrays, key_arrays);
     return ScratchCursor{static_cast<char*>(team.team_scratch(level).get_shmem(bytes))};
   }
+  /// Row slots of a team (its heads × a query tile).
+  KOKKOS_INLINE_FUNCTION std::size_t slots() const { return std::size_t(heads) * query_tile; }
 
   /// `body(row)` for every row of `qt`, one thread per row.
   template <class Member, class Body>
@@ -181,20 +217,21 @@ struct TeamQueryTiles {
     team.team_barrier();
   }
 
-  /// Stages each key tile that a query of `qt` (tokens `qtok`) may see, in increasing order, into
-  /// the layouts given (`stage_key_tile`), then calls `body(range, all, row)` for every row of `qt`
+  /// Stages each key tile that a query of `qt` (its tokens in `tok.query`) may see, in increasing
+  /// order, into the layouts given and `tok` (`stage_key_tile`), then calls `body(range, all, row)`
+  /// for every row of `qt`
   /// (`all`: every pair of the tile is visible) and waits for the team.
   template <class Member, class T, class Body>
   KOKKOS_INLINE_FUNCTION void for_each_key_tile(const Member& team, const QueryTeam& qt,
-                                                const mask::Token* qtok, T* kt, T* ks, T* vt, T* vs,
-                                                mask::Token* ktok, bool* kvalid,
+                                                const TileTokens& tok, T* kt, T* ks, T* vt, T* vs,
                                                 const Body& body) const {
     const WindowRange range = window_range(in);
     std::int64_t lo, hi, j0;
-    key_range(in, range, shape.nk, qtok[0].pos, qtok[qt.nq - 1].pos, lo, hi, j0);
+    key_range(in, range, shape.nk, tok.query[0].pos, tok.query[qt.nq - 1].pos, lo, hi, j0);
     for (; j0 < hi; j0 += key_tile) {
-      stage_key_tile(team, in, qt.hk, shape.dim, j0, lo, hi, kt, ks, vt, vs, ktok, kvalid);
-      const bool all = tile_fully_visible(mask, range, qtok, static_cast<int>(qt.nq), ktok, kvalid);
+      stage_key_tile(team, in, qt.hk, shape.dim, j0, lo, hi, kt, ks, vt, vs, tok.key,
+                     tok.key_valid);
+      const bool all = tok.all_visible(mask, range, static_cast<int>(qt.nq));
       for_each_row(team, qt, [&](const QueryRow& q) { body(range, all, q); });
       team.team_barrier();
     }
@@ -211,15 +248,14 @@ struct TeamForwardKernel {
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
   Kokkos::View<acc**, Kokkos::LayoutRight, MemorySpace> lse;
 
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim, int heads) {
-    return Tiles::scratch_bytes(dim, heads, 2, 2);
-  }
+  /// Arrays of `D` in the scratch per row slot and per key of a tile.
+  static constexpr int row_arrays = 2, key_arrays = 2;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int D = queries.shape.dim;
     const QueryTeam qt = queries.team_of(team);
-    const std::size_t slots = std::size_t(queries.heads) * query_tile;
-    ScratchCursor cur = queries.scratch(team, scratch_bytes(D, queries.heads));
+    ScratchCursor cur = queries.scratch(team, row_arrays, key_arrays);
+    const int D = queries.shape.dim;
+    const std::size_t slots = queries.slots();
     acc* qs = cur.take<acc>(slots * D);
     acc* os = cur.take<acc>(slots * D);
     acc* kt = cur.take<acc>(std::size_t(key_tile) * D);
@@ -227,19 +263,18 @@ struct TeamForwardKernel {
     acc* ps = cur.take<acc>(slots * key_tile);
     acc* ms = cur.take<acc>(slots);
     acc* ls = cur.take<acc>(slots);
-    mask::Token* qtok = cur.take<mask::Token>(query_tile);
-    mask::Token* ktok = cur.take<mask::Token>(key_tile);
-    bool* kvalid = cur.take<bool>(key_tile);
+    const TileTokens tok = TileTokens::take(cur);
     const acc masked = masked_score<acc>();
     queries.load_rows(
-        team, qt, qs, qtok, [&](const QueryRow& q, const int d) { os[q.slot * D + d] = acc(0); },
+        team, qt, qs, tok.query,
+        [&](const QueryRow& q, const int d) { os[q.slot * D + d] = acc(0); },
         [&](const QueryRow& q) {
           ms[q.slot] = masked;
           ls[q.slot] = acc(0);
         });
     queries.for_each_key_tile(
-        team, qt, qtok, kt, static_cast<acc*>(nullptr), static_cast<acc*>(nullptr), vs, ktok,
-        kvalid, [&](const WindowRange& range, const bool all, const QueryRow& q) {
+        team, qt, tok, kt, static_cast<acc*>(nullptr), static_cast<acc*>(nullptr), vs,
+        [&](const WindowRange& range, const bool all, const QueryRow& q) {
           const int slot = q.slot;
           const acc* qr = qs + slot * D;
           acc* pr = ps + slot * key_tile;
@@ -249,8 +284,7 @@ struct TeamForwardKernel {
               [&](const int j, acc& best) {
                 acc s = 0;
                 for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
-                if (!all && !(kvalid[j] && visible(queries.mask, range, qtok[q.rr], ktok[j])))
-                  s = masked;
+                if (!all && !tok.sees(queries.mask, range, q.rr, j)) s = masked;
                 pr[j] = s;
                 best = best > s ? best : s;
               },
@@ -336,15 +370,14 @@ struct TeamQueryGradientKernel {
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
 
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int dim, int heads) {
-    return Tiles::scratch_bytes(dim, heads, 3, 3);
-  }
+  /// Arrays of `D` in the scratch per row slot and per key of a tile.
+  static constexpr int row_arrays = 3, key_arrays = 3;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int D = queries.shape.dim;
     const QueryTeam qt = queries.team_of(team);
-    const std::size_t slots = std::size_t(queries.heads) * query_tile;
-    ScratchCursor cur = queries.scratch(team, scratch_bytes(D, queries.heads));
+    ScratchCursor cur = queries.scratch(team, row_arrays, key_arrays);
+    const int D = queries.shape.dim;
+    const std::size_t slots = queries.slots();
     acc* qs = cur.take<acc>(slots * D);
     acc* dos = cur.take<acc>(slots * D);
     acc* dqs = cur.take<acc>(slots * D);
@@ -354,11 +387,9 @@ struct TeamQueryGradientKernel {
     acc* dss = cur.take<acc>(slots * key_tile);
     acc* lses = cur.take<acc>(slots);
     acc* deltas = cur.take<acc>(slots);
-    mask::Token* qtok = cur.take<mask::Token>(query_tile);
-    mask::Token* ktok = cur.take<mask::Token>(key_tile);
-    bool* kvalid = cur.take<bool>(key_tile);
+    const TileTokens tok = TileTokens::take(cur);
     queries.load_rows(
-        team, qt, qs, qtok,
+        team, qt, qs, tok.query,
         [&](const QueryRow& q, const int d) {
           dos[q.slot * D + d] = static_cast<acc>(dout(q.i, q.h, d));
           dqs[q.slot * D + d] = acc(0);
@@ -368,7 +399,7 @@ struct TeamQueryGradientKernel {
           deltas[q.slot] = delta(q.i, q.h);
         });
     queries.for_each_key_tile(
-        team, qt, qtok, kt, ks, vt, static_cast<acc*>(nullptr), ktok, kvalid,
+        team, qt, tok, kt, ks, vt, static_cast<acc*>(nullptr),
         [&](const WindowRange& range, const bool all, const QueryRow& q) {
           const int slot = q.slot;
           const acc* qr = qs + slot * D;
@@ -379,8 +410,7 @@ struct TeamQueryGradientKernel {
           Kokkos::parallel_reduce(
               Kokkos::ThreadVectorRange(team, key_tile),
               [&](const int j, int& n) {
-                const bool vis =
-                    all || (kvalid[j] && visible(queries.mask, range, qtok[q.rr], ktok[j]));
+                const bool vis = all || tok.sees(queries.mask, range, q.rr, j);
                 acc s = 0, dp = 0;
                 for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
                 for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
@@ -425,8 +455,7 @@ struct TeamKeyGradientKernel {
     return 4 * scratch_piece<acc>(std::size_t(key_tile) * dim) +
            2 * scratch_piece<acc>(std::size_t(query_tile) * dim) +
            2 * scratch_piece<acc>(std::size_t(query_tile) * key_tile) +
-           2 * scratch_piece<acc>(query_tile) + scratch_piece<mask::Token>(query_tile) +
-           scratch_piece<mask::Token>(key_tile) + scratch_piece<bool>(key_tile);
+           2 * scratch_piece<acc>(query_tile) + TileTokens::bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
@@ -445,9 +474,7 @@ struct TeamKeyGradientKernel {
     acc* dss = cur.take<acc>(std::size_t(query_tile) * key_tile);
     acc* lses = cur.take<acc>(query_tile);
     acc* deltas = cur.take<acc>(query_tile);
-    mask::Token* qtok = cur.take<mask::Token>(query_tile);
-    mask::Token* ktok = cur.take<mask::Token>(key_tile);
-    bool* kvalid = cur.take<bool>(key_tile);
+    const TileTokens tok = TileTokens::take(cur);
     const acc scale = static_cast<acc>(in.scale);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, key_tile), [&](const int j) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
@@ -456,7 +483,7 @@ struct TeamKeyGradientKernel {
       });
     });
     stage_key_tile(team, in, hk, D, j0, j0, j0 + nkt, kt, static_cast<acc*>(nullptr), vt,
-                   static_cast<acc*>(nullptr), ktok, kvalid);
+                   static_cast<acc*>(nullptr), tok.key, tok.key_valid);
     // Queries that may see a key of this tile.
     const WindowRange range = window_range(in);
     std::int64_t qlo, qhi;
@@ -471,18 +498,18 @@ struct TeamKeyGradientKernel {
             dos[r * D + d] = static_cast<acc>(dout(i, h, d));
           });
           Kokkos::single(Kokkos::PerThread(team), [&]() {
-            qtok[r] = query_token(in, i);
+            tok.query[r] = query_token(in, i);
             lses[r] = lse(i, h);
             deltas[r] = delta(i, h);
           });
         });
         team.team_barrier();
-        const bool all = tile_fully_visible(mask, range, qtok, nq, ktok, kvalid);
+        const bool all = tok.all_visible(mask, range, nq);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nq), [&](const int r) {
           const acc* qr = qs + r * D;
           const acc* dor = dos + r * D;
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, key_tile), [&](const int j) {
-            const bool vis = all || (kvalid[j] && visible(mask, range, qtok[r], ktok[j]));
+            const bool vis = all || tok.sees(mask, range, r, j);
             acc s = 0, dp = 0;
             for (int d = 0; d < D; ++d) s += qr[d] * kt[d * key_tile + j];
             for (int d = 0; d < D; ++d) dp += dor[d] * vt[d * key_tile + j];
@@ -548,6 +575,24 @@ int heads_per_team(int group, const BytesOf& bytes_of) {
   return 1;
 }
 
+/// Launches a query-tile kernel (the forward or dQ) over every query tile and block of query
+/// heads of `shape`; `make(queries)` builds the kernel from its `TeamQueryTiles`.
+template <class Kernel, class ExecutionSpace, class Mask, class Scalar, class MemorySpace,
+          class Make>
+void launch_query_kernel(const char* label, const ExecutionSpace& space, const Mask& mask,
+                         const AttentionInputs<Scalar, MemorySpace>& in,
+                         const KernelShape<Scalar, MemorySpace>& shape, const Make& make) {
+  const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
+  const auto bytes = [&](int heads) {
+    return Kernel::Tiles::scratch_bytes(shape.dim, heads, Kernel::row_arrays, Kernel::key_arrays);
+  };
+  const int heads = heads_per_team<ExecutionSpace>(shape.group, bytes);
+  Kernel kernel = make(typename Kernel::Tiles{in, mask, shape, tiles, heads, 0});
+  const auto policy = team_kernel_policy(space, tiles * (shape.hq / heads), bytes(heads),
+                                         heads * query_tile, kernel, kernel.queries.level);
+  Kokkos::parallel_for(label, policy, kernel);
+}
+
 /// Forward attention with the portable team kernels (see `attention_forward`).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void portable_attention_forward(
@@ -558,14 +603,10 @@ void portable_attention_forward(
   if (shape.tq == 0 || shape.hq == 0) return;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using Kernel = TeamForwardKernel<Scalar, MemorySpace, Mask, Member>;
-  const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
-  const int heads = heads_per_team<ExecutionSpace>(
-      shape.group, [&](int n) { return Kernel::scratch_bytes(shape.dim, n); });
-  Kernel kernel{{in, mask, shape, tiles, heads, 0}, out, lse};
-  const auto policy =
-      team_kernel_policy(space, tiles * (shape.hq / heads), Kernel::scratch_bytes(shape.dim, heads),
-                         heads * query_tile, kernel, kernel.queries.level);
-  Kokkos::parallel_for("ctxpar::swa::attention_forward", policy, kernel);
+  launch_query_kernel<Kernel>("ctxpar::swa::attention_forward", space, mask, in, shape,
+                              [&](const typename Kernel::Tiles& queries) {
+                                return Kernel{queries, out, lse};
+                              });
 }
 
 /// Backward attention with the portable team kernels (see `attention_backward`), given the row
@@ -583,14 +624,10 @@ void portable_attention_backward(
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   if (shape.tq > 0 && shape.hq > 0) {
     using Kernel = TeamQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
-    const std::int64_t tiles = (shape.tq + query_tile - 1) / query_tile;
-    const int heads = heads_per_team<ExecutionSpace>(
-        shape.group, [&](int n) { return Kernel::scratch_bytes(shape.dim, n); });
-    Kernel kernel{{in, mask, shape, tiles, heads, 0}, dout, lse, delta, dq};
-    const auto policy = team_kernel_policy(space, tiles * (shape.hq / heads),
-                                           Kernel::scratch_bytes(shape.dim, heads),
-                                           heads * query_tile, kernel, kernel.queries.level);
-    Kokkos::parallel_for("ctxpar::swa::attention_backward_dq", policy, kernel);
+    launch_query_kernel<Kernel>("ctxpar::swa::attention_backward_dq", space, mask, in, shape,
+                                [&](const typename Kernel::Tiles& queries) {
+                                  return Kernel{queries, dout, lse, delta, dq};
+                                });
   }
   if (shape.nk > 0 && shape.hkv > 0) {
     using Kernel = TeamKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
