@@ -209,11 +209,12 @@ void fill_hashed(const View& v, std::uint64_t seed, double scale, double shift =
 // steady-state `GdpContextParallel::forward` (`backward`) against the gated delta product backend's
 // `forward_apply` (`backward_apply`) on head-sharded inputs of the shape the layer hands it
 // ([T, M, H, N] keys, [T, M, H, d] values, ...), with a kept saved bundle and a zero boundary
-// state, as `GdpLayerCore` calls it, and no transpose. The layer keeps its q, k, v, β, g private:
-// the kernels get the layer's β and log-gates recomputed from the same x and parameters, and q, k,
-// v of the same shapes (unit-norm keys). What the step adds: the transposes (local copies at
-// P = 1), parameter slicing and gradient folding, the conv and SiLU, the split and L2
-// normalisation, the gates, and their backward. Target at most 1.25.
+// state, as the layer's core (`heads::impl::GdpLayerCore`, `heads/impl/gdp_layer_core.hpp`) calls
+// it, and no transpose. The layer keeps its q, k, v, β, g private: the kernels get the layer's β
+// and log-gates recomputed from the same x and parameters, and q, k, v of the same shapes
+// (unit-norm keys). What the step adds: the transposes (local copies at P = 1), parameter slicing
+// and gradient folding, the conv and SiLU, the split and L2 normalisation, the gates, and their
+// backward. Target at most 1.25.
 cb::Record step_vs_kernel_case(const ch::GdpShape& s, std::int64_t t, int chunk, int repeats) {
   MPI_Comm solo_comm;
   MPI_Comm_split(MPI_COMM_SELF, 0, 0, &solo_comm);

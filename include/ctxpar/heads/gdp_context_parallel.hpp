@@ -18,10 +18,16 @@
 #include "ctxpar/comm/reduce.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/heads/channel_layout.hpp"
-#include "ctxpar/heads/gdp_layer.hpp"
+#include "ctxpar/heads/impl/gdp_layer_core.hpp"
 #include "ctxpar/heads/transpose_plan.hpp"
 
 namespace ctxpar::heads {
+
+/// Numerical options of the layer.
+struct GdpOptions {
+  double l2_eps = 1e-6;  ///< added to the squared norm of q and k before the square root
+  int chunk_size = 64;   ///< tokens per chunk of the chunkwise recurrence kernel
+};
 
 /// The full (`P = 1`) parameters of the layer, or their gradients: `conv_weight [C_conv, w]`,
 /// `conv_bias [C_conv]` over `[V | K | Q]`, `dt_bias [H]`, `a_log [H]`, and the skip term `d`
@@ -56,7 +62,7 @@ template <class Scalar, class MemorySpace>
 struct GdpSaved {
   Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace> u;  ///< `[T, C_local]` head-parallel x
   GdpParameters<Scalar, MemorySpace> local;  ///< this rank's slices of the forward's parameters
-  GdpLayerSaved<Scalar, MemorySpace> core;   ///< the layer core's activations
+  impl::GdpLayerSaved<Scalar, MemorySpace> core;  ///< the layer core's activations
   /// Whether a `forward` completed into this object.
   bool filled() const { return core.filled; }
 };
@@ -160,7 +166,8 @@ class GdpContextParallel {
     dims_.off_v = in.local_offset(in.find("V"), b, me);
     dims_.off_b = in.local_offset(in.find("b"), b, me);
     dims_.off_a = in.local_offset(in.find("a"), b, me);
-    core_ = GdpLayerCore<Scalar, MemorySpace>(dims_, pre_.cu_seqlens(), options);
+    core_ = impl::GdpLayerCore<Scalar, MemorySpace>(dims_, pre_.cu_seqlens(), options.l2_eps,
+                                                    options.chunk_size);
 
     ctxpar::impl::upload(shape.conv_layout().channel_map(b, me), conv_map_,
                          "ctxpar::heads::conv_map");
@@ -481,7 +488,7 @@ class GdpContextParallel {
   HostIsa host_isa_ = HostIsa::baseline;
   plan_type pre_, post_;
   impl::LocalDims dims_;
-  GdpLayerCore<Scalar, MemorySpace> core_;
+  impl::GdpLayerCore<Scalar, MemorySpace> core_;
   index_view conv_map_, head_map_, channel_map_;
   parameters local_grad_;
   matrix du_, y_, z_, dy_, dz_;

@@ -1,11 +1,11 @@
 /// \file
-/// `GdpLayerCore`: the Gated Delta Product layer core on head-sharded data — causal depthwise conv
-/// (zero initial state per sequence) → SiLU → split V, K, Q, b, a → β = sigmoid(b),
-/// g = −exp(A_log)·softplus(a + dt_bias) → L2-normalised q, k → the gated delta product
-/// recurrence per head over the whole sequence (the chunkwise GDP backend of mechanism B, called
-/// on the rank's whole sequence) → y, plus the skip term `D ⊙ x_V` when the layer has one (x_V:
-/// householder copy 0 of V after conv and SiLU) — forward and backward. No communication: every
-/// rank runs it on the heads it owns.
+/// `impl::GdpLayerCore`, the layer core inside `GdpContextParallel` (not public API): the Gated
+/// Delta Product layer core on head-sharded data — causal depthwise conv (zero initial state per
+/// sequence) → SiLU → split V, K, Q, b, a → β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias)
+/// → L2-normalised q, k → the gated delta product recurrence per head over the whole sequence (the
+/// chunkwise GDP backend of mechanism B, called on the rank's whole sequence) → y, plus the skip
+/// term `D ⊙ x_V` when the layer has one (x_V: householder copy 0 of V after conv and SiLU) —
+/// forward and backward. No communication: every rank runs it on the heads it owns.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -24,13 +24,7 @@
 #include "ctxpar/expr/expr.hpp"
 #include "ctxpar/heads/impl/layer_kernels.hpp"
 
-namespace ctxpar::heads {
-
-/// Numerical options of the GDP layer core.
-struct GdpOptions {
-  double l2_eps = 1e-6;  ///< added to the squared norm of q and k before the square root
-  int chunk_size = 64;   ///< tokens per chunk of the chunkwise recurrence kernel
-};
+namespace ctxpar::heads::impl {
 
 /// What `GdpLayerCore::backward` reads from one `forward`: the activations of the conv, the
 /// normalisation and the recurrence, and views of that forward's input and parameter slices.
@@ -81,9 +75,10 @@ class GdpLayerCore {
 
   GdpLayerCore() = default;
   /// `T` of `cu_seqlens` after checking that it starts at 0 and never decreases (local `Error`
-  /// otherwise: the per-token tables below are indexed by it).
+  /// otherwise: the per-token tables below are indexed by it). Errors name `GdpContextParallel`,
+  /// the operator users call, as does the accessibility check of `forward`.
   static std::int64_t checked_tokens(const std::vector<std::int64_t>& cu) {
-    const std::string op = "ctxpar::heads::GdpLayerCore";
+    const std::string op = "ctxpar::heads::GdpContextParallel";
     require_local(!cu.empty() && cu.front() == 0, op, "cu_seqlens must start with 0",
                   "cu_seqlens[0] = 0",
                   cu.empty() ? std::string("an empty cu_seqlens")
@@ -97,10 +92,10 @@ class GdpLayerCore {
     return cu.back();
   }
   /// `dims`: this rank's heads and groups; `cu_seqlens`: natural-order sequence boundaries over
-  /// `T = cu_seqlens.back()` tokens.
-  GdpLayerCore(const impl::LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens,
-               const GdpOptions& options = {})
-      : dims_(dims), tokens_(checked_tokens(cu_seqlens)), eps_(options.l2_eps) {
+  /// `T = cu_seqlens.back()` tokens; `l2_eps`, `chunk_size`: the plan's `GdpOptions`.
+  GdpLayerCore(const LocalDims& dims, const std::vector<std::int64_t>& cu_seqlens, double l2_eps,
+               int chunk_size)
+      : dims_(dims), tokens_(checked_tokens(cu_seqlens)), eps_(l2_eps) {
     const std::int64_t t = tokens_;
     seq_start_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_start", t);
     seq_end_ = Kokkos::View<std::int64_t*, MemorySpace>("ctxpar::heads::seq_end", t);
@@ -120,7 +115,7 @@ class GdpLayerCore {
       if (cu_seqlens[q] > cu.back()) cu.push_back(cu_seqlens[q]);
     if (t > 0) seqs_ = chunkwise::LocalSequences::from_cu_seqlens(cu);
     chunkwise::BackendOptions bo;
-    bo.chunk_size = options.chunk_size;
+    bo.chunk_size = chunk_size;
     backend_ = backend_type(dims.copies, bo);
     // The recurrence's per-shape chunk table, once: every forward and backward reads it.
     if (t > 0 && dims.heads > 0)
@@ -128,7 +123,7 @@ class GdpLayerCore {
   }
 
   /// Local sizes.
-  const impl::LocalDims& dims() const { return dims_; }
+  const LocalDims& dims() const { return dims_; }
   /// Tokens `T`.
   std::int64_t tokens() const { return tokens_; }
 
@@ -166,7 +161,7 @@ class GdpLayerCore {
   void forward(const ExecutionSpace& space, const matrix& u, const matrix& conv_w,
                const vector& conv_b, const vector& dt_bias, const vector& a_log, const vector& d,
                const matrix& y, const matrix& z, saved_type& saved) {
-    CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::GdpLayerCore::forward", ExecutionSpace, matrix);
+    CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::GdpContextParallel::forward", ExecutionSpace, matrix);
     compat::ScopedRegion region("ctxpar::heads::layer_forward");
     saved.filled = false;
     if (!fits(saved)) size_saved(saved);
@@ -184,10 +179,10 @@ class GdpLayerCore {
     }
     const std::int64_t cc = dims_.conv_channels();
     Kokkos::parallel_for("ctxpar::heads::transpose_conv_taps", p1(space, 0, cc),
-                         impl::TransposeTaps<matrix, matrix>{conv_w, saved.taps});
+                         TransposeTaps<matrix, matrix>{conv_w, saved.taps});
     using conv_kernel =
-        impl::ConvForward<matrix, matrix, vector, matrix, Kokkos::View<std::int64_t*, MemorySpace>>;
-    using split_kernel = impl::SplitNormalize<matrix, tensor3, tensor3, tensor3>;
+        ConvForward<matrix, matrix, vector, matrix, Kokkos::View<std::int64_t*, MemorySpace>>;
+    using split_kernel = SplitNormalize<matrix, tensor3, tensor3, tensor3>;
     const std::int64_t block = conv_channel_block<ExecutionSpace>();
     const conv_kernel conv{u,          saved.taps,  conv_b, saved.pre, saved.act,
                            seq_start_, dims_.off_v, cc,     block,     dims_.width};
@@ -195,16 +190,15 @@ class GdpLayerCore {
     const split_kernel split{saved.act, saved.rnorm, saved.k, saved.q, saved.v, dims_, eps_, !host};
     if constexpr (host) {
       // One pass per token over the row in cache (conv, SiLU, norms, q̂, k̂, v, z).
-      Kokkos::parallel_for(
-          "ctxpar::heads::conv_split_z", p1(space, 0, t),
-          impl::ConvSplitForward<conv_kernel, split_kernel, matrix>{conv, split, z});
+      Kokkos::parallel_for("ctxpar::heads::conv_split_z", p1(space, 0, t),
+                           ConvSplitForward<conv_kernel, split_kernel, matrix>{conv, split, z});
     } else {
-      Kokkos::parallel_for("ctxpar::heads::conv_silu",
-                           p1(space, 0, impl::channel_items(t, cc, block)), conv);
+      Kokkos::parallel_for("ctxpar::heads::conv_silu", p1(space, 0, channel_items(t, cc, block)),
+                           conv);
       Kokkos::parallel_for("ctxpar::heads::split_l2norm", p1(space, 0, t), split);
       if (dims_.d_inner() > 0)
         Kokkos::parallel_for("ctxpar::heads::copy_z", p2(space, {0, 0}, {t, dims_.d_inner()}),
-                             impl::CopyColumns<matrix, matrix>{u, z, 0});
+                             CopyColumns<matrix, matrix>{u, z, 0});
     }
     gates_forward(space, u, a_log, dt_bias, saved);
     const tensor3 y3(y.data(), t, dims_.heads, dims_.headdim);
@@ -252,7 +246,7 @@ class GdpLayerCore {
     // gradient joining dx_V (the skip term reads x_V) and SiLU's backward, fused at the store.
     Kokkos::parallel_for(
         "ctxpar::heads::l2norm_silu_backward", p1(space, 0, t),
-        impl::SplitNormalizeBackward<matrix, tensor3, tensor3, tensor3, matrix, matrix, vector>{
+        SplitNormalizeBackward<matrix, tensor3, tensor3, tensor3, matrix, matrix, vector>{
             saved.act, saved.pre, saved.rnorm, grads_.k, grads_.q, grads_.v, dact_, dy, saved.d,
             dims_});
     if (dims_.skip != SkipTerm::none && dims_.d_inner() > 0) {
@@ -260,18 +254,18 @@ class GdpLayerCore {
       const int width = dims_.skip == SkipTerm::per_head ? dims_.headdim : 1;
       Kokkos::parallel_for(
           "ctxpar::heads::skip_grad", p1(space, 0, static_cast<std::int64_t>(dd.extent(0))),
-          impl::SkipGrad<matrix, strided_matrix, vector>{dy, values_copy0(saved), dd, t, width});
+          SkipGrad<matrix, strided_matrix, vector>{dy, values_copy0(saved), dd, t, width});
     }
     const std::int64_t cc = dims_.conv_channels();
     if (cc > 0) {
       Kokkos::parallel_for(
           "ctxpar::heads::conv_backward_input",
-          p1(space, 0, impl::channel_items(t, cc, conv_channel_block<ExecutionSpace>())),
-          impl::ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
+          p1(space, 0, channel_items(t, cc, conv_channel_block<ExecutionSpace>())),
+          ConvBackwardInput<matrix, matrix, matrix, Kokkos::View<std::int64_t*, MemorySpace>>{
               dact_, saved.taps, du, seq_end_, dims_.off_v, cc,
               conv_channel_block<ExecutionSpace>(), dims_.width});
-      using weights_kernel = impl::ConvBackwardWeights<matrix, matrix, matrix, vector,
-                                                       Kokkos::View<std::int64_t*, MemorySpace>>;
+      using weights_kernel = ConvBackwardWeights<matrix, matrix, matrix, vector,
+                                                 Kokkos::View<std::int64_t*, MemorySpace>>;
       const int block =
           ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> ? weights_kernel::max_block : 1;
       Kokkos::parallel_for("ctxpar::heads::conv_backward_weights",
@@ -280,13 +274,13 @@ class GdpLayerCore {
                                           t, dims_.width, cc, block});
     }
     gates_backward(space, saved, du);
-    Kokkos::parallel_for("ctxpar::heads::gate_param_grads",
-                         Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
-                         impl::GateParamGrads<matrix, matrix, vector>{du, grads_.g, saved.g,
-                                                                      ddt_bias, da_log, dims_, t});
+    Kokkos::parallel_for(
+        "ctxpar::heads::gate_param_grads",
+        Kokkos::RangePolicy<ExecutionSpace>(space, 0, dims_.heads),
+        GateParamGrads<matrix, matrix, vector>{du, grads_.g, saved.g, ddt_bias, da_log, dims_, t});
     if (dims_.d_inner() > 0)
       Kokkos::parallel_for("ctxpar::heads::copy_dz", p2(space, {0, 0}, {t, dims_.d_inner()}),
-                           impl::CopyIntoColumns<matrix, matrix>{dz, du, 0});
+                           CopyIntoColumns<matrix, matrix>{dz, du, 0});
   }
 
  private:
@@ -297,7 +291,7 @@ class GdpLayerCore {
   // channel where the portable kernels run (GPUs, and every space of a portable build).
   template <class ExecutionSpace>
   static constexpr std::int64_t conv_channel_block() {
-    return ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> ? impl::host_channel_block : 1;
+    return ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> ? host_channel_block : 1;
   }
 
   // x_V, householder copy 0 of the values after conv and SiLU, as `[T, H, d]` and `[T, H·d]`:
@@ -349,13 +343,13 @@ class GdpLayerCore {
     const std::int64_t t = tokens_, mh = std::int64_t(dims_.copies) * dims_.heads;
     const matrix beta(saved.beta.data(), t, mh);
     ctxpar::assign(space, beta,
-                   impl::gate_sigmoid(expr::view(Kokkos::subview(
+                   gate_sigmoid(expr::view(Kokkos::subview(
                        u, Kokkos::ALL, Kokkos::make_pair(dims_.off_b, dims_.off_b + mh)))));
     const auto ua =
         Kokkos::subview(u, Kokkos::ALL, Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads));
     ctxpar::assign(space, saved.g,
                    -expr::exp(expr::broadcast<0>(a_log, t)) *
-                       impl::gate_softplus(expr::view(ua) + expr::broadcast<0>(dt_bias, t)));
+                       gate_softplus(expr::view(ua) + expr::broadcast<0>(dt_bias, t)));
   }
   // Backward of `gates_forward` into the b and a sections of `du`.
   template <class ExecutionSpace>
@@ -371,7 +365,7 @@ class GdpLayerCore {
         space,
         Kokkos::subview(du, Kokkos::ALL, Kokkos::make_pair(dims_.off_a, dims_.off_a + dims_.heads)),
         -expr::view(grads_.g) * expr::exp(expr::broadcast<0>(saved.a_log, t)) *
-            impl::gate_sigmoid(expr::view(ua) + expr::broadcast<0>(saved.dt_bias, t)));
+            gate_sigmoid(expr::view(ua) + expr::broadcast<0>(saved.dt_bias, t)));
   }
 
   // The recurrence over the whole local sequence for every local head: the chunkwise GDP backend
@@ -429,7 +423,7 @@ class GdpLayerCore {
     matrix beta, g;   // [T·M, H], [T, H]
   };
 
-  impl::LocalDims dims_;
+  LocalDims dims_;
   std::int64_t tokens_ = 0;
   double eps_ = 1e-6;
   Kokkos::View<std::int64_t*, MemorySpace> seq_start_, seq_end_;
@@ -441,4 +435,4 @@ class GdpLayerCore {
   chunkwise::state_view<MemorySpace> zero_;
 };
 
-}  // namespace ctxpar::heads
+}  // namespace ctxpar::heads::impl
