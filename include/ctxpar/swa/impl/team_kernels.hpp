@@ -219,8 +219,7 @@ struct TeamQueryTiles {
 
   /// Stages each key tile that a query of `qt` (its tokens in `tok.query`) may see, in increasing
   /// order, into the layouts given and `tok` (`stage_key_tile`), then calls `body(range, all, row)`
-  /// for every row of `qt`
-  /// (`all`: every pair of the tile is visible) and waits for the team.
+  /// for every row of `qt` (`all`: every pair of the tile is visible) and waits for the team.
   template <class Member, class T, class Body>
   KOKKOS_INLINE_FUNCTION void for_each_key_tile(const Member& team, const QueryTeam& qt,
                                                 const TileTokens& tok, T* kt, T* ks, T* vt, T* vs,
