@@ -139,3 +139,48 @@ function(ctxpar_add_isa_twins)
       ENVIRONMENT CTXPAR_HOST_ISA=${isa} CTXPAR_TEST_ISA_TWIN=1)
   endforeach()
 endfunction()
+
+# ctxpar_add_device_entries(TARGET <test executable> LABELS ... [TYPED] [TIMEOUT s] [RANKS np...]):
+# in a CUDA or HIP build, what of the executable runs on the device, under the `device` label at
+# np 1 and 2 unless RANKS says otherwise (ranks share the GPU), so `ctest -N -L device` lists every mechanism's device cases and
+# `ctest -L device` runs them on a GPU. TYPED: the executable's typed cases list the device space
+# (ctxpar::test::cases / execution_spaces); new entries <TARGET>_device_np1/2 run only those, by
+# Boost.Test's name filter on the space's name at the three suite depths the tests use (a filter
+# that matches nothing fails the entry, so a device case lost from the list cannot pass
+# unnoticed). Otherwise the executable runs on Kokkos::DefaultExecutionSpace, which is the device:
+# its plain entries <TARGET>_np1/2 (TARGET may name entries of another executable, e.g. the CLI's)
+# take the label. No-op in a host build.
+function(ctxpar_add_device_entries)
+  cmake_parse_arguments(ARG "TYPED" "TARGET;TIMEOUT" "LABELS;RANKS" ${ARGN})
+  if(Kokkos_ENABLE_CUDA)
+    set(device Cuda)
+  elseif(Kokkos_ENABLE_HIP)
+    set(device HIP)
+  else()
+    return()
+  endif()
+  if(NOT ARG_RANKS)
+    set(ARG_RANKS 1 2)
+  endif()
+  set(ranks)
+  foreach(np IN LISTS ARG_RANKS)
+    if(np IN_LIST CTXPAR_TEST_DEFAULT_RANKS)
+      list(APPEND ranks ${np})
+    endif()
+  endforeach()
+  if(NOT ARG_TYPED)
+    foreach(np IN LISTS ranks)
+      if(TEST ${ARG_TARGET}_np${np})
+        set_property(TEST ${ARG_TARGET}_np${np} APPEND PROPERTY LABELS device)
+      endif()
+    endforeach()
+    return()
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  # Boost.Test spells Kokkos::Cuda as Kokkos__Cuda (Kokkos::Experimental::HIP in Kokkos 3).
+  set(name "*__${device}*")
+  ctxpar_register_mpi_test(${ARG_TARGET}_device ${ARG_TARGET} LABELS ${ARG_LABELS} device
+    TIMEOUT ${ARG_TIMEOUT} RANKS ${ranks} NO_EXTENDED ARGS "--run_test=${name}:*/${name}:*/*/${name}")
+endfunction()

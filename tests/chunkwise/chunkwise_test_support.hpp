@@ -105,8 +105,9 @@ inline std::vector<Range> owned_rows(const cw::SequenceLayout& plan, int r) {
 
 /// Runs the CP forward and backward of adapter `A` on `group` for `prob`, returning the rank's
 /// outputs and gradients scattered into global-size arrays (rows the rank does not own are 0) and
-/// the state arrays every rank receives.
-template <class A, class Policy, class Exec = Kokkos::DefaultHostExecutionSpace>
+/// the state arrays every rank receives. Runs on the execution space of the adapter's memory space
+/// unless `Exec` names another.
+template <class A, class Policy, class Exec = typename A::backend::memory_space::execution_space>
 Result run_cp(const Group& group, const typename A::problem& prob, const CaseOptions& opt,
               std::vector<Range>* rows_out = nullptr) {
   using backend_t = typename A::backend;

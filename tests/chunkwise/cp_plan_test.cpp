@@ -18,7 +18,8 @@ using ctxpar::test::world;
 
 namespace {
 
-using exec = Kokkos::DefaultHostExecutionSpace;
+// The default space: the device in a CUDA/HIP build (the views are read through mirrors).
+using exec = Kokkos::DefaultExecutionSpace;
 using mem = exec::memory_space;
 using backend_t = cw::ScalarDecayBackend<float, mem>;
 constexpr std::int64_t H = 2, K = 4, V = 3;

@@ -18,7 +18,8 @@ using ctxpar::test::world;
 
 namespace {
 
-using mem = Kokkos::DefaultHostExecutionSpace::memory_space;
+// The default space: the device in a CUDA/HIP build.
+using mem = Kokkos::DefaultExecutionSpace::memory_space;
 
 std::string describe(const std::string& family, const std::string& scalar,
                      const std::string& policy, const cwt::CaseOptions& o,
@@ -182,7 +183,7 @@ BOOST_AUTO_TEST_CASE(oracle_gradients_match_finite_differences) {
 }
 
 #ifdef KOKKOS_ENABLE_SERIAL
-// The same driver on the Serial backend (the other tests run on the default host space).
+// The same driver on the Serial backend (the other tests run on the default space).
 BOOST_AUTO_TEST_CASE(serial_execution_space) {
   using adapter = cwt::DecayAdapter<double, Kokkos::Serial::memory_space, true>;
   const auto& group = world();

@@ -40,9 +40,10 @@ inline GdCpProblem make_cp_problem(std::uint64_t seed, const std::vector<std::in
   return c;
 }
 
-template <class Scalar, bool Product>
+template <class Scalar, bool Product,
+          class MemorySpace = Kokkos::DefaultHostExecutionSpace::memory_space>
 struct GdAdapter {
-  using family = gd::Family<Scalar, Kokkos::DefaultHostExecutionSpace::memory_space, Product>;
+  using family = gd::Family<Scalar, MemorySpace, Product>;
   using backend = typename family::backend;
   using problem = GdCpProblem;
 

@@ -25,7 +25,11 @@ using ctxpar::test::world;
 namespace {
 
 using cwt::bounds;
-using cwt::GdAdapter;
+// On the default space: the device in a CUDA/HIP build (the launch-count test stays on the host,
+// whose kernels it counts).
+template <class Scalar, bool Product>
+using GdAdapter = cwt::GdAdapter<Scalar, Product, Kokkos::DefaultExecutionSpace::memory_space>;
+using HostGdAdapter = cwt::GdAdapter<double, false>;
 using cwt::GdCpProblem;
 using cwt::make_cp_problem;
 using cwt::oracle;
@@ -197,7 +201,7 @@ void ignore_end(std::uint64_t) {}
 // through it). The summary bytes on the wire do not change, and the results are the ones
 // gated_delta_rule_cp_matches_oracle_and_single_rank checks.
 BOOST_AUTO_TEST_CASE(gated_delta_driver_does_only_the_work_the_composition_reads) {
-  using adapter = GdAdapter<double, false>;
+  using adapter = HostGdAdapter;
   const auto& group = world();
   const int p = group.size(), r = group.rank();
   const bool first = r == 0, last = r == p - 1, single = p == 1;

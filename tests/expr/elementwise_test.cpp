@@ -261,7 +261,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gate_with_broadcast_bias, Case, ctxpar::test::case
                  ex::exp(-ex::exp(ex::broadcast<0>(a_log, tokens)) *
                          ex::softplus(ex::view(a) + ex::broadcast<0>(dt_bias, tokens))));
   space.fence();
-  auto hl = host(a_log), hb = host(dt_bias), ha = host(a), hg = host(g);
+  const auto hl = host(a_log);
+  const auto hb = host(dt_bias);
+  const auto ha = host(a);
+  const auto hg = host(g);
   auto softplus = [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); };
   const bool ok = check_2d(
       "gate", hg,
@@ -298,7 +301,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rope_and_silu_gate_rank3, Case, ctxpar::test::case
       space, out,
       ex::view(x1) * ex::broadcast<1>(cs, heads) - ex::view(x2) * ex::broadcast<1>(sn, heads));
   space.fence();
-  auto h1 = host(x1), h2 = host(x2), hc = host(cs), hs = host(sn), ho = host(out);
+  const auto h1 = host(x1);
+  const auto h2 = host(x2);
+  const auto hc = host(cs);
+  const auto hs = host(sn);
+  const auto ho = host(out);
   bool ok = check_3d(
       "rope", ho,
       [&](std::int64_t t, std::int64_t h, std::int64_t d) {
@@ -331,7 +338,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(broadcast_along_every_axis, Case, ctxpar::test::ca
   bool ok = true;
   auto v = make_view<Case, T*>("v", 41, identity, 5);
   auto m = make_view<Case, T**>("m", 42, identity, 4, 5);
-  auto hv = host(v), hm = host(m);
+  const auto hv = host(v);
+  const auto hm = host(m);
   auto exact = [](auto...) { return 0.0; };
   Kokkos::View<T**, M> r0("r0", 3, 5), r1("r1", 5, 3);
   ctxpar::assign(space, r0, ex::broadcast<0>(v, 3));

@@ -401,8 +401,10 @@ BOOST_AUTO_TEST_CASE(layer_options) {
       {"options.l2_eps must be finite and positive", [nan](ch::GdpOptions& o) { o.l2_eps = nan; }},
       {"options.chunk_size must be positive", [](ch::GdpOptions& o) { o.chunk_size = 0; }},
       {"options.chunk_size must be positive", [](ch::GdpOptions& o) { o.chunk_size = -3; }}};
-  for (const auto& [needle, spoil] : faults) {
-    each_bad_rank_or_all(needle, [&](int bad) {
+  for (const auto& fault : faults) {
+    // Named members, not structured bindings: a lambda may capture those only from C++20.
+    const auto& spoil = fault.second;
+    each_bad_rank_or_all(fault.first, [&](int bad) {
       ch::GdpOptions o;
       if (bad < 0 || me == bad) spoil(o);
       gdp_plan cp(exec_space(), world(), s, t, {}, o);

@@ -340,7 +340,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(documents_are_isolated, Case, ctxpar::test::cases)
       for (std::int64_t d = 0; d < spec.dim; ++d) dout(i, h, d) = s.dout(i, h, d);
   auto g = ctxpar::swa::impl::reference_step_backward(space, a.state,
                                                       ts::to_view<Scalar, Mem>(dout, 0, 45));
-  for (const auto& view : {g.dq, g.dk, g.dv}) {
+  // A named array, not a braced list: nvcc's front end rewrites a range-for over a braced list
+  // into code its host compiler cannot parse.
+  const std::array<decltype(g.dq), 3> gradients{g.dq, g.dk, g.dv};
+  for (const auto& view : gradients) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
     const std::size_t per = h.extent(1) * h.extent(2);
     for (std::size_t i = 0; i < h.span(); ++i) {

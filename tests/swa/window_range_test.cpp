@@ -22,6 +22,14 @@ bool in_window(std::int64_t window, std::int64_t q, std::int64_t k) {
   return k <= q && (window == 0 || k > q - window);
 }
 
+// Positions read by index, callable where WindowRange calls them (host and device functions):
+// under nvcc a host lambda there draws "calling a __host__ function from a __host__ __device__
+// function".
+struct PositionsAt {
+  const std::int64_t* data;
+  KOKKOS_INLINE_FUNCTION std::int64_t operator()(std::int64_t i) const { return data[i]; }
+};
+
 std::vector<std::int64_t> sorted_positions(std::mt19937_64& rng, int n) {
   std::uniform_int_distribution<std::int64_t> gap(1, 4), start(0, 9);
   std::vector<std::int64_t> pos(static_cast<std::size_t>(n));
@@ -58,8 +66,7 @@ BOOST_AUTO_TEST_CASE(window_range_matches_a_brute_force_scan) {
     for (int trial = 0; trial < 40; ++trial) {
       const auto kpos = sorted_positions(rng, 1 + trial % 23);
       const auto qpos = sorted_positions(rng, 1 + trial % 17);
-      const auto kat = [&](std::int64_t i) { return kpos[static_cast<std::size_t>(i)]; };
-      const auto qat = [&](std::int64_t i) { return qpos[static_cast<std::size_t>(i)]; };
+      const PositionsAt kat{kpos.data()}, qat{qpos.data()};
       const std::int64_t nk = static_cast<std::int64_t>(kpos.size());
       const std::int64_t nq = static_cast<std::int64_t>(qpos.size());
       // Single pairs.
