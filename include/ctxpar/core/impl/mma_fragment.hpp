@@ -1,0 +1,119 @@
+/// \file
+/// The warp-level tensor-core product `D = A·B + C` of shape m16n8k16 (A 16×16 and B 16×8 in
+/// bfloat16, C and D 16×8 in fp32): which lane of the 32 holds which element of A, B and C (the
+/// fragment layout of PTX's `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, NVIDIA sm_80
+/// and later), the per-lane loads and stores that follow it, and the instruction itself.
+///
+/// The layout is written once, here, as index functions; the loads, the stores and the host
+/// emulation of the instruction all read it. On a CUDA device of compute capability 8.0 or more
+/// `mma` is the instruction (inline PTX); everywhere else `emulate_warp_mma` computes what it
+/// computes for all 32 lanes at once, so the data movement around it runs, and is tested, in CPU
+/// CI through the same source.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+#include "ctxpar/core/bfloat16.hpp"
+
+namespace ctxpar::impl {
+
+/// Shape and fragment layout of the m16n8k16 bfloat16 product with fp32 accumulation. Lane `l`
+/// belongs to group `l / 4` (a row of C) and holds, in group order, the column pair `2·(l % 4)`.
+struct MmaM16N8K16 {
+  static constexpr int m = 16, n = 8, k = 16;
+  static constexpr int lanes = 32;
+  /// Elements each lane holds: 8 of A (4 registers of two), 4 of B (2 registers), 4 of C.
+  static constexpr int a_per_lane = 8, b_per_lane = 4, c_per_lane = 4;
+
+  /// Row of A held by lane `lane` as its element `i` (0..7).
+  KOKKOS_INLINE_FUNCTION static constexpr int a_row(int lane, int i) {
+    return lane / 4 + ((i / 2) % 2) * 8;
+  }
+  /// Column of A held by lane `lane` as its element `i`.
+  KOKKOS_INLINE_FUNCTION static constexpr int a_col(int lane, int i) {
+    return (lane % 4) * 2 + i % 2 + (i / 4) * 8;
+  }
+  /// Row (the inner index) of B held by lane `lane` as its element `i` (0..3).
+  KOKKOS_INLINE_FUNCTION static constexpr int b_row(int lane, int i) {
+    return (lane % 4) * 2 + i % 2 + (i / 2) * 8;
+  }
+  /// Column of B held by lane `lane` as its element `i`.
+  KOKKOS_INLINE_FUNCTION static constexpr int b_col(int lane, int /*i*/) { return lane / 4; }
+  /// Row of C (and D) held by lane `lane` as its element `i` (0..3).
+  KOKKOS_INLINE_FUNCTION static constexpr int c_row(int lane, int i) {
+    return lane / 4 + (i / 2) * 8;
+  }
+  /// Column of C (and D) held by lane `lane` as its element `i`.
+  KOKKOS_INLINE_FUNCTION static constexpr int c_col(int lane, int i) {
+    return (lane % 4) * 2 + i % 2;
+  }
+};
+
+/// Lane `lane`'s elements of a row-major 16×16 tile of A: `A(r, c) = tile[r·ld + c]`.
+KOKKOS_INLINE_FUNCTION void load_a(int lane, const bfloat16* tile, int ld, bfloat16 (&a)[8]) {
+  for (int i = 0; i < MmaM16N8K16::a_per_lane; ++i)
+    a[i] = tile[MmaM16N8K16::a_row(lane, i) * ld + MmaM16N8K16::a_col(lane, i)];
+}
+
+/// Lane `lane`'s elements of a 16×8 tile of B stored column by column (`B(p, j) = tile[j·ld + p]`:
+/// the rows of a K tile are the columns of Kᵀ, so `S = Q·Kᵀ` reads K as it lies).
+KOKKOS_INLINE_FUNCTION void load_b(int lane, const bfloat16* tile, int ld, bfloat16 (&b)[4]) {
+  for (int i = 0; i < MmaM16N8K16::b_per_lane; ++i)
+    b[i] = tile[MmaM16N8K16::b_col(lane, i) * ld + MmaM16N8K16::b_row(lane, i)];
+}
+
+/// Writes lane `lane`'s elements of a 16×8 tile of D into row-major `tile[r·ld + c]`.
+KOKKOS_INLINE_FUNCTION void store_c(int lane, const float (&c)[4], float* tile, int ld) {
+  for (int i = 0; i < MmaM16N8K16::c_per_lane; ++i)
+    tile[MmaM16N8K16::c_row(lane, i) * ld + MmaM16N8K16::c_col(lane, i)] = c[i];
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/// One lane's part of the warp's `D = A·B + C` (every lane of the warp calls it together, as
+/// `mma.sync` requires; `c` is C on entry and D on return). Element pairs `(2j, 2j+1)` of `a`
+/// and `b` are adjacent columns of A and adjacent rows of B, so each pair is one 32-bit register
+/// with the even element in its low half.
+__device__ inline void mma(float (&c)[4], const bfloat16 (&a)[8], const bfloat16 (&b)[4]) {
+  std::uint32_t ra[4], rb[2];
+  for (int j = 0; j < 4; ++j)
+    ra[j] = static_cast<std::uint32_t>(a[2 * j].bits) |
+            (static_cast<std::uint32_t>(a[2 * j + 1].bits) << 16);
+  for (int j = 0; j < 2; ++j)
+    rb[j] = static_cast<std::uint32_t>(b[2 * j].bits) |
+            (static_cast<std::uint32_t>(b[2 * j + 1].bits) << 16);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+}
+#endif
+
+/// What the instruction computes, for the whole warp at once on the host: every lane's `c` gains
+/// `Σ_p A(r, p)·B(p, j)` for each of its elements `(r, j)`, with A and B assembled from the
+/// lanes' fragments through the layout above. Products of two bfloat16 values are exact in fp32;
+/// the sum runs over `p` in increasing order in fp32 (the hardware's order and internal width are
+/// unspecified, so tests bound the difference rather than compare bits).
+inline void emulate_warp_mma(float (&c)[32][4], const bfloat16 (&a)[32][8],
+                             const bfloat16 (&b)[32][4]) {
+  using L = MmaM16N8K16;
+  float A[L::m][L::k] = {}, B[L::k][L::n] = {};
+  for (int lane = 0; lane < L::lanes; ++lane) {
+    for (int i = 0; i < L::a_per_lane; ++i)
+      A[L::a_row(lane, i)][L::a_col(lane, i)] = a[lane][i].to_float();
+    for (int i = 0; i < L::b_per_lane; ++i)
+      B[L::b_row(lane, i)][L::b_col(lane, i)] = b[lane][i].to_float();
+  }
+  for (int lane = 0; lane < L::lanes; ++lane) {
+    for (int i = 0; i < L::c_per_lane; ++i) {
+      const int r = L::c_row(lane, i), j = L::c_col(lane, i);
+      float sum = 0;
+      for (int p = 0; p < L::k; ++p) sum += A[r][p] * B[p][j];
+      c[lane][i] += sum;
+    }
+  }
+}
+
+}  // namespace ctxpar::impl

@@ -1,0 +1,41 @@
+// GPU compile check of the tensor-core tile product (core/impl/mma_fragment.hpp): one warp's
+// m16n8k16 bfloat16 product through the fragment loads, the instruction (sm_80 and later) and the
+// fragment store, with the 32 lanes as the threads of one team. scripts/gpu-compile-check cuda
+// compiles this file once more keeping its PTX and ptxas report, and requires the `mma.sync`
+// instruction in the PTX (HMMA in the SASS where the toolkit has cuobjdump) and no register
+// spills. Nothing here runs.
+#include <Kokkos_Core.hpp>
+
+#include "ctxpar/core/bfloat16.hpp"
+#include "ctxpar/core/impl/mma_fragment.hpp"
+
+namespace ctxpar::gpu_check {
+
+using exec = Kokkos::DefaultExecutionSpace;
+template <class T>
+using Vec = Kokkos::View<T*, exec::memory_space>;
+
+struct WarpProduct {
+  Vec<bfloat16> a, b;
+  Vec<float> d;
+  KOKKOS_INLINE_FUNCTION void operator()(const Kokkos::TeamPolicy<exec>::member_type& team) const {
+    const int lane = team.team_rank();
+    bfloat16 fa[8], fb[4];
+    float fc[4] = {0, 0, 0, 0};
+    impl::load_a(lane, a.data(), 16, fa);
+    impl::load_b(lane, b.data(), 16, fb);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    impl::mma(fc, fa, fb);
+#endif
+    impl::store_c(lane, fc, d.data(), 8);
+  }
+};
+
+void warp_product() {
+  const Vec<bfloat16> a("a", 16 * 16), b("b", 8 * 16);
+  const Vec<float> d("d", 16 * 8);
+  Kokkos::parallel_for("ctxpar::gpu_check::warp_product", Kokkos::TeamPolicy<exec>(1, 32),
+                       WarpProduct{a, b, d});
+}
+
+}  // namespace ctxpar::gpu_check
