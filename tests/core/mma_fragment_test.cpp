@@ -1,24 +1,29 @@
-// The tensor-core fragment layout (core/impl/mma_fragment.hpp) and the bfloat16 storage type
-// (core/bfloat16.hpp) on the host: each layout covers its matrix once with register pairs of
-// adjacent elements, the per-lane loads and stores around the host emulation of the m16n8k16
-// product give A·B + C within the fp32 summation bound of an fp64 product of the same bfloat16
-// inputs, and the bfloat16 rounding agrees with a nearest-value search in double.
+// The tensor-core fragment layout (core/impl/mma_fragment.hpp) and the 16-bit storage types
+// (core/bfloat16.hpp, core/float16.hpp) on the host: each layout covers its matrix once with
+// register pairs of adjacent elements, the per-lane loads and stores around the host emulation of
+// the m16n8k16 product give A·B + C within the fp32 summation bound of an fp64 product of the same
+// 16-bit inputs, and both roundings agree with a nearest-value search in double.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <limits>
 #include <random>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ctxpar/core/bfloat16.hpp"
+#include "ctxpar/core/float16.hpp"
 #include "ctxpar/core/impl/mma_fragment.hpp"
 
 namespace {
 
 using ctxpar::bfloat16;
+using ctxpar::float16;
 using L = ctxpar::impl::MmaM16N8K16;
 
 // How often each element of a rows×cols matrix is named by (row(lane, i), col(lane, i)) over
@@ -57,6 +62,39 @@ std::uint16_t nearest_bfloat16(float x) {
   if (d_up < d_down) return up;
   return (down % 2 == 0) ? down : up;
 }
+
+// Every finite non-negative half as (value, bits), in increasing order, decoded from the IEEE
+// definition in double.
+std::vector<std::pair<double, std::uint16_t>> positive_halves() {
+  std::vector<std::pair<double, std::uint16_t>> all;
+  for (std::uint16_t b = 0; b < 0x7c00u; ++b) {
+    const int exponent = b >> 10, fraction = b & 0x3ff;
+    const double v = exponent == 0 ? std::ldexp(double(fraction), -24)
+                                   : std::ldexp(1.0 + fraction / 1024.0, exponent - 15);
+    all.emplace_back(v, b);
+  }
+  return all;
+}
+
+// The half nearest to x (ties to the even pattern; past 65504 the next value is 2^16 = inf),
+// found by a search over every half.
+std::uint16_t nearest_half(float x, const std::vector<std::pair<double, std::uint16_t>>& halves) {
+  const std::uint16_t sign = std::signbit(x) ? 0x8000u : 0u;
+  const double m = std::fabs(double(x));
+  const auto above =
+      std::lower_bound(halves.begin(), halves.end(), std::make_pair(m, std::uint16_t(0)));
+  if (above != halves.end() && above->first == m) return sign | above->second;
+  const auto below = above - 1;  // m > 0 here, and 0 is the first half
+  const double hi = above == halves.end() ? 65536.0 : above->first;
+  const std::uint16_t hi_bits = above == halves.end() ? 0x7c00u : above->second;
+  const double d_lo = m - below->first, d_hi = hi - m;
+  if (d_lo < d_hi) return sign | below->second;
+  if (d_hi < d_lo) return sign | hi_bits;
+  return sign | (below->second % 2 == 0 ? below->second : hi_bits);
+}
+
+// The element types of the tensor-core product.
+using sixteen_bit_types = std::tuple<bfloat16, float16>;
 
 }  // namespace
 
@@ -132,20 +170,67 @@ BOOST_AUTO_TEST_CASE(bfloat16_rounds_to_nearest_even) {
   BOOST_TEST(round_trip);
 }
 
-BOOST_AUTO_TEST_CASE(per_lane_loads_emulated_product_and_stores_give_a_times_b_plus_c) {
+BOOST_AUTO_TEST_CASE(float16_rounds_to_nearest_even_subnormals_included) {
+  const auto halves = positive_halves();
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  // Random bit patterns land mostly far outside the half range; the second half of the trials
+  // draws exponents inside it (subnormals and the overflow edge included).
+  std::uniform_int_distribution<int> exponent(-30, 17);
+  std::uniform_real_distribution<float> fraction(1.0f, 2.0f);
+  int wrong = 0;
+  for (int trial = 0; trial < 400000; ++trial) {
+    float x = 0;
+    if (trial % 2 == 0) {
+      const std::uint32_t u = any_bits(rng);
+      std::memcpy(&x, &u, sizeof x);
+      if (std::isnan(x)) continue;
+    } else {
+      x = std::ldexp(fraction(rng), exponent(rng)) * (trial % 4 == 1 ? 1.0f : -1.0f);
+    }
+    const std::uint16_t got = float16::from_float(x).bits;
+    const std::uint16_t want =
+        std::isinf(x) ? (std::signbit(x) ? 0xfc00u : 0x7c00u) : nearest_half(x, halves);
+    if (got != want && ++wrong <= 5)
+      std::cout << "float16 of " << x << ": 0x" << std::hex << got << ", nearest 0x" << want
+                << std::dec << "\n";
+  }
+  BOOST_TEST(wrong == 0);
+  // The edges: halfway between 65504 and 2^16 goes to the even pattern (inf), just below it to
+  // 65504; halfway between 0 and the smallest subnormal to 0; NaN stays NaN.
+  BOOST_TEST(float16::from_float(65520.0f).bits == 0x7c00u);
+  BOOST_TEST(float16::from_float(65519.99f).bits == 0x7bffu);
+  BOOST_TEST(float16::from_float(std::ldexp(1.0f, -25)).bits == 0u);
+  BOOST_TEST(float16::from_float(std::ldexp(1.5f, -25)).bits == 1u);
+  BOOST_TEST(std::isnan(float16::from_float(std::numeric_limits<float>::quiet_NaN()).to_float()));
+  // Every half converts to a float and back unchanged (NaNs aside), and to its decoded value.
+  bool round_trip = true;
+  for (const auto& [value, b] : halves) {
+    for (int negative = 0; negative < 2; ++negative) {
+      const std::uint16_t sign = negative ? 0x8000u : 0u;
+      const float16 v{static_cast<std::uint16_t>(b | sign)};
+      round_trip = round_trip && double(v.to_float()) == (sign ? -value : value) &&
+                   float16::from_float(v.to_float()).bits == v.bits;
+    }
+  }
+  BOOST_TEST(round_trip);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(per_lane_loads_emulated_product_and_stores_give_a_times_b_plus_c, T,
+                              sixteen_bit_types) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> value(-2.0f, 2.0f);
   // Tiles inside larger row-major arrays (leading dimensions past the tile) to exercise strides.
   const int lda = L::k + 3, ldb = L::k + 5, ldc = L::n + 2;
   for (int trial = 0; trial < 20; ++trial) {
-    std::vector<bfloat16> a(static_cast<std::size_t>(L::m * lda)),
+    std::vector<T> a(static_cast<std::size_t>(L::m * lda)),
         kt(static_cast<std::size_t>(L::n * ldb));  // B(p, j) = kt[j·ldb + p]
-    for (auto& x : a) x = bfloat16::from_float(value(rng));
-    for (auto& x : kt) x = bfloat16::from_float(value(rng));
+    for (auto& x : a) x = T::from_float(value(rng));
+    for (auto& x : kt) x = T::from_float(value(rng));
     std::vector<float> c0(static_cast<std::size_t>(L::m * ldc));
     for (auto& x : c0) x = value(rng);
 
-    bfloat16 fa[32][8], fb[32][4];
+    T fa[32][8], fb[32][4];
     float fc[32][4];
     for (int lane = 0; lane < L::lanes; ++lane) {
       ctxpar::impl::load_a(lane, a.data(), lda, fa[lane]);
@@ -158,7 +243,7 @@ BOOST_AUTO_TEST_CASE(per_lane_loads_emulated_product_and_stores_give_a_times_b_p
     for (int lane = 0; lane < L::lanes; ++lane)
       ctxpar::impl::store_c(lane, fc[lane], d.data(), ldc);
 
-    // fp64 reference of the same bfloat16 inputs; bound γ_{k+1}·(|C| + Σ|A||B|), u = 2^-24.
+    // fp64 reference of the same 16-bit inputs; bound γ_{k+1}·(|C| + Σ|A||B|), u = 2^-24.
     const double u = std::ldexp(1.0, -24), gamma = (L::k + 1) * u / (1 - (L::k + 1) * u);
     int wrong = 0;
     for (int r = 0; r < L::m; ++r)

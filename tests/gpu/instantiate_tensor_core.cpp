@@ -1,12 +1,13 @@
 // GPU compile check of the tensor-core tile product (core/impl/mma_fragment.hpp): one warp's
-// m16n8k16 bfloat16 product through the fragment loads, the instruction (sm_80 and later) and the
-// fragment store, with the 32 lanes as the threads of one team. scripts/gpu-compile-check cuda
-// compiles this file once more keeping its PTX and ptxas report, and requires the `mma.sync`
-// instruction in the PTX (HMMA in the SASS where the toolkit has cuobjdump) and no register
-// spills. Nothing here runs.
+// m16n8k16 product, bfloat16 and IEEE half, through the fragment loads, the instruction (sm_80 and
+// later) and the fragment store, with the 32 lanes as the threads of one team.
+// scripts/gpu-compile-check cuda compiles this file once more keeping its PTX and ptxas report, and
+// requires both `mma.sync` instructions in the PTX (HMMA in the SASS where the toolkit has
+// cuobjdump) and no register spills. Nothing here runs.
 #include <Kokkos_Core.hpp>
 
 #include "ctxpar/core/bfloat16.hpp"
+#include "ctxpar/core/float16.hpp"
 #include "ctxpar/core/impl/mma_fragment.hpp"
 
 namespace ctxpar::gpu_check {
@@ -15,12 +16,13 @@ using exec = Kokkos::DefaultExecutionSpace;
 template <class T>
 using Vec = Kokkos::View<T*, exec::memory_space>;
 
+template <class T>
 struct WarpProduct {
-  Vec<bfloat16> a, b;
+  Vec<T> a, b;
   Vec<float> d;
   KOKKOS_INLINE_FUNCTION void operator()(const Kokkos::TeamPolicy<exec>::member_type& team) const {
     const int lane = team.team_rank();
-    bfloat16 fa[8], fb[4];
+    T fa[8], fb[4];
     float fc[4] = {0, 0, 0, 0};
     impl::load_a(lane, a.data(), 16, fa);
     impl::load_b(lane, b.data(), 16, fb);
@@ -31,11 +33,17 @@ struct WarpProduct {
   }
 };
 
+template <class T>
 void warp_product() {
-  const Vec<bfloat16> a("a", 16 * 16), b("b", 8 * 16);
+  const Vec<T> a("a", 16 * 16), b("b", 8 * 16);
   const Vec<float> d("d", 16 * 8);
   Kokkos::parallel_for("ctxpar::gpu_check::warp_product", Kokkos::TeamPolicy<exec>(1, 32),
-                       WarpProduct{a, b, d});
+                       WarpProduct<T>{a, b, d});
+}
+
+void instantiate() {
+  warp_product<bfloat16>();
+  warp_product<float16>();
 }
 
 }  // namespace ctxpar::gpu_check

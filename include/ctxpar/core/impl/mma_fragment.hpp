@@ -1,8 +1,9 @@
 /// \file
 /// The warp-level tensor-core product `D = A·B + C` of shape m16n8k16 (A 16×16 and B 16×8 in
-/// bfloat16, C and D 16×8 in fp32): which lane of the 32 holds which element of A, B and C (the
-/// fragment layout of PTX's `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, NVIDIA sm_80
-/// and later), the per-lane loads and stores that follow it, and the instruction itself.
+/// bfloat16 or IEEE half, C and D 16×8 in fp32): which lane of the 32 holds which element of A, B
+/// and C (the fragment layout of PTX's `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}...f32`,
+/// NVIDIA sm_80 and later; one layout for both element types), the per-lane loads and stores that
+/// follow it, and the instruction itself.
 ///
 /// The layout is written once, here, as index functions; the loads, the stores and the host
 /// emulation of the instruction all read it. On a CUDA device of compute capability 8.0 or more
@@ -14,12 +15,14 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ctxpar/core/bfloat16.hpp"
+#include "ctxpar/core/float16.hpp"
 
 namespace ctxpar::impl {
 
-/// Shape and fragment layout of the m16n8k16 bfloat16 product with fp32 accumulation. Lane `l`
+/// Shape and fragment layout of the m16n8k16 16-bit product with fp32 accumulation. Lane `l`
 /// belongs to group `l / 4` (a row of C) and holds, in group order, the column pair `2·(l % 4)`.
 struct MmaM16N8K16 {
   static constexpr int m = 16, n = 8, k = 16;
@@ -52,14 +55,16 @@ struct MmaM16N8K16 {
 };
 
 /// Lane `lane`'s elements of a row-major 16×16 tile of A: `A(r, c) = tile[r·ld + c]`.
-KOKKOS_INLINE_FUNCTION void load_a(int lane, const bfloat16* tile, int ld, bfloat16 (&a)[8]) {
+template <class T>
+KOKKOS_INLINE_FUNCTION void load_a(int lane, const T* tile, int ld, T (&a)[8]) {
   for (int i = 0; i < MmaM16N8K16::a_per_lane; ++i)
     a[i] = tile[MmaM16N8K16::a_row(lane, i) * ld + MmaM16N8K16::a_col(lane, i)];
 }
 
 /// Lane `lane`'s elements of a 16×8 tile of B stored column by column (`B(p, j) = tile[j·ld + p]`:
 /// the rows of a K tile are the columns of Kᵀ, so `S = Q·Kᵀ` reads K as it lies).
-KOKKOS_INLINE_FUNCTION void load_b(int lane, const bfloat16* tile, int ld, bfloat16 (&b)[4]) {
+template <class T>
+KOKKOS_INLINE_FUNCTION void load_b(int lane, const T* tile, int ld, T (&b)[4]) {
   for (int i = 0; i < MmaM16N8K16::b_per_lane; ++i)
     b[i] = tile[MmaM16N8K16::b_col(lane, i) * ld + MmaM16N8K16::b_row(lane, i)];
 }
@@ -71,33 +76,47 @@ KOKKOS_INLINE_FUNCTION void store_c(int lane, const float (&c)[4], float* tile, 
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-/// One lane's part of the warp's `D = A·B + C` (every lane of the warp calls it together, as
-/// `mma.sync` requires; `c` is C on entry and D on return). Element pairs `(2j, 2j+1)` of `a`
-/// and `b` are adjacent columns of A and adjacent rows of B, so each pair is one 32-bit register
-/// with the even element in its low half.
-__device__ inline void mma(float (&c)[4], const bfloat16 (&a)[8], const bfloat16 (&b)[4]) {
-  std::uint32_t ra[4], rb[2];
-  for (int j = 0; j < 4; ++j)
-    ra[j] = static_cast<std::uint32_t>(a[2 * j].bits) |
-            (static_cast<std::uint32_t>(a[2 * j + 1].bits) << 16);
-  for (int j = 0; j < 2; ++j)
-    rb[j] = static_cast<std::uint32_t>(b[2 * j].bits) |
-            (static_cast<std::uint32_t>(b[2 * j + 1].bits) << 16);
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+/// Element pairs `(2j, 2j+1)` of a fragment as 32-bit registers, the even element in the low half
+/// (they are adjacent columns of A and adjacent rows of B).
+template <class T, int N>
+__device__ inline void pack_pairs(const T (&x)[N], std::uint32_t (&r)[N / 2]) {
+  for (int j = 0; j < N / 2; ++j)
+    r[j] = static_cast<std::uint32_t>(x[2 * j].bits) |
+           (static_cast<std::uint32_t>(x[2 * j + 1].bits) << 16);
 }
+
+// The instruction for one element type (`type`: the PTX type name of A and B), on the operands
+// of `mma` below. A macro because the instruction's text must be one string literal.
+#define CTXPAR_MMA_M16N8K16(type)                                                       \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." type "." type                   \
+               ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                         \
+               : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]))
+
+/// One lane's part of the warp's `D = A·B + C`, `T` being `bfloat16` or `float16` (every lane of
+/// the warp calls it together, as `mma.sync` requires; `c` is C on entry and D on return).
+template <class T>
+__device__ inline void mma(float (&c)[4], const T (&a)[8], const T (&b)[4]) {
+  static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>,
+                "ctxpar::impl::mma: A and B must be bfloat16 or float16");
+  std::uint32_t ra[4], rb[2];
+  pack_pairs(a, ra);
+  pack_pairs(b, rb);
+  if constexpr (std::is_same_v<T, bfloat16>)
+    CTXPAR_MMA_M16N8K16("bf16");
+  else
+    CTXPAR_MMA_M16N8K16("f16");
+}
+#undef CTXPAR_MMA_M16N8K16
 #endif
 
 /// What the instruction computes, for the whole warp at once on the host: every lane's `c` gains
 /// `Σ_p A(r, p)·B(p, j)` for each of its elements `(r, j)`, with A and B assembled from the
-/// lanes' fragments through the layout above. Products of two bfloat16 values are exact in fp32;
+/// lanes' fragments through the layout above. Products of two 16-bit values are exact in fp32;
 /// the sum runs over `p` in increasing order in fp32 (the hardware's order and internal width are
 /// unspecified, so tests bound the difference rather than compare bits).
-inline void emulate_warp_mma(float (&c)[32][4], const bfloat16 (&a)[32][8],
-                             const bfloat16 (&b)[32][4]) {
+template <class T>
+void emulate_warp_mma(float (&c)[32][4], const T (&a)[32][8], const T (&b)[32][4]) {
   using L = MmaM16N8K16;
   float A[L::m][L::k] = {}, B[L::k][L::n] = {};
   for (int lane = 0; lane < L::lanes; ++lane) {
