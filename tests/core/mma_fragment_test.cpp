@@ -133,6 +133,26 @@ BOOST_AUTO_TEST_CASE(each_layout_covers_its_matrix_once_in_adjacent_register_pai
   BOOST_TEST(documented);
 }
 
+// results_as_a places each result where the A layout expects that (row, column): lane by lane,
+// element i of the A fragment is the result at (a_row, a_col), taken from the left or right 16×8
+// tile by the layouts alone.
+BOOST_AUTO_TEST_CASE(two_results_form_the_a_fragment_of_their_tile) {
+  bool ok = true;
+  for (int lane = 0; lane < L::lanes; ++lane) {
+    float left[4], right[4];
+    for (int i = 0; i < L::c_per_lane; ++i) {
+      // Integer-valued (exact in bfloat16) and unique per (row, column) of the 16×16 tile.
+      left[i] = float(L::c_row(lane, i) * 16 + L::c_col(lane, i));
+      right[i] = float(L::c_row(lane, i) * 16 + 8 + L::c_col(lane, i));
+    }
+    bfloat16 a[8];
+    ctxpar::impl::results_as_a(left, right, a);
+    for (int i = 0; i < L::a_per_lane; ++i)
+      ok = ok && a[i].to_float() == float(L::a_row(lane, i) * 16 + L::a_col(lane, i));
+  }
+  BOOST_TEST(ok);
+}
+
 BOOST_AUTO_TEST_CASE(bfloat16_rounds_to_nearest_even) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::uint32_t> any_bits;

@@ -28,6 +28,10 @@ struct WarpProduct {
     impl::load_b(lane, b.data(), 16, fb);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     impl::mma(fc, fa, fb);
+    // The result fed back as the A operand of a second product, from registers.
+    T fp[8];
+    impl::results_as_a(fc, fc, fp);
+    impl::mma(fc, fp, fb);
 #endif
     impl::store_c(lane, fc, d.data(), 8);
   }

@@ -75,6 +75,19 @@ KOKKOS_INLINE_FUNCTION void store_c(int lane, const float (&c)[4], float* tile, 
     tile[MmaM16N8K16::c_row(lane, i) * ld + MmaM16N8K16::c_col(lane, i)] = c[i];
 }
 
+/// Two adjacent 16×8 results of one lane (`left` holds columns 0..7, `right` columns 8..15) as
+/// that lane's A fragment of the 16×16 tile they form, rounded to `T`: the layouts agree
+/// element for element, so a product's output (attention scores, after their softmax) feeds the
+/// next product (times V) from registers, with no exchange between lanes.
+template <class T>
+KOKKOS_INLINE_FUNCTION void results_as_a(const float (&left)[4], const float (&right)[4],
+                                         T (&a)[8]) {
+  for (int i = 0; i < 4; ++i) {
+    a[i] = T::from_float(left[i]);
+    a[4 + i] = T::from_float(right[i]);
+  }
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 /// Element pairs `(2j, 2j+1)` of a fragment as 32-bit registers, the even element in the low half
 /// (they are adjacent columns of A and adjacent rows of B).
