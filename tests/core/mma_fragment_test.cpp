@@ -153,6 +153,37 @@ BOOST_AUTO_TEST_CASE(two_results_form_the_a_fragment_of_their_tile) {
   BOOST_TEST(ok);
 }
 
+// ldmatrix.x4 with the lane addresses LdMatrixX4 gives delivers exactly the fragments load_a and
+// load_b read, for a strided A tile and for both 8-column halves of a 16-wide B tile.
+BOOST_AUTO_TEST_CASE(ldmatrix_addresses_deliver_the_fragments) {
+  using X4 = ctxpar::impl::LdMatrixX4;
+  const int ld = 24;  // 16 used columns and a pad, as a shared-memory tile has
+  std::vector<bfloat16> tile(static_cast<std::size_t>(16 * ld));
+  for (std::size_t i = 0; i < tile.size(); ++i)
+    tile[i] = bfloat16{static_cast<std::uint16_t>(i + 1)};  // unique patterns
+  const bfloat16* a_rows[32];
+  const bfloat16* b_rows[32];
+  for (int lane = 0; lane < L::lanes; ++lane) {
+    a_rows[lane] = tile.data() + X4::a_row(lane) * ld + X4::a_col(lane);
+    b_rows[lane] = tile.data() + X4::b_col(lane) * ld + X4::b_row(lane);
+  }
+  bfloat16 got_a[32][8], got_b[32][8];
+  ctxpar::impl::emulate_ldmatrix_x4(a_rows, got_a);
+  ctxpar::impl::emulate_ldmatrix_x4(b_rows, got_b);
+  bool ok = true;
+  for (int lane = 0; lane < L::lanes; ++lane) {
+    bfloat16 a[8], b_left[4], b_right[4];
+    ctxpar::impl::load_a(lane, tile.data(), ld, a);
+    ctxpar::impl::load_b(lane, tile.data(), ld, b_left);
+    ctxpar::impl::load_b(lane, tile.data() + 8 * ld, ld, b_right);
+    for (int i = 0; i < 8; ++i) ok = ok && got_a[lane][i].bits == a[i].bits;
+    for (int i = 0; i < 4; ++i)
+      ok =
+          ok && got_b[lane][i].bits == b_left[i].bits && got_b[lane][4 + i].bits == b_right[i].bits;
+  }
+  BOOST_TEST(ok);
+}
+
 BOOST_AUTO_TEST_CASE(bfloat16_rounds_to_nearest_even) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::uint32_t> any_bits;

@@ -1,9 +1,10 @@
 // GPU compile check of the tensor-core tile product (core/impl/mma_fragment.hpp): one warp's
-// m16n8k16 product, bfloat16 and IEEE half, through the fragment loads, the instruction (sm_80 and
-// later) and the fragment store, with the 32 lanes as the threads of one team.
+// m16n8k16 product, bfloat16 and IEEE half, through the fragment loads (from global memory, and
+// from team scratch by ldmatrix), the instruction (sm_80 and later) and the fragment store, with
+// the 32 lanes as the threads of one team.
 // scripts/gpu-compile-check cuda compiles this file once more keeping its PTX and ptxas report, and
-// requires both `mma.sync` instructions in the PTX (HMMA in the SASS where the toolkit has
-// cuobjdump) and no register spills. Nothing here runs.
+// requires both `mma.sync` instructions and the `ldmatrix` in the PTX (HMMA in the SASS where the
+// toolkit has cuobjdump) and no register spills. Nothing here runs.
 #include <Kokkos_Core.hpp>
 
 #include "ctxpar/core/bfloat16.hpp"
@@ -18,6 +19,7 @@ using Vec = Kokkos::View<T*, exec::memory_space>;
 
 template <class T>
 struct WarpProduct {
+  static constexpr int scratch_bytes = 16 * 24 * sizeof(T);
   Vec<T> a, b;
   Vec<float> d;
   KOKKOS_INLINE_FUNCTION void operator()(const Kokkos::TeamPolicy<exec>::member_type& team) const {
@@ -27,6 +29,13 @@ struct WarpProduct {
     impl::load_a(lane, a.data(), 16, fa);
     impl::load_b(lane, b.data(), 16, fb);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // A staged through team scratch (rows padded to 24) and read back by ldmatrix.
+    // int{...}: a value, so device code does not odr-use the static member.
+    T* tile = static_cast<T*>(team.team_shmem().get_shmem_aligned(int{scratch_bytes}, 16));
+    for (int i = lane; i < 16 * 16; i += 32) tile[(i / 16) * 24 + i % 16] = a(i);
+    team.team_barrier();
+    using X4 = impl::LdMatrixX4;
+    impl::ldmatrix_x4(tile + X4::a_row(lane) * 24 + X4::a_col(lane), fa);
     impl::mma(fc, fa, fb);
     // The result fed back as the A operand of a second product, from registers.
     T fp[8];
@@ -41,7 +50,9 @@ template <class T>
 void warp_product() {
   const Vec<T> a("a", 16 * 16), b("b", 8 * 16);
   const Vec<float> d("d", 16 * 8);
-  Kokkos::parallel_for("ctxpar::gpu_check::warp_product", Kokkos::TeamPolicy<exec>(1, 32),
+  Kokkos::parallel_for("ctxpar::gpu_check::warp_product",
+                       Kokkos::TeamPolicy<exec>(1, 32).set_scratch_size(
+                           0, Kokkos::PerTeam(WarpProduct<T>::scratch_bytes + 16)),
                        WarpProduct<T>{a, b, d});
 }
 

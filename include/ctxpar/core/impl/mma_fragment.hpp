@@ -6,7 +6,8 @@
 /// follow it, and the instruction itself.
 ///
 /// The layout is written once, here, as index functions; the loads, the stores and the host
-/// emulation of the instruction all read it. On a CUDA device of compute capability 8.0 or more
+/// emulations of the instructions (`mma.sync`, and `ldmatrix`, which loads fragments from shared
+/// memory) all read it. On a CUDA device of compute capability 8.0 or more
 /// `mma` is the instruction (inline PTX); everywhere else `emulate_warp_mma` computes what it
 /// computes for all 32 lanes at once, so the data movement around it runs, and is tested, in CPU
 /// CI through the same source.
@@ -88,6 +89,33 @@ KOKKOS_INLINE_FUNCTION void results_as_a(const float (&left)[4], const float (&r
   }
 }
 
+/// `ldmatrix.x4` (four 8×8 matrices of 16-bit elements, one row address per lane): lane `l`
+/// points at row `l % 8` of matrix `l / 8`, and receives as its pair `j` (elements `2j`, `2j+1`)
+/// row `l / 4`, columns `2·(l % 4)` and `+1`, of matrix `j`. These say where each lane points so
+/// that the pairs come out as the fragments above.
+struct LdMatrixX4 {
+  /// (row, column) of a row-major 16×16 A tile lane `lane` points at: its A fragment results.
+  KOKKOS_INLINE_FUNCTION static constexpr int a_row(int lane) { return lane % 16; }
+  KOKKOS_INLINE_FUNCTION static constexpr int a_col(int lane) { return (lane / 16) * 8; }
+  /// (row, column) of a B tile stored column by column (`B(p, j) = tile[j·ld + p]`, 16 deep and
+  /// 16 wide) lane `lane` points at: pairs 0, 1 are its B fragment of columns 0..7, pairs 2, 3
+  /// of columns 8..15.
+  KOKKOS_INLINE_FUNCTION static constexpr int b_col(int lane) { return lane % 8 + (lane / 16) * 8; }
+  KOKKOS_INLINE_FUNCTION static constexpr int b_row(int lane) { return ((lane / 8) % 2) * 8; }
+};
+
+/// What `ldmatrix.x4` delivers, for the whole warp at once on the host: `rows[l]` is the address
+/// lane `l` supplies (8 consecutive elements), `out[l]` the 8 elements lane `l` receives.
+template <class T>
+void emulate_ldmatrix_x4(const T* const (&rows)[32], T (&out)[32][8]) {
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < 4; ++j) {
+      const T* row = rows[j * 8 + lane / 4];
+      out[lane][2 * j] = row[2 * (lane % 4)];
+      out[lane][2 * j + 1] = row[2 * (lane % 4) + 1];
+    }
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 /// Element pairs `(2j, 2j+1)` of a fragment as 32-bit registers, the even element in the low half
 /// (they are adjacent columns of A and adjacent rows of B).
@@ -121,6 +149,22 @@ __device__ inline void mma(float (&c)[4], const T (&a)[8], const T (&b)[4]) {
     CTXPAR_MMA_M16N8K16("f16");
 }
 #undef CTXPAR_MMA_M16N8K16
+
+/// One lane's part of the warp's `ldmatrix.x4` from shared memory (every lane calls it together):
+/// `row` is this lane's row address (16-byte aligned, in team scratch), `out` what it receives.
+template <class T>
+__device__ inline void ldmatrix_x4(const T* row, T (&out)[8]) {
+  static_assert(sizeof(T) == 2, "ctxpar::impl::ldmatrix_x4: 16-bit elements");
+  std::uint32_t r[4];
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+  for (int j = 0; j < 4; ++j) {
+    out[2 * j].bits = static_cast<std::uint16_t>(r[j] & 0xffffu);
+    out[2 * j + 1].bits = static_cast<std::uint16_t>(r[j] >> 16);
+  }
+}
 #endif
 
 /// What the instruction computes, for the whole warp at once on the host: every lane's `c` gains
