@@ -142,8 +142,8 @@ endfunction()
 
 # ctxpar_add_device_entries(TARGET <test executable> LABELS ... [TYPED] [TIMEOUT s] [RANKS np...]):
 # in a CUDA or HIP build, what of the executable runs on the device, under the `device` label at
-# np 1 and 2 unless RANKS says otherwise (ranks share the GPU), so `ctest -N -L device` lists every mechanism's device cases and
-# `ctest -L device` runs them on a GPU. TYPED: the executable's typed cases list the device space
+# np 1 and 2 unless RANKS says otherwise (ranks share the GPU), so `ctest -N -L device` lists
+# every mechanism's device cases and `ctest -L device` runs them on a GPU. TYPED: the executable's typed cases list the device space
 # (ctxpar::test::cases / execution_spaces); new entries <TARGET>_device_np1/2 run only those, by
 # Boost.Test's name filter on the space's name at the three suite depths the tests use (a filter
 # that matches nothing fails the entry, so a device case lost from the list cannot pass
