@@ -93,6 +93,55 @@ std::uint16_t nearest_half(float x, const std::vector<std::pair<double, std::uin
   return sign | (below->second % 2 == 0 ? below->second : hi_bits);
 }
 
+// The value a product input stands for.
+double value_of(float x) {
+  return x;
+}
+template <class T>
+double value_of(T x) {
+  return x.to_float();
+}
+
+// Loads A (row-major, leading dimension lda) and B (stored column by column, ldb) into every
+// lane's fragments by `Layout`, runs the emulated product on C (row-major, ldc), stores D, and
+// counts the elements of D farther than γ_{k+1}·(|C| + Σ|A||B|), u = 2^-24, from the fp64 product
+// of the same inputs (the first five are printed).
+template <class Layout, class T>
+int emulated_product_errors(const std::vector<T>& a, int lda, const std::vector<T>& kt, int ldb,
+                            const std::vector<float>& c0, int ldc) {
+  T fa[32][Layout::a_per_lane], fb[32][Layout::b_per_lane];
+  float fc[32][4];
+  for (int lane = 0; lane < Layout::lanes; ++lane) {
+    ctxpar::impl::load_a<Layout>(lane, a.data(), lda, fa[lane]);
+    ctxpar::impl::load_b<Layout>(lane, kt.data(), ldb, fb[lane]);
+    for (int i = 0; i < Layout::c_per_lane; ++i)
+      fc[lane][i] =
+          c0[static_cast<std::size_t>(Layout::c_row(lane, i) * ldc + Layout::c_col(lane, i))];
+  }
+  ctxpar::impl::emulate_warp_mma<Layout>(fc, fa, fb);
+  std::vector<float> d(static_cast<std::size_t>(Layout::m * ldc), 0.0f);
+  for (int lane = 0; lane < Layout::lanes; ++lane)
+    ctxpar::impl::store_c(lane, fc[lane], d.data(), ldc);
+  const double u = std::ldexp(1.0, -24), gamma = (Layout::k + 1) * u / (1 - (Layout::k + 1) * u);
+  int wrong = 0;
+  for (int r = 0; r < Layout::m; ++r)
+    for (int j = 0; j < Layout::n; ++j) {
+      const double c = c0[static_cast<std::size_t>(r * ldc + j)];
+      double exact = c, magnitude = std::fabs(c);
+      for (int p = 0; p < Layout::k; ++p) {
+        const double prod = value_of(a[static_cast<std::size_t>(r * lda + p)]) *
+                            value_of(kt[static_cast<std::size_t>(j * ldb + p)]);
+        exact += prod;
+        magnitude += std::fabs(prod);
+      }
+      const double got = d[static_cast<std::size_t>(r * ldc + j)];
+      if (!(std::fabs(got - exact) <= gamma * magnitude) && ++wrong <= 5)
+        std::cout << "D(" << r << ", " << j << ") = " << got << ", want " << exact << " ± "
+                  << gamma * magnitude << "\n";
+    }
+  return wrong;
+}
+
 // The element types of the tensor-core product.
 using sixteen_bit_types = std::tuple<bfloat16, float16>;
 
@@ -182,6 +231,67 @@ BOOST_AUTO_TEST_CASE(ldmatrix_addresses_deliver_the_fragments) {
           ok && got_b[lane][i].bits == b_left[i].bits && got_b[lane][4 + i].bits == b_right[i].bits;
   }
   BOOST_TEST(ok);
+}
+
+// The TF32 layout: coverage once, and the placement the PTX ISA documents for lane 5 (group 1,
+// position 1): A (1,1), (9,1), (1,5), (9,5); B (1,1), (5,1).
+BOOST_AUTO_TEST_CASE(tf32_layout_covers_its_matrices_once_as_documented) {
+  using T = ctxpar::impl::MmaM16N8K8Tf32;
+  BOOST_TEST(covers_once(T::m, T::k, T::a_per_lane, T::a_row, T::a_col));
+  BOOST_TEST(covers_once(T::k, T::n, T::b_per_lane, T::b_row, T::b_col));
+  const int a5[4][2] = {{1, 1}, {9, 1}, {1, 5}, {9, 5}};
+  const int b5[2][2] = {{1, 1}, {5, 1}};
+  bool documented = true;
+  for (int i = 0; i < 4; ++i)
+    documented = documented && T::a_row(5, i) == a5[i][0] && T::a_col(5, i) == a5[i][1];
+  for (int i = 0; i < 2; ++i)
+    documented = documented && T::b_row(5, i) == b5[i][0] && T::b_col(5, i) == b5[i][1];
+  BOOST_TEST(documented);
+}
+
+// to_tf32 against the nearest of the two TF32 values around x in double, ties away from zero.
+BOOST_AUTO_TEST_CASE(tf32_rounds_to_nearest_ties_away) {
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  int wrong = 0;
+  for (int trial = 0; trial < 200000; ++trial) {
+    // Every fourth trial lands exactly halfway, the case the rounding direction decides.
+    std::uint32_t u = any_bits(rng);
+    if (trial % 4 == 0) u = (u & ~0x1fffu) | 0x1000u;
+    float x = 0;
+    std::memcpy(&x, &u, sizeof x);
+    if (!std::isfinite(x)) continue;
+    const std::uint32_t down_bits = u & ~0x1fffu, up_bits = down_bits + 0x2000u;
+    float down = 0, up = 0;
+    std::memcpy(&down, &down_bits, sizeof down);
+    std::memcpy(&up, &up_bits, sizeof up);
+    // Past the largest finite TF32 the next value is 2^128 (inf).
+    const double hi = std::isinf(up) ? std::ldexp(std::signbit(x) ? -1.0 : 1.0, 128) : double(up);
+    const double d_down = std::fabs(double(x) - double(down)), d_up = std::fabs(hi - double(x));
+    const float want = d_down < d_up ? down : up;
+    const float got = ctxpar::impl::to_tf32(x);
+    if (!(got == want || (std::isinf(got) && std::isinf(want) && got == want)) && ++wrong <= 5)
+      std::cout << "to_tf32(" << x << ") = " << got << ", want " << want << "\n";
+  }
+  BOOST_TEST(wrong == 0);
+  BOOST_TEST(ctxpar::impl::to_tf32(1.0f + std::ldexp(1.0f, -11)) == 1.0f + std::ldexp(1.0f, -10));
+  BOOST_TEST(std::isnan(ctxpar::impl::to_tf32(std::numeric_limits<float>::quiet_NaN())));
+}
+
+BOOST_AUTO_TEST_CASE(tf32_loads_emulated_product_and_stores_give_a_times_b_plus_c) {
+  using T = ctxpar::impl::MmaM16N8K8Tf32;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  const int lda = T::k + 3, ldb = T::k + 1, ldc = T::n + 2;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> a(static_cast<std::size_t>(T::m * lda)),
+        kt(static_cast<std::size_t>(T::n * ldb));
+    for (auto& x : a) x = ctxpar::impl::to_tf32(value(rng));
+    for (auto& x : kt) x = ctxpar::impl::to_tf32(value(rng));
+    std::vector<float> c0(static_cast<std::size_t>(T::m * ldc));
+    for (auto& x : c0) x = value(rng);
+    BOOST_TEST(emulated_product_errors<T>(a, lda, kt, ldb, c0, ldc) == 0);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bfloat16_rounds_to_nearest_even) {
@@ -280,39 +390,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(per_lane_loads_emulated_product_and_stores_give_a_
     for (auto& x : kt) x = T::from_float(value(rng));
     std::vector<float> c0(static_cast<std::size_t>(L::m * ldc));
     for (auto& x : c0) x = value(rng);
-
-    T fa[32][8], fb[32][4];
-    float fc[32][4];
-    for (int lane = 0; lane < L::lanes; ++lane) {
-      ctxpar::impl::load_a(lane, a.data(), lda, fa[lane]);
-      ctxpar::impl::load_b(lane, kt.data(), ldb, fb[lane]);
-      for (int i = 0; i < L::c_per_lane; ++i)
-        fc[lane][i] = c0[static_cast<std::size_t>(L::c_row(lane, i) * ldc + L::c_col(lane, i))];
-    }
-    ctxpar::impl::emulate_warp_mma(fc, fa, fb);
-    std::vector<float> d(static_cast<std::size_t>(L::m * ldc), 0.0f);
-    for (int lane = 0; lane < L::lanes; ++lane)
-      ctxpar::impl::store_c(lane, fc[lane], d.data(), ldc);
-
-    // fp64 reference of the same 16-bit inputs; bound γ_{k+1}·(|C| + Σ|A||B|), u = 2^-24.
-    const double u = std::ldexp(1.0, -24), gamma = (L::k + 1) * u / (1 - (L::k + 1) * u);
-    int wrong = 0;
-    for (int r = 0; r < L::m; ++r)
-      for (int j = 0; j < L::n; ++j) {
-        const double c = c0[static_cast<std::size_t>(r * ldc + j)];
-        double exact = c, magnitude = std::fabs(c);
-        for (int p = 0; p < L::k; ++p) {
-          const double prod = double(a[static_cast<std::size_t>(r * lda + p)].to_float()) *
-                              double(kt[static_cast<std::size_t>(j * ldb + p)].to_float());
-          exact += prod;
-          magnitude += std::fabs(prod);
-        }
-        const double got = d[static_cast<std::size_t>(r * ldc + j)];
-        if (!(std::fabs(got - exact) <= gamma * magnitude) && ++wrong <= 5)
-          std::cout << "D(" << r << ", " << j << ") = " << got << ", want " << exact << " ± "
-                    << gamma * magnitude << "\n";
-      }
-    BOOST_TEST(wrong == 0);
+    BOOST_TEST(emulated_product_errors<L>(a, lda, kt, ldb, c0, ldc) == 0);
   }
 }
 

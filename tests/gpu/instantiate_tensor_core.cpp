@@ -1,10 +1,10 @@
 // GPU compile check of the tensor-core tile product (core/impl/mma_fragment.hpp): one warp's
-// m16n8k16 product, bfloat16 and IEEE half, through the fragment loads (from global memory, and
-// from team scratch by ldmatrix), the instruction (sm_80 and later) and the fragment store, with
-// the 32 lanes as the threads of one team.
+// m16n8k16 product, bfloat16 and IEEE half (and the m16n8k8 TF32 product on fp32), through the
+// fragment loads (from global memory, and from team scratch by ldmatrix), the instruction (sm_80
+// and later) and the fragment store, with the 32 lanes as the threads of one team.
 // scripts/gpu-compile-check cuda compiles this file once more keeping its PTX and ptxas report, and
-// requires both `mma.sync` instructions and the `ldmatrix` in the PTX (HMMA in the SASS where the
-// toolkit has cuobjdump) and no register spills. Nothing here runs.
+// requires the three `mma.sync` instructions and the `ldmatrix` in the PTX (HMMA in the SASS where
+// the toolkit has cuobjdump) and no register spills. Nothing here runs.
 #include <Kokkos_Core.hpp>
 
 #include "ctxpar/core/bfloat16.hpp"
@@ -56,9 +56,31 @@ void warp_product() {
                        WarpProduct<T>{a, b, d});
 }
 
+// The TF32 product on fp32 data: rounded as cvt.rna.tf32.f32 rounds, multiplied by the m16n8k8
+// instruction.
+struct Tf32WarpProduct {
+  Vec<float> a, b, d;
+  KOKKOS_INLINE_FUNCTION void operator()(const Kokkos::TeamPolicy<exec>::member_type& team) const {
+    using L = impl::MmaM16N8K8Tf32;
+    const int lane = team.team_rank();
+    float fa[4], fb[2], fc[4] = {0, 0, 0, 0};
+    impl::load_a<L>(lane, a.data(), 8, fa);
+    impl::load_b<L>(lane, b.data(), 8, fb);
+    for (float& x : fa) x = impl::to_tf32(x);
+    for (float& x : fb) x = impl::to_tf32(x);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    impl::mma(fc, fa, fb);
+#endif
+    impl::store_c(lane, fc, d.data(), 8);
+  }
+};
+
 void instantiate() {
   warp_product<bfloat16>();
   warp_product<float16>();
+  const Vec<float> a("a", 16 * 8), b("b", 8 * 8), d("d", 16 * 8);
+  Kokkos::parallel_for("ctxpar::gpu_check::tf32_warp_product", Kokkos::TeamPolicy<exec>(1, 32),
+                       Tf32WarpProduct{a, b, d});
 }
 
 }  // namespace ctxpar::gpu_check

@@ -1,21 +1,22 @@
 /// \file
-/// The warp-level tensor-core product `D = A·B + C` of shape m16n8k16 (A 16×16 and B 16×8 in
-/// bfloat16 or IEEE half, C and D 16×8 in fp32): which lane of the 32 holds which element of A, B
-/// and C (the fragment layout of PTX's `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}...f32`,
-/// NVIDIA sm_80 and later; one layout for both element types), the per-lane loads and stores that
-/// follow it, and the instruction itself.
+/// The warp-level tensor-core products `D = A·B + C` of NVIDIA sm_80 and later with fp32
+/// accumulation: m16n8k16 with bfloat16 or IEEE half A and B (one layout for both), and m16n8k8
+/// with TF32 A and B (fp32 data). For each, which lane of the 32 holds which element of A, B and
+/// C (the fragment layouts of PTX's `mma.sync.aligned` instructions), the per-lane loads and
+/// stores that follow them, and the instructions themselves.
 ///
-/// The layout is written once, here, as index functions; the loads, the stores and the host
-/// emulations of the instructions (`mma.sync`, and `ldmatrix`, which loads fragments from shared
-/// memory) all read it. On a CUDA device of compute capability 8.0 or more
-/// `mma` is the instruction (inline PTX); everywhere else `emulate_warp_mma` computes what it
-/// computes for all 32 lanes at once, so the data movement around it runs, and is tested, in CPU
-/// CI through the same source.
+/// Each layout is written once, here, as index functions; the loads, the stores and the host
+/// emulations of the instructions (`mma.sync`, and `ldmatrix`, which loads 16-bit fragments from
+/// shared memory) all read it. On a CUDA device of compute capability 8.0 or more `mma` is the
+/// instruction (inline PTX); everywhere else `emulate_warp_mma` computes what it computes for all
+/// 32 lanes at once, so the data movement around it runs, and is tested, in CPU CI through the
+/// same source.
 #pragma once
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "ctxpar/core/bfloat16.hpp"
@@ -23,13 +24,28 @@
 
 namespace ctxpar::impl {
 
-/// Shape and fragment layout of the m16n8k16 16-bit product with fp32 accumulation. Lane `l`
-/// belongs to group `l / 4` (a row of C) and holds, in group order, the column pair `2·(l % 4)`.
-struct MmaM16N8K16 {
-  static constexpr int m = 16, n = 8, k = 16;
+/// The fp32 16×8 accumulator of the m16n8 products (C and D), the same for every input type.
+/// Lane `l` belongs to group `l / 4` (a row) and holds, in group order, the column pair
+/// `2·(l % 4)`.
+struct MmaAccumulator16x8 {
+  static constexpr int m = 16, n = 8;
   static constexpr int lanes = 32;
-  /// Elements each lane holds: 8 of A (4 registers of two), 4 of B (2 registers), 4 of C.
-  static constexpr int a_per_lane = 8, b_per_lane = 4, c_per_lane = 4;
+  static constexpr int c_per_lane = 4;  ///< elements of C each lane holds
+  /// Row of C (and D) held by lane `lane` as its element `i` (0..3).
+  KOKKOS_INLINE_FUNCTION static constexpr int c_row(int lane, int i) {
+    return lane / 4 + (i / 2) * 8;
+  }
+  /// Column of C (and D) held by lane `lane` as its element `i`.
+  KOKKOS_INLINE_FUNCTION static constexpr int c_col(int lane, int i) {
+    return (lane % 4) * 2 + i % 2;
+  }
+};
+
+/// Shape and fragment layout of the m16n8k16 16-bit product (`bfloat16` or `float16`).
+struct MmaM16N8K16 : MmaAccumulator16x8 {
+  static constexpr int k = 16;
+  /// Elements each lane holds: 8 of A (4 registers of two), 4 of B (2 registers).
+  static constexpr int a_per_lane = 8, b_per_lane = 4;
 
   /// Row of A held by lane `lane` as its element `i` (0..7).
   KOKKOS_INLINE_FUNCTION static constexpr int a_row(int lane, int i) {
@@ -45,35 +61,58 @@ struct MmaM16N8K16 {
   }
   /// Column of B held by lane `lane` as its element `i`.
   KOKKOS_INLINE_FUNCTION static constexpr int b_col(int lane, int /*i*/) { return lane / 4; }
-  /// Row of C (and D) held by lane `lane` as its element `i` (0..3).
-  KOKKOS_INLINE_FUNCTION static constexpr int c_row(int lane, int i) {
-    return lane / 4 + (i / 2) * 8;
-  }
-  /// Column of C (and D) held by lane `lane` as its element `i`.
-  KOKKOS_INLINE_FUNCTION static constexpr int c_col(int lane, int i) {
-    return (lane % 4) * 2 + i % 2;
-  }
 };
 
-/// Lane `lane`'s elements of a row-major 16×16 tile of A: `A(r, c) = tile[r·ld + c]`.
-template <class T>
-KOKKOS_INLINE_FUNCTION void load_a(int lane, const T* tile, int ld, T (&a)[8]) {
-  for (int i = 0; i < MmaM16N8K16::a_per_lane; ++i)
-    a[i] = tile[MmaM16N8K16::a_row(lane, i) * ld + MmaM16N8K16::a_col(lane, i)];
+/// Shape and fragment layout of the m16n8k8 TF32 product (fp32 inputs read as TF32: 10 fraction
+/// bits, the 13 below ignored), one 32-bit register per element.
+struct MmaM16N8K8Tf32 : MmaAccumulator16x8 {
+  static constexpr int k = 8;
+  static constexpr int a_per_lane = 4, b_per_lane = 2;  ///< elements of A and B per lane
+  /// Row of A held by lane `lane` as its element `i` (0..3).
+  KOKKOS_INLINE_FUNCTION static constexpr int a_row(int lane, int i) {
+    return lane / 4 + (i % 2) * 8;
+  }
+  /// Column of A held by lane `lane` as its element `i`.
+  KOKKOS_INLINE_FUNCTION static constexpr int a_col(int lane, int i) {
+    return lane % 4 + (i / 2) * 4;
+  }
+  /// Row (the inner index) of B held by lane `lane` as its element `i` (0..1).
+  KOKKOS_INLINE_FUNCTION static constexpr int b_row(int lane, int i) { return lane % 4 + i * 4; }
+  /// Column of B held by lane `lane` as its element `i`.
+  KOKKOS_INLINE_FUNCTION static constexpr int b_col(int lane, int /*i*/) { return lane / 4; }
+};
+
+/// `x` rounded to TF32 as `cvt.rna.tf32.f32` does: to nearest, ties away from zero, kept in a
+/// float whose 13 low fraction bits are zero (NaN and ±inf unchanged; past the largest TF32,
+/// ±inf).
+KOKKOS_INLINE_FUNCTION float to_tf32(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;
+  float r = 0;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+/// Lane `lane`'s elements of a row-major tile of A (16 × `Layout::k`): `A(r, c) = tile[r·ld + c]`.
+template <class Layout = MmaM16N8K16, class T>
+KOKKOS_INLINE_FUNCTION void load_a(int lane, const T* tile, int ld, T (&a)[Layout::a_per_lane]) {
+  for (int i = 0; i < Layout::a_per_lane; ++i)
+    a[i] = tile[Layout::a_row(lane, i) * ld + Layout::a_col(lane, i)];
 }
 
 /// Lane `lane`'s elements of a 16×8 tile of B stored column by column (`B(p, j) = tile[j·ld + p]`:
 /// the rows of a K tile are the columns of Kᵀ, so `S = Q·Kᵀ` reads K as it lies).
-template <class T>
-KOKKOS_INLINE_FUNCTION void load_b(int lane, const T* tile, int ld, T (&b)[4]) {
-  for (int i = 0; i < MmaM16N8K16::b_per_lane; ++i)
-    b[i] = tile[MmaM16N8K16::b_col(lane, i) * ld + MmaM16N8K16::b_row(lane, i)];
+template <class Layout = MmaM16N8K16, class T>
+KOKKOS_INLINE_FUNCTION void load_b(int lane, const T* tile, int ld, T (&b)[Layout::b_per_lane]) {
+  for (int i = 0; i < Layout::b_per_lane; ++i)
+    b[i] = tile[Layout::b_col(lane, i) * ld + Layout::b_row(lane, i)];
 }
 
 /// Writes lane `lane`'s elements of a 16×8 tile of D into row-major `tile[r·ld + c]`.
 KOKKOS_INLINE_FUNCTION void store_c(int lane, const float (&c)[4], float* tile, int ld) {
-  for (int i = 0; i < MmaM16N8K16::c_per_lane; ++i)
-    tile[MmaM16N8K16::c_row(lane, i) * ld + MmaM16N8K16::c_col(lane, i)] = c[i];
+  for (int i = 0; i < MmaAccumulator16x8::c_per_lane; ++i)
+    tile[MmaAccumulator16x8::c_row(lane, i) * ld + MmaAccumulator16x8::c_col(lane, i)] = c[i];
 }
 
 /// Two adjacent 16×8 results of one lane (`left` holds columns 0..7, `right` columns 8..15) as
@@ -150,6 +189,17 @@ __device__ inline void mma(float (&c)[4], const T (&a)[8], const T (&b)[4]) {
 }
 #undef CTXPAR_MMA_M16N8K16
 
+/// One lane's part of the warp's TF32 `D = A·B + C` (m16n8k8; the inputs' 13 low fraction bits
+/// are ignored: round them first with `to_tf32`).
+__device__ inline void mma(float (&c)[4], const float (&a)[4], const float (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+        "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
+}
+
 /// One lane's part of the warp's `ldmatrix.x4` from shared memory (every lane calls it together):
 /// `row` is this lane's row address (16-byte aligned, in team scratch), `out` what it receives.
 template <class T>
@@ -167,20 +217,34 @@ __device__ inline void ldmatrix_x4(const T* row, T (&out)[8]) {
 }
 #endif
 
-/// What the instruction computes, for the whole warp at once on the host: every lane's `c` gains
-/// `Σ_p A(r, p)·B(p, j)` for each of its elements `(r, j)`, with A and B assembled from the
-/// lanes' fragments through the layout above. Products of two 16-bit values are exact in fp32;
+/// What the instruction of layout `L` computes, for the whole warp at once on the host: every
+/// lane's `c` gains `Σ_p A(r, p)·B(p, j)` for each of its elements `(r, j)`, with A and B
+/// assembled from the lanes' fragments through `L`. Products of two 16-bit or two TF32 values are
+/// exact in fp32;
 /// the sum runs over `p` in increasing order in fp32 (the hardware's order and internal width are
 /// unspecified, so tests bound the difference rather than compare bits).
-template <class T>
-void emulate_warp_mma(float (&c)[32][4], const T (&a)[32][8], const T (&b)[32][4]) {
-  using L = MmaM16N8K16;
+template <class L = MmaM16N8K16, class T>
+void emulate_warp_mma(float (&c)[32][4], const T (&a)[32][L::a_per_lane],
+                      const T (&b)[32][L::b_per_lane]) {
+  // The value the instruction reads: a 16-bit type's, or a float's TF32 part (low bits dropped).
+  auto operand = [](const T& x) {
+    if constexpr (std::is_same_v<T, float>) {
+      std::uint32_t u = 0;
+      std::memcpy(&u, &x, sizeof u);
+      u &= ~0x1fffu;
+      float r = 0;
+      std::memcpy(&r, &u, sizeof r);
+      return r;
+    } else {
+      return x.to_float();
+    }
+  };
   float A[L::m][L::k] = {}, B[L::k][L::n] = {};
   for (int lane = 0; lane < L::lanes; ++lane) {
     for (int i = 0; i < L::a_per_lane; ++i)
-      A[L::a_row(lane, i)][L::a_col(lane, i)] = a[lane][i].to_float();
+      A[L::a_row(lane, i)][L::a_col(lane, i)] = operand(a[lane][i]);
     for (int i = 0; i < L::b_per_lane; ++i)
-      B[L::b_row(lane, i)][L::b_col(lane, i)] = b[lane][i].to_float();
+      B[L::b_row(lane, i)][L::b_col(lane, i)] = operand(b[lane][i]);
   }
   for (int lane = 0; lane < L::lanes; ++lane) {
     for (int i = 0; i < L::c_per_lane; ++i) {
