@@ -101,8 +101,9 @@ KOKKOS_INLINE_FUNCTION void load_a(int lane, const T* tile, int ld, T (&a)[Layou
     a[i] = tile[Layout::a_row(lane, i) * ld + Layout::a_col(lane, i)];
 }
 
-/// Lane `lane`'s elements of a 16×8 tile of B stored column by column (`B(p, j) = tile[j·ld + p]`:
-/// the rows of a K tile are the columns of Kᵀ, so `S = Q·Kᵀ` reads K as it lies).
+/// Lane `lane`'s elements of a `Layout::k`×8 tile of B stored column by column
+/// (`B(p, j) = tile[j·ld + p]`: the rows of a K tile are the columns of Kᵀ, so `S = Q·Kᵀ` reads K
+/// as it lies).
 template <class Layout = MmaM16N8K16, class T>
 KOKKOS_INLINE_FUNCTION void load_b(int lane, const T* tile, int ld, T (&b)[Layout::b_per_lane]) {
   for (int i = 0; i < Layout::b_per_lane; ++i)
@@ -220,9 +221,8 @@ __device__ inline void ldmatrix_x4(const T* row, T (&out)[8]) {
 /// What the instruction of layout `L` computes, for the whole warp at once on the host: every
 /// lane's `c` gains `Σ_p A(r, p)·B(p, j)` for each of its elements `(r, j)`, with A and B
 /// assembled from the lanes' fragments through `L`. Products of two 16-bit or two TF32 values are
-/// exact in fp32;
-/// the sum runs over `p` in increasing order in fp32 (the hardware's order and internal width are
-/// unspecified, so tests bound the difference rather than compare bits).
+/// exact in fp32; the sum runs over `p` in increasing order in fp32 (the hardware's order and
+/// internal width are unspecified, so tests bound the difference rather than compare bits).
 template <class L = MmaM16N8K16, class T>
 void emulate_warp_mma(float (&c)[32][4], const T (&a)[32][L::a_per_lane],
                       const T (&b)[32][L::b_per_lane]) {
