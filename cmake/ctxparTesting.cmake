@@ -9,8 +9,26 @@
 set(CTXPAR_TEST_DEFAULT_RANKS 1 2 3 4 CACHE STRING "Rank counts of the default test suite")
 set(CTXPAR_TEST_EXTENDED_RANKS 5 6 7 8 CACHE STRING "Rank counts of the extended test label")
 
+# Open MPI creates its session directory (<tmpdir>/ompi.<host>.<uid>) on the first launch and
+# removes it when the last one ends; two launches that ctest -j runs side by side can race on it
+# and fail MPI_Init ("File exists"). Every launch command therefore gets a session directory of
+# its own (Open MPI creates the path), numbered in configure order under this root.
+set(CTXPAR_MPI_SESSION_ROOT "/tmp/ctxpar-mpi-sessions" CACHE PATH
+  "Parent of the per-launch Open MPI session directories of the tests")
+
 function(ctxpar_mpi_command out nprocs)
-  set(${out} ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nprocs} ${CTXPAR_MPIEXEC_FLAGS}
+  get_property(launches GLOBAL PROPERTY CTXPAR_MPI_LAUNCHES)
+  if(NOT launches)
+    set(launches 0)
+  endif()
+  math(EXPR launches "${launches} + 1")
+  set_property(GLOBAL PROPERTY CTXPAR_MPI_LAUNCHES ${launches})
+  # The build tree's hash keeps two build trees (CI's presets) apart in one root.
+  string(MD5 tree "${CMAKE_BINARY_DIR}")
+  string(SUBSTRING "${tree}" 0 8 tree)
+  set(${out} ${CMAKE_COMMAND} -E env
+      OMPI_MCA_orte_tmpdir_base=${CTXPAR_MPI_SESSION_ROOT}/${tree}-${launches}
+      ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${nprocs} ${CTXPAR_MPIEXEC_FLAGS}
       ${MPIEXEC_PREFLAGS} PARENT_SCOPE)
 endfunction()
 

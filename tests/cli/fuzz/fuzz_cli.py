@@ -946,8 +946,11 @@ def main():
         cmd = launcher + [a.np_flag, str(np_)] + tool
         t0 = time.time()
         timed_out = False
+        # Runs side by side each get their own Open MPI session directory: a shared one is
+        # created by the first launch and removed by the last, and two launches can race on it.
+        session = {"OMPI_MCA_orte_tmpdir_base": os.path.join(work, "mpi-session")}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=dict(env, **case.env), start_new_session=True)
+                                env=dict(env, **session, **case.env), start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=a.timeout)
         except subprocess.TimeoutExpired:
