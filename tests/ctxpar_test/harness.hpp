@@ -18,6 +18,8 @@
 
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/storage.hpp"
+#include "ctxpar_test/roundoff.hpp"
 
 namespace ctxpar::test {
 
@@ -94,12 +96,6 @@ bool all_close(const std::string& what, std::int64_t n, Actual actual, Expected 
   return true;
 }
 
-/// Unit roundoff of a scalar type.
-template <class T>
-constexpr double unit_roundoff() {
-  return static_cast<double>(std::numeric_limits<T>::epsilon()) / 2;
-}
-
 /// One typed-test case: an execution space and a scalar type.
 template <class ExecutionSpace, class Scalar>
 struct Case {
@@ -121,6 +117,8 @@ struct concat<std::tuple<A...>, std::tuple<B...>, Rest...> {
 };
 template <class Exec>
 using both_scalars = std::tuple<Case<Exec, float>, Case<Exec, double>>;
+template <class Exec>
+using narrow_scalars = std::tuple<Case<Exec, ctxpar::bfloat16>, Case<Exec, ctxpar::float16>>;
 
 /// The device execution space of a CUDA/HIP/SYCL build as a one-element list; empty where the
 /// default space is a host space.
@@ -146,6 +144,10 @@ using cases = typename impl::concat<impl::device_space_list<impl::both_scalars>,
                                     impl::both_scalars<Kokkos::Threads>,
 #endif
                                     std::tuple<>>::type;
+
+/// The 16-bit storage types (bfloat16, float16, computed in fp32) on the default execution space:
+/// the device in a GPU build, the first host backend otherwise.
+using narrow_cases = impl::narrow_scalars<Kokkos::DefaultExecutionSpace>;
 
 /// Every enabled host backend and, in a device build, the device space (scalar fixed by the test).
 using execution_spaces = typename impl::concat<impl::device_space_list<impl::single_space>,

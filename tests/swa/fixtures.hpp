@@ -40,7 +40,7 @@ template <class Scalar>
 Tensor random_tensor(std::uint64_t seed, std::int64_t t, std::int64_t h, std::int64_t d) {
   Tensor x(t, h, d);
   for (std::size_t i = 0; i < x.data.size(); ++i)
-    x.data[i] = static_cast<double>(static_cast<Scalar>(uniform(seed, i)));
+    x.data[i] = static_cast<double>(ctxpar::widen(ctxpar::narrow<Scalar>(uniform(seed, i))));
   return x;
 }
 
@@ -75,7 +75,8 @@ ctxpar::swa::Tensor<Scalar, MemorySpace> to_view(const Tensor& x, std::int64_t f
   auto h = Kokkos::create_mirror_view(v);
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t a = 0; a < x.heads; ++a)
-      for (std::int64_t d = 0; d < x.dim; ++d) h(i, a, d) = static_cast<Scalar>(x(from + i, a, d));
+      for (std::int64_t d = 0; d < x.dim; ++d)
+        h(i, a, d) = ctxpar::narrow<Scalar>(x(from + i, a, d));
   Kokkos::deep_copy(v, h);
   return v;
 }
@@ -136,7 +137,7 @@ bool close_to(const std::string& what, const View& actual, const Tensor& expecte
       what, n,
       [&](std::int64_t x) {
         auto [i, a, d] = idx(x);
-        return static_cast<double>(h(i, a, d));
+        return static_cast<double>(ctxpar::widen(h(i, a, d)));
       },
       [&](std::int64_t x) {
         auto [i, a, d] = idx(x);

@@ -10,6 +10,8 @@
 #include <limits>
 #include <vector>
 
+#include "ctxpar_test/roundoff.hpp"
+
 namespace ctxpar::test::swa {
 
 /// A dense token-major tensor [tokens, heads, dim] in fp64.
@@ -142,22 +144,29 @@ inline Backward backward(const Problem& p, const Forward& f, const Tensor& dout)
   return b;
 }
 
-/// Per-element absolute error bounds for a computation in a type with unit roundoff `u`, from
-/// first-order perturbation (doubled for the second-order terms):
-/// - each score carries at most (D + 4) u scale sum_d |q_d||k_d| (a dot product of length D plus
-/// the
-///   rounding of the rotated inputs); the softmax turns a score error e into a relative weight
-///   error of at most 2e, and the row sum of n terms adds (n + 8) u: together eps_p per weight;
-/// - every other dot product or sum of length m carries (m + 8) u relative to the sum of |terms|;
+/// Per-element absolute error bounds for a computation whose stored values (rotated queries and
+/// keys, the output, the gradients) are rounded with unit roundoff `us` and whose arithmetic
+/// (products, sums, the softmax) rounds with `ua` (`us = ua = u` for float and double; for the
+/// 16-bit types the kernels compute in fp32: `us` = 2^-8 or 2^-11, `ua` = 2^-24), from first-order
+/// perturbation (doubled for the second-order terms):
+/// - each score carries at most (D ua + 4 us) scale sum_d |q_d||k_d| (a dot product of length D
+///   plus the rounding of the stored rotated inputs); the softmax turns a score error e into a
+///   relative weight error of at most 2e, and the row sum of n terms adds (n + 8) ua: together
+///   eps_p per weight;
+/// - every other dot product or sum of length m carries (m + 8) ua relative to the sum of |terms|,
+///   and a term that reads a stored rotated query or key 2 us more;
+/// - the output is rounded once to storage (4 us of its magnitude);
 /// - dS = P (dP - delta) inherits eps_p, the error of dP and of delta (including the forward error
-/// of
-///   the output it is computed from);
-/// - the inverse rotation adds 4 u of the magnitudes and mixes each pair (d, d + D/2).
+///   of the output it is computed from);
+/// - the inverse rotation and the final store add 4 us of the magnitudes and mix each pair
+///   (d, d + D/2).
 struct Bounds {
   Tensor out, dq, dk, dv;
 };
 
-inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout, double u) {
+inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout,
+                     const ctxpar::test::Roundoff& r) {
+  const double us = r.storage, ua = r.arithmetic;
   const std::int64_t T = p.q.tokens, Hq = p.q.heads, Hkv = p.k.heads, D = p.q.dim;
   const double scale = p.effective_scale();
   Bounds b{Tensor(T, Hq, D), Tensor(T, Hq, D), Tensor(T, Hkv, D), Tensor(T, Hkv, D)};
@@ -178,13 +187,13 @@ inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout, dou
           n += 1;
           qk = std::max(qk, QK(i, j));
         }
-      const double eps_p = 2.0 * (D + 4) * u * qk + (n + 8) * u;
-      const double eps_dot = (D + n + 8) * u;
+      const double eps_p = 2.0 * (D * ua + 4 * us) * qk + (n + 8) * ua;
+      const double eps_dot = (D + n + 8) * ua;
       double delta_abs = 0, delta_err = 0;
       for (std::int64_t d = 0; d < D; ++d) {
         double sv = 0;
         for (std::int64_t j = 0; j < T; ++j) sv += P(i, j) * V(j, d);
-        b.out(i, h, d) = 2.0 * ((eps_p + eps_dot) * sv + 4 * u * O(i, d));
+        b.out(i, h, d) = 2.0 * ((eps_p + eps_dot) * sv + 4 * us * O(i, d));
         delta_abs += dO(i, d) * O(i, d);
         delta_err += dO(i, d) * b.out(i, h, d);
       }
@@ -195,12 +204,12 @@ inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout, dou
         const double ds_err =
             P(i, j) * (eps_p * (dOV(i, j) + delta_abs) + eps_dot * dOV(i, j) + delta_err);
         for (std::int64_t d = 0; d < D; ++d) {
-          dq_rot(i, h, d) += 2.0 * scale * (ds_err + ds * eps_dot) * K(j, d);
+          dq_rot(i, h, d) += 2.0 * scale * (ds_err + ds * (eps_dot + 2 * us)) * K(j, d);
           dk_rot(j, hk, d) +=
-              2.0 * scale * (ds_err + ds * (eps_dot + (T * Hq / Hkv + 8) * u)) * Q(i, d);
+              2.0 * scale * (ds_err + ds * (eps_dot + (T * Hq / Hkv + 8) * ua + 2 * us)) * Q(i, d);
           dq_mag(i, h, d) += scale * ds * K(j, d);
           dk_mag(j, hk, d) += scale * ds * Q(i, d);
-          b.dv(j, hk, d) += 2.0 * P(i, j) * dO(i, d) * (eps_p + eps_dot + (T + 8) * u);
+          b.dv(j, hk, d) += 2.0 * P(i, j) * dO(i, d) * (eps_p + eps_dot + (T + 8) * ua);
         }
       }
     }
@@ -211,12 +220,17 @@ inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout, dou
         for (std::int64_t d = 0; d < D; ++d) {
           const std::int64_t partner = d < D / 2 ? d + D / 2 : d - D / 2;
           out(i, h, d) =
-              err(i, h, d) + err(i, h, partner) + 4 * u * (mag(i, h, d) + mag(i, h, partner));
+              err(i, h, d) + err(i, h, partner) + 4 * us * (mag(i, h, d) + mag(i, h, partner));
         }
   };
   unrotate(dq_rot, dq_mag, b.dq);
   unrotate(dk_rot, dk_mag, b.dk);
   return b;
+}
+
+/// `bounds` for a computation that stores and computes with the same unit roundoff `u`.
+inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout, double u) {
+  return bounds(p, f, dout, ctxpar::test::Roundoff{u, u});
 }
 
 }  // namespace ctxpar::test::swa

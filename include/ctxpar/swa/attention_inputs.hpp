@@ -6,13 +6,15 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
-#include <type_traits>
+
+#include "ctxpar/core/storage.hpp"
 
 namespace ctxpar::swa {
 
-/// Accumulator type of the kernels: fp32 for fp32 (or narrower) inputs, fp64 for fp64 inputs.
+/// Accumulator type of the kernels, and the type of their gradients: the storage type's compute
+/// type (`core/storage.hpp`): fp32 for fp32 and the 16-bit types, fp64 for fp64.
 template <class Scalar>
-using accumulator_t = std::conditional_t<(sizeof(Scalar) > sizeof(float)), double, float>;
+using accumulator_t = compute_t<Scalar>;
 
 /// Queries per tile of the kernels.
 inline constexpr int query_tile = 32;

@@ -72,9 +72,9 @@ void attention_backward(
     const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
     const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
     const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dq,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dk,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dv,
     AttentionWorkspace<MemorySpace>& workspace, KernelChoice kernels = default_kernel_choice) {
   using acc = accumulator_t<Scalar>;
   const auto shape =

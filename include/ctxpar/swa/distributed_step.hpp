@@ -448,9 +448,9 @@ class StepPlan {
     const bool has_next = d_next_cache.dk.data() != nullptr || d_next_cache.dv.data() != nullptr;
     check_backward(saved, dout, d_next_cache, grads, has_next);
 
-    const auto dq_rot = carve<tensor_type>(dq_rot_, t_r, hq, dim);
-    const auto dk_axis = carve<tensor_type>(dk_axis_, saved.axis.length(), hkv, dim);
-    const auto dv_axis = carve<tensor_type>(dv_axis_, saved.axis.length(), hkv, dim);
+    const auto dq_rot = carve<gradient_tensor>(dq_rot_, t_r, hq, dim);
+    const auto dk_axis = carve<gradient_tensor>(dk_axis_, saved.axis.length(), hkv, dim);
+    const auto dv_axis = carve<gradient_tensor>(dv_axis_, saved.axis.length(), hkv, dim);
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
                                            saved.key_origin, options_.window, scale_);
     attention_backward(
@@ -463,8 +463,8 @@ class StepPlan {
     // The axis gradients onto the records this rank owns, RoPE's backward there, then back to
     // the caller's shards with the next cache's gradient (the next cache holds raw keys, so its
     // gradient joins after the RoPE backward).
-    tensor_type own_dk = carve<tensor_type>(own_dk_, n_r, hkv, dim),
-                own_dv = carve<tensor_type>(own_dv_, n_r, hkv, dim);
+    gradient_tensor own_dk = carve<gradient_tensor>(own_dk_, n_r, hkv, dim),
+                    own_dv = carve<gradient_tensor>(own_dv_, n_r, hkv, dim);
     std::get<exchange_type>(tb.exchange)
         .gradients_back(exchange_context(), tb.layout, dk_axis, dv_axis, own_dk, own_dv);
     rope_backward(space_, own_dk, saved.own_pos, options_.rope_base, own_dk);
@@ -505,6 +505,10 @@ class StepPlan {
 
  private:
   using source_type = impl::TokenSource<Scalar, MemorySpace>;
+  // Gradients between the kernels and the caller's views stay in the compute type (fp32 for the
+  // 16-bit types): partial sums from several ranks and the next cache's gradient are added there,
+  // and each is rounded to the storage type once, on its way out.
+  using gradient_tensor = Tensor<accumulator_t<Scalar>, MemorySpace>;
   // The policy's exchange (its tables live in each `DistributedState`).
   using exchange_type =
       std::conditional_t<halo, impl::HaloExchange<MemorySpace>, impl::GatherExchange<MemorySpace>>;

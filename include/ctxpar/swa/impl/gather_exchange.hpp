@@ -13,6 +13,7 @@
 #include "ctxpar/comm/allgather.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/reduce.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/swa/impl/layout.hpp"
 #include "ctxpar/swa/impl/records.hpp"
@@ -22,7 +23,8 @@
 
 namespace ctxpar::swa::impl {
 
-/// The all-gather of one step layout on one rank.
+/// The all-gather of one step layout on one rank. Keys and values travel in their storage type;
+/// their gradients come back in its compute type.
 template <class MemorySpace>
 struct GatherExchange {
   /// Records of each rank.
@@ -98,18 +100,20 @@ struct GatherExchange {
   /// `own_dk`/`own_dv` (rotated keys).
   template <class ExecutionSpace, class Scalar>
   void gradients_back(const ExchangeContext<ExecutionSpace, Scalar, MemorySpace>& cx,
-                      const AxisLayout& layout, const Tensor<Scalar, MemorySpace>& dk_axis,
-                      const Tensor<Scalar, MemorySpace>& dv_axis,
-                      const Tensor<Scalar, MemorySpace>& own_dk,
-                      const Tensor<Scalar, MemorySpace>& own_dv) const {
+                      const AxisLayout& layout,
+                      const Tensor<compute_t<Scalar>, MemorySpace>& dk_axis,
+                      const Tensor<compute_t<Scalar>, MemorySpace>& dv_axis,
+                      const Tensor<compute_t<Scalar>, MemorySpace>& own_dk,
+                      const Tensor<compute_t<Scalar>, MemorySpace>& own_dv) const {
+    using gradient = compute_t<Scalar>;
     const ExecutionSpace& space = cx.space;
     const Group& group = cx.group;
     if (group.size() == 1) {
       // One rank: every axis token is its own, once; its gradient goes straight to it.
-      Kokkos::deep_copy(space, own_dk, Scalar(0));
-      Kokkos::deep_copy(space, own_dv, Scalar(0));
+      Kokkos::deep_copy(space, own_dk, gradient(0));
+      Kokkos::deep_copy(space, own_dv, gradient(0));
       route_gradients(space, dk_axis, dv_axis, forward_axis_source,
-                      GradientRecords<Scalar, MemorySpace>(), own_dk, own_dv);
+                      GradientRecords<gradient, MemorySpace>(), own_dk, own_dv);
       return;
     }
     // Every axis token has its own gathered slot, so routing fills `all` completely; the

@@ -13,6 +13,7 @@
 
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/sendrecv.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/swa/impl/layout.hpp"
 #include "ctxpar/swa/impl/records.hpp"
@@ -86,17 +87,19 @@ struct HaloExchange {
   /// to their owners, who add them up.
   template <class ExecutionSpace, class Scalar>
   void gradients_back(const ExchangeContext<ExecutionSpace, Scalar, MemorySpace>& cx,
-                      const AxisLayout& /*layout*/, const Tensor<Scalar, MemorySpace>& dk_axis,
-                      const Tensor<Scalar, MemorySpace>& dv_axis,
-                      const Tensor<Scalar, MemorySpace>& own_dk,
-                      const Tensor<Scalar, MemorySpace>& own_dv) const {
+                      const AxisLayout& /*layout*/,
+                      const Tensor<compute_t<Scalar>, MemorySpace>& dk_axis,
+                      const Tensor<compute_t<Scalar>, MemorySpace>& dv_axis,
+                      const Tensor<compute_t<Scalar>, MemorySpace>& own_dk,
+                      const Tensor<compute_t<Scalar>, MemorySpace>& own_dv) const {
+    using gradient = compute_t<Scalar>;
     const std::int64_t per = 2 * cx.records.per_token();
-    Kokkos::deep_copy(cx.space, own_dk, Scalar(0));
-    Kokkos::deep_copy(cx.space, own_dv, Scalar(0));
+    Kokkos::deep_copy(cx.space, own_dk, gradient(0));
+    Kokkos::deep_copy(cx.space, own_dv, gradient(0));
     const auto [back, got] =
         cx.staging.gradient_buffers(plan.recv_total(), plan.send_total(), cx.records);
     route_gradients(cx.space, dk_axis, dv_axis, axis_source, back, own_dk, own_dv);
-    using flat = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
+    using flat = Kokkos::View<gradient*, MemorySpace, Kokkos::MemoryUnmanaged>;
     exchange_pairwise(cx.space, cx.group, flat(back.data(), back.span()),
                       scaled(plan.recv_counts, per), flat(got.data(), got.span()),
                       scaled(plan.send_counts, per));

@@ -62,7 +62,7 @@ struct HostQueryGradientKernel {
   HostQueryTiles<Scalar, MemorySpace, Mask> queries;
   Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
+  Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace> dq;
 
   static std::size_t scratch_bytes(int dp) {
     return sizeof(acc) * (3 * std::size_t(query_tile) * dp + 2 * query_tile) + 64;
@@ -112,8 +112,8 @@ struct HostQueryGradientKernel {
                               });
     const acc scale = static_cast<acc>(queries.in.scale);
     for (int r = 0; r < nq; ++r) {
-      Scalar* o = &dq(t.i0 + r, t.h, 0);
-      for (int d = 0; d < D; ++d) o[d] = static_cast<Scalar>(dqs[r * dp + d] * scale);
+      acc* o = &dq(t.i0 + r, t.h, 0);
+      for (int d = 0; d < D; ++d) o[d] = dqs[r * dp + d] * scale;
     }
   }
 };
@@ -150,7 +150,7 @@ struct HostKeyGradientKernel {
   AttentionInputs<Scalar, MemorySpace> in;
   Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dk, dv;
+  Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace> dk, dv;
   PackedKeys<acc, MemorySpace> packed;
   /// `PackRowsKernel`'s output.
   Kokkos::View<const acc*, MemorySpace> qrows, dorows;
@@ -261,11 +261,11 @@ struct HostKeyGradientKernel {
       }
     }
     for (std::int64_t g = jlo; g < jhi; ++g) {
-      Scalar* ko = &dk(g, hk, 0);
-      Scalar* vo = &dv(g, hk, 0);
+      acc* ko = &dk(g, hk, 0);
+      acc* vo = &dv(g, hk, 0);
       for (int d = 0; d < D; ++d) {
-        ko[d] = static_cast<Scalar>(dks[(g - j0) * dp + d]);
-        vo[d] = static_cast<Scalar>(dvs[(g - j0) * dp + d]);
+        ko[d] = dks[(g - j0) * dp + d];
+        vo[d] = dvs[(g - j0) * dp + d];
       }
     }
   }
@@ -278,7 +278,7 @@ struct SumQueryGradientPartsKernel {
   using acc = accumulator_t<Scalar>;
   Kokkos::View<const acc*, MemorySpace> dq_parts;
   Kokkos::View<const std::int64_t*, MemorySpace> segment_rows;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
+  Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace> dq;
   KeySegments segments;
   acc scale;
   std::int64_t tq;
@@ -300,11 +300,11 @@ struct SumQueryGradientPartsKernel {
     for (std::int64_t k = lo; k < segments.count && n < 2 && segment_rows(2 * k) <= i; ++k) {
       rows[n++] = dq_parts.data() + dq_part_offset(segments.first + k, h, i, hq, tq, dp);
     }
-    Scalar* o = &dq(i, h, 0);
+    acc* o = &dq(i, h, 0);
     for (int d = 0; d < dim; ++d) {
       acc sum = acc(0);
       for (int m = 0; m < n; ++m) sum += rows[m][d];
-      o[d] = static_cast<Scalar>(sum * scale);
+      o[d] = sum * scale;
     }
   }
 };

@@ -11,6 +11,7 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/host_isa.hpp"
 #include "ctxpar/core/impl/isa_dispatch.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/expr/mask.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
 #include "ctxpar/swa/impl/attention_tiles.hpp"
@@ -117,7 +118,7 @@ struct HostForwardKernel {
       const acc l = simd_sum<acc, Bytes>(simd_load<acc, Bytes>(ls + r * lanes));
       const acc inv = l > acc(0) ? acc(1) / l : acc(0);
       Scalar* o = &out(t.i0 + r, t.h, 0);
-      for (int d = 0; d < D; ++d) o[d] = static_cast<Scalar>(os[r * dp + d] * inv);
+      for (int d = 0; d < D; ++d) o[d] = ctxpar::narrow<Scalar>(os[r * dp + d] * inv);
       lse(t.i0 + r, t.h) = l > acc(0) ? ms[r] + compat::log(l) : masked_score<acc>();
     }
   }

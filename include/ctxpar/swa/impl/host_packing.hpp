@@ -11,6 +11,7 @@
 
 #include "ctxpar/core/host_isa.hpp"
 #include "ctxpar/core/impl/isa_dispatch.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
 #include "ctxpar/swa/attention_workspace.hpp"
@@ -48,7 +49,7 @@ inline void host_copy_rows(const Scalar* const* row, int rows, int dim, int dp, 
     Acc* dst = out + static_cast<std::size_t>(j) * dp;
     int d = 0;
     if (row[j] != nullptr)
-      for (; d < dim; ++d) dst[d] = static_cast<Acc>(row[j][d]) * scale;
+      for (; d < dim; ++d) dst[d] = static_cast<Acc>(ctxpar::widen(row[j][d])) * scale;
     for (; d < dp; ++d) dst[d] = Acc(0);
   }
 }
@@ -60,7 +61,7 @@ inline void host_copy_rows_transposed(const Scalar* const* row, int rows, int di
   for (int d = 0; d < dp; ++d) {
     Acc* dst = out + static_cast<std::size_t>(d) * rows;
     for (int j = 0; j < rows; ++j)
-      dst[j] = d < dim && row[j] != nullptr ? static_cast<Acc>(row[j][d]) : Acc(0);
+      dst[j] = d < dim && row[j] != nullptr ? static_cast<Acc>(ctxpar::widen(row[j][d])) : Acc(0);
   }
 }
 

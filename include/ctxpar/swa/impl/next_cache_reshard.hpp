@@ -12,6 +12,7 @@
 
 #include "ctxpar/comm/alltoall.hpp"
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/swa/cache.hpp"
 #include "ctxpar/swa/impl/axis.hpp"
@@ -75,8 +76,8 @@ struct NextCacheReshard {
   void return_gradients(const ExchangeContext<ExecutionSpace, Scalar, MemorySpace>& cx,
                         const Tensor<Scalar, MemorySpace>& dk_next,
                         const Tensor<Scalar, MemorySpace>& dv_next,
-                        const Tensor<Scalar, MemorySpace>& own_dk,
-                        const Tensor<Scalar, MemorySpace>& own_dv) const {
+                        const Tensor<compute_t<Scalar>, MemorySpace>& own_dk,
+                        const Tensor<compute_t<Scalar>, MemorySpace>& own_dv) const {
     const std::int64_t per = 2 * cx.records.per_token();
     const auto [back, got] =
         cx.staging.gradient_buffers(plan.recv_total(), plan.send_total(), cx.records);

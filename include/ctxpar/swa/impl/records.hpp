@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/swa/rope.hpp"
 #include "ctxpar/swa/tensors.hpp"
 
@@ -348,81 +350,73 @@ using GradientRecords = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>
 
 /// Routes the gradients of axis token `i` (`dk`, `dv`): to record `source(i)` of `slots` when
 /// `source(i) >= 0`, or added to own token `-(source(i) + 1)` of `own_dk`/`own_dv`. The sources
-/// are distinct, so no two threads write the same place.
-template <class Scalar, class MemorySpace>
+/// are distinct, so no two threads write the same place. The routed gradients may be stored
+/// narrower than the records (a caller's bf16 next-cache gradient): they are widened exactly.
+template <class Source, class Scalar, class MemorySpace>
 struct RouteGradients {
-  Tensor<Scalar, MemorySpace> dk, dv;
+  Tensor<Source, MemorySpace> dk, dv;
   Index<MemorySpace> source;
   GradientRecords<Scalar, MemorySpace> slots;
   Tensor<Scalar, MemorySpace> own_dk, own_dv;
   std::int64_t per;
-  bool add_to_slots;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t x) const {
     const std::int64_t i = x / per, e = x % per;
     const std::int64_t dim = static_cast<std::int64_t>(dk.extent(2));
     const std::int64_t h = e / dim, d = e % dim;
     const std::int64_t s = source(i);
     if (s >= 0) {
-      if (add_to_slots) {
-        slots(s, e) += dk(i, h, d);
-        slots(s, per + e) += dv(i, h, d);
-      } else {
-        slots(s, e) = dk(i, h, d);
-        slots(s, per + e) = dv(i, h, d);
-      }
+      slots(s, e) = ctxpar::widen(dk(i, h, d));
+      slots(s, per + e) = ctxpar::widen(dv(i, h, d));
     } else {
-      own_dk(-(s + 1), h, d) += dk(i, h, d);
-      own_dv(-(s + 1), h, d) += dv(i, h, d);
+      own_dk(-(s + 1), h, d) += ctxpar::widen(dk(i, h, d));
+      own_dv(-(s + 1), h, d) += ctxpar::widen(dv(i, h, d));
     }
   }
 };
 
 /// The host fast path of `RouteGradients`: one work item per block of `host_tokens_per_item` axis
 /// tokens, each routed row by row.
-template <class Scalar, class MemorySpace>
+template <class Source, class Scalar, class MemorySpace>
 struct HostRouteGradients {
-  RouteGradients<Scalar, MemorySpace> r;
+  RouteGradients<Source, Scalar, MemorySpace> r;
   std::int64_t tokens;
   void operator()(const std::int64_t item) const {
     const RopeBlock block = host_block(item, tokens);
     const std::int64_t per = r.per;
     for (std::int64_t i = block.first; i < block.last; ++i) {
       const std::int64_t s = r.source(i);
-      const Scalar* dk = &r.dk(i, 0, 0);
-      const Scalar* dv = &r.dv(i, 0, 0);
+      const Source* dk = &r.dk(i, 0, 0);
+      const Source* dv = &r.dv(i, 0, 0);
       if (s >= 0) {
         Scalar* sk = &r.slots(s, 0);
         Scalar* sv = &r.slots(s, per);
-        if (r.add_to_slots) {
-          for (std::int64_t e = 0; e < per; ++e) sk[e] += dk[e];
-          for (std::int64_t e = 0; e < per; ++e) sv[e] += dv[e];
-        } else {
-          std::copy_n(dk, per, sk);
-          std::copy_n(dv, per, sv);
-        }
+        for (std::int64_t e = 0; e < per; ++e) sk[e] = ctxpar::widen(dk[e]);
+        for (std::int64_t e = 0; e < per; ++e) sv[e] = ctxpar::widen(dv[e]);
       } else {
         Scalar* ok = &r.own_dk(-(s + 1), 0, 0);
         Scalar* ov = &r.own_dv(-(s + 1), 0, 0);
-        for (std::int64_t e = 0; e < per; ++e) ok[e] += dk[e];
-        for (std::int64_t e = 0; e < per; ++e) ov[e] += dv[e];
+        for (std::int64_t e = 0; e < per; ++e) ok[e] += ctxpar::widen(dk[e]);
+        for (std::int64_t e = 0; e < per; ++e) ov[e] += ctxpar::widen(dv[e]);
       }
     }
   }
 };
 
-template <class ExecutionSpace, class Scalar, class MemorySpace>
-void route_gradients(const ExecutionSpace& space, const Tensor<Scalar, MemorySpace>& dk,
-                     const Tensor<Scalar, MemorySpace>& dv, const Index<MemorySpace>& source,
+template <class ExecutionSpace, class Source, class Scalar, class MemorySpace>
+void route_gradients(const ExecutionSpace& space, const Tensor<Source, MemorySpace>& dk,
+                     const Tensor<Source, MemorySpace>& dv, const Index<MemorySpace>& source,
                      const GradientRecords<Scalar, MemorySpace>& slots,
                      const Tensor<Scalar, MemorySpace>& own_dk,
                      const Tensor<Scalar, MemorySpace>& own_dv) {
+  static_assert(std::is_same_v<compute_t<Source>, Scalar>,
+                "gradients are routed in the compute type of their storage type");
   const std::int64_t per = static_cast<std::int64_t>(dk.extent(1) * dk.extent(2));
   const std::int64_t n = static_cast<std::int64_t>(source.extent(0));
   if (n * per == 0) return;
-  const RouteGradients<Scalar, MemorySpace> route{dk,     dv,     source, slots,
-                                                  own_dk, own_dv, per,    false};
+  const RouteGradients<Source, Scalar, MemorySpace> route{dk,     dv,     source, slots,
+                                                          own_dk, own_dv, per};
   launch_token_kernel("ctxpar::swa::route_gradients", space, n,
-                      HostRouteGradients<Scalar, MemorySpace>{route, n}, n * per, route);
+                      HostRouteGradients<Source, Scalar, MemorySpace>{route, n}, n * per, route);
 }
 
 /// Adds gradient records `[from, to)` of `slots` into own tokens `index(slot)`; the records of one

@@ -157,9 +157,9 @@ StepGradients<Scalar, MemorySpace> reference_step_backward(
       op, "the next-cache gradient must have the next cache's length", st.next_cache_length,
       d_next_cache.dk.extent(0));
 
-  Tensor<Scalar, MemorySpace> dq_rot("ctxpar::swa::dq_rot", t, hq, dim);
-  Tensor<Scalar, MemorySpace> dk_axis("ctxpar::swa::dk_axis", length, hkv, dim);
-  Tensor<Scalar, MemorySpace> dv_axis("ctxpar::swa::dv_axis", length, hkv, dim);
+  Tensor<accumulator_t<Scalar>, MemorySpace> dq_rot("ctxpar::swa::dq_rot", t, hq, dim);
+  Tensor<accumulator_t<Scalar>, MemorySpace> dk_axis("ctxpar::swa::dk_axis", length, hkv, dim);
+  Tensor<accumulator_t<Scalar>, MemorySpace> dv_axis("ctxpar::swa::dv_axis", length, hkv, dim);
   const auto in =
       attention_inputs(st.q_rot, st.q_pos, st.q_ids, st.axis, 0, st.options.window, st.scale);
   AttentionWorkspace<MemorySpace> workspace;

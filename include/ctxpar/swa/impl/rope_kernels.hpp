@@ -13,6 +13,7 @@
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/view_checks.hpp"
 
@@ -65,10 +66,10 @@ KOKKOS_INLINE_FUNCTION void rope_rotation(std::int64_t pos, double frequency, do
 template <class In, class Out>
 KOKKOS_INLINE_FUNCTION void rotate_pair(const In& xa, const In& xb, double c, double s, Out& ya,
                                         Out& yb) {
-  const double a = static_cast<double>(xa);
-  const double b = static_cast<double>(xb);
-  ya = static_cast<Out>(a * c - b * s);
-  yb = static_cast<Out>(b * c + a * s);
+  const double a = static_cast<double>(ctxpar::widen(xa));
+  const double b = static_cast<double>(ctxpar::widen(xb));
+  ya = ctxpar::narrow<Out>(a * c - b * s);
+  yb = ctxpar::narrow<Out>(b * c + a * s);
 }
 
 /// Rotates pair `(d, d + D/2)` of every head of the tokens of one block by

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/swa/impl/layout.hpp"
 #include "ctxpar/swa/impl/records.hpp"
@@ -81,10 +82,12 @@ struct StepStaging {
     return {ctxpar::carve<Bytes<MemorySpace>>(send, send_records * record_bytes),
             ctxpar::carve<Bytes<MemorySpace>>(recv, recv_records * record_bytes)};
   }
-  /// Gradient-record buffers: `out_records` to send (or fill), `in_records` received.
-  std::pair<GradientRecords<Scalar, MemorySpace>, GradientRecords<Scalar, MemorySpace>>
+  /// Gradient-record buffers: `out_records` to send (or fill), `in_records` received. Gradients
+  /// travel in the compute type: peers' partial sums are added on arrival.
+  std::pair<GradientRecords<compute_t<Scalar>, MemorySpace>,
+            GradientRecords<compute_t<Scalar>, MemorySpace>>
   gradient_buffers(std::int64_t out_records, std::int64_t in_records, const RecordShape& shape) {
-    using records = GradientRecords<Scalar, MemorySpace>;
+    using records = GradientRecords<compute_t<Scalar>, MemorySpace>;
     return {ctxpar::carve<records>(records_a, out_records, 2 * shape.per_token()),
             ctxpar::carve<records>(records_b, in_records, 2 * shape.per_token())};
   }

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/team_size.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/expr/mask.hpp"
@@ -101,8 +102,8 @@ KOKKOS_INLINE_FUNCTION void stage_key_tile(const Member& team,
     const std::int64_t g = j0 + j;
     const bool ok = g >= lo && g < hi;
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dim), [&](const int d) {
-      const T kv = ok ? static_cast<T>(in.k(g, hk, d)) : T(0);
-      const T vv = ok ? static_cast<T>(in.v(g, hk, d)) : T(0);
+      const T kv = ok ? static_cast<T>(ctxpar::widen(in.k(g, hk, d))) : T(0);
+      const T vv = ok ? static_cast<T>(ctxpar::widen(in.v(g, hk, d))) : T(0);
       if (kt) kt[d * key_tile + j] = kv;
       if (ks) ks[j * dim + d] = kv;
       if (vt) vt[d * key_tile + j] = vv;
@@ -206,7 +207,7 @@ struct TeamQueryTiles {
     const acc scale = static_cast<acc>(in.scale);
     for_each_row(team, qt, [&](const QueryRow& q) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-        qs[q.slot * D + d] = static_cast<acc>(in.q(q.i, q.h, d)) * scale;
+        qs[q.slot * D + d] = ctxpar::widen(in.q(q.i, q.h, d)) * scale;
         element(q, d);
       });
       Kokkos::single(Kokkos::PerThread(team), [&]() {
@@ -315,7 +316,7 @@ struct TeamForwardKernel {
       const acc l = ls[q.slot];
       const acc inv = l > acc(0) ? acc(1) / l : acc(0);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-        out(q.i, q.h, d) = static_cast<Scalar>(os[q.slot * D + d] * inv);
+        out(q.i, q.h, d) = ctxpar::narrow<Scalar>(os[q.slot * D + d] * inv);
       });
       Kokkos::single(Kokkos::PerThread(team),
                      [&]() { lse(q.i, q.h) = l > acc(0) ? ms[q.slot] + compat::log(l) : masked; });
@@ -334,7 +335,7 @@ struct DeltaKernel {
     const std::int64_t i = flat / heads, h = flat % heads;
     acc s = 0;
     for (std::size_t d = 0; d < out.extent(2); ++d)
-      s += static_cast<acc>(dout(i, h, d)) * static_cast<acc>(out(i, h, d));
+      s += ctxpar::widen(dout(i, h, d)) * ctxpar::widen(out(i, h, d));
     delta(i, h) = s;
   }
 };
@@ -367,7 +368,7 @@ struct TeamQueryGradientKernel {
   Tiles queries;
   Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dq;
+  Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace> dq;
 
   /// Arrays of `D` in the scratch per row slot and per key of a tile.
   static constexpr int row_arrays = 3, key_arrays = 3;
@@ -390,7 +391,7 @@ struct TeamQueryGradientKernel {
     queries.load_rows(
         team, qt, qs, tok.query,
         [&](const QueryRow& q, const int d) {
-          dos[q.slot * D + d] = static_cast<acc>(dout(q.i, q.h, d));
+          dos[q.slot * D + d] = ctxpar::widen(dout(q.i, q.h, d));
           dqs[q.slot * D + d] = acc(0);
         },
         [&](const QueryRow& q) {
@@ -428,9 +429,8 @@ struct TeamQueryGradientKernel {
         });
     const acc scale = static_cast<acc>(queries.in.scale);
     queries.for_each_row(team, qt, [&](const QueryRow& q) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-        dq(q.i, q.h, d) = static_cast<Scalar>(dqs[q.slot * D + d] * scale);
-      });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
+                           [&](const int d) { dq(q.i, q.h, d) = dqs[q.slot * D + d] * scale; });
     });
   }
 };
@@ -444,7 +444,7 @@ struct TeamKeyGradientKernel {
   AttentionInputs<Scalar, MemorySpace> in;
   Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
-  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> dk, dv;
+  Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace> dk, dv;
   Mask mask;
   KernelShape<Scalar, MemorySpace> shape;
   std::int64_t tiles;
@@ -493,8 +493,8 @@ struct TeamKeyGradientKernel {
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nq), [&](const int r) {
           const std::int64_t i = i0 + r;
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-            qs[r * D + d] = static_cast<acc>(in.q(i, h, d)) * scale;
-            dos[r * D + d] = static_cast<acc>(dout(i, h, d));
+            qs[r * D + d] = ctxpar::widen(in.q(i, h, d)) * scale;
+            dos[r * D + d] = ctxpar::widen(dout(i, h, d));
           });
           Kokkos::single(Kokkos::PerThread(team), [&]() {
             tok.query[r] = query_token(in, i);
@@ -535,8 +535,8 @@ struct TeamKeyGradientKernel {
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkt), [&](const int j) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](const int d) {
-        dk(j0 + j, hk, d) = static_cast<Scalar>(dks[j * D + d]);
-        dv(j0 + j, hk, d) = static_cast<Scalar>(dvs[j * D + d]);
+        dk(j0 + j, hk, d) = dks[j * D + d];
+        dv(j0 + j, hk, d) = dvs[j * D + d];
       });
     });
   }
@@ -616,9 +616,9 @@ void portable_attention_backward(
     const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
     const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& delta,
     const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dq,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& dv) {
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dq,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dk,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dv) {
   const KernelShape<Scalar, MemorySpace> shape(in);
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   if (shape.tq > 0 && shape.hq > 0) {

@@ -11,6 +11,7 @@
 
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/tensors.hpp"
@@ -42,7 +43,7 @@ bool all_finite(const View& view, const Kokkos::View<std::int64_t, MemorySpace>&
           {static_cast<std::int64_t>(v.extent(0)), static_cast<std::int64_t>(v.extent(1)),
            static_cast<std::int64_t>(v.extent(2))}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j, const std::int64_t k) {
-        if (!ctxpar::compat::isfinite(static_cast<double>(v(i, j, k)))) bad() = 1;
+        if (!ctxpar::compat::isfinite(static_cast<double>(ctxpar::widen(v(i, j, k))))) bad() = 1;
       });
   std::int64_t found = 0;
   Kokkos::deep_copy(Kokkos::View<std::int64_t, Kokkos::HostSpace>(&found), cell);

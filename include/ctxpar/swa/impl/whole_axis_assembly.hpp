@@ -11,6 +11,7 @@
 
 #include "ctxpar/comm/alltoall.hpp"
 #include "ctxpar/comm/group.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/swa/cache.hpp"
 #include "ctxpar/swa/impl/layout.hpp"
@@ -81,20 +82,22 @@ struct WholeAxisAssembly {
   /// next cache's `(dk_next, dv_next)` go back to the caller's shards in one all-to-all. Returns
   /// the gradients of this rank's cache ++ chunk shard (`n_in` tokens, carved from the staging).
   template <class ExecutionSpace, class Scalar>
-  std::pair<Tensor<Scalar, MemorySpace>, Tensor<Scalar, MemorySpace>> return_gradients(
-      const ExchangeContext<ExecutionSpace, Scalar, MemorySpace>& cx,
-      const Tensor<Scalar, MemorySpace>& owned_dk, const Tensor<Scalar, MemorySpace>& owned_dv,
-      bool has_next, const Tensor<Scalar, MemorySpace>& dk_next,
-      const Tensor<Scalar, MemorySpace>& dv_next, std::int64_t n_in) const {
-    using tensor_type = Tensor<Scalar, MemorySpace>;
+  std::pair<Tensor<compute_t<Scalar>, MemorySpace>, Tensor<compute_t<Scalar>, MemorySpace>>
+  return_gradients(const ExchangeContext<ExecutionSpace, Scalar, MemorySpace>& cx,
+                   const Tensor<compute_t<Scalar>, MemorySpace>& owned_dk,
+                   const Tensor<compute_t<Scalar>, MemorySpace>& owned_dv, bool has_next,
+                   const Tensor<Scalar, MemorySpace>& dk_next,
+                   const Tensor<Scalar, MemorySpace>& dv_next, std::int64_t n_in) const {
+    using gradient = compute_t<Scalar>;
+    using tensor_type = Tensor<gradient, MemorySpace>;
     const RecordShape& shape = cx.records;
     const std::int64_t per = 2 * shape.per_token();
     const auto in_dk =
                    ctxpar::carve<tensor_type>(cx.staging.in_dk, n_in, shape.kv_heads, shape.dim),
                in_dv =
                    ctxpar::carve<tensor_type>(cx.staging.in_dv, n_in, shape.kv_heads, shape.dim);
-    Kokkos::deep_copy(cx.space, in_dk, Scalar(0));
-    Kokkos::deep_copy(cx.space, in_dv, Scalar(0));
+    Kokkos::deep_copy(cx.space, in_dk, gradient(0));
+    Kokkos::deep_copy(cx.space, in_dv, gradient(0));
     const FusedPlan& f = has_next ? with_reshard : alone;
     const DeviceFused<MemorySpace>& fd = has_next ? with_reshard_d : alone_d;
     const auto [back, got] = cx.staging.gradient_buffers(f.recv_total(), f.send_total(), shape);

@@ -1,0 +1,36 @@
+// Unit roundoffs of the storage types, for the tests' derived error bounds (no Boost, no MPI:
+// the oracles include it too).
+#pragma once
+
+#include <limits>
+#include <type_traits>
+
+#include "ctxpar/core/storage.hpp"
+
+namespace ctxpar::test {
+
+/// Unit roundoff of a storage type: 2^-8 for bfloat16 (8 significant bits), 2^-11 for IEEE half.
+template <class T>
+constexpr double unit_roundoff() {
+  if constexpr (std::is_same_v<T, ctxpar::bfloat16>)
+    return 1.0 / 256;
+  else if constexpr (std::is_same_v<T, ctxpar::float16>)
+    return 1.0 / 2048;
+  else
+    return static_cast<double>(std::numeric_limits<T>::epsilon()) / 2;
+}
+
+/// The two unit roundoffs of a computation on a storage type: every stored value is rounded to
+/// `storage`, every operation between loads and stores to `arithmetic` (the compute type's). The
+/// same number for float and double; 2^-8 and 2^-24 for bfloat16.
+struct Roundoff {
+  double storage, arithmetic;
+};
+
+/// The roundoffs of storage type `T` (`core/storage.hpp`).
+template <class T>
+constexpr Roundoff roundoff() {
+  return {unit_roundoff<T>(), unit_roundoff<ctxpar::compute_t<T>>()};
+}
+
+}  // namespace ctxpar::test
