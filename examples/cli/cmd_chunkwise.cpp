@@ -523,8 +523,8 @@ std::map<std::string, NpyArray> read_files(const ctxpar::Group& group, const Set
       {"dht", {Shape{N, H, K, V}, "[N, H, K, V]"}}};
   const char* sizes =
       " (T, H, K from q.npy, V from v.npy, n_h from --householder, N from cu_seqlens.npy)";
-  chk.require(q.dtype() != ctxpar::cli::Dtype::int32, "q.npy must be float32 or float64",
-              "'<f4' or '<f8'", ctxpar::cli::descr(q.dtype()));
+  chk.require(q.dtype() == ctxpar::cli::Dtype::float32 || q.dtype() == ctxpar::cli::Dtype::float64,
+              "q.npy must be float32 or float64", "'<f4' or '<f8'", ctxpar::cli::descr(q.dtype()));
   for (const auto& [name, file] : f) {
     if (name == "cu_seqlens") {
       chk.require(

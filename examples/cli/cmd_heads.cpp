@@ -325,9 +325,10 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const ch::GdpShape& s = in.shape;
   const std::string x_path = in_dir + "/x.npy";
   const NpyArray x = ctxpar::cli::read_npy(x_path);
-  ctxpar::require_local(x.dtype() != ctxpar::cli::Dtype::int32, "ctxpar heads",
-                        x_path + " must be float32 or float64", "'<f4' or '<f8'",
-                        ctxpar::cli::descr(x.dtype()));
+  ctxpar::require_local(
+      x.dtype() == ctxpar::cli::Dtype::float32 || x.dtype() == ctxpar::cli::Dtype::float64,
+      "ctxpar heads", x_path + " must be float32 or float64", "'<f4' or '<f8'",
+      ctxpar::cli::descr(x.dtype()));
   const bool f32 = x.dtype() == ctxpar::cli::Dtype::float32;
   ctxpar::require_local(x.rank() == 2, "ctxpar heads", x_path + " must be [T, C]", 2, x.rank());
   in.tokens = x.extent(0);

@@ -16,6 +16,7 @@
 
 #include "choice.hpp"
 #include "command.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/swa/swa.hpp"
 #include "json.hpp"
 #include "measure.hpp"
@@ -86,8 +87,17 @@ void place(std::vector<Scalar>& dst, const View& view, std::int64_t from) {
 }
 
 /// Sums every rank's partial (disjoint rows, zeros elsewhere) onto rank 0: exact, x + 0 = x.
+/// MPI cannot add 16-bit floats: those rows travel widened to fp32 (exact both ways).
 template <class Scalar>
 void reduce_rows(const ctxpar::Group& group, std::vector<Scalar>& x) {
+  if constexpr (ctxpar::is_narrow_storage_v<Scalar>) {
+    std::vector<float> wide(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) wide[i] = ctxpar::widen(x[i]);
+    reduce_rows(group, wide);
+    if (group.rank() == 0)
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = ctxpar::narrow<Scalar>(wide[i]);
+    return;
+  }
   MPI_Datatype type = sizeof(Scalar) == 4 ? MPI_FLOAT : MPI_DOUBLE;
   if (group.rank() == 0)
     MPI_Reduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), type, MPI_SUM, 0,
@@ -142,7 +152,7 @@ class StreamRunner {
       grads_.resize(steps);
     }
     StreamOutput<Scalar> o;
-    o.out.assign(qsize, Scalar(0));
+    o.out.assign(qsize, Scalar{});
     std::vector<std::int64_t> froms;
     for (std::int64_t from = 0, k = 0; from < s.tokens; from += step, ++k) {
       const std::int64_t t = std::min(step, s.tokens - from);
@@ -159,9 +169,9 @@ class StreamRunner {
     }
     reduce_rows(group, o.out);
     if (!backward) return o;
-    o.dq.assign(qsize, Scalar(0));
-    o.dk.assign(ksize, Scalar(0));
-    o.dv.assign(ksize, Scalar(0));
+    o.dq.assign(qsize, Scalar{});
+    o.dk.assign(ksize, Scalar{});
+    o.dv.assign(ksize, Scalar{});
     ctxpar::swa::CacheGradient<Scalar, Mem> carried;
     for (std::size_t k = steps; k-- > 0;) {
       const auto n = static_cast<std::int64_t>(states_[k].q_rot.extent(0));
@@ -201,13 +211,18 @@ StreamOutput<Scalar> single_run(const Stream<Scalar>& s, std::int64_t step,
   return runner.run(self, s, step, backward);
 }
 
+/// A stored value as a double (exact for every storage type).
+template <class Scalar>
+double wide(Scalar x) {
+  return static_cast<double>(ctxpar::widen(x));
+}
+
 /// Largest |a - b| / (1 + |b|) over two arrays (0 for empty ones).
 template <class Scalar>
 double max_relative(const std::vector<Scalar>& a, const std::vector<Scalar>& b) {
   double worst = 0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    worst =
-        std::max(worst, std::fabs(double(a[i]) - double(b[i])) / (1.0 + std::fabs(double(b[i]))));
+    worst = std::max(worst, std::fabs(wide(a[i]) - wide(b[i])) / (1.0 + std::fabs(wide(b[i]))));
   return worst;
 }
 
@@ -294,7 +309,7 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
     d.require_shape({s.tokens, s.hq, s.dim}, in + "/dout.npy");
     s.dout = d.values<Scalar>(in + "/dout.npy" + same);
   } else {
-    s.dout.assign(s.q.size(), Scalar(1));
+    s.dout.assign(s.q.size(), ctxpar::narrow<Scalar>(1.0));
   }
   // A step of at least the stream is the whole stream in one step, and a window wider than every
   // position difference is unlimited: clamped here, so that no arithmetic sees an extreme value
@@ -347,7 +362,7 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   summary["policy"] = ctxpar::cli::swa_policies.name(policy);
   summary["layout"] = ctxpar::cli::swa_kv_layouts.name(layout);
   summary["rope_base"] = base;
-  summary["dtype"] = sizeof(Scalar) == 4 ? "float32" : "float64";
+  summary["dtype"] = ctxpar::cli::dtype_name(ctxpar::cli::dtype_of<Scalar>());
   summary["host_isa"] = host_isa;
   summary["backward"] = backward;
   summary["dout"] = given_dout ? "dout.npy" : "ones";
@@ -426,11 +441,18 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   ctxpar::cli::OutputDir out_dir(group, "ctxpar swa", out);
   const auto q = ctxpar::cli::read_npy(in + "/q.npy");
   ctxpar::require_local(q.dtype() != ctxpar::cli::Dtype::int32, "ctxpar swa",
-                        in + "/q.npy must be float32 or float64", "'<f4' or '<f8'",
+                        in + "/q.npy must be float32, float64, float16 or bfloat16",
+                        "'<f4', '<f8', '<f2' or '<u2' (bfloat16 bit patterns)",
                         ctxpar::cli::descr(q.dtype()));
   if (q.dtype() == ctxpar::cli::Dtype::float64)
     return run_typed<double>(group, out_dir, in, window, step, policy, layout, base, backward,
                              check, repeat);
+  if (q.dtype() == ctxpar::cli::Dtype::float16)
+    return run_typed<ctxpar::float16>(group, out_dir, in, window, step, policy, layout, base,
+                                      backward, check, repeat);
+  if (q.dtype() == ctxpar::cli::Dtype::bfloat16)
+    return run_typed<ctxpar::bfloat16>(group, out_dir, in, window, step, policy, layout, base,
+                                       backward, check, repeat);
   return run_typed<float>(group, out_dir, in, window, step, policy, layout, base, backward, check,
                           repeat);
 }
@@ -499,7 +521,8 @@ CTXPAR_CLI_COMMAND(
     "                   steady_state has each rank's fastest forward and backward and what\n"
     "                   the operator calls allocated in them [0]\n\n"
     "input files in --in (C order, little-endian):\n"
-    "  q.npy      [T, Hq, D]   float32 or float64; sets the dtype of k, v, dout\n"
+    "  q.npy      [T, Hq, D]   float32, float64, float16 ('<f2') or bfloat16 (its bit patterns\n"
+    "                          as '<u2'); sets the dtype of k, v, dout and of the outputs\n"
     "  k.npy      [T, Hkv, D]  Hq a multiple of Hkv\n"
     "  v.npy      [T, Hkv, D]\n"
     "  pos.npy    [T] int32    optional: RoPE positions [0, 1, ..., T-1]\n"

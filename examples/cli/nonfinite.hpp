@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ctxpar/core/storage.hpp"
+
 namespace ctxpar::cli {
 
 /// How non-finite values of a result compare with those of the reference.
@@ -20,8 +22,8 @@ struct NonFinite {
   void add(const std::vector<A>& result, const std::vector<B>& reference) {
     const std::size_t n = std::min(result.size(), reference.size());
     for (std::size_t i = 0; i < n; ++i) {
-      const int a = kind(static_cast<double>(result[i])),
-                b = kind(static_cast<double>(reference[i]));
+      const int a = kind(static_cast<double>(ctxpar::widen(result[i]))),
+                b = kind(static_cast<double>(ctxpar::widen(reference[i])));
       in_result += a != 0;
       in_reference += b != 0;
       mismatched += a != b;

@@ -1,11 +1,15 @@
 // Reading and writing NumPy `.npy` files: the format the `ctxpar` tool exchanges tensors in, so a
 // user can check ctxpar against a PyTorch/NumPy model (`np.save` / `np.load`).
 //
-// Supported: format versions 1.0 and 2.0, C order, little-endian float32 (`<f4`), float64 (`<f8`)
-// and int32 (`<i4`), any rank (including 0-d). Anything else — another dtype, big-endian data,
-// Fortran order, version 3.0, a malformed header, a truncated file — is a ctxpar::Error naming the
-// file, what was expected and what was found. Written files use version 1.0 (2.0 when the header
-// does not fit), with the header padded so the data starts at a multiple of 64 bytes.
+// Supported: format versions 1.0 and 2.0, C order, little-endian float32 (`<f4`), float64 (`<f8`),
+// IEEE half (`<f2`), bfloat16 and int32 (`<i4`), any rank (including 0-d). NumPy has no bfloat16
+// dtype: a bfloat16 tensor is stored as its raw 16-bit patterns in a `<u2` (uint16) array, the
+// upper halves of the fp32 values (PyTorch: `t.view(torch.int16).numpy().view('<u2')`, and back
+// `torch.from_numpy(a.view('<i2')).view(torch.bfloat16)`); so every `<u2` file is read as bfloat16.
+// Anything else — another dtype, big-endian data, Fortran order, version 3.0, a malformed header, a
+// truncated file — is a ctxpar::Error naming the file, what was expected and what was found.
+// Written files use version 1.0 (2.0 when the header does not fit), with the header padded so the
+// data starts at a multiple of 64 bytes.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -20,15 +24,17 @@
 #include <type_traits>
 #include <vector>
 
+#include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/error.hpp"
+#include "ctxpar/core/float16.hpp"
 #include "files.hpp"
 
 namespace ctxpar::cli {
 
 /// Element types of a `.npy` file the tool understands.
-enum class Dtype { float32, float64, int32 };
+enum class Dtype { float32, float64, int32, float16, bfloat16 };
 
-/// NumPy's `descr` of a dtype (`"<f4"`, `"<f8"`, `"<i4"`).
+/// NumPy's `descr` of a dtype (`"<f4"`, `"<f8"`, `"<i4"`, `"<f2"`; bfloat16: `"<u2"`).
 inline const char* descr(Dtype d) {
   switch (d) {
     case Dtype::float32:
@@ -37,26 +43,54 @@ inline const char* descr(Dtype d) {
       return "<f8";
     case Dtype::int32:
       return "<i4";
+    case Dtype::float16:
+      return "<f2";
+    case Dtype::bfloat16:
+      return "<u2";
+  }
+  return "?";
+}
+
+/// The dtype's name in summaries (`float32`, `bfloat16`, ...).
+inline const char* dtype_name(Dtype d) {
+  switch (d) {
+    case Dtype::float32:
+      return "float32";
+    case Dtype::float64:
+      return "float64";
+    case Dtype::int32:
+      return "int32";
+    case Dtype::float16:
+      return "float16";
+    case Dtype::bfloat16:
+      return "bfloat16";
   }
   return "?";
 }
 
 /// Bytes per element of a dtype.
 inline std::size_t element_size(Dtype d) {
-  return d == Dtype::float64 ? 8 : 4;
+  return d == Dtype::float64 ? 8 : d == Dtype::float16 || d == Dtype::bfloat16 ? 2 : 4;
 }
 
-/// The dtype of a C++ scalar type (float, double, std::int32_t).
+/// The dtype of a C++ scalar type (float, double, std::int32_t, ctxpar::float16,
+/// ctxpar::bfloat16).
 template <class T>
 constexpr Dtype dtype_of() {
   using U = std::remove_cv_t<T>;
-  static_assert(
-      std::is_same_v<U, float> || std::is_same_v<U, double> || std::is_same_v<U, std::int32_t>,
-      "ctxpar::cli::npy: the element type must be float, double or std::int32_t");
+  static_assert(std::is_same_v<U, float> || std::is_same_v<U, double> ||
+                    std::is_same_v<U, std::int32_t> || std::is_same_v<U, ctxpar::float16> ||
+                    std::is_same_v<U, ctxpar::bfloat16>,
+                "ctxpar::cli::npy: the element type must be float, double, std::int32_t, "
+                "ctxpar::float16 or ctxpar::bfloat16");
   if constexpr (std::is_same_v<U, float>) {
     return Dtype::float32;
   } else if constexpr (std::is_same_v<U, double>) {
     return Dtype::float64;
+  } else if constexpr (std::is_same_v<U, ctxpar::float16>) {
+    return Dtype::float16;
+  } else if constexpr (std::is_same_v<U, ctxpar::bfloat16>) {
+    return Dtype::bfloat16;
   } else {
     return Dtype::int32;
   }
@@ -316,9 +350,15 @@ inline NpyArray read_npy(const std::string& path) {
     dtype = Dtype::float64;
   } else if (descr_text == "'<i4'") {
     dtype = Dtype::int32;
+  } else if (descr_text == "'<f2'") {
+    dtype = Dtype::float16;
+  } else if (descr_text == "'<u2'") {
+    dtype = Dtype::bfloat16;
   } else {
     impl::npy_fail(path, "unsupported dtype",
-                   "'<f4', '<f8' or '<i4' (little-endian float32, float64, int32)", descr_text);
+                   "'<f4', '<f8', '<f2', '<u2' or '<i4' (little-endian float32, float64, float16, "
+                   "bfloat16 bit patterns, int32)",
+                   descr_text);
   }
   if (h.fortran != "False") {
     impl::npy_fail(path, "only C-order arrays are supported", "fortran_order False", h.fortran);

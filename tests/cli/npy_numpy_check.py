@@ -1,5 +1,5 @@
 """Cross-checks ctxpar's .npy reader and writer against NumPy: every supported dtype, shape and
-format version NumPy writes must round-trip bit-exactly through `npy_copy`, and every unsupported
+format version NumPy writes (bfloat16 as its uint16 bit patterns) must round-trip bit-exactly through `npy_copy`, and every unsupported
 file must be refused with a ctxpar error naming what is wrong."""
 import os
 import subprocess
@@ -19,10 +19,16 @@ def run(path_in, path_out):
 
 with tempfile.TemporaryDirectory() as tmp:
     cases = 0
-    for dtype in (np.float32, np.float64, np.int32):
+    # uint16 is how bfloat16 travels (its bit patterns): read as bfloat16, written back as '<u2'.
+    for dtype in (np.float32, np.float64, np.int32, np.float16, np.uint16):
         for shape in [(), (1,), (7,), (2, 3, 4), (0, 3), (3, 1, 2, 2)]:
             for version in ((1, 0), (2, 0)):
-                a = (rng.standard_normal(shape) * 1000).astype(dtype)
+                if dtype == np.uint16:
+                    wide = np.asarray(rng.standard_normal(shape) * 1000, dtype=np.float32)
+                    bits = wide.reshape(shape).view(np.uint32)
+                    a = (bits >> 16).astype(np.uint16)
+                else:
+                    a = (rng.standard_normal(shape) * 1000).astype(dtype)
                 src = os.path.join(tmp, "in.npy")
                 dst = os.path.join(tmp, "out.npy")
                 with open(src, "wb") as f:
@@ -41,7 +47,8 @@ with tempfile.TemporaryDirectory() as tmp:
 
     refused = {
         "int64": (np.arange(6, dtype=np.int64), "unsupported dtype"),
-        "float16": (np.ones(3, dtype=np.float16), "unsupported dtype"),
+        "uint32": (np.ones(3, dtype=np.uint32), "unsupported dtype"),
+        "big-endian half": (np.ones(3, dtype=">f2"), "unsupported dtype"),
         "big-endian": (np.ones(3, dtype=">f4"), "unsupported dtype"),
         "fortran": (np.asfortranarray(np.ones((2, 3), dtype=np.float32)), "C-order"),
         "bool": (np.ones(3, dtype=bool), "unsupported dtype"),

@@ -40,7 +40,10 @@ import time
 
 # ---- .npy files -----------------------------------------------------------------------------
 
-DESCR = {"f4": "<f4", "f8": "<f8", "i4": "<i4", "i8": "<i8", "f2": "<f2", ">f4": ">f4"}
+# bf16: bfloat16 as the tool reads it, its bit patterns in a '<u2' array (the upper halves of the
+# fp32 values; truncated here, any pattern is a valid input).
+DESCR = {"f4": "<f4", "f8": "<f8", "i4": "<i4", "i8": "<i8", "f2": "<f2", ">f4": ">f4",
+         "bf16": "<u2"}
 PACK = {"f4": "<f", "f8": "<d", "i4": "<i", "i8": "<q", "f2": "<e", ">f4": ">f"}
 
 
@@ -52,7 +55,11 @@ def npy(dtype, shape, values=None, *, descr=None, fortran=False, version=1, shap
         count *= e
     if values is None:
         values = [0.0] * count
-    data = b"".join(struct.pack(PACK[dtype], v) for v in values) + extra
+    if dtype == "bf16":
+        data = b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", v))[0] >> 16)
+                        for v in values) + extra
+    else:
+        data = b"".join(struct.pack(PACK[dtype], v) for v in values) + extra
     if shape_text is None:
         shape_text = "(" + "".join(f"{e}, " for e in shape).rstrip(" ") + ")"
         if len(shape) > 1:
@@ -224,6 +231,14 @@ def make_cases(seed):
     cases.append(Case("swa/valid-backward-f8-halo", "swa",
                       {"backward": None, "policy": "halo", "window": 3, "chunk": 4},
                       swa_inputs(rng, dtype="f8"), "pass", ranks=(2, 3),
+                      outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
+    # 16-bit tensors end to end: read, computed, checked bitwise against one rank, written.
+    cases.append(Case("swa/valid-backward-bf16", "swa", {"backward": None, "window": 4, "chunk": 4},
+                      swa_inputs(rng, dtype="bf16"), "pass", ranks=(1, 3),
+                      outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
+    cases.append(Case("swa/valid-backward-f2-halo", "swa",
+                      {"backward": None, "policy": "halo", "window": 3, "chunk": 4},
+                      swa_inputs(rng, dtype="f2"), "pass", ranks=(2,),
                       outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
     # --repeat: the checked result is the last of the repeated runs, so the check still holds.
     cases.append(Case("swa/valid-repeat", "swa",
