@@ -1,6 +1,7 @@
 // The collectives on views against oracles every rank computes on its own from (rank, index), with
 // uneven and zero-length contributions, and exact traffic counters against their formulas.
-// Typed over every enabled backend and float / double / int. Data are small integers, so every
+// Typed over every enabled backend and float / double / int (the data movers also bfloat16 and
+// float16). Data are small integers, so every
 // expected value (sums included) is exact in every scalar type and compared with ==.
 #include <chrono>
 #include <climits>
@@ -32,12 +33,46 @@ struct with_scalars<std::tuple<Exec...>> {
 };
 using comm_cases = typename with_scalars<ctxpar::test::execution_spaces>::type;
 
-// A small nonzero integer from (seed, a, b), exactly representable in float, double and int.
+// The collectives that only move data also take the 16-bit storage types (bit patterns as
+// MPI_UINT16_T); the sums refuse them at compile time (`mpi_sum_datatype_of`).
+template <class Tuple>
+struct with_moved_scalars;
+template <class... Exec>
+struct with_moved_scalars<std::tuple<Exec...>> {
+  using type = typename ctxpar::test::impl::concat<
+      typename with_scalars<std::tuple<Exec...>>::type,
+      std::tuple<Case<Exec, ctxpar::bfloat16>, Case<Exec, ctxpar::float16>>..., std::tuple<>>::type;
+};
+using moved_cases = typename with_moved_scalars<ctxpar::test::execution_spaces>::type;
+
+// A small nonzero integer from (seed, a, b), exactly representable in float, double and int (in
+// the 16-bit types: the same value rounded, compared by bit pattern).
 template <class T>
 T value(std::uint64_t seed, std::int64_t a, std::int64_t b = 0) {
   const double u = ctxpar::test::uniform(seed, static_cast<std::uint64_t>(a * 7919 + b));
   const long v = std::lround(u * 500.0);
-  return static_cast<T>(v == 0 ? 1 : v);
+  if constexpr (ctxpar::is_narrow_storage_v<T>)
+    return ctxpar::narrow<T>(static_cast<double>(v == 0 ? 1 : v));
+  else
+    return static_cast<T>(v == 0 ? 1 : v);
+}
+
+// Equality of two values: their bit patterns for the 16-bit types (which have no operators).
+template <class T>
+bool same(const T& a, const T& b) {
+  if constexpr (ctxpar::is_narrow_storage_v<T>)
+    return a.bits == b.bits;
+  else
+    return a == b;
+}
+
+// A sentinel distinct from every `value`.
+template <class T>
+T sentinel(double x) {
+  if constexpr (ctxpar::is_narrow_storage_v<T>)
+    return ctxpar::narrow<T>(x);
+  else
+    return static_cast<T>(x);
 }
 
 template <class T, class Memory, class F>
@@ -84,7 +119,7 @@ std::vector<std::vector<int>> count_patterns(int p) {
 
 BOOST_AUTO_TEST_SUITE(collectives)
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(allgather_equal_counts, C, comm_cases) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(allgather_equal_counts, C, moved_cases) {
   using T = typename C::scalar_type;
   using M = typename C::memory_space;
   const auto& g = world();
@@ -97,7 +132,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(allgather_equal_counts, C, comm_cases) {
     ctxpar::allgather(typename C::execution_space(), g, send, recv);
     const auto got = to_host(recv);
     for (int j = 0; j < p; ++j) {
-      for (std::int64_t i = 0; i < n; ++i) ok = ok && got[j * n + i] == value<T>(1, j, i);
+      for (std::int64_t i = 0; i < n; ++i) ok = ok && same(got[j * n + i], value<T>(1, j, i));
     }
     const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T)) * (p - 1);
     ok = ok && traffic_is(CollectiveKind::allgather, 1, bytes, bytes);
@@ -105,7 +140,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(allgather_equal_counts, C, comm_cases) {
   CTXPAR_TEST_ALL(g, ok);
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(allgatherv_uneven_and_empty, C, comm_cases) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(allgatherv_uneven_and_empty, C, moved_cases) {
   using T = typename C::scalar_type;
   using M = typename C::memory_space;
   const auto& g = world();
@@ -119,21 +154,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(allgatherv_uneven_and_empty, C, comm_cases) {
         make_view<T, M>("send", counts[me], [&](std::int64_t i) { return value<T>(2, me, i); });
     // One slot more than needed, holding a sentinel: recv may be longer than the sum of counts.
     Kokkos::View<T*, M> recv("recv", total + 1);
-    Kokkos::deep_copy(recv, T(77));
+    Kokkos::deep_copy(recv, sentinel<T>(77));
     ctxpar::allgatherv(typename C::execution_space(), g, send, recv, counts);
     const auto got = to_host(recv);
     std::int64_t at = 0;
     for (int j = 0; j < p; ++j) {
-      for (int i = 0; i < counts[j]; ++i) ok = ok && got[at++] == value<T>(2, j, i);
+      for (int i = 0; i < counts[j]; ++i) ok = ok && same(got[at++], value<T>(2, j, i));
     }
-    ok = ok && got[total] == T(77);
+    ok = ok && same(got[total], sentinel<T>(77));
     const std::int64_t elem = sizeof(T), own = counts[me];
     ok = ok && traffic_is(CollectiveKind::allgather, 1, own * elem * (p - 1), (total - own) * elem);
   }
   CTXPAR_TEST_ALL(g, ok);
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(alltoall_equal_blocks, C, comm_cases) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(alltoall_equal_blocks, C, moved_cases) {
   using T = typename C::scalar_type;
   using M = typename C::memory_space;
   const auto& g = world();
@@ -148,7 +183,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(alltoall_equal_blocks, C, comm_cases) {
     ctxpar::alltoall(typename C::execution_space(), g, send, recv);
     const auto got = to_host(recv);
     for (int i = 0; i < p; ++i) {
-      for (std::int64_t k = 0; k < b; ++k) ok = ok && got[i * b + k] == value<T>(3, i * 64 + me, k);
+      for (std::int64_t k = 0; k < b; ++k)
+        ok = ok && same(got[i * b + k], value<T>(3, i * 64 + me, k));
     }
     const std::int64_t bytes = b * (p - 1) * static_cast<std::int64_t>(sizeof(T));
     ok = ok && traffic_is(CollectiveKind::alltoall, 1, bytes, bytes);
@@ -156,7 +192,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(alltoall_equal_blocks, C, comm_cases) {
   CTXPAR_TEST_ALL(g, ok);
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(alltoallv_uneven_and_empty, C, comm_cases) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(alltoallv_uneven_and_empty, C, moved_cases) {
   using T = typename C::scalar_type;
   using M = typename C::memory_space;
   const auto& g = world();
@@ -188,7 +224,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(alltoallv_uneven_and_empty, C, comm_cases) {
     const auto got = to_host(recv);
     std::int64_t at = 0;
     for (int i = 0; i < p; ++i) {
-      for (int k = 0; k < recv_counts[i]; ++k) ok = ok && got[at++] == value<T>(4, i * 64 + me, k);
+      for (int k = 0; k < recv_counts[i]; ++k)
+        ok = ok && same(got[at++], value<T>(4, i * 64 + me, k));
     }
     const std::int64_t elem = sizeof(T);
     ok = ok && traffic_is(CollectiveKind::alltoall, 1, (stotal - send_counts[me]) * elem,
@@ -262,7 +299,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(allreduce_sum_of_ranks, C, comm_cases) {
   CTXPAR_TEST_ALL(g, ok);
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(sendrecv_open_and_periodic_rings, C, comm_cases) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(sendrecv_open_and_periodic_rings, C, moved_cases) {
   using T = typename C::scalar_type;
   using M = typename C::memory_space;
   using ctxpar::no_rank;
@@ -274,12 +311,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sendrecv_open_and_periodic_rings, C, comm_cases) {
     g.reset_traffic();
     auto send = make_view<T, M>("send", n, [&](std::int64_t i) { return value<T>(8, me, i); });
     Kokkos::View<T*, M> recv("recv", n);
-    Kokkos::deep_copy(recv, T(-99));
+    Kokkos::deep_copy(recv, sentinel<T>(-99));
     const int dest = me + 1 < p ? me + 1 : no_rank, source = me > 0 ? me - 1 : no_rank;
     ctxpar::sendrecv(typename C::execution_space(), g, send, dest, recv, source, 3);
     auto got = to_host(recv);
     for (std::int64_t i = 0; i < n; ++i)
-      ok = ok && got[i] == (source == no_rank ? T(-99) : value<T>(8, source, i));
+      ok = ok && same(got[i], source == no_rank ? sentinel<T>(-99) : value<T>(8, source, i));
     const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T));
     ok = ok && traffic_is(CollectiveKind::sendrecv, 1, dest == no_rank ? 0 : bytes,
                           source == no_rank ? 0 : bytes);
@@ -287,7 +324,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(sendrecv_open_and_periodic_rings, C, comm_cases) {
     const int left = (me + p - 1) % p, right = (me + 1) % p;
     ctxpar::sendrecv(typename C::execution_space(), g, send, left, recv, right, 4);
     got = to_host(recv);
-    for (std::int64_t i = 0; i < n; ++i) ok = ok && got[i] == value<T>(8, right, i);
+    for (std::int64_t i = 0; i < n; ++i) ok = ok && same(got[i], value<T>(8, right, i));
     ok = ok && world().traffic(CollectiveKind::sendrecv).calls == 2;
   }
   CTXPAR_TEST_ALL(g, ok);

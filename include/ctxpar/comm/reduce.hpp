@@ -50,8 +50,8 @@ void reduce_scatter(const ExecutionSpace& space, const Group& group, const SendV
   impl::MpiBuffer<RecvView> r(recv, false, op, group.staging());
   impl::MpiStopwatch clock;
   clock([&] {
-    return MPI_Reduce_scatter(s.data(), r.data(), counts.data(), impl::mpi_datatype_of<SendView>(),
-                              MPI_SUM, group.mpi_comm());
+    return MPI_Reduce_scatter(s.data(), r.data(), counts.data(),
+                              impl::mpi_sum_datatype_of<SendView>(), MPI_SUM, group.mpi_comm());
   });
   r.copy_out();
   const std::int64_t elem = sizeof(typename impl::MpiBuffer<SendView>::value_type);
@@ -84,7 +84,7 @@ void allreduce_sum(const ExecutionSpace& space, const Group& group, const View& 
   impl::MpiStopwatch clock;
   clock([&] {
     return MPI_Allreduce(MPI_IN_PLACE, b.data(), impl::mpi_count(b.size(), op),
-                         impl::mpi_datatype_of<View>(), MPI_SUM, group.mpi_comm());
+                         impl::mpi_sum_datatype_of<View>(), MPI_SUM, group.mpi_comm());
   });
   b.copy_out();
   const std::int64_t bytes =

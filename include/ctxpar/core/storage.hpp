@@ -8,6 +8,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "ctxpar/core/bfloat16.hpp"
@@ -22,8 +23,6 @@ struct storage_traits {
                 "ctxpar: tensors hold float, double, ctxpar::bfloat16 or ctxpar::float16");
   /// The type kernels compute and accumulate in.
   using compute_type = Storage;
-  /// Whether the type holds fewer bits than it is computed in.
-  static constexpr bool narrow_storage = false;
   /// Exact.
   KOKKOS_INLINE_FUNCTION static compute_type widen(Storage x) { return x; }
   /// The identity.
@@ -33,8 +32,7 @@ struct storage_traits {
 /// bfloat16 storage computes in fp32.
 template <>
 struct storage_traits<bfloat16> {
-  using compute_type = float;                   ///< fp32 arithmetic
-  static constexpr bool narrow_storage = true;  ///< 16 bits held
+  using compute_type = float;  ///< fp32 arithmetic
   KOKKOS_INLINE_FUNCTION static float widen(bfloat16 x) { return x.to_float(); }  ///< exact
   /// Rounded to nearest even.
   KOKKOS_INLINE_FUNCTION static bfloat16 narrow(float x) { return bfloat16::from_float(x); }
@@ -43,8 +41,7 @@ struct storage_traits<bfloat16> {
 /// IEEE binary16 storage computes in fp32.
 template <>
 struct storage_traits<float16> {
-  using compute_type = float;                   ///< fp32 arithmetic
-  static constexpr bool narrow_storage = true;  ///< 16 bits held
+  using compute_type = float;  ///< fp32 arithmetic
   KOKKOS_INLINE_FUNCTION static float widen(float16 x) { return x.to_float(); }  ///< exact
   /// Rounded to nearest even (overflow to ±inf).
   KOKKOS_INLINE_FUNCTION static float16 narrow(float x) { return float16::from_float(x); }
@@ -54,10 +51,12 @@ struct storage_traits<float16> {
 template <class Storage>
 using compute_t = typename storage_traits<std::remove_const_t<Storage>>::compute_type;
 
-/// Whether `Storage` is a 16-bit type computed in fp32.
+/// Whether `Storage` is a 16-bit type computed in fp32 (false for every other type, integers
+/// included).
 template <class Storage>
 inline constexpr bool is_narrow_storage_v =
-    storage_traits<std::remove_const_t<Storage>>::narrow_storage;
+    std::is_same_v<std::remove_const_t<Storage>, bfloat16> ||
+    std::is_same_v<std::remove_const_t<Storage>, float16>;
 
 /// `x` as its compute type (exact).
 template <class Storage>
@@ -72,6 +71,22 @@ KOKKOS_INLINE_FUNCTION compute_t<Storage> widen(const Storage& x) {
 template <class Storage, class Value>
 KOKKOS_INLINE_FUNCTION Storage narrow(const Value& x) {
   return storage_traits<Storage>::narrow(static_cast<compute_t<Storage>>(x));
+}
+
+/// Copies the contiguous view `src` into `dst` (same span, any rank) element by element, each
+/// widened from `src`'s storage type and narrowed to `dst`'s (`widen`, `narrow`): exact from 16
+/// bits to their compute type, one rounding the other way. Runs on `space`; both views must be
+/// accessible from it and hold as many elements (not checked here: the callers size them).
+template <class ExecutionSpace, class Src, class Dst>
+void convert_storage(const ExecutionSpace& space, const Src& src, const Dst& dst) {
+  using to = typename Dst::non_const_value_type;
+  const auto* from = src.data();
+  to* out = dst.data();
+  Kokkos::parallel_for(
+      "ctxpar::convert_storage",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+          space, 0, static_cast<std::int64_t>(dst.span())),
+      KOKKOS_LAMBDA(const std::int64_t i) { out[i] = narrow<to>(widen(from[i])); });
 }
 
 }  // namespace ctxpar

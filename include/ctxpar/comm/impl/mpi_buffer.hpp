@@ -19,17 +19,36 @@
 #include "ctxpar/comm/impl/staging_arena.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/config.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/view_checks.hpp"
 
 namespace ctxpar::impl {
 
-/// The MPI datatype of a view's scalar type.
+/// The MPI datatype of a view's scalar type. The 16-bit storage types (`core/storage.hpp`) travel
+/// as `MPI_UINT16_T`: their bit patterns, moved, never added (`mpi_sum_datatype_of`).
 template <class View>
 MPI_Datatype mpi_datatype_of() {
   using value_type = std::remove_const_t<typename View::value_type>;
-  static_assert(std::is_arithmetic_v<value_type>,
-                "ctxpar collectives: views must hold arithmetic scalars (float, double, int, ...)");
-  return boost::mpi::get_mpi_datatype<value_type>(value_type());
+  if constexpr (is_narrow_storage_v<value_type>) {
+    static_assert(sizeof(value_type) == sizeof(std::uint16_t), "16-bit storage types are 2 bytes");
+    return MPI_UINT16_T;
+  } else {
+    static_assert(std::is_arithmetic_v<value_type>,
+                  "ctxpar collectives: views must hold arithmetic scalars (float, double, int, "
+                  "...) or a 16-bit storage type (ctxpar::bfloat16, ctxpar::float16)");
+    return boost::mpi::get_mpi_datatype<value_type>(value_type());
+  }
+}
+
+/// The MPI datatype of a view that a collective sums: only arithmetic types (MPI cannot add
+/// 16-bit floats; sums of them are formed in their compute type, `core/storage.hpp`).
+template <class View>
+MPI_Datatype mpi_sum_datatype_of() {
+  using value_type = std::remove_const_t<typename View::value_type>;
+  static_assert(
+      !is_narrow_storage_v<value_type>,
+      "ctxpar sums: MPI cannot add 16-bit floats; widen them to their compute type first");
+  return mpi_datatype_of<View>();
 }
 
 /// A contiguous view's memory as MPI sees it. For a staged view (device memory and an MPI that is
