@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "ctxpar/core/allocation_counter.hpp"
@@ -36,31 +37,33 @@ static_assert(every_policy_follows_the_contract<ctxpar::swa::SegmentChunks> &&
               "ctxpar::swa::StepPlan must follow the plan contract");
 
 /// Every step's inputs on this rank (its shards), cut once from a stream.
+template <class T>
 struct StreamInputs {
-  std::vector<ctxpar::swa::Chunk<Scalar, Mem>> chunks;
-  std::vector<ctxpar::swa::Tensor<Scalar, Mem>> douts;
+  std::vector<ctxpar::swa::Chunk<T, Mem>> chunks;
+  std::vector<ctxpar::swa::Tensor<T, Mem>> douts;
 };
 
-StreamInputs inputs_of(const ts::Stream& s, std::int64_t tokens, std::int64_t step) {
+template <class T>
+StreamInputs<T> inputs_of(const ts::Stream& s, std::int64_t tokens, std::int64_t step) {
   const auto& g = world();
-  StreamInputs in;
+  StreamInputs<T> in;
   for (std::int64_t from = 0; from < tokens; from += step) {
     const BalancedChunks split{std::min(step, tokens - from), g.size()};
     const std::int64_t first = from + split.begin(g.rank()), n = split.size(g.rank());
-    in.chunks.push_back(ts::chunk_of<Scalar, Mem>(s.problem, first, n));
-    in.douts.push_back(ts::to_view<Scalar, Mem>(s.dout, first, n));
+    in.chunks.push_back(ts::chunk_of<T, Mem>(s.problem, first, n));
+    in.douts.push_back(ts::to_view<T, Mem>(s.dout, first, n));
   }
   return in;
 }
 
 /// A stream on one plan: the caller-owned caches, states, outputs and gradients of every step.
-template <class Policy, class Layout>
+template <class Policy, class Layout, class T>
 struct StreamOnPlan {
-  ctxpar::swa::StepPlan<Policy, Layout, Exec, Scalar> plan;
-  std::vector<ctxpar::swa::Cache<Scalar, Mem>> caches;
-  std::vector<ctxpar::swa::DistributedState<Scalar, Mem>> states;
-  std::vector<ctxpar::swa::Tensor<Scalar, Mem>> outs;
-  std::vector<ctxpar::swa::StepGradients<Scalar, Mem>> grads;
+  ctxpar::swa::StepPlan<Policy, Layout, Exec, T> plan;
+  std::vector<ctxpar::swa::Cache<T, Mem>> caches;
+  std::vector<ctxpar::swa::DistributedState<T, Mem>> states;
+  std::vector<ctxpar::swa::Tensor<T, Mem>> outs;
+  std::vector<ctxpar::swa::StepGradients<T, Mem>> grads;
 
   StreamOnPlan(const ctxpar::swa::StepShape& shape, const ctxpar::swa::Options& o,
                std::size_t steps)
@@ -72,18 +75,18 @@ struct StreamOnPlan {
     states.resize(steps);
     outs.resize(steps);
     grads.resize(steps);
-    caches[0] = ctxpar::swa::empty_cache<Scalar, Mem>(shape.kv_heads, shape.head_dim);
+    caches[0] = ctxpar::swa::empty_cache<T, Mem>(shape.kv_heads, shape.head_dim);
   }
 
   // The caller's outputs and gradients are allocated on the first run (an unallocated view has
   // no heads) and reused by every later one.
-  void run(const StreamInputs& in) {
+  void run(const StreamInputs<T>& in) {
     for (std::size_t k = 0; k < states.size(); ++k) {
       if (outs[k].extent(1) == 0)
-        outs[k] = ctxpar::swa::allocate_output<Scalar, Mem>(plan.shape(), in.chunks[k].length());
+        outs[k] = ctxpar::swa::allocate_output<T, Mem>(plan.shape(), in.chunks[k].length());
       plan.forward(in.chunks[k], caches[k], outs[k], caches[k + 1], states[k]);
     }
-    ctxpar::swa::CacheGradient<Scalar, Mem> carried;
+    ctxpar::swa::CacheGradient<T, Mem> carried;
     for (std::size_t k = states.size(); k-- > 0;) {
       if (grads[k].dq.extent(1) == 0)
         grads[k] = ctxpar::swa::allocate_gradients(plan.shape(), states[k]);
@@ -93,11 +96,13 @@ struct StreamOnPlan {
     Exec().fence();
   }
 
-  std::vector<Scalar> results() const {
-    std::vector<Scalar> all;
-    auto append = [&](const ctxpar::swa::Tensor<Scalar, Mem>& v) {
+  // Every result's bytes (the 16-bit types have no ==).
+  std::vector<char> results() const {
+    std::vector<char> all;
+    auto append = [&](const ctxpar::swa::Tensor<T, Mem>& v) {
       auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-      all.insert(all.end(), h.data(), h.data() + h.span());
+      const char* bytes = reinterpret_cast<const char*>(h.data());
+      all.insert(all.end(), bytes, bytes + h.span() * sizeof(T));
     };
     for (std::size_t k = 0; k < states.size(); ++k) {
       append(outs[k]);
@@ -111,7 +116,7 @@ struct StreamOnPlan {
   }
 };
 
-template <class Policy, class Layout>
+template <class Policy, class Layout, class T>
 bool steady_state_case(const char* name) {
   const auto& g = world();
   ts::StreamSpec spec;
@@ -123,14 +128,14 @@ bool steady_state_case(const char* name) {
   spec.document_starts = {20, 44};
   spec.seed = 11;
   const std::int64_t step = 13;
-  const auto s = ts::make_stream<Scalar>(spec);
+  const auto s = ts::make_stream<T>(spec);
   spec.seed = 12;
-  const auto other = ts::make_stream<Scalar>(spec);
-  const StreamInputs in = inputs_of(s, spec.tokens, step),
-                     in_other = inputs_of(other, spec.tokens, step);
+  const auto other = ts::make_stream<T>(spec);
+  const StreamInputs<T> in = inputs_of<T>(s, spec.tokens, step),
+                        in_other = inputs_of<T>(other, spec.tokens, step);
   ctxpar::swa::Options o;
   o.window = spec.window;
-  StreamOnPlan<Policy, Layout> stream({spec.hq, spec.hkv, spec.dim}, o, in.chunks.size());
+  StreamOnPlan<Policy, Layout, T> stream({spec.hq, spec.hkv, spec.dim}, o, in.chunks.size());
   stream.run(in);  // warm-up: outputs, states, tables and workspaces are allocated here
   const auto first = stream.results();
   const std::size_t workspace = stream.plan.workspace_bytes();
@@ -161,16 +166,33 @@ bool steady_state_case(const char* name) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
+template <class T>
+bool every_policy_steady(const std::string& type) {
   using namespace ctxpar::swa;
-  bool ok = steady_state_case<RopeBeforeGather, SegmentChunks>("RopeBeforeGather/SegmentChunks");
-  ok = steady_state_case<RopeAfterGather, SegmentChunks>("RopeAfterGather/SegmentChunks") && ok;
-  ok = steady_state_case<HaloKV, SegmentChunks>("HaloKV/SegmentChunks") && ok;
-  ok = steady_state_case<RopeBeforeGather, WholeAxisChunks>("RopeBeforeGather/WholeAxisChunks") &&
+  bool ok = steady_state_case<RopeBeforeGather, SegmentChunks, T>(
+      (type + " RopeBeforeGather/SegmentChunks").c_str());
+  ok = steady_state_case<RopeAfterGather, SegmentChunks, T>(
+           (type + " RopeAfterGather/SegmentChunks").c_str()) &&
        ok;
-  ok = steady_state_case<RopeAfterGather, WholeAxisChunks>("RopeAfterGather/WholeAxisChunks") && ok;
-  ok = steady_state_case<HaloKV, WholeAxisChunks>("HaloKV/WholeAxisChunks") && ok;
-  CTXPAR_TEST_ALL(world(), ok);
+  ok = steady_state_case<HaloKV, SegmentChunks, T>((type + " HaloKV/SegmentChunks").c_str()) && ok;
+  ok = steady_state_case<RopeBeforeGather, WholeAxisChunks, T>(
+           (type + " RopeBeforeGather/WholeAxisChunks").c_str()) &&
+       ok;
+  ok = steady_state_case<RopeAfterGather, WholeAxisChunks, T>(
+           (type + " RopeAfterGather/WholeAxisChunks").c_str()) &&
+       ok;
+  ok = steady_state_case<HaloKV, WholeAxisChunks, T>((type + " HaloKV/WholeAxisChunks").c_str()) &&
+       ok;
+  return ok;
+}
+
+BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
+  CTXPAR_TEST_ALL(world(), every_policy_steady<Scalar>("double"));
+}
+
+// 16-bit tensors take the same memory path (16-bit records, fp32 gradients): also allocation-free.
+BOOST_AUTO_TEST_CASE(sixteen_bit_steady_state_allocates_nothing) {
+  CTXPAR_TEST_ALL(world(), every_policy_steady<ctxpar::bfloat16>("bfloat16"));
 }
 
 BOOST_AUTO_TEST_CASE(workspace_grows_to_the_largest_step_and_never_shrinks) {
