@@ -38,7 +38,7 @@ template <class View>
 void fill(const View& v, const std::vector<double>& values) {
   auto h = Kokkos::create_mirror_view(v);
   for (std::size_t i = 0; i < values.size(); ++i)
-    h.data()[i] = static_cast<typename View::value_type>(values[i]);
+    h.data()[i] = ctxpar::narrow<typename View::value_type>(values[i]);
   Kokkos::deep_copy(v, h);
 }
 /// The full parameters from the test data (D only when the shape has a skip term: `d.D` is empty
@@ -54,7 +54,10 @@ void fill_parameters(const Parameters& p, const heads_test::GdpData& d) {
 template <class View>
 std::vector<double> read(const View& v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<double>(h.data(), h.data() + h.span());
+  std::vector<double> out;
+  for (std::size_t i = 0; i < h.span(); ++i)
+    out.push_back(static_cast<double>(ctxpar::widen(h.data()[i])));
+  return out;
 }
 // The natural token of each of rank `rank`'s sequence-parallel rows.
 template <class Plan>
@@ -87,17 +90,16 @@ Run<Scalar, typename Exec::memory_space> run_layer(const ctxpar::Group& group,
   using mem = typename Exec::memory_space;
   using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
   // A small chunk so that every sequence spans several chunks of the recurrence kernel.
-  ch::GdpContextParallel<HeadPolicy, TokenOrder, Exec, Scalar> cp(Exec(), group, s, t_total, cu,
-                                                                  ch::GdpOptions{l2_eps, 4});
-  ch::GdpSaved<Scalar, mem> saved;
+  using layer = ch::GdpContextParallel<HeadPolicy, TokenOrder, Exec, Scalar>;
+  layer cp(Exec(), group, s, t_total, cu, ch::GdpOptions{l2_eps, 4});
+  typename layer::saved_type saved;
   const std::int64_t rows = natural.size(), c = s.input_layout().channels(), di = s.d_inner();
   matrix x("x", rows, c), y("y", rows, di), z("z", rows, di), dy("dy", rows, di),
       dz("dz", rows, di), dx("dx", rows, c);
   fill(x, rows_of(d.x, c, natural));
   fill(dy, rows_of(d.dy, di, natural));
   fill(dz, rows_of(d.dz, di, natural));
-  auto params = ch::GdpParameters<Scalar, mem>::allocate(s),
-       grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
+  auto params = layer::parameters::allocate(s), grads = layer::parameters::allocate(s, "grads");
   fill_parameters(params, d);
   cp.forward(x, params, y, z, saved);
   cp.backward(saved, dy, dz, dx, grads);
@@ -126,18 +128,11 @@ bool close(const std::string& what, const std::vector<double>& got, const std::v
       [&](std::int64_t i) { return std::to_string(i); });
 }
 
-template <class Exec, class Scalar, class HeadPolicy, class TokenOrder>
-bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::int64_t>& cu_in,
-           std::uint64_t seed) {
-  const auto& group = world();
-  const int p = group.size(), me = group.rank();
+// The natural tokens rank `me` of `p` holds, from the independent shard oracle.
+template <class HeadPolicy, class TokenOrder>
+std::vector<std::int64_t> tokens_of_rank(std::int64_t t_total, const std::vector<std::int64_t>& cu,
+                                         int p, int me) {
   constexpr bool zigzag = std::is_same_v<TokenOrder, ch::ZigzagPerSequence>;
-  const std::vector<std::int64_t> cu =
-      cu_in.empty() ? std::vector<std::int64_t>{0, t_total} : cu_in;
-  const auto d = make_data(s, t_total, seed);
-  const auto oracle = heads_test::gdp_oracle(s, cu, d, l2_eps, true);
-
-  // This rank's natural tokens, from the independent shard oracle.
   const auto pos = heads_test::shard_position(t_total, p, zigzag, cu);
   const bool uneven_rows = std::is_same_v<HeadPolicy, ch::UnevenHeads> && !zigzag;
   const std::int64_t chunk = uneven_rows ? (t_total + p - 1) / p : t_total / p;
@@ -148,6 +143,21 @@ bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::i
   for (std::int64_t q = begin; q < end; ++q)
     for (std::int64_t n = 0; n < t_total; ++n)
       if (pos[n] == q) natural.push_back(n);
+  return natural;
+}
+
+template <class Exec, class Scalar, class HeadPolicy, class TokenOrder>
+bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::int64_t>& cu_in,
+           std::uint64_t seed) {
+  const auto& group = world();
+  const int p = group.size(), me = group.rank();
+  const std::vector<std::int64_t> cu =
+      cu_in.empty() ? std::vector<std::int64_t>{0, t_total} : cu_in;
+  const auto d = make_data(s, t_total, seed);
+  const auto oracle = heads_test::gdp_oracle(s, cu, d, l2_eps, true);
+
+  const std::vector<std::int64_t> natural =
+      tokens_of_rank<HeadPolicy, TokenOrder>(t_total, cu, p, me);
   std::vector<std::int64_t> all(t_total);
   for (std::int64_t n = 0; n < t_total; ++n) all[n] = n;
 
@@ -198,6 +208,51 @@ bool check(const ch::GdpShape& s, std::int64_t t_total, const std::vector<std::i
   return ok;
 }
 
+// The layer on 16-bit activations against the fp32 layer on the same values (activations drawn
+// representable in `Storage`, so both layers see the same numbers): y, z and dx are the fp32
+// layer's rounded once to `Storage`, and every parameter gradient is the fp32 layer's, bit for
+// bit, on every rank. That pins what the 16-bit path adds (16-bit transposes, widening, one
+// rounding per output, the adjoint's sums in fp32); the fp32 layer is checked against the fp64
+// oracle above.
+template <class Storage, class HeadPolicy, class TokenOrder>
+bool sixteen_bit_case(const ch::GdpShape& s, std::int64_t t_total,
+                      const std::vector<std::int64_t>& cu_in, std::uint64_t seed) {
+  using exec = Kokkos::DefaultExecutionSpace;
+  const auto& group = world();
+  const std::vector<std::int64_t> cu =
+      cu_in.empty() ? std::vector<std::int64_t>{0, t_total} : cu_in;
+  auto d = make_data(s, t_total, seed);
+  for (auto* a : {&d.x, &d.dy, &d.dz})
+    for (double& v : *a) v = static_cast<double>(ctxpar::widen(ctxpar::narrow<Storage>(v)));
+  const auto natural =
+      tokens_of_rank<HeadPolicy, TokenOrder>(t_total, cu, group.size(), group.rank());
+  const auto narrow_run =
+      run_layer<exec, Storage, HeadPolicy, TokenOrder>(group, s, t_total, cu_in, d, natural);
+  const auto wide_run =
+      run_layer<exec, float, HeadPolicy, TokenOrder>(group, s, t_total, cu_in, d, natural);
+  auto rounded = [](std::vector<double> v) {
+    for (double& x : v)
+      x = static_cast<double>(ctxpar::widen(ctxpar::narrow<Storage>(static_cast<float>(x))));
+    return v;
+  };
+  bool ok = true;
+  auto same = [&](const char* what, const std::vector<double>& got,
+                  const std::vector<double>& want) {
+    if (got == want) return;
+    ok = false;
+    std::cerr << "[rank " << group.rank() << "] " << what << " differs from the fp32 layer's\n";
+  };
+  same("y", narrow_run.y, rounded(wide_run.y));
+  same("z", narrow_run.z, rounded(wide_run.z));
+  same("dx", narrow_run.dx, rounded(wide_run.dx));
+  same("dconv_w", narrow_run.dw, wide_run.dw);
+  same("dconv_b", narrow_run.db, wide_run.db);
+  same("ddt_bias", narrow_run.ddt, wide_run.ddt);
+  same("dA_log", narrow_run.dalog, wide_run.dalog);
+  same("dD", narrow_run.dd, wide_run.dd);
+  return ok;
+}
+
 template <class Exec, class Scalar, class TokenOrder>
 void sweep_even(std::uint64_t seed) {
   const auto& group = world();
@@ -244,6 +299,26 @@ BOOST_AUTO_TEST_CASE(gdp_even_zigzag_float) {
 }
 BOOST_AUTO_TEST_CASE(gdp_even_contiguous_serial_float) {
   sweep_even<Kokkos::Serial, float, ch::Contiguous>(400);
+}
+
+// bfloat16 and float16 activations: moved in 16 bits, computed in fp32 (`sixteen_bit_case`), with
+// repeated key groups (G < P sums dx copies in the adjoint), zigzag and packed sequences, uneven
+// heads.
+BOOST_AUTO_TEST_CASE(gdp_sixteen_bit_activations) {
+  const auto& group = world();
+  const int p = group.size();
+  std::uint64_t seed = 1000;
+  const std::vector<std::int64_t> packed{0, 2 * p, 2 * p, 6 * p, 8 * p};
+  const ch::GdpShape even{4 * p, 2, 1, 3, 2, 3, ch::SkipTerm::per_channel};
+  const ch::GdpShape uneven{2 * p + 1, 2, 1, 3, 2, 4, ch::SkipTerm::per_head};
+  CTXPAR_TEST_ALL(group, (sixteen_bit_case<ctxpar::bfloat16, ch::EvenHeads, ch::Contiguous>(
+                             even, 6 * p, {}, seed++)));
+  CTXPAR_TEST_ALL(group, (sixteen_bit_case<ctxpar::bfloat16, ch::EvenHeads, ch::ZigzagPerSequence>(
+                             even, packed.back(), packed, seed++)));
+  CTXPAR_TEST_ALL(group, (sixteen_bit_case<ctxpar::float16, ch::EvenHeads, ch::ZigzagPerSequence>(
+                             even, 6 * p, {}, seed++)));
+  CTXPAR_TEST_ALL(group, (sixteen_bit_case<ctxpar::float16, ch::UnevenHeads, ch::Contiguous>(
+                             uneven, 5 * p + 2, {}, seed++)));
 }
 
 // Uneven heads (2P + 1 heads, and fewer heads than ranks) with uneven token shards.

@@ -16,6 +16,7 @@
 #include "ctxpar/comm/host_isa_agreement.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/heads/channel_layout.hpp"
 #include "ctxpar/heads/impl/gdp_layer_core.hpp"
@@ -107,7 +108,12 @@ struct Scatter1 {
 }  // namespace impl
 
 /// Head-parallel GDP for one layer shape, one sequence layout and one communicator. Construction
-/// is collective (see `TransposePlan`). It follows the plan contract (`core/plan.hpp`): what the
+/// is collective (see `TransposePlan`). `Scalar` is the activations' storage type: `float`,
+/// `double`, or a 16-bit type (`ctxpar::bfloat16`, `ctxpar::float16`), whose activations `x`,
+/// `y`, `z` and their gradients are stored and moved between ranks in 16 bits while the layer
+/// core computes in fp32 (`core/storage.hpp`); parameters, their gradients and what `saved`
+/// holds are in the compute type, and the adjoint transpose sums the gradients of repeated key
+/// groups in it. It follows the plan contract (`core/plan.hpp`): what the
 /// backward reads lives in a caller-owned `GdpSaved` (`saved_type`); the plan keeps only its
 /// transposes, index tables and work buffers. The policies are `EvenHeads`/`UnevenHeads` and
 /// `Contiguous`/`ZigzagPerSequence`; every call runs on the `ExecutionSpace` instance the plan is
@@ -119,13 +125,17 @@ class GdpContextParallel {
   using execution_space = ExecutionSpace;  ///< where every kernel and collective runs
   using scalar_type = Scalar;              ///< activation type
   using value_type = Scalar;               ///< activation type
+  using compute_type = compute_t<Scalar>;  ///< arithmetic, parameter and saved type
   using memory_space = MemorySpace;        ///< where everything lives
-  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;  ///< `[rows, channels]`
-  using vector = Kokkos::View<Scalar*, MemorySpace>;                        ///< parameters
+  /// Activations `[rows, channels]`.
+  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, MemorySpace>;
+  /// `[rows, channels]` in the compute type (the core's activations and gradients).
+  using compute_matrix = Kokkos::View<compute_type**, Kokkos::LayoutRight, MemorySpace>;
+  using vector = Kokkos::View<compute_type*, MemorySpace>;  ///< parameters
   using plan_type =
       TransposePlan<HeadPolicy, TokenOrder, ExecutionSpace, Scalar, MemorySpace>;  ///< transposes
-  using parameters = GdpParameters<Scalar, MemorySpace>;  ///< full parameters
-  using saved_type = GdpSaved<Scalar, MemorySpace>;       ///< what the backward reads
+  using parameters = GdpParameters<compute_type, MemorySpace>;  ///< full parameters
+  using saved_type = GdpSaved<compute_type, MemorySpace>;       ///< what the backward reads
 
   /// Collective. `space` runs every call of the plan; `tokens` = `T`; `cu_seqlens` (global,
   /// identical on every rank) for packed input.
@@ -166,8 +176,8 @@ class GdpContextParallel {
     dims_.off_v = in.local_offset(in.find("V"), b, me);
     dims_.off_b = in.local_offset(in.find("b"), b, me);
     dims_.off_a = in.local_offset(in.find("a"), b, me);
-    core_ = impl::GdpLayerCore<Scalar, MemorySpace>(dims_, pre_.cu_seqlens(), options.l2_eps,
-                                                    options.chunk_size);
+    core_ = impl::GdpLayerCore<compute_type, MemorySpace>(dims_, pre_.cu_seqlens(), options.l2_eps,
+                                                          options.chunk_size);
 
     ctxpar::impl::upload(shape.conv_layout().channel_map(b, me), conv_map_,
                          "ctxpar::heads::conv_map");
@@ -178,11 +188,18 @@ class GdpContextParallel {
     ctxpar::impl::upload(heads, head_map_, "ctxpar::heads::head_map");
     ctxpar::impl::upload(channels, channel_map_, "ctxpar::heads::d_inner_map");
     local_grad_ = allocate_local("local_gradients");
-    du_ = matrix("ctxpar::heads::du", tokens, pre_.local_channels());
-    y_ = matrix("ctxpar::heads::y", tokens, dims_.d_inner());
-    z_ = matrix("ctxpar::heads::z", tokens, dims_.d_inner());
-    dy_ = matrix("ctxpar::heads::dy", tokens, dims_.d_inner());
-    dz_ = matrix("ctxpar::heads::dz", tokens, dims_.d_inner());
+    du_ = compute_matrix("ctxpar::heads::du", tokens, pre_.local_channels());
+    y_ = compute_matrix("ctxpar::heads::y", tokens, dims_.d_inner());
+    z_ = compute_matrix("ctxpar::heads::z", tokens, dims_.d_inner());
+    dy_ = compute_matrix("ctxpar::heads::dy", tokens, dims_.d_inner());
+    dz_ = compute_matrix("ctxpar::heads::dz", tokens, dims_.d_inner());
+    if constexpr (sixteen_bit) {
+      // The 16-bit sides of the transposes; the adjoint's output is fp32, rounded into dx.
+      u16_ = matrix("ctxpar::heads::u16", tokens, pre_.local_channels());
+      y16_ = matrix("ctxpar::heads::y16", tokens, dims_.d_inner());
+      z16_ = matrix("ctxpar::heads::z16", tokens, dims_.d_inner());
+      dx_ = compute_matrix("ctxpar::heads::dx", pre_.local_rows(), pre_.channels());
+    }
   }
 
   /// Plans own their buffers: movable, not copyable (a copy would share them).
@@ -198,10 +215,11 @@ class GdpContextParallel {
   /// Bytes of the buffers the plan owns now: its transposes', its index tables, its work buffers
   /// and the layer core's (`saved_type` objects are the caller's and not counted).
   std::size_t workspace_bytes() const {
-    std::size_t n = du_.span() + y_.span() + z_.span() + dy_.span() + dz_.span() +
+    std::size_t n = du_.span() + y_.span() + z_.span() + dy_.span() + dz_.span() + dx_.span() +
                     local_grad_.conv_weight.span() + local_grad_.conv_bias.span() +
                     local_grad_.dt_bias.span() + local_grad_.a_log.span() + local_grad_.d.span();
-    n *= sizeof(Scalar);
+    n *= sizeof(compute_type);
+    n += (u16_.span() + y16_.span() + z16_.span()) * sizeof(Scalar);
     n += (conv_map_.span() + head_map_.span() + channel_map_.span()) * sizeof(std::int64_t);
     return n + pre_.workspace_bytes() + post_.workspace_bytes() + core_.workspace_bytes();
   }
@@ -288,11 +306,11 @@ class GdpContextParallel {
     const ExecutionSpace& space = pre_.space();
     using p2 =
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
-    Kokkos::deep_copy(space, full.conv_weight, Scalar(0));
-    Kokkos::deep_copy(space, full.conv_bias, Scalar(0));
-    Kokkos::deep_copy(space, full.dt_bias, Scalar(0));
-    Kokkos::deep_copy(space, full.a_log, Scalar(0));
-    if (full.d.extent(0) > 0) Kokkos::deep_copy(space, full.d, Scalar(0));
+    Kokkos::deep_copy(space, full.conv_weight, compute_type(0));
+    Kokkos::deep_copy(space, full.conv_bias, compute_type(0));
+    Kokkos::deep_copy(space, full.dt_bias, compute_type(0));
+    Kokkos::deep_copy(space, full.a_log, compute_type(0));
+    if (full.d.extent(0) > 0) Kokkos::deep_copy(space, full.d, compute_type(0));
     const std::int64_t cc = conv1d_channels();
     if (cc > 0) {
       Kokkos::parallel_for(
@@ -331,19 +349,32 @@ class GdpContextParallel {
     saved.core.filled = false;
     if (!fits(saved)) size_saved(saved);
     slice_parameters(full, saved.local);
-    pre_conv_ssm(x, saved.u);
-    // Where the output transpose is the identity (one rank), the core writes y and z in place.
-    const bool direct = post_.identity();
-    if (direct) {
-      post_.require_views("ctxpar::heads::GdpContextParallel::forward (y)", y, y);
-      post_.require_views("ctxpar::heads::GdpContextParallel::forward (z)", z, z);
-    }
-    const parameters& local = saved.local;
-    core_.forward(space, saved.u, local.conv_weight, local.conv_bias, local.dt_bias, local.a_log,
-                  local.d, direct ? y : y_, direct ? z : z_, saved.core);
-    if (!direct) {
-      post_conv_ssm(y_, y);
-      post_conv_ssm(z_, z);
+    if constexpr (sixteen_bit) {
+      // 16 bits on the wire both ways; the core reads and writes fp32.
+      pre_conv_ssm(x, u16_);
+      convert_storage(space, u16_, saved.u);
+      const parameters& local = saved.local;
+      core_.forward(space, saved.u, local.conv_weight, local.conv_bias, local.dt_bias, local.a_log,
+                    local.d, y_, z_, saved.core);
+      convert_storage(space, y_, y16_);
+      convert_storage(space, z_, z16_);
+      post_conv_ssm(y16_, y);
+      post_conv_ssm(z16_, z);
+    } else {
+      pre_conv_ssm(x, saved.u);
+      // Where the output transpose is the identity (one rank), the core writes y and z in place.
+      const bool direct = post_.identity();
+      if (direct) {
+        post_.require_views("ctxpar::heads::GdpContextParallel::forward (y)", y, y);
+        post_.require_views("ctxpar::heads::GdpContextParallel::forward (z)", z, z);
+      }
+      const parameters& local = saved.local;
+      core_.forward(space, saved.u, local.conv_weight, local.conv_bias, local.dt_bias, local.a_log,
+                    local.d, direct ? y : y_, direct ? z : z_, saved.core);
+      if (!direct) {
+        post_conv_ssm(y_, y);
+        post_conv_ssm(z_, z);
+      }
     }
   }
 
@@ -357,22 +388,37 @@ class GdpContextParallel {
     compat::ScopedRegion region("ctxpar::heads::gdp_backward");
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     check_parameters(grads, {}, &saved);
-    // As in `forward`: identity transposes (one rank) read dy, dz and write dx in place. x itself
-    // is still copied into saved.u, which the backward reads: the caller's x may change.
-    const bool direct_out = post_.identity(), direct_in = pre_.identity();
-    if (direct_out) {
-      post_.require_views("ctxpar::heads::GdpContextParallel::backward (dy)", dy, dy);
-      post_.require_views("ctxpar::heads::GdpContextParallel::backward (dz)", dz, dz);
+    if constexpr (sixteen_bit) {
+      // The output gradients arrive in 16 bits (y16_, z16_ are free again); everything after the
+      // widening is fp32, the adjoint's sums included, and dx is rounded once.
+      pre_.require_views("ctxpar::heads::GdpContextParallel::backward (dx)", dx, u16_);
+      post_conv_ssm_backward(dy, y16_);
+      post_conv_ssm_backward(dz, z16_);
+      convert_storage(space, y16_, dy_);
+      convert_storage(space, z16_, dz_);
+      core_.backward(space, saved.core, dy_, dz_, du_, local_grad_.conv_weight,
+                     local_grad_.conv_bias, local_grad_.dt_bias, local_grad_.a_log, local_grad_.d);
+      pre_conv_ssm_backward(du_, dx_);
+      convert_storage(space, dx_, dx);
+      accumulate_gradients(local_grad_, grads);
     } else {
-      post_conv_ssm_backward(dy, dy_);
-      post_conv_ssm_backward(dz, dz_);
+      // As in `forward`: identity transposes (one rank) read dy, dz and write dx in place. x itself
+      // is still copied into saved.u, which the backward reads: the caller's x may change.
+      const bool direct_out = post_.identity(), direct_in = pre_.identity();
+      if (direct_out) {
+        post_.require_views("ctxpar::heads::GdpContextParallel::backward (dy)", dy, dy);
+        post_.require_views("ctxpar::heads::GdpContextParallel::backward (dz)", dz, dz);
+      } else {
+        post_conv_ssm_backward(dy, dy_);
+        post_conv_ssm_backward(dz, dz_);
+      }
+      if (direct_in) pre_.require_views("ctxpar::heads::GdpContextParallel::backward (dx)", dx, dx);
+      core_.backward(space, saved.core, direct_out ? dy : dy_, direct_out ? dz : dz_,
+                     direct_in ? dx : du_, local_grad_.conv_weight, local_grad_.conv_bias,
+                     local_grad_.dt_bias, local_grad_.a_log, local_grad_.d);
+      if (!direct_in) pre_conv_ssm_backward(du_, dx);
+      accumulate_gradients(local_grad_, grads);
     }
-    if (direct_in) pre_.require_views("ctxpar::heads::GdpContextParallel::backward (dx)", dx, dx);
-    core_.backward(space, saved.core, direct_out ? dy : dy_, direct_out ? dz : dz_,
-                   direct_in ? dx : du_, local_grad_.conv_weight, local_grad_.conv_bias,
-                   local_grad_.dt_bias, local_grad_.a_log, local_grad_.d);
-    if (!direct_in) pre_conv_ssm_backward(du_, dx);
-    accumulate_gradients(local_grad_, grads);
   }
 
  private:
@@ -403,6 +449,9 @@ class GdpContextParallel {
     chk.agree();
   }
 
+  // Whether the activations are 16-bit (computed in fp32 between the transposes).
+  static constexpr bool sixteen_bit = is_narrow_storage_v<Scalar>;
+
   // Whether the buffers of `saved` have this plan's sizes on this rank.
   bool fits(const saved_type& saved) const {
     const parameters& l = saved.local;
@@ -420,7 +469,7 @@ class GdpContextParallel {
 
   // The buffers of `saved` at this plan's sizes (labelled; the core's sized by the core).
   void size_saved(saved_type& saved) const {
-    saved.u = matrix("ctxpar::heads::u", pre_.tokens(), pre_.local_channels());
+    saved.u = compute_matrix("ctxpar::heads::u", pre_.tokens(), pre_.local_channels());
     saved.local = allocate_local("local_parameters");
   }
 
@@ -488,10 +537,14 @@ class GdpContextParallel {
   HostIsa host_isa_ = HostIsa::baseline;
   plan_type pre_, post_;
   impl::LocalDims dims_;
-  impl::GdpLayerCore<Scalar, MemorySpace> core_;
+  impl::GdpLayerCore<compute_type, MemorySpace> core_;
   index_view conv_map_, head_map_, channel_map_;
   parameters local_grad_;
-  matrix du_, y_, z_, dy_, dz_;
+  compute_matrix du_, y_, z_, dy_, dz_;
+  // 16-bit activations only: the head-parallel x, y, z (also dy, dz on their way back) and dx
+  // in fp32 before its rounding; empty otherwise.
+  matrix u16_, y16_, z16_;
+  compute_matrix dx_;
 };
 
 }  // namespace ctxpar::heads

@@ -20,6 +20,7 @@
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/fingerprint.hpp"
 #include "ctxpar/core/plan.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"
 #include "ctxpar/heads/channel_layout.hpp"
@@ -45,8 +46,10 @@ namespace ctxpar::heads {
 template <class HeadPolicy, class TokenOrder, class ExecutionSpace, class Scalar,
           class MemorySpace = typename ExecutionSpace::memory_space>
 class TransposePlan {
-  static_assert(std::is_floating_point_v<Scalar> || std::is_integral_v<Scalar>,
-                "ctxpar::heads::TransposePlan: Scalar must be an arithmetic type");
+  static_assert(std::is_floating_point_v<Scalar> || std::is_integral_v<Scalar> ||
+                    is_narrow_storage_v<Scalar>,
+                "ctxpar::heads::TransposePlan: Scalar must be an arithmetic type or a 16-bit "
+                "storage type (ctxpar::bfloat16, ctxpar::float16)");
   static_assert(is_head_policy_v<HeadPolicy>,
                 "ctxpar::heads::TransposePlan: HeadPolicy must be EvenHeads or UnevenHeads");
   static_assert(is_token_order_v<TokenOrder>,
@@ -96,10 +99,10 @@ class TransposePlan {
       recv_head_.push_back(
           ctxpar::impl::mpi_count(rows(j) * local_channels(), op, "an all-to-all block"));
     }
-    buf_seq_ = Kokkos::View<Scalar*, MemorySpace>(
+    buf_seq_ = Kokkos::View<wide_type*, MemorySpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::sequence_buffer"),
         local_rows() * offset[p]);
-    buf_head_ = Kokkos::View<Scalar*, MemorySpace>(
+    buf_head_ = Kokkos::View<wide_type*, MemorySpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "ctxpar::heads::head_buffer"),
         tokens_ * local_channels());
   }
@@ -259,7 +262,7 @@ class TransposePlan {
   const Group& group() const { return group_; }
   /// Bytes of the device buffers the plan owns (send and receive buffers, the channel runs).
   std::size_t workspace_bytes() const {
-    return (buf_seq_.span() + buf_head_.span()) * sizeof(Scalar) +
+    return (buf_seq_.span() + buf_head_.span()) * sizeof(wide_type) +
            runs_.span() * sizeof(impl::ChannelRun);
   }
   /// Whether both transposes are the identity (one rank, natural token order, every channel in
@@ -310,23 +313,25 @@ class TransposePlan {
     // A group of one would exchange its whole send buffer with itself: the pack writes straight
     // into what the exchange would have received (the same elements in the same places), unless
     // the caller transposes in place.
+    using T = typename SeqView::non_const_value_type;
     const bool alone = group_.size() == 1 && !overlap(x, y);
     constexpr bool contiguous = std::is_same_v<TokenOrder, Contiguous>;
-    const buffer packed = alone && contiguous ? flat(y) : buffer(buf_seq_);
+    const buffer<T> seq = as<T>(buf_seq_), head = as<T>(buf_head_);
+    const buffer<T> packed = alone && contiguous ? flat(y) : seq;
     if (local_rows() > 0)
       impl::for_each_row(
           "ctxpar::heads::pack_sequence", space, local_rows(),
-          impl::PackSequence<SeqView, buffer, MemorySpace, ExecutionSpace>{x, packed, runs_});
+          impl::PackSequence<SeqView, buffer<T>, MemorySpace, ExecutionSpace>{x, packed, runs_});
     if constexpr (contiguous) {
-      if (!alone) exchange(buf_seq_, send_seq_, flat(y), recv_head_);
+      if (!alone) exchange(seq, send_seq_, flat(y), recv_head_);
     } else {
-      if (!alone) exchange(buf_seq_, send_seq_, buf_head_, recv_head_);
+      if (!alone) exchange(seq, send_seq_, head, recv_head_);
       if (tokens_ > 0)
-        impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space, tokens_,
-                           impl::UnpackHead<const_buffer, HeadView,
-                                            ZigzagPerSequenceLayout<MemorySpace>, ExecutionSpace>{
-                               alone ? const_buffer(buf_seq_) : const_buffer(buf_head_), y, order_,
-                               local_channels()});
+        impl::for_each_row(
+            "ctxpar::heads::unpack_head_zigzag_undo", space, tokens_,
+            impl::UnpackHead<const_buffer<T>, HeadView, ZigzagPerSequenceLayout<MemorySpace>,
+                             ExecutionSpace>{alone ? const_buffer<T>(seq) : const_buffer<T>(head),
+                                             y, order_, local_channels()});
     }
   }
 
@@ -336,8 +341,8 @@ class TransposePlan {
   void pack(const SeqView& x) const {
     if (local_rows() > 0)
       impl::for_each_row("ctxpar::heads::pack_sequence", space_, local_rows(),
-                         impl::PackSequence<SeqView, Kokkos::View<Scalar*, MemorySpace>,
-                                            MemorySpace, ExecutionSpace>{x, buf_seq_, runs_});
+                         impl::PackSequence<SeqView, buffer<Scalar>, MemorySpace, ExecutionSpace>{
+                             x, as<Scalar>(buf_seq_), runs_});
   }
   /// The local second half of `to_head_parallel` under `ZigzagPerSequence` alone: unpacks the
   /// plan's receive buffer into `y` with the zigzag undo (no communication). For measuring the
@@ -345,10 +350,10 @@ class TransposePlan {
   template <class HeadView>
   void unpack(const HeadView& y) const {
     if (tokens_ > 0)
-      impl::for_each_row("ctxpar::heads::unpack_head_zigzag_undo", space_, tokens_,
-                         impl::UnpackHead<Kokkos::View<Scalar*, MemorySpace>, HeadView,
-                                          ZigzagPerSequenceLayout<MemorySpace>, ExecutionSpace>{
-                             buf_head_, y, order_, local_channels()});
+      impl::for_each_row(
+          "ctxpar::heads::unpack_head_zigzag_undo", space_, tokens_,
+          impl::UnpackHead<buffer<Scalar>, HeadView, ZigzagPerSequenceLayout<MemorySpace>,
+                           ExecutionSpace>{as<Scalar>(buf_head_), y, order_, local_channels()});
   }
 
   /// Collective. The inverse of `to_head_parallel`: `y [tokens(), local_channels()]` →
@@ -360,9 +365,13 @@ class TransposePlan {
   }
 
   /// Collective. The adjoint of `to_head_parallel` (its backward): like `to_sequence_parallel`, but
-  /// the copies of a repeated channel are summed in rank order.
+  /// the copies of a repeated channel are summed in rank order. A plan of a 16-bit `Scalar` sums
+  /// in its compute type: pass fp32 gradients (`core/storage.hpp`).
   template <class HeadView, class SeqView>
   void adjoint_to_head_parallel(const HeadView& dy, const SeqView& dx) const {
+    static_assert(!is_narrow_storage_v<typename SeqView::non_const_value_type>,
+                  "ctxpar::heads::adjoint_to_head_parallel sums: pass gradients in the compute "
+                  "type (fp32), not in 16 bits");
     reverse("ctxpar::heads::adjoint_to_head_parallel", dy, dx, true);
   }
 
@@ -374,29 +383,31 @@ class TransposePlan {
     CTXPAR_ASSERT_ACCESSIBLE("ctxpar::heads::to_sequence_parallel", ExecutionSpace, HeadView);
     compat::ScopedRegion region(op);
     require_views(op, x, y);
+    using T = typename SeqView::non_const_value_type;
+    const buffer<T> seq = as<T>(buf_seq_), head = as<T>(buf_head_);
     // A group of one unpacks from what it would have sent itself (see `to_head_parallel`).
     const bool alone = group_.size() == 1 && !overlap(x, y);
-    const_buffer received = buf_seq_;
+    const_buffer<T> received = seq;
     if constexpr (std::is_same_v<TokenOrder, Contiguous>) {
       if (alone)
         received = flat(y);
       else
-        exchange(flat(y), recv_head_, buf_seq_, send_seq_);
+        exchange(flat(y), recv_head_, seq, send_seq_);
     } else {
       if (tokens_ > 0)
-        impl::for_each_row(
-            "ctxpar::heads::pack_head_zigzag_redo", space, tokens_,
-            impl::PackHead<HeadView, buffer, ZigzagPerSequenceLayout<MemorySpace>, ExecutionSpace>{
-                y, buf_head_, order_, local_channels()});
+        impl::for_each_row("ctxpar::heads::pack_head_zigzag_redo", space, tokens_,
+                           impl::PackHead<HeadView, buffer<T>, ZigzagPerSequenceLayout<MemorySpace>,
+                                          ExecutionSpace>{y, head, order_, local_channels()});
       if (alone)
-        received = buf_head_;
+        received = head;
       else
-        exchange(buf_head_, recv_head_, buf_seq_, send_seq_);
+        exchange(head, recv_head_, seq, send_seq_);
     }
     if (local_rows() > 0)
-      impl::for_each_row("ctxpar::heads::unpack_sequence", space, local_rows(),
-                         impl::UnpackSequence<const_buffer, SeqView, MemorySpace, ExecutionSpace>{
-                             x, received, runs_, sum_repeats});
+      impl::for_each_row(
+          "ctxpar::heads::unpack_sequence", space, local_rows(),
+          impl::UnpackSequence<const_buffer<T>, SeqView, MemorySpace, ExecutionSpace>{
+              x, received, runs_, sum_repeats});
   }
 
  public:
@@ -407,9 +418,11 @@ class TransposePlan {
   void require_views(const std::string& op, const SeqView& x, const HeadView& y) const {
     static_assert(compat::view_rank<SeqView> == 2 && compat::view_rank<HeadView> == 2,
                   "ctxpar::heads transposes: views must be rank 2 [rows, channels]");
-    static_assert(std::is_same_v<typename SeqView::non_const_value_type, Scalar> &&
-                      std::is_same_v<typename HeadView::non_const_value_type, Scalar>,
-                  "ctxpar::heads transposes: views must hold the plan's Scalar");
+    using T = typename SeqView::non_const_value_type;
+    static_assert(std::is_same_v<T, typename HeadView::non_const_value_type> &&
+                      (std::is_same_v<T, Scalar> || std::is_same_v<T, wide_type>),
+                  "ctxpar::heads transposes: both views must hold the plan's Scalar (or, for a "
+                  "16-bit Scalar, its compute type)");
     static_assert(std::is_same_v<typename HeadView::array_layout, Kokkos::LayoutRight>,
                   "ctxpar::heads transposes: the head-parallel view must be LayoutRight");
     Preconditions chk(group_, op);
@@ -449,11 +462,23 @@ class TransposePlan {
   static bool overlap(const A& a, const B& b) {
     const auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
     const auto b0 = reinterpret_cast<std::uintptr_t>(b.data());
-    return a0 < b0 + b.span() * sizeof(Scalar) && b0 < a0 + a.span() * sizeof(Scalar);
+    return a0 < b0 + b.span() * sizeof(typename B::value_type) &&
+           b0 < a0 + a.span() * sizeof(typename A::value_type);
   }
+  // The widest element the plan moves: a 16-bit plan moves its activations in 16 bits and the
+  // gradients of its adjoint in their compute type; the buffers are sized for the wider.
+  using wide_type = std::conditional_t<is_narrow_storage_v<Scalar>, float, Scalar>;
   // A plan buffer, or the caller's view flattened: unmanaged, so that either can stand in.
-  using buffer = Kokkos::View<Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
-  using const_buffer = Kokkos::View<const Scalar*, MemorySpace, Kokkos::MemoryUnmanaged>;
+  template <class T>
+  using buffer = Kokkos::View<T*, MemorySpace, Kokkos::MemoryUnmanaged>;
+  template <class T>
+  using const_buffer = Kokkos::View<const T*, MemorySpace, Kokkos::MemoryUnmanaged>;
+  // A plan buffer's memory as elements of `T` (at most `wide_type`'s bytes each).
+  template <class T>
+  static buffer<T> as(const Kokkos::View<wide_type*, MemorySpace>& b) {
+    static_assert(sizeof(T) <= sizeof(wide_type), "the plan's buffers hold wide_type elements");
+    return buffer<T>(reinterpret_cast<T*>(b.data()), b.span());
+  }
 
   template <class View>
   static auto flat(const View& v) {
@@ -479,7 +504,7 @@ class TransposePlan {
   Kokkos::View<impl::ChannelRun*, MemorySpace> runs_;
   ZigzagPerSequenceLayout<MemorySpace> order_;
   ZigzagPerSequenceLayout<Kokkos::HostSpace> order_host_;
-  Kokkos::View<Scalar*, MemorySpace> buf_seq_, buf_head_;
+  Kokkos::View<wide_type*, MemorySpace> buf_seq_, buf_head_;
   bool identity_ = false;
 };
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/team_size.hpp"
 
 namespace ctxpar::heads::impl {
@@ -114,7 +115,9 @@ struct SequenceRunCopy {
       else if (run.first)
         copy_elements(range, block_row, row + run.source);
     });
-    if constexpr (!ToBuffer)
+    // 16-bit rows are only moved: their sums are formed in the compute type (the plan's adjoint
+    // takes fp32 gradients).
+    if constexpr (!ToBuffer && !is_narrow_storage_v<typename Seq::non_const_value_type>)
       if (sum_repeats) add_repeats(m, t, row, blocks);
   }
 
