@@ -29,6 +29,7 @@
 
 #include "ctxpar/chunkwise/driver.hpp"
 #include "ctxpar/chunkwise/sequence_layout.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "ctxpar_test/harness.hpp"
 
 namespace ctxpar::test::chunkwise {
@@ -61,17 +62,19 @@ struct CaseOptions {
   int chunk = 16;
 };
 
-/// Host copy of any view, flattened.
+/// Host copy of any view, flattened (16-bit values widened exactly).
 template <class View>
 std::vector<double> to_host(const View& v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   std::vector<double> out(v.span());
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(h.data()[i]);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<double>(ctxpar::widen(h.data()[i]));
   return out;
 }
 
 /// A view `[rows of ranges…, rest…]` holding the rows `ranges` of a token-major host array with
-/// `per_token` values per token.
+/// `per_token` values per token (stored through `ctxpar::narrow`: a plain conversion for float and
+/// double, exact for values already of a 16-bit type).
 template <class View>
 View upload_rows(const std::vector<double>& global, std::int64_t per_token,
                  const std::vector<Range>& ranges, const std::string& label, std::size_t e1,
@@ -84,7 +87,7 @@ View upload_rows(const std::vector<double>& global, std::int64_t per_token,
   for (auto r : ranges) {
     for (std::int64_t t = r.first; t < r.second; ++t, ++at) {
       for (std::int64_t j = 0; j < per_token; ++j) {
-        h.data()[at * per_token + j] = static_cast<typename View::non_const_value_type>(
+        h.data()[at * per_token + j] = ctxpar::narrow<typename View::non_const_value_type>(
             global[static_cast<std::size_t>(t * per_token + j)]);
       }
     }
@@ -106,12 +109,14 @@ inline std::vector<Range> owned_rows(const cw::SequenceLayout& plan, int r) {
 /// Runs the CP forward and backward of adapter `A` on `group` for `prob`, returning the rank's
 /// outputs and gradients scattered into global-size arrays (rows the rank does not own are 0) and
 /// the state arrays every rank receives. Runs on the execution space of the adapter's memory space
-/// unless `Exec` names another.
+/// unless `Exec` names another. States are in the backend's compute type (fp32 for 16-bit
+/// backends, whose plan is `narrow_plan.hpp`'s).
 template <class A, class Policy, class Exec = typename A::backend::memory_space::execution_space>
 Result run_cp(const Group& group, const typename A::problem& prob, const CaseOptions& opt,
               std::vector<Range>* rows_out = nullptr) {
   using backend_t = typename A::backend;
   using scalar = typename backend_t::scalar_type;
+  using state_scalar = ctxpar::compute_t<scalar>;
   using mem = typename backend_t::memory_space;
   const Exec space;
   const auto plan = opt.zigzag ? cw::SequenceLayout::create(group, Zigzag{}, prob.cu)
@@ -123,22 +128,22 @@ Result run_cp(const Group& group, const typename A::problem& prob, const CaseOpt
   const std::int64_t local = plan.local_length(), N = plan.sequence_count();
   const std::size_t H = prob.H, K = prob.K, V = prob.V;
   cw::token_view<scalar, mem> out("o", local, H, V);
-  cw::ForwardStates<scalar, mem> fs;
-  cw::BackwardStates<scalar, mem> bs;
+  cw::ForwardStates<state_scalar, mem> fs;
+  cw::BackwardStates<state_scalar, mem> bs;
   if (opt.initial_states) {
-    fs.initial_states = upload_rows<cw::const_sequence_states_view<scalar, mem>>(
+    fs.initial_states = upload_rows<cw::const_sequence_states_view<state_scalar, mem>>(
         prob.h0, H * K * V, {{0, N}}, "h0", H, K, V);
-    bs.initial_state_grads = cw::sequence_states_view<scalar, mem>("dh0", N, H, K, V);
+    bs.initial_state_grads = cw::sequence_states_view<state_scalar, mem>("dh0", N, H, K, V);
   }
   if (opt.final_state_grads) {
-    fs.final_states = cw::sequence_states_view<scalar, mem>("ht", N, H, K, V);
-    bs.final_state_grads = upload_rows<cw::const_sequence_states_view<scalar, mem>>(
+    fs.final_states = cw::sequence_states_view<state_scalar, mem>("ht", N, H, K, V);
+    bs.final_state_grads = upload_rows<cw::const_sequence_states_view<state_scalar, mem>>(
         prob.dht, H * K * V, {{0, N}}, "dht", H, K, V);
   }
   cw::DriverOptions dopt;
   dopt.form = opt.form;
   auto cp = cw::make_cp_plan<Policy>(space, group, backend, plan, backend.shape(in), dopt);
-  cw::ChunkwiseContext<backend_t> ctx;
+  typename decltype(cp)::context_type ctx;
   cp.forward(in, out, ctx, fs);
   const auto dout =
       upload_rows<cw::const_token_view<scalar, mem>>(prob.dout, H * V, rows, "dout", H, V);

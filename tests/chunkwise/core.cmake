@@ -15,3 +15,6 @@ ctxpar_add_isa_twins(TARGET chunkwise_decay_cp LABELS chunkwise)
 ctxpar_add_device_entries(TARGET chunkwise_decay_cp LABELS chunkwise)
 ctxpar_add_device_entries(TARGET chunkwise_cp_plan LABELS chunkwise)
 ctxpar_add_device_entries(TARGET chunkwise_gates LABELS chunkwise)
+# Every family on bfloat16 and float16 tensors: the rounded fp32 plan, bit for bit (16-bit plan).
+ctxpar_add_mpi_test(NAME chunkwise_sixteen_bit_cp SOURCES sixteen_bit_cp_test.cpp LABELS chunkwise TIMEOUT 300)
+ctxpar_add_device_entries(TARGET chunkwise_sixteen_bit_cp LABELS chunkwise)

@@ -1,7 +1,8 @@
 // GPU compile check of mechanism B (chunkwise CP): every kernel of the summaries, composition
 // (all four transition structures), driver (both policies), the scalar-decay, diagonal-gate, gated
 // delta rule and gated delta product backends (forward and backward), and the short-conv halo,
-// instantiated for Kokkos::DefaultExecutionSpace in float and double. Nothing here runs.
+// instantiated for Kokkos::DefaultExecutionSpace in float and double; the driver of every family
+// also on bfloat16 and float16 tensors (the 16-bit plan's widen/narrow kernels). Nothing here runs.
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "ctxpar/chunkwise/scalar_decay.hpp"
 #include "ctxpar/chunkwise/short_conv.hpp"
 #include "ctxpar/chunkwise/summary.hpp"
+#include "ctxpar/core/storage.hpp"
 
 namespace ctxpar::gpu_check {
 
@@ -41,23 +43,25 @@ void instantiate_driver(const Group& group, const Backend& backend, const Inputs
                         const Gradients& grads, std::int64_t t, std::int64_t h, std::int64_t k,
                         std::int64_t v) {
   using scalar = typename Backend::scalar_type;
+  using state = ctxpar::compute_t<scalar>;  // fp32 for 16-bit tensors
   const exec space;
   const auto plan = cw::SequenceLayout::create(group, Contiguous{},
                                                std::vector<std::int64_t>{0, t * group.size()});
   cw::token_view<scalar, mem> o("o", t, h, v);
-  cw::ForwardStates<scalar, mem> fs{cw::const_sequence_states_view<scalar, mem>(
-                                        cw::sequence_states_view<scalar, mem>("h0", 1, h, k, v)),
-                                    cw::sequence_states_view<scalar, mem>("ht", 1, h, k, v)};
+  cw::ForwardStates<state, mem> fs{cw::const_sequence_states_view<state, mem>(
+                                       cw::sequence_states_view<state, mem>("h0", 1, h, k, v)),
+                                   cw::sequence_states_view<state, mem>("ht", 1, h, k, v)};
   cw::CpPlan<Policy, Backend, exec> cp(space, group, backend, plan, cw::ChunkwiseShape{t, h, k, v});
-  cw::ChunkwiseContext<Backend> ctx;
+  typename decltype(cp)::context_type ctx;
   cp.forward(in, o, ctx, fs);
-  cw::BackwardStates<scalar, mem> bs{cw::const_sequence_states_view<scalar, mem>(fs.final_states),
-                                     cw::sequence_states_view<scalar, mem>("dh0", 1, h, k, v)};
+  cw::BackwardStates<state, mem> bs{cw::const_sequence_states_view<state, mem>(fs.final_states),
+                                    cw::sequence_states_view<state, mem>("dh0", 1, h, k, v)};
   cp.backward(ctx, cw::const_token_view<scalar, mem>(o), grads, bs);
 }
 
+// The CP driver of every family on tensors of type T.
 template <class T>
-void instantiate_backends(const Group& group) {
+void instantiate_families(const Group& group) {
   const std::int64_t t = 8, h = 2, k = 4, v = 3, nh = 2;
   cw::token_view<T, mem> q("q", t, h, k), key("k", t, h, k), val("v", t, h, v), gk("g", t, h, k);
   cw::head_view<T, mem> g("g", t, h), beta("beta", t, h);
@@ -92,6 +96,12 @@ void instantiate_backends(const Group& group) {
   const cw::GatedDeltaProductGradients<T, mem> pgr{dq, pdk, pdv, dg, pdbeta};
   instantiate_driver<cw::GatherFold>(group, gdp, pin, pgr, t, h, k, v);
   instantiate_driver<cw::ScanCompose>(group, gdp, pin, pgr, t, h, k, v);
+}
+
+template <class T>
+void instantiate_backends(const Group& group) {
+  instantiate_families<T>(group);
+  const std::int64_t t = 8;
 
   // Short-conv halo, forward and backward, with sequence ids, through both layouts' plans (the
   // zigzag halo routing, two chunks per rank, is a separate code path).
@@ -124,4 +134,6 @@ void ctxpar_gpu_check_chunkwise(const ctxpar::Group& group) {
   instantiate_algebra<ctxpar::chunkwise::DenseTransition>(group);
   instantiate_backends<float>(group);
   instantiate_backends<double>(group);
+  instantiate_families<ctxpar::bfloat16>(group);
+  instantiate_families<ctxpar::float16>(group);
 }

@@ -17,6 +17,13 @@ struct DiagonalGateInputs {
   const_token_view<Scalar, MemorySpace> k;  ///< keys `[T, H, K]`
   const_token_view<Scalar, MemorySpace> v;  ///< values `[T, H, V]`
   const_token_view<Scalar, MemorySpace> g;  ///< log-gates `[T, H, K]` (`α_t = exp(g_t)`)
+
+  /// Every view mapped through `f` (a view to one of the same rank and extents on `To`), in
+  /// member order: the 16-bit plan's widened inputs and fp32 gradient buffers.
+  template <class To, class F>
+  DiagonalGateInputs<To, MemorySpace> map_views(F&& f) const {
+    return {f(q), f(k), f(v), f(g)};
+  }
 };
 
 /// Gradients of the diagonal-gate family (same shapes as the inputs).
@@ -26,6 +33,13 @@ struct DiagonalGateGradients {
   token_view<Scalar, MemorySpace> dk;  ///< `[T, H, K]`
   token_view<Scalar, MemorySpace> dv;  ///< `[T, H, V]`
   token_view<Scalar, MemorySpace> dg;  ///< `[T, H, K]`
+
+  /// Every view mapped through `f` (a view to one of the same rank and extents on `To`), in
+  /// member order: the 16-bit plan's widened inputs and fp32 gradient buffers.
+  template <class To, class F>
+  DiagonalGateGradients<To, MemorySpace> map_views(F&& f) const {
+    return {f(dq), f(dk), f(dv), f(dg)};
+  }
 };
 
 /// Chunkwise backend for `A_t = diag(exp(g_t))` (transition structure: diagonal). Construct with
@@ -40,6 +54,15 @@ class DiagonalGateBackend
 
  public:
   using base::base;
+
+  /// The same family on scalar type `To` (how the 16-bit plan names its fp32 backend).
+  template <class To>
+  using rebind_scalar = DiagonalGateBackend<To, MemorySpace>;
+  /// This backend on scalar type `To`, with the same options.
+  template <class To>
+  rebind_scalar<To> rebind() const {
+    return rebind_scalar<To>(this->options());
+  }
 };
 
 }  // namespace ctxpar::chunkwise

@@ -450,6 +450,42 @@ void check_states(Preconditions& chk, const View& states, const char* what, std:
               ctxpar::impl::shape_text(states));
 }
 
+// A call's inputs and output against the plan's shape (the backend's local checks of the inputs,
+// then their shape and the output's `[T, H, V]`), on views of any storage type: the 16-bit plan
+// checks its caller's views with them before it widens them.
+template <class Backend, class Inputs, class Output>
+void check_forward_views(Preconditions& chk, const Backend& backend, const Inputs& inputs,
+                         const Output& output, const ChunkwiseShape& shape) {
+  backend.check(chk, inputs);
+  const ChunkwiseShape s = backend.shape(inputs);
+  chk.require(s.tokens == shape.tokens && s.heads == shape.heads && s.key_dim == shape.key_dim &&
+                  s.value_dim == shape.value_dim,
+              "the inputs must have the plan's shape [T, H, K, V]",
+              ctxpar::impl::shape_text({shape.tokens, shape.heads, shape.key_dim, shape.value_dim}),
+              ctxpar::impl::shape_text({s.tokens, s.heads, s.key_dim, s.value_dim}));
+  chk.require(ctxpar::impl::has_extents(output, shape.tokens, shape.heads, shape.value_dim),
+              "the output must be [T, H, V]",
+              ctxpar::impl::shape_text({shape.tokens, shape.heads, shape.value_dim}),
+              ctxpar::impl::shape_text(output));
+}
+
+// A backward call's context (filled by the forward of plan `plan_id`: `filled_by`), gradients
+// and output gradient, on views of any storage type (as `check_forward_views`).
+template <class Backend, class Inputs, class OutputGrad, class Gradients>
+void check_backward_views(Preconditions& chk, const Backend& backend, std::int64_t filled_by,
+                          std::int64_t plan_id, const Inputs& inputs, const OutputGrad& output_grad,
+                          const Gradients& grads, const ChunkwiseShape& shape) {
+  const bool from_here = filled_by == plan_id;
+  chk.require(from_here, "the context must come from a forward of this plan",
+              "a context filled by this plan's forward",
+              filled_by == 0 ? "a context no forward filled" : "a context of another plan");
+  if (from_here) backend.check_gradients(chk, inputs, grads);
+  chk.require(ctxpar::impl::has_extents(output_grad, shape.tokens, shape.heads, shape.value_dim),
+              "the output gradient must be [T, H, V]",
+              ctxpar::impl::shape_text({shape.tokens, shape.heads, shape.value_dim}),
+              ctxpar::impl::shape_text(output_grad));
+}
+
 // Each plan object gets its own id, so that a context filled by another plan is recognised.
 inline std::int64_t next_plan_id() {
   static std::atomic<std::int64_t> next{0};
@@ -470,7 +506,11 @@ inline std::int64_t next_plan_id() {
 /// (`workspace_bytes()`); the context owns the backend's saved arrays (per call). Both grow to
 /// what a call needs and are reused, so a steady-state forward + backward allocates nothing. Not
 /// copyable (its memory is not shared); movable.
-template <class Policy, class Backend, class ExecutionSpace>
+///
+/// A backend on a 16-bit storage type (`ctxpar::bfloat16`, `ctxpar::float16`) selects the
+/// specialization of `narrow_plan.hpp` (`Enable`, left to its default, picks it): the same calls
+/// on 16-bit views, computed by this plan on the backend's fp32 twin.
+template <class Policy, class Backend, class ExecutionSpace, class Enable = void>
 class CpPlan {
   static_assert(is_composition_policy_v<Policy>,
                 "ctxpar::chunkwise::CpPlan: Policy must be GatherFold or ScanCompose");
@@ -556,16 +596,7 @@ class CpPlan {
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     {
       Preconditions chk(group_, "ctxpar::chunkwise::CpPlan::forward");
-      backend_.check(chk, inputs);
-      const ChunkwiseShape s = backend_.shape(inputs);
-      chk.require(s.tokens == shape_.tokens && s.heads == shape_.heads &&
-                      s.key_dim == shape_.key_dim && s.value_dim == shape_.value_dim,
-                  "the inputs must have the plan's shape [T, H, K, V]", shape_text(shape_),
-                  shape_text(s));
-      chk.require(ctxpar::impl::has_extents(output, shape_.tokens, shape_.heads, shape_.value_dim),
-                  "the output must be [T, H, V]",
-                  ctxpar::impl::shape_text({shape_.tokens, shape_.heads, shape_.value_dim}),
-                  ctxpar::impl::shape_text(output));
+      impl::check_forward_views(chk, backend_, inputs, output, shape_);
       impl::check_states(chk, states.initial_states, "the initial states", layout_.sequence_count(),
                          shape_);
       impl::check_states(chk, states.final_states, "the final states", layout_.sequence_count(),
@@ -622,16 +653,8 @@ class CpPlan {
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     {
       Preconditions chk(group_, "ctxpar::chunkwise::CpPlan::backward");
-      const bool from_here = ctx.plan == id_;
-      chk.require(from_here, "the context must come from a forward of this plan",
-                  "a context filled by this plan's forward",
-                  ctx.plan == 0 ? "a context no forward filled" : "a context of another plan");
-      if (from_here) backend_.check_gradients(chk, ctx.inputs, grads);
-      chk.require(
-          ctxpar::impl::has_extents(output_grad, shape_.tokens, shape_.heads, shape_.value_dim),
-          "the output gradient must be [T, H, V]",
-          ctxpar::impl::shape_text({shape_.tokens, shape_.heads, shape_.value_dim}),
-          ctxpar::impl::shape_text(output_grad));
+      impl::check_backward_views(chk, backend_, ctx.plan, id_, ctx.inputs, output_grad, grads,
+                                 shape_);
       impl::check_states(chk, states.final_state_grads, "the final-state gradients",
                          layout_.sequence_count(), shape_);
       impl::check_states(chk, states.initial_state_grads, "the initial-state gradients",
@@ -764,10 +787,6 @@ class CpPlan {
     }
   }
 
-  static std::string shape_text(const ChunkwiseShape& s) {
-    return ctxpar::impl::shape_text({s.tokens, s.heads, s.key_dim, s.value_dim});
-  }
-
   ExecutionSpace space_;
   Group group_;
   Backend backend_;
@@ -792,3 +811,7 @@ CpPlan<Policy, Backend, ExecutionSpace> make_cp_plan(const ExecutionSpace& space
   return CpPlan<Policy, Backend, ExecutionSpace>(space, group, backend, layout, shape, options);
 }
 }  // namespace ctxpar::chunkwise
+
+// The specialization for backends on 16-bit storage, so that `make_cp_plan` and every user of
+// `CpPlan` sees it.
+#include "ctxpar/chunkwise/narrow_plan.hpp"

@@ -27,6 +27,13 @@ struct GatedDeltaProductInputs {
   const_substep_view<Scalar, MemorySpace> v;   ///< values `[T, n_h, H, V]`
   const_head_view<Scalar, MemorySpace> g;      ///< log-gates `[T, H]` (applied at sub-step 1)
   const_token_view<Scalar, MemorySpace> beta;  ///< write strengths `[T, n_h, H]`
+
+  /// Every view mapped through `f` (a view to one of the same rank and extents on `To`), in
+  /// member order: the 16-bit plan's widened inputs and fp32 gradient buffers.
+  template <class To, class F>
+  GatedDeltaProductInputs<To, MemorySpace> map_views(F&& f) const {
+    return {f(q), f(k), f(v), f(g), f(beta)};
+  }
 };
 
 /// Gradients of the gated delta product (same shapes as the inputs).
@@ -37,6 +44,13 @@ struct GatedDeltaProductGradients {
   substep_view<Scalar, MemorySpace> dv;   ///< `[T, n_h, H, V]`
   head_view<Scalar, MemorySpace> dg;      ///< `[T, H]`
   token_view<Scalar, MemorySpace> dbeta;  ///< `[T, n_h, H]`
+
+  /// Every view mapped through `f` (a view to one of the same rank and extents on `To`), in
+  /// member order: the 16-bit plan's widened inputs and fp32 gradient buffers.
+  template <class To, class F>
+  GatedDeltaProductGradients<To, MemorySpace> map_views(F&& f) const {
+    return {f(dq), f(dk), f(dv), f(dg), f(dbeta)};
+  }
 };
 
 /// Chunkwise backend of the gated delta product with `n_h` householder steps (dense
@@ -54,6 +68,15 @@ class GatedDeltaProductBackend
   /// A backend with `householder_steps` sub-steps per token, chunk size (tokens) and scale.
   explicit GatedDeltaProductBackend(int householder_steps, BackendOptions options = {})
       : base(householder_steps, options) {}
+
+  /// The same family on scalar type `To` (how the 16-bit plan names its fp32 backend).
+  template <class To>
+  using rebind_scalar = GatedDeltaProductBackend<To, MemorySpace>;
+  /// This backend on scalar type `To`, with the same options.
+  template <class To>
+  rebind_scalar<To> rebind() const {
+    return rebind_scalar<To>(this->householder_steps(), this->options());
+  }
 };
 
 }  // namespace ctxpar::chunkwise

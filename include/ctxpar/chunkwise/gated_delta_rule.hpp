@@ -24,6 +24,13 @@ struct GatedDeltaRuleInputs {
   const_token_view<Scalar, MemorySpace> v;    ///< values `[T, H, V]`
   const_head_view<Scalar, MemorySpace> g;     ///< log-gates `[T, H]` (`α_t = exp(g_t)`)
   const_head_view<Scalar, MemorySpace> beta;  ///< write strengths `[T, H]`
+
+  /// Every view mapped through `f` (a view to one of the same rank and extents on `To`), in
+  /// member order: the 16-bit plan's widened inputs and fp32 gradient buffers.
+  template <class To, class F>
+  GatedDeltaRuleInputs<To, MemorySpace> map_views(F&& f) const {
+    return {f(q), f(k), f(v), f(g), f(beta)};
+  }
 };
 
 /// Gradients of the gated delta rule (same shapes as the inputs).
@@ -34,6 +41,13 @@ struct GatedDeltaRuleGradients {
   token_view<Scalar, MemorySpace> dv;    ///< `[T, H, V]`
   head_view<Scalar, MemorySpace> dg;     ///< `[T, H]`
   head_view<Scalar, MemorySpace> dbeta;  ///< `[T, H]`
+
+  /// Every view mapped through `f` (a view to one of the same rank and extents on `To`), in
+  /// member order: the 16-bit plan's widened inputs and fp32 gradient buffers.
+  template <class To, class F>
+  GatedDeltaRuleGradients<To, MemorySpace> map_views(F&& f) const {
+    return {f(dq), f(dk), f(dv), f(dg), f(dbeta)};
+  }
 };
 
 /// Chunkwise backend of the gated delta rule (dense transitions). Construct with
@@ -50,6 +64,15 @@ class GatedDeltaRuleBackend
  public:
   /// A backend with the given chunk size and scale.
   explicit GatedDeltaRuleBackend(BackendOptions options = {}) : base(1, options) {}
+
+  /// The same family on scalar type `To` (how the 16-bit plan names its fp32 backend).
+  template <class To>
+  using rebind_scalar = GatedDeltaRuleBackend<To, MemorySpace>;
+  /// This backend on scalar type `To`, with the same options.
+  template <class To>
+  rebind_scalar<To> rebind() const {
+    return rebind_scalar<To>(this->options());
+  }
 };
 
 /// Useful floating-point operations of the chunkwise gated delta forward, per head and per

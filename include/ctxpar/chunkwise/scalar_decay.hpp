@@ -18,6 +18,13 @@ struct ScalarDecayInputs {
   const_token_view<Scalar, MemorySpace> k;  ///< keys `[T, H, K]`
   const_token_view<Scalar, MemorySpace> v;  ///< values `[T, H, V]`
   const_head_view<Scalar, MemorySpace> g;   ///< log-gates `[T, H]` (`a_t = exp(g_t)`)
+
+  /// Every view mapped through `f` (a view to one of the same rank and extents on `To`), in
+  /// member order: the 16-bit plan's widened inputs and fp32 gradient buffers.
+  template <class To, class F>
+  ScalarDecayInputs<To, MemorySpace> map_views(F&& f) const {
+    return {f(q), f(k), f(v), f(g)};
+  }
 };
 
 /// Gradients of the scalar-decay family (same shapes as the inputs).
@@ -27,6 +34,13 @@ struct ScalarDecayGradients {
   token_view<Scalar, MemorySpace> dk;  ///< `[T, H, K]`
   token_view<Scalar, MemorySpace> dv;  ///< `[T, H, V]`
   head_view<Scalar, MemorySpace> dg;   ///< `[T, H]`
+
+  /// Every view mapped through `f` (a view to one of the same rank and extents on `To`), in
+  /// member order: the 16-bit plan's widened inputs and fp32 gradient buffers.
+  template <class To, class F>
+  ScalarDecayGradients<To, MemorySpace> map_views(F&& f) const {
+    return {f(dq), f(dk), f(dv), f(dg)};
+  }
 };
 
 /// Chunkwise backend for `A_t = exp(g_t)·I` (transition structure: scalar). Construct with
@@ -41,6 +55,15 @@ class ScalarDecayBackend
 
  public:
   using base::base;
+
+  /// The same family on scalar type `To` (how the 16-bit plan names its fp32 backend).
+  template <class To>
+  using rebind_scalar = ScalarDecayBackend<To, MemorySpace>;
+  /// This backend on scalar type `To`, with the same options.
+  template <class To>
+  rebind_scalar<To> rebind() const {
+    return rebind_scalar<To>(this->options());
+  }
 };
 
 }  // namespace ctxpar::chunkwise

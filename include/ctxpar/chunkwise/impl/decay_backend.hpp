@@ -39,6 +39,8 @@ class DecayBackend {
 
   /// Tokens per chunk.
   int chunk_size() const noexcept { return options_.chunk_size; }
+  /// The options it was built with.
+  const BackendOptions& options() const noexcept { return options_; }
   /// The output scale for key dimension `k` (`K^(-1/2)` unless set).
   double scale(std::int64_t k) const { return resolve_scale(options_.scale, k); }
 

@@ -75,6 +75,8 @@ class Backend {
 
   /// Tokens per chunk (a product chunk holds `n_h` times as many delta sub-steps).
   int chunk_size() const noexcept { return options_.chunk_size; }
+  /// The options it was built with.
+  const chunkwise::BackendOptions& options() const noexcept { return options_; }
   /// Householder sub-steps per token.
   int householder_steps() const noexcept { return n_h_; }
   /// The output scale for key dimension `k` (`K^(-1/2)` unless set).
