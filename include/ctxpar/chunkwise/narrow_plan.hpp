@@ -41,29 +41,6 @@ twin_view_t<To, View> twin_at(To* data, const View& view, std::index_sequence<D.
   return twin_view_t<To, View>(data, view.extent(D)...);
 }
 
-// to[i] = from[i] in the storage type of `to`: exact when widening, one round to nearest even
-// when narrowing.
-template <class From, class To>
-struct ConvertKernel {
-  const From* from;
-  To* to;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    to[i] = ctxpar::narrow<To>(ctxpar::widen(from[i]));
-  }
-};
-
-// Copies the contiguous view `from` into `to` (same extents) on `space`, converting each element.
-template <class ExecutionSpace, class From, class To>
-void convert(const ExecutionSpace& space, const From& from, const To& to) {
-  using from_type = typename From::const_value_type;
-  using to_type = typename To::non_const_value_type;
-  Kokkos::parallel_for(sizeof(to_type) > sizeof(from_type) ? "ctxpar::chunkwise::widen"
-                                                           : "ctxpar::chunkwise::narrow",
-                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-                           space, 0, static_cast<std::int64_t>(from.size())),
-                       ConvertKernel<from_type, to_type>{from.data(), to.data()});
-}
-
 // The elements of every view of `bundle` (an inputs or gradients struct), and whether all are
 // contiguous (a whole view is converted as one flat span).
 template <class To, class Bundle>
@@ -205,10 +182,11 @@ class CpPlan<Policy, Backend, ExecutionSpace,
     ctx.inputs = inputs;
     ctx.widened = impl::twin_views(
         ctx.storage.template reserve<compute_type>(impl::count_views<compute_type>(inputs).first),
-        inputs, [&](const auto& wide, const auto& given) { impl::convert(space(), given, wide); });
+        inputs,
+        [&](const auto& wide, const auto& given) { convert_storage(space(), given, wide); });
     const auto out = wide_tokens();
     wide_.forward(ctx.widened, out, ctx.wide, states);
-    impl::convert(space(), out, output);
+    convert_storage(space(), out, output);
     ctx.plan = id_;
   }
 
@@ -228,12 +206,12 @@ class CpPlan<Policy, Backend, ExecutionSpace,
       chk.agree();
     }
     const auto dout = wide_tokens();
-    impl::convert(space(), output_grad, dout);
+    convert_storage(space(), output_grad, dout);
     compute_type* const base = grads_.template reserve<compute_type>(count);
     const auto nothing = [](const auto&, const auto&) {};
     wide_.backward(ctx.wide, dout, impl::twin_views(base, grads, nothing), states);
     impl::twin_views(base, grads, [&](const auto& wide, const auto& given) {
-      impl::convert(space(), wide, given);
+      convert_storage(space(), wide, given);
     });
   }
 

@@ -73,20 +73,30 @@ KOKKOS_INLINE_FUNCTION Storage narrow(const Value& x) {
   return storage_traits<Storage>::narrow(static_cast<compute_t<Storage>>(x));
 }
 
+namespace impl {
+/// `to[i] = from[i]` in `to`'s storage type: exact when widening, one rounding when narrowing.
+template <class From, class To>
+struct ConvertStorage {
+  const From* from;
+  To* to;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    to[i] = narrow<To>(widen(from[i]));
+  }
+};
+}  // namespace impl
+
 /// Copies the contiguous view `src` into `dst` (same span, any rank) element by element, each
 /// widened from `src`'s storage type and narrowed to `dst`'s (`widen`, `narrow`): exact from 16
 /// bits to their compute type, one rounding the other way. Runs on `space`; both views must be
 /// accessible from it and hold as many elements (not checked here: the callers size them).
 template <class ExecutionSpace, class Src, class Dst>
 void convert_storage(const ExecutionSpace& space, const Src& src, const Dst& dst) {
+  using from = typename Src::const_value_type;
   using to = typename Dst::non_const_value_type;
-  const auto* from = src.data();
-  to* out = dst.data();
-  Kokkos::parallel_for(
-      "ctxpar::convert_storage",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-          space, 0, static_cast<std::int64_t>(dst.span())),
-      KOKKOS_LAMBDA(const std::int64_t i) { out[i] = narrow<to>(widen(from[i])); });
+  Kokkos::parallel_for(sizeof(to) > sizeof(from) ? "ctxpar::widen" : "ctxpar::narrow",
+                       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                           space, 0, static_cast<std::int64_t>(dst.span())),
+                       impl::ConvertStorage<from, to>{src.data(), dst.data()});
 }
 
 }  // namespace ctxpar
