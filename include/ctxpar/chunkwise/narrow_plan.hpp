@@ -171,18 +171,20 @@ class CpPlan<Policy, Backend, ExecutionSpace,
   void forward(const inputs_type& inputs, const token_view<scalar_type, memory_space>& output,
                context_type& ctx, const forward_states_type& states = {}) {
     compat::ScopedRegion region("ctxpar::chunkwise::CpPlan::forward_16bit");
+    const auto [count, contiguous] = impl::count_views<compute_type>(inputs);
     {
       Preconditions chk(group(), "ctxpar::chunkwise::CpPlan::forward");
       impl::check_forward_views(chk, backend_, inputs, output, shape());
-      chk.require(output.span_is_contiguous(), "the output must be contiguous", "a contiguous view",
+      // Each view is widened as one flat span: a strided one would be read out of place.
+      chk.require(contiguous && output.span_is_contiguous(),
+                  "the inputs and the output must be contiguous", "contiguous views",
                   "a strided view");
       chk.agree();
     }
     ctx.plan = 0;
     ctx.inputs = inputs;
     ctx.widened = impl::twin_views(
-        ctx.storage.template reserve<compute_type>(impl::count_views<compute_type>(inputs).first),
-        inputs,
+        ctx.storage.template reserve<compute_type>(count), inputs,
         [&](const auto& wide, const auto& given) { convert_storage(space(), given, wide); });
     const auto out = wide_tokens();
     wide_.forward(ctx.widened, out, ctx.wide, states);
