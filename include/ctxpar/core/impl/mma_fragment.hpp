@@ -61,6 +61,9 @@ struct MmaM16N8K16 : MmaAccumulator16x8 {
   }
   /// Column of B held by lane `lane` as its element `i`.
   KOKKOS_INLINE_FUNCTION static constexpr int b_col(int lane, int /*i*/) { return lane / 4; }
+  /// In a product whose A came from `results_as_a`, the column of the results that inner index
+  /// `p` stands for: `p` itself (the layouts agree).
+  KOKKOS_INLINE_FUNCTION static constexpr int result_column(int p) { return p; }
 };
 
 /// Shape and fragment layout of the m16n8k8 TF32 product (fp32 inputs read as TF32: 10 fraction
@@ -80,6 +83,11 @@ struct MmaM16N8K8Tf32 : MmaAccumulator16x8 {
   KOKKOS_INLINE_FUNCTION static constexpr int b_row(int lane, int i) { return lane % 4 + i * 4; }
   /// Column of B held by lane `lane` as its element `i`.
   KOKKOS_INLINE_FUNCTION static constexpr int b_col(int lane, int /*i*/) { return lane / 4; }
+  /// In a product whose A came from `results_as_a`, the column of the 16×8 results that inner
+  /// index `p` stands for. A lane holds result columns `2·(l % 4)` and `+1` but A columns `l % 4`
+  /// and `+4`; rather than exchange values between lanes, the inner index is permuted (a sum over
+  /// it does not care), and B's rows are read in the same permuted order (`load_b_rows`).
+  KOKKOS_INLINE_FUNCTION static constexpr int result_column(int p) { return 2 * (p % 4) + p / 4; }
 };
 
 /// `x` rounded to TF32 as `cvt.rna.tf32.f32` does: to nearest, ties away from zero, kept in a
@@ -110,6 +118,16 @@ KOKKOS_INLINE_FUNCTION void load_b(int lane, const T* tile, int ld, T (&b)[Layou
     b[i] = tile[Layout::b_col(lane, i) * ld + Layout::b_row(lane, i)];
 }
 
+/// Lane `lane`'s elements of a `Layout::k`×8 tile of B stored row by row, whose rows pair with the
+/// columns of results fed to A through `results_as_a`: `B(p, j) = tile[c·ld + j]` with
+/// `c = Layout::result_column(p)` (so `P·V` reads the rows of V, one per key, as they lie).
+template <class Layout = MmaM16N8K16, class T>
+KOKKOS_INLINE_FUNCTION void load_b_rows(int lane, const T* tile, int ld,
+                                        T (&b)[Layout::b_per_lane]) {
+  for (int i = 0; i < Layout::b_per_lane; ++i)
+    b[i] = tile[Layout::result_column(Layout::b_row(lane, i)) * ld + Layout::b_col(lane, i)];
+}
+
 /// Writes lane `lane`'s elements of a 16×8 tile of D into row-major `tile[r·ld + c]`.
 KOKKOS_INLINE_FUNCTION void store_c(int lane, const float (&c)[4], float* tile, int ld) {
   for (int i = 0; i < MmaAccumulator16x8::c_per_lane; ++i)
@@ -127,6 +145,13 @@ KOKKOS_INLINE_FUNCTION void results_as_a(const float (&left)[4], const float (&r
     a[i] = T::from_float(left[i]);
     a[4 + i] = T::from_float(right[i]);
   }
+}
+
+/// One 16×8 result of a lane (`c`) as that lane's A fragment of the TF32 product (m16n8k8),
+/// rounded to TF32: element `i` of A is the result in row half `i % 2` and column `2·(l % 4) +
+/// i / 2`, the inner index being permuted as `MmaM16N8K8Tf32::result_column` says.
+KOKKOS_INLINE_FUNCTION void results_as_a(const float (&c)[4], float (&a)[4]) {
+  for (int i = 0; i < 4; ++i) a[i] = to_tf32(c[(i % 2) * 2 + i / 2]);
 }
 
 /// `ldmatrix.x4` (four 8×8 matrices of 16-bit elements, one row address per lane): lane `l`
