@@ -20,17 +20,28 @@ constexpr double unit_roundoff() {
     return static_cast<double>(std::numeric_limits<T>::epsilon()) / 2;
 }
 
-/// The two unit roundoffs of a computation on a storage type: every stored value is rounded to
+/// The unit roundoffs of a computation on a storage type: every stored value is rounded to
 /// `storage`, every operation between loads and stores to `arithmetic` (the compute type's). The
-/// same number for float and double; 2^-8 and 2^-24 for bfloat16.
+/// same number for float and double; 2^-8 and 2^-24 for bfloat16. `operand`: a product operand
+/// rounded once more before it is multiplied (tensor-core products; 0 where none is).
 struct Roundoff {
   double storage, arithmetic;
+  double operand = 0;
 };
 
 /// The roundoffs of storage type `T` (`core/storage.hpp`).
 template <class T>
 constexpr Roundoff roundoff() {
   return {unit_roundoff<T>(), unit_roundoff<ctxpar::compute_t<T>>()};
+}
+
+/// The roundoffs of the tensor-core kernels on storage type `T`: those of `T`, and each product
+/// operand (queries, keys, values, softmax weights) rounded once more, to `T` for the 16-bit types
+/// and to TF32 (10 fraction bits, 2^-11) for float.
+template <class T>
+constexpr Roundoff tensor_core_roundoff() {
+  return {unit_roundoff<T>(), unit_roundoff<ctxpar::compute_t<T>>(),
+          std::is_same_v<T, float> ? 1.0 / 2048 : unit_roundoff<T>()};
 }
 
 }  // namespace ctxpar::test

@@ -10,6 +10,7 @@
 #include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/float16.hpp"
 #include "ctxpar/core/impl/mma_fragment.hpp"
+#include "ctxpar/swa/attention_kernel.hpp"
 
 namespace ctxpar::gpu_check {
 
@@ -75,9 +76,38 @@ struct Tf32WarpProduct {
   }
 };
 
+// The sliding-window attention forward and backward on tensor-core products
+// (swa/impl/tensor_core_forward.hpp, tensor_core_backward.hpp) for each storage type they take;
+// their dispatch instantiates the kernels for head dimensions up to 64, 128 and 256.
+template <class Scalar>
+void swa_forward() {
+  using Tensor = Kokkos::View<Scalar***, Kokkos::LayoutRight, exec::memory_space>;
+  ctxpar::swa::AttentionInputs<Scalar, exec::memory_space> in;
+  in.q = Tensor("q", 64, 2, 64);
+  in.k = Tensor("k", 64, 1, 64);
+  in.v = Tensor("v", 64, 1, 64);
+  in.q_pos = Kokkos::View<std::int64_t*, exec::memory_space>("q_pos", 64);
+  in.k_pos = Kokkos::View<std::int64_t*, exec::memory_space>("k_pos", 64);
+  const Tensor out("out", 64, 2, 64);
+  const Kokkos::View<float**, Kokkos::LayoutRight, exec::memory_space> lse("lse", 64, 2);
+  ctxpar::swa::AttentionWorkspace<exec::memory_space> workspace;
+  ctxpar::swa::attention_forward(exec(), ctxpar::swa::document_mask(), in, out, lse, workspace,
+                                 ctxpar::swa::KernelChoice::tensor_core);
+  using Grad = Kokkos::View<float***, Kokkos::LayoutRight, exec::memory_space>;
+  const Grad dq("dq", 64, 2, 64), dk("dk", 64, 1, 64), dv("dv", 64, 1, 64);
+  using Const = Kokkos::View<const Scalar***, Kokkos::LayoutRight, exec::memory_space>;
+  ctxpar::swa::attention_backward(
+      exec(), ctxpar::swa::document_mask(), in, Const(out),
+      Kokkos::View<const float**, Kokkos::LayoutRight, exec::memory_space>(lse), Const(out), dq, dk,
+      dv, workspace, ctxpar::swa::KernelChoice::tensor_core);
+}
+
 void instantiate() {
   warp_product<bfloat16>();
   warp_product<float16>();
+  swa_forward<bfloat16>();
+  swa_forward<float16>();
+  swa_forward<float>();
   const Vec<float> a("a", 16 * 8), b("b", 8 * 8), d("d", 16 * 8);
   Kokkos::parallel_for("ctxpar::gpu_check::tf32_warp_product", Kokkos::TeamPolicy<exec>(1, 32),
                        Tf32WarpProduct{a, b, d});

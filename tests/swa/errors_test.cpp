@@ -541,7 +541,7 @@ BOOST_AUTO_TEST_CASE(non_finite_or_non_positive_parameters_on_one_rank_or_all) {
            ok;
     }
     // An integer cast into the enumeration from outside it selects no kernel.
-    for (int choice : {-1, 4}) {
+    for (int choice : {-1, static_cast<int>(KernelChoice::tensor_core) + 1}) {
       ok = expect_error(plan_op, "options.kernels must be a KernelChoice", bad,
                         [choice](Inputs& in) { in.options.kernels = KernelChoice(choice); }) &&
            ok;

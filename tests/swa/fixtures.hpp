@@ -12,6 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include "ctxpar/core/storage.hpp"
+#include "ctxpar/swa/attention_inputs.hpp"
 #include "ctxpar/swa/cache.hpp"
 #include "ctxpar/swa/tensors.hpp"
 #include "ctxpar_test/harness.hpp"
@@ -164,6 +166,34 @@ bool bitwise_equal(const A& a, const B& b) {
   if (ha.span() == 0) return true;  // empty views may have no storage (memcmp needs pointers)
   return std::memcmp(ha.data(), hb.data(), ha.span() * sizeof(typename decltype(ha)::value_type)) ==
          0;
+}
+
+/// The inputs of a direct kernel call: `tq` queries (tokens `[q0, q0 + tq)`) against `nk` keys
+/// (tokens `[k0, k0 + nk)`) of a stream, unrotated (the kernels do not care), scale 0.5.
+template <class Scalar, class Mem>
+ctxpar::swa::AttentionInputs<Scalar, Mem> direct_inputs(const Stream& s, std::int64_t q0,
+                                                        std::int64_t tq, std::int64_t k0,
+                                                        std::int64_t nk) {
+  ctxpar::swa::AttentionInputs<Scalar, Mem> in;
+  in.q = to_view<Scalar, Mem>(s.problem.q, q0, tq);
+  in.k = to_view<Scalar, Mem>(s.problem.k, k0, nk);
+  in.v = to_view<Scalar, Mem>(s.problem.v, k0, nk);
+  in.q_pos = vector_view<Mem, std::int64_t, ctxpar::swa::Positions<Mem>>(s.problem.pos, q0, tq);
+  in.q_ids = vector_view<Mem, std::int32_t, ctxpar::swa::Ids<Mem>>(s.problem.ids, q0, tq);
+  in.k_pos = vector_view<Mem, std::int64_t, ctxpar::swa::Positions<Mem>>(s.problem.pos, k0, nk);
+  in.k_ids = vector_view<Mem, std::int32_t, ctxpar::swa::Ids<Mem>>(s.problem.ids, k0, nk);
+  in.key_origin = k0;
+  in.scale = 0.5;
+  return in;
+}
+
+/// True when every element of `view` (any storage type, widened) equals `value`.
+template <class View>
+bool all_equal(const View& view, double value) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  bool ok = true;
+  for (std::size_t i = 0; i < h.span(); ++i) ok = ok && ctxpar::widen(h.data()[i]) == value;
+  return ok;
 }
 
 }  // namespace ctxpar::test::swa

@@ -159,14 +159,17 @@ inline Backward backward(const Problem& p, const Forward& f, const Tensor& dout)
 /// - dS = P (dP - delta) inherits eps_p, the error of dP and of delta (including the forward error
 ///   of the output it is computed from);
 /// - the inverse rotation and the final store add 4 us of the magnitudes and mix each pair
-///   (d, d + D/2).
+///   (d, d + D/2);
+/// - a product operand rounded once more (`uo`, tensor-core products: the queries, keys, values
+///   and output gradients, and the weights P and dS before they multiply) adds 2 uo to the
+///   relative error of each product: the scores, P·V, dO·Vᵀ, dS·K, dSᵀ·Q and Pᵀ·dO.
 struct Bounds {
   Tensor out, dq, dk, dv;
 };
 
 inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout,
                      const ctxpar::test::Roundoff& r) {
-  const double us = r.storage, ua = r.arithmetic;
+  const double us = r.storage, ua = r.arithmetic, uo = r.operand;
   const std::int64_t T = p.q.tokens, Hq = p.q.heads, Hkv = p.k.heads, D = p.q.dim;
   const double scale = p.effective_scale();
   Bounds b{Tensor(T, Hq, D), Tensor(T, Hq, D), Tensor(T, Hkv, D), Tensor(T, Hkv, D)};
@@ -187,13 +190,13 @@ inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout,
           n += 1;
           qk = std::max(qk, QK(i, j));
         }
-      const double eps_p = 2.0 * (D * ua + 4 * us) * qk + (n + 8) * ua;
+      const double eps_p = 2.0 * (D * ua + 4 * us + 2 * uo) * qk + (n + 8) * ua;
       const double eps_dot = (D + n + 8) * ua;
       double delta_abs = 0, delta_err = 0;
       for (std::int64_t d = 0; d < D; ++d) {
         double sv = 0;
         for (std::int64_t j = 0; j < T; ++j) sv += P(i, j) * V(j, d);
-        b.out(i, h, d) = 2.0 * ((eps_p + eps_dot) * sv + 4 * us * O(i, d));
+        b.out(i, h, d) = 2.0 * ((eps_p + eps_dot + 2 * uo) * sv + 4 * us * O(i, d));
         delta_abs += dO(i, d) * O(i, d);
         delta_err += dO(i, d) * b.out(i, h, d);
       }
@@ -201,15 +204,16 @@ inline Bounds bounds(const Problem& p, const Forward& f, const Tensor& dout,
       for (std::int64_t j = 0; j < T; ++j) {
         if (!p.visible(i, j)) continue;
         const double ds = P(i, j) * (dOV(i, j) + delta_abs);
-        const double ds_err =
-            P(i, j) * (eps_p * (dOV(i, j) + delta_abs) + eps_dot * dOV(i, j) + delta_err);
+        const double ds_err = P(i, j) * (eps_p * (dOV(i, j) + delta_abs) +
+                                         (eps_dot + 2 * uo) * dOV(i, j) + delta_err);
         for (std::int64_t d = 0; d < D; ++d) {
-          dq_rot(i, h, d) += 2.0 * scale * (ds_err + ds * (eps_dot + 2 * us)) * K(j, d);
+          dq_rot(i, h, d) += 2.0 * scale * (ds_err + ds * (eps_dot + 2 * us + 2 * uo)) * K(j, d);
           dk_rot(j, hk, d) +=
-              2.0 * scale * (ds_err + ds * (eps_dot + (T * Hq / Hkv + 8) * ua + 2 * us)) * Q(i, d);
+              2.0 * scale * (ds_err + ds * (eps_dot + (T * Hq / Hkv + 8) * ua + 2 * us + 2 * uo)) *
+              Q(i, d);
           dq_mag(i, h, d) += scale * ds * K(j, d);
           dk_mag(j, hk, d) += scale * ds * Q(i, d);
-          b.dv(j, hk, d) += 2.0 * P(i, j) * dO(i, d) * (eps_p + eps_dot + (T + 8) * ua);
+          b.dv(j, hk, d) += 2.0 * P(i, j) * dO(i, d) * (eps_p + eps_dot + (T + 8) * ua + 2 * uo);
         }
       }
     }

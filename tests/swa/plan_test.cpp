@@ -117,7 +117,8 @@ struct StreamOnPlan {
 };
 
 template <class Policy, class Layout, class T>
-bool steady_state_case(const char* name) {
+bool steady_state_case(const char* name,
+                       ctxpar::swa::KernelChoice kernels = ctxpar::swa::default_kernel_choice) {
   const auto& g = world();
   ts::StreamSpec spec;
   spec.tokens = 61;  // steps of 13: the cache grows over the first steps, the last chunk is short
@@ -135,6 +136,7 @@ bool steady_state_case(const char* name) {
                         in_other = inputs_of<T>(other, spec.tokens, step);
   ctxpar::swa::Options o;
   o.window = spec.window;
+  o.kernels = kernels;
   StreamOnPlan<Policy, Layout, T> stream({spec.hq, spec.hkv, spec.dim}, o, in.chunks.size());
   stream.run(in);  // warm-up: outputs, states, tables and workspaces are allocated here
   const auto first = stream.results();
@@ -193,6 +195,18 @@ BOOST_AUTO_TEST_CASE(steady_state_allocates_nothing) {
 // 16-bit tensors take the same memory path (16-bit records, fp32 gradients): also allocation-free.
 BOOST_AUTO_TEST_CASE(sixteen_bit_steady_state_allocates_nothing) {
   CTXPAR_TEST_ALL(world(), every_policy_steady<ctxpar::bfloat16>("bfloat16"));
+}
+
+// The tensor-core kernels (emulated on the host) keep everything in team scratch and registers.
+BOOST_AUTO_TEST_CASE(tensor_core_steady_state_allocates_nothing) {
+  using namespace ctxpar::swa;
+  const auto tc = KernelChoice::tensor_core;
+  bool ok = steady_state_case<RopeBeforeGather, SegmentChunks, ctxpar::bfloat16>(
+      "bfloat16 tensor_core RopeBeforeGather/SegmentChunks", tc);
+  ok = steady_state_case<HaloKV, SegmentChunks, float>("float tensor_core HaloKV/SegmentChunks",
+                                                       tc) &&
+       ok;
+  CTXPAR_TEST_ALL(world(), ok);
 }
 
 BOOST_AUTO_TEST_CASE(workspace_grows_to_the_largest_step_and_never_shrinks) {

@@ -173,33 +173,6 @@ bool variant_case(const Variant& v, std::uint64_t seed) {
   return ok;
 }
 
-/// The inputs of a direct kernel call: `tq` queries (tokens `[q0, q0 + tq)`) against `nk` keys
-/// (tokens `[k0, k0 + nk)`) of a stream, unrotated (the kernels do not care).
-template <class Scalar, class Mem>
-ctxpar::swa::AttentionInputs<Scalar, Mem> direct_inputs(const ts::Stream& s, std::int64_t q0,
-                                                        std::int64_t tq, std::int64_t k0,
-                                                        std::int64_t nk) {
-  ctxpar::swa::AttentionInputs<Scalar, Mem> in;
-  in.q = ts::to_view<Scalar, Mem>(s.problem.q, q0, tq);
-  in.k = ts::to_view<Scalar, Mem>(s.problem.k, k0, nk);
-  in.v = ts::to_view<Scalar, Mem>(s.problem.v, k0, nk);
-  in.q_pos = ts::vector_view<Mem, std::int64_t, ctxpar::swa::Positions<Mem>>(s.problem.pos, q0, tq);
-  in.q_ids = ts::vector_view<Mem, std::int32_t, ctxpar::swa::Ids<Mem>>(s.problem.ids, q0, tq);
-  in.k_pos = ts::vector_view<Mem, std::int64_t, ctxpar::swa::Positions<Mem>>(s.problem.pos, k0, nk);
-  in.k_ids = ts::vector_view<Mem, std::int32_t, ctxpar::swa::Ids<Mem>>(s.problem.ids, k0, nk);
-  in.key_origin = k0;
-  in.scale = 0.5;
-  return in;
-}
-
-template <class View>
-bool all_equal(const View& view, double value) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  bool ok = true;
-  for (std::size_t i = 0; i < h.span(); ++i) ok = ok && double(h.data()[i]) == value;
-  return ok;
-}
-
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(portable_team_kernels, RestoreTeamSize)
@@ -266,7 +239,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(empty_axes_and_queries_without_keys, C, ctxpar::te
     const std::array<std::array<std::int64_t, 4>, 3> shapes = {
         {{40, 40, 0, 0}, {40, 40, 0, 40}, {0, 0, 0, 40}}};
     for (const auto& sh : shapes) {
-      const auto in = direct_inputs<Scalar, Mem>(s, sh[0], sh[1], sh[2], sh[3]);
+      const auto in = ts::direct_inputs<Scalar, Mem>(s, sh[0], sh[1], sh[2], sh[3]);
       const std::int64_t tq = sh[1], nk = sh[3];
       ctxpar::swa::Tensor<Scalar, Mem> out("out", tq, 4, 8), dq("dq", tq, 4, 8), dk("dk", nk, 1, 8),
           dv("dv", nk, 1, 8);
@@ -277,8 +250,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(empty_axes_and_queries_without_keys, C, ctxpar::te
       auto dout = ts::to_view<Scalar, Mem>(s.dout, sh[0], tq);
       ctxpar::swa::attention_backward(space, mask, in, ConstTensor(out), ConstLse(lse),
                                       ConstTensor(dout), dq, dk, dv, workspace, portable);
-      bool here = all_equal(out, 0) && all_equal(dq, 0) && all_equal(dk, 0) && all_equal(dv, 0);
-      here = all_equal(lse, double(masked)) && here;
+      bool here = ts::all_equal(out, 0) && ts::all_equal(dq, 0) && ts::all_equal(dk, 0) &&
+                  ts::all_equal(dv, 0);
+      here = ts::all_equal(lse, double(masked)) && here;
       if (!here)
         std::cerr << "[rank " << world().rank() << "] tq=" << tq << " nk=" << nk << " team " << team
                   << ": not zeros / masked lse\n";

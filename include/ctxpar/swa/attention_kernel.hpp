@@ -21,6 +21,9 @@
 #include "ctxpar/swa/impl/host_packing.hpp"
 #include "ctxpar/swa/impl/kernel_inputs.hpp"
 #include "ctxpar/swa/impl/team_kernels.hpp"
+#include "ctxpar/swa/impl/tensor_core_backward.hpp"
+#include "ctxpar/swa/impl/tensor_core_forward.hpp"
+#include "ctxpar/swa/impl/validate.hpp"
 #include "ctxpar/swa/options.hpp"
 
 CTXPAR_WIDE_VECTORS_BEGIN
@@ -32,7 +35,7 @@ namespace ctxpar::swa {
 /// visible to query `i` iff `pos_j` lies in `(pos_i - W, pos_i]` (`W = in.window`, 0: unlimited)
 /// and `mask(token_i, token_j)` (`document_mask()` for sliding-window attention: its tiles inside
 /// the window and one document skip the per-pair test). `kernels` picks the kernels
-/// (`KernelChoice`).
+/// (`KernelChoice`; `tensor_core` where it cannot run throws `ctxpar::Error`).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void attention_forward(
     const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
@@ -41,7 +44,15 @@ void attention_forward(
     AttentionWorkspace<MemorySpace>& workspace, KernelChoice kernels = default_kernel_choice) {
   const auto shape =
       impl::checked_kernel_shape<ExecutionSpace, Mask>(in, "ctxpar::swa::attention_forward");
+  impl::LocalChecker chk{"ctxpar::swa::attention_forward"};
+  impl::check_tensor_core_choice<ExecutionSpace, Scalar>(chk, kernels, shape.dim);
   if (shape.tq == 0 || shape.hq == 0) return;
+  if constexpr (impl::tensor_core_kernels_v<ExecutionSpace, Scalar>) {
+    if (impl::runs_tensor_core_kernels<ExecutionSpace, Scalar>(kernels, shape.dim)) {
+      impl::tensor_core_attention_forward(space, mask, in, out, lse);
+      return;
+    }
+  }
   // An empty key axis stays on the portable path.
   if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
     if (shape.nk > 0 && impl::runs_host_kernels<ExecutionSpace>(kernels)) {
@@ -65,7 +76,7 @@ void attention_forward(
 /// Backward of `attention_forward`: from `dout [tq, Hq, D]`, the forward's `out` and `lse`, writes
 /// the gradients with respect to the rotated queries `dq [tq, Hq, D]`, the rotated keys
 /// `dk [nk, Hkv, D]` and the values `dv [nk, Hkv, D]` (overwritten), with the kernels `kernels`
-/// picks.
+/// picks (`tensor_core` where it cannot run throws `ctxpar::Error`).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void attention_backward(
     const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
@@ -82,6 +93,14 @@ void attention_backward(
   // `delta_i = dout_i . out_i`, which both kernel families read.
   const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
       impl::row_deltas(space, out, dout, workspace.delta);
+  impl::LocalChecker chk{"ctxpar::swa::attention_backward"};
+  impl::check_tensor_core_choice<ExecutionSpace, Scalar>(chk, kernels, shape.dim);
+  if constexpr (impl::tensor_core_kernels_v<ExecutionSpace, Scalar>) {
+    if (impl::runs_tensor_core_kernels<ExecutionSpace, Scalar>(kernels, shape.dim)) {
+      impl::tensor_core_attention_backward(space, mask, in, lse, delta, dout, dq, dk, dv);
+      return;
+    }
+  }
   if constexpr (impl::uses_host_kernels<ExecutionSpace>) {
     if (shape.tq > 0 && shape.hq > 0 && shape.nk > 0 &&
         impl::runs_host_kernels<ExecutionSpace>(kernels)) {

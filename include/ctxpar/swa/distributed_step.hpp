@@ -339,6 +339,7 @@ class StepPlan {
                 "shape.head_dim must be positive and even (RoPE rotates pairs)", "an even D > 0",
                 shape.head_dim);
     impl::check_options(chk, options);
+    impl::check_tensor_core_choice<ExecutionSpace, Scalar>(chk, options.kernels, shape.head_dim);
     fingerprint_ =
         fingerprint({shape.query_heads, shape.kv_heads, shape.head_dim, options.window,
                      bits_of(options.rope_base), bits_of(options.scale), fingerprint(Policy::name),

@@ -11,11 +11,12 @@ namespace ctxpar::swa {
 /// Which local attention kernels run. Every choice computes the same attention; the host SIMD and
 /// the portable kernels (and the fused and two-kernel host backward) sum in different orders, so
 /// their results may differ in the last bits, while each one alone keeps its bitwise guarantees.
-/// Device spaces, and builds without the host SIMD kernels, run the portable kernels whatever the
-/// choice.
+/// Device spaces, and builds without the host SIMD kernels, run the portable kernels for every
+/// choice but `tensor_core` (and `automatic` with 16-bit tensors on a device that has them).
 enum class KernelChoice {
   /// The measured default: host spaces run the host SIMD kernels, with the fused backward where
-  /// `impl::fused_backward_pays` says it is faster; device spaces run the portable kernels.
+  /// `impl::fused_backward_pays` says it is faster; device spaces run the portable kernels, and
+  /// the tensor-core kernels for bfloat16 and float16 tensors where they have tensor cores.
   automatic,
   /// The portable team kernels (`impl/team_kernels.hpp`, shaped for GPUs) on every space.
   portable,
@@ -23,6 +24,12 @@ enum class KernelChoice {
   host_fused,
   /// The host SIMD kernels with the two-kernel backward (dQ in a kernel of its own).
   host_unfused,
+  /// Forward and backward on tensor-core tile products (`impl/tensor_core_forward.hpp`,
+  /// `impl/tensor_core_backward.hpp`): bfloat16 and float16 multiplied exactly, with fp32
+  /// accumulation; float read as TF32 (10 fraction bits), only when asked for here. CUDA built
+  /// for sm_80 or later runs the instructions, the host spaces an emulation of them (for testing,
+  /// not speed); elsewhere, for double, or for head dimensions above 256 the step refuses it.
+  tensor_core,
 };
 
 /// The default kernel choice: `portable` in a `CTXPAR_PORTABLE_KERNELS` build (the build knob),

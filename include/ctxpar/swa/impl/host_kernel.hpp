@@ -72,10 +72,11 @@ inline int padded_dim(int dim, int lanes) {
 }
 
 /// True when `kernels` runs the host SIMD kernels on `ExecutionSpace` (a host space in a build
-/// that has them, and any choice but `portable`).
+/// that has them, and any choice but `portable` and `tensor_core`).
 template <class ExecutionSpace>
 constexpr bool runs_host_kernels(KernelChoice kernels) {
-  return uses_host_kernels<ExecutionSpace> && kernels != KernelChoice::portable;
+  return uses_host_kernels<ExecutionSpace> && kernels != KernelChoice::portable &&
+         kernels != KernelChoice::tensor_core;
 }
 
 /// Policy of the host SIMD kernels, which are written for one thread per team (the portable

@@ -69,6 +69,7 @@ ReferenceResult<Scalar, MemorySpace> reference_step_forward(const ExecutionSpace
   LocalChecker chk{"ctxpar::swa::impl::reference_step_forward"};
   check_inputs(chk, chunk, cache, options);
   check_options(chk, options);
+  check_tensor_core_choice<ExecutionSpace, Scalar>(chk, options.kernels, chunk.q.extent(2));
   const std::int64_t c = cache.length(), t = chunk.length();
   chk.require(options.window == 0 || c <= options.window - 1,
               "the cache must not be longer than W - 1",

@@ -13,6 +13,7 @@
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/storage.hpp"
 #include "ctxpar/core/view_checks.hpp"
+#include "ctxpar/swa/impl/tensor_core_support.hpp"
 #include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/tensors.hpp"
 
@@ -107,9 +108,9 @@ void check_options(Checker& chk, const Options& options) {
   // A value cast from an integer outside the enumeration would select no kernel at all.
   const int kernels = static_cast<int>(options.kernels);
   chk.require(kernels >= static_cast<int>(KernelChoice::automatic) &&
-                  kernels <= static_cast<int>(KernelChoice::host_unfused),
+                  kernels <= static_cast<int>(KernelChoice::tensor_core),
               "options.kernels must be a KernelChoice",
-              "automatic, portable, host_fused or host_unfused", kernels);
+              "automatic, portable, host_fused, host_unfused or tensor_core", kernels);
 }
 
 /// Shape, id, ordering and (optionally) finiteness checks on one rank's chunk and cache (the

@@ -1,0 +1,316 @@
+/// \file
+/// The sliding-window attention backward on tensor-core products, in the FlashAttention-2 split
+/// and without atomics: a dQ kernel with the forward's teams (each warp recomputes its rows'
+/// weights from the saved log-sum-exp per key tile and adds `dS·K`), and a dK/dV kernel with a
+/// team per (64 keys, key/value head) whose warps own 16 keys each and walk the group's query
+/// heads and the query tiles that may see them, adding `Pᵀ·dO` and `dSᵀ·Q`. Written over
+/// `WarpLanes` like the forward (`tensor_core_forward.hpp`), so the host spaces run them with
+/// the warp emulated.
+///
+/// Precision. `dO` is read as a product operand like Q, K and V (itself for 16-bit tensors, TF32
+/// for fp32), and the weights `P` and `dS` are rounded to operands before they multiply; every sum
+/// is fp32 and the gradients are written in fp32.
+///
+/// Determinism. Each gradient element is summed by one lane in a fixed order: dQ over the key
+/// tiles of the global grid in increasing order (a tile the row cannot see adds zeros), so dQ is
+/// independent of the rank count like the forward; dK and dV over the group's heads, then the
+/// query tiles in increasing order.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ctxpar/core/impl/warp_lanes.hpp"
+#include "ctxpar/core/storage.hpp"
+#include "ctxpar/expr/mask.hpp"
+#include "ctxpar/swa/attention_inputs.hpp"
+#include "ctxpar/swa/impl/attention_tiles.hpp"
+#include "ctxpar/swa/impl/team_kernels.hpp"
+#include "ctxpar/swa/impl/tensor_core_forward.hpp"
+#include "ctxpar/swa/impl/tensor_core_tiles.hpp"
+
+namespace ctxpar::swa::impl {
+
+/// The dQ kernel for head dimensions up to `DP`: per key tile, `S = Q·Kᵀ`, `P = exp(S·scale −
+/// lse)`, `dP = dO·Vᵀ`, `dS = P ∘ (dP − delta)`, `dQ += dS·K`; finally `dQ ·= scale`. Its teams
+/// and key tiles are the forward's (`TensorCoreQueryWalk`).
+template <class Scalar, class MemorySpace, class Mask, class Member, int DP>
+struct TensorCoreQueryGradientKernel {
+  using acc = accumulator_t<Scalar>;
+  using Walk = TensorCoreQueryWalk<Scalar, MemorySpace, Mask, DP>;
+  using Tiles = typename Walk::Tiles;
+  using Op = typename Tiles::Op;
+  using Lanes = typename Tiles::Lanes;
+  static constexpr int count = Tiles::count;
+
+  Walk queries;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
+  Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
+  Kokkos::View<acc***, Kokkos::LayoutRight, MemorySpace> dq;
+
+  /// One warp's rows and state: Q and dO fragments, the dQ accumulators, and per row half each
+  /// lane's copy of its rows' lse and delta.
+  struct Warp {
+    int r0, rows, h;
+    typename Tiles::Rows q, d_out;
+    typename Tiles::Accumulator d_q;
+    float lse[2][count], delta[2][count];
+  };
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const Lanes lanes = Lanes::of_thread(team.team_rank());
+    Warp w[Walk::per_thread];
+    const TensorCoreQueryTeam qt = queries.walk(
+        team, w, [&](Warp& x, std::int64_t i0) { start(x, lanes, i0); },
+        [&](Warp& x, const typename Walk::Staged& st, const auto& seen) {
+          gradient_step(x, lanes, st, seen);
+        });
+    const acc scale = static_cast<acc>(queries.in.scale);
+    for (int k = 0; k < Walk::per_thread; ++k) {
+      Warp& x = w[k];
+      if (x.rows == 0) continue;
+      Tiles::for_each_element(lanes, queries.shape.dim, x.d_q,
+                              [&](float& g, int r, int d, int, int) {
+                                if (r < x.rows) dq(qt.i0 + x.r0 + r, x.h, d) = g * scale;
+                              });
+    }
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0) const {
+    const int dim = queries.shape.dim;
+    const auto& q = queries.in.q;
+    Tiles::load_rows(
+        lanes, w.rows, dim, [&](int r, int d) { return q(i0 + w.r0 + r, w.h, d); }, w.q);
+    Tiles::load_rows(
+        lanes, w.rows, dim, [&](int r, int d) { return dout(i0 + w.r0 + r, w.h, d); }, w.d_out);
+    Tiles::zero(w.d_q);
+    for (int c = 0; c < count; ++c)
+      for (int half = 0; half < 2; ++half) {
+        const int r = Tiles::L::c_row(lanes.lane(c), 2 * half);
+        w.lse[half][c] = r < w.rows ? lse(i0 + w.r0 + r, w.h) : 0.0f;
+        w.delta[half][c] = r < w.rows ? delta(i0 + w.r0 + r, w.h) : 0.0f;
+      }
+  }
+
+  /// The warp's rows against one staged key tile (`seen(r, j)`: key `j` visible to row `r`).
+  template <class Seen>
+  KOKKOS_FORCEINLINE_FUNCTION void gradient_step(Warp& w, const Lanes& lanes,
+                                                 const typename Walk::Staged& st,
+                                                 const Seen& seen) const {
+    const int dim = queries.shape.dim;
+    const float scale = static_cast<float>(queries.in.scale);
+    typename Tiles::Scores p, dp;
+    Tiles::row_products(lanes, dim, w.q, st.k, p);
+    Tiles::row_products(lanes, dim, w.d_out, st.v, dp);
+    Tiles::for_each_score(lanes, p, [&](float& x, int r, int j, int c, int half) {
+      x = seen(r, j) ? ctxpar::impl::fast_exp(x * scale - w.lse[half][c]) : 0.0f;
+    });
+    // dS, in the place of dP.
+    for (int nb = 0; nb < Tiles::tile_blocks; ++nb)
+      for (int c = 0; c < count; ++c)
+        for (int e = 0; e < 4; ++e) dp[nb][c][e] = p[nb][c][e] * (dp[nb][c][e] - w.delta[e / 2][c]);
+    Tiles::weighted_rows(lanes, dim, dp, st.k, w.d_q);
+  }
+};
+
+/// The dK/dV kernel for head dimensions up to `DP`: a team per (64 keys, key/value head), warp
+/// `w` owning keys `[16w, 16w + 16)` of them; per (query head of the group, query tile that may
+/// see the keys), `Sᵀ = K·Qᵀ`, `Pᵀ = exp(Sᵀ·scale − lse)`, `dPᵀ = V·dOᵀ`,
+/// `dSᵀ = Pᵀ ∘ (dPᵀ − delta)`, `dV += Pᵀ·dO`, `dK += dSᵀ·Q`; finally `dK ·= scale`.
+template <class Scalar, class MemorySpace, class Mask, class Member, int DP>
+struct TensorCoreKeyGradientKernel {
+  using acc = accumulator_t<Scalar>;
+  using Tiles = TensorCoreTiles<Scalar, DP>;
+  using Op = typename Tiles::Op;
+  using Lanes = typename Tiles::Lanes;
+  static constexpr int warps = Tiles::warps, count = Tiles::count;
+  /// Keys of a team.
+  static constexpr int team_keys = warps * Tiles::rows;
+  /// Queries of a staged tile.
+  static constexpr int query_width = Tiles::width;
+
+  AttentionInputs<Scalar, MemorySpace> in;
+  Mask mask;
+  KernelShape<Scalar, MemorySpace> shape;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
+  Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
+  Kokkos::View<acc***, Kokkos::LayoutRight, MemorySpace> dk, dv;
+  std::int64_t blocks;  ///< key blocks of `team_keys`
+  int level;
+
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
+    return 2 * Tiles::tile_bytes() + scratch_piece<mask::Token>(team_keys) +
+           scratch_piece<mask::Token>(query_width) + 3 * scratch_piece<float>(query_width);
+  }
+
+  /// One warp's keys and state: K and V fragments and the dK and dV accumulators.
+  struct Warp {
+    int r0, rows;
+    typename Tiles::Rows k, v;
+    typename Tiles::Accumulator d_k, d_v;
+  };
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    constexpr int per_thread = count == 1 ? 1 : warps;
+    const Lanes lanes = Lanes::of_thread(team.team_rank());
+    const int first_warp = count == 1 ? team.team_rank() / 32 : 0;
+    const int hk = static_cast<int>(team.league_rank() / blocks);
+    const std::int64_t j0 = (team.league_rank() % blocks) * team_keys;
+    const int nk = static_cast<int>(shape.nk - j0 < team_keys ? shape.nk - j0 : team_keys);
+    ScratchCursor cur{static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes()))};
+    Op* qs = cur.take<Op>(std::size_t(query_width) * Tiles::ld);
+    Op* dos = cur.take<Op>(std::size_t(query_width) * Tiles::ld);
+    mask::Token* ktok = cur.take<mask::Token>(team_keys);
+    mask::Token* qtok = cur.take<mask::Token>(query_width);
+    float* lses = cur.take<float>(query_width);
+    float* deltas = cur.take<float>(query_width);
+    float* qvalid = cur.take<float>(query_width);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk),
+                         [&](const int j) { ktok[j] = key_token(in, j0 + j); });
+
+    Warp w[per_thread];
+    for (int k = 0; k < per_thread; ++k) {
+      Warp& x = w[k];
+      x.r0 = (first_warp + k) * Tiles::rows;
+      const int left = nk - x.r0;
+      x.rows = left < 0 ? 0 : (left < Tiles::rows ? left : Tiles::rows);
+      Tiles::load_rows(
+          lanes, x.rows, shape.dim, [&](int r, int d) { return in.k(j0 + x.r0 + r, hk, d); }, x.k);
+      Tiles::load_rows(
+          lanes, x.rows, shape.dim, [&](int r, int d) { return in.v(j0 + x.r0 + r, hk, d); }, x.v);
+      Tiles::zero(x.d_k);
+      Tiles::zero(x.d_v);
+    }
+    team.team_barrier();
+    // Queries that may see a key of this block.
+    const WindowRange range = window_range(in);
+    std::int64_t qlo, qhi;
+    range.queries(in.q_pos, shape.tq, in.k_pos(j0), in.k_pos(j0 + nk - 1), qlo, qhi);
+    for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h) {
+      for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_width) {
+        const auto valid = [&](int i) { return i0 + i < qhi; };
+        Tiles::stage(team, qs, shape.dim, valid, [&](int i, int d) { return in.q(i0 + i, h, d); });
+        Tiles::stage(team, dos, shape.dim, valid, [&](int i, int d) { return dout(i0 + i, h, d); });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, query_width), [&](const int i) {
+          const bool ok = valid(i);
+          qvalid[i] = ok ? 1.0f : 0.0f;
+          qtok[i] = ok ? query_token(in, i0 + i) : mask::Token{0, 0};
+          lses[i] = ok ? lse(i0 + i, h) : 0.0f;
+          deltas[i] = ok ? delta(i0 + i, h) : 0.0f;
+        });
+        team.team_barrier();
+        for (int k = 0; k < per_thread; ++k) {
+          Warp& x = w[k];
+          if (x.rows == 0) continue;
+          gradient_step(x, lanes, qs, dos, lses, deltas, [&](int r, int i) {
+            return r < x.rows && qvalid[i] != 0.0f && visible(mask, range, qtok[i], ktok[x.r0 + r]);
+          });
+        }
+        team.team_barrier();
+      }
+    }
+    const acc scale = static_cast<acc>(in.scale);
+    for (int k = 0; k < per_thread; ++k) {
+      Warp& x = w[k];
+      if (x.rows == 0) continue;
+      Tiles::for_each_element(lanes, shape.dim, x.d_k, [&](float& g, int r, int d, int, int) {
+        if (r < x.rows) dk(j0 + x.r0 + r, hk, d) = g * scale;
+      });
+      Tiles::for_each_element(lanes, shape.dim, x.d_v, [&](float& g, int r, int d, int, int) {
+        if (r < x.rows) dv(j0 + x.r0 + r, hk, d) = g;
+      });
+    }
+  }
+
+  /// The warp's keys against one staged query tile (`seen(r, i)`: key `r` visible to query `i`).
+  template <class Seen>
+  KOKKOS_FORCEINLINE_FUNCTION void gradient_step(Warp& w, const Lanes& lanes, const Op* qs,
+                                                 const Op* dos, const float* lses,
+                                                 const float* deltas, const Seen& seen) const {
+    const float scale = static_cast<float>(in.scale);
+    typename Tiles::Scores p, dp;
+    Tiles::row_products(lanes, shape.dim, w.k, qs, p);
+    Tiles::row_products(lanes, shape.dim, w.v, dos, dp);
+    Tiles::for_each_score(lanes, p, [&](float& x, int r, int i, int, int) {
+      x = seen(r, i) ? ctxpar::impl::fast_exp(x * scale - lses[i]) : 0.0f;
+    });
+    Tiles::weighted_rows(lanes, shape.dim, p, dos, w.d_v);
+    // dSᵀ, in the place of dPᵀ.
+    Tiles::for_each_score(lanes, dp, [&](float& x, int, int i, int, int) { x -= deltas[i]; });
+    for (int nb = 0; nb < Tiles::tile_blocks; ++nb)
+      for (int c = 0; c < count; ++c)
+        for (int e = 0; e < 4; ++e) dp[nb][c][e] *= p[nb][c][e];
+    Tiles::weighted_rows(lanes, shape.dim, dp, qs, w.d_k);
+  }
+};
+
+/// Launches the backward for head dimensions up to `DP` (see `tensor_core_attention_backward`).
+template <int DP, class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
+void launch_tensor_core_backward(
+    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
+    const KernelShape<Scalar, MemorySpace>& shape,
+    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
+    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& delta,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dq,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dk,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dv) {
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  using Member = typename Policy::member_type;
+  const auto level_of = [](std::size_t bytes) {
+    return bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
+  };
+  const int team_size = ctxpar::impl::warp_team_size<ExecutionSpace>(tensor_core_warps);
+  if (shape.tq > 0 && shape.hq > 0) {
+    using Kernel = TensorCoreQueryGradientKernel<Scalar, MemorySpace, Mask, Member, DP>;
+    const int heads = tensor_core_heads_per_team(shape.group);
+    const int team_rows = 16 * (tensor_core_warps / heads);
+    const std::int64_t tiles = (shape.tq + team_rows - 1) / team_rows;
+    const std::size_t bytes = Kernel::Walk::scratch_bytes();
+    const int level = level_of(bytes);
+    Policy policy(space, static_cast<int>(TensorCoreQueryTeam::league(tiles, shape.hq, heads)),
+                  team_size);
+    policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+    Kokkos::parallel_for("ctxpar::swa::attention_backward_dq_tensor_core", policy,
+                         Kernel{{in, mask, shape, tiles, heads, level}, dout, lse, delta, dq});
+  }
+  if (shape.nk > 0 && shape.hkv > 0) {
+    using Kernel = TensorCoreKeyGradientKernel<Scalar, MemorySpace, Mask, Member, DP>;
+    const std::int64_t blocks = (shape.nk + Kernel::team_keys - 1) / Kernel::team_keys;
+    const std::size_t bytes = Kernel::scratch_bytes();
+    const int level = level_of(bytes);
+    Policy policy(space, static_cast<int>(blocks * shape.hkv), team_size);
+    policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+    Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
+                         Kernel{in, mask, shape, dout, lse, delta, dk, dv, blocks, level});
+  }
+}
+
+/// Backward attention on tensor-core products (see `attention_backward`), given the row deltas;
+/// the caller has checked that they run here (`runs_tensor_core_kernels`).
+template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
+void tensor_core_attention_backward(
+    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
+    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
+    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& delta,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dq,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dk,
+    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dv) {
+  const KernelShape<Scalar, MemorySpace> shape(in);
+  switch (tensor_core_padded_dim(shape.dim)) {
+    case 64:
+      launch_tensor_core_backward<64>(space, mask, in, shape, lse, delta, dout, dq, dk, dv);
+      break;
+    case 128:
+      launch_tensor_core_backward<128>(space, mask, in, shape, lse, delta, dout, dq, dk, dv);
+      break;
+    default:
+      launch_tensor_core_backward<256>(space, mask, in, shape, lse, delta, dout, dq, dk, dv);
+      break;
+  }
+}
+
+}  // namespace ctxpar::swa::impl

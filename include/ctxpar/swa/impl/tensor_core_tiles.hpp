@@ -1,0 +1,163 @@
+/// \file
+/// The tile pieces every tensor-core attention kernel is composed of (`tensor_core_forward.hpp`,
+/// `tensor_core_backward.hpp`), written over `WarpLanes` so that the host spaces run them with the
+/// warp emulated: a warp's 16 rows as product fragments, a team's staged tile of 32 rows in
+/// scratch, and the two products of attention, "rows against the tile's rows" (`Q·Kᵀ`, `dO·Vᵀ`,
+/// `K·Qᵀ`, `V·dOᵀ`) and "weights times the tile's rows" (`P·V`, `dS·K`, `Pᵀ·dO`, `dSᵀ·Q`), each
+/// summing the head dimension or the tile in a fixed order.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ctxpar/core/impl/mma_fragment.hpp"
+#include "ctxpar/core/impl/warp_lanes.hpp"
+#include "ctxpar/swa/attention_inputs.hpp"
+#include "ctxpar/swa/impl/team_kernels.hpp"
+#include "ctxpar/swa/impl/tensor_core_support.hpp"
+
+namespace ctxpar::swa::impl {
+
+/// Warps per team of the tensor-core kernels.
+inline constexpr int tensor_core_warps = 4;
+
+/// The head dimension a tensor-core kernel is compiled for: `dim` rounded up to 64, 128 or 256.
+inline constexpr int tensor_core_padded_dim(std::int64_t dim) {
+  return dim <= 64 ? 64 : (dim <= 128 ? 128 : 256);
+}
+
+/// Tiles of the tensor-core kernels on storage type `Scalar` with head dimensions up to `DP`.
+template <class Scalar, int DP>
+struct TensorCoreTiles {
+  using Operands = TensorCoreOperands<Scalar>;
+  using Op = typename Operands::type;
+  using L = typename Operands::layout;
+  using Lanes = ctxpar::impl::WarpLanes;
+  static constexpr int count = Lanes::count;
+  static constexpr int warps = tensor_core_warps;
+  /// Rows of a warp (the products' M).
+  static constexpr int rows = L::m;
+  /// Rows of a staged tile: the kernels' key tile (the query tile of the dK/dV kernel too).
+  static constexpr int width = key_tile;
+  /// Product blocks of the head dimension (depth `L::k`) and of the output columns (width 8).
+  static constexpr int depth_blocks = DP / L::k, column_blocks = DP / L::n;
+  /// Score blocks of a tile (8 of its rows each) and weight steps (`L::k` of its rows each).
+  static constexpr int tile_blocks = width / L::n, tile_steps = width / L::k;
+  /// Row stride of a staged tile: 16 bytes past `DP`, so that the 8 rows one fragment load
+  /// touches fall in different shared-memory banks.
+  static constexpr int ld = DP + 16 / static_cast<int>(sizeof(Op));
+  static_assert(DP % L::k == 0 && width % L::k == 0, "whole products");
+
+  /// A warp's 16 rows of the head dimension as A fragments.
+  using Rows = Op[depth_blocks][count][L::a_per_lane];
+  /// A warp's 16 rows against a tile's 32 rows (scores, weights), in accumulator layout.
+  using Scores = float[tile_blocks][count][4];
+  /// A warp's 16 rows of the head dimension in fp32, in accumulator layout.
+  using Accumulator = float[column_blocks][count][4];
+
+  /// Scratch bytes of one staged tile.
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t tile_bytes() {
+    return scratch_piece<Op>(std::size_t(width) * ld);
+  }
+
+  /// Loads `a` from `value(r, d)` for rows `r < n` and `d < dim`, zeros elsewhere.
+  template <class Value>
+  KOKKOS_FORCEINLINE_FUNCTION static void load_rows(const Lanes& lanes, int n, int dim,
+                                                    const Value& value, Rows& a) {
+    for (int kb = 0; kb < depth_blocks; ++kb)
+      for (int s = 0; s < count; ++s)
+        for (int e = 0; e < L::a_per_lane; ++e) {
+          const int r = L::a_row(lanes.lane(s), e), d = kb * L::k + L::a_col(lanes.lane(s), e);
+          a[kb][s][e] = r < n && d < dim ? Operands::operand(value(r, d)) : Operands::zero();
+        }
+  }
+
+  /// Stages `width` rows into `tile` (`value(j, d)` where `valid(j)` and `d < dim`, zeros
+  /// elsewhere), cooperatively over the team; the caller waits for the team.
+  template <class Member, class Valid, class Value>
+  KOKKOS_FORCEINLINE_FUNCTION static void stage(const Member& team, Op* tile, int dim,
+                                                const Valid& valid, const Value& value) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width * DP), [&](const int e) {
+      const int j = e / DP, d = e % DP;
+      tile[j * ld + d] = d < dim && valid(j) ? Operands::operand(value(j, d)) : Operands::zero();
+    });
+  }
+
+  /// Clears scores or an accumulator.
+  template <int N>
+  KOKKOS_FORCEINLINE_FUNCTION static void zero(float (&x)[N][count][4]) {
+    for (int b = 0; b < N; ++b)
+      for (int s = 0; s < count; ++s)
+        for (int e = 0; e < 4; ++e) x[b][s][e] = 0.0f;
+  }
+
+  /// `s = a·tileᵀ`: the warp's rows against the tile's rows over the head dimension (depth
+  /// blocks wholly past `dim` add nothing and are skipped, the same for every lane).
+  KOKKOS_FORCEINLINE_FUNCTION static void row_products(const Lanes& lanes, int dim, const Rows& a,
+                                                       const Op* tile, Scores& s) {
+    zero(s);
+    for (int kb = 0; kb < depth_blocks; ++kb) {
+      if (kb * L::k >= dim) break;
+      for (int nb = 0; nb < tile_blocks; ++nb) {
+        Op b[count][L::b_per_lane];
+        for (int c = 0; c < count; ++c)
+          ctxpar::impl::load_b<L>(lanes.lane(c), tile + nb * L::n * ld + kb * L::k, ld, b[c]);
+        ctxpar::impl::warp_mma<L>(s[nb], a[kb], b);
+      }
+    }
+  }
+
+  /// `acc += w·tile`: weights over the tile's rows (rounded to operands, fed from the score
+  /// registers) times those rows, for the columns below `dim`.
+  KOKKOS_FORCEINLINE_FUNCTION static void weighted_rows(const Lanes& lanes, int dim,
+                                                        const Scores& w, const Op* tile,
+                                                        Accumulator& acc) {
+    for (int ks = 0; ks < tile_steps; ++ks) {
+      Op a[count][L::a_per_lane];
+      for (int c = 0; c < count; ++c) {
+        if constexpr (L::k == 16)
+          ctxpar::impl::results_as_a(w[2 * ks][c], w[2 * ks + 1][c], a[c]);
+        else
+          ctxpar::impl::results_as_a(w[ks][c], a[c]);
+      }
+      for (int cb = 0; cb < column_blocks; ++cb) {
+        if (cb * L::n >= dim) break;
+        Op b[count][L::b_per_lane];
+        for (int c = 0; c < count; ++c)
+          ctxpar::impl::load_b_rows<L>(lanes.lane(c), tile + ks * L::k * ld + cb * L::n, ld, b[c]);
+        ctxpar::impl::warp_mma<L>(acc[cb], a, b);
+      }
+    }
+  }
+
+  /// `f(x, r, j, c, half)` for every element `x` of `s` the thread holds: row `r` of the warp,
+  /// row `j` of the tile, lane slot `c`, row half `half` (`r / 8`).
+  template <class F>
+  KOKKOS_FORCEINLINE_FUNCTION static void for_each_score(const Lanes& lanes, Scores& s,
+                                                         const F& f) {
+    for (int nb = 0; nb < tile_blocks; ++nb)
+      for (int c = 0; c < count; ++c)
+        for (int e = 0; e < 4; ++e) {
+          const int lane = lanes.lane(c);
+          f(s[nb][c][e], L::c_row(lane, e), nb * L::n + L::c_col(lane, e), c, e / 2);
+        }
+  }
+
+  /// `f(x, r, d, c, half)` for every element `x` of `acc` the thread holds with `d < dim`: row `r`
+  /// of the warp, column `d`, lane slot `c`, row half `half`.
+  template <class F>
+  KOKKOS_FORCEINLINE_FUNCTION static void for_each_element(const Lanes& lanes, int dim,
+                                                           Accumulator& acc, const F& f) {
+    for (int cb = 0; cb < column_blocks; ++cb)
+      for (int c = 0; c < count; ++c)
+        for (int e = 0; e < 4; ++e) {
+          const int lane = lanes.lane(c);
+          const int d = cb * L::n + L::c_col(lane, e);
+          if (d < dim) f(acc[cb][c][e], L::c_row(lane, e), d, c, e / 2);
+        }
+  }
+};
+
+}  // namespace ctxpar::swa::impl
