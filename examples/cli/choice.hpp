@@ -15,6 +15,7 @@
 #include "ctxpar/chunkwise/policy.hpp"
 #include "ctxpar/partition/head_partition.hpp"
 #include "ctxpar/partition/zigzag.hpp"
+#include "ctxpar/swa/options.hpp"
 #include "ctxpar/swa/policies.hpp"
 
 namespace ctxpar::cli {
@@ -115,6 +116,17 @@ inline constexpr Choices layouts{Named<Contiguous>{"contiguous"}, Named<Zigzag>{
 inline constexpr Choices swa_policies{Named<swa::RopeBeforeGather>{"allgather"},
                                       Named<swa::RopeAfterGather>{"rope-after"},
                                       Named<swa::HaloKV>{"halo"}};
+
+/// Which attention kernels sliding-window attention runs (`swa --kernels`): a run-time option, so
+/// each tag carries its `swa::KernelChoice` as `value`.
+template <swa::KernelChoice K>
+using KernelTag = std::integral_constant<swa::KernelChoice, K>;
+inline constexpr Choices swa_kernel_choices{
+    Named<KernelTag<swa::KernelChoice::automatic>>{"automatic"},
+    Named<KernelTag<swa::KernelChoice::portable>>{"portable"},
+    Named<KernelTag<swa::KernelChoice::host_fused>>{"host-fused"},
+    Named<KernelTag<swa::KernelChoice::host_unfused>>{"host-unfused"},
+    Named<KernelTag<swa::KernelChoice::tensor_core>>{"tensor-core"}};
 
 /// How a streamed sliding-window step shards its key axis (`swa --layout`).
 inline constexpr Choices swa_kv_layouts{Named<swa::SegmentChunks>{"segments"},

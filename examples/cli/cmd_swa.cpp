@@ -256,8 +256,8 @@ StreamOutput<Scalar> run_policy(int policy, int layout, const ctxpar::Group& gro
 
 template <class Scalar>
 int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const std::string& in,
-              std::int64_t window, std::int64_t step, int policy, int layout, double base,
-              bool backward, bool check, int repeat) {
+              std::int64_t window, std::int64_t step, int policy, int layout, int kernels,
+              double base, bool backward, bool check, int repeat) {
   // What the plans will agree on (CTXPAR_HOST_ISA is checked here, before any file is read).
   const std::string host_isa = ctxpar::host_isa_name(ctxpar::agreed_host_isa(group, "ctxpar swa"));
   Stream<Scalar> s;
@@ -319,6 +319,8 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   ctxpar::swa::Options o;
   o.window = window > std::int64_t(*hi) - *lo ? 0 : window;
   o.rope_base = base;
+  o.kernels =
+      ctxpar::cli::swa_kernel_choices.visit(kernels, [](auto tag) { return decltype(tag)::value; });
   StreamOutput<Scalar> result;
   ctxpar::cli::Json traffic;
   ctxpar::cli::SteadyState steady;
@@ -361,6 +363,7 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   summary["chunk"] = step;
   summary["policy"] = ctxpar::cli::swa_policies.name(policy);
   summary["layout"] = ctxpar::cli::swa_kv_layouts.name(layout);
+  summary["kernels"] = ctxpar::cli::swa_kernel_choices.name(kernels);
   summary["rope_base"] = base;
   summary["dtype"] = ctxpar::cli::dtype_name(ctxpar::cli::dtype_of<Scalar>());
   summary["host_isa"] = host_isa;
@@ -435,6 +438,8 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const int repeat = args.get_in<int>("repeat", 0, 0, 1000000);
   const int policy = ctxpar::cli::choose(args, "policy", ctxpar::cli::swa_policies, "allgather");
   const int layout = ctxpar::cli::choose(args, "layout", ctxpar::cli::swa_kv_layouts, "segments");
+  const int kernels =
+      ctxpar::cli::choose(args, "kernels", ctxpar::cli::swa_kernel_choices, "automatic");
   if (window < 0)
     throw ctxpar::cli::UsageError("ctxpar swa", -1, "--window must be >= 0", ">= 0",
                                   std::to_string(window));
@@ -445,16 +450,16 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
                         "'<f4', '<f8', '<f2' or '<u2' (bfloat16 bit patterns)",
                         ctxpar::cli::descr(q.dtype()));
   if (q.dtype() == ctxpar::cli::Dtype::float64)
-    return run_typed<double>(group, out_dir, in, window, step, policy, layout, base, backward,
-                             check, repeat);
+    return run_typed<double>(group, out_dir, in, window, step, policy, layout, kernels, base,
+                             backward, check, repeat);
   if (q.dtype() == ctxpar::cli::Dtype::float16)
-    return run_typed<ctxpar::float16>(group, out_dir, in, window, step, policy, layout, base,
-                                      backward, check, repeat);
+    return run_typed<ctxpar::float16>(group, out_dir, in, window, step, policy, layout, kernels,
+                                      base, backward, check, repeat);
   if (q.dtype() == ctxpar::cli::Dtype::bfloat16)
-    return run_typed<ctxpar::bfloat16>(group, out_dir, in, window, step, policy, layout, base,
-                                       backward, check, repeat);
-  return run_typed<float>(group, out_dir, in, window, step, policy, layout, base, backward, check,
-                          repeat);
+    return run_typed<ctxpar::bfloat16>(group, out_dir, in, window, step, policy, layout, kernels,
+                                       base, backward, check, repeat);
+  return run_typed<float>(group, out_dir, in, window, step, policy, layout, kernels, base, backward,
+                          check, repeat);
 }
 
 /// The demo: a packed stream of 64 tokens (two documents, positions with gaps) in 13 steps of
@@ -506,7 +511,8 @@ bool demo_swa(const ctxpar::Group& group, std::ostream& report) {
 CTXPAR_CLI_COMMAND(
     "swa", "streamed sliding-window attention over .npy tensors, context parallel across the ranks",
     "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo]\n"
-    "    [--layout segments|whole-axis] [--rope-base B] [--backward] [--no-check] [--repeat N]\n\n"
+    "    [--layout segments|whole-axis] [--kernels K] [--rope-base B] [--backward] [--no-check]\n"
+    "    [--repeat N]\n\n"
     "options [default]:\n"
     "  --in DIR         directory of the input files below (required)\n"
     "  --out DIR        output directory, created if absent (required)\n"
@@ -514,6 +520,8 @@ CTXPAR_CLI_COMMAND(
     "  --chunk t        tokens per streamed step, >= 0; 0 = the whole stream in one step [0]\n"
     "  --policy P       allgather (RoPE before the gather), rope-after or halo [allgather]\n"
     "  --layout L       segments or whole-axis shards of each step [segments]\n"
+    "  --kernels K      automatic, portable, host-fused, host-unfused or tensor-core (float as\n"
+    "                   TF32; the host spaces emulate the warp: a test, not speed) [automatic]\n"
     "  --rope-base B    RoPE base, finite and > 0 [10000]\n"
     "  --backward       also the gradients, through every step [off]\n"
     "  --no-check       skip the single-rank check on rank 0 [check]\n"

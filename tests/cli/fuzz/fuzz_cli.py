@@ -240,6 +240,14 @@ def make_cases(seed):
                       {"backward": None, "policy": "halo", "window": 3, "chunk": 4},
                       swa_inputs(rng, dtype="f2"), "pass", ranks=(2,),
                       outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
+    # The tensor-core kernels (emulated on the host): bitwise against one rank on the same
+    # kernels; refused by name for fp64 tensors.
+    cases.append(Case("swa/valid-backward-bf16-tensor-core", "swa",
+                      {"backward": None, "window": 4, "chunk": 4, "kernels": "tensor-core"},
+                      swa_inputs(rng, dtype="bf16"), "pass", ranks=(1, 3),
+                      outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
+    cases.append(Case("swa/kernels=tensor-core-f8", "swa", {"kernels": "tensor-core"},
+                      swa_inputs(rng, dtype="f8"), culprits=("options.kernels",), ranks=(2,)))
     # --repeat: the checked result is the last of the repeated runs, so the check still holds.
     cases.append(Case("swa/valid-repeat", "swa",
                       {"backward": None, "policy": "halo", "window": 3, "chunk": 4, "repeat": 2},
@@ -275,7 +283,7 @@ def make_cases(seed):
     for opt, value in (("chunk", -1), ("chunk", "abc"), ("chunk", 2**70), ("window", -1),
                        ("rope-base", 0), ("rope-base", -2), ("rope-base", "nan"),
                        ("rope-base", "inf"), ("rope-base", "1e999"), ("policy", "bogus"),
-                       ("layout", "bogus")):
+                       ("layout", "bogus"), ("kernels", "bogus")):
         cases.append(Case(f"swa/--{opt}={value}", "swa", {opt: value}, swa,
                           culprits=(f"--{opt}",)))
     nan_q = npy("f4", (9, 2, 4), [float("nan") if i == 13 else v for i, v in
