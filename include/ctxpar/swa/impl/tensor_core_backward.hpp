@@ -257,32 +257,20 @@ void launch_tensor_core_backward(
     const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dq,
     const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dk,
     const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dv) {
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  using Member = typename Policy::member_type;
-  const auto level_of = [](std::size_t bytes) {
-    return bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
-  };
-  const int team_size = ctxpar::impl::warp_team_size<ExecutionSpace>(tensor_core_warps);
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   if (shape.tq > 0 && shape.hq > 0) {
     using Kernel = TensorCoreQueryGradientKernel<Scalar, MemorySpace, Mask, Member, DP>;
-    const int heads = tensor_core_heads_per_team(shape.group);
-    const int team_rows = 16 * (tensor_core_warps / heads);
-    const std::int64_t tiles = (shape.tq + team_rows - 1) / team_rows;
-    const std::size_t bytes = Kernel::Walk::scratch_bytes();
-    const int level = level_of(bytes);
-    Policy policy(space, static_cast<int>(TensorCoreQueryTeam::league(tiles, shape.hq, heads)),
-                  team_size);
-    policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
-    Kokkos::parallel_for("ctxpar::swa::attention_backward_dq_tensor_core", policy,
-                         Kernel{{in, mask, shape, tiles, heads, level}, dout, lse, delta, dq});
+    launch_query_walk<Kernel>("ctxpar::swa::attention_backward_dq_tensor_core", space, mask, in,
+                              shape, [&](const typename Kernel::Walk& walk) {
+                                return Kernel{walk, dout, lse, delta, dq};
+                              });
   }
   if (shape.nk > 0 && shape.hkv > 0) {
     using Kernel = TensorCoreKeyGradientKernel<Scalar, MemorySpace, Mask, Member, DP>;
     const std::int64_t blocks = (shape.nk + Kernel::team_keys - 1) / Kernel::team_keys;
-    const std::size_t bytes = Kernel::scratch_bytes();
-    const int level = level_of(bytes);
-    Policy policy(space, static_cast<int>(blocks * shape.hkv), team_size);
-    policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+    int level = 0;
+    const auto policy =
+        tensor_core_policy(space, blocks * shape.hkv, Kernel::scratch_bytes(), level);
     Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
                          Kernel{in, mask, shape, dout, lse, delta, dk, dv, blocks, level});
   }

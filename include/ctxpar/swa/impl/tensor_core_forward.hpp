@@ -289,6 +289,37 @@ struct TensorCoreForwardKernel {
   }
 };
 
+/// The tensor-core team policy for `teams` teams with `bytes` of scratch: level 0 when it fits,
+/// else 1 (written to `level`).
+template <class ExecutionSpace>
+Kokkos::TeamPolicy<ExecutionSpace> tensor_core_policy(const ExecutionSpace& space,
+                                                      std::int64_t teams, std::size_t bytes,
+                                                      int& level) {
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  level = bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
+  Policy policy(space, static_cast<int>(teams),
+                ctxpar::impl::warp_team_size<ExecutionSpace>(tensor_core_warps));
+  policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+  return policy;
+}
+
+/// Launches a kernel over `TensorCoreQueryWalk` teams (the forward or dQ) on every query block and
+/// group of query heads of `shape`; `make(walk)` builds the kernel from its walk.
+template <class Kernel, class ExecutionSpace, class Mask, class Scalar, class MemorySpace,
+          class Make>
+void launch_query_walk(const char* label, const ExecutionSpace& space, const Mask& mask,
+                       const AttentionInputs<Scalar, MemorySpace>& in,
+                       const KernelShape<Scalar, MemorySpace>& shape, const Make& make) {
+  const int heads = tensor_core_heads_per_team(shape.group);
+  const int team_rows = 16 * (tensor_core_warps / heads);
+  const std::int64_t tiles = (shape.tq + team_rows - 1) / team_rows;
+  int level = 0;
+  const auto policy = tensor_core_policy(space, TensorCoreQueryTeam::league(tiles, shape.hq, heads),
+                                         Kernel::Walk::scratch_bytes(), level);
+  Kokkos::parallel_for(label, policy,
+                       make(typename Kernel::Walk{in, mask, shape, tiles, heads, level}));
+}
+
 /// Launches the forward for head dimensions up to `DP` (see `tensor_core_attention_forward`).
 template <int DP, class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
 void launch_tensor_core_forward(
@@ -296,19 +327,12 @@ void launch_tensor_core_forward(
     const KernelShape<Scalar, MemorySpace>& shape,
     const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
     const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  using Kernel =
-      TensorCoreForwardKernel<Scalar, MemorySpace, Mask, typename Policy::member_type, DP>;
-  const int heads = tensor_core_heads_per_team(shape.group);
-  const int team_rows = 16 * (tensor_core_warps / heads);
-  const std::int64_t tiles = (shape.tq + team_rows - 1) / team_rows;
-  const std::size_t bytes = Kernel::Walk::scratch_bytes();
-  const int level = bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
-  Policy policy(space, static_cast<int>(TensorCoreQueryTeam::league(tiles, shape.hq, heads)),
-                ctxpar::impl::warp_team_size<ExecutionSpace>(tensor_core_warps));
-  policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
-  Kokkos::parallel_for("ctxpar::swa::attention_forward_tensor_core", policy,
-                       Kernel{{in, mask, shape, tiles, heads, level}, out, lse});
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Kernel = TensorCoreForwardKernel<Scalar, MemorySpace, Mask, Member, DP>;
+  launch_query_walk<Kernel>("ctxpar::swa::attention_forward_tensor_core", space, mask, in, shape,
+                            [&](const typename Kernel::Walk& walk) {
+                              return Kernel{walk, out, lse};
+                            });
 }
 
 /// Forward attention on tensor-core products (see `attention_forward`); the caller has checked
