@@ -27,6 +27,7 @@
 #include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/error.hpp"
 #include "ctxpar/core/float16.hpp"
+#include "ctxpar/core/storage.hpp"
 #include "files.hpp"
 
 namespace ctxpar::cli {
@@ -438,6 +439,39 @@ inline void write_npy(const std::string& path, const NpyArray& array) {
   if (problem.empty()) problem = staged.commit();
   require_local(problem.empty(), "ctxpar::cli::write_npy", path + ": cannot write",
                 "the file written", problem);
+}
+
+/// Calls `f(T{})` with the C++ type of a floating-point dtype `d` (float, double,
+/// ctxpar::float16, ctxpar::bfloat16); int32 is not one.
+template <class F>
+decltype(auto) with_float_type(Dtype d, F&& f) {
+  switch (d) {
+    case Dtype::float64:
+      return f(double{});
+    case Dtype::float16:
+      return f(ctxpar::float16{});
+    case Dtype::bfloat16:
+      return f(ctxpar::bfloat16{});
+    default:
+      require_local(d == Dtype::float32, "ctxpar::cli::npy", "a floating-point dtype is needed",
+                    "'<f4', '<f8', '<f2' or '<u2'", descr(d));
+      return f(float{});
+  }
+}
+
+/// The elements of a float32, float64, float16, bfloat16 or int32 array as doubles (exact).
+inline std::vector<double> values_as_double(const NpyArray& a, const std::string& what) {
+  std::vector<double> out(static_cast<std::size_t>(a.size()));
+  if (a.dtype() == Dtype::int32) {
+    const std::int32_t* p = a.data<std::int32_t>(what);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+    return out;
+  }
+  with_float_type(a.dtype(), [&](auto tag) {
+    const auto* p = a.data<decltype(tag)>(what);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(ctxpar::widen(p[i]));
+  });
+  return out;
 }
 
 /// Writes `n = prod(shape)` values starting at `data`.

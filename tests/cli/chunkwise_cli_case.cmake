@@ -2,7 +2,8 @@
 #   TOOL, ORACLE   the ctxpar tool and tests/cli/chunkwise_cli_oracle
 #   MPIEXEC        the mpiexec command line up to the program (a list), NP ranks
 #   FAMILY, WORK   the model family, a scratch folder
-#   MODE           `runs`: every (packed, compose, layout) combination with --backward, each
+#   MODE           `runs`: every (packed, compose, layout) combination with --backward (and two
+#                  16-bit runs: bfloat16 packed, float16 plain), each
 #                  output and gradient checked against the fp64 oracle; `bad_input`: a g.npy of
 #                  the wrong shape must stop every rank with the documented message.
 cmake_minimum_required(VERSION 3.16)
@@ -49,6 +50,43 @@ if(MODE STREQUAL "bad_input")
   return()
 endif()
 
+# One run of the tool with --backward on inputs of `dtype`, every output checked by the oracle.
+function(run_case packed compose layout dtype)
+  set(shards ${NP})
+  if(layout STREQUAL "zigzag")
+    math(EXPR shards "2 * ${NP}")
+  endif()
+  set(tag "${FAMILY} np${NP} packed=${packed} ${compose} ${layout} ${dtype}")
+  set(in "${WORK}/in_${packed}_${dtype}")
+  set(out "${WORK}/out_${packed}_${compose}_${layout}_${dtype}")
+  if(NOT EXISTS "${in}")
+    file(MAKE_DIRECTORY "${in}")
+    run_or_fail("inputs ${tag}" "${ORACLE}" gen ${FAMILY} "${in}" ${dtype} ${packed})
+  endif()
+  # Packed runs repeat the call (--repeat 2): what the oracle checks is then the last of
+  # three calls on the same plan and views, so state carried between calls would show.
+  set(repeat)
+  if(packed)
+    set(repeat --repeat 2)
+  endif()
+  run_or_fail("ctxpar chunkwise ${tag}" ${MPIEXEC} "${TOOL}" chunkwise --family ${FAMILY}
+              --in "${in}" --out "${out}" --householder ${householder} --compose ${compose}
+              --layout ${layout} --chunk 8 --backward ${repeat})
+  file(READ "${out}/chunkwise.json" summary)
+  foreach(key peak_rss_bytes steady_state allocations)
+    string(FIND "${summary}" "\"${key}\"" at)
+    if(at EQUAL -1 AND (packed OR key STREQUAL "peak_rss_bytes"))
+      message(FATAL_ERROR "${tag}: chunkwise.json has no \"${key}\":\n${summary}")
+    endif()
+  endforeach()
+  string(FIND "${summary}" "\"dtype\": \"${dtype}\"" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${tag}: chunkwise.json does not record dtype ${dtype}:\n${summary}")
+  endif()
+  run_or_fail("oracle check ${tag}" "${ORACLE}" check ${FAMILY} "${in}" ${dtype} ${packed}
+              ${shards} "${out}")
+endfunction()
+
 foreach(packed 0 1)
   foreach(compose gather scan)
     foreach(layout contiguous zigzag)
@@ -57,35 +95,10 @@ foreach(packed 0 1)
       if(packed AND compose STREQUAL "scan")
         set(dtype float64)
       endif()
-      set(shards ${NP})
-      if(layout STREQUAL "zigzag")
-        math(EXPR shards "2 * ${NP}")
-      endif()
-      set(tag "${FAMILY} np${NP} packed=${packed} ${compose} ${layout} ${dtype}")
-      set(in "${WORK}/in_${packed}_${dtype}")
-      set(out "${WORK}/out_${packed}_${compose}_${layout}")
-      if(NOT EXISTS "${in}")
-        file(MAKE_DIRECTORY "${in}")
-        run_or_fail("inputs ${tag}" "${ORACLE}" gen ${FAMILY} "${in}" ${dtype} ${packed})
-      endif()
-      # Packed runs repeat the call (--repeat 2): what the oracle checks is then the last of
-      # three calls on the same plan and views, so state carried between calls would show.
-      set(repeat)
-      if(packed)
-        set(repeat --repeat 2)
-      endif()
-      run_or_fail("ctxpar chunkwise ${tag}" ${MPIEXEC} "${TOOL}" chunkwise --family ${FAMILY}
-                  --in "${in}" --out "${out}" --householder ${householder} --compose ${compose}
-                  --layout ${layout} --chunk 8 --backward ${repeat})
-      file(READ "${out}/chunkwise.json" summary)
-      foreach(key peak_rss_bytes steady_state allocations)
-        string(FIND "${summary}" "\"${key}\"" at)
-        if(at EQUAL -1 AND (packed OR key STREQUAL "peak_rss_bytes"))
-          message(FATAL_ERROR "${tag}: chunkwise.json has no \"${key}\":\n${summary}")
-        endif()
-      endforeach()
-      run_or_fail("oracle check ${tag}" "${ORACLE}" check ${FAMILY} "${in}" ${dtype} ${packed}
-                  ${shards} "${out}")
+      run_case(${packed} ${compose} ${layout} ${dtype})
     endforeach()
   endforeach()
 endforeach()
+# 16-bit tensors (states fp32): one packed and one plain run of each type.
+run_case(1 gather zigzag bfloat16)
+run_case(0 scan contiguous float16)

@@ -8,20 +8,24 @@
 //                                                               dbeta, dh0 in OUT vs the oracle
 //   chunkwise_cli_oracle corrupt DIR                            rewrites g.npy one head too wide
 //
-// FAMILY is scalar, diagonal, gdn or gdp (n_h = 2); DTYPE float32 or float64; SHARDS the number
-// of virtual shards of the run (P contiguous, 2P zigzag), which the bounds grow with.
+// FAMILY is scalar, diagonal, gdn or gdp (n_h = 2); DTYPE float32, float64, bfloat16 or float16
+// (the states h0, dht, ht, dh0 float32 then, as the plans keep them); SHARDS the number of virtual
+// shards of the run (P contiguous, 2P zigzag), which the bounds grow with. The oracles run on the
+// values the files hold (the inputs rounded to DTYPE).
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "chunkwise/decay_oracle.hpp"
 #include "chunkwise/gated_delta_oracle.hpp"
 #include "chunkwise/gated_delta_support.hpp"
+#include "ctxpar_test/roundoff.hpp"
 #include "npy.hpp"
 
 namespace {
@@ -45,21 +49,43 @@ int householder(const std::string& family) {
   return family == "gdp" ? 2 : 1;
 }
 
-void write(const std::string& path, const std::vector<double>& x, Shape shape, bool f64) {
-  if (f64) {
-    ctxpar::cli::write_npy(path, NpyArray::from_values(std::move(shape), x));
-  } else {
-    ctxpar::cli::write_npy(
-        path, NpyArray::from_values(std::move(shape), std::vector<float>(x.begin(), x.end())));
-  }
+using ctxpar::cli::Dtype;
+
+Dtype dtype_named(const std::string& name) {
+  for (Dtype d : {Dtype::float32, Dtype::float64, Dtype::bfloat16, Dtype::float16})
+    if (name == ctxpar::cli::dtype_name(d)) return d;
+  throw std::invalid_argument("unknown DTYPE " + name);
 }
 
-std::vector<double> read(const std::string& path, const Shape& shape, bool f64) {
+// The dtype of the states and their gradients: fp32 for 16-bit tensors.
+Dtype state_dtype(Dtype d) {
+  return d == Dtype::bfloat16 || d == Dtype::float16 ? Dtype::float32 : d;
+}
+
+// Every value of `x` replaced by the nearest value of `d` (what its file will hold).
+void round_to(std::vector<double>& x, Dtype d) {
+  ctxpar::cli::with_float_type(d, [&](auto tag) {
+    using T = decltype(tag);
+    for (auto& e : x) e = static_cast<double>(ctxpar::widen(ctxpar::narrow<T>(e)));
+  });
+}
+
+void write(const std::string& path, const std::vector<double>& x, Shape shape, Dtype d) {
+  ctxpar::cli::with_float_type(d, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> values(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) values[i] = ctxpar::narrow<T>(x[i]);
+    ctxpar::cli::write_npy(path, NpyArray::from_values(std::move(shape), values));
+  });
+}
+
+std::vector<double> read(const std::string& path, const Shape& shape, Dtype d) {
   const NpyArray a = ctxpar::cli::read_npy(path);
   a.require_shape(shape, path);
-  if (f64) return a.values<double>(path);
-  const auto v = a.values<float>(path);
-  return std::vector<double>(v.begin(), v.end());
+  if (a.dtype() != d)
+    throw std::runtime_error(path + " is " + ctxpar::cli::dtype_name(a.dtype()) + ", expected " +
+                             ctxpar::cli::dtype_name(d));
+  return ctxpar::cli::values_as_double(a, path);
 }
 
 // The problem of a family as fp64 arrays in the tool's file layouts, the oracle's results and
@@ -71,14 +97,39 @@ struct Case {
   cwt::Result want, bound;
 };
 
+// The bound of a result stored in `d` (a 16-bit output or gradient: its fp32 bound `b` and one
+// rounding, `stored_once_bound`).
+void add_storage_rounding(std::vector<double>& b, const std::vector<double>& x, Dtype d) {
+  ctxpar::cli::with_float_type(d, [&](auto tag) {
+    for (std::size_t i = 0; i < b.size(); ++i)
+      b[i] = ctxpar::test::stored_once_bound<decltype(tag)>(x[i], b[i]);
+  });
+}
+
+// The inputs rounded to the files' dtypes, then the oracle's results and bounds; `Scalar` is the
+// arithmetic type of the run (fp32 for the 16-bit tensors).
 template <class Scalar>
-Case make_case(const std::string& family, bool packed, int shards) {
+Case make_case(const std::string& family, bool packed, int shards, Dtype d);
+
+Case make_case(const std::string& family, bool packed, int shards, Dtype d) {
+  Case c = d == Dtype::float64 ? make_case<double>(family, packed, shards, d)
+                               : make_case<float>(family, packed, shards, d);
+  add_storage_rounding(c.bound.output, c.want.output, d);
+  for (std::size_t i = 0; i < c.bound.grads.size(); ++i)
+    add_storage_rounding(c.bound.grads[i].values, c.want.grads[i].values, d);
+  return c;
+}
+
+template <class Scalar>
+Case make_case(const std::string& family, bool packed, int shards, Dtype d) {
   Case c;
   c.cu = cu_of(packed);
   const std::int64_t N = static_cast<std::int64_t>(c.cu.size()) - 1, M = householder(family);
   if (family == "scalar" || family == "diagonal") {
     const bool diagonal = family == "diagonal";
-    const cwt::DecayProblem p = cwt::make_decay_problem(H, K, V, diagonal, c.cu, 41, chunk);
+    cwt::DecayProblem p = cwt::make_decay_problem(H, K, V, diagonal, c.cu, 41, chunk);
+    for (auto* x : {&p.q, &p.k, &p.v, &p.g, &p.dout}) round_to(*x, d);
+    for (auto* x : {&p.h0, &p.dht}) round_to(*x, state_dtype(d));
     c.q = p.q, c.k = p.k, c.v = p.v, c.g = p.g, c.dout = p.dout;
     if (packed) c.h0 = p.h0, c.dht = p.dht;
     c.k_shape = {T, H, K};
@@ -89,15 +140,19 @@ Case make_case(const std::string& family, bool packed, int shards) {
     return c;
   }
   const std::vector<int> cu_int(c.cu.begin(), c.cu.end());
-  const gd::Problem p =
+  gd::Problem p =
       gd::make_problem(43, static_cast<int>(T), static_cast<int>(M), static_cast<int>(H),
                        static_cast<int>(K), static_cast<int>(V), cu_int, packed);
+  for (auto* x : {&p.q, &p.k, &p.v, &p.g, &p.beta}) round_to(*x, d);
+  round_to(p.h0, state_dtype(d));
   c.q = p.q, c.k = p.k, c.v = p.v, c.g = p.g, c.beta = p.beta, c.h0 = p.h0;
   c.dout.resize(static_cast<std::size_t>(T * H * V));
   for (std::size_t i = 0; i < c.dout.size(); ++i) c.dout[i] = ctxpar::test::uniform(47, i);
+  round_to(c.dout, d);
   if (packed) {
     c.dht.resize(static_cast<std::size_t>(N * H * K * V));
     for (std::size_t i = 0; i < c.dht.size(); ++i) c.dht[i] = 0.5 * ctxpar::test::uniform(53, i);
+    round_to(c.dht, state_dtype(d));
   }
   c.k_shape = M > 1 ? Shape{T, M, H, K} : Shape{T, H, K};
   c.v_shape = M > 1 ? Shape{T, M, H, V} : Shape{T, H, V};
@@ -127,21 +182,21 @@ Case make_case(const std::string& family, bool packed, int shards) {
   return c;
 }
 
-int generate(const std::string& family, const std::string& dir, bool f64, bool packed) {
-  const Case c = f64 ? make_case<double>(family, packed, 1) : make_case<float>(family, packed, 1);
+int generate(const std::string& family, const std::string& dir, Dtype d, bool packed) {
+  const Case c = make_case(family, packed, 1, d);
   const std::int64_t N = static_cast<std::int64_t>(c.cu.size()) - 1;
-  write(dir + "/q.npy", c.q, {T, H, K}, f64);
-  write(dir + "/k.npy", c.k, c.k_shape, f64);
-  write(dir + "/v.npy", c.v, c.v_shape, f64);
-  write(dir + "/g.npy", c.g, c.g_shape, f64);
-  if (!c.beta.empty()) write(dir + "/beta.npy", c.beta, c.beta_shape, f64);
-  write(dir + "/dout.npy", c.dout, {T, H, V}, f64);
+  write(dir + "/q.npy", c.q, {T, H, K}, d);
+  write(dir + "/k.npy", c.k, c.k_shape, d);
+  write(dir + "/v.npy", c.v, c.v_shape, d);
+  write(dir + "/g.npy", c.g, c.g_shape, d);
+  if (!c.beta.empty()) write(dir + "/beta.npy", c.beta, c.beta_shape, d);
+  write(dir + "/dout.npy", c.dout, {T, H, V}, d);
   if (packed) {
     const std::vector<std::int32_t> cu(c.cu.begin(), c.cu.end());
     ctxpar::cli::write_npy(dir + "/cu_seqlens.npy",
                            NpyArray::from_values({static_cast<std::int64_t>(cu.size())}, cu));
-    write(dir + "/h0.npy", c.h0, {N, H, K, V}, f64);
-    write(dir + "/dht.npy", c.dht, {N, H, K, V}, f64);
+    write(dir + "/h0.npy", c.h0, {N, H, K, V}, state_dtype(d));
+    write(dir + "/dht.npy", c.dht, {N, H, K, V}, state_dtype(d));
   }
   return 0;
 }
@@ -167,22 +222,21 @@ bool compare(const std::string& what, const std::vector<double>& got,
   return ok;
 }
 
-int check(const std::string& family, bool f64, bool packed, int shards, const std::string& out) {
-  const Case c =
-      f64 ? make_case<double>(family, packed, shards) : make_case<float>(family, packed, shards);
+int check(const std::string& family, Dtype d, bool packed, int shards, const std::string& out) {
+  const Case c = make_case(family, packed, shards, d);
   const std::int64_t N = static_cast<std::int64_t>(c.cu.size()) - 1;
   const Shape state{N, H, K, V};
-  bool ok = compare("o", read(out + "/o.npy", {T, H, V}, f64), c.want.output, c.bound.output);
-  ok =
-      compare("ht", read(out + "/ht.npy", state, f64), c.want.final_states, c.bound.final_states) &&
-      ok;
-  ok = compare("dh0", read(out + "/dh0.npy", state, f64), c.want.initial_state_grads,
+  bool ok = compare("o", read(out + "/o.npy", {T, H, V}, d), c.want.output, c.bound.output);
+  ok = compare("ht", read(out + "/ht.npy", state, state_dtype(d)), c.want.final_states,
+               c.bound.final_states) &&
+       ok;
+  ok = compare("dh0", read(out + "/dh0.npy", state, state_dtype(d)), c.want.initial_state_grads,
                c.bound.initial_state_grads) &&
        ok;
   const Shape shapes[] = {{T, H, K}, c.k_shape, c.v_shape, c.g_shape, c.beta_shape};
   for (std::size_t i = 0; i < c.want.grads.size(); ++i) {
     const std::string name = c.want.grads[i].name;
-    ok = compare(name, read(out + "/" + name + ".npy", shapes[i], f64), c.want.grads[i].values,
+    ok = compare(name, read(out + "/" + name + ".npy", shapes[i], d), c.want.grads[i].values,
                  c.bound.grads[i].values) &&
          ok;
   }
@@ -196,8 +250,7 @@ int corrupt(const std::string& dir) {
   shape[1] += 1;
   std::int64_t n = 1;
   for (auto e : shape) n *= e;
-  write(dir + "/g.npy", std::vector<double>(static_cast<std::size_t>(n), -0.01), shape,
-        g.dtype() == ctxpar::cli::Dtype::float64);
+  write(dir + "/g.npy", std::vector<double>(static_cast<std::size_t>(n), -0.01), shape, g.dtype());
   return 0;
 }
 
@@ -210,9 +263,9 @@ int main(int argc, char** argv) {
   const std::vector<std::string> a(argv + 1, argv + argc);
   try {
     if (a.size() == 5 && a[0] == "gen") {
-      status = generate(a[1], a[2], a[3] == "float64", a[4] == "1");
+      status = generate(a[1], a[2], dtype_named(a[3]), a[4] == "1");
     } else if (a.size() == 7 && a[0] == "check") {
-      status = check(a[1], a[3] == "float64", a[4] == "1", std::stoi(a[5]), a[6]);
+      status = check(a[1], dtype_named(a[3]), a[4] == "1", std::stoi(a[5]), a[6]);
     } else if (a.size() == 2 && a[0] == "corrupt") {
       status = corrupt(a[1]);
     } else {

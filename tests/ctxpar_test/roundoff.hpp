@@ -2,6 +2,7 @@
 // the oracles include it too).
 #pragma once
 
+#include <cmath>
 #include <limits>
 #include <type_traits>
 
@@ -42,6 +43,22 @@ template <class T>
 constexpr Roundoff tensor_core_roundoff() {
   return {unit_roundoff<T>(), unit_roundoff<ctxpar::compute_t<T>>(),
           std::is_same_v<T, float> ? 1.0 / 2048 : unit_roundoff<T>()};
+}
+
+/// The bound against an exact value `x` of a result stored once in `Storage` after it was computed
+/// wider within `b` of `x` (`|y - x| <= b`): rounding y to nearest even adds at most
+/// `u·|y| + η <= u·(|x| + b) + η`, u the storage type's unit roundoff and η half its smallest
+/// subnormal spacing (2^-25 for float16, 2^-134 for bfloat16: a tiny y loses its relative
+/// accuracy there). For float and double storage nothing is rounded again: b.
+template <class Storage>
+double stored_once_bound(double x, double b) {
+  if constexpr (std::is_same_v<Storage, ctxpar::bfloat16> ||
+                std::is_same_v<Storage, ctxpar::float16>) {
+    const double eta = std::ldexp(1.0, std::is_same_v<Storage, ctxpar::float16> ? -25 : -134);
+    return b + unit_roundoff<Storage>() * (std::fabs(x) + b) + eta;
+  } else {
+    return b;
+  }
 }
 
 }  // namespace ctxpar::test

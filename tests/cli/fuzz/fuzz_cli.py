@@ -248,6 +248,9 @@ def make_cases(seed):
                       outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
     cases.append(Case("swa/kernels=tensor-core-f8", "swa", {"kernels": "tensor-core"},
                       swa_inputs(rng, dtype="f8"), culprits=("options.kernels",), ranks=(2,)))
+    cases.append(Case("swa/k.npy/f4-beside-bf16", "swa", {},
+                      replace(swa_inputs(rng, dtype="bf16"), "k.npy", npy("f4", (9, 1, 4))),
+                      culprits=("k.npy",)))
     # --repeat: the checked result is the last of the repeated runs, so the check still holds.
     cases.append(Case("swa/valid-repeat", "swa",
                       {"backward": None, "policy": "halo", "window": 3, "chunk": 4, "repeat": 2},
@@ -371,6 +374,29 @@ def make_cases(seed):
     v_nan["v.npy"] = npy("f4", (12, 2, 4), vv)
     cases.append(Case("chunkwise/v.npy/nan", "chunkwise", base, v_nan, "either", ranks=(2, 3),
                       outputs=cw_out))
+    # 16-bit tensors (states fp32): valid runs end to end, a corrupted rank caught within the
+    # 16-bit tolerance, and the 16-bit ways to get a file wrong refused by file.
+    cw16 = chunkwise_inputs(rng, "gdn", dtype="bf16", cu=[0, 5, 12])
+    cases.append(Case("chunkwise/valid-gdn-bf16", "chunkwise", dict(base, backward=None), cw16,
+                      "pass", ranks=(1, 3),
+                      outputs=cw_out + ("dq.npy", "dg.npy", "dbeta.npy", "dh0.npy")))
+    cases.append(Case("chunkwise/valid-diagonal-f2-scan", "chunkwise",
+                      {"family": "diagonal", "chunk": 4, "compose": "scan", "backward": None},
+                      dict(chunkwise_inputs(rng, "diagonal", dtype="f2"),
+                           **{"h0.npy": npy("f4", (1, 2, 4, 4), rng.values(32))}),
+                      "pass", ranks=(2,), outputs=cw_out + ("dq.npy", "dg.npy")))
+    cases.append(Case("chunkwise/perturbed-rank-bf16-fails", "chunkwise",
+                      dict(base, **{"perturb-rank": "LAST"}), cw16, "fail", ranks=(2, 3)))
+    cases.append(Case("chunkwise/k.npy/f2-beside-bf16", "chunkwise", base,
+                      replace(cw16, "k.npy", npy("f2", (12, 2, 4), rng.values(96, -0.4, 0.4))),
+                      culprits=("k.npy",)))
+    cases.append(Case("chunkwise/h0.npy/bf16-state", "chunkwise", base,
+                      replace(cw16, "h0.npy", npy("bf16", (2, 2, 4, 4), rng.values(64))),
+                      culprits=("h0.npy",)))
+    g16 = rng.values(24, -0.5, -0.01)
+    g16[7] = 0.25
+    cases.append(Case("chunkwise/g.npy/bf16-positive-log-decay", "chunkwise", base,
+                      replace(cw16, "g.npy", npy("bf16", (12, 2), g16)), culprits=("g.npy",)))
 
     # heads ----------------------------------------------------------------------------------
     hd = heads_inputs(rng, cu=[0, 3, 8])
