@@ -6,14 +6,14 @@
 //       --householder M --conv-width w [--layout contiguous|zigzag] [--uneven] [--backward]
 //       [--chunk C]
 //
-// DIR: x.npy [T, C] (input-projection output [z | V | K | Q | b | a], natural token order; float32
-// or float64), conv_w.npy [C_conv, w], conv_b.npy [C_conv], dt_bias.npy [H], A_log.npy [H],
-// optional cu_seqlens.npy (int32), optional dy.npy [T, H·d] (ones when absent; dz is zero),
-// optional D.npy (the skip term: [H] per head, or [H·d] per channel, i.e. D_has_hdim). Every rank
-// reads the files and keeps its own rows in the chosen layout. Rank 0 writes y.npy and z.npy
-// (natural order), with --backward dx.npy, dconv_w.npy, dconv_b.npy, ddt_bias.npy, dA_log.npy (and
-// dD.npy when D.npy was given), and heads.json (shape, layout, bytes per rank against the formula,
-// times, max |diff| against P = 1).
+// DIR: x.npy [T, C] (input-projection output [z | V | K | Q | b | a], natural token order; float32,
+// float64, float16 or bfloat16; with 16-bit x the parameters are float32), conv_w.npy [C_conv, w],
+// conv_b.npy [C_conv], dt_bias.npy [H], A_log.npy [H], optional cu_seqlens.npy (int32), optional
+// dy.npy [T, H·d] (ones when absent; dz is zero), optional D.npy (the skip term: [H] per head, or
+// [H·d] per channel, i.e. D_has_hdim). Every rank reads the files and keeps its own rows in the
+// chosen layout. Rank 0 writes y.npy and z.npy (natural order), with --backward dx.npy,
+// dconv_w.npy, dconv_b.npy, ddt_bias.npy, dA_log.npy (and dD.npy when D.npy was given), and
+// heads.json (shape, layout, bytes per rank against the formula, times, max |diff| against P = 1).
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
 
@@ -60,17 +60,21 @@ struct Outputs {
   ctxpar::cli::SteadyState steady;  // --repeat
 };
 
+// The values (exact in the view's type: they came from a file of that dtype) into `v`.
 template <class View>
 void fill(const View& v, const std::vector<double>& values) {
   auto h = Kokkos::create_mirror_view(v);
   for (std::size_t i = 0; i < values.size(); ++i)
-    h.data()[i] = static_cast<typename View::value_type>(values[i]);
+    h.data()[i] = ctxpar::narrow<typename View::non_const_value_type>(values[i]);
   Kokkos::deep_copy(v, h);
 }
 template <class View>
 std::vector<double> read(const View& v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<double>(h.data(), h.data() + h.span());
+  std::vector<double> out(h.span());
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<double>(ctxpar::widen(h.data()[i]));
+  return out;
 }
 
 // Collective: the natural-order [T, cols] array on rank 0 from every rank's rows and their
@@ -103,11 +107,12 @@ std::vector<double> gather_natural(const ctxpar::Group& group, const std::vector
 template <class Scalar, class HeadPolicy, class TokenOrder>
 Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, int chunk,
                   int perturb_rank, int repeat) {
-  using matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, mem>;
+  using layer = ch::GdpContextParallel<HeadPolicy, TokenOrder, exec, Scalar>;
+  using matrix = typename layer::matrix;
+  using parameters = typename layer::parameters;  // in the compute type (fp32 for 16-bit x)
   const ch::GdpShape& s = in.shape;
-  ch::GdpContextParallel<HeadPolicy, TokenOrder, exec, Scalar> cp(
-      exec(), group, s, in.tokens, in.cu, ch::GdpOptions{1e-6, chunk});
-  ch::GdpSaved<Scalar, mem> saved;  // what the backward reads
+  layer cp(exec(), group, s, in.tokens, in.cu, ch::GdpOptions{1e-6, chunk});
+  typename layer::saved_type saved;  // what the backward reads
   const auto& plan = cp.input_plan();
   const std::int64_t rows = plan.local_rows(), c = s.input_layout().channels(), di = s.d_inner();
   std::vector<std::int64_t> natural(rows);
@@ -130,8 +135,7 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
       dz("dz", rows, di), dx("dx", rows, c);
   fill(x, take(in.x, c));
   fill(dy, take(in.dy, di));
-  auto params = ch::GdpParameters<Scalar, mem>::allocate(s),
-       grads = ch::GdpParameters<Scalar, mem>::allocate(s, "grads");
+  auto params = parameters::allocate(s), grads = parameters::allocate(s, "grads");
   fill(params.conv_weight, in.conv_w);
   fill(params.conv_bias, in.conv_b);
   fill(params.dt_bias, in.dt);
@@ -162,7 +166,7 @@ Outputs run_layer(const ctxpar::Group& group, const Inputs& in, bool backward, i
   out.steady.run(forward_call, backward_call);
   if (group.rank() == perturb_rank && rows > 0) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
-    h(0, 0) += Scalar(1);
+    h(0, 0) = ctxpar::narrow<Scalar>(ctxpar::widen(h(0, 0)) + 1);
     Kokkos::deep_copy(y, h);
   }
   // Per transpose: rows · (channels sent to other ranks) · sizeof; the forward has one input and
@@ -210,14 +214,28 @@ double max_abs(const std::vector<double>& a) {
   return m;
 }
 
-std::vector<double> as_doubles(const NpyArray& a, bool f32, const std::string& what) {
-  std::vector<double> out;
-  if (f32) {
-    for (float v : a.values<float>(what)) out.push_back(v);
+// The values of `a`, whose dtype must be `want` (the message names `what`, as NpyArray's).
+std::vector<double> values_in(const NpyArray& a, ctxpar::cli::Dtype want, const std::string& what) {
+  ctxpar::require_local(a.dtype() == want, "ctxpar::cli::npy", what + " has the wrong dtype",
+                        ctxpar::cli::descr(want), ctxpar::cli::descr(a.dtype()));
+  return ctxpar::cli::values_as_double(a, what);
+}
+
+// The largest difference the check allows, relative to max(1, max|P = 1 value|), for a result
+// stored in `Stored` after arithmetic in `compute_t<Scalar>`: k = 4·(T + P)·u of the arithmetic;
+// a 16-bit result is rounded once in each run (unit roundoff v), which adds (2 + k)·v and divides
+// by 1 − v (the reference itself is rounded).
+template <class Scalar, class Stored>
+double allowed_difference(std::int64_t tokens, int ranks) {
+  using arithmetic = ctxpar::compute_t<Scalar>;
+  const double u = std::numeric_limits<arithmetic>::epsilon() / 2;
+  const double k = 4.0 * static_cast<double>(tokens + ranks) * u;
+  if constexpr (ctxpar::is_narrow_storage_v<Stored>) {
+    const double v = std::is_same_v<Stored, ctxpar::bfloat16> ? 1.0 / 256 : 1.0 / 2048;
+    return (k + (2 + k) * v) / (1 - v);
   } else {
-    out = a.values<double>(what);
+    return k;
   }
-  return out;
 }
 
 bool has_skip(const Inputs& in) {
@@ -233,7 +251,8 @@ bool file_exists(const std::string& path) {
 // `passed` (rank 0) is the tool's verdict: every output and gradient within
 // 4·(T + P)·u·max(1, max|reference|) of the P = 1 layer — the forward moves the same per-head
 // arithmetic between ranks, the parameter gradients are sums over the T tokens reassociated across
-// P ranks — and NaN/Inf exactly where the P = 1 layer has them.
+// P ranks; 16-bit activations add their rounding (`allowed_difference`) — and NaN/Inf exactly
+// where the P = 1 layer has them.
 template <class Scalar>
 Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, int layout,
                    bool backward, int chunk, Outputs& dist, std::map<std::string, double>& diffs,
@@ -257,28 +276,30 @@ Json run_and_check(const ctxpar::Group& group, const Inputs& in, bool uneven, in
     const Outputs single = dispatch<Scalar>(
         self, in, uneven, ctxpar::cli::layouts.index("contiguous"), backward, chunk);
     ctxpar::cli::NonFinite nonfinite;
-    const double u = std::numeric_limits<Scalar>::epsilon() / 2;
-    const double k = 4.0 * static_cast<double>(in.tokens + group.size()) * u;
+    // Activations (y, z, dx) are stored in Scalar, parameter gradients in the compute type.
+    const double k = allowed_difference<Scalar, ctxpar::compute_t<Scalar>>(in.tokens, group.size());
+    const double ka = allowed_difference<Scalar, Scalar>(in.tokens, group.size());
     bool ok = true;
     auto compare = [&](const char* name, const std::vector<double>& got,
-                       const std::vector<double>& ref) {
+                       const std::vector<double>& ref, double bound) {
       diffs[name] = max_diff(got, ref, nonfinite);
-      ok = ok && diffs[name] <= k * std::max(1.0, max_abs(ref));
+      ok = ok && diffs[name] <= bound * std::max(1.0, max_abs(ref));
     };
-    compare("y", dist.y, single.y);
-    compare("z", dist.z, single.z);
+    compare("y", dist.y, single.y, ka);
+    compare("z", dist.z, single.z, ka);
     if (backward) {
-      compare("dx", dist.dx, single.dx);
-      compare("dconv_w", dist.dw, single.dw);
-      compare("dconv_b", dist.db, single.db);
-      compare("ddt_bias", dist.ddt, single.ddt);
-      compare("dA_log", dist.dalog, single.dalog);
-      if (has_skip(in)) compare("dD", dist.dd, single.dd);
+      compare("dx", dist.dx, single.dx, ka);
+      compare("dconv_w", dist.dw, single.dw, k);
+      compare("dconv_b", dist.db, single.db, k);
+      compare("ddt_bias", dist.ddt, single.ddt, k);
+      compare("dA_log", dist.dalog, single.dalog, k);
+      if (has_skip(in)) compare("dD", dist.dd, single.dd, k);
     }
     ok = ok && nonfinite.same_pattern();
     if (passed) *passed = ok;
     for (const auto& d : diffs) check["max_abs_diff_" + d.first] = d.second;
     check["relative_bound"] = k;
+    check["relative_bound_activations"] = ka;
     check["nonfinite"] = nonfinite.in_result;
     check["nonfinite_pattern_equal"] = nonfinite.same_pattern();
     check["passed"] = ok;
@@ -325,11 +346,18 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   const ch::GdpShape& s = in.shape;
   const std::string x_path = in_dir + "/x.npy";
   const NpyArray x = ctxpar::cli::read_npy(x_path);
-  ctxpar::require_local(
-      x.dtype() == ctxpar::cli::Dtype::float32 || x.dtype() == ctxpar::cli::Dtype::float64,
-      "ctxpar heads", x_path + " must be float32 or float64", "'<f4' or '<f8'",
-      ctxpar::cli::descr(x.dtype()));
-  const bool f32 = x.dtype() == ctxpar::cli::Dtype::float32;
+  using ctxpar::cli::Dtype;
+  ctxpar::require_local(x.dtype() != Dtype::int32, "ctxpar heads",
+                        x_path + " must be float32, float64, float16 or bfloat16",
+                        "'<f4', '<f8', '<f2' or '<u2' (bfloat16 bit patterns)",
+                        ctxpar::cli::descr(x.dtype()));
+  // Activations (x, dy; y, z, dx) in x's dtype; parameters and their gradients in the layer's
+  // compute type: fp32 for 16-bit x.
+  const Dtype activations = x.dtype(),
+              params = x.dtype() == Dtype::float64 ? Dtype::float64 : Dtype::float32;
+  const std::string param_dtype = activations == params
+                                      ? " (dtype of x.npy)"
+                                      : " (float32: parameters stay fp32 beside 16-bit x.npy)";
   ctxpar::require_local(x.rank() == 2, "ctxpar heads", x_path + " must be [T, C]", 2, x.rank());
   in.tokens = x.extent(0);
   ctxpar::require_local(in.tokens >= 1, "ctxpar heads", x_path + " must hold at least one token",
@@ -341,17 +369,17 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
                             "of --nheads, --headdim, --ngroups, --dstate, --householder",
                         c, x.extent(1));
   // Every file named by its path, dtype (that of x.npy) and shape.
-  auto read = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+  auto read = [&](const std::string& name, const std::vector<std::int64_t>& shape, Dtype dtype) {
     const std::string path = in_dir + "/" + name;
     const NpyArray a = ctxpar::cli::read_npy(path);
     a.require_shape(shape, path);
-    return as_doubles(a, f32, path + " (dtype of x.npy)");
+    return values_in(a, dtype, path + (dtype == activations ? " (dtype of x.npy)" : param_dtype));
   };
-  in.x = as_doubles(x, f32, x_path);
-  in.conv_w = read("conv_w.npy", {s.conv_channels(), s.conv_width});
-  in.conv_b = read("conv_b.npy", {s.conv_channels()});
-  in.dt = read("dt_bias.npy", {s.nheads});
-  in.alog = read("A_log.npy", {s.nheads});
+  in.x = ctxpar::cli::values_as_double(x, x_path);
+  in.conv_w = read("conv_w.npy", {s.conv_channels(), s.conv_width}, params);
+  in.conv_b = read("conv_b.npy", {s.conv_channels()}, params);
+  in.dt = read("dt_bias.npy", {s.nheads}, params);
+  in.alog = read("A_log.npy", {s.nheads}, params);
   if (file_exists(in_dir + "/cu_seqlens.npy")) {
     const std::string path = in_dir + "/cu_seqlens.npy";
     const NpyArray cu = ctxpar::cli::read_npy(path);
@@ -369,10 +397,10 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
                           std::to_string(s.nheads) + " or " + std::to_string(s.d_inner()),
                           NpyArray::shape_text(d.shape()));
     in.shape.skip = n == s.nheads ? ch::SkipTerm::per_head : ch::SkipTerm::per_channel;
-    in.d = as_doubles(d, f32, path + " (dtype of x.npy)");
+    in.d = values_in(d, params, path + param_dtype);
   }
   if (file_exists(in_dir + "/dy.npy")) {
-    in.dy = read("dy.npy", {in.tokens, s.d_inner()});
+    in.dy = read("dy.npy", {in.tokens, s.d_inner()}, activations);
   } else {
     in.dy.assign(in.tokens * s.d_inner(), 1.0);
   }
@@ -381,29 +409,29 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   std::map<std::string, double> diffs;
   bool passed = true;
   Json peak_rss, steady;
-  Json check = f32 ? run_and_check<float>(group, in, uneven, layout, backward, chunk, dist, diffs,
-                                          &passed, perturb_rank, repeat, &peak_rss, &steady)
-                   : run_and_check<double>(group, in, uneven, layout, backward, chunk, dist, diffs,
-                                           &passed, perturb_rank, repeat, &peak_rss, &steady);
+  Json check = ctxpar::cli::with_float_type(activations, [&](auto tag) {
+    return run_and_check<decltype(tag)>(group, in, uneven, layout, backward, chunk, dist, diffs,
+                                        &passed, perturb_rank, repeat, &peak_rss, &steady);
+  });
   if (group.rank() == 0) {
     auto keep = [&](const std::string& name, const std::vector<double>& v,
-                    std::vector<std::int64_t> shape) {
-      if (f32) {
-        out.add(name,
-                NpyArray::from_values(std::move(shape), std::vector<float>(v.begin(), v.end())));
-      } else {
-        out.add(name, NpyArray::from_values(std::move(shape), v));
-      }
+                    std::vector<std::int64_t> shape, Dtype dtype) {
+      ctxpar::cli::with_float_type(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        std::vector<T> values(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) values[i] = ctxpar::narrow<T>(v[i]);
+        out.add(name, NpyArray::from_values(std::move(shape), values));
+      });
     };
-    keep("y.npy", dist.y, {in.tokens, s.d_inner()});
-    keep("z.npy", dist.z, {in.tokens, s.d_inner()});
+    keep("y.npy", dist.y, {in.tokens, s.d_inner()}, activations);
+    keep("z.npy", dist.z, {in.tokens, s.d_inner()}, activations);
     if (backward) {
-      keep("dx.npy", dist.dx, {in.tokens, c});
-      keep("dconv_w.npy", dist.dw, {s.conv_channels(), s.conv_width});
-      keep("dconv_b.npy", dist.db, {s.conv_channels()});
-      keep("ddt_bias.npy", dist.ddt, {s.nheads});
-      keep("dA_log.npy", dist.dalog, {s.nheads});
-      if (has_skip(in)) keep("dD.npy", dist.dd, {s.skip_size()});
+      keep("dx.npy", dist.dx, {in.tokens, c}, activations);
+      keep("dconv_w.npy", dist.dw, {s.conv_channels(), s.conv_width}, params);
+      keep("dconv_b.npy", dist.db, {s.conv_channels()}, params);
+      keep("ddt_bias.npy", dist.ddt, {s.nheads}, params);
+      keep("dA_log.npy", dist.dalog, {s.nheads}, params);
+      if (has_skip(in)) keep("dD.npy", dist.dd, {s.skip_size()}, params);
     }
   }
   Json summary = Json::object();
@@ -420,7 +448,8 @@ int run_heads(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   summary["layout"] = ctxpar::cli::layouts.name(layout);
   summary["uneven"] = uneven;
   summary["packed_sequences"] = static_cast<std::int64_t>(in.cu.empty() ? 1 : in.cu.size() - 1);
-  summary["dtype"] = f32 ? "float32" : "float64";
+  summary["dtype"] = ctxpar::cli::dtype_name(activations);
+  summary["parameter_dtype"] = ctxpar::cli::dtype_name(params);
   summary["host_isa"] = host_isa;
   summary["peak_rss_bytes"] = peak_rss;
   if (repeat > 0) summary["steady_state"] = steady;
@@ -507,8 +536,9 @@ CTXPAR_CLI_COMMAND(
     "                    and what the layer calls allocated in them [0]\n\n"
     "input files in --in (C order, little-endian; C = H·d·(M + 1) + G·N·(M + 1) + H·(M + 1),\n"
     "C_conv = H·d·M + G·N·(M + 1)):\n"
-    "  x.npy           [T, C] input projection [z | V | K | Q | b | a], float32 or float64;\n"
-    "                  sets the others' dtype\n"
+    "  x.npy           [T, C] input projection [z | V | K | Q | b | a], float32, float64,\n"
+    "                  float16 ('<f2') or bfloat16 (bit patterns as '<u2'); sets the others'\n"
+    "                  dtype (16-bit x: the parameter files conv_w .. D are float32)\n"
     "  conv_w.npy      [C_conv, w]\n"
     "  conv_b.npy      [C_conv]\n"
     "  dt_bias.npy     [H]\n"
@@ -516,12 +546,14 @@ CTXPAR_CLI_COMMAND(
     "  cu_seqlens.npy  [N + 1] int32, optional: packed sequences ending at T [one sequence]\n"
     "  D.npy           [H] or [H·d], optional: skip term per head or per channel [none]\n"
     "  dy.npy          [T, H·d], optional: gradient of y for --backward [ones]\n\n"
-    "output files in --out (written by rank 0 after the run, dtype of x):\n"
+    "output files in --out (written by rank 0 after the run, dtype of x; parameter gradients\n"
+    "float32 when x is 16-bit):\n"
     "  y.npy, z.npy [T, H·d]; with --backward dx.npy [T, C], dconv_w.npy [C_conv, w],\n"
     "  dconv_b.npy [C_conv], ddt_bias.npy [H], dA_log.npy [H], dD.npy (shape of D.npy, when\n"
     "  given); heads.json: shape, bytes per rank against the formula, times, peak memory per\n"
     "  rank, the check: every output within 4·(T + P)·u·max(1, max|P = 1 value|) of the P = 1 "
     "layer\n"
+    "  (u of the arithmetic; 16-bit y, z, dx add the rounding of each run)\n"
     "\n"
     "exit status: 0 the run passed its check; 1 the distributed result differs from the "
     "single-rank\n"

@@ -131,11 +131,12 @@ def heads_channels(H, d, G, N, M, w):
 def heads_inputs(rng, T=8, dtype="f4", cu=None):
     H, d, G, N, M, w = (HEADS[k] for k in "HdGNMw")
     c, cc = heads_channels(H, d, G, N, M, w)
+    pd = "f8" if dtype == "f8" else "f4"  # parameters stay fp32 beside 16-bit activations
     f = {"x.npy": npy(dtype, (T, c), rng.values(T * c, -0.5, 0.5)),
-         "conv_w.npy": npy(dtype, (cc, w), rng.values(cc * w, -0.5, 0.5)),
-         "conv_b.npy": npy(dtype, (cc,), rng.values(cc, -0.1, 0.1)),
-         "dt_bias.npy": npy(dtype, (H,), rng.values(H)),
-         "A_log.npy": npy(dtype, (H,), rng.values(H, -0.5, 0.5))}
+         "conv_w.npy": npy(pd, (cc, w), rng.values(cc * w, -0.5, 0.5)),
+         "conv_b.npy": npy(pd, (cc,), rng.values(cc, -0.1, 0.1)),
+         "dt_bias.npy": npy(pd, (H,), rng.values(H)),
+         "A_log.npy": npy(pd, (H,), rng.values(H, -0.5, 0.5))}
     if cu is not None:
         f["cu_seqlens.npy"] = npy("i4", (len(cu),), cu)
     return f
@@ -464,6 +465,24 @@ def make_cases(seed):
     cases.append(Case("heads/x.npy/nan", "heads", dict(ho, backward=None),
                       replace(hd, "x.npy", npy("f4", (8, c), xs)), "either", ranks=(2,),
                       outputs=hd_out))
+    # 16-bit activations (parameters fp32): valid runs, a corrupted rank caught within the 16-bit
+    # bound, and the 16-bit ways to get a file wrong refused by file.
+    hd16 = heads_inputs(rng, dtype="bf16", cu=[0, 3, 8])
+    cases.append(Case("heads/valid-bf16", "heads", dict(ho, backward=None), hd16, "pass",
+                      ranks=(1, 3), outputs=hd_out + ("dx.npy", "dconv_w.npy")))
+    cases.append(Case("heads/valid-f2-zigzag-skip", "heads",
+                      dict(ho, layout="zigzag", backward=None),
+                      dict(heads_inputs(rng, T=12, dtype="f2"),
+                           **{"D.npy": npy("f4", (2,), rng.values(2))}),
+                      "pass", ranks=(2,), outputs=hd_out + ("dD.npy",)))
+    cases.append(Case("heads/perturbed-rank-bf16-fails", "heads",
+                      dict(ho, **{"perturb-rank": "LAST"}), hd16, "fail", ranks=(2, 3)))
+    cases.append(Case("heads/conv_w.npy/bf16-parameter", "heads", ho,
+                      replace(hd16, "conv_w.npy", npy("bf16", (cc, 2), rng.values(cc * 2))),
+                      culprits=("conv_w.npy",)))
+    cases.append(Case("heads/dy.npy/f4-beside-bf16", "heads", dict(ho, backward=None),
+                      replace(hd16, "dy.npy", npy("f4", (8, 4), rng.values(32))),
+                      culprits=("dy.npy",)))
 
     # hybrid (no input files) ----------------------------------------------------------------
     tiny = dict(TINY)
