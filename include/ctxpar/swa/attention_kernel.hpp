@@ -49,7 +49,7 @@ void attention_forward(
   if (shape.tq == 0 || shape.hq == 0) return;
   if constexpr (impl::tensor_core_kernels_v<ExecutionSpace, Scalar>) {
     if (impl::runs_tensor_core_kernels<ExecutionSpace, Scalar>(kernels, shape.dim)) {
-      impl::tensor_core_attention_forward(space, mask, in, out, lse);
+      impl::tensor_core_attention_forward(space, mask, in, shape, {out, lse});
       return;
     }
   }
@@ -70,7 +70,7 @@ void attention_forward(
       return;
     }
   }
-  impl::portable_attention_forward(space, mask, in, out, lse);
+  impl::portable_attention_forward(space, mask, in, shape, {out, lse});
 }
 
 /// Backward of `attention_forward`: from `dout [tq, Hq, D]`, the forward's `out` and `lse`, writes
@@ -93,11 +93,12 @@ void attention_backward(
   // `delta_i = dout_i . out_i`, which both kernel families read.
   const Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> delta =
       impl::row_deltas(space, out, dout, workspace.delta);
+  const impl::BackwardViews<Scalar, MemorySpace> views{lse, delta, dout, dq, dk, dv};
   impl::LocalChecker chk{"ctxpar::swa::attention_backward"};
   impl::check_tensor_core_choice<ExecutionSpace, Scalar>(chk, kernels, shape.dim);
   if constexpr (impl::tensor_core_kernels_v<ExecutionSpace, Scalar>) {
     if (impl::runs_tensor_core_kernels<ExecutionSpace, Scalar>(kernels, shape.dim)) {
-      impl::tensor_core_attention_backward(space, mask, in, lse, delta, dout, dq, dk, dv);
+      impl::tensor_core_attention_backward(space, mask, in, views);
       return;
     }
   }
@@ -157,7 +158,7 @@ void attention_backward(
       return;
     }
   }
-  impl::portable_attention_backward(space, mask, in, lse, delta, dout, dq, dk, dv);
+  impl::portable_attention_backward(space, mask, in, views);
 }
 
 }  // namespace ctxpar::swa

@@ -38,6 +38,24 @@ struct KernelShape {
         group(hkv > 0 ? static_cast<int>(in.q.extent(1) / in.k.extent(1)) : 1) {}
 };
 
+/// What a forward kernel family writes: the output `[tq, Hq, D]` and the row log-sum-exps
+/// `[tq, Hq]` its backward reads.
+template <class Scalar, class MemorySpace>
+struct ForwardViews {
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
+  Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> lse;
+};
+
+/// What a backward kernel family reads besides the inputs, and writes: the forward's row
+/// log-sum-exps and the row deltas `dout_i · out_i` `[tq, Hq]`, the output gradient `[tq, Hq, D]`,
+/// and the gradients of the rotated queries `[tq, Hq, D]`, rotated keys and values `[nk, Hkv, D]`.
+template <class Scalar, class MemorySpace>
+struct BackwardViews {
+  Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> lse, delta;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
+  Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace> dq, dk, dv;
+};
+
 template <class Scalar, class MemorySpace>
 KOKKOS_INLINE_FUNCTION mask::Token query_token(const AttentionInputs<Scalar, MemorySpace>& in,
                                                std::int64_t i) {

@@ -178,16 +178,31 @@ struct TeamQueryTiles {
     return QueryTeam(team.league_rank(), tiles, shape.tq, shape.group, heads);
   }
 
-  /// The team's scratch for `row_arrays` and `key_arrays` (see `scratch_bytes`), to be taken
-  /// piece by piece.
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION ScratchCursor scratch(const Member& team, int row_arrays,
-                                               int key_arrays) const {
-    const std::size_t bytes = scratch_bytes(shape.dim, heads, row_arrays, key_arrays);
-    return ScratchCursor{static_cast<char*>(team.team_scratch(level).get_shmem(bytes))};
+  /// A team's scratch, laid out as `scratch_bytes` counts it: `Rows` arrays of `dim` per row slot
+  /// (the team's heads × a query tile), `Keys` per key of a tile, the scores of every slot, two
+  /// values per slot, and the tile's tokens.
+  template <int Rows, int Keys>
+  struct Scratch {
+    acc* rows[Rows];
+    acc* keys[Keys];
+    acc* scores;
+    acc* per_slot[2];
+    TileTokens tok;
+  };
+  template <int Rows, int Keys, class Member>
+  KOKKOS_INLINE_FUNCTION Scratch<Rows, Keys> take_scratch(const Member& team) const {
+    const std::size_t bytes = scratch_bytes(shape.dim, heads, Rows, Keys);
+    ScratchCursor cur{static_cast<char*>(team.team_scratch(level).get_shmem(bytes))};
+    const std::size_t slots = std::size_t(heads) * query_tile, dim = std::size_t(shape.dim);
+    Scratch<Rows, Keys> s;
+    for (int a = 0; a < Rows; ++a) s.rows[a] = cur.take<acc>(slots * dim);
+    for (int a = 0; a < Keys; ++a) s.keys[a] = cur.take<acc>(std::size_t(key_tile) * dim);
+    s.scores = cur.take<acc>(slots * key_tile);
+    s.per_slot[0] = cur.take<acc>(slots);
+    s.per_slot[1] = cur.take<acc>(slots);
+    s.tok = TileTokens::take(cur);
+    return s;
   }
-  /// Row slots of a team (its heads × a query tile).
-  KOKKOS_INLINE_FUNCTION std::size_t slots() const { return std::size_t(heads) * query_tile; }
 
   /// `body(row)` for every row of `qt`, one thread per row.
   template <class Member, class Body>
@@ -253,17 +268,11 @@ struct TeamForwardKernel {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const QueryTeam qt = queries.team_of(team);
-    ScratchCursor cur = queries.scratch(team, row_arrays, key_arrays);
+    const auto s = queries.template take_scratch<row_arrays, key_arrays>(team);
     const int D = queries.shape.dim;
-    const std::size_t slots = queries.slots();
-    acc* qs = cur.take<acc>(slots * D);
-    acc* os = cur.take<acc>(slots * D);
-    acc* kt = cur.take<acc>(std::size_t(key_tile) * D);
-    acc* vs = cur.take<acc>(std::size_t(key_tile) * D);
-    acc* ps = cur.take<acc>(slots * key_tile);
-    acc* ms = cur.take<acc>(slots);
-    acc* ls = cur.take<acc>(slots);
-    const TileTokens tok = TileTokens::take(cur);
+    acc *qs = s.rows[0], *os = s.rows[1], *kt = s.keys[0], *vs = s.keys[1];
+    acc *ps = s.scores, *ms = s.per_slot[0], *ls = s.per_slot[1];
+    const TileTokens tok = s.tok;
     const acc masked = masked_score<acc>();
     queries.load_rows(
         team, qt, qs, tok.query,
@@ -375,19 +384,12 @@ struct TeamQueryGradientKernel {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const QueryTeam qt = queries.team_of(team);
-    ScratchCursor cur = queries.scratch(team, row_arrays, key_arrays);
+    const auto s = queries.template take_scratch<row_arrays, key_arrays>(team);
     const int D = queries.shape.dim;
-    const std::size_t slots = queries.slots();
-    acc* qs = cur.take<acc>(slots * D);
-    acc* dos = cur.take<acc>(slots * D);
-    acc* dqs = cur.take<acc>(slots * D);
-    acc* kt = cur.take<acc>(std::size_t(key_tile) * D);
-    acc* ks = cur.take<acc>(std::size_t(key_tile) * D);
-    acc* vt = cur.take<acc>(std::size_t(key_tile) * D);
-    acc* dss = cur.take<acc>(slots * key_tile);
-    acc* lses = cur.take<acc>(slots);
-    acc* deltas = cur.take<acc>(slots);
-    const TileTokens tok = TileTokens::take(cur);
+    acc *qs = s.rows[0], *dos = s.rows[1], *dqs = s.rows[2];
+    acc *kt = s.keys[0], *ks = s.keys[1], *vt = s.keys[2];
+    acc *dss = s.scores, *lses = s.per_slot[0], *deltas = s.per_slot[1];
+    const TileTokens tok = s.tok;
     queries.load_rows(
         team, qt, qs, tok.query,
         [&](const QueryRow& q, const int d) {
@@ -592,46 +594,40 @@ void launch_query_kernel(const char* label, const ExecutionSpace& space, const M
   Kokkos::parallel_for(label, policy, kernel);
 }
 
-/// Forward attention with the portable team kernels (see `attention_forward`).
+/// Forward attention with the portable team kernels (see `attention_forward`) on inputs of
+/// `shape` with queries (the caller returns early on an empty query axis).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void portable_attention_forward(
-    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
-  const KernelShape<Scalar, MemorySpace> shape(in);
-  if (shape.tq == 0 || shape.hq == 0) return;
+void portable_attention_forward(const ExecutionSpace& space, const Mask& mask,
+                                const AttentionInputs<Scalar, MemorySpace>& in,
+                                const KernelShape<Scalar, MemorySpace>& shape,
+                                const ForwardViews<Scalar, MemorySpace>& f) {
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using Kernel = TeamForwardKernel<Scalar, MemorySpace, Mask, Member>;
   launch_query_kernel<Kernel>("ctxpar::swa::attention_forward", space, mask, in, shape,
                               [&](const typename Kernel::Tiles& queries) {
-                                return Kernel{queries, out, lse};
+                                return Kernel{queries, f.out, f.lse};
                               });
 }
 
 /// Backward attention with the portable team kernels (see `attention_backward`), given the row
 /// deltas `delta = row_deltas(out, dout)`.
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void portable_attention_backward(
-    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
-    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& delta,
-    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dq,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dv) {
+void portable_attention_backward(const ExecutionSpace& space, const Mask& mask,
+                                 const AttentionInputs<Scalar, MemorySpace>& in,
+                                 const BackwardViews<Scalar, MemorySpace>& g) {
   const KernelShape<Scalar, MemorySpace> shape(in);
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   if (shape.tq > 0 && shape.hq > 0) {
     using Kernel = TeamQueryGradientKernel<Scalar, MemorySpace, Mask, Member>;
     launch_query_kernel<Kernel>("ctxpar::swa::attention_backward_dq", space, mask, in, shape,
                                 [&](const typename Kernel::Tiles& queries) {
-                                  return Kernel{queries, dout, lse, delta, dq};
+                                  return Kernel{queries, g.dout, g.lse, g.delta, g.dq};
                                 });
   }
   if (shape.nk > 0 && shape.hkv > 0) {
     using Kernel = TeamKeyGradientKernel<Scalar, MemorySpace, Mask, Member>;
     const std::int64_t tiles = (shape.nk + key_tile - 1) / key_tile;
-    Kernel kernel{in, dout, lse, delta, dk, dv, mask, shape, tiles, 0};
+    Kernel kernel{in, g.dout, g.lse, g.delta, g.dk, g.dv, mask, shape, tiles, 0};
     const auto policy =
         team_kernel_policy(space, tiles * shape.hkv, Kernel::scratch_bytes(shape.dim), query_tile,
                            kernel, kernel.level);

@@ -59,24 +59,7 @@ struct TensorCoreQueryGradientKernel {
     float lse[2][count], delta[2][count];
   };
 
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const Lanes lanes = Lanes::of_thread(team.team_rank());
-    Warp w[Walk::per_thread];
-    const TensorCoreQueryTeam qt = queries.walk(
-        team, w, [&](Warp& x, std::int64_t i0) { start(x, lanes, i0); },
-        [&](Warp& x, const typename Walk::Staged& st, const auto& seen) {
-          gradient_step(x, lanes, st, seen);
-        });
-    const acc scale = static_cast<acc>(queries.in.scale);
-    for (int k = 0; k < Walk::per_thread; ++k) {
-      Warp& x = w[k];
-      if (x.rows == 0) continue;
-      Tiles::for_each_element(lanes, queries.shape.dim, x.d_q,
-                              [&](float& g, int r, int d, int, int) {
-                                if (r < x.rows) dq(qt.i0 + x.r0 + r, x.h, d) = g * scale;
-                              });
-    }
-  }
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const { queries.walk(team, *this); }
 
   KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0) const {
     const int dim = queries.shape.dim;
@@ -96,9 +79,8 @@ struct TensorCoreQueryGradientKernel {
 
   /// The warp's rows against one staged key tile (`seen(r, j)`: key `j` visible to row `r`).
   template <class Seen>
-  KOKKOS_FORCEINLINE_FUNCTION void gradient_step(Warp& w, const Lanes& lanes,
-                                                 const typename Walk::Staged& st,
-                                                 const Seen& seen) const {
+  KOKKOS_FORCEINLINE_FUNCTION void visit(Warp& w, const Lanes& lanes,
+                                         const typename Walk::Staged& st, const Seen& seen) const {
     const int dim = queries.shape.dim;
     const float scale = static_cast<float>(queries.in.scale);
     typename Tiles::Scores p, dp;
@@ -112,6 +94,14 @@ struct TensorCoreQueryGradientKernel {
       for (int c = 0; c < count; ++c)
         for (int e = 0; e < 4; ++e) dp[nb][c][e] = p[nb][c][e] * (dp[nb][c][e] - w.delta[e / 2][c]);
     Tiles::weighted_rows(lanes, dim, dp, st.k, w.d_q);
+  }
+
+  /// Writes the warp's dQ rows (scaled: the scores were of the scaled queries).
+  KOKKOS_FORCEINLINE_FUNCTION void finish(Warp& w, const Lanes& lanes, std::int64_t i0) const {
+    const acc scale = static_cast<acc>(queries.in.scale);
+    Tiles::for_each_element(lanes, queries.shape.dim, w.d_q, [&](float& g, int r, int d, int, int) {
+      if (r < w.rows) dq(i0 + w.r0 + r, w.h, d) = g * scale;
+    });
   }
 };
 
@@ -248,21 +238,16 @@ struct TensorCoreKeyGradientKernel {
 
 /// Launches the backward for head dimensions up to `DP` (see `tensor_core_attention_backward`).
 template <int DP, class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void launch_tensor_core_backward(
-    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const KernelShape<Scalar, MemorySpace>& shape,
-    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
-    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& delta,
-    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dq,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dv) {
+void launch_tensor_core_backward(const ExecutionSpace& space, const Mask& mask,
+                                 const AttentionInputs<Scalar, MemorySpace>& in,
+                                 const KernelShape<Scalar, MemorySpace>& shape,
+                                 const BackwardViews<Scalar, MemorySpace>& g) {
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   if (shape.tq > 0 && shape.hq > 0) {
     using Kernel = TensorCoreQueryGradientKernel<Scalar, MemorySpace, Mask, Member, DP>;
     launch_query_walk<Kernel>("ctxpar::swa::attention_backward_dq_tensor_core", space, mask, in,
                               shape, [&](const typename Kernel::Walk& walk) {
-                                return Kernel{walk, dout, lse, delta, dq};
+                                return Kernel{walk, g.dout, g.lse, g.delta, g.dq};
                               });
   }
   if (shape.nk > 0 && shape.hkv > 0) {
@@ -271,34 +256,22 @@ void launch_tensor_core_backward(
     int level = 0;
     const auto policy =
         tensor_core_policy(space, blocks * shape.hkv, Kernel::scratch_bytes(), level);
-    Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
-                         Kernel{in, mask, shape, dout, lse, delta, dk, dv, blocks, level});
+    Kokkos::parallel_for(
+        "ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
+        Kernel{in, mask, shape, g.dout, g.lse, g.delta, g.dk, g.dv, blocks, level});
   }
 }
 
 /// Backward attention on tensor-core products (see `attention_backward`), given the row deltas;
 /// the caller has checked that they run here (`runs_tensor_core_kernels`).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void tensor_core_attention_backward(
-    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse,
-    const Kokkos::View<const accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& delta,
-    const Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>& dout,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dq,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dk,
-    const Kokkos::View<accumulator_t<Scalar>***, Kokkos::LayoutRight, MemorySpace>& dv) {
+void tensor_core_attention_backward(const ExecutionSpace& space, const Mask& mask,
+                                    const AttentionInputs<Scalar, MemorySpace>& in,
+                                    const BackwardViews<Scalar, MemorySpace>& g) {
   const KernelShape<Scalar, MemorySpace> shape(in);
-  switch (tensor_core_padded_dim(shape.dim)) {
-    case 64:
-      launch_tensor_core_backward<64>(space, mask, in, shape, lse, delta, dout, dq, dk, dv);
-      break;
-    case 128:
-      launch_tensor_core_backward<128>(space, mask, in, shape, lse, delta, dout, dq, dk, dv);
-      break;
-    default:
-      launch_tensor_core_backward<256>(space, mask, in, shape, lse, delta, dout, dq, dk, dv);
-      break;
-  }
+  with_padded_dim(shape.dim, [&](auto padded) {
+    launch_tensor_core_backward<decltype(padded)::value>(space, mask, in, shape, g);
+  });
 }
 
 }  // namespace ctxpar::swa::impl

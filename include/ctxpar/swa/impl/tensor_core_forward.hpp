@@ -82,6 +82,7 @@ template <class Scalar, class MemorySpace, class Mask, int DP>
 struct TensorCoreQueryWalk {
   using Tiles = TensorCoreTiles<Scalar, DP>;
   using Op = typename Tiles::Op;
+  using Lanes = typename Tiles::Lanes;
   static constexpr int warps = Tiles::warps, count = Tiles::count;
   /// Warps each thread runs: on a device every thread is a lane of one warp; on the host one
   /// thread runs every warp.
@@ -109,14 +110,15 @@ struct TensorCoreQueryWalk {
            scratch_piece<mask::Token>(key_tile) + scratch_piece<bool>(key_tile);
   }
 
-  /// Runs the team of `team` with the warps `w` the thread runs (each with members `r0`, `rows`
-  /// and `h`, set here): `start(w[k], i0)` once, then per staged key tile `attend(w[k], staged,
-  /// seen)` for each warp that has rows (`seen(r, j)`: key `j` of the tile visible to its row
-  /// `r`). Returns the team.
-  template <class Member, class Warp, class Start, class Attend>
-  KOKKOS_FORCEINLINE_FUNCTION TensorCoreQueryTeam walk(const Member& team, Warp (&w)[per_thread],
-                                                       const Start& start,
-                                                       const Attend& attend) const {
+  /// Runs the team of `team` for `kernel` on the warps the thread runs (its `Warp`s, each with
+  /// members `r0`, `rows` and `h`, set here): `kernel.start(warp, lanes, i0)` once, then per
+  /// staged key tile `kernel.visit(warp, lanes, staged, seen)` for each warp that has rows
+  /// (`seen(r, j)`: key `j` of the tile visible to its row `r`), and last
+  /// `kernel.finish(warp, lanes, i0)` for each warp that has rows.
+  template <class Member, class Kernel>
+  KOKKOS_FORCEINLINE_FUNCTION void walk(const Member& team, const Kernel& kernel) const {
+    const Lanes lanes = Lanes::of_thread(team.team_rank());
+    typename Kernel::Warp w[per_thread];
     const int first_warp = count == 1 ? team.team_rank() / 32 : 0;
     const TensorCoreQueryTeam qt(team.league_rank(), tiles, shape.tq, shape.group, heads);
     ScratchCursor cur{static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes()))};
@@ -134,7 +136,7 @@ struct TensorCoreQueryWalk {
       w[k].h = qt.h(wi);
       w[k].r0 = qt.r0(wi);
       w[k].rows = qt.rows(wi);
-      start(w[k], qt.i0);
+      kernel.start(w[k], lanes, qt.i0);
     }
     const WindowRange range = window_range(in);
     std::int64_t lo, hi, j0;
@@ -151,10 +153,11 @@ struct TensorCoreQueryWalk {
       });
       team.team_barrier();
       for (int k = 0; k < per_thread; ++k)
-        if (w[k].rows > 0) attend(w[k], st, visibility(st, range, w[k].r0, w[k].rows));
+        if (w[k].rows > 0) kernel.visit(w[k], lanes, st, visibility(st, range, w[k].r0, w[k].rows));
       team.team_barrier();
     }
-    return qt;
+    for (int k = 0; k < per_thread; ++k)
+      if (w[k].rows > 0) kernel.finish(w[k], lanes, qt.i0);
   }
 
   /// Whether key `j` of the staged tile is visible to row `r` of the warp rows `[r0, r0 + rows)`
@@ -199,17 +202,7 @@ struct TensorCoreForwardKernel {
     float m[2][count], l[2][count];
   };
 
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const Lanes lanes = Lanes::of_thread(team.team_rank());
-    Warp w[Walk::per_thread];
-    const TensorCoreQueryTeam qt = queries.walk(
-        team, w, [&](Warp& x, std::int64_t i0) { start(x, lanes, i0); },
-        [&](Warp& x, const typename Walk::Staged& st, const auto& seen) {
-          attend(x, lanes, st, seen);
-        });
-    for (int k = 0; k < Walk::per_thread; ++k)
-      if (w[k].rows > 0) finish(w[k], lanes, qt.i0);
-  }
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const { queries.walk(team, *this); }
 
   /// Loads the warp's Q fragments and clears its state.
   KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0) const {
@@ -228,8 +221,8 @@ struct TensorCoreForwardKernel {
   /// One warp's rows against the staged tile (`seen(r, j)`: key `j` visible to row `r`): scores,
   /// mask, online softmax, `P·V`.
   template <class Seen>
-  KOKKOS_FORCEINLINE_FUNCTION void attend(Warp& w, const Lanes& lanes,
-                                          const typename Walk::Staged& st, const Seen& seen) const {
+  KOKKOS_FORCEINLINE_FUNCTION void visit(Warp& w, const Lanes& lanes,
+                                         const typename Walk::Staged& st, const Seen& seen) const {
     const int dim = queries.shape.dim;
     const float masked = masked_score<float>();
     const float scale = static_cast<float>(queries.in.scale);
@@ -320,41 +313,22 @@ void launch_query_walk(const char* label, const ExecutionSpace& space, const Mas
                        make(typename Kernel::Walk{in, mask, shape, tiles, heads, level}));
 }
 
-/// Launches the forward for head dimensions up to `DP` (see `tensor_core_attention_forward`).
-template <int DP, class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void launch_tensor_core_forward(
-    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const KernelShape<Scalar, MemorySpace>& shape,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
-  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
-  using Kernel = TensorCoreForwardKernel<Scalar, MemorySpace, Mask, Member, DP>;
-  launch_query_walk<Kernel>("ctxpar::swa::attention_forward_tensor_core", space, mask, in, shape,
-                            [&](const typename Kernel::Walk& walk) {
-                              return Kernel{walk, out, lse};
-                            });
-}
-
-/// Forward attention on tensor-core products (see `attention_forward`); the caller has checked
-/// that they run here (`runs_tensor_core_kernels`).
+/// Forward attention on tensor-core products (see `attention_forward`) on inputs of `shape` with
+/// queries; the caller has checked that they run here (`runs_tensor_core_kernels`).
 template <class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
-void tensor_core_attention_forward(
-    const ExecutionSpace& space, const Mask& mask, const AttentionInputs<Scalar, MemorySpace>& in,
-    const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>& out,
-    const Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace>& lse) {
-  const KernelShape<Scalar, MemorySpace> shape(in);
-  if (shape.tq == 0 || shape.hq == 0) return;
-  switch (tensor_core_padded_dim(shape.dim)) {
-    case 64:
-      launch_tensor_core_forward<64>(space, mask, in, shape, out, lse);
-      break;
-    case 128:
-      launch_tensor_core_forward<128>(space, mask, in, shape, out, lse);
-      break;
-    default:
-      launch_tensor_core_forward<256>(space, mask, in, shape, out, lse);
-      break;
-  }
+void tensor_core_attention_forward(const ExecutionSpace& space, const Mask& mask,
+                                   const AttentionInputs<Scalar, MemorySpace>& in,
+                                   const KernelShape<Scalar, MemorySpace>& shape,
+                                   const ForwardViews<Scalar, MemorySpace>& f) {
+  with_padded_dim(shape.dim, [&](auto padded) {
+    using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+    using Kernel =
+        TensorCoreForwardKernel<Scalar, MemorySpace, Mask, Member, decltype(padded)::value>;
+    launch_query_walk<Kernel>("ctxpar::swa::attention_forward_tensor_core", space, mask, in, shape,
+                              [&](const typename Kernel::Walk& walk) {
+                                return Kernel{walk, f.out, f.lse};
+                              });
+  });
 }
 
 }  // namespace ctxpar::swa::impl

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "ctxpar/core/impl/mma_fragment.hpp"
 #include "ctxpar/core/impl/warp_lanes.hpp"
@@ -26,6 +27,20 @@ inline constexpr int tensor_core_warps = 4;
 /// The head dimension a tensor-core kernel is compiled for: `dim` rounded up to 64, 128 or 256.
 inline constexpr int tensor_core_padded_dim(std::int64_t dim) {
   return dim <= 64 ? 64 : (dim <= 128 ? 128 : 256);
+}
+
+/// Calls `f(std::integral_constant<int, DP>{})` with `DP = tensor_core_padded_dim(dim)`: the
+/// kernels are instantiated once for each padded dimension.
+template <class F>
+void with_padded_dim(std::int64_t dim, const F& f) {
+  switch (tensor_core_padded_dim(dim)) {
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    default:
+      return f(std::integral_constant<int, 256>{});
+  }
 }
 
 /// Tiles of the tensor-core kernels on storage type `Scalar` with head dimensions up to `DP`.
