@@ -37,6 +37,7 @@
 #include "nonfinite.hpp"
 #include "npy.hpp"
 #include "output_dir.hpp"
+#include "stored_tolerance.hpp"
 
 namespace {
 
@@ -331,18 +332,10 @@ struct Compare {
 };
 
 // The bar for results stored in `Scalar`: a 16-bit output or gradient is the fp32 one rounded
-// once in each run (unit roundoff u), so with a = the CP run's fp32 values and b the single-rank
-// run's, ‖n(a) − n(b)‖ ≤ ‖a − b‖ + u‖a‖ + u‖b‖ ≤ (τ + (2 + τ)u)‖b‖ and ‖n(b)‖ ≥ (1 − u)‖b‖.
-// States and their gradients stay fp32: τ.
+// once in each run. States and their gradients stay fp32: τ.
 template <class Scalar>
 double stored_tolerance() {
-  constexpr double tau = Compare::fp32_tolerance;
-  if constexpr (ctxpar::is_narrow_storage_v<Scalar>) {
-    constexpr double u = std::is_same_v<Scalar, ctxpar::bfloat16> ? 1.0 / 256 : 1.0 / 2048;
-    return (tau + (2 + tau) * u) / (1 - u);
-  } else {
-    return tau;
-  }
+  return ctxpar::cli::stored_tolerance<Scalar>(Compare::fp32_tolerance);
 }
 
 template <class View>

@@ -36,6 +36,7 @@
 #include "nonfinite.hpp"
 #include "npy.hpp"
 #include "output_dir.hpp"
+#include "stored_tolerance.hpp"
 
 namespace {
 
@@ -222,20 +223,13 @@ std::vector<double> values_in(const NpyArray& a, ctxpar::cli::Dtype want, const 
 }
 
 // The largest difference the check allows, relative to max(1, max|P = 1 value|), for a result
-// stored in `Stored` after arithmetic in `compute_t<Scalar>`: k = 4·(T + P)·u of the arithmetic;
-// a 16-bit result is rounded once in each run (unit roundoff v), which adds (2 + k)·v and divides
-// by 1 − v (the reference itself is rounded).
+// stored in `Stored` after arithmetic in `compute_t<Scalar>`: k = 4·(T + P)·u of the arithmetic,
+// and a 16-bit result's rounding in each run (`stored_tolerance`).
 template <class Scalar, class Stored>
 double allowed_difference(std::int64_t tokens, int ranks) {
   using arithmetic = ctxpar::compute_t<Scalar>;
   const double u = std::numeric_limits<arithmetic>::epsilon() / 2;
-  const double k = 4.0 * static_cast<double>(tokens + ranks) * u;
-  if constexpr (ctxpar::is_narrow_storage_v<Stored>) {
-    const double v = std::is_same_v<Stored, ctxpar::bfloat16> ? 1.0 / 256 : 1.0 / 2048;
-    return (k + (2 + k) * v) / (1 - v);
-  } else {
-    return k;
-  }
+  return ctxpar::cli::stored_tolerance<Stored>(4.0 * static_cast<double>(tokens + ranks) * u);
 }
 
 bool has_skip(const Inputs& in) {
