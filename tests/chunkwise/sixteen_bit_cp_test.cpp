@@ -7,8 +7,9 @@
 //   gradients are the fp32 plan's bits;
 // - against the fp64 oracle fed the same (16-bit) values, within the fp32 bound of the existing
 //   CP tests plus the one final rounding;
-// - a 16-bit input or output of the wrong shape, a wrong-shaped 16-bit gradient and a NaN under
-//   check_finite, on one rank, are refused on every rank with the same ctxpar::Error;
+// - a 16-bit input or output of the wrong shape, a wrong-shaped 16-bit gradient, a strided 16-bit
+//   input or gradient and a NaN under check_finite, on one rank, are refused on every rank with
+//   the same ctxpar::Error;
 // - a second forward + backward with the same shapes allocates nothing.
 #include <boost/test/unit_test.hpp>
 
@@ -77,8 +78,9 @@ struct DecayFamily {
   using adapter = cwt::DecayAdapter<Scalar, mem, Diagonal>;
   static std::string name() { return Diagonal ? "diagonal" : "scalar"; }
   template <class Storage>
-  static problem make(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed) {
-    problem p = cwt::make_decay_problem(2, 8, 6, Diagonal, cu, seed, chunk);
+  static problem make(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed,
+                      int key_dim = 8) {
+    problem p = cwt::make_decay_problem(2, key_dim, 6, Diagonal, cu, seed, chunk);
     for (auto* x : {&p.q, &p.k, &p.v, &p.g, &p.dout}) round_to<Storage>(*x);
     return p;
   }
@@ -98,8 +100,9 @@ struct GatedDeltaFamily {
   using adapter = cwt::GdAdapter<Scalar, Product, mem>;
   static std::string name() { return Product ? "gdp n_h=2" : "gdn"; }
   template <class Storage>
-  static problem make(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed) {
-    problem p = cwt::make_cp_problem(seed, cu, Product ? 2 : 1, 2, 8, 6, chunk);
+  static problem make(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed,
+                      int key_dim = 8) {
+    problem p = cwt::make_cp_problem(seed, cu, Product ? 2 : 1, 2, key_dim, 6, chunk);
     for (auto* x : {&p.p.q, &p.p.k, &p.p.v, &p.p.g, &p.p.beta, &p.dout}) round_to<Storage>(*x);
     return p;
   }
@@ -243,8 +246,9 @@ struct Setup {
   typename backend::gradients_type grads;
   cw::CpPlan<Policy, backend, exec> cp;
 
-  Setup(const std::vector<std::int64_t>& cu, bool zigzag, const cw::DriverOptions& options = {})
-      : prob(Family::template make<Storage>(cu, 8, 5)),
+  Setup(const std::vector<std::int64_t>& cu, bool zigzag, const cw::DriverOptions& options = {},
+        int key_dim = 8)
+      : prob(Family::template make<Storage>(cu, 8, 5, key_dim)),
         layout(zigzag ? cw::SequenceLayout::create(world(), ctxpar::Zigzag{}, cu)
                       : cw::SequenceLayout::create(world(), ctxpar::Contiguous{}, cu)),
         rows(cwt::owned_rows(layout, world().rank())),
@@ -270,7 +274,9 @@ View one_more_token(const View& v) {
 }
 
 template <class Family, class Storage>
-bool refuses_bad_input(const std::string& k_message, const std::string& gradient_message) {
+bool refuses_bad_input(const std::string& k_message, const std::string& gradient_message,
+                       const std::string& strided_input_message,
+                       const std::string& strided_gradient_message) {
   const auto& group = world();
   const int bad = group.size() - 1;  // one rank only
   const bool mine = group.rank() == bad;
@@ -310,6 +316,39 @@ bool refuses_bad_input(const std::string& k_message, const std::string& gradient
          ok;
   }
   {
+    // A strided 16-bit q, and then dq, on one rank: each view is widened as one flat span, so a
+    // padded one would be read out of place. Kokkos pads a LayoutRight view's rows only past 32
+    // 16-bit values, hence K = 40 here (rows of 64).
+    Setup<Family, Storage, cw::GatherFold> s(cu, false, {}, 40);
+    typename decltype(s.cp)::context_type ctx;
+    auto padded_like = [](const auto& v) {
+      typename std::decay_t<decltype(v)>::non_const_type p(
+          Kokkos::view_alloc("padded", Kokkos::AllowPadding), v.extent(0), v.extent(1),
+          v.extent(2));
+      Kokkos::deep_copy(p, v);
+      return p;
+    };
+    auto in = s.in;
+    const auto q = padded_like(s.in.q);
+    if (mine) in.q = q;
+    if (q.span_is_contiguous()) {
+      std::cerr << "[rank " << group.rank() << "] the padded q is contiguous: nothing is tested\n";
+      ok = false;
+    }
+    ok = ctxpar::test::throws_everywhere(
+             group, [&] { s.cp.forward(in, s.out, ctx); }, fwd + strided_input_message, bad) &&
+         ok;
+    s.cp.forward(s.in, s.out, ctx);
+    auto grads = s.grads;
+    if (mine) grads.dq = padded_like(s.grads.dq);
+    ok = ctxpar::test::throws_everywhere(
+             group, [&] { s.cp.backward(ctx, s.dout, grads); }, bwd + strided_gradient_message,
+             bad) &&
+         ok;
+    // The contiguous views still pass.
+    s.cp.backward(ctx, s.dout, s.grads);
+  }
+  {
     cw::DriverOptions options;
     options.check_finite = true;
     Setup<Family, Storage, cw::ScanCompose> s(cu, true, options);
@@ -338,12 +377,17 @@ bool refuses_bad_input(const std::string& k_message, const std::string& gradient
 
 BOOST_AUTO_TEST_CASE(sixteen_bit_bad_input_is_refused_on_every_rank) {
   const auto& group = world();
+  // The strided views are refused by the family's own checks where it has them (the gated delta
+  // rule's inputs and gradients, the decay family's inputs), else by the 16-bit plan's.
   CTXPAR_TEST_ALL(
-      group, (refuses_bad_input<GatedDeltaFamily<false>, bfloat16>(
-                 "k must be [T, H, K] like q", "dq, dk, dv, dg and dbeta must have the shapes")));
-  CTXPAR_TEST_ALL(group,
-                  (refuses_bad_input<DecayFamily<false>, float16>(
-                      "k must have the shape of q", "dq, dk, dv and dg must have the shapes")));
+      group,
+      (refuses_bad_input<GatedDeltaFamily<false>, bfloat16>(
+          "k must be [T, H, K] like q", "dq, dk, dv, dg and dbeta must have the shapes",
+          "q, k, v, g and beta must be contiguous", "the gradient views must be contiguous")));
+  CTXPAR_TEST_ALL(group, (refuses_bad_input<DecayFamily<false>, float16>(
+                             "k must have the shape of q", "dq, dk, dv and dg must have the shapes",
+                             "q, k, v and g must be contiguous",
+                             "the output gradient and the gradients must be contiguous")));
 }
 
 namespace {
