@@ -109,7 +109,8 @@ double value_of(T x) {
 template <class Layout, class T>
 int emulated_product_errors(const std::vector<T>& a, int lda, const std::vector<T>& kt, int ldb,
                             const std::vector<float>& c0, int ldc) {
-  T fa[32][Layout::a_per_lane], fb[32][Layout::b_per_lane];
+  ctxpar::impl::Fragment<T, Layout::a_per_lane> fa[32];
+  ctxpar::impl::Fragment<T, Layout::b_per_lane> fb[32];
   float fc[32][4];
   for (int lane = 0; lane < Layout::lanes; ++lane) {
     ctxpar::impl::load_a<Layout>(lane, a.data(), lda, fa[lane]);
@@ -194,7 +195,7 @@ BOOST_AUTO_TEST_CASE(two_results_form_the_a_fragment_of_their_tile) {
       left[i] = float(L::c_row(lane, i) * 16 + L::c_col(lane, i));
       right[i] = float(L::c_row(lane, i) * 16 + 8 + L::c_col(lane, i));
     }
-    bfloat16 a[8];
+    ctxpar::impl::Fragment<bfloat16, 8> a;
     ctxpar::impl::results_as_a(left, right, a);
     for (int i = 0; i < L::a_per_lane; ++i)
       ok = ok && a[i].to_float() == float(L::a_row(lane, i) * 16 + L::a_col(lane, i));
@@ -216,19 +217,21 @@ BOOST_AUTO_TEST_CASE(ldmatrix_addresses_deliver_the_fragments) {
     a_rows[lane] = tile.data() + X4::a_row(lane) * ld + X4::a_col(lane);
     b_rows[lane] = tile.data() + X4::b_col(lane) * ld + X4::b_row(lane);
   }
-  bfloat16 got_a[32][8], got_b[32][8];
+  ctxpar::impl::Fragment<bfloat16, 8> got_a[32], got_b[32];
   ctxpar::impl::emulate_ldmatrix_x4(a_rows, got_a);
   ctxpar::impl::emulate_ldmatrix_x4(b_rows, got_b);
   bool ok = true;
   for (int lane = 0; lane < L::lanes; ++lane) {
-    bfloat16 a[8], b_left[4], b_right[4];
+    ctxpar::impl::Fragment<bfloat16, 8> a;
+    ctxpar::impl::Fragment<bfloat16, 4> b_left, b_right;
     ctxpar::impl::load_a(lane, tile.data(), ld, a);
     ctxpar::impl::load_b(lane, tile.data(), ld, b_left);
     ctxpar::impl::load_b(lane, tile.data() + 8 * ld, ld, b_right);
-    for (int i = 0; i < 8; ++i) ok = ok && got_a[lane][i].bits == a[i].bits;
-    for (int i = 0; i < 4; ++i)
+    // Word by word: the loads pack each pair as the instruction does (even element low).
+    for (int j = 0; j < 4; ++j) ok = ok && got_a[lane].word[j] == a.word[j];
+    for (int j = 0; j < 2; ++j)
       ok =
-          ok && got_b[lane][i].bits == b_left[i].bits && got_b[lane][4 + i].bits == b_right[i].bits;
+          ok && got_b[lane].word[j] == b_left.word[j] && got_b[lane].word[2 + j] == b_right.word[j];
   }
   BOOST_TEST(ok);
 }

@@ -25,7 +25,8 @@ struct WarpProduct {
   Vec<float> d;
   KOKKOS_INLINE_FUNCTION void operator()(const Kokkos::TeamPolicy<exec>::member_type& team) const {
     const int lane = team.team_rank();
-    T fa[8], fb[4];
+    impl::Fragment<T, 8> fa;
+    impl::Fragment<T, 4> fb;
     float fc[4] = {0, 0, 0, 0};
     impl::load_a(lane, a.data(), 16, fa);
     impl::load_b(lane, b.data(), 16, fb);
@@ -39,7 +40,7 @@ struct WarpProduct {
     impl::ldmatrix_x4(tile + X4::a_row(lane) * 24 + X4::a_col(lane), fa);
     impl::mma(fc, fa, fb);
     // The result fed back as the A operand of a second product, from registers.
-    T fp[8];
+    impl::Fragment<T, 8> fp;
     impl::results_as_a(fc, fc, fp);
     impl::mma(fc, fp, fb);
 #endif
@@ -64,11 +65,13 @@ struct Tf32WarpProduct {
   KOKKOS_INLINE_FUNCTION void operator()(const Kokkos::TeamPolicy<exec>::member_type& team) const {
     using L = impl::MmaM16N8K8Tf32;
     const int lane = team.team_rank();
-    float fa[4], fb[2], fc[4] = {0, 0, 0, 0};
+    impl::Fragment<float, 4> fa;
+    impl::Fragment<float, 2> fb;
+    float fc[4] = {0, 0, 0, 0};
     impl::load_a<L>(lane, a.data(), 8, fa);
     impl::load_b<L>(lane, b.data(), 8, fb);
-    for (float& x : fa) x = impl::to_tf32(x);
-    for (float& x : fb) x = impl::to_tf32(x);
+    for (float& x : fa.value) x = impl::to_tf32(x);
+    for (float& x : fb.value) x = impl::to_tf32(x);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     impl::mma(fc, fa, fb);
 #endif

@@ -22,6 +22,16 @@
 #include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/float16.hpp"
 
+/// Unrolls a loop over fragment or accumulator elements fully in device code. A register array
+/// indexed at run time is placed in local memory, and with it the aggregate that holds it (a
+/// warp's whole state, stored back after every key tile); a loop of 64 or more iterations (an
+/// accumulator of head dimension 128) is past the compiler's own full-unroll limit.
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define CTXPAR_FRAGMENT_UNROLL _Pragma("unroll")
+#else
+#define CTXPAR_FRAGMENT_UNROLL
+#endif
+
 namespace ctxpar::impl {
 
 /// The fp32 16×8 accumulator of the m16n8 products (C and D), the same for every input type.
@@ -102,20 +112,57 @@ KOKKOS_INLINE_FUNCTION float to_tf32(float x) {
   return r;
 }
 
+/// One lane's `N` elements of a product operand (A or B) as its registers hold them. 16-bit
+/// elements are kept in pairs, element `2j` in the low half of word `j` and `2j + 1` in the high
+/// half: that is how `mma.sync` takes them and `ldmatrix` delivers them, and a fragment kept one
+/// element per 32-bit register would take twice the registers (the backward attention kernels
+/// hold four row fragments and two accumulators per warp and spilled so). fp32 (TF32) elements
+/// take a register each.
+template <class T, int N>
+struct Fragment {
+  static_assert(sizeof(T) == 2 && N % 2 == 0, "ctxpar::impl::Fragment: pairs of 16-bit elements");
+  std::uint32_t word[N / 2];
+  KOKKOS_FORCEINLINE_FUNCTION T operator[](int i) const {
+    return T{static_cast<std::uint16_t>(word[i / 2] >> (16 * (i % 2)))};
+  }
+  /// Sets elements `2j` and `2j + 1`.
+  KOKKOS_FORCEINLINE_FUNCTION void set_pair(int j, T even, T odd) {
+    word[j] = static_cast<std::uint32_t>(even.bits) | (static_cast<std::uint32_t>(odd.bits) << 16);
+  }
+};
+template <int N>
+struct Fragment<float, N> {
+  float value[N];
+  KOKKOS_FORCEINLINE_FUNCTION float operator[](int i) const { return value[i]; }
+  KOKKOS_FORCEINLINE_FUNCTION void set_pair(int j, float even, float odd) {
+    value[2 * j] = even;
+    value[2 * j + 1] = odd;
+  }
+};
+
+/// Fills fragment `f` pair by pair from `element(i)`, the value of its element `i`.
+template <class T, int N, class Element>
+KOKKOS_FORCEINLINE_FUNCTION void fill_fragment(Fragment<T, N>& f, const Element& element) {
+  CTXPAR_FRAGMENT_UNROLL
+  for (int j = 0; j < N / 2; ++j) f.set_pair(j, element(2 * j), element(2 * j + 1));
+}
+
 /// Lane `lane`'s elements of a row-major tile of A (16 × `Layout::k`): `A(r, c) = tile[r·ld + c]`.
 template <class Layout = MmaM16N8K16, class T>
-KOKKOS_INLINE_FUNCTION void load_a(int lane, const T* tile, int ld, T (&a)[Layout::a_per_lane]) {
-  for (int i = 0; i < Layout::a_per_lane; ++i)
-    a[i] = tile[Layout::a_row(lane, i) * ld + Layout::a_col(lane, i)];
+KOKKOS_INLINE_FUNCTION void load_a(int lane, const T* tile, int ld,
+                                   Fragment<T, Layout::a_per_lane>& a) {
+  fill_fragment(a,
+                [&](int i) { return tile[Layout::a_row(lane, i) * ld + Layout::a_col(lane, i)]; });
 }
 
 /// Lane `lane`'s elements of a `Layout::k`×8 tile of B stored column by column
 /// (`B(p, j) = tile[j·ld + p]`: the rows of a K tile are the columns of Kᵀ, so `S = Q·Kᵀ` reads K
 /// as it lies).
 template <class Layout = MmaM16N8K16, class T>
-KOKKOS_INLINE_FUNCTION void load_b(int lane, const T* tile, int ld, T (&b)[Layout::b_per_lane]) {
-  for (int i = 0; i < Layout::b_per_lane; ++i)
-    b[i] = tile[Layout::b_col(lane, i) * ld + Layout::b_row(lane, i)];
+KOKKOS_INLINE_FUNCTION void load_b(int lane, const T* tile, int ld,
+                                   Fragment<T, Layout::b_per_lane>& b) {
+  fill_fragment(b,
+                [&](int i) { return tile[Layout::b_col(lane, i) * ld + Layout::b_row(lane, i)]; });
 }
 
 /// Lane `lane`'s elements of a `Layout::k`×8 tile of B stored row by row, whose rows pair with the
@@ -123,9 +170,10 @@ KOKKOS_INLINE_FUNCTION void load_b(int lane, const T* tile, int ld, T (&b)[Layou
 /// `c = Layout::result_column(p)` (so `P·V` reads the rows of V, one per key, as they lie).
 template <class Layout = MmaM16N8K16, class T>
 KOKKOS_INLINE_FUNCTION void load_b_rows(int lane, const T* tile, int ld,
-                                        T (&b)[Layout::b_per_lane]) {
-  for (int i = 0; i < Layout::b_per_lane; ++i)
-    b[i] = tile[Layout::result_column(Layout::b_row(lane, i)) * ld + Layout::b_col(lane, i)];
+                                        Fragment<T, Layout::b_per_lane>& b) {
+  fill_fragment(b, [&](int i) {
+    return tile[Layout::result_column(Layout::b_row(lane, i)) * ld + Layout::b_col(lane, i)];
+  });
 }
 
 /// Writes lane `lane`'s elements of a 16×8 tile of D into row-major `tile[r·ld + c]`.
@@ -134,24 +182,45 @@ KOKKOS_INLINE_FUNCTION void store_c(int lane, const float (&c)[4], float* tile, 
     tile[MmaAccumulator16x8::c_row(lane, i) * ld + MmaAccumulator16x8::c_col(lane, i)] = c[i];
 }
 
+/// `even` and `odd` rounded to the 16-bit `T` (`T::from_float`) as one fragment word, `even` in
+/// the low half. On sm_80 and later one `cvt.rn` instruction rounds the pair (the same bits
+/// except a NaN's payload, which nothing here produces); `from_float`, exact but a dozen integer
+/// operations, and for IEEE half a trip through memory on its subnormal branch, is what every
+/// other compilation runs.
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION std::uint32_t rounded_pair(float even, float odd) {
+  static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>,
+                "ctxpar::impl::rounded_pair: bfloat16 or float16");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  std::uint32_t word = 0;
+  // The instruction puts its first source in the high half.
+  if constexpr (std::is_same_v<T, bfloat16>)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(word) : "f"(odd), "f"(even));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(word) : "f"(odd), "f"(even));
+  return word;
+#else
+  return static_cast<std::uint32_t>(T::from_float(even).bits) |
+         (static_cast<std::uint32_t>(T::from_float(odd).bits) << 16);
+#endif
+}
+
 /// Two adjacent 16×8 results of one lane (`left` holds columns 0..7, `right` columns 8..15) as
 /// that lane's A fragment of the 16×16 tile they form, rounded to `T`: the layouts agree
 /// element for element, so a product's output (attention scores, after their softmax) feeds the
 /// next product (times V) from registers, with no exchange between lanes.
 template <class T>
 KOKKOS_INLINE_FUNCTION void results_as_a(const float (&left)[4], const float (&right)[4],
-                                         T (&a)[8]) {
-  for (int i = 0; i < 4; ++i) {
-    a[i] = T::from_float(left[i]);
-    a[4 + i] = T::from_float(right[i]);
-  }
+                                         Fragment<T, 8>& a) {
+  const auto result = [&](int i) { return i < 4 ? left[i] : right[i - 4]; };
+  for (int j = 0; j < 4; ++j) a.word[j] = rounded_pair<T>(result(2 * j), result(2 * j + 1));
 }
 
 /// One 16×8 result of a lane (`c`) as that lane's A fragment of the TF32 product (m16n8k8),
 /// rounded to TF32: element `i` of A is the result in row half `i % 2` and column `2·(l % 4) +
 /// i / 2`, the inner index being permuted as `MmaM16N8K8Tf32::result_column` says.
-KOKKOS_INLINE_FUNCTION void results_as_a(const float (&c)[4], float (&a)[4]) {
-  for (int i = 0; i < 4; ++i) a[i] = to_tf32(c[(i % 2) * 2 + i / 2]);
+KOKKOS_INLINE_FUNCTION void results_as_a(const float (&c)[4], Fragment<float, 4>& a) {
+  fill_fragment(a, [&](int i) { return to_tf32(c[(i % 2) * 2 + i / 2]); });
 }
 
 /// `ldmatrix.x4` (four 8×8 matrices of 16-bit elements, one row address per lane): lane `l`
@@ -172,42 +241,31 @@ struct LdMatrixX4 {
 /// What `ldmatrix.x4` delivers, for the whole warp at once on the host: `rows[l]` is the address
 /// lane `l` supplies (8 consecutive elements), `out[l]` the 8 elements lane `l` receives.
 template <class T>
-void emulate_ldmatrix_x4(const T* const (&rows)[32], T (&out)[32][8]) {
+void emulate_ldmatrix_x4(const T* const (&rows)[32], Fragment<T, 8> (&out)[32]) {
   for (int lane = 0; lane < 32; ++lane)
     for (int j = 0; j < 4; ++j) {
       const T* row = rows[j * 8 + lane / 4];
-      out[lane][2 * j] = row[2 * (lane % 4)];
-      out[lane][2 * j + 1] = row[2 * (lane % 4) + 1];
+      out[lane].word[j] = static_cast<std::uint32_t>(row[2 * (lane % 4)].bits) |
+                          (static_cast<std::uint32_t>(row[2 * (lane % 4) + 1].bits) << 16);
     }
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-/// Element pairs `(2j, 2j+1)` of a fragment as 32-bit registers, the even element in the low half
-/// (they are adjacent columns of A and adjacent rows of B).
-template <class T, int N>
-__device__ inline void pack_pairs(const T (&x)[N], std::uint32_t (&r)[N / 2]) {
-  for (int j = 0; j < N / 2; ++j)
-    r[j] = static_cast<std::uint32_t>(x[2 * j].bits) |
-           (static_cast<std::uint32_t>(x[2 * j + 1].bits) << 16);
-}
-
 // The instruction for one element type (`type`: the PTX type name of A and B), on the operands
 // of `mma` below. A macro because the instruction's text must be one string literal.
-#define CTXPAR_MMA_M16N8K16(type)                                                       \
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." type "." type                   \
-               ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                         \
-               : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]))
+#define CTXPAR_MMA_M16N8K16(type)                                                                \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." type "." type                            \
+               ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"          \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                  \
+               : "r"(a.word[0]), "r"(a.word[1]), "r"(a.word[2]), "r"(a.word[3]), "r"(b.word[0]), \
+                 "r"(b.word[1]))
 
 /// One lane's part of the warp's `D = A·B + C`, `T` being `bfloat16` or `float16` (every lane of
 /// the warp calls it together, as `mma.sync` requires; `c` is C on entry and D on return).
 template <class T>
-__device__ inline void mma(float (&c)[4], const T (&a)[8], const T (&b)[4]) {
+__device__ inline void mma(float (&c)[4], const Fragment<T, 8>& a, const Fragment<T, 4>& b) {
   static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>,
                 "ctxpar::impl::mma: A and B must be bfloat16 or float16");
-  std::uint32_t ra[4], rb[2];
-  pack_pairs(a, ra);
-  pack_pairs(b, rb);
   if constexpr (std::is_same_v<T, bfloat16>)
     CTXPAR_MMA_M16N8K16("bf16");
   else
@@ -217,7 +275,8 @@ __device__ inline void mma(float (&c)[4], const T (&a)[8], const T (&b)[4]) {
 
 /// One lane's part of the warp's TF32 `D = A·B + C` (m16n8k8; the inputs' 13 low fraction bits
 /// are ignored: round them first with `to_tf32`).
-__device__ inline void mma(float (&c)[4], const float (&a)[4], const float (&b)[2]) {
+__device__ inline void mma(float (&c)[4], const Fragment<float, 4>& a,
+                           const Fragment<float, 2>& b) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
@@ -229,17 +288,11 @@ __device__ inline void mma(float (&c)[4], const float (&a)[4], const float (&b)[
 /// One lane's part of the warp's `ldmatrix.x4` from shared memory (every lane calls it together):
 /// `row` is this lane's row address (16-byte aligned, in team scratch), `out` what it receives.
 template <class T>
-__device__ inline void ldmatrix_x4(const T* row, T (&out)[8]) {
-  static_assert(sizeof(T) == 2, "ctxpar::impl::ldmatrix_x4: 16-bit elements");
-  std::uint32_t r[4];
+__device__ inline void ldmatrix_x4(const T* row, Fragment<T, 8>& out) {
   const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "=r"(out.word[0]), "=r"(out.word[1]), "=r"(out.word[2]), "=r"(out.word[3])
                : "r"(address));
-  for (int j = 0; j < 4; ++j) {
-    out[2 * j].bits = static_cast<std::uint16_t>(r[j] & 0xffffu);
-    out[2 * j + 1].bits = static_cast<std::uint16_t>(r[j] >> 16);
-  }
 }
 #endif
 
@@ -249,8 +302,8 @@ __device__ inline void ldmatrix_x4(const T* row, T (&out)[8]) {
 /// exact in fp32; the sum runs over `p` in increasing order in fp32 (the hardware's order and
 /// internal width are unspecified, so tests bound the difference rather than compare bits).
 template <class L = MmaM16N8K16, class T>
-void emulate_warp_mma(float (&c)[32][4], const T (&a)[32][L::a_per_lane],
-                      const T (&b)[32][L::b_per_lane]) {
+void emulate_warp_mma(float (&c)[32][4], const Fragment<T, L::a_per_lane> (&a)[32],
+                      const Fragment<T, L::b_per_lane> (&b)[32]) {
   // The value the instruction reads: a 16-bit type's, or a float's TF32 part (low bits dropped).
   auto operand = [](const T& x) {
     if constexpr (std::is_same_v<T, float>) {

@@ -69,8 +69,8 @@ struct WarpLanes {
 /// lane's C on entry and D on return. Every lane of the warp calls it together.
 template <class L, class T>
 KOKKOS_INLINE_FUNCTION void warp_mma(float (&c)[WarpLanes::count][4],
-                                     const T (&a)[WarpLanes::count][L::a_per_lane],
-                                     const T (&b)[WarpLanes::count][L::b_per_lane]) {
+                                     const Fragment<T, L::a_per_lane> (&a)[WarpLanes::count],
+                                     const Fragment<T, L::b_per_lane> (&b)[WarpLanes::count]) {
 #if CTXPAR_WARP_LANES_ARE_THREADS
   mma(c[0], a[0], b[0]);
 #elif defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__) || defined(__SYCL_DEVICE_ONLY__)

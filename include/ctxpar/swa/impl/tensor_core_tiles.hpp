@@ -65,8 +65,11 @@ struct TensorCoreTiles {
   static constexpr int ld = DP + 16 / static_cast<int>(sizeof(Op));
   static_assert(DP % L::k == 0 && width % L::k == 0, "whole products");
 
+  /// A lane's A and B fragments.
+  using A = ctxpar::impl::Fragment<Op, L::a_per_lane>;
+  using B = ctxpar::impl::Fragment<Op, L::b_per_lane>;
   /// A warp's 16 rows of the head dimension as A fragments.
-  using Rows = Op[depth_blocks][count][L::a_per_lane];
+  using Rows = A[depth_blocks][count];
   /// A warp's 16 rows against a tile's 32 rows (scores, weights), in accumulator layout.
   using Scores = float[tile_blocks][count][4];
   /// A warp's 16 rows of the head dimension in fp32, in accumulator layout.
@@ -81,12 +84,13 @@ struct TensorCoreTiles {
   template <class Value>
   KOKKOS_FORCEINLINE_FUNCTION static void load_rows(const Lanes& lanes, int n, int dim,
                                                     const Value& value, Rows& a) {
+    CTXPAR_FRAGMENT_UNROLL
     for (int kb = 0; kb < depth_blocks; ++kb)
       for (int s = 0; s < count; ++s)
-        for (int e = 0; e < L::a_per_lane; ++e) {
+        ctxpar::impl::fill_fragment(a[kb][s], [&](int e) {
           const int r = L::a_row(lanes.lane(s), e), d = kb * L::k + L::a_col(lanes.lane(s), e);
-          a[kb][s][e] = r < n && d < dim ? Operands::operand(value(r, d)) : Operands::zero();
-        }
+          return r < n && d < dim ? Operands::operand(value(r, d)) : Operands::zero();
+        });
   }
 
   /// Stages `width` rows into `tile` (`value(j, d)` where `valid(j)` and `d < dim`, zeros
@@ -103,6 +107,7 @@ struct TensorCoreTiles {
   /// Clears scores or an accumulator.
   template <int N>
   KOKKOS_FORCEINLINE_FUNCTION static void zero(float (&x)[N][count][4]) {
+    CTXPAR_FRAGMENT_UNROLL
     for (int b = 0; b < N; ++b)
       for (int s = 0; s < count; ++s)
         for (int e = 0; e < 4; ++e) x[b][s][e] = 0.0f;
@@ -113,10 +118,12 @@ struct TensorCoreTiles {
   KOKKOS_FORCEINLINE_FUNCTION static void row_products(const Lanes& lanes, int dim, const Rows& a,
                                                        const Op* tile, Scores& s) {
     zero(s);
+    CTXPAR_FRAGMENT_UNROLL
     for (int kb = 0; kb < depth_blocks; ++kb) {
       if (kb * L::k >= dim) break;
+      CTXPAR_FRAGMENT_UNROLL
       for (int nb = 0; nb < tile_blocks; ++nb) {
-        Op b[count][L::b_per_lane];
+        B b[count];
         for (int c = 0; c < count; ++c)
           ctxpar::impl::load_b<L>(lanes.lane(c), tile + nb * L::n * ld + kb * L::k, ld, b[c]);
         ctxpar::impl::warp_mma<L>(s[nb], a[kb], b);
@@ -130,16 +137,17 @@ struct TensorCoreTiles {
                                                         const Scores& w, const Op* tile,
                                                         Accumulator& acc) {
     for (int ks = 0; ks < tile_steps; ++ks) {
-      Op a[count][L::a_per_lane];
+      A a[count];
       for (int c = 0; c < count; ++c) {
         if constexpr (L::k == 16)
           ctxpar::impl::results_as_a(w[2 * ks][c], w[2 * ks + 1][c], a[c]);
         else
           ctxpar::impl::results_as_a(w[ks][c], a[c]);
       }
+      CTXPAR_FRAGMENT_UNROLL
       for (int cb = 0; cb < column_blocks; ++cb) {
         if (cb * L::n >= dim) break;
-        Op b[count][L::b_per_lane];
+        B b[count];
         for (int c = 0; c < count; ++c)
           ctxpar::impl::load_b_rows<L>(lanes.lane(c), tile + ks * L::k * ld + cb * L::n, ld, b[c]);
         ctxpar::impl::warp_mma<L>(acc[cb], a, b);
@@ -152,6 +160,7 @@ struct TensorCoreTiles {
   template <class F>
   KOKKOS_FORCEINLINE_FUNCTION static void for_each_score(const Lanes& lanes, Scores& s,
                                                          const F& f) {
+    CTXPAR_FRAGMENT_UNROLL
     for (int nb = 0; nb < tile_blocks; ++nb)
       for (int c = 0; c < count; ++c)
         for (int e = 0; e < 4; ++e) {
@@ -165,6 +174,7 @@ struct TensorCoreTiles {
   template <class F>
   KOKKOS_FORCEINLINE_FUNCTION static void for_each_element(const Lanes& lanes, int dim,
                                                            Accumulator& acc, const F& f) {
+    CTXPAR_FRAGMENT_UNROLL
     for (int cb = 0; cb < column_blocks; ++cb)
       for (int c = 0; c < count; ++c)
         for (int e = 0; e < 4; ++e) {
