@@ -2,15 +2,18 @@
 // recurrence and against the single-rank path, on every rank: forward and backward (dq, dk, dv,
 // dg, dh0, ht), both composition policies, packed and unpacked summaries, contiguous and zigzag,
 // with and without initial states, single and packed sequences (boundaries on and next to rank
-// borders), lengths that are not multiples of the chunk (63, 65, 257), empty shards.
+// borders), lengths that are not multiples of the chunk (63, 65, 257), empty shards, states split
+// into uneven chain work items; and the chain work items tiling every state value once.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chunkwise/chunkwise_test_support.hpp"
 #include "chunkwise/decay_oracle.hpp"
+#include "ctxpar/chunkwise/impl/decay_kernels.hpp"
 
 namespace cwt = ctxpar::test::chunkwise;
 namespace cw = ctxpar::chunkwise;
@@ -36,10 +39,11 @@ std::string describe(const std::string& family, const std::string& scalar,
 // each against the oracle and the single-rank path. Returns the local verdict.
 template <class Scalar, bool Diagonal>
 bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed,
-                   bool full_matrix, bool strong_gates = false) {
+                   bool full_matrix, bool strong_gates = false, std::int64_t key_dim = 8,
+                   std::int64_t value_dim = 6) {
   using adapter = cwt::DecayAdapter<Scalar, mem, Diagonal>;
   const auto& group = world();
-  auto prob = cwt::make_decay_problem(2, 8, 6, Diagonal, cu, seed, chunk);
+  auto prob = cwt::make_decay_problem(2, key_dim, value_dim, Diagonal, cu, seed, chunk);
   // Log-gates in [-3.5, -1.5]: a chunk of 21 or more tokens spreads over more than 30 e-folds,
   // past the limit up to which the diagonal kernels factor a chunk's decays around one reference.
   if (strong_gates)
@@ -120,6 +124,11 @@ void run_family() {
   CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 3}, 16, 19, true)));
   // Empty sequences inside cu_seqlens: their final state is their initial state.
   CTXPAR_TEST_ALL(group, (check_problem<double, Diagonal>({0, 9, 9, 20}, 16, 20, false)));
+  // A state the chains split into uneven work items: V = 100 puts 10 whole rows in a host item, so
+  // K = 12 leaves 2 rows in the last one; the device order (the portable build) carries 16
+  // columns, so 4 in the last block of each row. Two sequences: the chains start and end in them.
+  CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>(cwt::cu_from_lengths({40, 25}), 16, 23,
+                                                         false, false, 12, 100)));
 }
 
 }  // namespace
@@ -133,6 +142,45 @@ BOOST_AUTO_TEST_CASE(diagonal_gate_cp_matches_oracle_and_single_rank) {
 }
 
 namespace {
+
+// Every value of every (sequence, head) state belongs to exactly one chain work item, which holds
+// at most `Capacity` values and spans several key rows only when it holds whole rows.
+template <int Capacity>
+bool chain_items_cover_each_state_value_once(std::int64_t K, std::int64_t V) {
+  cw::impl::ChainForwardKernel<double, Kokkos::HostSpace, false, Capacity> chain{};
+  const std::int64_t first = 1, seqs = 2, heads = 3;
+  chain.s_lo = first;
+  chain.heads = heads;
+  chain.kdim = K;
+  chain.vdim = V;
+  chain.tiling = cw::impl::ChainTiling::of(K, V, Capacity);
+  std::vector<int> seen(static_cast<std::size_t>(seqs * heads * K * V), 0);
+  bool ok = true;
+  for (std::int64_t i = 0; i < chain.tiling.items(seqs, heads); ++i) {
+    const cw::impl::ChainItem it = chain.item(i);
+    const bool shaped = it.rows >= 1 && it.w >= 1 && it.rows * it.w <= Capacity &&
+                        (it.rows == 1 || it.w == V) && it.s >= first && it.s < first + seqs &&
+                        it.h >= 0 && it.h < heads && it.kk0 + it.rows <= K && it.v0 + it.w <= V;
+    if (!shaped) {
+      std::cerr << "chain item " << i << " of K " << K << ", V " << V << ", capacity " << Capacity
+                << ": " << it.rows << " rows from " << it.kk0 << ", " << it.w << " columns from "
+                << it.v0 << "\n";
+      return false;
+    }
+    for (int r = 0; r < it.rows; ++r)
+      for (int j = 0; j < it.w; ++j)
+        ++seen[static_cast<std::size_t>((((it.s - first) * heads + it.h) * K + it.kk0 + r) * V +
+                                        it.v0 + j)];
+  }
+  for (std::size_t e = 0; e < seen.size(); ++e) {
+    if (seen[e] != 1) {
+      std::cerr << "chain state value " << e << " of K " << K << ", V " << V << ", capacity "
+                << Capacity << " is carried by " << seen[e] << " items\n";
+      ok = false;
+    }
+  }
+  return ok;
+}
 
 // L = Σ o·dout + Σ h_T·dh_T of the fp64 oracle.
 double oracle_loss(const cwt::DecayProblem& p) {
@@ -176,6 +224,19 @@ bool oracle_matches_finite_differences(bool diagonal) {
 }
 
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(chain_work_items_tile_the_state) {
+  // The device capacity and the host's, at states that fill them exactly, leave a partial row
+  // block or a partial column block, and rows wider than the host capacity.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes{
+      {1, 1}, {8, 6}, {12, 100}, {128, 128}, {40, 1024}, {7, 1025}, {3, 2000}};
+  for (const auto& [K, V] : shapes) {
+    CTXPAR_TEST_ALL(
+        world(), (chain_items_cover_each_state_value_once<cw::impl::device_chain_capacity>(K, V)));
+    CTXPAR_TEST_ALL(world(),
+                    (chain_items_cover_each_state_value_once<cw::impl::host_chain_capacity>(K, V)));
+  }
+}
 
 BOOST_AUTO_TEST_CASE(oracle_gradients_match_finite_differences) {
   CTXPAR_TEST_ALL(world(), oracle_matches_finite_differences(false));

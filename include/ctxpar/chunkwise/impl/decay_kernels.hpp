@@ -231,33 +231,58 @@ struct ChunkUpdateTiles {
   }
 };
 
-/// State columns one chain work item carries in registers.
-inline constexpr int chain_block = 16;
+/// Columns one work item keeps in registers (one 64-byte line of fp32).
+inline constexpr int register_block = 16;
+/// State values one chain work item carries on a device: a register block of one key row.
+/// Threads run over the items, so a warp's loads of one chunk term are contiguous.
+inline constexpr int device_chain_capacity = register_block;
+/// State values one chain work item carries on a host thread: whole key rows, about 4 KiB of
+/// fp32. A host thread walks its item's chunks one after the other; with a 16-column item each
+/// chunk's term would be one cache line 64 KiB (K·V·4 bytes) from the last, which the prefetcher
+/// does not follow, so once the terms outgrow the cache every line was a demand miss (×13 per
+/// token from T = 512 to 8192 at K = V = 128). Whole rows make each chunk's term one contiguous
+/// run.
+inline constexpr int host_chain_capacity = 1024;
 
-/// Work items of a chain kernel over `seqs` sequences.
-inline std::int64_t chain_items(std::int64_t seqs, std::int64_t h, std::int64_t k, std::int64_t v) {
-  return seqs * h * k * ((v + chain_block - 1) / chain_block);
-}
+/// The values a chain work item carries on `ExecutionSpace`'s path: whole rows on the host fast
+/// path, 16 columns of a row otherwise (the device order, which the portable build runs on the
+/// host).
+template <class ExecutionSpace>
+inline constexpr int chain_capacity_v =
+    ctxpar::impl::uses_host_fast_path_v<ExecutionSpace> ? host_chain_capacity
+                                                        : device_chain_capacity;
 
-/// Work item `i` of a chain kernel: sequence `s`, head `h`, key row `kk` and the `w` state columns
-/// from `v0` (one block of chain_block).
-struct ChainItem {
-  std::int64_t v0, kk, h, s;
-  int w;
+/// How a chain splits one (sequence, head) state `[K, V]` into work items of at most `Capacity`
+/// values: `rows` key rows of `width` columns each (`rows` > 1 only when `width` is all of V, so
+/// an item's values are contiguous in every chunk term).
+struct ChainTiling {
+  std::int64_t rows = 1, width = 1, row_blocks = 0, column_blocks = 0;
+  /// The tiling of a `[kdim, vdim]` state into items of at most `capacity` values.
+  static ChainTiling of(std::int64_t kdim, std::int64_t vdim, int capacity) {
+    ChainTiling t;
+    t.width = vdim < capacity ? vdim : capacity;
+    t.rows = t.width == vdim
+                 ? std::max<std::int64_t>(1, std::min<std::int64_t>(kdim, capacity / vdim))
+                 : 1;
+    t.row_blocks = (kdim + t.rows - 1) / t.rows;
+    t.column_blocks = (vdim + t.width - 1) / t.width;
+    return t;
+  }
+  /// Work items over `seqs` sequences of `heads` heads.
+  std::int64_t items(std::int64_t seqs, std::int64_t heads) const {
+    return seqs * heads * row_blocks * column_blocks;
+  }
 };
 
-/// The work item `i` of a chain kernel whose first sequence is `s_lo`.
-KOKKOS_INLINE_FUNCTION ChainItem chain_item(std::int64_t i, std::int64_t s_lo, std::int64_t heads,
-                                            std::int64_t kdim, std::int64_t vdim) {
-  const std::int64_t blocks = (vdim + chain_block - 1) / chain_block;
-  const std::int64_t v0 = (i % blocks) * chain_block, kk = (i / blocks) % kdim;
-  const std::int64_t h = (i / (blocks * kdim)) % heads, s = s_lo + i / (blocks * kdim * heads);
-  const int w = static_cast<int>(vdim - v0 < chain_block ? vdim - v0 : chain_block);
-  return {v0, kk, h, s, w};
-}
+/// Work item of a chain kernel: sequence `s`, head `h`, the `rows` key rows from `kk0`, and in
+/// each the `w` state columns from `v0`. Its values are held row after row, `w` per row.
+struct ChainItem {
+  std::int64_t v0, kk0, h, s;
+  int rows, w;
+};
 
-/// One chunk of a chain: the `w` carried columns `x` are first kept in `keep` (apply mode; null
-/// otherwise), then carried across the chunk, `x ← m·x + d`.
+/// One chunk of one row of a chain: the `w` carried columns `x` are first kept in `keep` (apply
+/// mode; null otherwise), then carried across the chunk, `x ← m·x + d`.
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION void chain_step(Scalar* x, int w, Scalar m, const Scalar* d, Scalar* keep) {
   if (keep) {
@@ -267,17 +292,18 @@ KOKKOS_INLINE_FUNCTION void chain_step(Scalar* x, int w, Scalar m, const Scalar*
 }
 
 /// What the chain kernels of both directions share: the sequence tables, the chunk transitions,
-/// the shape and mode, the chunk terms `d` carried into the kept states `keep`, the
-/// chain's start, and the carry across one chunk. One work item per (sequence, head, key row,
-/// block of chain_block state columns): the chunk's decay is read once per row and the columns
-/// stay contiguous.
-template <class Scalar, class MemorySpace, bool Diagonal>
+/// the shape, tiling and mode, the chunk terms `d` carried into the kept states `keep`, the
+/// chain's start, and the carry across one chunk. One work item per (sequence, head, block of
+/// state values; `ChainTiling`), carrying at most `Capacity` values (`chain_capacity_v`).
+template <class Scalar, class MemorySpace, bool Diagonal, int Capacity>
 struct ChainKernelBase {
   using saved = DecaySaved<Scalar, MemorySpace>;
+  static constexpr int capacity = Capacity;
   typename saved::table seq_chunk, seq_ordinal, seq_starts, seq_ends;
   typename saved::work3 logm;
   Kokkos::View<float**, Kokkos::LayoutStride, MemorySpace> summary_state;
   std::int64_t s_lo, heads, kdim, vdim;
+  ChainTiling tiling;
   bool apply;
   /// `[chunks, H, K, V]` what each chunk adds (`dS_c` forward, `D_c` backward) and, in apply
   /// mode, where each chunk's incoming carry is kept (its start state forward, its end-state
@@ -300,33 +326,57 @@ struct ChainKernelBase {
     have_edge = is_given(edge_view);
     have_seq_start = is_given(starts);
   }
-  /// Work item `i` and its `it.w` carried columns at the chain's start, into `x`: zero in summary
-  /// mode; in apply mode the boundary and the sequence's start where `own(s)` says that start
-  /// lies on this rank (`seq_starts` forward, `seq_ends` backward).
+  /// Work item `i` of the chain (first sequence `s_lo`).
+  KOKKOS_INLINE_FUNCTION ChainItem item(std::int64_t i) const {
+    const std::int64_t cb = i % tiling.column_blocks,
+                       rb = (i / tiling.column_blocks) % tiling.row_blocks;
+    const std::int64_t hs = i / (tiling.column_blocks * tiling.row_blocks);
+    const std::int64_t v0 = cb * tiling.width, kk0 = rb * tiling.rows;
+    const int w = static_cast<int>(vdim - v0 < tiling.width ? vdim - v0 : tiling.width);
+    const int rows = static_cast<int>(kdim - kk0 < tiling.rows ? kdim - kk0 : tiling.rows);
+    return {v0, kk0, hs % heads, s_lo + hs / heads, rows, w};
+  }
+  /// Work item `i` and its carried values at the chain's start, into `x`: zero in summary mode;
+  /// in apply mode the boundary and the sequence's start where `own(s)` says that start lies on
+  /// this rank (`seq_starts` forward, `seq_ends` backward).
   KOKKOS_INLINE_FUNCTION ChainItem start(std::int64_t i, Scalar* x,
                                          const typename saved::table& own) const {
-    const ChainItem it = chain_item(i, s_lo, heads, kdim, vdim);
-    for (int j = 0; j < it.w; ++j) {
-      Scalar v = 0;
-      if (apply) {
-        if (it.s == edge_seq && have_edge) v = static_cast<Scalar>(edge(it.h, it.kk, it.v0 + j));
-        if (have_seq_start && own(it.s) != 0)
-          v += seq_start(seq_ordinal(it.s), it.h, it.kk, it.v0 + j);
+    const ChainItem it = item(i);
+    const bool edge_here = apply && it.s == edge_seq && have_edge;
+    const bool start_here = apply && have_seq_start && own(it.s) != 0;
+    const std::int64_t ordinal = start_here ? seq_ordinal(it.s) : 0;
+    for (int r = 0; r < it.rows; ++r) {
+      for (int j = 0; j < it.w; ++j) {
+        Scalar v = 0;
+        if (edge_here) v = static_cast<Scalar>(edge(it.h, it.kk0 + r, it.v0 + j));
+        if (start_here) v += seq_start(ordinal, it.h, it.kk0 + r, it.v0 + j);
+        x[r * it.w + j] = v;
       }
-      x[j] = v;
     }
     return it;
   }
-  /// Chunk `c` of item `it`'s carry: `x ← exp(logm_c)·x + d_c`, keeping `x` first in `keep_c`
-  /// in apply mode.
+  /// Chunk `c` of item `it`'s carry, row by row: `x ← exp(logm_c)·x + d_c`, keeping `x` first in
+  /// `keep_c` in apply mode.
   KOKKOS_INLINE_FUNCTION void carry(Scalar* x, const ChainItem& it, std::int64_t c) const {
-    chain_step(x, it.w, compat::exp(logm(c, it.h, Diagonal ? it.kk : 0)), &d(c, it.h, it.kk, it.v0),
-               apply ? &keep(c, it.h, it.kk, it.v0) : nullptr);
+    Scalar m = Diagonal ? Scalar(0) : compat::exp(logm(c, it.h, 0));
+    for (int r = 0; r < it.rows; ++r) {
+      if (Diagonal) m = compat::exp(logm(c, it.h, it.kk0 + r));
+      chain_step(x + r * it.w, it.w, m, &d(c, it.h, it.kk0 + r, it.v0),
+                 apply ? &keep(c, it.h, it.kk0 + r, it.v0) : nullptr);
+    }
   }
-  /// Summary mode: the carried columns as the fp32 summary state.
+  /// Calls `f(row, column, value)` for every carried value of `it` in `x`, at its place in the
+  /// state.
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void for_each_value(const ChainItem& it, const Scalar* x, F&& f) const {
+    for (int r = 0; r < it.rows; ++r)
+      for (int j = 0; j < it.w; ++j) f(it.kk0 + r, it.v0 + j, x[r * it.w + j]);
+  }
+  /// Summary mode: the carried values as the fp32 summary state.
   KOKKOS_INLINE_FUNCTION void write_summary(const ChainItem& it, const Scalar* x) const {
-    for (int j = 0; j < it.w; ++j)
-      summary_state(it.h, it.kk * vdim + it.v0 + j) = static_cast<float>(x[j]);
+    for_each_value(it, x, [&](std::int64_t kk, std::int64_t vv, Scalar value) {
+      summary_state(it.h, kk * vdim + vv) = static_cast<float>(value);
+    });
   }
 };
 
@@ -334,22 +384,24 @@ struct ChainKernelBase {
 // Mode "summary": start from zero, write the fp32 summary state. Mode "apply": start from s_in /
 // initial states, save every chunk's incoming state, write final states of sequences that end
 // here.
-template <class Scalar, class MemorySpace, bool Diagonal>
-struct ChainForwardKernel : ChainKernelBase<Scalar, MemorySpace, Diagonal> {
+template <class Scalar, class MemorySpace, bool Diagonal, int Capacity>
+struct ChainForwardKernel : ChainKernelBase<Scalar, MemorySpace, Diagonal, Capacity> {
   sequence_states_view<Scalar, MemorySpace> finals;
   bool have_finals;
   /// The kernel at `Bytes`-wide vectors.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
-    Scalar state[chain_block];
+    Scalar state[Capacity];
     const ChainItem it = this->start(i, state, this->seq_starts);
     for (std::int64_t c = this->seq_chunk(it.s); c < this->seq_chunk(it.s + 1); ++c)
       this->carry(state, it, c);
     if (!this->apply) {
       this->write_summary(it, state);
     } else if (have_finals && this->seq_ends(it.s) != 0) {
-      for (int j = 0; j < it.w; ++j)
-        finals(this->seq_ordinal(it.s), it.h, it.kk, it.v0 + j) = state[j];
+      const std::int64_t ordinal = this->seq_ordinal(it.s);
+      this->for_each_value(it, state, [&](std::int64_t kk, std::int64_t vv, Scalar value) {
+        finals(ordinal, it.h, kk, vv) = value;
+      });
     }
   }
 };
@@ -610,15 +662,15 @@ struct QueryOutputKernel {
 // Chains local sequences backward over their chunks (d = D_c, keep = G_c). Mode "summary": zero at
 // the end, writes γ. Mode "apply": starts from ds_out (last sequence) or the final-state
 // gradients, saves every chunk's end gradient, writes ds_in and initial-state gradients.
-template <class Scalar, class MemorySpace, bool Diagonal>
-struct ChainBackwardKernel : ChainKernelBase<Scalar, MemorySpace, Diagonal> {
+template <class Scalar, class MemorySpace, bool Diagonal, int Capacity>
+struct ChainBackwardKernel : ChainKernelBase<Scalar, MemorySpace, Diagonal, Capacity> {
   sequence_states_view<Scalar, MemorySpace> initial_grads;
   state_view<MemorySpace> ds_in;
   bool have_initial_grads, have_ds_in;
   /// The kernel at `Bytes`-wide vectors, work items as in ChainForwardKernel.
   template <int Bytes>
   KOKKOS_INLINE_FUNCTION void run(std::int64_t i) const {
-    Scalar grad[chain_block];
+    Scalar grad[Capacity];
     const ChainItem it = this->start(i, grad, this->seq_ends);
     for (std::int64_t c = this->seq_chunk(it.s + 1) - 1; c >= this->seq_chunk(it.s); --c)
       this->carry(grad, it, c);
@@ -626,11 +678,13 @@ struct ChainBackwardKernel : ChainKernelBase<Scalar, MemorySpace, Diagonal> {
       this->write_summary(it, grad);
       return;
     }
-    for (int j = 0; j < it.w; ++j) {
-      if (it.s == 0 && have_ds_in) ds_in(it.h, it.kk, it.v0 + j) = static_cast<float>(grad[j]);
-      if (have_initial_grads && this->seq_starts(it.s) != 0)
-        initial_grads(this->seq_ordinal(it.s), it.h, it.kk, it.v0 + j) = grad[j];
-    }
+    const bool boundary = it.s == 0 && have_ds_in;
+    const bool initial = have_initial_grads && this->seq_starts(it.s) != 0;
+    const std::int64_t ordinal = initial ? this->seq_ordinal(it.s) : 0;
+    this->for_each_value(it, grad, [&](std::int64_t kk, std::int64_t vv, Scalar value) {
+      if (boundary) ds_in(it.h, kk, vv) = static_cast<float>(value);
+      if (initial) initial_grads(ordinal, it.h, kk, vv) = value;
+    });
   }
 };
 
@@ -875,15 +929,15 @@ struct DiagonalGradientTiles {
     const auto& gamma = row.gamma;
     const auto& lo = row.gamma_lo;
     const auto& reset = row.reset;
-    // One work item per block of chain_block gate columns: the inner loops run over contiguous
+    // One work item per block of register_block gate columns: the inner loops run over contiguous
     // columns (vectorised on the host), the row prefixes stay in registers.
-    const int blocks = (K + chain_block - 1) / chain_block;
+    const int blocks = (K + register_block - 1) / register_block;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks), [&](int blk) {
-      const int d0 = blk * chain_block, w = K - d0 < chain_block ? K - d0 : chain_block;
+      const int d0 = blk * register_block, w = K - d0 < register_block ? K - d0 : register_block;
       for (int t = 0; t < n; ++t)
         for (int jj = 0; jj < w; ++jj) acc[static_cast<long>(t) * K + d0 + jj] = Scalar(0);
       for (int i = 1; i < n; ++i) {
-        Scalar run[chain_block];  // Σ_{j<t} of row i, per column
+        Scalar run[register_block];  // Σ_{j<t} of row i, per column
         for (int jj = 0; jj < w; ++jj) run[jj] = Scalar(0);
         for (int t = 1; t <= i; ++t) {
           const Scalar dv = D[static_cast<long>(i) * C + t - 1];
@@ -1090,6 +1144,14 @@ void build_chunk_tables(DecaySaved<Scalar, MemorySpace>& saved, const LocalSeque
   upload(se, saved.seq_ends, "ctxpar::chunkwise::decay::seq_ends");
 }
 
+/// The forward and backward chain kernels at `ExecutionSpace`'s work-item capacity.
+template <class ExecutionSpace, class Scalar, class MemorySpace, bool Diagonal>
+using ForwardChain =
+    ChainForwardKernel<Scalar, MemorySpace, Diagonal, chain_capacity_v<ExecutionSpace>>;
+template <class ExecutionSpace, class Scalar, class MemorySpace, bool Diagonal>
+using BackwardChain =
+    ChainBackwardKernel<Scalar, MemorySpace, Diagonal, chain_capacity_v<ExecutionSpace>>;
+
 /// A chain kernel of either direction over `saved` with its shared fields set: the sequence
 /// tables, the chunk transitions, the shape, the first sequence, the mode, and the chunk terms
 /// `d` it carries into `keep`.
@@ -1107,6 +1169,7 @@ Chain make_chain(const DecaySaved<Scalar, MemorySpace>& saved, std::int64_t s_lo
   chain.heads = saved.q.extent(1);
   chain.kdim = saved.q.extent(2);
   chain.vdim = saved.v.extent(2);
+  chain.tiling = ChainTiling::of(chain.kdim, chain.vdim, Chain::capacity);
   chain.apply = apply;
   chain.d = d;
   chain.keep = keep;
@@ -1119,11 +1182,10 @@ template <class Chain, class ExecutionSpace, class Scalar, class MemorySpace>
 void summarize_sequence(const ExecutionSpace& space, const DecaySaved<Scalar, MemorySpace>& saved,
                         const typename DecaySaved<Scalar, MemorySpace>::work4& d, std::int64_t s,
                         const SummaryViews<MemorySpace>& summary, const char* label) {
-  const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
-                     G = saved.g.extent(2);
+  const std::int64_t H = saved.q.extent(1), G = saved.g.extent(2);
   auto chain = make_chain<Chain>(saved, s, false, d, d);
   chain.summary_state = summary.state;
-  launch_items(space, label, chain_items(1, H, K, V), chain);
+  launch_items(space, label, chain.tiling.items(1, H), chain);
   launch_items(space, "ctxpar::chunkwise::decay::summary_transition", H * G,
                SequenceTransitionKernel<Scalar, MemorySpace>{saved.seq_chunk, saved.logm,
                                                              summary.transition, s, G});
@@ -1154,7 +1216,7 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
                      update::scratch_bytes(chunk, int(K)),
                      update{saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
                             saved.ds, saved.reset, int(H), int(K), int(V), chunk});
-  summarize_sequence<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(
+  summarize_sequence<ForwardChain<ExecutionSpace, Scalar, MemorySpace, Diagonal>>(
       space, saved, saved.ds, seqs.count() - 1, summary, "ctxpar::chunkwise::decay::summary_state");
 }
 
@@ -1167,13 +1229,13 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
   const std::int64_t H = saved.q.extent(1), K = saved.q.extent(2), V = saved.v.extent(2),
                      C = saved.chunks;
   ctxpar::impl::ensure_extents(saved.states, "ctxpar::chunkwise::decay::states", C, H, K, V);
-  auto chain = make_chain<ChainForwardKernel<Scalar, MemorySpace, Diagonal>>(
+  auto chain = make_chain<ForwardChain<ExecutionSpace, Scalar, MemorySpace, Diagonal>>(
       saved, 0, true, saved.ds, saved.states);
   chain.start_from(s_in, 0, initial);
   chain.finals = finals;
   chain.have_finals = is_given(finals);
-  launch_items(space, "ctxpar::chunkwise::decay::chain_forward", chain_items(seqs.count(), H, K, V),
-               chain);
+  launch_items(space, "ctxpar::chunkwise::decay::chain_forward",
+               chain.tiling.items(seqs.count(), H), chain);
   using output = OutputTiles<Scalar, ExecutionSpace, MemorySpace, Diagonal>;
   launch_chunk_teams(space, "ctxpar::chunkwise::decay::output", C * H,
                      output::scratch_bytes(saved.chunk, int(K)),
@@ -1194,7 +1256,7 @@ void decay_backward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memo
                QueryOutputKernel<Scalar, MemorySpace, Diagonal>{
                    saved.q, dout, saved.chunk_begin, saved.chunk_end, saved.gamma, saved.dmat,
                    static_cast<Scalar>(saved.scale), H, K, V, saved.reset, saved.gamma_lo});
-  summarize_sequence<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(
+  summarize_sequence<BackwardChain<ExecutionSpace, Scalar, MemorySpace, Diagonal>>(
       space, saved, saved.dmat, 0, summary, "ctxpar::chunkwise::decay::summary_gamma");
 }
 
@@ -1252,7 +1314,7 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   const std::int64_t T = saved.q.extent(0), H = saved.q.extent(1), K = saved.q.extent(2),
                      V = saved.v.extent(2), G = saved.g.extent(2), C = saved.chunks;
   ctxpar::impl::ensure_extents(saved.gend, "ctxpar::chunkwise::decay::gend", C, H, K, V);
-  auto chain = make_chain<ChainBackwardKernel<Scalar, MemorySpace, Diagonal>>(
+  auto chain = make_chain<BackwardChain<ExecutionSpace, Scalar, MemorySpace, Diagonal>>(
       saved, 0, true, saved.dmat, saved.gend);
   chain.start_from(ds_out, seqs.count() - 1, final_grads);
   chain.initial_grads = initial_grads;
@@ -1260,7 +1322,7 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
   chain.have_initial_grads = is_given(initial_grads);
   chain.have_ds_in = is_given(ds_in);
   launch_items(space, "ctxpar::chunkwise::decay::chain_backward",
-               chain_items(seqs.count(), H, K, V), chain);
+               chain.tiling.items(seqs.count(), H), chain);
   // dg is written by the gradient kernels, from the pairs that straddle each token.
   const Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg(
       dg_data, T, H, G);
