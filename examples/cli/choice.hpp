@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "command.hpp"
+#include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/chunkwise/policy.hpp"
 #include "ctxpar/partition/head_partition.hpp"
 #include "ctxpar/partition/zigzag.hpp"
@@ -136,6 +137,16 @@ inline constexpr Choices swa_kv_layouts{Named<swa::SegmentChunks>{"segments"},
 /// `hybrid --gdn-policy`).
 inline constexpr Choices compositions{Named<chunkwise::GatherFold>{"gather"},
                                       Named<chunkwise::ScanCompose>{"scan"}};
+
+/// How the gated delta families' per-chunk products multiply (`chunkwise --products`): a
+/// run-time option, so each tag carries its `chunkwise::ChunkProducts` as `value`.
+template <chunkwise::ChunkProducts P>
+using ProductsTag = std::integral_constant<chunkwise::ChunkProducts, P>;
+inline constexpr Choices chunk_products{
+    Named<ProductsTag<chunkwise::ChunkProducts::exact>>{"exact"},
+    Named<ProductsTag<chunkwise::ChunkProducts::tf32>>{"tf32"},
+    Named<ProductsTag<chunkwise::ChunkProducts::bfloat16>>{"bfloat16"},
+    Named<ProductsTag<chunkwise::ChunkProducts::float16>>{"float16"}};
 
 /// How heads are split over the ranks (`hybrid --head-policy`; `heads` takes the flag `--uneven`).
 inline constexpr Choices head_policies{Named<EvenHeads>{"even"}, Named<UnevenHeads>{"uneven"}};

@@ -60,6 +60,7 @@ struct CaseOptions {
   bool initial_states = false;     ///< pass h0 and ask for dh0
   bool final_state_grads = false;  ///< pass dht and ask for ht
   int chunk = 16;
+  cw::ChunkProducts products = cw::ChunkProducts::exact;  ///< the backend's chunk products
 };
 
 /// Host copy of any view, flattened (16-bit values widened exactly).
@@ -123,7 +124,7 @@ Result run_cp(const Group& group, const typename A::problem& prob, const CaseOpt
                                : cw::SequenceLayout::create(group, Contiguous{}, prob.cu);
   const std::vector<Range> rows = owned_rows(plan, group.rank());
   if (rows_out) *rows_out = rows;
-  const backend_t backend = A::make_backend(prob, cw::BackendOptions{opt.chunk, 0.0});
+  const backend_t backend = A::make_backend(prob, cw::BackendOptions{opt.chunk, 0.0, opt.products});
   const auto in = A::inputs(prob, rows);
   const std::int64_t local = plan.local_length(), N = plan.sequence_count();
   const std::size_t H = prob.H, K = prob.K, V = prob.V;

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "chunkwise/chunkwise_test_support.hpp"
+#include "chunkwise/decay_oracle.hpp"
 #include "chunkwise/gated_delta_cp_support.hpp"
+#include "ctxpar/core/impl/warp_lanes.hpp"
 
 namespace cwt = ctxpar::test::chunkwise;
 namespace cw = ctxpar::chunkwise;
@@ -45,13 +47,14 @@ std::string describe(const std::string& family, const std::string& policy,
 
 template <class Scalar, bool Product>
 bool check_problem(const std::vector<std::int64_t>& cu, int n_h, int chunk, std::uint64_t seed,
-                   bool full_matrix) {
+                   bool full_matrix, cw::ChunkProducts products = cw::ChunkProducts::exact) {
   using adapter = GdAdapter<Scalar, Product>;
   const auto& group = world();
   const GdCpProblem prob = make_cp_problem(seed, cu, n_h, 2, 8, 6, chunk);
   const ctxpar::Group self(MPI_COMM_SELF);
   const std::string family = std::string(Product ? "gdp n_h=" + std::to_string(n_h) : "gdn") + "/" +
-                             (sizeof(Scalar) == 4 ? "float" : "double");
+                             (sizeof(Scalar) == 4 ? "float" : "double") + "/" +
+                             cw::to_string(products);
   bool ok = true;
   for (int states = 0; states < 2; ++states) {
     const bool with = states == 1;
@@ -59,10 +62,11 @@ bool check_problem(const std::vector<std::int64_t>& cu, int n_h, int chunk, std:
     cwt::CaseOptions single;
     single.chunk = chunk;
     single.initial_states = single.final_state_grads = with;
+    single.products = products;
     const cwt::Result one_rank = cwt::run_cp<adapter, cw::GatherFold>(self, prob, single);
     const std::vector<cwt::Range> all{{0, prob.T}};
     ok = cwt::check_against(family + " single-rank vs oracle", one_rank, want,
-                            bounds<Scalar>(prob, want, 1), all, prob.T) &&
+                            bounds<Scalar>(prob, want, 1, products), all, prob.T) &&
          ok;
     for (int zig = 0; zig < 2; ++zig) {
       for (int form = 0; form < 2; ++form) {
@@ -71,7 +75,7 @@ bool check_problem(const std::vector<std::int64_t>& cu, int n_h, int chunk, std:
         o.zigzag = zig == 1;
         o.form = form == 0 ? cw::SummaryForm::packed : cw::SummaryForm::unpacked;
         const int shards = group.size() * (o.zigzag ? 2 : 1);
-        const cwt::Result bound = bounds<Scalar>(prob, want, shards);
+        const cwt::Result bound = bounds<Scalar>(prob, want, shards, products);
         std::vector<cwt::Range> rows;
         const cwt::Result gf = cwt::run_cp<adapter, cw::GatherFold>(group, prob, o, &rows);
         ok = cwt::check_against(describe(family, "gather", o, cu) + " vs oracle", gf, want, bound,
@@ -126,6 +130,72 @@ BOOST_AUTO_TEST_CASE(gated_delta_product_cp_matches_oracle_and_single_rank) {
     CTXPAR_TEST_ALL(group, (check_problem<float, true>({0, 41}, n_h, 8, 30 + n_h, n_h == 2)));
     CTXPAR_TEST_ALL(group, (check_problem<double, true>(cwt::cu_from_lengths({13, 1, 9, 20}), n_h,
                                                         4, 40 + n_h, false)));
+  }
+}
+
+namespace {
+
+// The tensor-core products reach the kernels: on one rank, their output is not the exact
+// products' (the inputs are not exact in any of the operand types) though within the bound.
+bool tensor_core_products_are_not_the_exact_ones(cw::ChunkProducts products) {
+  using adapter = GdAdapter<float, false>;
+  const ctxpar::Group self(MPI_COMM_SELF);
+  const GdCpProblem prob = make_cp_problem(64, {0, 40}, 1, 2, 8, 6, 16);
+  cwt::CaseOptions o;
+  const cwt::Result exact = cwt::run_cp<adapter, cw::GatherFold>(self, prob, o);
+  o.products = products;
+  const cwt::Result tensor_core = cwt::run_cp<adapter, cw::GatherFold>(self, prob, o);
+  if (tensor_core.output != exact.output) return true;
+  std::cerr << cw::to_string(products) << " chunk products gave the exact products' output\n";
+  return false;
+}
+
+}  // namespace
+
+// Tensor-core chunk products (the warp products emulated on the host, the instructions on a GPU
+// built for sm_80 or later) for every operand type, GDN and GDP: against the oracle within the
+// bound with the products' unit roundoff and against the single-rank path, on every rank; and
+// refused where they cannot run (fp64 data, the decay families, ranks that disagree).
+BOOST_AUTO_TEST_CASE(tensor_core_chunk_products_match_oracle_and_single_rank) {
+  const auto& group = world();
+  const int p = group.size();
+  const cw::ChunkProducts all_products[] = {cw::ChunkProducts::tf32, cw::ChunkProducts::bfloat16,
+                                            cw::ChunkProducts::float16};
+  if constexpr (ctxpar::impl::has_warp_mma_v<Kokkos::DefaultExecutionSpace>) {
+    for (const cw::ChunkProducts products : all_products) {
+      CTXPAR_TEST_ALL(group, tensor_core_products_are_not_the_exact_ones(products));
+      CTXPAR_TEST_ALL(group, (check_problem<float, false>(cwt::cu_from_lengths({30, 1, 17, 45, 4}),
+                                                          1, 16, 61, false, products)));
+      CTXPAR_TEST_ALL(group,
+                      (check_problem<float, false>({0, 65 * p}, 1, 64, 62, false, products)));
+      CTXPAR_TEST_ALL(group, (check_problem<float, true>({0, 41}, 2, 8, 63, false, products)));
+    }
+  }
+  const GdCpProblem prob = make_cp_problem(65, {0, 20}, 1, 2, 8, 6, 16);
+  cwt::CaseOptions o;
+  o.products = cw::ChunkProducts::tf32;
+  CTXPAR_TEST_ALL(
+      group,
+      ctxpar::test::throws_everywhere(
+          group, [&] { cwt::run_cp<GdAdapter<double, false>, cw::GatherFold>(group, prob, o); },
+          "need float or 16-bit data", -1));
+  const auto decay = cwt::make_decay_problem(2, 8, 6, false, {0, 20}, 66, 16);
+  CTXPAR_TEST_ALL(
+      group, ctxpar::test::throws_everywhere(
+                 group,
+                 [&] {
+                   cwt::run_cp<
+                       cwt::DecayAdapter<float, Kokkos::DefaultExecutionSpace::memory_space, false>,
+                       cw::GatherFold>(group, decay, o);
+                 },
+                 "no tensor-core chunk products", -1));
+  if (p > 1) {
+    o.products = group.rank() == p - 1 ? cw::ChunkProducts::bfloat16 : cw::ChunkProducts::exact;
+    CTXPAR_TEST_ALL(
+        group,
+        ctxpar::test::throws_everywhere(
+            group, [&] { cwt::run_cp<GdAdapter<float, false>, cw::GatherFold>(group, prob, o); },
+            "the chunk products", -1));
   }
 }
 

@@ -3,7 +3,8 @@
 #   MPIEXEC        the mpiexec command line up to the program (a list), NP ranks
 #   FAMILY, WORK   the model family, a scratch folder
 #   MODE           `runs`: every (packed, compose, layout) combination with --backward (and two
-#                  16-bit runs: bfloat16 packed, float16 plain), each
+#                  16-bit runs: bfloat16 packed, float16 plain; for gdn and gdp two more with
+#                  tensor-core chunk products, bfloat16 on bfloat16 data and tf32 on float32), each
 #                  output and gradient checked against the fp64 oracle; `bad_input`: a g.npy of
 #                  the wrong shape must stop every rank with the documented message.
 cmake_minimum_required(VERSION 3.16)
@@ -50,15 +51,20 @@ if(MODE STREQUAL "bad_input")
   return()
 endif()
 
-# One run of the tool with --backward on inputs of `dtype`, every output checked by the oracle.
+# One run of the tool with --backward on inputs of `dtype`, every output checked by the oracle;
+# a fifth argument is the run's --products.
 function(run_case packed compose layout dtype)
+  set(products exact)
+  if(ARGC GREATER 4)
+    set(products ${ARGV4})
+  endif()
   set(shards ${NP})
   if(layout STREQUAL "zigzag")
     math(EXPR shards "2 * ${NP}")
   endif()
-  set(tag "${FAMILY} np${NP} packed=${packed} ${compose} ${layout} ${dtype}")
+  set(tag "${FAMILY} np${NP} packed=${packed} ${compose} ${layout} ${dtype} ${products}")
   set(in "${WORK}/in_${packed}_${dtype}")
-  set(out "${WORK}/out_${packed}_${compose}_${layout}_${dtype}")
+  set(out "${WORK}/out_${packed}_${compose}_${layout}_${dtype}_${products}")
   if(NOT EXISTS "${in}")
     file(MAKE_DIRECTORY "${in}")
     run_or_fail("inputs ${tag}" "${ORACLE}" gen ${FAMILY} "${in}" ${dtype} ${packed})
@@ -71,7 +77,7 @@ function(run_case packed compose layout dtype)
   endif()
   run_or_fail("ctxpar chunkwise ${tag}" ${MPIEXEC} "${TOOL}" chunkwise --family ${FAMILY}
               --in "${in}" --out "${out}" --householder ${householder} --compose ${compose}
-              --layout ${layout} --chunk 8 --backward ${repeat})
+              --layout ${layout} --chunk 8 --backward --products ${products} ${repeat})
   file(READ "${out}/chunkwise.json" summary)
   foreach(key peak_rss_bytes steady_state allocations)
     string(FIND "${summary}" "\"${key}\"" at)
@@ -84,7 +90,7 @@ function(run_case packed compose layout dtype)
     message(FATAL_ERROR "${tag}: chunkwise.json does not record dtype ${dtype}:\n${summary}")
   endif()
   run_or_fail("oracle check ${tag}" "${ORACLE}" check ${FAMILY} "${in}" ${dtype} ${packed}
-              ${shards} "${out}")
+              ${shards} "${out}" ${products})
 endfunction()
 
 foreach(packed 0 1)
@@ -102,3 +108,8 @@ endforeach()
 # 16-bit tensors (states fp32): one packed and one plain run of each type.
 run_case(1 gather zigzag bfloat16)
 run_case(0 scan contiguous float16)
+# The gated delta families' intra-chunk products on (emulated) tensor cores.
+if(FAMILY STREQUAL "gdn" OR FAMILY STREQUAL "gdp")
+  run_case(1 gather zigzag bfloat16 bfloat16)
+  run_case(0 scan contiguous float32 tf32)
+endif()

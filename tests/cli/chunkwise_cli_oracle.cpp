@@ -4,8 +4,10 @@
 //
 //   chunkwise_cli_oracle gen     FAMILY DIR DTYPE PACKED      inputs (q, k, v, g, beta, dout, and
 //                                                               with PACKED=1 cu_seqlens, h0, dht)
-//   chunkwise_cli_oracle check   FAMILY DIR DTYPE PACKED SHARDS OUT   o, ht, dq, dk, dv, dg,
-//                                                               dbeta, dh0 in OUT vs the oracle
+//   chunkwise_cli_oracle check   FAMILY DIR DTYPE PACKED SHARDS OUT [PRODUCTS]   o, ht, dq, dk,
+//                                                               dv, dg, dbeta, dh0 in OUT vs the
+//                                                               oracle (PRODUCTS: the run's
+//                                                               --products, exact when absent)
 //   chunkwise_cli_oracle corrupt DIR                            rewrites g.npy one head too wide
 //
 // FAMILY is scalar, diagonal, gdn or gdp (n_h = 2); DTYPE float32, float64, bfloat16 or float16
@@ -22,9 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "choice.hpp"
 #include "chunkwise/decay_oracle.hpp"
 #include "chunkwise/gated_delta_oracle.hpp"
 #include "chunkwise/gated_delta_support.hpp"
+#include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar_test/roundoff.hpp"
 #include "npy.hpp"
 
@@ -108,12 +112,15 @@ void add_storage_rounding(std::vector<double>& b, const std::vector<double>& x, 
 
 // The inputs rounded to the files' dtypes, then the oracle's results and bounds; `Scalar` is the
 // arithmetic type of the run (fp32 for the 16-bit tensors).
+// `products_roundoff`: the unit roundoff of the run's chunk products (0 for exact).
 template <class Scalar>
-Case make_case(const std::string& family, bool packed, int shards, Dtype d);
+Case make_case(const std::string& family, bool packed, int shards, Dtype d,
+               double products_roundoff);
 
-Case make_case(const std::string& family, bool packed, int shards, Dtype d) {
-  Case c = d == Dtype::float64 ? make_case<double>(family, packed, shards, d)
-                               : make_case<float>(family, packed, shards, d);
+Case make_case(const std::string& family, bool packed, int shards, Dtype d,
+               double products_roundoff = 0) {
+  Case c = d == Dtype::float64 ? make_case<double>(family, packed, shards, d, products_roundoff)
+                               : make_case<float>(family, packed, shards, d, products_roundoff);
   add_storage_rounding(c.bound.output, c.want.output, d);
   for (std::size_t i = 0; i < c.bound.grads.size(); ++i)
     add_storage_rounding(c.bound.grads[i].values, c.want.grads[i].values, d);
@@ -121,7 +128,8 @@ Case make_case(const std::string& family, bool packed, int shards, Dtype d) {
 }
 
 template <class Scalar>
-Case make_case(const std::string& family, bool packed, int shards, Dtype d) {
+Case make_case(const std::string& family, bool packed, int shards, Dtype d,
+               double products_roundoff) {
   Case c;
   c.cu = cu_of(packed);
   const std::int64_t N = static_cast<std::int64_t>(c.cu.size()) - 1, M = householder(family);
@@ -165,10 +173,13 @@ Case make_case(const std::string& family, bool packed, int shards, Dtype d) {
   c.want.initial_state_grads = gr.dh0;
   c.want.grads = {{"dq", gr.dq}, {"dk", gr.dk}, {"dv", gr.dv}, {"dg", gr.dg}, {"dbeta", gr.dbeta}};
   // As tests/chunkwise/gated_delta_cp_test.cpp: the normwise bound of each tensor for each of its
-  // elements, 8 (C·n_h + K + V)·u forward and twice that backward, plus the fp32 summaries.
+  // elements, 8 (C·n_h + K + V)·u forward and twice that backward, plus the fp32 summaries, plus
+  // 8·u_p forward and 16·u_p backward for tensor-core chunk products.
   const double fp32 = (16.0 + 4.0 * shards) * ctxpar::test::unit_roundoff<float>();
-  const double ef = gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 8) + fp32;
-  const double eb = gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 16) + fp32;
+  const double ef =
+      gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 8) + fp32 + 8 * products_roundoff;
+  const double eb =
+      gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 16) + fp32 + 16 * products_roundoff;
   auto fill = [](std::vector<double> x, double eps) {
     double n2 = 0;
     for (double e : x) n2 += e * e;
@@ -222,8 +233,13 @@ bool compare(const std::string& what, const std::vector<double>& got,
   return ok;
 }
 
-int check(const std::string& family, Dtype d, bool packed, int shards, const std::string& out) {
-  const Case c = make_case(family, packed, shards, d);
+int check(const std::string& family, Dtype d, bool packed, int shards, const std::string& out,
+          const std::string& products) {
+  const int index = ctxpar::cli::chunk_products.index(products);
+  if (index < 0) throw std::invalid_argument("unknown products " + products);
+  const double up = ctxpar::chunkwise::products_unit_roundoff(
+      ctxpar::cli::chunk_products.visit(index, [](auto tag) { return decltype(tag)::value; }));
+  const Case c = make_case(family, packed, shards, d, up);
   const std::int64_t N = static_cast<std::int64_t>(c.cu.size()) - 1;
   const Shape state{N, H, K, V};
   bool ok = compare("o", read(out + "/o.npy", {T, H, V}, d), c.want.output, c.bound.output);
@@ -264,13 +280,14 @@ int main(int argc, char** argv) {
   try {
     if (a.size() == 5 && a[0] == "gen") {
       status = generate(a[1], a[2], dtype_named(a[3]), a[4] == "1");
-    } else if (a.size() == 7 && a[0] == "check") {
-      status = check(a[1], dtype_named(a[3]), a[4] == "1", std::stoi(a[5]), a[6]);
+    } else if ((a.size() == 7 || a.size() == 8) && a[0] == "check") {
+      status = check(a[1], dtype_named(a[3]), a[4] == "1", std::stoi(a[5]), a[6],
+                     a.size() == 8 ? a[7] : "exact");
     } else if (a.size() == 2 && a[0] == "corrupt") {
       status = corrupt(a[1]);
     } else {
       std::cerr << "usage: chunkwise_cli_oracle gen FAMILY DIR DTYPE PACKED | check FAMILY DIR "
-                   "DTYPE PACKED SHARDS OUT | corrupt DIR\n";
+                   "DTYPE PACKED SHARDS OUT [PRODUCTS] | corrupt DIR\n";
     }
   } catch (const std::exception& e) {
     std::cerr << "chunkwise_cli_oracle: " << e.what() << "\n";

@@ -4,9 +4,12 @@
 // and later) and the fragment store, with the 32 lanes as the threads of one team.
 // scripts/gpu-compile-check cuda compiles this file once more keeping its PTX and ptxas report, and
 // requires the three `mma.sync` instructions and the `ldmatrix` in the PTX (HMMA in the SASS where
-// the toolkit has cuobjdump) and no register spills. Nothing here runs.
+// the toolkit has cuobjdump) and no register spills; and the gated delta intra-chunk kernel, whose
+// products (`ChunkProducts`) run on `team_mma_gemm` for each operand type, must issue mma.sync.
+// Nothing here runs.
 #include <Kokkos_Core.hpp>
 
+#include "ctxpar/chunkwise/impl/gated_delta_kernels.hpp"
 #include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/float16.hpp"
 #include "ctxpar/core/impl/mma_fragment.hpp"
@@ -105,7 +108,20 @@ void swa_forward() {
       dv, workspace, ctxpar::swa::KernelChoice::tensor_core);
 }
 
+// The gated delta intra-chunk kernel on fp32 data, whose products choose at run time between the
+// exact team product and the tensor-core one for TF32, bfloat16 and float16 operands.
+void gated_delta_intra_chunk() {
+  using kernel = impl::gated_delta::IntraChunk<float, exec, exec::memory_space>;
+  impl::gated_delta::Problem<float> pb;
+  pb.products = chunkwise::ChunkProducts::bfloat16;
+  Kokkos::parallel_for("ctxpar::gpu_check::gated_delta_intra_chunk",
+                       Kokkos::TeamPolicy<exec>(1, 128).set_scratch_size(
+                           1, Kokkos::PerTeam(kernel::scratch_bytes(64, 64, 64))),
+                       kernel{pb, impl::gated_delta::ChunkData<float, exec::memory_space>{}});
+}
+
 void instantiate() {
+  gated_delta_intra_chunk();
   warp_product<bfloat16>();
   warp_product<float16>();
   swa_forward<bfloat16>();

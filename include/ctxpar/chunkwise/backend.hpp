@@ -108,6 +108,7 @@
 #include "ctxpar/chunkwise/transition.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/core/impl/detect.hpp"
+#include "ctxpar/core/impl/enum_name.hpp"
 
 namespace ctxpar::chunkwise {
 
@@ -131,10 +132,45 @@ struct SummaryNeeds {
 /// The per-slot table of a backend that needs none (`table_type`).
 struct NoTable {};
 
+/// How the per-chunk products of the gated delta families multiply: the type their operands are
+/// read as. `exact` is fp32 FMA (and the only choice for fp64 and the decay families); the others
+/// run the products on warp tensor cores (`core/impl/team_mma_product.hpp`) with the operands
+/// rounded to TF32, bfloat16 or float16 and fp32 accumulation: the instructions on CUDA built for
+/// sm_80 or later, an emulation on the host spaces (for testing, not speed). A 16-bit plan's
+/// inputs are exact in their own type, so `bfloat16` (`float16`) rounds only the intermediate
+/// operands of such a plan. Today these are the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`,
+/// `X·(βV)`); the state passes and the gradients stay exact.
+enum class ChunkProducts { exact, tf32, bfloat16, float16 };
+
+/// `"exact"`, `"tf32"`, `"bfloat16"` or `"float16"`.
+inline const char* to_string(ChunkProducts products) {
+  static constexpr const char* names[] = {"exact", "tf32", "bfloat16", "float16"};
+  return ctxpar::impl::enum_name(products, names, "unknown");
+}
+
+/// The unit roundoff of the operands of chunk products `products`: 0 for `exact` (fp32, whose
+/// own roundoff every bound counts already), 2⁻¹¹ for TF32 and float16 (10 fraction bits), 2⁻⁸ for
+/// bfloat16 (7). Each of the four intra-chunk products rounds its two operands once, so to first
+/// order a forward result moves by at most `8·u_p` (relative) from the exact products' and a
+/// backward result by `16·u_p`: the figure the tests and the command line's check add.
+inline double products_unit_roundoff(ChunkProducts products) {
+  switch (products) {
+    case ChunkProducts::tf32:
+    case ChunkProducts::float16:
+      return 1.0 / 2048;
+    case ChunkProducts::bfloat16:
+      return 1.0 / 256;
+    default:
+      return 0.0;
+  }
+}
+
 /// Options every backend accepts.
 struct BackendOptions {
   int chunk_size = 64;  ///< tokens per chunk of the local chunkwise algorithm
   double scale = 0.0;   ///< output scale; 0 selects `K^(-1/2)`
+  /// How the per-chunk products multiply (`ChunkProducts`; every rank must pass the same).
+  ChunkProducts products = ChunkProducts::exact;
 };
 
 namespace impl {

@@ -29,6 +29,8 @@
 #include "ctxpar/comm/scan.hpp"
 #include "ctxpar/core/checked_product.hpp"
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/impl/detect.hpp"
+#include "ctxpar/core/impl/warp_lanes.hpp"
 #include "ctxpar/core/view_checks.hpp"
 #include "ctxpar/core/workspace.hpp"
 
@@ -440,6 +442,24 @@ void build_checks(Preconditions& chk, const Backend& backend, const SequenceLayo
   chk.require_same("the sequence layout (T, cu_seqlens, zigzag)", plan.fingerprint());
 }
 
+template <class Backend>
+using backend_products_t = decltype(std::declval<const Backend&>().options().products);
+
+// The chunk products of a backend built from `BackendOptions` (others multiply as they do): the
+// tensor-core ones need an execution space that has the warp products, and every rank must ask
+// for the same.
+template <class ExecutionSpace, class Backend>
+void check_chunk_products(Preconditions& chk, const Backend& backend) {
+  if constexpr (ctxpar::impl::is_detected<backend_products_t, Backend>::value) {
+    const ChunkProducts products = backend.options().products;
+    chk.require(products == ChunkProducts::exact || ctxpar::impl::has_warp_mma_v<ExecutionSpace>,
+                "tensor-core chunk products need warp tensor cores (CUDA built for sm_80 or "
+                "later) or a host space (emulated)",
+                "exact on this execution space", to_string(products));
+    chk.require_same("the chunk products", static_cast<int>(products));
+  }
+}
+
 template <class View>
 void check_states(Preconditions& chk, const View& states, const char* what, std::int64_t n,
                   const ChunkwiseShape& s) {
@@ -562,6 +582,7 @@ class CpPlan {
         id_(impl::next_plan_id()) {
     Preconditions chk(group, "ctxpar::chunkwise::CpPlan");
     impl::build_checks<Backend, Policy>(chk, backend, layout, shape, options);
+    impl::check_chunk_products<ExecutionSpace>(chk, backend);
     int isa = 0;
     ctxpar::impl::agree_host_isa(chk, isa);
     chk.agree();

@@ -15,10 +15,12 @@
 
 #include <type_traits>
 
+#include "ctxpar/chunkwise/backend.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/fast_exp.hpp"
 #include "ctxpar/core/impl/gates.hpp"
 #include "ctxpar/core/impl/isa_dispatch.hpp"
+#include "ctxpar/core/impl/team_mma_product.hpp"
 #include "ctxpar/core/impl/tile_product.hpp"
 #include "ctxpar/core/team_size.hpp"
 
@@ -37,6 +39,9 @@ struct Problem {
   const Scalar* beta = nullptr;  ///< [T·n_h, H]
   int n_h = 1, heads = 0, key_dim = 0, value_dim = 0, chunk = 64;
   Scalar scale = 1;
+  /// How the intra-chunk products multiply (`exact` unless the plan's options ask otherwise;
+  /// others only for float).
+  ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
 
   KOKKOS_INLINE_FUNCTION bool has_query(int row) const { return row % n_h == n_h - 1; }
   KOKKOS_INLINE_FUNCTION int token(int row) const { return row / n_h; }
@@ -332,6 +337,30 @@ struct IntraChunk {
     }
   }
 
+  /// `C (+)= op(A)·B` as `team_gemm` computes it (`exact`), or on tensor cores with the operands
+  /// read as the problem's `products` type (`team_mma_gemm`).
+  template <int Bytes>
+  KOKKOS_INLINE_FUNCTION void product(const member_type& team, int m, int n, int k, Left<Scalar> a,
+                                      const Scalar* b, int ldb, Scalar* c, int ldc,
+                                      bool lower_output = false) const {
+    using ctxpar::chunkwise::ChunkProducts;
+    if constexpr (std::is_same_v<Scalar, float>) {
+      switch (pb.products) {
+        case ChunkProducts::tf32:
+          return team_mma_gemm<float>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, false, lower_output);
+        case ChunkProducts::bfloat16:
+          return team_mma_gemm<bfloat16>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, false,
+                                         lower_output);
+        case ChunkProducts::float16:
+          return team_mma_gemm<float16>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, false,
+                                        lower_output);
+        default:
+          break;
+      }
+    }
+    team_gemm<Bytes>(team, m, n, k, Scalar(1), a, b, ldb, c, ldc, false, lower_output);
+  }
+
   /// γ, its rounding error and the last hard reset of every row of the chunk, on one thread.
   KOKKOS_INLINE_FUNCTION void cumulative_gates(const member_type& team,
                                                const ChunkBlock<Scalar>& cb) const {
@@ -420,9 +449,8 @@ struct IntraChunk {
     });
     team.team_barrier();
     // Gram K Kᵀ (lower part) and Q̂ Kᵀ: both read Kᵀ as the contiguous right operand.
-    team_gemm<Bytes>(team, C, C, K, Scalar(1), transposed(kT.data(), C), kT.data(), C, A.data(), C,
-                     false, true);
-    team_gemm<Bytes>(team, C, C, K, Scalar(1), rows(qs.data(), K), kT.data(), C, P, C, false, true);
+    product<Bytes>(team, C, C, K, transposed(kT.data(), C), kT.data(), C, A.data(), C, true);
+    product<Bytes>(team, C, C, K, rows(qs.data(), K), kT.data(), C, P, C, true);
     team.team_barrier();
     // Decays as exp(γ_i − γ_j): never a ratio of two cumulative products (under/overflow).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
@@ -433,10 +461,8 @@ struct IntraChunk {
     });
     team.team_barrier();
     invert_unit_lower<Bytes>(team, A.data(), X, C);
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K,
-                     false);
-    team_gemm<Bytes>(team, C, V, C, Scalar(1), rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V,
-                     false);
+    product<Bytes>(team, C, K, C, rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K);
+    product<Bytes>(team, C, V, C, rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V);
   }
 };
 

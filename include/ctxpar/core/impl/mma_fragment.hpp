@@ -112,6 +112,11 @@ KOKKOS_INLINE_FUNCTION float to_tf32(float x) {
   return r;
 }
 
+/// Two 16-bit patterns as one fragment word: `even` in the low half, `odd` in the high half.
+KOKKOS_FORCEINLINE_FUNCTION std::uint32_t pair_word(std::uint16_t even, std::uint16_t odd) {
+  return static_cast<std::uint32_t>(even) | (static_cast<std::uint32_t>(odd) << 16);
+}
+
 /// One lane's `N` elements of a product operand (A or B) as its registers hold them. 16-bit
 /// elements are kept in pairs, element `2j` in the low half of word `j` and `2j + 1` in the high
 /// half: that is how `mma.sync` takes them and `ldmatrix` delivers them, and a fragment kept one
@@ -127,7 +132,7 @@ struct Fragment {
   }
   /// Sets elements `2j` and `2j + 1`.
   KOKKOS_FORCEINLINE_FUNCTION void set_pair(int j, T even, T odd) {
-    word[j] = static_cast<std::uint32_t>(even.bits) | (static_cast<std::uint32_t>(odd.bits) << 16);
+    word[j] = pair_word(even.bits, odd.bits);
   }
 };
 template <int N>
@@ -200,10 +205,27 @@ KOKKOS_FORCEINLINE_FUNCTION std::uint32_t rounded_pair(float even, float odd) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(word) : "f"(odd), "f"(even));
   return word;
 #else
-  return static_cast<std::uint32_t>(T::from_float(even).bits) |
-         (static_cast<std::uint32_t>(T::from_float(odd).bits) << 16);
+  return pair_word(T::from_float(even).bits, T::from_float(odd).bits);
 #endif
 }
+
+/// Fills fragment `f` from fp32 values `element(i)` rounded to its operand type: 16-bit types
+/// in pairs (`rounded_pair`), fp32 to TF32 (`to_tf32`), as the products read them.
+template <class T, int N, class Element>
+KOKKOS_FORCEINLINE_FUNCTION void fill_rounded(Fragment<T, N>& f, const Element& element) {
+  CTXPAR_FRAGMENT_UNROLL
+  for (int j = 0; j < N / 2; ++j) {
+    if constexpr (std::is_same_v<T, float>)
+      f.set_pair(j, to_tf32(element(2 * j)), to_tf32(element(2 * j + 1)));
+    else
+      f.word[j] = rounded_pair<T>(element(2 * j), element(2 * j + 1));
+  }
+}
+
+/// The m16n8 product layout that takes operands of type `T`: m16n8k8 TF32 for fp32, m16n8k16
+/// for the 16-bit types.
+template <class T>
+using mma_layout_t = std::conditional_t<std::is_same_v<T, float>, MmaM16N8K8Tf32, MmaM16N8K16>;
 
 /// Two adjacent 16×8 results of one lane (`left` holds columns 0..7, `right` columns 8..15) as
 /// that lane's A fragment of the 16×16 tile they form, rounded to `T`: the layouts agree
@@ -212,15 +234,14 @@ KOKKOS_FORCEINLINE_FUNCTION std::uint32_t rounded_pair(float even, float odd) {
 template <class T>
 KOKKOS_INLINE_FUNCTION void results_as_a(const float (&left)[4], const float (&right)[4],
                                          Fragment<T, 8>& a) {
-  const auto result = [&](int i) { return i < 4 ? left[i] : right[i - 4]; };
-  for (int j = 0; j < 4; ++j) a.word[j] = rounded_pair<T>(result(2 * j), result(2 * j + 1));
+  fill_rounded(a, [&](int i) { return i < 4 ? left[i] : right[i - 4]; });
 }
 
 /// One 16×8 result of a lane (`c`) as that lane's A fragment of the TF32 product (m16n8k8),
 /// rounded to TF32: element `i` of A is the result in row half `i % 2` and column `2·(l % 4) +
 /// i / 2`, the inner index being permuted as `MmaM16N8K8Tf32::result_column` says.
 KOKKOS_INLINE_FUNCTION void results_as_a(const float (&c)[4], Fragment<float, 4>& a) {
-  fill_fragment(a, [&](int i) { return to_tf32(c[(i % 2) * 2 + i / 2]); });
+  fill_rounded(a, [&](int i) { return c[(i % 2) * 2 + i / 2]; });
 }
 
 /// `ldmatrix.x4` (four 8×8 matrices of 16-bit elements, one row address per lane): lane `l`
@@ -245,8 +266,7 @@ void emulate_ldmatrix_x4(const T* const (&rows)[32], Fragment<T, 8> (&out)[32]) 
   for (int lane = 0; lane < 32; ++lane)
     for (int j = 0; j < 4; ++j) {
       const T* row = rows[j * 8 + lane / 4];
-      out[lane].word[j] = static_cast<std::uint32_t>(row[2 * (lane % 4)].bits) |
-                          (static_cast<std::uint32_t>(row[2 * (lane % 4) + 1].bits) << 16);
+      out[lane].set_pair(j, row[2 * (lane % 4)], row[2 * (lane % 4) + 1]);
     }
 }
 

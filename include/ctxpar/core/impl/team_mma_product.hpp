@@ -1,0 +1,95 @@
+/// \file
+/// `team_gemm`'s product, `C (+)= alpha·op(A)·B` on fp32 matrices with strides, computed by the
+/// warps of a team on the m16n8 tensor-core products: each warp takes 16×8 tiles of `C` in turn,
+/// reads its operands rounded to `Operand` (bfloat16 or float16, or TF32 for `float`) straight into
+/// fragments, and accumulates in fp32. The chunkwise kernels run it where the plan's precision
+/// asks for tensor cores; on the host spaces the warp is emulated (`WarpLanes`), so the same source
+/// runs in CPU CI with only the instruction replaced.
+///
+/// Each element of `C` sums its inner index in blocks of the layout's depth (16, or 8 for TF32),
+/// the blocks in increasing order; which warp computes a tile never changes its bits, so a result
+/// does not depend on the team size.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include "ctxpar/core/impl/mma_fragment.hpp"
+#include "ctxpar/core/impl/tile_product.hpp"
+#include "ctxpar/core/impl/warp_lanes.hpp"
+
+namespace ctxpar::impl {
+
+/// The warps of a team as the tensor-core products use them, and the calling thread's place: on
+/// a device a warp is 32 consecutive threads, each one lane (threads past the last whole warp
+/// sit out); on the host spaces each thread runs a whole warp of emulated lanes.
+struct TeamWarps {
+  int count;        ///< warps of the team
+  int index;        ///< the calling thread's warp (`index >= count`: it has none)
+  WarpLanes lanes;  ///< the lanes the calling thread runs
+};
+
+/// The warps of `team` (`TeamWarps`).
+template <class Member>
+KOKKOS_INLINE_FUNCTION TeamWarps team_warps(const Member& team) {
+  const int rank = team.team_rank();
+  if (WarpLanes::count == 1) return {team.team_size() / 32, rank / 32, WarpLanes::of_thread(rank)};
+  return {team.team_size(), rank, WarpLanes::of_thread(rank)};
+}
+
+/// `C (+)= alpha·op(A)·B` with `A` `m×k` (`Left`: strides and band, as `team_gemm` takes it), `B`
+/// `k×n` row-major (`ldb`), `C` `m×n` row-major (`ldc`), on tensor cores with operands rounded to
+/// `Operand` and fp32 accumulation. `lower_output`: only `C(i, j)` with `j ≤ i` is wanted; tiles
+/// wholly above the diagonal are skipped (others are written whole). Every thread of the team
+/// calls it; it does not wait for the team, the caller does before reading `C`. A device team
+/// needs at least one whole warp (32 threads).
+template <class Operand, class Member>
+KOKKOS_INLINE_FUNCTION void team_mma_gemm(const Member& team, int m, int n, int k, float alpha,
+                                          Left<float> a, const float* b, int ldb, float* c, int ldc,
+                                          bool accumulate, bool lower_output = false) {
+  using L = mma_layout_t<Operand>;
+  constexpr int slots = WarpLanes::count;
+  const TeamWarps warps = team_warps(team);
+  if (warps.count == 0)
+    Kokkos::abort("ctxpar: a tensor-core team product needs a team of at least one warp");
+  if (warps.index >= warps.count) return;
+  const int tiles_n = (n + L::n - 1) / L::n, tiles = ((m + L::m - 1) / L::m) * tiles_n;
+  for (int tile = warps.index; tile < tiles; tile += warps.count) {
+    const int i0 = (tile / tiles_n) * L::m, j0 = (tile % tiles_n) * L::n;
+    if (lower_output && j0 > i0 + L::m - 1) continue;
+    int p0 = 0, p1 = k;
+    if (a.band == Band::lower) p1 = i0 + L::m < k ? i0 + L::m : k;
+    if (a.band == Band::upper) p0 = i0 < k ? i0 : k;
+    float acc[slots][L::c_per_lane] = {};
+    for (int p = p0; p < p1; p += L::k) {
+      Fragment<Operand, L::a_per_lane> af[slots];
+      Fragment<Operand, L::b_per_lane> bf[slots];
+      for (int s = 0; s < slots; ++s) {
+        const int lane = warps.lanes.lane(s);
+        // Rows past `m`, columns past `n` and inner indices past the band read as zeros.
+        fill_rounded(af[s], [&](int e) {
+          const int r = i0 + L::a_row(lane, e), q = p + L::a_col(lane, e);
+          return r < m && q < p1 ? a.ptr[static_cast<long>(r) * a.row_stride +
+                                         static_cast<long>(q) * a.col_stride]
+                                 : 0.0f;
+        });
+        fill_rounded(bf[s], [&](int e) {
+          const int q = p + L::b_row(lane, e), j = j0 + L::b_col(lane, e);
+          return q < p1 && j < n ? b[static_cast<long>(q) * ldb + j] : 0.0f;
+        });
+      }
+      warp_mma<L>(acc, af, bf);
+    }
+    for (int s = 0; s < slots; ++s) {
+      const int lane = warps.lanes.lane(s);
+      CTXPAR_FRAGMENT_UNROLL
+      for (int e = 0; e < L::c_per_lane; ++e) {
+        const int r = i0 + L::c_row(lane, e), j = j0 + L::c_col(lane, e);
+        if (r >= m || j >= n) continue;
+        float& out = c[static_cast<long>(r) * ldc + j];
+        out = accumulate ? out + alpha * acc[s][e] : alpha * acc[s][e];
+      }
+    }
+  }
+}
+
+}  // namespace ctxpar::impl
