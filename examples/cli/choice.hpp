@@ -146,7 +146,8 @@ inline constexpr Choices chunk_products{
     Named<ProductsTag<chunkwise::ChunkProducts::exact>>{"exact"},
     Named<ProductsTag<chunkwise::ChunkProducts::tf32>>{"tf32"},
     Named<ProductsTag<chunkwise::ChunkProducts::bfloat16>>{"bfloat16"},
-    Named<ProductsTag<chunkwise::ChunkProducts::float16>>{"float16"}};
+    Named<ProductsTag<chunkwise::ChunkProducts::float16>>{"float16"},
+    Named<ProductsTag<chunkwise::ChunkProducts::automatic>>{"automatic"}};
 
 /// How heads are split over the ranks (`hybrid --head-policy`; `heads` takes the flag `--uneven`).
 inline constexpr Choices head_policies{Named<EvenHeads>{"even"}, Named<UnevenHeads>{"uneven"}};

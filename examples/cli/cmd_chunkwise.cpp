@@ -4,7 +4,7 @@
 //
 //   mpirun -np P ctxpar chunkwise --family scalar|diagonal|gdn|gdp --in DIR --out DIR
 //       [--householder M] [--compose gather|scan] [--layout contiguous|zigzag] [--chunk 64]
-//       [--scale s] [--products exact|tf32|bfloat16|float16] [--backward]
+//       [--scale s] [--products exact|tf32|bfloat16|float16|automatic] [--backward]
 //
 // DIR holds q.npy [T,H,K]; k.npy [T,H,K] and v.npy [T,H,V] (gdp: [T,M,H,K], [T,M,H,V]); g.npy
 // (log-gates [T,H], diagonal [T,H,K]); beta.npy (gdn [T,H], gdp [T,M,H]); optional cu_seqlens.npy
@@ -169,8 +169,9 @@ void each_gradient(const G& g, F&& f) {
 }
 
 struct Settings {
-  // family, compose, layout, products: spellings from a table
-  std::string family, in, out, compose, layout, products = "exact";
+  // family, compose, layout: spellings from a table
+  std::string family, in, out, compose, layout;
+  cw::ChunkProducts products = cw::ChunkProducts::automatic;  // as asked (--products)
   std::string host_isa;  // the instruction set the plans' host kernels run at
   int householder = 1, chunk = 64;
   double scale = 0;
@@ -334,14 +335,12 @@ struct Compare {
 
 // The bar for results stored in `Scalar`: a 16-bit output or gradient is the fp32 one rounded
 // once in each run (states and their gradients stay fp32: `Float` true). With tensor-core chunk
-// products each run is within `8·u_p` (forward) or `16·u_p` (backward, `backward` true) of the
-// exact products' result (`cw::products_unit_roundoff`), and the two runs' chunks need not line
-// up, so their difference may be twice that.
+// products (`products`, resolved) each run is within `8·u_p` (forward) or `16·u_p` (backward,
+// `backward` true) of the exact products' result (`cw::products_unit_roundoff`), and the two
+// runs' chunks need not line up, so their difference may be twice that.
 template <class Scalar>
-double stored_tolerance(const std::string& products, bool backward, bool fp32 = false) {
-  const int index = ctxpar::cli::chunk_products.index(products);
-  const double up = cw::products_unit_roundoff(
-      ctxpar::cli::chunk_products.visit(index, [](auto tag) { return decltype(tag)::value; }));
+double stored_tolerance(cw::ChunkProducts products, bool backward, bool fp32 = false) {
+  const double up = cw::products_unit_roundoff(products);
   const double tau = Compare::fp32_tolerance + 2 * (backward ? 16 : 8) * up;
   return fp32 ? tau : ctxpar::cli::stored_tolerance<Scalar>(tau);
 }
@@ -373,10 +372,12 @@ int check_and_keep(int ranks, const Backend& backend, const Settings& s,
   single.layout = "contiguous";
   one.run(self, backend, single, f, cu);
   Compare out_check, grad_check, state_check;
-  out_check.tolerance = stored_tolerance<Scalar>(s.products, false);
-  grad_check.tolerance = stored_tolerance<Scalar>(s.products, true);
+  // Both runs' plans multiply with these (`automatic` resolved for the space and storage type).
+  const cw::ChunkProducts products = cw::chunk_products_of<exec>(backend);
+  out_check.tolerance = stored_tolerance<Scalar>(products, false);
+  grad_check.tolerance = stored_tolerance<Scalar>(products, true);
   // The states hold ht and, with --backward, dh0.
-  state_check.tolerance = stored_tolerance<Scalar>(s.products, s.backward, true);
+  state_check.tolerance = stored_tolerance<Scalar>(products, s.backward, true);
   out_check.add(o, host_values(one.o));
   const auto ht = host_values(cp.ht);
   state_check.add(ht, host_values(one.ht));
@@ -409,7 +410,8 @@ int check_and_keep(int ranks, const Backend& backend, const Settings& s,
   j["compose"] = s.compose;
   j["layout"] = s.layout;
   j["chunk"] = s.chunk;
-  j["products"] = s.products;
+  j["products"] = cw::to_string(products);
+  j["products_requested"] = cw::to_string(s.products);
   j["dtype"] = ctxpar::cli::dtype_name(ctxpar::cli::dtype_of<Scalar>());
   j["state_dtype"] = ctxpar::cli::dtype_name(ctxpar::cli::dtype_of<State>());
   j["host_isa"] = s.host_isa;
@@ -491,9 +493,7 @@ template <class Scalar>
 int dispatch_policy(const ctxpar::Group& group, const Settings& s,
                     std::map<std::string, NpyArray>& f, const std::vector<std::int64_t>& cu,
                     ctxpar::cli::OutputDir& out) {
-  const cw::ChunkProducts products = ctxpar::cli::chunk_products.visit(
-      ctxpar::cli::chunk_products.index(s.products), [](auto tag) { return decltype(tag)::value; });
-  const cw::BackendOptions options{s.chunk, s.scale, products};
+  const cw::BackendOptions options{s.chunk, s.scale, s.products};
   // The composition table is named in full inside the lambda: clang (hipcc) refuses a local
   // reference to it there, as a use of an enclosing function's variable.
   return families.visit(families.index(s.family), [&](auto family) {
@@ -628,8 +628,9 @@ int run_chunkwise(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   s.compose =
       ctxpar::cli::compositions.name(choose(args, "compose", ctxpar::cli::compositions, "gather"));
   s.layout = ctxpar::cli::layouts.name(choose(args, "layout", ctxpar::cli::layouts, "contiguous"));
-  s.products = ctxpar::cli::chunk_products.name(
-      choose(args, "products", ctxpar::cli::chunk_products, "exact"));
+  s.products = ctxpar::cli::chunk_products.visit(
+      choose(args, "products", ctxpar::cli::chunk_products, "automatic"),
+      [](auto tag) { return decltype(tag)::value; });
   usage(s.householder >= 1 && s.householder <= 3, "--householder must be 1, 2 or 3", "1..3",
         std::to_string(s.householder));
   // The per-chunk C×C matrices grow with the square of the chunk: past 4096 they alone need
@@ -772,7 +773,8 @@ CTXPAR_CLI_COMMAND(
     "  --scale S         query scale, finite; 0 = 1/sqrt(K) [0]\n"
     "  --products P      gdn, gdp: exact (fp32 FMA) or the intra-chunk products on tensor cores\n"
     "                    with tf32, bfloat16 or float16 operands (emulated on a CPU build:\n"
-    "                    slow, for testing) [exact]\n"
+    "                    slow, for testing); automatic = q's own type for 16-bit q on a GPU\n"
+    "                    with tensor cores, exact otherwise [automatic]\n"
     "  --backward        also the gradients [off]\n"
     "  --perturb-rank R  test hook: corrupts one output value of rank R, so the check must fail;\n"
     "                    -1 = none [-1]\n"
@@ -798,8 +800,9 @@ CTXPAR_CLI_COMMAND(
     "  memory per rank, the\n"
     "  check: relative L2 of outputs, states and gradients against single-rank <= 1e-4 (16-bit\n"
     "  outputs and gradients: 1e-4 plus two roundings: 7.9e-3 bfloat16, 1.1e-3 float16); with\n"
-    "  --products other than exact, plus 16 u_p (outputs, states) or 32 u_p (gradients), u_p the\n"
-    "  products' unit roundoff (2^-11 tf32 and float16, 2^-8 bfloat16)\n"
+    "  products other than exact (chunkwise.json: products), plus 16 u_p (outputs, states) or\n"
+    "  32 u_p (gradients), u_p the products' unit roundoff (2^-11 tf32 and float16, 2^-8 "
+    "bfloat16)\n"
     "\n"
     "exit status: 0 the run passed its check; 1 the distributed result differs from the "
     "single-rank\n"

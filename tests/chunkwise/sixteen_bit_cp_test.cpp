@@ -6,7 +6,11 @@
 //   layout, on the exactly widened inputs) rounded once to the storage type; states and their
 //   gradients are the fp32 plan's bits;
 // - against the fp64 oracle fed the same (16-bit) values, within the fp32 bound of the existing
-//   CP tests plus the one final rounding;
+//   CP tests plus the one final rounding, plus the chunk products' rounding where the plan's
+//   products are not exact: the default (`automatic`) is the storage type's own tensor-core
+//   products for the gated delta families on a device and exact on the host, so each run compares
+//   with the fp32 plan of the products the 16-bit plan resolved, and the explicit bfloat16 and
+//   float16 products (a device's default) run on the host too;
 // - a 16-bit input or output of the wrong shape, a wrong-shaped 16-bit gradient, a strided 16-bit
 //   input or gradient and a NaN under check_finite, on one rank, are refused on every rank with
 //   the same ctxpar::Error;
@@ -87,7 +91,9 @@ struct DecayFamily {
   static cwt::Result oracle(const problem& p, bool states) {
     return cwt::decay_oracle(p, states, states, false).result;
   }
-  static cwt::Result bound(const problem& p, const cwt::Result&, bool states, int shards) {
+  static constexpr bool tensor_core_products = false;
+  static cwt::Result bound(const problem& p, const cwt::Result&, bool states, int shards,
+                           cw::ChunkProducts) {
     return cwt::decay_bounds<float>(p, states, states, shards);
   }
 };
@@ -109,8 +115,10 @@ struct GatedDeltaFamily {
   static cwt::Result oracle(const problem& p, bool states) {
     return cwt::oracle(p, states, states);
   }
-  static cwt::Result bound(const problem& p, const cwt::Result& want, bool, int shards) {
-    return cwt::bounds<float>(p, want, shards);
+  static constexpr bool tensor_core_products = true;
+  static cwt::Result bound(const problem& p, const cwt::Result& want, bool, int shards,
+                           cw::ChunkProducts products) {
+    return cwt::bounds<float>(p, want, shards, products);
   }
 };
 
@@ -163,9 +171,13 @@ bool rounded_bitwise(const std::string& what, const cwt::Result& got, const cwt:
 }
 
 // One problem of a family on one storage type: both policies, contiguous and zigzag, without and
-// with states, each run in 16 bits and in fp32 and checked as the header says.
+// with states, each run in 16 bits with chunk products `requested` and in fp32 with the products
+// the 16-bit plan resolves them to, and checked as the header says.
 template <class Family, class Storage>
-bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed) {
+bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed,
+                   cw::ChunkProducts requested = cw::ChunkProducts::automatic) {
+  const cw::ChunkProducts resolved =
+      cw::resolve_chunk_products<exec, Storage>(requested, Family::tensor_core_products);
   using adapter16 = typename Family::template adapter<Storage>;
   using adapter32 = typename Family::template adapter<float>;
   const auto& group = world();
@@ -179,19 +191,24 @@ bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t
       o.chunk = chunk;
       o.zigzag = zig == 1;
       o.initial_states = o.final_state_grads = with;
+      o.products = requested;
+      cwt::CaseOptions o32 = o;
+      o32.products = resolved;
       const int shards = group.size() * (o.zigzag ? 2 : 1);
       const cwt::Result bound =
-          sixteen_bit_bound<Storage>(Family::bound(prob, want, with, shards), want);
+          sixteen_bit_bound<Storage>(Family::bound(prob, want, with, shards, resolved), want);
       std::string what = Family::name() + "/" + type_name<Storage>() + "/" +
                          (o.zigzag ? "zigzag" : "contiguous") + (with ? "/states" : "") +
-                         " chunk " + std::to_string(chunk) + " T " + std::to_string(prob.T);
+                         " chunk " + std::to_string(chunk) + " T " + std::to_string(prob.T) +
+                         " products " + cw::to_string(requested) + " (" + cw::to_string(resolved) +
+                         ")";
       std::vector<cwt::Range> rows;
       const cwt::Result gf16 = cwt::run_cp<adapter16, cw::GatherFold>(group, prob, o, &rows);
-      const cwt::Result gf32 = cwt::run_cp<adapter32, cw::GatherFold>(group, prob, o);
+      const cwt::Result gf32 = cwt::run_cp<adapter32, cw::GatherFold>(group, prob, o32);
       ok = rounded_bitwise<Storage>(what + "/gather vs fp32", gf16, gf32) && ok;
       ok = cwt::check_against(what + "/gather vs oracle", gf16, want, bound, rows, prob.T) && ok;
       const cwt::Result sc16 = cwt::run_cp<adapter16, cw::ScanCompose>(group, prob, o);
-      const cwt::Result sc32 = cwt::run_cp<adapter32, cw::ScanCompose>(group, prob, o);
+      const cwt::Result sc32 = cwt::run_cp<adapter32, cw::ScanCompose>(group, prob, o32);
       ok = rounded_bitwise<Storage>(what + "/scan vs fp32", sc16, sc32) && ok;
       ok = cwt::check_against(what + "/scan vs oracle", sc16, want, bound, rows, prob.T) && ok;
     }
@@ -210,6 +227,13 @@ void run_family() {
   const auto packed = cwt::cu_from_lengths({30, 1, 17, 45, 4});
   CTXPAR_TEST_ALL(group, (check_problem<Family, bfloat16>(packed, 16, 13)));
   CTXPAR_TEST_ALL(group, (check_problem<Family, float16>(packed, 16, 14)));
+  if constexpr (Family::tensor_core_products) {
+    // What a device runs by default, by name on every space.
+    CTXPAR_TEST_ALL(group, (check_problem<Family, bfloat16>({0, 21 * p + 5}, 8, 15,
+                                                            cw::ChunkProducts::bfloat16)));
+    CTXPAR_TEST_ALL(group,
+                    (check_problem<Family, float16>(packed, 16, 16, cw::ChunkProducts::float16)));
+  }
 }
 
 }  // namespace
@@ -228,6 +252,57 @@ BOOST_AUTO_TEST_CASE(gated_delta_rule_sixteen_bit_is_the_rounded_fp32_plan) {
 
 BOOST_AUTO_TEST_CASE(gated_delta_product_sixteen_bit_is_the_rounded_fp32_plan) {
   run_family<GatedDeltaFamily<true>>();
+}
+
+// What `automatic` chunk products resolve to, by storage type, space and family; and what the
+// plans built with the default options report on this space, on every rank.
+BOOST_AUTO_TEST_CASE(automatic_chunk_products_resolve_by_storage_space_and_family) {
+  using P = cw::ChunkProducts;
+  BOOST_TEST((cw::resolve_chunk_products<bfloat16>(P::automatic, true) == P::bfloat16));
+  BOOST_TEST((cw::resolve_chunk_products<float16>(P::automatic, true) == P::float16));
+  BOOST_TEST((cw::resolve_chunk_products<float>(P::automatic, true) == P::exact));
+  BOOST_TEST((cw::resolve_chunk_products<double>(P::automatic, true) == P::exact));
+  BOOST_TEST((cw::resolve_chunk_products<bfloat16>(P::automatic, false) == P::exact));
+  BOOST_TEST((cw::resolve_chunk_products<float16>(P::automatic, true, false) == P::exact));
+  BOOST_TEST((cw::resolve_chunk_products<bfloat16>(P::tf32, false) == P::tf32));
+  BOOST_TEST((cw::resolve_chunk_products<float>(P::float16, true) == P::float16));
+  // The host spaces emulate the products only when asked by name.
+  BOOST_TEST(!ctxpar::impl::tensor_cores_by_default_v<Kokkos::DefaultHostExecutionSpace>);
+  const auto& group = world();
+  const std::vector<std::int64_t> cu{0, 9 * group.size() + 2};
+  const auto layout = cw::SequenceLayout::create(group, ctxpar::Contiguous{}, cu);
+  const cw::ChunkwiseShape shape{layout.local_length(), 2, 8, 6};
+  bool ok = true;
+  auto expect = [&](const char* what, P got, P want) {
+    if (got == want) return;
+    std::cerr << "[rank " << group.rank() << "] " << what << ": " << cw::to_string(got)
+              << ", expected " << cw::to_string(want) << "\n";
+    ok = false;
+  };
+  {
+    cw::CpPlan<cw::GatherFold, cw::GatedDeltaRuleBackend<bfloat16, mem>, exec> plan(
+        exec(), group, cw::GatedDeltaRuleBackend<bfloat16, mem>(), layout, shape);
+    expect("gdn bfloat16", plan.products(),
+           cw::resolve_chunk_products<exec, bfloat16>(P::automatic));
+  }
+  {
+    cw::CpPlan<cw::ScanCompose, cw::GatedDeltaProductBackend<float16, mem>, exec> plan(
+        exec(), group, cw::GatedDeltaProductBackend<float16, mem>(2), layout, shape);
+    expect("gdp float16", plan.products(), cw::resolve_chunk_products<exec, float16>(P::automatic));
+  }
+  {
+    cw::CpPlan<cw::GatherFold, cw::ScalarDecayBackend<bfloat16, mem>, exec> plan(
+        exec(), group, cw::ScalarDecayBackend<bfloat16, mem>(), layout, shape);
+    expect("scalar decay bfloat16", plan.products(), P::exact);
+  }
+  {
+    cw::BackendOptions named;
+    named.products = P::float16;
+    cw::CpPlan<cw::GatherFold, cw::GatedDeltaRuleBackend<bfloat16, mem>, exec> plan(
+        exec(), group, cw::GatedDeltaRuleBackend<bfloat16, mem>(named), layout, shape);
+    expect("gdn bfloat16, float16 by name", plan.products(), P::float16);
+  }
+  CTXPAR_TEST_ALL(group, ok);
 }
 
 namespace {

@@ -153,3 +153,15 @@ BOOST_AUTO_TEST_CASE(float16_team_product_is_the_rounded_operands_product) {
 BOOST_AUTO_TEST_CASE(tf32_team_product_is_the_rounded_operands_product) {
   BOOST_CHECK(all_cases<float>());
 }
+
+// A device team that multiplies on tensor cores is whole warps: the recommended size rounded down
+// to a multiple of 32 (never below one warp), within the launch's largest; none fits below 32.
+BOOST_AUTO_TEST_CASE(tensor_core_teams_are_whole_warps) {
+  using ctxpar::impl::whole_warps;
+  BOOST_TEST(whole_warps(256, 1024) == 256);
+  BOOST_TEST(whole_warps(100, 1024) == 96);
+  BOOST_TEST(whole_warps(20, 1024) == 32);
+  BOOST_TEST(whole_warps(1, 64) == 32);
+  BOOST_TEST(whole_warps(512, 200) == 192);
+  BOOST_TEST(whole_warps(64, 31) == 0);
+}

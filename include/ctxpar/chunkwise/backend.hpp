@@ -109,6 +109,8 @@
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/core/impl/detect.hpp"
 #include "ctxpar/core/impl/enum_name.hpp"
+#include "ctxpar/core/impl/warp_lanes.hpp"
+#include "ctxpar/core/storage.hpp"
 
 namespace ctxpar::chunkwise {
 
@@ -133,26 +135,83 @@ struct SummaryNeeds {
 struct NoTable {};
 
 /// How the per-chunk products of the gated delta families multiply: the type their operands are
-/// read as. `exact` is fp32 FMA (and the only choice for fp64 and the decay families); the others
-/// run the products on warp tensor cores (`core/impl/team_mma_product.hpp`) with the operands
-/// rounded to TF32, bfloat16 or float16 and fp32 accumulation: the instructions on CUDA built for
-/// sm_80 or later, an emulation on the host spaces (for testing, not speed). A 16-bit plan's
-/// inputs are exact in their own type, so `bfloat16` (`float16`) rounds only the intermediate
-/// operands of such a plan. Today these are the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`,
-/// `X·(βV)`); the state passes and the gradients stay exact.
-enum class ChunkProducts { exact, tf32, bfloat16, float16 };
+/// read as. `exact` is fp32 FMA (and the only choice for fp64 and the decay families); `tf32`,
+/// `bfloat16` and `float16` run the products on warp tensor cores
+/// (`core/impl/team_mma_product.hpp`) with the operands rounded to that type and fp32
+/// accumulation: the instructions on CUDA built for sm_80 or later, an emulation on the host
+/// spaces (for testing, not speed). A 16-bit plan's inputs are exact in their own type, so
+/// `bfloat16` (`float16`) rounds only the intermediate operands of such a plan. Today these are
+/// the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`, `X·(βV)`); the state passes and the
+/// gradients stay exact.
+///
+/// `automatic` (the default) is the storage type's own products for a 16-bit plan of a gated
+/// delta family on a device with tensor cores, and `exact` everywhere else: fp32 and fp64 data,
+/// the host spaces, the decay families (`resolve_chunk_products`).
+enum class ChunkProducts { exact, tf32, bfloat16, float16, automatic };
 
-/// `"exact"`, `"tf32"`, `"bfloat16"` or `"float16"`.
+/// `"exact"`, `"tf32"`, `"bfloat16"`, `"float16"` or `"automatic"`.
 inline const char* to_string(ChunkProducts products) {
-  static constexpr const char* names[] = {"exact", "tf32", "bfloat16", "float16"};
+  static constexpr const char* names[] = {"exact", "tf32", "bfloat16", "float16", "automatic"};
   return ctxpar::impl::enum_name(products, names, "unknown");
 }
 
-/// The unit roundoff of the operands of chunk products `products`: 0 for `exact` (fp32, whose
-/// own roundoff every bound counts already), 2⁻¹¹ for TF32 and float16 (10 fraction bits), 2⁻⁸ for
-/// bfloat16 (7). Each of the four intra-chunk products rounds its two operands once, so to first
-/// order a forward result moves by at most `8·u_p` (relative) from the exact products' and a
-/// backward result by `16·u_p`: the figure the tests and the command line's check add.
+/// The products `requested` means for a plan on storage type `Storage` whose family has
+/// tensor-core chunk products (`family_has_them`), where `tensor_cores` tells whether its space
+/// runs 16-bit data on them by default: `automatic` becomes `bfloat16` for bfloat16 storage and
+/// `float16` for float16 storage when both hold, `exact` otherwise; any other choice stays itself.
+template <class Storage>
+constexpr ChunkProducts resolve_chunk_products(ChunkProducts requested, bool tensor_cores,
+                                               bool family_has_them = true) {
+  if (requested != ChunkProducts::automatic) return requested;
+  if (!tensor_cores || !family_has_them) return ChunkProducts::exact;
+  if constexpr (std::is_same_v<Storage, ctxpar::bfloat16>)
+    return ChunkProducts::bfloat16;
+  else if constexpr (std::is_same_v<Storage, ctxpar::float16>)
+    return ChunkProducts::float16;
+  else
+    return ChunkProducts::exact;
+}
+
+/// `resolve_chunk_products<Storage>` on `ExecutionSpace` (`tensor_cores_by_default_v`): what a
+/// plan of that space and storage type multiplies with; the tests' and tools' bounds use it.
+template <class ExecutionSpace, class Storage>
+constexpr ChunkProducts resolve_chunk_products(ChunkProducts requested,
+                                               bool family_has_them = true) {
+  return resolve_chunk_products<Storage>(
+      requested, ctxpar::impl::tensor_cores_by_default_v<ExecutionSpace>, family_has_them);
+}
+
+namespace impl {
+template <class Backend>
+using tensor_core_products_t = decltype(Backend::has_tensor_core_products);
+template <class Backend>
+constexpr bool declares_tensor_core_products() {
+  if constexpr (ctxpar::impl::is_detected<tensor_core_products_t, Backend>::value)
+    return Backend::has_tensor_core_products;
+  else
+    return false;
+}
+}  // namespace impl
+
+/// True for a backend whose family can multiply its chunk products on tensor cores (it declares
+/// `static constexpr bool has_tensor_core_products = true`: the gated delta families).
+template <class Backend>
+inline constexpr bool has_tensor_core_products_v = impl::declares_tensor_core_products<Backend>();
+
+/// The chunk products a plan on `ExecutionSpace` built with `backend` multiplies with: its
+/// options' choice resolved for the space, its storage type and its family.
+template <class ExecutionSpace, class Backend>
+ChunkProducts chunk_products_of(const Backend& backend) {
+  return resolve_chunk_products<ExecutionSpace, typename Backend::scalar_type>(
+      backend.options().products, has_tensor_core_products_v<Backend>);
+}
+
+/// The unit roundoff of the operands of chunk products `products` (resolved: not `automatic`):
+/// 0 for `exact` (fp32, whose own roundoff every bound counts already), 2⁻¹¹ for TF32 and float16
+/// (10 fraction bits), 2⁻⁸ for bfloat16 (7). Each of the four intra-chunk products rounds its two
+/// operands once, so to first order a forward result moves by at most `8·u_p` (relative) from the
+/// exact products' and a backward result by `16·u_p`: the figure the tests and the command
+/// line's check add.
 inline double products_unit_roundoff(ChunkProducts products) {
   switch (products) {
     case ChunkProducts::tf32:
@@ -170,7 +229,7 @@ struct BackendOptions {
   int chunk_size = 64;  ///< tokens per chunk of the local chunkwise algorithm
   double scale = 0.0;   ///< output scale; 0 selects `K^(-1/2)`
   /// How the per-chunk products multiply (`ChunkProducts`; every rank must pass the same).
-  ChunkProducts products = ChunkProducts::exact;
+  ChunkProducts products = ChunkProducts::automatic;
 };
 
 namespace impl {

@@ -452,7 +452,8 @@ template <class ExecutionSpace, class Backend>
 void check_chunk_products(Preconditions& chk, const Backend& backend) {
   if constexpr (ctxpar::impl::is_detected<backend_products_t, Backend>::value) {
     const ChunkProducts products = backend.options().products;
-    chk.require(products == ChunkProducts::exact || ctxpar::impl::has_warp_mma_v<ExecutionSpace>,
+    chk.require(products == ChunkProducts::exact || products == ChunkProducts::automatic ||
+                    ctxpar::impl::has_warp_mma_v<ExecutionSpace>,
                 "tensor-core chunk products need warp tensor cores (CUDA built for sm_80 or "
                 "later) or a host space (emulated)",
                 "exact on this execution space", to_string(products));

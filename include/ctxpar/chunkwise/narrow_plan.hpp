@@ -158,7 +158,7 @@ class CpPlan<Policy, Backend, ExecutionSpace,
          const SequenceLayout& layout, const ChunkwiseShape& shape,
          const DriverOptions& options = {})
       : backend_(backend),
-        wide_(space, group, backend.template rebind<compute_type>(), layout, shape, options),
+        wide_(space, group, wide_backend(backend), layout, shape, options),
         id_(impl::next_plan_id()) {}
 
   CpPlan(const CpPlan&) = delete;             ///< not copyable: the plan owns its memory
@@ -219,6 +219,12 @@ class CpPlan<Policy, Backend, ExecutionSpace,
 
   /// The rank's shape `[T_local, H, K, V]` the plan was built for.
   const ChunkwiseShape& shape() const { return wide_.shape(); }
+  /// How the chunk products multiply: the backend's choice with `automatic` resolved for this
+  /// space, storage type and family (`resolve_chunk_products`; `exact` for a family without
+  /// tensor-core products).
+  ChunkProducts products() const {
+    return resolve_chunk_products<compute_type>(wide_.backend().options().products, false);
+  }
   /// The sequence layout.
   const SequenceLayout& layout() const { return wide_.layout(); }
   /// The options the plan was built with.
@@ -240,6 +246,18 @@ class CpPlan<Policy, Backend, ExecutionSpace,
   }
 
  private:
+  // `backend`'s family and options on fp32, with `automatic` chunk products resolved here, where
+  // the storage type is known (the fp32 plan reads `automatic` as exact).
+  static wide_backend_type wide_backend(const Backend& backend) {
+    if constexpr (has_tensor_core_products_v<Backend>) {
+      BackendOptions options = backend.options();
+      options.products = chunk_products_of<ExecutionSpace>(backend);
+      return backend.template rebind<compute_type>(options);
+    } else {
+      return backend.template rebind<compute_type>();
+    }
+  }
+
   // The fp32 output (forward) or output gradient (backward), `[T, H, V]`.
   token_view<compute_type, memory_space> wide_tokens() {
     const ChunkwiseShape& s = shape();

@@ -94,5 +94,13 @@ int choose_team_size(const Policy& probe, const Functor& functor, int preferred 
   }
 }
 
+/// A device team size of `size` threads as a team whose products run on warp tensor cores needs
+/// it: rounded down to whole warps of `warp` threads (a partial warp would sit idle) and at least
+/// one warp, within `most`, the launch's largest; 0 when `most` holds no whole warp.
+constexpr int whole_warps(int size, int most, int warp = 32) {
+  if (most < warp) return 0;
+  return std::min(std::max(warp, size / warp * warp), most / warp * warp);
+}
+
 }  // namespace impl
 }  // namespace ctxpar

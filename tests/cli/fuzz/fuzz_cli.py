@@ -358,8 +358,8 @@ def make_cases(seed):
     for opt, value in (("chunk", 0), ("chunk", -4), ("chunk", 10**6), ("chunk", 2**40),
                        ("scale", "nan"), ("scale", "inf"), ("scale", "-inf"), ("scale", "1e999"),
                        ("householder", 0), ("householder", 9), ("family", "bogus"),
-                       ("compose", "bogus"), ("layout", "bogus"), ("perturb-rank", "NP"),
-                       ("perturb-rank", -2)):
+                       ("compose", "bogus"), ("layout", "bogus"), ("products", "bogus"),
+                       ("products", ""), ("perturb-rank", "NP"), ("perturb-rank", -2)):
         cases.append(Case(f"chunkwise/--{opt}={value}", "chunkwise", dict(base, **{opt: value}),
                           cw, culprits=(f"--{opt}",)))
     g_neg_inf = chunkwise_inputs(rng, "gdn", cu=[0, 5, 12])
@@ -386,6 +386,16 @@ def make_cases(seed):
                       dict(chunkwise_inputs(rng, "diagonal", dtype="f2"),
                            **{"h0.npy": npy("f4", (1, 2, 4, 4), rng.values(32))}),
                       "pass", ranks=(2,), outputs=cw_out + ("dq.npy", "dg.npy")))
+    # Tensor-core chunk products by name: the gated delta families run them (emulated here), the
+    # decay families and fp64 data refuse them by the option's name.
+    cases.append(Case("chunkwise/valid-gdn-bf16-products-bfloat16", "chunkwise",
+                      dict(base, products="bfloat16", backward=None), cw16, "pass", ranks=(2,),
+                      outputs=cw_out + ("dq.npy", "dg.npy")))
+    cases.append(Case("chunkwise/products-on-a-decay-family", "chunkwise",
+                      {"family": "diagonal", "chunk": 4, "products": "tf32"},
+                      chunkwise_inputs(rng, "diagonal"), culprits=("options.products",)))
+    cases.append(Case("chunkwise/products-on-fp64", "chunkwise", dict(base, products="bfloat16"),
+                      chunkwise_inputs(rng, "gdn", dtype="f8"), culprits=("options.products",)))
     cases.append(Case("chunkwise/perturbed-rank-bf16-fails", "chunkwise",
                       dict(base, **{"perturb-rank": "LAST"}), cw16, "fail", ranks=(2, 3)))
     cases.append(Case("chunkwise/k.npy/f2-beside-bf16", "chunkwise", base,

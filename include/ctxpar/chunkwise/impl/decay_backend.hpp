@@ -56,9 +56,10 @@ class DecayBackend {
     // A NaN or infinite scale makes every output NaN while the run still "succeeds".
     chk.require(std::isfinite(options_.scale), "the scale must be finite (0 = K^(-1/2))",
                 "a finite scale", options_.scale);
-    chk.require(options_.products == chunkwise::ChunkProducts::exact,
-                "the decay families have no tensor-core chunk products (options.products)", "exact",
-                chunkwise::to_string(options_.products));
+    chk.require(options_.products == chunkwise::ChunkProducts::exact ||
+                    options_.products == chunkwise::ChunkProducts::automatic,
+                "the decay families have no tensor-core chunk products (options.products)",
+                "exact or automatic", chunkwise::to_string(options_.products));
     chk.require(s.key_dim > 0, "the key dimension K must be positive", "K > 0", s.key_dim);
     chk.require(s.value_dim > 0, "the value dimension V must be positive", "V > 0", s.value_dim);
     chk.require(s.heads > 0, "the head count H must be positive", "H > 0", s.heads);

@@ -69,6 +69,8 @@ class Backend {
   static constexpr const char* family_name = Product ? "gated_delta_product" : "gated_delta_rule";
   /// Plan fingerprint family id.
   static constexpr int family_id = Product ? 4 : 3;
+  /// The intra-chunk products can run on tensor cores (`BackendOptions::products`).
+  static constexpr bool has_tensor_core_products = true;
 
   explicit Backend(int householder_steps, chunkwise::BackendOptions options)
       : n_h_(householder_steps), options_(options) {}
@@ -99,9 +101,10 @@ class Backend {
     chk.require(n_h_ >= 1, "the number of householder steps n_h must be at least 1", "n_h >= 1",
                 n_h_);
     // The tensor-core products multiply fp32 data (a 16-bit plan's, widened).
-    chk.require(options_.products == chunkwise::ChunkProducts::exact || sizeof(Scalar) <= 4,
+    chk.require(options_.products == chunkwise::ChunkProducts::exact ||
+                    options_.products == chunkwise::ChunkProducts::automatic || sizeof(Scalar) <= 4,
                 "tensor-core chunk products (options.products) need float or 16-bit data",
-                "exact for double", chunkwise::to_string(options_.products));
+                "exact or automatic for double", chunkwise::to_string(options_.products));
     chk.require(K > 0, "the key dimension K must be positive", "K > 0", K);
     chk.require(V > 0, "the value dimension V must be positive", "V > 0", V);
     chk.require(H > 0, "the head count H must be positive", "H > 0", H);
@@ -263,7 +266,9 @@ class Backend {
     pb.value_dim = static_cast<int>(s.value_dim);
     pb.chunk = chunkwise::effective_chunk(options_.chunk_size, s.tokens) * n_h_;
     pb.scale = static_cast<Scalar>(scale(s.key_dim));
-    pb.products = options_.products;
+    // This backend computes in Scalar (fp32 or fp64), where `automatic` is exact; a 16-bit plan
+    // resolved its own `automatic` before it built this backend.
+    pb.products = chunkwise::resolve_chunk_products<Scalar>(options_.products, false);
     return pb;
   }
 

@@ -222,23 +222,33 @@ void size_buffers(ChunkBuffers<Scalar, MemorySpace>& buf, const ChunkTable<Memor
 
 /// A team per work item running `Functor` with `scratch` bytes of level-1 scratch; the team size
 /// is the library's one rule (`choose_team_size`) for this functor type (a value-initialised
-/// functor is enough for Kokkos to size the launch).
+/// functor is enough for Kokkos to size the launch), in whole warps on a device when the team
+/// multiplies on tensor cores (`tensor_cores`).
 template <class Functor, class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> team_policy(const ExecutionSpace& space, int league,
-                                               std::size_t scratch) {
+                                               std::size_t scratch, bool tensor_cores = false) {
   const auto probe = Kokkos::TeamPolicy<ExecutionSpace>(space, league, 1)
                          .set_scratch_size(1, Kokkos::PerTeam(scratch));
-  Kokkos::TeamPolicy<ExecutionSpace> policy(space, league, choose_team_size(probe, Functor{}));
+  int size = choose_team_size(probe, Functor{});
+  if (tensor_cores && !is_host_space_v<ExecutionSpace>) {
+    size = whole_warps(size, probe.team_size_max(Functor{}, Kokkos::ParallelForTag()));
+    require_local(size > 0, "ctxpar::chunkwise::gated_delta",
+                  "the tensor-core chunk products need a team of at least one warp",
+                  "a launch that fits 32 threads (or options.products = exact)",
+                  "a launch that fits fewer");
+  }
+  Kokkos::TeamPolicy<ExecutionSpace> policy(space, league, size);
   return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
 }
 
 /// Launches `functor` with a team per work item (`league` of them, none when it is empty) and
-/// `scratch` bytes of level-1 scratch per team.
+/// `scratch` bytes of level-1 scratch per team (teams of whole warps where `tensor_cores`).
 template <class ExecutionSpace, class Functor>
 void launch_teams(const ExecutionSpace& space, const char* label, int league, std::size_t scratch,
-                  const Functor& functor) {
+                  const Functor& functor, bool tensor_cores = false) {
   if (league > 0)
-    Kokkos::parallel_for(label, team_policy<Functor>(space, league, scratch), functor);
+    Kokkos::parallel_for(label, team_policy<Functor>(space, league, scratch, tensor_cores),
+                         functor);
 }
 
 /// Launches a per-chunk kernel (`IntraChunk`, `ChunkGradients`): a team per (chunk, head).
@@ -251,7 +261,8 @@ void for_each_chunk(const ExecutionSpace& space, const char* label,
   using functor = Kernel<Scalar, ExecutionSpace, MemorySpace>;
   launch_teams(space, label, table.chunk_count() * pb.heads,
                functor::scratch_bytes(pb.chunk, pb.key_dim, pb.value_dim),
-               functor{pb, buf.cd, extra...});
+               functor{pb, buf.cd, extra...},
+               pb.products != ctxpar::chunkwise::ChunkProducts::exact);
 }
 
 /// The per-chunk phase of every forward: sizes `buf` from the slot's `table` (which must be for

@@ -45,6 +45,13 @@ inline constexpr bool has_warp_mma_v = is_host_space_v<ExecutionSpace>
 #endif
     ;
 
+/// True where an `automatic` choice runs 16-bit data on the warp tensor cores: the devices that
+/// have them (CUDA built for sm_80 or later). The host spaces run the emulation only when a caller
+/// asks for it by name: it is there to test the device's data movement, not to be fast.
+template <class ExecutionSpace>
+inline constexpr bool tensor_cores_by_default_v =
+    has_warp_mma_v<ExecutionSpace> && !is_host_space_v<ExecutionSpace>;
+
 /// Threads of a team of `warps` warps in a kernel over `WarpLanes`: a thread per lane on a device,
 /// one thread running every warp on the host spaces.
 template <class ExecutionSpace>

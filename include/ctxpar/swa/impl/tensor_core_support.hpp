@@ -74,7 +74,8 @@ constexpr bool runs_tensor_core_kernels(KernelChoice kernels, std::int64_t dim) 
   } else {
     if (dim > tensor_core_max_dim) return false;
     if (kernels == KernelChoice::tensor_core) return true;
-    return kernels == KernelChoice::automatic && !ctxpar::impl::is_host_space_v<ExecutionSpace> &&
+    return kernels == KernelChoice::automatic &&
+           ctxpar::impl::tensor_cores_by_default_v<ExecutionSpace> &&
            ctxpar::is_narrow_storage_v<Scalar>;
   }
 }
