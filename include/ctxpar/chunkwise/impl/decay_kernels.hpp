@@ -275,11 +275,29 @@ struct ChainTiling {
 };
 
 /// Work item of a chain kernel: sequence `s`, head `h`, the `rows` key rows from `kk0`, and in
-/// each the `w` state columns from `v0`. Its values are held row after row, `w` per row.
+/// each the `w` state columns from `v0`. Its values are held row after row, `w` per row, so value
+/// `q` is row `q / w`, column `q % w`; and since `rows` > 1 only when `w` is all of V, value `q`
+/// also sits `q` elements after the item's first value in every `[K, V]` chunk term.
 struct ChainItem {
   std::int64_t v0, kk0, h, s;
   int rows, w;
 };
+
+/// Calls `f(q)` for every value `q < n` of a work item carrying at most `Capacity` values. At a
+/// device's capacity (`register_block`) the loop is unrolled, so every `x[q]` of the caller's
+/// `Scalar x[Capacity]` has a constant index and the carried values stay in registers (a loop
+/// over run-time rows and columns indexes them and puts the array in local memory); the host's
+/// whole rows are a plain loop.
+template <int Capacity, class F>
+KOKKOS_FORCEINLINE_FUNCTION void for_each_slot(int n, F&& f) {
+  if constexpr (Capacity <= register_block) {
+    CTXPAR_UNROLL
+    for (int q = 0; q < Capacity; ++q)
+      if (q < n) f(q);
+  } else {
+    for (int q = 0; q < n; ++q) f(q);
+  }
+}
 
 /// One chunk of one row of a chain: the `w` carried columns `x` are first kept in `keep` (apply
 /// mode; null otherwise), then carried across the chunk, `x ← m·x + d`.
@@ -345,32 +363,43 @@ struct ChainKernelBase {
     const bool edge_here = apply && it.s == edge_seq && have_edge;
     const bool start_here = apply && have_seq_start && own(it.s) != 0;
     const std::int64_t ordinal = start_here ? seq_ordinal(it.s) : 0;
-    for (int r = 0; r < it.rows; ++r) {
-      for (int j = 0; j < it.w; ++j) {
-        Scalar v = 0;
-        if (edge_here) v = static_cast<Scalar>(edge(it.h, it.kk0 + r, it.v0 + j));
-        if (start_here) v += seq_start(ordinal, it.h, it.kk0 + r, it.v0 + j);
-        x[r * it.w + j] = v;
-      }
-    }
+    for_each_slot<Capacity>(it.rows * it.w, [&](int q) {
+      const std::int64_t kk = it.kk0 + q / it.w, vv = it.v0 + q % it.w;
+      Scalar v = 0;
+      if (edge_here) v = static_cast<Scalar>(edge(it.h, kk, vv));
+      if (start_here) v += seq_start(ordinal, it.h, kk, vv);
+      x[q] = v;
+    });
     return it;
   }
-  /// Chunk `c` of item `it`'s carry, row by row: `x ← exp(logm_c)·x + d_c`, keeping `x` first in
-  /// `keep_c` in apply mode.
+  /// Chunk `c` of item `it`'s carry: `x ← exp(logm_c)·x + d_c`, keeping `x` first in `keep_c` in
+  /// apply mode. On the host, row by row (one exponential per row); at a device's capacity,
+  /// value by value with constant indices (`for_each_slot`), the row's exponential taken where a
+  /// row starts.
   KOKKOS_INLINE_FUNCTION void carry(Scalar* x, const ChainItem& it, std::int64_t c) const {
     Scalar m = Diagonal ? Scalar(0) : compat::exp(logm(c, it.h, 0));
-    for (int r = 0; r < it.rows; ++r) {
-      if (Diagonal) m = compat::exp(logm(c, it.h, it.kk0 + r));
-      chain_step(x + r * it.w, it.w, m, &d(c, it.h, it.kk0 + r, it.v0),
-                 apply ? &keep(c, it.h, it.kk0 + r, it.v0) : nullptr);
+    if constexpr (Capacity <= register_block) {
+      const Scalar* dc = &d(c, it.h, it.kk0, it.v0);
+      Scalar* kc = apply ? &keep(c, it.h, it.kk0, it.v0) : nullptr;
+      for_each_slot<Capacity>(it.rows * it.w, [&](int q) {
+        if (Diagonal && q % it.w == 0) m = compat::exp(logm(c, it.h, it.kk0 + q / it.w));
+        if (kc) kc[q] = x[q];
+        x[q] = m * x[q] + dc[q];
+      });
+    } else {
+      for (int r = 0; r < it.rows; ++r) {
+        if (Diagonal) m = compat::exp(logm(c, it.h, it.kk0 + r));
+        chain_step(x + r * it.w, it.w, m, &d(c, it.h, it.kk0 + r, it.v0),
+                   apply ? &keep(c, it.h, it.kk0 + r, it.v0) : nullptr);
+      }
     }
   }
   /// Calls `f(row, column, value)` for every carried value of `it` in `x`, at its place in the
   /// state.
   template <class F>
   KOKKOS_INLINE_FUNCTION void for_each_value(const ChainItem& it, const Scalar* x, F&& f) const {
-    for (int r = 0; r < it.rows; ++r)
-      for (int j = 0; j < it.w; ++j) f(it.kk0 + r, it.v0 + j, x[r * it.w + j]);
+    for_each_slot<Capacity>(it.rows * it.w,
+                            [&](int q) { f(it.kk0 + q / it.w, it.v0 + q % it.w, x[q]); });
   }
   /// Summary mode: the carried values as the fp32 summary state.
   KOKKOS_INLINE_FUNCTION void write_summary(const ChainItem& it, const Scalar* x) const {
