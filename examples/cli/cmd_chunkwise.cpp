@@ -335,13 +335,13 @@ struct Compare {
 
 // The bar for results stored in `Scalar`: a 16-bit output or gradient is the fp32 one rounded
 // once in each run (states and their gradients stay fp32: `Float` true). With tensor-core chunk
-// products (`products`, resolved) each run is within `8·u_p` (forward) or `16·u_p` (backward,
-// `backward` true) of the exact products' result (`cw::products_unit_roundoff`), and the two
-// runs' chunks need not line up, so their difference may be twice that.
+// products (`products`, resolved) each run is within `cw::products_roundoff_factor`·u_p (8
+// forward, 32 backward: `backward` true) of the exact products' result, and the two runs' chunks
+// need not line up, so their difference may be twice that.
 template <class Scalar>
 double stored_tolerance(cw::ChunkProducts products, bool backward, bool fp32 = false) {
   const double up = cw::products_unit_roundoff(products);
-  const double tau = Compare::fp32_tolerance + 2 * (backward ? 16 : 8) * up;
+  const double tau = Compare::fp32_tolerance + 2 * cw::products_roundoff_factor(backward) * up;
   return fp32 ? tau : ctxpar::cli::stored_tolerance<Scalar>(tau);
 }
 
@@ -801,7 +801,7 @@ CTXPAR_CLI_COMMAND(
     "  check: relative L2 of outputs, states and gradients against single-rank <= 1e-4 (16-bit\n"
     "  outputs and gradients: 1e-4 plus two roundings: 7.9e-3 bfloat16, 1.1e-3 float16); with\n"
     "  products other than exact (chunkwise.json: products), plus 16 u_p (outputs, states) or\n"
-    "  32 u_p (gradients), u_p the products' unit roundoff (2^-11 tf32 and float16, 2^-8 "
+    "  64 u_p (gradients), u_p the products' unit roundoff (2^-11 tf32 and float16, 2^-8 "
     "bfloat16)\n"
     "\n"
     "exit status: 0 the run passed its check; 1 the distributed result differs from the "

@@ -102,17 +102,18 @@ inline Result oracle(const GdCpProblem& c, bool with_h0, bool with_dht) {
 // I − βkkᵀ factors cancel signs), so each element gets the normwise bound of its tensor:
 // ‖err‖₂ ≤ ε‖x‖₂ implies |err_i| ≤ ε‖x‖₂, with ε = 8 (C·n_h + K + V) u forward and twice that
 // backward (see gated_delta_support.hpp), plus (16 + 4·shards) u_fp32 for the fp32 summaries and
-// fold across shards. With tensor-core chunk products, each of the four intra-chunk products rounds
-// its two operands to the products' type (unit roundoff u_p), which adds 8·u_p forward and
-// 16·u_p backward (`cw::products_unit_roundoff`).
+// fold across shards. With tensor-core chunk products (unit roundoff u_p) add
+// `cw::products_roundoff_factor`·u_p: 8·u_p forward, 32·u_p backward.
 template <class Scalar>
 Result bounds(const GdCpProblem& c, const Result& want, int shards,
               cw::ChunkProducts products = cw::ChunkProducts::exact) {
   const double fp32 = (16.0 + 4.0 * shards) * ctxpar::test::unit_roundoff<float>();
   const int rows = c.chunk * c.n_h;
   const double up = cw::products_unit_roundoff(products);
-  const double ef = gd::rel_bound<Scalar>(rows, int(c.K), int(c.V), 8) + fp32 + 8 * up;
-  const double eb = gd::rel_bound<Scalar>(rows, int(c.K), int(c.V), 16) + fp32 + 16 * up;
+  const double ef = gd::rel_bound<Scalar>(rows, int(c.K), int(c.V), 8) + fp32 +
+                    cw::products_roundoff_factor(false) * up;
+  const double eb = gd::rel_bound<Scalar>(rows, int(c.K), int(c.V), 16) + fp32 +
+                    cw::products_roundoff_factor(true) * up;
   auto fill = [](std::vector<double>& v, double eps) {
     double n2 = 0;
     for (double x : v) n2 += x * x;

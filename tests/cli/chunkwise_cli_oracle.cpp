@@ -174,12 +174,13 @@ Case make_case(const std::string& family, bool packed, int shards, Dtype d,
   c.want.grads = {{"dq", gr.dq}, {"dk", gr.dk}, {"dv", gr.dv}, {"dg", gr.dg}, {"dbeta", gr.dbeta}};
   // As tests/chunkwise/gated_delta_cp_test.cpp: the normwise bound of each tensor for each of its
   // elements, 8 (C·n_h + K + V)·u forward and twice that backward, plus the fp32 summaries, plus
-  // 8·u_p forward and 16·u_p backward for tensor-core chunk products.
+  // ctxpar::chunkwise::products_roundoff_factor·u_p for tensor-core chunk products (8 forward, 32
+  // backward).
   const double fp32 = (16.0 + 4.0 * shards) * ctxpar::test::unit_roundoff<float>();
-  const double ef =
-      gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 8) + fp32 + 8 * products_roundoff;
-  const double eb =
-      gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 16) + fp32 + 16 * products_roundoff;
+  const double ef = gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 8) + fp32 +
+                    ctxpar::chunkwise::products_roundoff_factor(false) * products_roundoff;
+  const double eb = gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 16) + fp32 +
+                    ctxpar::chunkwise::products_roundoff_factor(true) * products_roundoff;
   auto fill = [](std::vector<double> x, double eps) {
     double n2 = 0;
     for (double e : x) n2 += e * e;

@@ -108,20 +108,25 @@ void swa_forward() {
       dv, workspace, ctxpar::swa::KernelChoice::tensor_core);
 }
 
-// The gated delta intra-chunk kernel on fp32 data, whose products choose at run time between the
-// exact team product and the tensor-core one for TF32, bfloat16 and float16 operands.
-void gated_delta_intra_chunk() {
-  using kernel = impl::gated_delta::IntraChunk<float, exec, exec::memory_space>;
+// A per-chunk gated delta kernel (`IntraChunk`, `ChunkGradients`) on fp32 data, whose products
+// choose at run time between the exact team product and the tensor-core one for TF32, bfloat16
+// and float16 operands.
+template <template <class, class, class> class Kernel, class... Extra>
+void gated_delta_per_chunk(const char* label, const Extra&... extra) {
+  using kernel = Kernel<float, exec, exec::memory_space>;
   impl::gated_delta::Problem<float> pb;
   pb.products = chunkwise::ChunkProducts::bfloat16;
-  Kokkos::parallel_for("ctxpar::gpu_check::gated_delta_intra_chunk",
-                       Kokkos::TeamPolicy<exec>(1, 128).set_scratch_size(
-                           1, Kokkos::PerTeam(kernel::scratch_bytes(64, 64, 64))),
-                       kernel{pb, impl::gated_delta::ChunkData<float, exec::memory_space>{}});
+  Kokkos::parallel_for(
+      label,
+      Kokkos::TeamPolicy<exec>(1, 128).set_scratch_size(
+          1, Kokkos::PerTeam(kernel::scratch_bytes(64, 64, 64))),
+      kernel{pb, impl::gated_delta::ChunkData<float, exec::memory_space>{}, extra...});
 }
 
 void instantiate() {
-  gated_delta_intra_chunk();
+  gated_delta_per_chunk<impl::gated_delta::IntraChunk>("ctxpar::gpu_check::intra_chunk");
+  gated_delta_per_chunk<impl::gated_delta::ChunkGradients>("ctxpar::gpu_check::chunk_gradients",
+                                                           impl::gated_delta::GradTargets<float>{});
   warp_product<bfloat16>();
   warp_product<float16>();
   swa_forward<bfloat16>();

@@ -141,8 +141,8 @@ struct NoTable {};
 /// accumulation: the instructions on CUDA built for sm_80 or later, an emulation on the host
 /// spaces (for testing, not speed). A 16-bit plan's inputs are exact in their own type, so
 /// `bfloat16` (`float16`) rounds only the intermediate operands of such a plan. Today these are
-/// the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`, `X·(βV)`); the state passes and the
-/// gradients stay exact.
+/// the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`, `X·(βV)`) and the eleven products of the
+/// per-chunk gradients; the state passes stay exact.
 ///
 /// `automatic` (the default) is the storage type's own products for a 16-bit plan of a gated
 /// delta family on a device with tensor cores, and `exact` everywhere else: fp32 and fp64 data,
@@ -206,12 +206,20 @@ ChunkProducts chunk_products_of(const Backend& backend) {
       backend.options().products, has_tensor_core_products_v<Backend>);
 }
 
+/// How many unit roundoffs of the chunk products (`products_unit_roundoff`) a result can move by,
+/// relative and to first order, from the exact products' result. Every tensor-core product rounds
+/// its two operands once. A forward result (outputs, final states) lies at the end of at most four
+/// such products (`K·Kᵀ`, `Q̂·Kᵀ`, `X·(βΓK)`, `X·(βV)`): 8. A backward result lies at the end of at
+/// most four forward and four backward ones (`Xᵀ·dU`, `dY·Uᵀ`, `dA·K`, …, `ChunkGradients`),
+/// counted at the backward's factor 2 as the fp32 bounds are: 32. The tests and the command line's
+/// check add `factor·u_p`.
+constexpr double products_roundoff_factor(bool backward) {
+  return backward ? 32.0 : 8.0;
+}
+
 /// The unit roundoff of the operands of chunk products `products` (resolved: not `automatic`):
 /// 0 for `exact` (fp32, whose own roundoff every bound counts already), 2⁻¹¹ for TF32 and float16
-/// (10 fraction bits), 2⁻⁸ for bfloat16 (7). Each of the four intra-chunk products rounds its two
-/// operands once, so to first order a forward result moves by at most `8·u_p` (relative) from the
-/// exact products' and a backward result by `16·u_p`: the figure the tests and the command
-/// line's check add.
+/// (10 fraction bits), 2⁻⁸ for bfloat16 (7).
 inline double products_unit_roundoff(ChunkProducts products) {
   switch (products) {
     case ChunkProducts::tf32:

@@ -281,6 +281,33 @@ KOKKOS_INLINE_FUNCTION ChunkBlock<Scalar> chunk_block_of(int rank, const Problem
   return cb;
 }
 
+/// `C (+)= op(A)·B` (`accumulate`) as `team_gemm` computes it for `exact` products, or on tensor
+/// cores with the operands read as `products`' type (`team_mma_gemm`, fp32 data only). The
+/// per-chunk kernels (`IntraChunk`, `ChunkGradients`) multiply through it.
+template <int Bytes, class Scalar, class Member>
+KOKKOS_INLINE_FUNCTION void chunk_product(ctxpar::chunkwise::ChunkProducts products,
+                                          const Member& team, int m, int n, int k, Left<Scalar> a,
+                                          const Scalar* b, int ldb, Scalar* c, int ldc,
+                                          bool accumulate, bool lower_output = false) {
+  using ctxpar::chunkwise::ChunkProducts;
+  if constexpr (std::is_same_v<Scalar, float>) {
+    switch (products) {
+      case ChunkProducts::tf32:
+        return team_mma_gemm<float>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, accumulate,
+                                    lower_output);
+      case ChunkProducts::bfloat16:
+        return team_mma_gemm<bfloat16>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, accumulate,
+                                       lower_output);
+      case ChunkProducts::float16:
+        return team_mma_gemm<float16>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, accumulate,
+                                      lower_output);
+      default:
+        break;
+    }
+  }
+  team_gemm<Bytes>(team, m, n, k, Scalar(1), a, b, ldb, c, ldc, accumulate, lower_output);
+}
+
 /// Phase 1, independent per (chunk, head): γ, X, W̃, Ũ, K̃, Q̂Γ and P.
 template <class Scalar, class ExecutionSpace, class MemorySpace>
 struct IntraChunk {
@@ -335,30 +362,6 @@ struct IntraChunk {
         team.team_barrier();
       }
     }
-  }
-
-  /// `C (+)= op(A)·B` as `team_gemm` computes it (`exact`), or on tensor cores with the operands
-  /// read as the problem's `products` type (`team_mma_gemm`).
-  template <int Bytes>
-  KOKKOS_INLINE_FUNCTION void product(const member_type& team, int m, int n, int k, Left<Scalar> a,
-                                      const Scalar* b, int ldb, Scalar* c, int ldc,
-                                      bool lower_output = false) const {
-    using ctxpar::chunkwise::ChunkProducts;
-    if constexpr (std::is_same_v<Scalar, float>) {
-      switch (pb.products) {
-        case ChunkProducts::tf32:
-          return team_mma_gemm<float>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, false, lower_output);
-        case ChunkProducts::bfloat16:
-          return team_mma_gemm<bfloat16>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, false,
-                                         lower_output);
-        case ChunkProducts::float16:
-          return team_mma_gemm<float16>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, false,
-                                        lower_output);
-        default:
-          break;
-      }
-    }
-    team_gemm<Bytes>(team, m, n, k, Scalar(1), a, b, ldb, c, ldc, false, lower_output);
   }
 
   /// γ, its rounding error and the last hard reset of every row of the chunk, on one thread.
@@ -449,8 +452,10 @@ struct IntraChunk {
     });
     team.team_barrier();
     // Gram K Kᵀ (lower part) and Q̂ Kᵀ: both read Kᵀ as the contiguous right operand.
-    product<Bytes>(team, C, C, K, transposed(kT.data(), C), kT.data(), C, A.data(), C, true);
-    product<Bytes>(team, C, C, K, rows(qs.data(), K), kT.data(), C, P, C, true);
+    chunk_product<Bytes>(pb.products, team, C, C, K, transposed(kT.data(), C), kT.data(), C,
+                         A.data(), C, false, true);
+    chunk_product<Bytes>(pb.products, team, C, C, K, rows(qs.data(), K), kT.data(), C, P, C, false,
+                         true);
     team.team_barrier();
     // Decays as exp(γ_i − γ_j): never a ratio of two cumulative products (under/overflow).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
@@ -461,8 +466,10 @@ struct IntraChunk {
     });
     team.team_barrier();
     invert_unit_lower<Bytes>(team, A.data(), X, C);
-    product<Bytes>(team, C, K, C, rows<Scalar>(X, C, Band::lower), bk.data(), K, Wt, K);
-    product<Bytes>(team, C, V, C, rows<Scalar>(X, C, Band::lower), bv.data(), V, Ut, V);
+    chunk_product<Bytes>(pb.products, team, C, K, C, rows<Scalar>(X, C, Band::lower), bk.data(), K,
+                         Wt, K, false);
+    chunk_product<Bytes>(pb.products, team, C, V, C, rows<Scalar>(X, C, Band::lower), bv.data(), V,
+                         Ut, V, false);
   }
 };
 
@@ -809,33 +816,34 @@ struct ChunkGradients {
     const Work w(team.team_scratch(1), C, K, V);
     load_rows(team, cb, w);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(w.dO.data(), V), w.S0T.data(), K, w.F.data(), K,
-                     false);
-    team_gemm<Bytes>(team, C, C, V, Scalar(1), rows(w.dO.data(), V), w.UT.data(), C, w.dP.data(), C,
-                     false, true);
-    team_gemm<Bytes>(team, C, C, K, Scalar(1), rows(w.kr.data(), K), w.krT.data(), C, w.G.data(), C,
-                     false, true);
-    team_gemm<Bytes>(team, C, V, C, Scalar(1), transposed(X, C, Band::upper), dU, V, w.dY.data(), V,
-                     false);
-    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(U, V), w.dSeT.data(), K, w.Tm.data(), K, false);
+    chunk_product<Bytes>(pb.products, team, C, K, V, rows(w.dO.data(), V), w.S0T.data(), K,
+                         w.F.data(), K, false);
+    chunk_product<Bytes>(pb.products, team, C, C, V, rows(w.dO.data(), V), w.UT.data(), C,
+                         w.dP.data(), C, false, true);
+    chunk_product<Bytes>(pb.products, team, C, C, K, rows(w.kr.data(), K), w.krT.data(), C,
+                         w.G.data(), C, false, true);
+    chunk_product<Bytes>(pb.products, team, C, V, C, transposed(X, C, Band::upper), dU, V,
+                         w.dY.data(), V, false);
+    chunk_product<Bytes>(pb.products, team, C, K, V, rows(U, V), w.dSeT.data(), K, w.Tm.data(), K,
+                         false);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, C, V, Scalar(1), rows(w.dY.data(), V), w.UT.data(), C, w.dA.data(), C,
-                     false, true);
-    team_gemm<Bytes>(team, C, K, V, Scalar(1), rows(w.dY.data(), V), w.S0T.data(), K, w.Eb.data(),
-                     K, false);
+    chunk_product<Bytes>(pb.products, team, C, C, V, rows(w.dY.data(), V), w.UT.data(), C,
+                         w.dA.data(), C, false, true);
+    chunk_product<Bytes>(pb.products, team, C, K, V, rows(w.dY.data(), V), w.S0T.data(), K,
+                         w.Eb.data(), K, false);
     team.team_barrier();
     pair_terms<Bytes>(team, cb, w);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows(w.dP.data(), C, Band::lower), w.kr.data(), K,
-                     w.dQ.data(), K, false);
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), transposed(w.dP.data(), C, Band::upper), w.qs.data(),
-                     K, w.dK.data(), K, false);
+    chunk_product<Bytes>(pb.products, team, C, K, C, rows(w.dP.data(), C, Band::lower), w.kr.data(),
+                         K, w.dQ.data(), K, false);
+    chunk_product<Bytes>(pb.products, team, C, K, C, transposed(w.dP.data(), C, Band::upper),
+                         w.qs.data(), K, w.dK.data(), K, false);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), rows(w.dA.data(), C, Band::lower), w.kr.data(), K,
-                     w.dK.data(), K, true);
+    chunk_product<Bytes>(pb.products, team, C, K, C, rows(w.dA.data(), C, Band::lower), w.kr.data(),
+                         K, w.dK.data(), K, true);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, K, C, Scalar(1), transposed(w.dA.data(), C, Band::upper), w.kr.data(),
-                     K, w.dK.data(), K, true);
+    chunk_product<Bytes>(pb.products, team, C, K, C, transposed(w.dA.data(), C, Band::upper),
+                         w.kr.data(), K, w.dK.data(), K, true);
     team.team_barrier();
     row_gradients(team, cb, w);
     Scalar sdot = 0;
