@@ -3,7 +3,8 @@
 // summary CP) and Gated Delta Product (head-partitioned CP) — sharing one token plan, with a loss,
 // forward and backward, and a few SGD steps. Every layer output and every gradient is compared
 // with the same stack run on one rank (each process runs it on MPI_COMM_SELF over the whole
-// sequence and compares its own rows).
+// sequence and compares its own rows). `--dtype` picks the operators' data type (fp64, or bf16 /
+// fp16 storage with fp32 arithmetic); the glue between them is fp64 either way.
 #include <malloc.h>
 #include <mpi.h>
 
@@ -39,8 +40,14 @@ using namespace ctxpar::cli::hybrid;
 using ctxpar::Group;
 using ctxpar::cli::Json;
 
+// The operators' data types `--dtype` offers (the glue is fp64 host code in every case).
+constexpr ctxpar::cli::Choices operator_dtypes{ctxpar::cli::Named<double>{"float64"},
+                                               ctxpar::cli::Named<ctxpar::bfloat16>{"bfloat16"},
+                                               ctxpar::cli::Named<ctxpar::float16>{"float16"}};
+
 struct Settings {
   StackConfig stack;
+  int dtype = 0;  // --dtype: an index into operator_dtypes
   bool zigzag = false;
   int documents = 1;
   int steps = 3;
@@ -91,12 +98,14 @@ void allreduce_sum(const Group& group, Matrix& m) {
 
 // The three layers, built once (collectively, in this order) and called for every step and
 // repetition: their operator plans, contexts and kept outputs serve every call. `relayout` is the
-// group of the demo's own re-layouts (its counters share the original's).
+// group of the demo's own re-layouts (its counters share the original's). The operators' data
+// are `Scalar`.
+template <class Scalar>
 struct Stack {
   Group relayout;
-  SwaLayer swa;
-  GdnLayer gdn;
-  GdpLayer gdp;
+  SwaLayer<Scalar> swa;
+  GdnLayer<Scalar> gdn;
+  GdpLayer<Scalar> gdp;
   Stack(const Group& group, const Group& relayout_group, const TokenPlan& plan,
         const StackConfig& cfg)
       : relayout(relayout_group),
@@ -105,16 +114,29 @@ struct Stack {
         gdp(group, relayout_group, plan, cfg) {}
 };
 
+// The unit roundoff of the checks' bounds for operator data of `Scalar`: fp32's (the arithmetic
+// of the summaries crossing ranks, docs/chunkwise.md §1) for fp64 data; the storage's own for the
+// 16-bit types, whose every layer output is rounded to it once (a rounding that falls to the other
+// neighbour in one run moves a value by one ulp, 2u relative, and then travels like an fp32
+// difference).
+template <class Scalar>
+constexpr double check_roundoff() {
+  if constexpr (std::is_same_v<Scalar, ctxpar::bfloat16>) return 0x1p-8;
+  if constexpr (std::is_same_v<Scalar, ctxpar::float16>) return 0x1p-11;
+  return 0x1p-24;
+}
+
 // One forward + backward of `stack`. With `counter`, each layer's allocations by label go to its
 // `LayerStats::allocation_labels`.
-RunOutput run_stack(Stack& stack, const Group& group, const TokenPlan& plan, const StackConfig& cfg,
-                    const Params& w, int perturb_rank = -1,
+template <class Scalar>
+RunOutput run_stack(Stack<Scalar>& stack, const Group& group, const TokenPlan& plan,
+                    const StackConfig& cfg, const Params& w, int perturb_rank = -1,
                     const ctxpar::AllocationCounter* counter = nullptr) {
   RunOutput out;
   const Matrix x0 = input_rows(plan.tokens_of(group.rank()), cfg.model_dim);
-  SwaLayer& swa = stack.swa;
-  GdnLayer& gdn = stack.gdn;
-  GdpLayer& gdp = stack.gdp;
+  SwaLayer<Scalar>& swa = stack.swa;
+  GdnLayer<Scalar>& gdn = stack.gdn;
+  GdpLayer<Scalar>& gdp = stack.gdp;
   // Phase clocks around each layer call (the layers' own barriers-free wall time on this rank).
   // Communication is what the two groups' counters gained: the operators' on `group`, the
   // re-layouts' (whose MPI time is part of `relayout`) on `stack.relayout`.
@@ -154,7 +176,10 @@ RunOutput run_stack(Stack& stack, const Group& group, const TokenPlan& plan, con
   };
   out.x1 = held(0, [&] { return swa.forward(x0, w, out.layers[0]); });
   out.x2 = held(1, [&] { return gdn.forward(out.x1, w, out.layers[1]); });
-  if (group.rank() == perturb_rank && out.x2.rows > 0) out.x2(out.x2.rows - 1, 0) += 1e-3;
+  // The corruption scales with the checks' roundoff, so it is as far outside their bounds (about
+  // 40 times at fp64 data) for every data type.
+  if (group.rank() == perturb_rank && out.x2.rows > 0)
+    out.x2(out.x2.rows - 1, 0) += 1e-3 * check_roundoff<Scalar>() / 0x1p-24;
   out.x3 = held(2, [&] { return gdp.forward(out.x2, w, out.layers[2]); });
   // loss = ½·Σ|x3|² / L over all tokens.
   double local = 0;
@@ -167,14 +192,15 @@ RunOutput run_stack(Stack& stack, const Group& group, const TokenPlan& plan, con
   out.dx1 = timed(1, [&] { return gdn.backward(out.dx2, w, out.grads, out.layers[1]); });
   out.dx0 = timed(0, [&] { return swa.backward(out.dx1, w, out.grads, out.layers[0]); });
   for (auto& kv : out.grads)
-    if (!GdpLayer::reduced_by_operator(kv.first)) allreduce_sum(group, kv.second);
+    if (!GdpLayer<>::reduced_by_operator(kv.first)) allreduce_sum(group, kv.second);
   return out;
 }
 
 // The whole stack built for this one call (the in-process single-rank reference).
+template <class Scalar>
 RunOutput run_stack(const Group& group, const Group& relayout, const TokenPlan& plan,
                     const StackConfig& cfg, const Params& w) {
-  Stack stack(group, relayout, plan, cfg);
+  Stack<Scalar> stack(group, relayout, plan, cfg);
   return run_stack(stack, group, plan, cfg, w);
 }
 
@@ -195,6 +221,7 @@ double max_abs(const Matrix& m) {
 // chunkwise layer's forward — and every gradient, which flows back through it — can differ from
 // the single-rank run by fp32 rounding of the incoming states, amplified by at most the P − 1
 // compositions each state goes through and the layers after it: bound = 64·P·u32·max|ref|.
+// With 16-bit operator data u is the storage's (`check_roundoff`).
 // The sliding-window layer's forward is bitwise identical by design (same key tiles and order),
 // so in the first step, before any weight update has carried fp32-level differences into the
 // weights, its output gets fp64 rounding only. `ref` holds the single-rank run's values of this
@@ -213,11 +240,11 @@ double max_difference(const Matrix& got, const Matrix& ref) {
 }
 
 Check compare_rows(const Group& group, const std::string& what, const Matrix& got,
-                   const Matrix& ref, bool fp64_only) {
+                   const Matrix& ref, bool fp64_only, double roundoff) {
   Check c;
   c.what = what;
   c.error = max_difference(got, ref);
-  const double u = fp64_only ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+  const double u = fp64_only ? std::ldexp(1.0, -53) : roundoff;
   double scale = max_abs(ref);
   MPI_Allreduce(MPI_IN_PLACE, &scale, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
   c.bound = 64.0 * group.size() * u * scale;
@@ -226,12 +253,12 @@ Check compare_rows(const Group& group, const std::string& what, const Matrix& go
   return c;
 }
 
-Check compare_all(const Group& group, const std::string& what, const Matrix& got,
-                  const Matrix& ref) {
+Check compare_all(const Group& group, const std::string& what, const Matrix& got, const Matrix& ref,
+                  double roundoff) {
   Check c;
   c.what = what;
   c.error = max_difference(got, ref);
-  c.bound = 64.0 * group.size() * std::ldexp(1.0, -24) * max_abs(ref);
+  c.bound = 64.0 * group.size() * roundoff * max_abs(ref);
   MPI_Allreduce(MPI_IN_PLACE, &c.error, 1, MPI_DOUBLE, MPI_MAX, group.mpi_comm());
   c.ok = c.error <= c.bound && std::isfinite(c.error) && std::isfinite(c.bound);
   return c;
@@ -330,15 +357,16 @@ ReferenceKey reference_key(const Settings& s, const TokenPlan& plan) {
     cu << (i ? "," : "") << plan.cu_seqlens[i];
   lr.precision(17);
   lr << s.lr;
-  return {{"length", std::to_string(c.length)},
+  return {{"dtype", operator_dtypes.name(s.dtype)},
+          {"length", std::to_string(c.length)},
           {"model-dim", std::to_string(c.model_dim)},
           {"heads", std::to_string(c.heads)},
           {"kv-heads", std::to_string(c.kv_heads)},
           {"head-dim", std::to_string(c.head_dim)},
           {"window", std::to_string(c.window)},
           {"chunk", std::to_string(c.chunk)},
-          {"swa-policy", SwaLayer::policy_name(c.swa_policy)},
-          {"gdn-policy", GdnLayer::policy_name(c.gdn_policy)},
+          {"swa-policy", SwaLayer<>::policy_name(c.swa_policy)},
+          {"gdn-policy", GdnLayer<>::policy_name(c.gdn_policy)},
           {"householder", std::to_string(c.householder)},
           {"kernel-chunk", std::to_string(c.kernel_chunk)},
           {"groups", std::to_string(c.groups)},
@@ -362,8 +390,9 @@ double median_of(std::vector<double> v) {
 // fastest operator forward and backward, and its allocations per call, the operators' and the
 // demo's staging apart. Prints a summary to `report` (rank 0) and returns the JSON (rank 0).
 // Collective.
-Json steady_state(const Group& world, Stack& stack, const TokenPlan& plan, const StackConfig& cfg,
-                  const Params& w, int repeat, std::ostream* report) {
+template <class Scalar>
+Json steady_state(const Group& world, Stack<Scalar>& stack, const TokenPlan& plan,
+                  const StackConfig& cfg, const Params& w, int repeat, std::ostream* report) {
   if (repeat == 0) return Json();
   constexpr int layers = 3;
   const double inf = std::numeric_limits<double>::infinity();
@@ -464,13 +493,14 @@ void agreed_usage(const Group& world, Read&& read) {
 
 // Which options a saved reference must share with the run that reads it.
 const char* const reference_hint =
-    "a reference must be saved with the same --length, --model-dim, --heads, --kv-heads, "
+    "a reference must be saved with the same --dtype, --length, --model-dim, --heads, --kv-heads, "
     "--head-dim, --window, --chunk, --swa-policy, --gdn-policy, --householder, --kernel-chunk, "
     "--groups, --lr and --packed --documents, at least as many --steps, and the same document "
     "boundaries, which --packed with --layout zigzag rounds to multiples of 2P";
 
 // Runs the stack distributed and on one rank, `steps` SGD steps, and writes the report. Returns
-// true iff every check passed on every rank.
+// true iff every check passed on every rank. The operators' data are `Scalar`.
+template <class Scalar>
 bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Json* json,
                 ReferenceWriter* writer = nullptr) {
   const int p = world.size(), me = world.rank();
@@ -483,9 +513,10 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   const Group self(MPI_COMM_SELF), self_relayout(MPI_COMM_SELF);
 
   Params w;
-  SwaLayer::init(w, cfg, 100);
-  GdnLayer::init(w, cfg, 100);
-  GdpLayer::init(w, cfg, 100);
+  SwaLayer<>::init(w, cfg, 100);
+  GdnLayer<>::init(w, cfg, 100);
+  GdpLayer<>::init(w, cfg, 100);
+  constexpr double roundoff = check_roundoff<Scalar>();
   Params w_ref = w;
   // A saved reference is read and checked (every line of reference.txt, its options, gradient
   // list and steps) before anything is computed, on every rank; the lowest failing rank's error
@@ -507,7 +538,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
            << cfg.model_dim << ", heads " << cfg.heads << " (SWA kv " << cfg.kv_heads
            << "), head dim " << cfg.head_dim << ", window " << cfg.window << ", SWA stream chunk "
            << cfg.chunk << ", GDP M = " << cfg.householder << ", kernel chunk " << cfg.kernel_chunk
-           << "\n"
+           << "; operator data " << operator_dtypes.name(s.dtype) << "\n"
            << (!s.save_reference.empty()
                    ? "  this run is the reference: its values go to " + s.save_reference + "\n"
                : !s.reference.empty()
@@ -516,7 +547,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
                    : "  reference: the same stack on one rank (MPI_COMM_SELF) over the whole "
                      "sequence; each rank compares its rows\n");
   }
-  Stack stack(layers, relayout, plan, cfg);
+  Stack<Scalar> stack(layers, relayout, plan, cfg);
   bool all_ok = true;
   int checks = 0, failed = 0;
   Json steps_json = Json::array();
@@ -547,7 +578,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
       });
     } else {
       if (root && s.progress) std::cerr << "single-rank reference… " << std::flush;
-      in_process = run_stack(self, self_relayout, single, cfg, w_ref);
+      in_process = run_stack<Scalar>(self, self_relayout, single, cfg, w_ref);
       auto rows = [&](const Matrix& m) {
         Matrix out(static_cast<std::int64_t>(mine.size()), m.cols);
         for (std::size_t j = 0; j < mine.size(); ++j)
@@ -562,19 +593,19 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     if (root && s.progress && !saving)
       std::cerr << "compare (" << std::fixed << std::setprecision(1) << wall.seconds() << " s)\n";
 
-    std::vector<Check> outs = {compare_rows(world, "swa out", d.x1, r.x1, step == 1),
-                               compare_rows(world, "gdn out", d.x2, r.x2, false),
-                               compare_rows(world, "gdp out", d.x3, r.x3, false)};
-    std::vector<Check> ins = {compare_rows(world, "d swa in", d.dx0, r.dx0, false),
-                              compare_rows(world, "d gdn in", d.dx1, r.dx1, false),
-                              compare_rows(world, "d gdp in", d.dx2, r.dx2, false)};
+    std::vector<Check> outs = {compare_rows(world, "swa out", d.x1, r.x1, step == 1, roundoff),
+                               compare_rows(world, "gdn out", d.x2, r.x2, false, roundoff),
+                               compare_rows(world, "gdp out", d.x3, r.x3, false, roundoff)};
+    std::vector<Check> ins = {compare_rows(world, "d swa in", d.dx0, r.dx0, false, roundoff),
+                              compare_rows(world, "d gdn in", d.dx1, r.dx1, false, roundoff),
+                              compare_rows(world, "d gdp in", d.dx2, r.dx2, false, roundoff)};
     std::vector<Check> grads;
     for (const auto& kv : d.grads)
-      grads.push_back(compare_all(world, kv.first, kv.second, r.grads.at(kv.first)));
+      grads.push_back(compare_all(world, kv.first, kv.second, r.grads.at(kv.first), roundoff));
     Check loss;
     loss.what = "loss";
     loss.error = std::fabs(d.loss - r.loss);
-    loss.bound = 64.0 * p * std::ldexp(1.0, -24) * std::fabs(r.loss);
+    loss.bound = 64.0 * p * roundoff * std::fabs(r.loss);
     loss.ok = loss.error <= loss.bound && std::isfinite(d.loss) && std::isfinite(r.loss);
     // A non-finite loss fails the check (an Inf on both sides would otherwise pass); say why.
     if (root && !std::isfinite(r.loss))
@@ -608,9 +639,9 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     }
     const char* mechanism[3] = {"sliding-window attention", "Gated DeltaNet + conv halo, chunkwise",
                                 "Gated Delta Product, heads"};
-    const std::string policy[3] = {SwaLayer::policy_name(cfg.swa_policy),
-                                   GdnLayer::policy_name(cfg.gdn_policy),
-                                   GdpLayer::policy_name(cfg, s.zigzag)};
+    const std::string policy[3] = {SwaLayer<>::policy_name(cfg.swa_policy),
+                                   GdnLayer<>::policy_name(cfg.gdn_policy),
+                                   GdpLayer<>::policy_name(cfg, s.zigzag)};
     const char* short_name[3] = {"swa", "gdn", "gdp"};
     const Check* in_check[3] = {&ins[0], &ins[1], &ins[2]};
     Phases dist_ph[3], ref_ph[3];
@@ -805,6 +836,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
       std::fclose(f);
     }
     (*json)["load_average"] = load;
+    (*json)["dtype"] = operator_dtypes.name(s.dtype);
     (*json)["length"] = cfg.length;
     (*json)["layout"] = s.zigzag ? "zigzag" : "contiguous";
     (*json)["documents"] = s.documents;
@@ -838,6 +870,7 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   c.swa_policy = choose(args, "swa-policy", ctxpar::cli::swa_policies, "allgather");
   c.gdn_policy = choose(args, "gdn-policy", ctxpar::cli::compositions, "gather");
   c.head_policy = choose(args, "head-policy", ctxpar::cli::head_policies, "uneven");
+  s.dtype = choose(args, "dtype", operator_dtypes, "float64");
   c.householder = args.get<int>("householder", c.householder);
   c.kernel_chunk = args.get<int>("kernel-chunk", c.kernel_chunk);
   c.groups = args.get<int>("groups", c.groups);
@@ -959,7 +992,10 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   Json json = Json::object();
   std::unique_ptr<ReferenceWriter> writer;
   if (!s.save_reference.empty()) writer = std::make_unique<ReferenceWriter>(s.save_reference);
-  const bool ok = run_hybrid(world, s, std::cout, s.json.empty() ? nullptr : &json, writer.get());
+  const bool ok = operator_dtypes.visit(s.dtype, [&](auto scalar) {
+    return run_hybrid<decltype(scalar)>(world, s, std::cout, s.json.empty() ? nullptr : &json,
+                                        writer.get());
+  });
   // The reference and the JSON are committed together: all of them, or none.
   if (writer) writer->finish();
   if (!s.json.empty()) {
@@ -982,7 +1018,7 @@ bool demo_hybrid(const Group& group, std::ostream& report) {
   s.steps = 2;
   s.progress = false;
   s.documents = 1;
-  return run_hybrid(group, s, report, nullptr);
+  return run_hybrid<double>(group, s, report, nullptr);
 }
 
 }  // namespace
@@ -995,6 +1031,7 @@ CTXPAR_CLI_COMMAND(
     "    [--chunk T] [--swa-policy P] [--gdn-policy P] [--head-policy P] [--householder M]\n"
     "    [--groups G] [--kernel-chunk C] [--layout L] [--packed [--documents N]] [--steps S] [--lr "
     "X] [--json FILE]\n"
+    "    [--dtype T]\n"
     "    [--quiet] [--perturb-rank R] [--save-reference DIR | --reference DIR] [--repeat N]\n\n"
     "options [default]:\n"
     "  --length L        tokens, 1..4194304 [2048]\n"
@@ -1012,6 +1049,11 @@ CTXPAR_CLI_COMMAND(
     "  --kernel-chunk C  chunk of the GDN and GDP kernels, 1..4096; their saved per-chunk\n"
     "                    C x C matrices cost 2·C values per token and head [64]\n"
     "  --layout L        contiguous or zigzag [contiguous]\n"
+    "  --dtype T         the operators' data: float64, or bfloat16 / float16 storage with fp32\n"
+    "                    arithmetic (SWA, the GDN recurrence and the GDP layer take it; the GDN\n"
+    "                    short conv runs in fp32 then; the glue between layers is fp64 host "
+    "code).\n"
+    "                    The checks' roundoff becomes the storage's: 2^-8 or 2^-11 [float64]\n"
     "  --packed          several documents in the sequence [one]\n"
     "  --documents N     with --packed: documents, 1..L [3]\n"
     "  --steps S         SGD steps, 1..1000000 [3]\n"
@@ -1026,7 +1068,7 @@ CTXPAR_CLI_COMMAND(
     "  --reference DIR   compare with the values a P = 1 run saved in DIR, each rank reading its\n"
     "                    rows, instead of running the whole sequence on one rank in every "
     "process.\n"
-    "                    The reference must be saved with the same --length, --model-dim, "
+    "                    The reference must be saved with the same --dtype, --length, --model-dim, "
     "--heads,\n"
     "                    --kv-heads, --head-dim, --window, --chunk, --swa-policy, --gdn-policy,\n"
     "                    --householder, --kernel-chunk, --groups, --lr, --packed --documents and "

@@ -2,7 +2,8 @@
 // stream in the shared token plan, runs its context-parallel operator, adds its output to the
 // residual, and on the way back returns the input gradient and accumulates its weight gradients.
 // The glue (projections, gates, norms) is token-local fp64 host code; the operators run on the
-// default Kokkos execution space.
+// default Kokkos execution space, on data of the layers' `Scalar` (`double`, or a 16-bit storage
+// type: each operand is rounded to it once on its way to the device, and read back exactly).
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -87,55 +88,63 @@ struct LayerStats {
 
 namespace detail {
 
-using Tensor3 = Kokkos::View<double***, Kokkos::LayoutRight, memory_space>;
-using Tensor2 = Kokkos::View<double**, Kokkos::LayoutRight, memory_space>;
-using Tensor1 = Kokkos::View<double*, memory_space>;
+template <class Scalar>
+using Tensor3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, memory_space>;
+template <class Scalar>
+using Tensor2 = Kokkos::View<Scalar**, Kokkos::LayoutRight, memory_space>;
+template <class Scalar>
+using Tensor1 = Kokkos::View<Scalar*, memory_space>;
 
-/// Rows `[row0, row0 + rows)` of `m` as a `[rows, h, d]` view (`m.cols == h·d`).
 // Adds the time of its scope to PhaseClock::staging.
 struct StagingScope {
   PhaseScope scope{PhaseClock::staging};
 };
 
-inline Tensor3 upload3(const Matrix& m, std::int64_t row0, std::int64_t rows, std::int64_t h,
-                       std::int64_t d, const std::string& label) {
+/// Rows `[row0, row0 + rows)` of `m` as a `[rows, h, d]` view (`m.cols == h·d`) of `Scalar`.
+template <class Scalar>
+Tensor3<Scalar> upload3(const Matrix& m, std::int64_t row0, std::int64_t rows, std::int64_t h,
+                        std::int64_t d, const std::string& label) {
   StagingScope scope;
-  Tensor3 v(label, rows, h, d);
+  Tensor3<Scalar> v(label, rows, h, d);
   auto hv = Kokkos::create_mirror_view(v);
   for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < h * d; ++j) hv.data()[i * h * d + j] = m(row0 + i, j);
+    for (std::int64_t j = 0; j < h * d; ++j)
+      hv.data()[i * h * d + j] = ctxpar::narrow<Scalar>(m(row0 + i, j));
   Kokkos::deep_copy(v, hv);
   return v;
 }
 
-/// `m` as a `[rows, cols]` view.
-inline Tensor2 upload2(const Matrix& m, const std::string& label) {
+/// `m` as a `[rows, cols]` view of `Scalar`.
+template <class Scalar>
+Tensor2<Scalar> upload2(const Matrix& m, const std::string& label) {
   StagingScope scope;
-  Tensor2 v(label, m.rows, m.cols);
+  Tensor2<Scalar> v(label, m.rows, m.cols);
   auto hv = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < m.data.size(); ++i) hv.data()[i] = m.data[i];
+  for (std::size_t i = 0; i < m.data.size(); ++i) hv.data()[i] = ctxpar::narrow<Scalar>(m.data[i]);
   Kokkos::deep_copy(v, hv);
   return v;
 }
 
-/// `m` (any shape) as a flat view.
-inline Tensor1 upload1(const Matrix& m, const std::string& label) {
+/// `m` (any shape) as a flat view of `Scalar`.
+template <class Scalar>
+Tensor1<Scalar> upload1(const Matrix& m, const std::string& label) {
   StagingScope scope;
-  Tensor1 v(label, m.data.size());
+  Tensor1<Scalar> v(label, m.data.size());
   auto hv = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < m.data.size(); ++i) hv(i) = m.data[i];
+  for (std::size_t i = 0; i < m.data.size(); ++i) hv(i) = ctxpar::narrow<Scalar>(m.data[i]);
   Kokkos::deep_copy(v, hv);
   return v;
 }
 
-/// Copies a contiguous view's values into rows `[row0, …)` of `m`.
+/// Copies a contiguous view's values into rows `[row0, …)` of `m` (widened: exact).
 template <class View>
 void download(const View& v, Matrix& m, std::int64_t row0) {
   StagingScope scope;
   auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   const std::size_t n = hv.span();
   for (std::size_t i = 0; i < n; ++i)
-    m.data[static_cast<std::size_t>(row0 * m.cols) + i] = hv.data()[i];
+    m.data[static_cast<std::size_t>(row0 * m.cols) + i] =
+        static_cast<double>(ctxpar::widen(hv.data()[i]));
 }
 
 inline Traffic minus(const Traffic& a, const Traffic& b) {
@@ -153,7 +162,8 @@ inline double now_fenced(const Kokkos::Timer& t) {
 /// Sliding-window attention, streamed in chunks of `t` tokens with its carried (sharded) cache.
 /// The shared plan holds whole-sequence shards; the streaming step wants each chunk split by
 /// `BalancedChunks(t, P)`, so the rows move to that layout and back (one all-to-all each way,
-/// reported separately as re-layout traffic).
+/// reported separately as re-layout traffic). The operator's data are `Scalar`.
+template <class Scalar = double>
 class SwaLayer {
  public:
   /// Collective. `relayout_group` carries the re-layout so its bytes stay out of the operator's.
@@ -201,11 +211,11 @@ class SwaLayer {
     // One plan for every step and call; each step keeps its cache, state and output.
     const std::size_t steps = step_begin_.size();
     if (caches_.size() != steps + 1) {
-      caches_.assign(steps + 1, swa::Cache<double, memory_space>{});
-      caches_[0] = swa::empty_cache<double, memory_space>(hkv, d);
-      states_.assign(steps, swa::DistributedState<double, memory_space>{});
-      grads_.assign(steps, swa::StepGradients<double, memory_space>{});
-      outs_.assign(steps, swa::Tensor<double, memory_space>{});
+      caches_.assign(steps + 1, swa::Cache<Scalar, memory_space>{});
+      caches_[0] = swa::empty_cache<Scalar, memory_space>(hkv, d);
+      states_.assign(steps, swa::DistributedState<Scalar, memory_space>{});
+      grads_.assign(steps, swa::StepGradients<Scalar, memory_space>{});
+      outs_.assign(steps, swa::Tensor<Scalar, memory_space>{});
     }
     if (step_plan_.index() == 0) make_plan(opt);
     Matrix o_stream(s.rows, hq * d);
@@ -215,11 +225,12 @@ class SwaLayer {
     for (std::size_t k = 0; k < step_begin_.size(); ++k) {
       const BalancedChunks c{step_length_[k], group_.size()};
       const std::int64_t n = c.size(group_.rank());
-      swa::Chunk<double, memory_space> chunk;
-      chunk.q = detail::upload3(columns(s, 0, hq * d), row, n, hq, d, "ctxpar::hybrid::q");
-      chunk.k = detail::upload3(columns(s, hq * d, hkv * d), row, n, hkv, d, "ctxpar::hybrid::k");
-      chunk.v =
-          detail::upload3(columns(s, (hq + hkv) * d, hkv * d), row, n, hkv, d, "ctxpar::hybrid::v");
+      swa::Chunk<Scalar, memory_space> chunk;
+      chunk.q = detail::upload3<Scalar>(columns(s, 0, hq * d), row, n, hq, d, "ctxpar::hybrid::q");
+      chunk.k =
+          detail::upload3<Scalar>(columns(s, hq * d, hkv * d), row, n, hkv, d, "ctxpar::hybrid::k");
+      chunk.v = detail::upload3<Scalar>(columns(s, (hq + hkv) * d, hkv * d), row, n, hkv, d,
+                                        "ctxpar::hybrid::v");
       chunk.pos = swa::Positions<memory_space>("ctxpar::hybrid::pos", n);
       chunk.ids = swa::Ids<memory_space>("ctxpar::hybrid::ids", packed ? n : 0);
       auto hp = Kokkos::create_mirror_view(chunk.pos);
@@ -235,7 +246,7 @@ class SwaLayer {
             if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>) {
               // The layer's outputs: allocated on the first forward, reused after.
               if (outs_[k].extent(1) == 0)
-                outs_[k] = swa::allocate_output<double, memory_space>(plan.shape(), n);
+                outs_[k] = swa::allocate_output<Scalar, memory_space>(plan.shape(), n);
               plan.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k]);
             }
           },
@@ -266,14 +277,14 @@ class SwaLayer {
     for (std::size_t k = 0; k < step_begin_.size(); ++k)
       offset.push_back(offset.back() +
                        BalancedChunks{step_length_[k], group_.size()}.size(group_.rank()));
-    swa::CacheGradient<double, memory_space> carried;
+    swa::CacheGradient<Scalar, memory_space> carried;
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
     for (std::size_t k = states_.size(); k-- > 0;) {
       const std::int64_t n = offset[k + 1] - offset[k];
-      auto dv = detail::upload3(ds, offset[k], n, hq, d, "ctxpar::hybrid::dout");
+      auto dv = detail::upload3<Scalar>(ds, offset[k], n, hq, d, "ctxpar::hybrid::dout");
       // Allocated on the first backward, written in place after that.
-      swa::StepGradients<double, memory_space>& gr = grads_[k];
+      swa::StepGradients<Scalar, memory_space>& gr = grads_[k];
       std::visit(
           [&](auto& plan) {
             if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>) {
@@ -324,14 +335,15 @@ class SwaLayer {
 
  private:
   template <class Policy>
-  using StepPlanOf = swa::StepPlan<Policy, swa::SegmentChunks, execution_space, double>;
+  using StepPlanOf = swa::StepPlan<Policy, swa::SegmentChunks, execution_space, Scalar>;
 
   /// The step plan of the configured policy (the tool's run-time choice picks one of the
   /// compile-time tags). Collective.
   void make_plan(const swa::Options& opt) {
     const swa::StepShape shape{cfg_.heads, cfg_.kv_heads, cfg_.head_dim};
     swa_policies.visit(cfg_.swa_policy, [&](auto policy) {
-      step_plan_.emplace<StepPlanOf<decltype(policy)>>(execution_space(), group_, shape, opt);
+      step_plan_.template emplace<StepPlanOf<decltype(policy)>>(execution_space(), group_, shape,
+                                                                opt);
     });
   }
 
@@ -339,10 +351,13 @@ class SwaLayer {
   // tests/swa/traffic_test.cpp asserts exactly): per step, the all-gather of `c + t` records (or
   // the halo of `W - 1` records before the rank's first query), the next cache's re-shard, and in
   // the backward the reduce-scatter (or halo return) of `2·Hkv·D`-wide gradients and the
-  // cache-gradient return.
+  // cache-gradient return. A record is K | V in `Scalar` and a 16-byte tail (position, id,
+  // padding); gradients travel in the compute type (fp32 for the 16-bit types).
   void formula(LayerStats& stats) const {
     const int p = group_.size(), me = group_.rank();
-    const std::int64_t per = cfg_.kv_heads * cfg_.head_dim, rb = 2 * per * 8 + 16, gb = 2 * per * 8;
+    const std::int64_t per = cfg_.kv_heads * cfg_.head_dim;
+    const std::int64_t rb = 2 * per * static_cast<std::int64_t>(sizeof(Scalar)) + 16,
+                       gb = 2 * per * static_cast<std::int64_t>(sizeof(compute_t<Scalar>));
     const bool halo = swa_policies.is<swa::HaloKV>(cfg_.swa_policy);
     // RopeAfterGather saves the raw-key exchange of the next cache (swa/policies.hpp).
     const bool reshard = !swa_policies.is<swa::RopeAfterGather>(cfg_.swa_policy);
@@ -412,10 +427,10 @@ class SwaLayer {
   std::variant<std::monostate, StepPlanOf<swa::RopeBeforeGather>, StepPlanOf<swa::RopeAfterGather>,
                StepPlanOf<swa::HaloKV>>
       step_plan_;
-  std::vector<swa::Cache<double, memory_space>> caches_;  // caches_[k]: the input of step k
-  std::vector<swa::DistributedState<double, memory_space>> states_;
-  std::vector<swa::Tensor<double, memory_space>> outs_;
-  std::vector<swa::StepGradients<double, memory_space>> grads_;
+  std::vector<swa::Cache<Scalar, memory_space>> caches_;  // caches_[k]: the input of step k
+  std::vector<swa::DistributedState<Scalar, memory_space>> states_;
+  std::vector<swa::Tensor<Scalar, memory_space>> outs_;
+  std::vector<swa::StepGradients<Scalar, memory_space>> grads_;
   Traffic fwd_traffic_, relayout_fwd_;
 };
 
@@ -424,9 +439,14 @@ class SwaLayer {
 /// shards only — its ring assumes rank `r-1` holds the tokens before rank `r`'s, which zigzag
 /// shards break, so under zigzag the conv is left out), `q, k` L2-normalised per head,
 /// `α = sigmoid(x·Wa)` (so `g = log α`), `β = sigmoid(x·Wb)`; one call of the CP driver per pass.
+/// The recurrence's data are `Scalar`; the short conv runs in its compute type (`ShortConvPlan`
+/// takes fp32 and fp64 views), so under a 16-bit `Scalar` its halo travels in fp32.
+template <class Scalar = double>
 class GdnLayer {
  public:
-  using backend_type = chunkwise::GatedDeltaRuleBackend<double, memory_space>;
+  using backend_type = chunkwise::GatedDeltaRuleBackend<Scalar, memory_space>;
+  /// The short conv's data type.
+  using conv_scalar = compute_t<Scalar>;
 
   /// Collective (the plan is agreed).
   GdnLayer(const Group& group, const TokenPlan& plan, const StackConfig& cfg)
@@ -488,11 +508,13 @@ class GdnLayer {
     Kokkos::Timer conv_timer;
     const Traffic c0 = group_.total_data_traffic();
     if (conv_) {
-      pre_v_ = detail::upload2(pre, "ctxpar::hybrid::gdn_conv_in");
-      conv_w_ = detail::upload2(w.at("gdn.conv_weight"), "ctxpar::hybrid::gdn_conv_weight");
-      auto bias = detail::upload1(w.at("gdn.conv_bias"), "ctxpar::hybrid::gdn_conv_bias");
-      detail::Tensor2 y("ctxpar::hybrid::gdn_conv_out", t, 3 * hk);
-      const Kokkos::View<const double*, memory_space> cb(bias);
+      pre_v_ = detail::upload2<conv_scalar>(pre, "ctxpar::hybrid::gdn_conv_in");
+      conv_w_ =
+          detail::upload2<conv_scalar>(w.at("gdn.conv_weight"), "ctxpar::hybrid::gdn_conv_weight");
+      auto bias =
+          detail::upload1<conv_scalar>(w.at("gdn.conv_bias"), "ctxpar::hybrid::gdn_conv_bias");
+      detail::Tensor2<conv_scalar> y("ctxpar::hybrid::gdn_conv_out", t, 3 * hk);
+      const Kokkos::View<const conv_scalar*, memory_space> cb(bias);
       if (zigzag_)
         conv_zigzag_->forward(const2(pre_v_), const2(conv_w_), cb, const_ids(), y, conv_saved_);
       else
@@ -514,15 +536,15 @@ class GdnLayer {
       g.data[i] = log_sigmoid(a_.data[i]);
       beta.data[i] = sigmoid(b_.data[i]);
     }
-    chunkwise::GatedDeltaRuleInputs<double, memory_space> in;
-    in.q = detail::upload3(q_, 0, t, h, d, "ctxpar::hybrid::gdn_q");
-    in.k = detail::upload3(k_, 0, t, h, d, "ctxpar::hybrid::gdn_k");
-    in.v = detail::upload3(v, 0, t, h, d, "ctxpar::hybrid::gdn_v");
-    g_keep_ = detail::upload2(g, "ctxpar::hybrid::gdn_g");
-    beta_keep_ = detail::upload2(beta, "ctxpar::hybrid::gdn_beta");
+    chunkwise::GatedDeltaRuleInputs<Scalar, memory_space> in;
+    in.q = detail::upload3<Scalar>(q_, 0, t, h, d, "ctxpar::hybrid::gdn_q");
+    in.k = detail::upload3<Scalar>(k_, 0, t, h, d, "ctxpar::hybrid::gdn_k");
+    in.v = detail::upload3<Scalar>(v, 0, t, h, d, "ctxpar::hybrid::gdn_v");
+    g_keep_ = detail::upload2<Scalar>(g, "ctxpar::hybrid::gdn_g");
+    beta_keep_ = detail::upload2<Scalar>(beta, "ctxpar::hybrid::gdn_beta");
     in.g = g_keep_;
     in.beta = beta_keep_;
-    chunkwise::token_view<double, memory_space> out("ctxpar::hybrid::gdn_out", t, h, d);
+    chunkwise::token_view<Scalar, memory_space> out("ctxpar::hybrid::gdn_out", t, h, d);
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
     // The layer's plan and context serve every call, so their memory is reused.
@@ -545,13 +567,13 @@ class GdnLayer {
     add_matmul_at(o_, dy, grads["gdn.Wo"]);
     Matrix dout(t, h * d);
     add_matmul_bt(dy, w.at("gdn.Wo"), dout);
-    auto dout_v = detail::upload3(dout, 0, t, h, d, "ctxpar::hybrid::gdn_dout");
-    chunkwise::GatedDeltaRuleGradients<double, memory_space> gr;
-    gr.dq = chunkwise::token_view<double, memory_space>("ctxpar::hybrid::gdn_dq", t, h, d);
-    gr.dk = chunkwise::token_view<double, memory_space>("ctxpar::hybrid::gdn_dk", t, h, d);
-    gr.dv = chunkwise::token_view<double, memory_space>("ctxpar::hybrid::gdn_dv", t, h, d);
-    gr.dg = chunkwise::head_view<double, memory_space>("ctxpar::hybrid::gdn_dg", t, h);
-    gr.dbeta = chunkwise::head_view<double, memory_space>("ctxpar::hybrid::gdn_dbeta", t, h);
+    auto dout_v = detail::upload3<Scalar>(dout, 0, t, h, d, "ctxpar::hybrid::gdn_dout");
+    chunkwise::GatedDeltaRuleGradients<Scalar, memory_space> gr;
+    gr.dq = chunkwise::token_view<Scalar, memory_space>("ctxpar::hybrid::gdn_dq", t, h, d);
+    gr.dk = chunkwise::token_view<Scalar, memory_space>("ctxpar::hybrid::gdn_dk", t, h, d);
+    gr.dv = chunkwise::token_view<Scalar, memory_space>("ctxpar::hybrid::gdn_dv", t, h, d);
+    gr.dg = chunkwise::head_view<Scalar, memory_space>("ctxpar::hybrid::gdn_dg", t, h);
+    gr.dbeta = chunkwise::head_view<Scalar, memory_space>("ctxpar::hybrid::gdn_dbeta", t, h);
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
     std::visit([&](auto& cp) { cp.backward(ctx_, dout_v, gr); }, cp_);
@@ -577,10 +599,10 @@ class GdnLayer {
         const double u = conv_out_.data[i], sg = sigmoid(u);
         dact.data[i] *= sg * (1 + u * (1 - sg));
       }
-      auto dy_v = detail::upload2(dact, "ctxpar::hybrid::gdn_conv_dy");
-      detail::Tensor2 dx_v("ctxpar::hybrid::gdn_conv_dx", t, 3 * hk),
+      auto dy_v = detail::upload2<conv_scalar>(dact, "ctxpar::hybrid::gdn_conv_dy");
+      detail::Tensor2<conv_scalar> dx_v("ctxpar::hybrid::gdn_conv_dx", t, 3 * hk),
           dw("ctxpar::hybrid::gdn_conv_dweight", 3 * hk, cfg_.conv_width);
-      detail::Tensor1 db("ctxpar::hybrid::gdn_conv_dbias", 3 * hk);
+      detail::Tensor1<conv_scalar> db("ctxpar::hybrid::gdn_conv_dbias", 3 * hk);
       const Traffic c0 = group_.total_data_traffic();
       Kokkos::Timer conv_timer;
       if (zigzag_)
@@ -646,9 +668,10 @@ class GdnLayer {
     std::int64_t sent = 0, recv = 0;
     if (conv_) {
       const std::int64_t c = 3 * cfg_.heads * cfg_.head_dim,
-                         halo = (cfg_.conv_width - 1) * (c * 8 + (packed_ ? 4 : 0));
-      const std::int64_t back = (cfg_.conv_width - 1) * c * 8,
-                         reduce = c * (cfg_.conv_width + 1) * 8 * (p - 1);
+                         value = static_cast<std::int64_t>(sizeof(conv_scalar)),
+                         halo = (cfg_.conv_width - 1) * (c * value + (packed_ ? 4 : 0));
+      const std::int64_t back = (cfg_.conv_width - 1) * c * value,
+                         reduce = c * (cfg_.conv_width + 1) * value * (p - 1);
       const std::int64_t links_out = zigzag_ ? (me > 0) + (me + 1 < p) : (me + 1 < p);
       const std::int64_t links_in = zigzag_ ? (me > 0) + (me + 1 < p) : (me > 0);
       sent += links_out * 2 * halo + links_in * back + reduce;
@@ -685,8 +708,8 @@ class GdnLayer {
     });
   }
 
-  using const_matrix = Kokkos::View<const double**, Kokkos::LayoutRight, memory_space>;
-  static const_matrix const2(const detail::Tensor2& v) { return const_matrix(v); }
+  using const_matrix = Kokkos::View<const conv_scalar**, Kokkos::LayoutRight, memory_space>;
+  static const_matrix const2(const detail::Tensor2<conv_scalar>& v) { return const_matrix(v); }
   Kokkos::View<const std::int32_t*, memory_space> const_ids() const {
     return packed_ ? Kokkos::View<const std::int32_t*, memory_space>(ids_)
                    : Kokkos::View<const std::int32_t*, memory_space>();
@@ -699,18 +722,20 @@ class GdnLayer {
   cp_type cp_;
   bool conv_ = true, zigzag_ = false, packed_ = false;
   Kokkos::View<std::int32_t*, memory_space> ids_;
-  detail::Tensor2 pre_v_, conv_w_;
+  detail::Tensor2<conv_scalar> pre_v_, conv_w_;
   // The conv's plan (only the one of the run's layout is built) and what its forward keeps.
-  std::optional<chunkwise::ShortConvPlan<Contiguous, execution_space, double, memory_space>>
+  std::optional<chunkwise::ShortConvPlan<Contiguous, execution_space, conv_scalar, memory_space>>
       conv_contiguous_;
-  std::optional<chunkwise::ShortConvPlan<Zigzag, execution_space, double, memory_space>>
+  std::optional<chunkwise::ShortConvPlan<Zigzag, execution_space, conv_scalar, memory_space>>
       conv_zigzag_;
-  chunkwise::ShortConvSaved<double, memory_space> conv_saved_;
+  chunkwise::ShortConvSaved<conv_scalar, memory_space> conv_saved_;
   Matrix conv_out_;
   double conv_seconds_ = 0;
   Traffic conv_fwd_traffic_;
-  chunkwise::ChunkwiseContext<backend_type> ctx_;
-  detail::Tensor2 g_keep_, beta_keep_;
+  // What the forward keeps for the backward (the 16-bit plan's context holds fp32 copies too).
+  typename chunkwise::CpPlan<chunkwise::GatherFold, backend_type, execution_space>::context_type
+      ctx_;
+  detail::Tensor2<Scalar> g_keep_, beta_keep_;
   Matrix x_, q_, k_, a_, b_, o_;
   std::vector<double> qn_, kn_;
   Traffic fwd_traffic_;
@@ -724,9 +749,18 @@ class GdnLayer {
 /// chunkwise and conv layers need), while the head transposes zigzag each document
 /// (`ZigzagPerSequenceLayout`). The layer then moves its input rows into the per-document order and
 /// its output rows back (one all-to-all of `d_model`-wide rows each way, forward and backward),
-/// reported as re-layout traffic.
+/// reported as re-layout traffic. Activations are `Scalar`; the parameters and their gradients
+/// are its compute type (fp32 for the 16-bit types), as the operator takes them.
+template <class Scalar = double>
 class GdpLayer {
  public:
+  /// The parameters' and their gradients' type (the operator's compute type).
+  using param_scalar = compute_t<Scalar>;
+  /// The operator's parameters (or their gradients).
+  using parameters = heads::GdpParameters<param_scalar, memory_space>;
+  /// The operator's activations `[rows, channels]`.
+  using matrix = detail::Tensor2<Scalar>;
+
   /// Collective (the transpose plans are agreed). `relayout_group` carries the re-layout.
   GdpLayer(const Group& group, const Group& relayout_group, const TokenPlan& plan,
            const StackConfig& cfg)
@@ -824,14 +858,15 @@ class GdpLayer {
     x_ = x;
     const heads::GdpShape s = shape(cfg_);
     const Matrix u = matmul(x, w.at("gdp.Win"));
-    auto uv = detail::upload2(u, "ctxpar::hybrid::gdp_u");
-    detail::Tensor2 y("ctxpar::hybrid::gdp_y", x.rows, s.d_inner()),
+    auto uv = detail::upload2<Scalar>(u, "ctxpar::hybrid::gdp_u");
+    detail::Tensor2<Scalar> y("ctxpar::hybrid::gdp_y", x.rows, s.d_inner()),
         z("ctxpar::hybrid::gdp_z", x.rows, s.d_inner());
-    heads::GdpParameters<double, memory_space> p;
-    p.conv_weight = detail::upload2(w.at("gdp.conv_weight"), "ctxpar::hybrid::conv_weight");
-    p.conv_bias = detail::upload1(w.at("gdp.conv_bias"), "ctxpar::hybrid::conv_bias");
-    p.dt_bias = detail::upload1(w.at("gdp.dt_bias"), "ctxpar::hybrid::dt_bias");
-    p.a_log = detail::upload1(w.at("gdp.a_log"), "ctxpar::hybrid::a_log");
+    parameters p;
+    p.conv_weight =
+        detail::upload2<param_scalar>(w.at("gdp.conv_weight"), "ctxpar::hybrid::conv_weight");
+    p.conv_bias = detail::upload1<param_scalar>(w.at("gdp.conv_bias"), "ctxpar::hybrid::conv_bias");
+    p.dt_bias = detail::upload1<param_scalar>(w.at("gdp.dt_bias"), "ctxpar::hybrid::dt_bias");
+    p.a_log = detail::upload1<param_scalar>(w.at("gdp.a_log"), "ctxpar::hybrid::a_log");
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
     impl_->forward(uv, p, y, z);
@@ -858,12 +893,11 @@ class GdpLayer {
       dyy.data[i] *= z_.data[i];
       dz.data[i] *= y_.data[i];
     }
-    auto dyv = detail::upload2(dyy, "ctxpar::hybrid::gdp_dy"),
-         dzv = detail::upload2(dz, "ctxpar::hybrid::gdp_dz");
-    detail::Tensor2 du("ctxpar::hybrid::gdp_du", dy.rows, s.input_layout().channels());
+    auto dyv = detail::upload2<Scalar>(dyy, "ctxpar::hybrid::gdp_dy"),
+         dzv = detail::upload2<Scalar>(dz, "ctxpar::hybrid::gdp_dz");
+    detail::Tensor2<Scalar> du("ctxpar::hybrid::gdp_du", dy.rows, s.input_layout().channels());
     // The backward overwrites the parameter gradients: one set serves every call.
-    if (!param_grads_)
-      param_grads_ = heads::GdpParameters<double, memory_space>::allocate(s, "hybrid_grads");
+    if (!param_grads_) param_grads_ = parameters::allocate(s, "hybrid_grads");
     const auto& pg = *param_grads_;
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
@@ -894,28 +928,25 @@ class GdpLayer {
 
   struct Base {
     virtual ~Base() = default;
-    virtual void forward(const detail::Tensor2& u,
-                         const heads::GdpParameters<double, memory_space>& p,
-                         const detail::Tensor2& y, const detail::Tensor2& z) = 0;
-    virtual void backward(const detail::Tensor2& dy, const detail::Tensor2& dz,
-                          const detail::Tensor2& du,
-                          const heads::GdpParameters<double, memory_space>& g) = 0;
+    virtual void forward(const matrix& u, const parameters& p, const matrix& y,
+                         const matrix& z) = 0;
+    virtual void backward(const matrix& dy, const matrix& dz, const matrix& du,
+                          const parameters& g) = 0;
     virtual std::int64_t input_channels(int r) const = 0;
     virtual std::int64_t output_channels(int r) const = 0;
   };
   template <class HeadPolicy, class TokenOrder>
   struct Impl : Base {
-    heads::GdpContextParallel<HeadPolicy, TokenOrder, execution_space, double> layer;
-    heads::GdpSaved<double, memory_space> saved;  // the last forward, for its backward
+    heads::GdpContextParallel<HeadPolicy, TokenOrder, execution_space, Scalar> layer;
+    heads::GdpSaved<param_scalar, memory_space> saved;  // the last forward, for its backward
     Impl(const Group& g, const heads::GdpShape& s, std::int64_t t,
          const std::vector<std::int64_t>& cu, const heads::GdpOptions& o)
         : layer(execution_space(), g, s, t, cu, o) {}
-    void forward(const detail::Tensor2& u, const heads::GdpParameters<double, memory_space>& p,
-                 const detail::Tensor2& y, const detail::Tensor2& z) override {
+    void forward(const matrix& u, const parameters& p, const matrix& y, const matrix& z) override {
       layer.forward(u, p, y, z, saved);
     }
-    void backward(const detail::Tensor2& dy, const detail::Tensor2& dz, const detail::Tensor2& du,
-                  const heads::GdpParameters<double, memory_space>& g) override {
+    void backward(const matrix& dy, const matrix& dz, const matrix& du,
+                  const parameters& g) override {
       layer.backward(saved, dy, dz, du, g);
     }
     std::int64_t input_channels(int r) const override {
@@ -945,8 +976,14 @@ class GdpLayer {
                        out_recv = rows * (s.d_inner() - d_me);
     const std::int64_t params = s.conv_channels() * (s.conv_width + 1) + 2 * s.nheads;
     const std::int64_t allreduce = params * (p - 1);
-    stats.formula_sent = 8 * (in_sent + in_recv + 2 * out_sent + 2 * out_recv + allreduce);
-    stats.formula_received = 8 * (in_recv + in_sent + 2 * out_recv + 2 * out_sent + allreduce);
+    // The transposes of x, y, z, dy and dz move `Scalar` values; the input gradient's transpose
+    // and the all-reduce move the compute type (a 16-bit layer rounds dx once, after its
+    // transpose).
+    const std::int64_t value = sizeof(Scalar), wide = sizeof(param_scalar);
+    stats.formula_sent =
+        value * (in_sent + 2 * out_sent + 2 * out_recv) + wide * (in_recv + allreduce);
+    stats.formula_received =
+        value * (in_recv + 2 * out_recv + 2 * out_sent) + wide * (in_sent + allreduce);
   }
 
   const Group& group_;
@@ -955,7 +992,7 @@ class GdpLayer {
   Relayout relayout_;
   bool relayout_on_ = false;
   std::unique_ptr<Base> impl_;
-  std::optional<heads::GdpParameters<double, memory_space>> param_grads_;
+  std::optional<parameters> param_grads_;
   Matrix x_, y_, z_, h_;
   Traffic fwd_traffic_;
 };

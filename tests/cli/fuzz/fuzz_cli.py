@@ -499,11 +499,17 @@ def make_cases(seed):
     cases.append(Case("hybrid/valid", "hybrid", tiny, None, "pass", ranks=(1, 3)))
     cases.append(Case("hybrid/perturbed-rank-fails-the-check", "hybrid",
                       dict(tiny, **{"perturb-rank": "LAST"}), None, "fail", ranks=(2,)))
+    cases.append(Case("hybrid/bfloat16-valid", "hybrid", dict(tiny, dtype="bfloat16"), None,
+                      "pass", ranks=(2,)))
+    cases.append(Case("hybrid/float16-perturbed-rank-fails-the-check", "hybrid",
+                      dict(tiny, dtype="float16", **{"perturb-rank": "LAST"}), None, "fail",
+                      ranks=(3,)))
     for opt, value in (("length", 0), ("length", 10**12), ("model-dim", 0), ("heads", 0),
                        ("kv-heads", 0), ("kv-heads", 3), ("head-dim", 3), ("head-dim", 0),
                        ("window", -1), ("chunk", 0), ("steps", 0), ("lr", "nan"), ("lr", -1),
                        ("householder", 0), ("groups", 0), ("groups", 3), ("perturb-rank", "NP"),
-                       ("perturb-rank", -7), ("swa-policy", "bogus"), ("documents", 2)):
+                       ("perturb-rank", -7), ("swa-policy", "bogus"), ("documents", 2),
+                       ("dtype", "float32"), ("dtype", "")):
         cases.append(Case(f"hybrid/--{opt}={value}", "hybrid", dict(tiny, **{opt: value}), None,
                           culprits=(f"--{opt}",)))
 
