@@ -222,9 +222,9 @@ class SwaLayer {
     std::int64_t row = 0;
     const Traffic t0 = group_.total_data_traffic();
     Kokkos::Timer timer;
-    for (std::size_t k = 0; k < step_begin_.size(); ++k) {
-      const BalancedChunks c{step_length_[k], group_.size()};
-      const std::int64_t n = c.size(group_.rank());
+    // Step k's chunk shard: rows [row, row + its share) of the streaming layout, on the device.
+    const auto chunk_at = [&](std::size_t k, std::int64_t row) {
+      const std::int64_t n = BalancedChunks{step_length_[k], group_.size()}.size(group_.rank());
       swa::Chunk<Scalar, memory_space> chunk;
       chunk.q = detail::upload3<Scalar>(columns(s, 0, hq * d), row, n, hq, d, "ctxpar::hybrid::q");
       chunk.k =
@@ -241,18 +241,35 @@ class SwaLayer {
       }
       Kokkos::deep_copy(chunk.pos, hp);
       Kokkos::deep_copy(chunk.ids, hi);
+      return chunk;
+    };
+    // The next step's chunk is staged before this step's forward, so that the all-gather policies
+    // post its gather there and it travels during this step's attention (`HaloKV` has no posted
+    // form: its halo is point to point).
+    swa::Chunk<Scalar, memory_space> chunk = chunk_at(0, 0), upcoming;
+    for (std::size_t k = 0; k < steps; ++k) {
+      const std::int64_t n = chunk.length();
+      if (k + 1 < steps) upcoming = chunk_at(k + 1, row + n);
       std::visit(
           [&](auto& plan) {
-            if constexpr (!std::is_same_v<std::decay_t<decltype(plan)>, std::monostate>) {
+            using plan_type = std::decay_t<decltype(plan)>;
+            if constexpr (!std::is_same_v<plan_type, std::monostate>) {
               // The layer's outputs: allocated on the first forward, reused after.
               if (outs_[k].extent(1) == 0)
                 outs_[k] = swa::allocate_output<Scalar, memory_space>(plan.shape(), n);
+              if constexpr (!std::is_same_v<plan_type, StepPlanOf<swa::HaloKV>>) {
+                if (k + 1 < steps) {
+                  plan.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k], upcoming);
+                  return;
+                }
+              }
               plan.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k]);
             }
           },
           step_plan_);
       detail::download(outs_[k], o_stream, row);
       row += n;
+      chunk = upcoming;
     }
     stats.forward_seconds = detail::now_fenced(timer);
     fwd_traffic_ = detail::minus(group_.total_data_traffic(), t0);

@@ -6,6 +6,7 @@
 #include "ctxpar/comm/alltoall.hpp"
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/host_isa_agreement.hpp"
+#include "ctxpar/comm/posted_allgather.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/reduce.hpp"
 #include "ctxpar/comm/scan.hpp"

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -20,6 +21,7 @@
 
 #include "ctxpar/comm/group.hpp"
 #include "ctxpar/comm/host_isa_agreement.hpp"
+#include "ctxpar/comm/posted_allgather.hpp"
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/comm/rank_facts.hpp"
 #include "ctxpar/core/compat.hpp"
@@ -282,6 +284,11 @@ AxisLayout check_call(Preconditions& chk, const Group& group,
 /// and summation order per query). Bad input on any rank makes every rank throw the same
 /// `ctxpar::Error` before any data moves.
 ///
+/// A stream whose next chunk is known (training over a long sequence cut into steps) can pass it
+/// to `forward` as `upcoming` (all-gather policies, `SegmentChunks`): the forward then posts the
+/// next step's all-gather before its own attention, so the records travel while the attention
+/// computes, and the next `forward` only waits for them. The results are the same bits.
+///
 /// Memory: the plan owns grow-only staging buffers and kernel scratch (`workspace_bytes()`); each
 /// `DistributedState` owns the saved activations and exchange tables of its step. Outputs and
 /// gradients are the caller's views of its shards' shapes (`allocate_output`,
@@ -377,13 +384,49 @@ class StepPlan {
   /// positions and ids are read again by the backward: keep them unchanged until then.
   void forward(const chunk_type& chunk, const cache_type& cache, const tensor_type& out,
                cache_type& next_cache, state_type& saved) {
+    forward_step(chunk, cache, out, next_cache, saved, nullptr);
+  }
+
+  /// `forward`, posting the next step's all-gather before this step's attention so that it travels
+  /// while the attention computes. `upcoming` is this rank's shard of the next step's chunk (its
+  /// `BalancedChunks` share, positions after this step's); the next step's cache is `next_cache`
+  /// as this call leaves it. Both are checked here, on every rank, as the next forward would.
+  ///
+  /// The next `forward` (or `forward` with its own `upcoming`) on this plan must be that step:
+  /// `chunk` the same views as `upcoming` and `cache` the same views as this `next_cache`, their
+  /// contents unchanged (the posted records were packed from them); it then waits for the gather
+  /// instead of gathering. Any other call is refused on every rank with a `ctxpar::Error`, after
+  /// the posted gather has completed (and is dropped). Other plans' and this plan's backward calls
+  /// may run in between. Outputs and states are the same bits as without posting.
+  void forward(const chunk_type& chunk, const cache_type& cache, const tensor_type& out,
+               cache_type& next_cache, state_type& saved, const chunk_type& upcoming) {
+    static_assert(!halo && !whole_axis,
+                  "ctxpar::swa::StepPlan::forward(..., upcoming): posting the next step's "
+                  "all-gather needs an all-gather policy (RopeBeforeGather, RopeAfterGather) and "
+                  "the SegmentChunks layout");
+    forward_step(chunk, cache, out, next_cache, saved, &upcoming);
+  }
+
+ private:
+  // The forward of one step; with `upcoming`, the next step's gather is posted before the
+  // attention.
+  void forward_step(const chunk_type& chunk, const cache_type& cache, const tensor_type& out,
+                    cache_type& next_cache, state_type& saved, const chunk_type* upcoming) {
     compat::ScopedRegion region("ctxpar::swa::StepPlan::forward");
     const ctxpar::impl::HostIsaScope isa_scope(host_isa_);
     const int me = group_.rank();
     const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
     const std::int64_t t_r = chunk.length(), c_r = cache.length();
     bool with_ids = false;
-    const impl::AxisLayout layout = check_forward(chunk, cache, out, next_cache, with_ids);
+    impl::AxisLayout layout;
+    try {
+      layout = check_forward(chunk, cache, out, next_cache, with_ids);
+    } catch (...) {
+      // Refused on every rank: a posted gather is completed (every rank has it in flight) and
+      // dropped, so that no request outlives the call that should have used it.
+      drop_posted();
+      throw;
+    }
     impl::StepTables<MemorySpace>& tb = saved.tables;
     // Tables are reused only when this plan built them for this layout (another policy's tables
     // for the same lengths would move the wrong records).
@@ -413,25 +456,88 @@ class StepPlan {
     rope_forward(space_, chunk.q, chunk.pos, options_.rope_base, saved.q_rot);
     saved.q_pos = chunk.pos;
     saved.q_ids = with_ids ? chunk.ids : Ids<MemorySpace>();
-    const KvBlock<Scalar, MemorySpace> raw_axis =
-        std::get<exchange_type>(tb.exchange)
-            .template forward<rope_after_gather>(exchange_context(), own, layout, with_ids,
-                                                 options_.rope_base, saved.axis, saved.key_origin);
+    // A gather the previous step posted for this one has the whole axis's records: wait for it.
+    impl::Bytes<MemorySpace> gathered;
+    const bool was_posted = posted_step_.has_value() && group_.size() > 1;
+    posted_step_.reset();
+    if (was_posted) {
+      posted_gather_.wait();
+      gathered = carve<impl::Bytes<MemorySpace>>(
+          posted_records_, layout.length() * records_.template bytes<Scalar>());
+    }
+    const exchange_type& exchange = std::get<exchange_type>(tb.exchange);
+    KvBlock<Scalar, MemorySpace> raw_axis;
+    if constexpr (halo)
+      raw_axis = exchange.template forward<rope_after_gather>(exchange_context(), own, layout,
+                                                              with_ids, options_.rope_base,
+                                                              saved.axis, saved.key_origin);
+    else
+      raw_axis = exchange.template forward<rope_after_gather>(
+          exchange_context(), own, layout, with_ids, options_.rope_base, saved.axis,
+          saved.key_origin, was_posted ? &gathered : nullptr);
+    // The next cache's raw records onto their owners, before the attention (a posted gather of
+    // the next step packs them): cut from the raw axis when the policy gathered raw keys; moved
+    // by one all-to-all for the chunk layout (the whole-axis layout moved them with its assembly
+    // already).
+    if constexpr (rope_after_gather)
+      tb.reshard.cut(space_, raw_axis, with_ids, next_cache);
+    else if constexpr (!whole_axis)
+      tb.reshard.move(exchange_context(), input, next_cache);
+    if (upcoming != nullptr) {
+      try {
+        post_next(*upcoming, next_cache);
+      } catch (...) {
+        saved.plan = 0;  // this step's attention did not run: its backward must refuse it
+        throw;
+      }
+    }
 
     saved.out = out;
     ctxpar::impl::ensure_extents(saved.lse, "ctxpar::swa::lse", t_r, hq);
     const auto in = impl::attention_inputs(saved.q_rot, saved.q_pos, saved.q_ids, saved.axis,
                                            saved.key_origin, options_.window, scale_);
     attention_forward(space_, document_mask(), in, out, saved.lse, attention_, options_.kernels);
-    // The next cache's raw records onto their owners: cut from the raw axis when the policy
-    // gathered raw keys; moved by one all-to-all for the chunk layout (the whole-axis layout
-    // moved them with its assembly already).
-    if constexpr (rope_after_gather)
-      tb.reshard.cut(space_, raw_axis, with_ids, next_cache);
-    else if constexpr (!whole_axis)
-      tb.reshard.move(exchange_context(), input, next_cache);
   }
 
+  // Checks the next step's shards (`upcoming`, `next_cache`) as its forward will, on every rank,
+  // then packs this rank's records of that step and posts its all-gather (one rank alone has
+  // nothing to gather: only the step is remembered).
+  void post_next(const chunk_type& upcoming, const cache_type& next_cache) {
+    bool with_ids = false;
+    impl::AxisLayout layout;
+    {
+      Preconditions chk(group_, "ctxpar::swa::StepPlan::forward (upcoming)");
+      require_plan_shape(chk, upcoming, "upcoming");
+      layout = impl::check_call(chk, group_, upcoming, next_cache, options_, whole_axis,
+                                impl::record_bytes<Scalar>(shape_.kv_heads, shape_.head_dim),
+                                facts_, disorder_cell_, with_ids);
+      chk.agree();
+    }
+    posted_step_ = PostedStep{layout, upcoming, next_cache};
+    if (group_.size() == 1) return;
+    const std::int64_t bytes = records_.template bytes<Scalar>();
+    const impl::Bytes<MemorySpace> recv =
+        carve<impl::Bytes<MemorySpace>>(posted_records_, layout.length() * bytes);
+    const source_type own{
+        next_cache,
+        KvBlock<Scalar, MemorySpace>{upcoming.k, upcoming.v, upcoming.pos, upcoming.ids},
+        next_cache.length()};
+    const std::vector<int> block =
+        impl::GatherExchange<MemorySpace>::template pack_own<rope_after_gather>(
+            space_, records_, group_.rank(), own, layout, options_.rope_base, recv);
+    posted_gather_.post(space_, group_, recv, block);
+  }
+
+  // Completes and forgets a posted gather (a refused call, or the plan's end).
+  void drop_posted() noexcept {
+    try {
+      posted_gather_.wait();
+    } catch (...) {
+    }
+    posted_step_.reset();
+  }
+
+ public:
   /// Backward of the `forward` that filled `saved`. From this rank's `dout [t_r, Hq, D]` and the
   /// gradient of this rank's next-cache shard (empty on every rank for the last step) writes dq,
   /// dk, dv of this rank's chunk shard and dk_cache, dv_cache of its cache shard into `grads`
@@ -501,8 +607,11 @@ class StepPlan {
   std::size_t workspace_bytes() const {
     return staging_.bytes() + dq_rot_.capacity_bytes() + dk_axis_.capacity_bytes() +
            dv_axis_.capacity_bytes() + own_dk_.capacity_bytes() + own_dv_.capacity_bytes() +
-           attention_.bytes();
+           attention_.bytes() + posted_records_.capacity_bytes() + posted_gather_.staging_bytes();
   }
+
+  /// Whether a forward posted the next step's all-gather and that step's forward has not run.
+  bool has_posted_step() const { return posted_step_.has_value(); }
 
  private:
   using source_type = impl::TokenSource<Scalar, MemorySpace>;
@@ -519,17 +628,14 @@ class StepPlan {
   impl::AxisLayout check_forward(const chunk_type& chunk, const cache_type& cache,
                                  const tensor_type& out, const cache_type& next_cache,
                                  bool& with_ids) {
-    const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
+    const std::int64_t hq = shape_.query_heads, dim = shape_.head_dim;
     const std::int64_t t_r = chunk.length();
     Preconditions chk(group_, "ctxpar::swa::StepPlan::forward");
-    chk.require(chunk.q.extent(1) == static_cast<std::size_t>(hq) &&
-                    chunk.q.extent(2) == static_cast<std::size_t>(dim) &&
-                    chunk.k.extent(1) == static_cast<std::size_t>(hkv),
-                "the chunk shard must have the plan's heads and head dimension",
-                "q [t_r, " + std::to_string(hq) + ", " + std::to_string(dim) + "], k [t_r, " +
-                    std::to_string(hkv) + ", " + std::to_string(dim) + "]",
-                "q " + ctxpar::impl::shape_text(chunk.q) + ", k heads " +
-                    std::to_string(chunk.k.extent(1)));
+    require_plan_shape(chk, chunk, "chunk");
+    chk.require(!posted_step_ || posted_step_->is(chunk, cache),
+                "after a forward that posted the next step's gather, the next forward must be that "
+                "step: chunk the views passed as upcoming, cache the views it left in next_cache",
+                "the posted step's views", "other views");
     chk.require(ctxpar::impl::has_extents(out, t_r, hq, dim),
                 "out must have the shape of this rank's output",
                 ctxpar::impl::shape_text({t_r, hq, dim}), ctxpar::impl::shape_text(out));
@@ -540,11 +646,31 @@ class StepPlan {
                          same(next_cache.pos, cache.pos) || same(next_cache.ids, cache.ids);
     chk.require(!aliased, "next_cache must not share memory with cache", "separate cache objects",
                 "the same views");
-    const impl::AxisLayout layout =
-        impl::check_call(chk, group_, chunk, cache, options_, whole_axis,
-                         impl::record_bytes<Scalar>(hkv, dim), facts_, disorder_cell_, with_ids);
+    const impl::AxisLayout layout = impl::check_call(
+        chk, group_, chunk, cache, options_, whole_axis,
+        impl::record_bytes<Scalar>(shape_.kv_heads, dim), facts_, disorder_cell_, with_ids);
+    chk.require(
+        !posted_step_ || (posted_step_->layout.cache == layout.cache &&
+                          posted_step_->layout.chunk == layout.chunk),
+        "the posted step's shard lengths must not change before its forward",
+        "cache " + std::to_string(posted_step_ ? posted_step_->layout.cache : 0) + " and chunk " +
+            std::to_string(posted_step_ ? posted_step_->layout.chunk : 0) + " tokens",
+        "cache " + std::to_string(layout.cache) + " and chunk " + std::to_string(layout.chunk));
     chk.agree();
     return layout;
+  }
+
+  // A chunk shard (`what`: the argument's name) must have the plan's heads and head dimension.
+  void require_plan_shape(Preconditions& chk, const chunk_type& chunk, const char* what) const {
+    const std::int64_t hq = shape_.query_heads, hkv = shape_.kv_heads, dim = shape_.head_dim;
+    chk.require(chunk.q.extent(1) == static_cast<std::size_t>(hq) &&
+                    chunk.q.extent(2) == static_cast<std::size_t>(dim) &&
+                    chunk.k.extent(1) == static_cast<std::size_t>(hkv),
+                std::string("the ") + what + " shard must have the plan's heads and head dimension",
+                "q [t_r, " + std::to_string(hq) + ", " + std::to_string(dim) + "], k [t_r, " +
+                    std::to_string(hkv) + ", " + std::to_string(dim) + "]",
+                "q " + ctxpar::impl::shape_text(chunk.q) + ", k heads " +
+                    std::to_string(chunk.k.extent(1)));
   }
 
   // The agreed checks of a backward call: `saved` from this plan, `dout`, the next-cache gradient
@@ -620,6 +746,26 @@ class StepPlan {
       dv_axis_{"ctxpar::swa::dv_axis"}, own_dk_{"ctxpar::swa::own_dk"},
       own_dv_{"ctxpar::swa::own_dv"};
   AttentionWorkspace<MemorySpace> attention_;
+  // The step a forward posted the gather of (`forward(..., upcoming)`): its layout and the views
+  // its records were packed from, which its forward must pass again.
+  struct PostedStep {
+    impl::AxisLayout layout;
+    chunk_type chunk;
+    cache_type cache;
+    bool is(const chunk_type& c, const cache_type& k) const {
+      const auto same = [](const auto& a, const auto& b) {
+        return a.data() == b.data() && a.span() == b.span();
+      };
+      return same(c.q, chunk.q) && same(c.k, chunk.k) && same(c.v, chunk.v) &&
+             same(c.pos, chunk.pos) && same(c.ids, chunk.ids) && same(k.k, cache.k) &&
+             same(k.v, cache.v) && same(k.pos, cache.pos) && same(k.ids, cache.ids);
+    }
+  };
+  std::optional<PostedStep> posted_step_;
+  // The posted gather and its records (apart from the step's staging, which the calls in
+  // between use).
+  GrowingBuffer<MemorySpace> posted_records_{"ctxpar::swa::posted_records"};
+  PostedAllgatherv<impl::Bytes<MemorySpace>> posted_gather_;
 };
 
 }  // namespace ctxpar::swa

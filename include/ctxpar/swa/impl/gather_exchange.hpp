@@ -55,31 +55,55 @@ struct GatherExchange {
     ctxpar::impl::upload(forward_source, forward_axis_source, "ctxpar::swa::forward_axis_source");
   }
 
-  /// Forward: one all-gather of every rank's records `own`, packed (keys rotated on the way,
-  /// unless `RotateAfterGather`) straight into this rank's place in the receive buffer; the axis
-  /// is then reassembled in axis order into `axis`, this rank's own tokens read in place (keys
-  /// rotated as they join). One rank alone has no peer: nothing is packed. Returns the raw axis
-  /// when `RotateAfterGather` (its keys in the staging; the rotated ones in `axis`).
+  /// This rank's part of the all-gather of `layout`: its records `own` packed (keys rotated on
+  /// the way, unless `RotateAfterGather`) straight into its place in `recv` (the whole axis of
+  /// records of `shape`). Returns every rank's block size in bytes, the gather's counts. Needs
+  /// only the layout, so a step can prepare the next step's gather before its tables exist.
+  template <bool RotateAfterGather, class ExecutionSpace, class Scalar>
+  static std::vector<int> pack_own(const ExecutionSpace& space, const RecordShape& shape, int me,
+                                   const TokenSource<Scalar, MemorySpace>& own,
+                                   const AxisLayout& layout, double rope_base,
+                                   const Bytes<MemorySpace>& recv) {
+    const std::int64_t bytes = shape.template bytes<Scalar>();
+    std::vector<int> block(static_cast<std::size_t>(layout.ranks));
+    std::int64_t first = 0;
+    for (int r = 0; r < layout.ranks; ++r) {
+      block[r] = static_cast<int>(layout.records(r) * bytes);
+      if (r < me) first += layout.records(r);
+    }
+    const std::int64_t n_r = layout.records(me);
+    const Bytes<MemorySpace> mine(recv.data() + first * bytes, n_r * bytes);
+    pack_records(space, own, Index<MemorySpace>(), n_r, mine, RotateAfterGather ? 0.0 : rope_base);
+    return block;
+  }
+
+  /// Forward: one all-gather of every rank's records `own` (`pack_own`); the axis is then
+  /// reassembled in axis order into `axis`, this rank's own tokens read in place (keys rotated as
+  /// they join). One rank alone has no peer: nothing is packed. With `gathered`, the gather of
+  /// this layout has already completed into it (a previous step posted it) and is only unpacked.
+  /// Returns the raw axis when `RotateAfterGather` (its keys in the staging; the rotated ones in
+  /// `axis`).
   template <bool RotateAfterGather, class ExecutionSpace, class Scalar>
   KvBlock<Scalar, MemorySpace> forward(
       const ExchangeContext<ExecutionSpace, Scalar, MemorySpace>& cx,
       const TokenSource<Scalar, MemorySpace>& own, const AxisLayout& layout, bool with_ids,
-      double rope_base, KvBlock<Scalar, MemorySpace>& axis, std::int64_t& key_origin) const {
+      double rope_base, KvBlock<Scalar, MemorySpace>& axis, std::int64_t& key_origin,
+      const Bytes<MemorySpace>* gathered = nullptr) const {
     const ExecutionSpace& space = cx.space;
     const Group& group = cx.group;
     const RecordShape& shape = cx.records;
-    const int me = group.rank();
     const std::int64_t bytes = shape.template bytes<Scalar>();
-    const std::int64_t n_r = layout.records(me), length = layout.length();
+    const std::int64_t length = layout.length();
     Bytes<MemorySpace> recv;
     if (group.size() > 1) {
-      recv = ctxpar::carve<Bytes<MemorySpace>>(cx.staging.recv, length * bytes);
-      std::int64_t first = 0;
-      for (int r = 0; r < me; ++r) first += counts[r];
-      const Bytes<MemorySpace> mine(recv.data() + first * bytes, n_r * bytes);
-      pack_records(space, own, Index<MemorySpace>(), n_r, mine,
-                   RotateAfterGather ? 0.0 : rope_base);
-      allgatherv_in_place(space, group, recv, scaled(counts, bytes), unchecked);
+      if (gathered != nullptr) {
+        recv = *gathered;
+      } else {
+        recv = ctxpar::carve<Bytes<MemorySpace>>(cx.staging.recv, length * bytes);
+        const std::vector<int> block =
+            pack_own<RotateAfterGather>(space, shape, group.rank(), own, layout, rope_base, recv);
+        allgatherv_in_place(space, group, recv, block, unchecked);
+      }
     }
     ensure_block(axis, length, shape.kv_heads, shape.dim, with_ids, "ctxpar::swa::axis");
     key_origin = 0;
