@@ -137,6 +137,10 @@ class StreamRunner {
                const ctxpar::swa::Options& options)
       : plan_(Exec(), group, {s.hq, s.hkv, s.dim}, options) {}
 
+  /// Whether each forward posts the next step's all-gather (`--overlap`; the all-gather policies
+  /// under `SegmentChunks` only).
+  void post_next(bool on) { post_next_ = on && can_post; }
+
   /// One run over the stream. With `steady`, counts what the operator calls allocate.
   StreamOutput<Scalar> run(const ctxpar::Group& group, const Stream<Scalar>& s, std::int64_t step,
                            bool backward, ctxpar::cli::SteadyState* steady = nullptr,
@@ -154,14 +158,31 @@ class StreamRunner {
     StreamOutput<Scalar> o;
     o.out.assign(qsize, Scalar{});
     std::vector<std::int64_t> froms;
+    // This rank's shard of the step starting at token `from`.
+    const auto shard_at = [&](std::int64_t from) {
+      const ctxpar::BalancedChunks split{std::min(step, s.tokens - from), p};
+      return chunk_of(s, from + split.begin(me), split.size(me));
+    };
+    // With --overlap the next step's shard exists before this step's forward, which posts its
+    // gather.
+    ctxpar::swa::Chunk<Scalar, Mem> upcoming;
+    bool posted = false;
     for (std::int64_t from = 0, k = 0; from < s.tokens; from += step, ++k) {
       const std::int64_t t = std::min(step, s.tokens - from);
       const ctxpar::BalancedChunks split{t, p};
-      const auto chunk = chunk_of(s, from + split.begin(me), split.size(me));
+      const auto chunk = posted ? upcoming : shard_at(from);
+      posted = post_next_ && from + step < s.tokens;
+      if (posted) upcoming = shard_at(from + step);
       // The caller's outputs: allocated on the first run, reused by the repeats.
       if (outs_[k].extent(1) == 0)
         outs_[k] = ctxpar::swa::allocate_output<Scalar, Mem>(plan_.shape(), split.size(me));
       o.step_seconds.push_back(timed_call(group, steady, counter, [&] {
+        if constexpr (can_post) {
+          if (posted) {
+            plan_.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k], upcoming);
+            return;
+          }
+        }
         plan_.forward(chunk, caches_[k], outs_[k], caches_[k + 1], states_[k]);
       }));
       place(o.out, outs_[k], from + split.begin(me));
@@ -193,6 +214,9 @@ class StreamRunner {
   }
 
  private:
+  static constexpr bool can_post = !std::is_same_v<Policy, ctxpar::swa::HaloKV> &&
+                                   std::is_same_v<Layout, ctxpar::swa::SegmentChunks>;
+  bool post_next_ = false;
   ctxpar::swa::StepPlan<Policy, Layout, Exec, Scalar, Mem> plan_;
   std::vector<ctxpar::swa::Cache<Scalar, Mem>> caches_;  // caches_[k]: the input of step k
   std::vector<ctxpar::swa::DistributedState<Scalar, Mem>> states_;
@@ -257,7 +281,7 @@ StreamOutput<Scalar> run_policy(int policy, int layout, const ctxpar::Group& gro
 template <class Scalar>
 int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const std::string& in,
               std::int64_t window, std::int64_t step, int policy, int layout, int kernels,
-              double base, bool backward, bool check, int repeat) {
+              double base, bool backward, bool check, int repeat, bool overlap) {
   // What the plans will agree on (CTXPAR_HOST_ISA is checked here, before any file is read).
   const std::string host_isa = ctxpar::host_isa_name(ctxpar::agreed_host_isa(group, "ctxpar swa"));
   Stream<Scalar> s;
@@ -327,6 +351,7 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   steady.repeat = repeat;
   with_policy(policy, layout, [&](auto policy_tag, auto layout_tag) {
     StreamRunner<Scalar, decltype(policy_tag), decltype(layout_tag)> runner(group, s, o);
+    runner.post_next(overlap);
     group.reset_traffic();
     result = runner.run(group, s, step, backward);
     traffic = ctxpar::cli::gather_traffic(group);
@@ -362,6 +387,7 @@ int run_typed(const ctxpar::Group& group, ctxpar::cli::OutputDir& out_dir, const
   summary["window"] = window;
   summary["chunk"] = step;
   summary["policy"] = ctxpar::cli::swa_policies.name(policy);
+  summary["overlap"] = overlap;
   summary["layout"] = ctxpar::cli::swa_kv_layouts.name(layout);
   summary["kernels"] = ctxpar::cli::swa_kernel_choices.name(kernels);
   summary["rope_base"] = base;
@@ -443,6 +469,16 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
   if (window < 0)
     throw ctxpar::cli::UsageError("ctxpar swa", -1, "--window must be >= 0", ">= 0",
                                   std::to_string(window));
+  const bool overlap = args.has("overlap");
+  if (overlap && (ctxpar::cli::swa_policies.is<ctxpar::swa::HaloKV>(policy) ||
+                  !ctxpar::cli::swa_kv_layouts.is<ctxpar::swa::SegmentChunks>(layout)))
+    throw ctxpar::cli::UsageError(
+        "ctxpar swa", -1,
+        "--overlap posts the next step's all-gather: it needs an all-gather policy and segment "
+        "shards",
+        "--policy allgather or rope-after with --layout segments",
+        std::string("--policy ") + ctxpar::cli::swa_policies.name(policy) + " --layout " +
+            ctxpar::cli::swa_kv_layouts.name(layout));
   ctxpar::cli::OutputDir out_dir(group, "ctxpar swa", out);
   const auto q = ctxpar::cli::read_npy(in + "/q.npy");
   ctxpar::require_local(q.dtype() != ctxpar::cli::Dtype::int32, "ctxpar swa",
@@ -451,15 +487,15 @@ int run_swa(const ctxpar::cli::Args& args, const ctxpar::Group& group) {
                         ctxpar::cli::descr(q.dtype()));
   if (q.dtype() == ctxpar::cli::Dtype::float64)
     return run_typed<double>(group, out_dir, in, window, step, policy, layout, kernels, base,
-                             backward, check, repeat);
+                             backward, check, repeat, overlap);
   if (q.dtype() == ctxpar::cli::Dtype::float16)
     return run_typed<ctxpar::float16>(group, out_dir, in, window, step, policy, layout, kernels,
-                                      base, backward, check, repeat);
+                                      base, backward, check, repeat, overlap);
   if (q.dtype() == ctxpar::cli::Dtype::bfloat16)
     return run_typed<ctxpar::bfloat16>(group, out_dir, in, window, step, policy, layout, kernels,
-                                       base, backward, check, repeat);
+                                       base, backward, check, repeat, overlap);
   return run_typed<float>(group, out_dir, in, window, step, policy, layout, kernels, base, backward,
-                          check, repeat);
+                          check, repeat, overlap);
 }
 
 /// The demo: a packed stream of 64 tokens (two documents, positions with gaps) in 13 steps of
@@ -512,7 +548,7 @@ CTXPAR_CLI_COMMAND(
     "swa", "streamed sliding-window attention over .npy tensors, context parallel across the ranks",
     "--in DIR --out DIR [--window W] [--chunk t] [--policy allgather|rope-after|halo]\n"
     "    [--layout segments|whole-axis] [--kernels K] [--rope-base B] [--backward] [--no-check]\n"
-    "    [--repeat N]\n\n"
+    "    [--repeat N] [--overlap]\n\n"
     "options [default]:\n"
     "  --in DIR         directory of the input files below (required)\n"
     "  --out DIR        output directory, created if absent (required)\n"
@@ -527,7 +563,9 @@ CTXPAR_CLI_COMMAND(
     "  --no-check       skip the single-rank check on rank 0 [check]\n"
     "  --repeat N       N more runs after the checked one (its warm-up): summary.json's\n"
     "                   steady_state has each rank's fastest forward and backward and what\n"
-    "                   the operator calls allocated in them [0]\n\n"
+    "                   the operator calls allocated in them [0]\n"
+    "  --overlap        each step's forward posts the next step's all-gather before its\n"
+    "                   attention (allgather or rope-after, segments); same results [off]\n\n"
     "input files in --in (C order, little-endian):\n"
     "  q.npy      [T, Hq, D]   float32, float64, float16 ('<f2') or bfloat16 (its bit patterns\n"
     "                          as '<u2'); sets the dtype of k, v, dout and of the outputs\n"

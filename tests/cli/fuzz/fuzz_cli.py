@@ -256,6 +256,19 @@ def make_cases(seed):
     cases.append(Case("swa/valid-repeat", "swa",
                       {"backward": None, "policy": "halo", "window": 3, "chunk": 4, "repeat": 2},
                       swa, "pass", ranks=(1, 3), outputs=swa_out + ("dq.npy",)))
+    # --overlap: each forward posts the next step's all-gather; the results and the check are
+    # those of the gathered stream (repeated runs: the posted path in steady state).
+    cases.append(Case("swa/valid-overlap-backward-bf16", "swa",
+                      {"backward": None, "window": 4, "chunk": 3, "overlap": None},
+                      swa_inputs(rng, dtype="bf16"), "pass", ranks=(1, 2, 3),
+                      outputs=swa_out + ("dq.npy", "dk.npy", "dv.npy")))
+    cases.append(Case("swa/valid-overlap-rope-after-repeat", "swa",
+                      {"backward": None, "policy": "rope-after", "window": 3, "chunk": 4,
+                       "overlap": None, "repeat": 2}, swa, "pass", ranks=(3,),
+                      outputs=swa_out + ("dq.npy",)))
+    for label, extra in (("halo", {"policy": "halo"}), ("whole-axis", {"layout": "whole-axis"})):
+        cases.append(Case(f"swa/--overlap-with-{label}", "swa", dict(extra, overlap=None), swa,
+                          culprits=("--overlap",), ranks=(2,)))
     for bad in ("-1", "x", "2000000"):
         cases.append(Case(f"swa/repeat={bad}", "swa", {"repeat": bad}, swa,
                           culprits=("--repeat",), ranks=(2,)))
