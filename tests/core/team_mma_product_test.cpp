@@ -125,6 +125,8 @@ bool all_cases() {
       {"lower band, accumulated", 40, 24, 40, false, Band::lower, true, false, -0.5f},
       {"upper band", 24, 9, 30, false, Band::upper, false, false, 2.0f},
       {"one element", 1, 1, 1, false, Band::full, true, false, 1.0f},
+      // Five column tiles: strips of two tiles and a last one of one, some above the diagonal.
+      {"lower output, odd tile count", 40, 40, 24, false, Band::full, true, true, 1.0f},
   };
   bool ok = true;
   std::uint32_t seed = 7;

@@ -1,10 +1,11 @@
 /// \file
 /// `team_gemm`'s product, `C (+)= alpha·op(A)·B` on fp32 matrices with strides, computed by the
-/// warps of a team on the m16n8 tensor-core products: each warp takes 16×8 tiles of `C` in turn,
-/// reads its operands rounded to `Operand` (bfloat16 or float16, or TF32 for `float`) straight into
-/// fragments, and accumulates in fp32. The chunkwise kernels run it where the plan's precision
-/// asks for tensor cores; on the host spaces the warp is emulated (`WarpLanes`), so the same source
-/// runs in CPU CI with only the instruction replaced.
+/// warps of a team on the m16n8 tensor-core products: each warp takes strips of `C` in turn — 16
+/// rows by `mma_strip_tiles` tiles of 8 columns —, reads its operands rounded to `Operand`
+/// (bfloat16 or float16, or TF32 for `float`) straight into fragments, one A fragment per inner
+/// block serving every tile of the strip, and accumulates in fp32. The chunkwise kernels run it
+/// where the plan's precision asks for tensor cores; on the host spaces the warp is emulated
+/// (`WarpLanes`), so the same source runs in CPU CI with only the instruction replaced.
 ///
 /// Each element of `C` sums its inner index in blocks of the layout's depth (16, or 8 for TF32),
 /// the blocks in increasing order; which warp computes a tile never changes its bits, so a result
@@ -18,6 +19,10 @@
 #include "ctxpar/core/impl/warp_lanes.hpp"
 
 namespace ctxpar::impl {
+
+/// The 16×8 tiles of `C` side by side that one warp computes with each A fragment it reads: the
+/// A operand is loaded and rounded once per inner block for all of them rather than once per tile.
+inline constexpr int mma_strip_tiles = 2;
 
 /// The warps of a team as the tensor-core products use them, and the calling thread's place: on
 /// a device a warp is 32 consecutive threads, each one lane (threads past the last whole warp
@@ -52,41 +57,66 @@ KOKKOS_INLINE_FUNCTION void team_mma_gemm(const Member& team, int m, int n, int 
   if (warps.count == 0)
     Kokkos::abort("ctxpar: a tensor-core team product needs a team of at least one warp");
   if (warps.index >= warps.count) return;
-  const int tiles_n = (n + L::n - 1) / L::n, tiles = ((m + L::m - 1) / L::m) * tiles_n;
-  for (int tile = warps.index; tile < tiles; tile += warps.count) {
-    const int i0 = (tile / tiles_n) * L::m, j0 = (tile % tiles_n) * L::n;
-    if (lower_output && j0 > i0 + L::m - 1) continue;
+  constexpr int strip = mma_strip_tiles;
+  const int tiles_n = (n + L::n - 1) / L::n, strips_n = (tiles_n + strip - 1) / strip;
+  const int strips = ((m + L::m - 1) / L::m) * strips_n;
+  for (int at = warps.index; at < strips; at += warps.count) {
+    const int i0 = (at / strips_n) * L::m, t0 = (at % strips_n) * strip;
+    // The strip's tiles within `n` and, with `lower_output`, not wholly above the diagonal (a tile
+    // is when its first column is past the strip's last row).
+    int width = tiles_n - t0 < strip ? tiles_n - t0 : strip;
+    if (lower_output) {
+      const int below = (i0 + L::m - 1) / L::n - t0 + 1;
+      width = below < width ? below : width;
+      if (width <= 0) continue;
+    }
     int p0 = 0, p1 = k;
     if (a.band == Band::lower) p1 = i0 + L::m < k ? i0 + L::m : k;
     if (a.band == Band::upper) p0 = i0 < k ? i0 : k;
-    float acc[slots][L::c_per_lane] = {};
+    float acc[strip][slots][L::c_per_lane] = {};
     for (int p = p0; p < p1; p += L::k) {
       Fragment<Operand, L::a_per_lane> af[slots];
-      Fragment<Operand, L::b_per_lane> bf[slots];
       for (int s = 0; s < slots; ++s) {
         const int lane = warps.lanes.lane(s);
-        // Rows past `m`, columns past `n` and inner indices past the band read as zeros.
+        // Rows past `m` and inner indices past the band read as zeros.
         fill_rounded(af[s], [&](int e) {
           const int r = i0 + L::a_row(lane, e), q = p + L::a_col(lane, e);
           return r < m && q < p1 ? a.ptr[static_cast<long>(r) * a.row_stride +
                                          static_cast<long>(q) * a.col_stride]
                                  : 0.0f;
         });
-        fill_rounded(bf[s], [&](int e) {
-          const int q = p + L::b_row(lane, e), j = j0 + L::b_col(lane, e);
-          return q < p1 && j < n ? b[static_cast<long>(q) * ldb + j] : 0.0f;
-        });
       }
-      warp_mma<L>(acc, af, bf);
-    }
-    for (int s = 0; s < slots; ++s) {
-      const int lane = warps.lanes.lane(s);
+      // Every tile of the strip with the same A fragment: each tile's C sums the same products in
+      // the same order as a tile computed alone, so the bits do not depend on the strip.
       CTXPAR_FRAGMENT_UNROLL
-      for (int e = 0; e < L::c_per_lane; ++e) {
-        const int r = i0 + L::c_row(lane, e), j = j0 + L::c_col(lane, e);
-        if (r >= m || j >= n) continue;
-        float& out = c[static_cast<long>(r) * ldc + j];
-        out = accumulate ? out + alpha * acc[s][e] : alpha * acc[s][e];
+      for (int t = 0; t < strip; ++t) {
+        if (t >= width) continue;
+        const int j0 = (t0 + t) * L::n;
+        Fragment<Operand, L::b_per_lane> bf[slots];
+        for (int s = 0; s < slots; ++s) {
+          const int lane = warps.lanes.lane(s);
+          // Columns past `n` and inner indices past the band read as zeros.
+          fill_rounded(bf[s], [&](int e) {
+            const int q = p + L::b_row(lane, e), j = j0 + L::b_col(lane, e);
+            return q < p1 && j < n ? b[static_cast<long>(q) * ldb + j] : 0.0f;
+          });
+        }
+        warp_mma<L>(acc[t], af, bf);
+      }
+    }
+    CTXPAR_FRAGMENT_UNROLL
+    for (int t = 0; t < strip; ++t) {
+      if (t >= width) continue;
+      const int j0 = (t0 + t) * L::n;
+      for (int s = 0; s < slots; ++s) {
+        const int lane = warps.lanes.lane(s);
+        CTXPAR_FRAGMENT_UNROLL
+        for (int e = 0; e < L::c_per_lane; ++e) {
+          const int r = i0 + L::c_row(lane, e), j = j0 + L::c_col(lane, e);
+          if (r >= m || j >= n) continue;
+          float& out = c[static_cast<long>(r) * ldc + j];
+          out = accumulate ? out + alpha * acc[t][s][e] : alpha * acc[t][s][e];
+        }
       }
     }
   }
