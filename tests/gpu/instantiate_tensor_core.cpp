@@ -3,9 +3,10 @@
 // fragment loads (from global memory, and from team scratch by ldmatrix), the instruction (sm_80
 // and later) and the fragment store, with the 32 lanes as the threads of one team.
 // scripts/gpu-compile-check cuda compiles this file once more keeping its PTX and ptxas report, and
-// requires the three `mma.sync` instructions and the `ldmatrix` in the PTX (HMMA in the SASS where
-// the toolkit has cuobjdump) and no register spills; and the gated delta intra-chunk kernel, whose
-// products (`ChunkProducts`) run on `team_mma_gemm` for each operand type, must issue mma.sync.
+// requires the three `mma.sync` instructions and the `ldmatrix` in the PTX and no register spills;
+// the attention kernels and the gated delta per-chunk kernels, whose products (`ChunkProducts`) run
+// on `team_mma_gemm` for each operand type, must issue mma.sync, and their SASS the HMMA of each
+// operand type (scripts/sass_check.py).
 // Nothing here runs.
 #include <Kokkos_Core.hpp>
 
