@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the SASS of the tensor-core kernels: every instantiation of the attention kernels must
 issue HMMA of the shape its scalar asks for, the gated delta chunk kernels all three shapes (they
-choose one at run time), and the FMA attention kernels none.
+choose one at run time), and the FMA attention kernels none; the 16-bit backward kernels at head
+dimensions up to 128, which read staged rows by ldmatrix, must issue LDSM.
 
 Usage: scripts/sass_check.py CUOBJDUMP CUBIN [--expect-sm 90]
 
@@ -42,6 +43,10 @@ TENSOR_CORE_KERNELS = ATTENTION_KERNELS + CHUNK_KERNELS
 # The portable FMA kernels of the same TU: if HMMA showed up there, the check would not be telling
 # the tensor-core paths apart from the rest, so they must have none.
 FMA_KERNELS = ("TeamForwardKernel", "TeamQueryGradientKernel", "TeamKeyGradientKernel")
+# The backward kernels that stage a row operand in shared memory and read its A fragments by
+# `ldmatrix` (16-bit operands at head dimensions up to 128): each must issue LDSM.
+STAGED_ROWS = re.compile(r"TensorCore(?:Query|Key)GradientKernel<(?:ctxpar::)?(?:bfloat16|float16),"
+                         r".*?, 128>")
 HMMA_FOR_SCALAR = {"bfloat16": "HMMA.16816.F32.BF16", "float16": "HMMA.16816.F32",
                    "float": "HMMA.1688.F32.TF32"}
 
@@ -112,6 +117,8 @@ def main():
                           {HMMA_FOR_SCALAR[scalar]} if scalar in HMMA_FOR_SCALAR else None)
                 if not shapes or not shapes <= set(hmma):
                     bad.append(f"{scalar}: {sorted(set(hmma)) or 'no HMMA'}")
+                if STAGED_ROWS.search(name) and not re.search(r"\bLDSM\.", body):
+                    bad.append(f"{scalar} D<=128: no LDSM for its staged rows")
             elif hmma:
                 bad.append(f"{scalar_of(name)}: {len(hmma)} HMMA in an FMA kernel")
         counts = {}

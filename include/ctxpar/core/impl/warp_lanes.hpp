@@ -90,6 +90,32 @@ KOKKOS_INLINE_FUNCTION void warp_mma(float (&c)[WarpLanes::count][4],
 #endif
 }
 
+/// The warp's A fragments (m16n8k16) of the row-major 16×16 tile `tile[r·ld + c]` of 16-bit
+/// elements in level-0 team scratch, by one `ldmatrix.x4` where the lanes are threads (each lane
+/// supplies the row address `LdMatrixX4` names) and by its emulation on the host, so that the
+/// addresses a kernel computes run in CPU CI. `tile` and every row start (`ld` elements apart)
+/// must be 16-byte aligned, as the instruction requires.
+template <class T>
+KOKKOS_INLINE_FUNCTION void warp_ldmatrix_a(const WarpLanes& lanes, const T* tile, int ld,
+                                            Fragment<T, 8> (&a)[WarpLanes::count]) {
+#if CTXPAR_WARP_LANES_ARE_THREADS
+  const int lane = lanes.lane(0);
+  ldmatrix_x4(tile + LdMatrixX4::a_row(lane) * ld + LdMatrixX4::a_col(lane), a[0]);
+#elif defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__) || defined(__SYCL_DEVICE_ONLY__)
+  (void)lanes;
+  (void)tile;
+  (void)ld;
+  (void)a;
+  Kokkos::abort("ctxpar: warp_ldmatrix_a on a device without tensor-core products");
+#else
+  (void)lanes;
+  const T* rows[32];
+  for (int lane = 0; lane < 32; ++lane)
+    rows[lane] = tile + LdMatrixX4::a_row(lane) * ld + LdMatrixX4::a_col(lane);
+  emulate_ldmatrix_x4(rows, a);
+#endif
+}
+
 /// Each lane's `x` becomes the maximum over the four lanes of its row group (lanes `4g..4g+3`).
 KOKKOS_INLINE_FUNCTION void quad_max(float (&x)[WarpLanes::count]) {
 #if CTXPAR_WARP_LANES_ARE_THREADS

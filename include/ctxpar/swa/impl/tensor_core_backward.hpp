@@ -21,7 +21,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
+#include "ctxpar/core/error.hpp"
 #include "ctxpar/core/impl/warp_lanes.hpp"
 #include "ctxpar/core/storage.hpp"
 #include "ctxpar/expr/mask.hpp"
@@ -50,24 +52,52 @@ struct TensorCoreQueryGradientKernel {
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
   Kokkos::View<acc***, Kokkos::LayoutRight, MemorySpace> dq;
 
-  /// One warp's rows and state: Q and dO fragments, the dQ accumulators, and per row half each
-  /// lane's copy of its rows' lse and delta.
+  /// Whether the warps' dO rows are staged in scratch, each warp reading its A fragments from
+  /// there per product, rather than held in registers: at D = 128 with 16-bit operands, where the
+  /// Q and dO fragments (64 registers) and the dQ accumulators (64) with the two score tiles left
+  /// the products too few registers and the kernel spilled, and the 64 staged rows (17 KiB) fit
+  /// beside the K and V tiles in level-0 scratch (as `TensorCoreKeyGradientKernel::staged_values`).
+  static constexpr bool staged_rows = DP == 128 && sizeof(Op) == 2;
+  /// A warp's dO rows: their fragments, or where `staged_rows`, the first of them in scratch.
+  using OutputGradientRows = std::conditional_t<staged_rows, const Op*, typename Tiles::Rows>;
+
+  /// One warp's rows and state: Q and dO rows, the dQ accumulators, and per row half each lane's
+  /// copy of its rows' lse and delta.
   struct Warp {
     int r0, rows, h;
-    typename Tiles::Rows q, d_out;
+    typename Tiles::Rows q;
+    OutputGradientRows d_out;
     typename Tiles::Accumulator d_q;
     float lse[2][count], delta[2][count];
   };
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const { queries.walk(team, *this); }
 
-  KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0) const {
+  /// Stages the dO rows of every warp of the team (`staged_rows`), warp `w`'s from
+  /// `rows + 16·w·ld`, zeros past the team's rows and past the head dimension.
+  template <class TeamMember>
+  KOKKOS_FORCEINLINE_FUNCTION void stage_rows(const TeamMember& team, const TensorCoreQueryTeam& qt,
+                                              Op* rows) const {
+    Tiles::template stage<Tiles::warps * Tiles::rows>(
+        team, rows, queries.shape.dim,
+        [&](int j) { return j % Tiles::rows < qt.rows(j / Tiles::rows); },
+        [&](int j, int d) {
+          const int wi = j / Tiles::rows;
+          return dout(qt.i0 + qt.r0(wi) + j % Tiles::rows, qt.h(wi), d);
+        });
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0,
+                                         const Op* own) const {
     const int dim = queries.shape.dim;
     const auto& q = queries.in.q;
     Tiles::load_rows(
         lanes, w.rows, dim, [&](int r, int d) { return q(i0 + w.r0 + r, w.h, d); }, w.q);
-    Tiles::load_rows(
-        lanes, w.rows, dim, [&](int r, int d) { return dout(i0 + w.r0 + r, w.h, d); }, w.d_out);
+    if constexpr (staged_rows)
+      w.d_out = own;
+    else
+      Tiles::load_rows(
+          lanes, w.rows, dim, [&](int r, int d) { return dout(i0 + w.r0 + r, w.h, d); }, w.d_out);
     Tiles::zero(w.d_q);
     for (int c = 0; c < count; ++c)
       for (int half = 0; half < 2; ++half) {
@@ -120,6 +150,15 @@ struct TensorCoreKeyGradientKernel {
   static constexpr int team_keys = warps * Tiles::rows;
   /// Queries of a staged tile.
   static constexpr int query_width = Tiles::width;
+  /// Whether the team's V rows are staged in scratch, each warp reading its A fragments from there
+  /// per product, rather than held in registers. At D = 128 with 16-bit operands a warp's K and V
+  /// fragments (64 registers) and its dK and dV accumulators (128) leave the products too few of
+  /// the 255 and the kernel spilled; the 64 staged rows (17 KiB) fit beside the two query tiles in
+  /// the 40 KiB of level-0 scratch a CUDA team gets. Elsewhere they do not fit (TF32 and D = 256
+  /// take twice the bytes) or are not needed (D = 64).
+  static constexpr bool staged_values = DP == 128 && sizeof(Op) == 2;
+  /// A warp's V rows: their fragments, or where `staged_values`, the first of them in scratch.
+  using ValueRows = std::conditional_t<staged_values, const Op*, typename Tiles::Rows>;
 
   AttentionInputs<Scalar, MemorySpace> in;
   Mask mask;
@@ -130,15 +169,24 @@ struct TensorCoreKeyGradientKernel {
   std::int64_t blocks;  ///< key blocks of `team_keys`
   int level;
 
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
-    return 2 * Tiles::tile_bytes() + scratch_piece<mask::Token>(team_keys) +
-           scratch_piece<mask::Token>(query_width) + 3 * scratch_piece<float>(query_width);
+  /// Team scratch: the query and dO tiles, the staged V rows, the tokens, log-sum-exps, deltas
+  /// and validity of a query tile; and 16 bytes to align the first piece (`ldmatrix` reads the V
+  /// rows, and every piece keeps a multiple of 16 bytes).
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t scratch_bytes() { return 16 + piece_bytes(); }
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t piece_bytes() {
+    return 2 * Tiles::tile_bytes() + (staged_values ? value_bytes() : 0) +
+           scratch_piece<mask::Token>(team_keys) + scratch_piece<mask::Token>(query_width) +
+           3 * scratch_piece<float>(query_width);
+  }
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t value_bytes() {
+    return scratch_piece<Op>(std::size_t(team_keys) * Tiles::ld);
   }
 
-  /// One warp's keys and state: K and V fragments and the dK and dV accumulators.
+  /// One warp's keys and state: K and V rows and the dK and dV accumulators.
   struct Warp {
     int r0, rows;
-    typename Tiles::Rows k, v;
+    typename Tiles::Rows k;
+    ValueRows v;
     typename Tiles::Accumulator d_k, d_v;
   };
 
@@ -149,9 +197,11 @@ struct TensorCoreKeyGradientKernel {
     const int hk = static_cast<int>(team.league_rank() / blocks);
     const std::int64_t j0 = (team.league_rank() % blocks) * team_keys;
     const int nk = static_cast<int>(shape.nk - j0 < team_keys ? shape.nk - j0 : team_keys);
-    ScratchCursor cur{static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes()))};
+    ScratchCursor cur{
+        static_cast<char*>(team.team_scratch(level).get_shmem_aligned(piece_bytes(), 16))};
     Op* qs = cur.take<Op>(std::size_t(query_width) * Tiles::ld);
     Op* dos = cur.take<Op>(std::size_t(query_width) * Tiles::ld);
+    Op* vs = staged_values ? cur.take<Op>(std::size_t(team_keys) * Tiles::ld) : nullptr;
     mask::Token* ktok = cur.take<mask::Token>(team_keys);
     mask::Token* qtok = cur.take<mask::Token>(query_width);
     float* lses = cur.take<float>(query_width);
@@ -159,6 +209,10 @@ struct TensorCoreKeyGradientKernel {
     float* qvalid = cur.take<float>(query_width);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk),
                          [&](const int j) { ktok[j] = key_token(in, j0 + j); });
+    if constexpr (staged_values)
+      Tiles::template stage<team_keys>(
+          team, vs, shape.dim, [&](int j) { return j < nk; },
+          [&](int j, int d) { return in.v(j0 + j, hk, d); });
 
     Warp w[per_thread];
     for (int k = 0; k < per_thread; ++k) {
@@ -168,8 +222,12 @@ struct TensorCoreKeyGradientKernel {
       x.rows = left < 0 ? 0 : (left < Tiles::rows ? left : Tiles::rows);
       Tiles::load_rows(
           lanes, x.rows, shape.dim, [&](int r, int d) { return in.k(j0 + x.r0 + r, hk, d); }, x.k);
-      Tiles::load_rows(
-          lanes, x.rows, shape.dim, [&](int r, int d) { return in.v(j0 + x.r0 + r, hk, d); }, x.v);
+      if constexpr (staged_values)
+        x.v = vs + std::size_t(x.r0) * Tiles::ld;
+      else
+        Tiles::load_rows(
+            lanes, x.rows, shape.dim, [&](int r, int d) { return in.v(j0 + x.r0 + r, hk, d); },
+            x.v);
       Tiles::zero(x.d_k);
       Tiles::zero(x.d_v);
     }
@@ -256,6 +314,15 @@ void launch_tensor_core_backward(const ExecutionSpace& space, const Mask& mask,
     int level = 0;
     const auto policy =
         tensor_core_policy(space, blocks * shape.hkv, Kernel::scratch_bytes(), level);
+    // On a device ldmatrix reads the staged V rows from shared memory: they must be in level 0,
+    // which holds them on every CUDA device (48 KiB per team, less what Kokkos reserves). The
+    // host's emulation reads them wherever they are.
+    static_assert(!Kernel::staged_values || Kernel::scratch_bytes() <= 40 * 1024,
+                  "the staged V rows must fit in level-0 scratch");
+    require_local(
+        !Kernel::staged_values || ctxpar::impl::is_host_space_v<ExecutionSpace> || level == 0,
+        "ctxpar::swa::attention_backward (tensor-core dK/dV kernel)",
+        "the staged V rows fit in level-0 team scratch", "level 0", level);
     Kokkos::parallel_for(
         "ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
         Kernel{in, mask, shape, g.dout, g.lse, g.delta, g.dk, g.dv, blocks, level});

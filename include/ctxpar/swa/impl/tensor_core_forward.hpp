@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "ctxpar/core/compat.hpp"
+#include "ctxpar/core/error.hpp"
 #include "ctxpar/core/impl/mma_fragment.hpp"
 #include "ctxpar/core/impl/warp_lanes.hpp"
 #include "ctxpar/core/storage.hpp"
@@ -104,14 +105,29 @@ struct TensorCoreQueryWalk {
     bool* key_valid;
   };
 
-  /// Team scratch: the K and V tiles, the team's query tokens, the tile's key tokens and flags.
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
-    return 2 * Tiles::tile_bytes() + scratch_piece<mask::Token>(warps * Tiles::rows) +
-           scratch_piece<mask::Token>(key_tile) + scratch_piece<bool>(key_tile);
+  /// Team scratch of `Kernel`'s walk: the K and V tiles, the rows `Kernel` stages for its warps
+  /// (`Kernel::staged_rows`: 16 per warp of one of its row operands, or none), the team's query
+  /// tokens, the tile's key tokens and flags; and 16 bytes to align the first piece (`ldmatrix`
+  /// reads the staged rows, and every piece keeps a multiple of 16 bytes).
+  template <class Kernel>
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t scratch_bytes() {
+    return 16 + piece_bytes<Kernel>();
+  }
+  template <class Kernel>
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t piece_bytes() {
+    return 2 * Tiles::tile_bytes() + (Kernel::staged_rows ? staged_row_bytes() : 0) +
+           scratch_piece<mask::Token>(warps * Tiles::rows) + scratch_piece<mask::Token>(key_tile) +
+           scratch_piece<bool>(key_tile);
+  }
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t staged_row_bytes() {
+    return scratch_piece<Op>(std::size_t(warps) * Tiles::rows * Tiles::ld);
   }
 
   /// Runs the team of `team` for `kernel` on the warps the thread runs (its `Warp`s, each with
-  /// members `r0`, `rows` and `h`, set here): `kernel.start(warp, lanes, i0)` once, then per
+  /// members `r0`, `rows` and `h`, set here): where `Kernel::staged_rows`,
+  /// `kernel.stage_rows(team, qt, rows)` stages 16 rows per warp into `rows` (warp `w`'s from
+  /// `rows + 16·w·ld`); `kernel.start(warp, lanes, i0, own)` once (`own`: the warp's staged rows,
+  /// or null), then per
   /// staged key tile `kernel.visit(warp, lanes, staged, seen)` for each warp that has rows
   /// (`seen(r, j)`: key `j` of the tile visible to its row `r`), and last
   /// `kernel.finish(warp, lanes, i0)` for each warp that has rows.
@@ -121,22 +137,27 @@ struct TensorCoreQueryWalk {
     typename Kernel::Warp w[per_thread];
     const int first_warp = count == 1 ? team.team_rank() / 32 : 0;
     const TensorCoreQueryTeam qt(team.league_rank(), tiles, shape.tq, shape.group, heads);
-    ScratchCursor cur{static_cast<char*>(team.team_scratch(level).get_shmem(scratch_bytes()))};
+    ScratchCursor cur{
+        static_cast<char*>(team.team_scratch(level).get_shmem_aligned(piece_bytes<Kernel>(), 16))};
     Staged st;
     st.k = cur.take<Op>(std::size_t(key_tile) * Tiles::ld);
     st.v = cur.take<Op>(std::size_t(key_tile) * Tiles::ld);
+    Op* staged =
+        Kernel::staged_rows ? cur.take<Op>(std::size_t(warps) * Tiles::rows * Tiles::ld) : nullptr;
     st.query = cur.take<mask::Token>(warps * Tiles::rows);
     st.key = cur.take<mask::Token>(key_tile);
     st.key_valid = cur.take<bool>(key_tile);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qt.nq),
                          [&](const int r) { st.query[r] = query_token(in, qt.i0 + r); });
+    if constexpr (Kernel::staged_rows) kernel.stage_rows(team, qt, staged);
     team.team_barrier();
     for (int k = 0; k < per_thread; ++k) {
       const int wi = first_warp + k;
       w[k].h = qt.h(wi);
       w[k].r0 = qt.r0(wi);
       w[k].rows = qt.rows(wi);
-      kernel.start(w[k], lanes, qt.i0);
+      kernel.start(w[k], lanes, qt.i0,
+                   staged ? staged + std::size_t(wi) * Tiles::rows * Tiles::ld : nullptr);
     }
     const WindowRange range = window_range(in);
     std::int64_t lo, hi, j0;
@@ -191,6 +212,8 @@ struct TensorCoreForwardKernel {
   Walk queries;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
   Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> lse;
+  /// The forward holds its rows' Q fragments in registers and stages none.
+  static constexpr bool staged_rows = false;
 
   /// One warp's rows (`rows` of them from team row `r0`, of query head `h`) and their state, for
   /// every lane the calling thread runs: Q's fragments, the output accumulators, and per row half
@@ -205,7 +228,8 @@ struct TensorCoreForwardKernel {
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const { queries.walk(team, *this); }
 
   /// Loads the warp's Q fragments and clears its state.
-  KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0) const {
+  KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0,
+                                         const typename Tiles::Op*) const {
     const auto& q = queries.in.q;
     Tiles::load_rows(
         lanes, w.rows, queries.shape.dim, [&](int r, int d) { return q(i0 + w.r0 + r, w.h, d); },
@@ -307,8 +331,16 @@ void launch_query_walk(const char* label, const ExecutionSpace& space, const Mas
   const int team_rows = 16 * (tensor_core_warps / heads);
   const std::int64_t tiles = (shape.tq + team_rows - 1) / team_rows;
   int level = 0;
-  const auto policy = tensor_core_policy(space, TensorCoreQueryTeam::league(tiles, shape.hq, heads),
-                                         Kernel::Walk::scratch_bytes(), level);
+  constexpr std::size_t bytes = Kernel::Walk::template scratch_bytes<Kernel>();
+  const auto policy =
+      tensor_core_policy(space, TensorCoreQueryTeam::league(tiles, shape.hq, heads), bytes, level);
+  // On a device ldmatrix reads the staged rows from shared memory: they must be in level 0, which
+  // holds them on every CUDA device (48 KiB per team, less what Kokkos reserves). The host's
+  // emulation reads them wherever they are.
+  static_assert(!Kernel::staged_rows || bytes <= 40 * 1024,
+                "the staged rows must fit in level-0 scratch");
+  require_local(!Kernel::staged_rows || ctxpar::impl::is_host_space_v<ExecutionSpace> || level == 0,
+                label, "the staged rows fit in level-0 team scratch", "level 0", level);
   Kokkos::parallel_for(label, policy,
                        make(typename Kernel::Walk{in, mask, shape, tiles, heads, level}));
 }

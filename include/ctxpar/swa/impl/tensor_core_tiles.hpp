@@ -93,12 +93,13 @@ struct TensorCoreTiles {
         });
   }
 
-  /// Stages `width` rows into `tile` (`value(j, d)` where `valid(j)` and `d < dim`, zeros
-  /// elsewhere), cooperatively over the team; the caller waits for the team.
-  template <class Member, class Valid, class Value>
+  /// Stages `N` rows (a tile's `width` unless told) into `tile` at row stride `ld`
+  /// (`value(j, d)` where `valid(j)` and `d < dim`, zeros elsewhere), cooperatively over the team;
+  /// the caller waits for the team.
+  template <int N = width, class Member, class Valid, class Value>
   KOKKOS_FORCEINLINE_FUNCTION static void stage(const Member& team, Op* tile, int dim,
                                                 const Valid& valid, const Value& value) {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width * DP), [&](const int e) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, N * DP), [&](const int e) {
       const int j = e / DP, d = e % DP;
       tile[j * ld + d] = d < dim && valid(j) ? Operands::operand(value(j, d)) : Operands::zero();
     });
@@ -121,13 +122,42 @@ struct TensorCoreTiles {
     CTXPAR_FRAGMENT_UNROLL
     for (int kb = 0; kb < depth_blocks; ++kb) {
       if (kb * L::k >= dim) break;
-      CTXPAR_FRAGMENT_UNROLL
-      for (int nb = 0; nb < tile_blocks; ++nb) {
-        B b[count];
+      depth_block_products(lanes, kb, a[kb], tile, s);
+    }
+  }
+
+  /// `s = rows·tileᵀ` for a warp's 16 rows staged in level-0 scratch at stride `ld` (as `stage`
+  /// writes them, 16-byte aligned), each depth block's A fragments read when its products need
+  /// them, by `ldmatrix` for 16-bit operands: the same values and sums as from fragments held in
+  /// registers, for kernels whose registers cannot hold them.
+  KOKKOS_FORCEINLINE_FUNCTION static void row_products(const Lanes& lanes, int dim, const Op* rows,
+                                                       const Op* tile, Scores& s) {
+    zero(s);
+    CTXPAR_FRAGMENT_UNROLL
+    for (int kb = 0; kb < depth_blocks; ++kb) {
+      if (kb * L::k >= dim) break;
+      A a[count];
+      if constexpr (L::k == 16) {
+        ctxpar::impl::warp_ldmatrix_a(lanes, rows + kb * L::k, ld, a);
+      } else {
         for (int c = 0; c < count; ++c)
-          ctxpar::impl::load_b<L>(lanes.lane(c), tile + nb * L::n * ld + kb * L::k, ld, b[c]);
-        ctxpar::impl::warp_mma<L>(s[nb], a[kb], b);
+          ctxpar::impl::load_a<L>(lanes.lane(c), rows + kb * L::k, ld, a[c]);
       }
+      depth_block_products(lanes, kb, a, tile, s);
+    }
+  }
+
+  /// `s += a·tileᵀ` over depth block `kb`: the A fragments `a` of the warp's rows against each
+  /// score block's 8 tile rows.
+  KOKKOS_FORCEINLINE_FUNCTION static void depth_block_products(const Lanes& lanes, int kb,
+                                                               const A (&a)[count], const Op* tile,
+                                                               Scores& s) {
+    CTXPAR_FRAGMENT_UNROLL
+    for (int nb = 0; nb < tile_blocks; ++nb) {
+      B b[count];
+      for (int c = 0; c < count; ++c)
+        ctxpar::impl::load_b<L>(lanes.lane(c), tile + nb * L::n * ld + kb * L::k, ld, b[c]);
+      ctxpar::impl::warp_mma<L>(s[nb], a, b);
     }
   }
 
