@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks the SASS of the tensor-core kernels: every instantiation of the attention kernels must
 issue HMMA of the shape its scalar asks for, the gated delta chunk kernels all three shapes (they
-choose one at run time), and the FMA attention kernels none; the 16-bit backward kernels at head
-dimensions up to 128, which read staged rows by ldmatrix, must issue LDSM.
+choose one at run time), and the FMA attention kernels none; the attention kernels on 16-bit
+operands, which read their staged tiles by ldmatrix, must issue LDSM.
 
 Usage: scripts/sass_check.py CUOBJDUMP CUBIN [--expect-sm 90]
 
@@ -43,10 +43,10 @@ TENSOR_CORE_KERNELS = ATTENTION_KERNELS + CHUNK_KERNELS
 # The portable FMA kernels of the same TU: if HMMA showed up there, the check would not be telling
 # the tensor-core paths apart from the rest, so they must have none.
 FMA_KERNELS = ("TeamForwardKernel", "TeamQueryGradientKernel", "TeamKeyGradientKernel")
-# The backward kernels that stage a row operand in shared memory and read its A fragments by
-# `ldmatrix` (16-bit operands at head dimensions up to 128): each must issue LDSM.
-STAGED_ROWS = re.compile(r"TensorCore(?:Query|Key)GradientKernel<(?:ctxpar::)?(?:bfloat16|float16),"
-                         r".*?, 128>")
+# The attention kernels on 16-bit operands read their staged tiles' B fragments (and, in the
+# backward at head dimensions up to 128, a staged row operand's A fragments) by `ldmatrix`: each
+# must issue LDSM.
+READS_BY_LDMATRIX = re.compile(r"TensorCore\w+Kernel<(?:ctxpar::)?(?:bfloat16|float16),")
 HMMA_FOR_SCALAR = {"bfloat16": "HMMA.16816.F32.BF16", "float16": "HMMA.16816.F32",
                    "float": "HMMA.1688.F32.TF32"}
 
@@ -117,8 +117,8 @@ def main():
                           {HMMA_FOR_SCALAR[scalar]} if scalar in HMMA_FOR_SCALAR else None)
                 if not shapes or not shapes <= set(hmma):
                     bad.append(f"{scalar}: {sorted(set(hmma)) or 'no HMMA'}")
-                if STAGED_ROWS.search(name) and not re.search(r"\bLDSM\.", body):
-                    bad.append(f"{scalar} D<=128: no LDSM for its staged rows")
+                if READS_BY_LDMATRIX.search(name) and not re.search(r"\bLDSM\.", body):
+                    bad.append(f"{scalar}: no LDSM for its staged tiles")
             elif hmma:
                 bad.append(f"{scalar_of(name)}: {len(hmma)} HMMA in an FMA kernel")
         counts = {}

@@ -19,6 +19,7 @@
 #include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/float16.hpp"
 #include "ctxpar/core/impl/mma_fragment.hpp"
+#include "ctxpar/core/impl/warp_lanes.hpp"
 
 namespace {
 
@@ -232,6 +233,42 @@ BOOST_AUTO_TEST_CASE(ldmatrix_addresses_deliver_the_fragments) {
     for (int j = 0; j < 2; ++j)
       ok =
           ok && got_b[lane].word[j] == b_left.word[j] && got_b[lane].word[2 + j] == b_right.word[j];
+  }
+  BOOST_TEST(ok);
+}
+
+// ldmatrix.x4.trans with the lane addresses LdMatrixX4 gives for a row-stored B tile delivers
+// exactly what load_b_rows reads, for both 8-column halves; and warp_ldmatrix_b (the kernels'
+// warp-level load) gives the same for both storage orders.
+BOOST_AUTO_TEST_CASE(ldmatrix_trans_addresses_deliver_the_row_stored_b_fragments) {
+  using X4 = ctxpar::impl::LdMatrixX4;
+  const int ld = 24;
+  std::vector<bfloat16> tile(static_cast<std::size_t>(16 * ld));
+  for (std::size_t i = 0; i < tile.size(); ++i)
+    tile[i] = bfloat16{static_cast<std::uint16_t>(i + 1)};
+  const bfloat16* rows[32];
+  for (int lane = 0; lane < L::lanes; ++lane)
+    rows[lane] = tile.data() + X4::bt_row(lane) * ld + X4::bt_col(lane);
+  ctxpar::impl::Fragment<bfloat16, 8> got[32];
+  ctxpar::impl::emulate_ldmatrix_x4_trans(rows, got);
+  ctxpar::impl::Fragment<bfloat16, 4> rows_left[32], rows_right[32], cols_left[32], cols_right[32];
+  const ctxpar::impl::WarpLanes lanes{0};
+  ctxpar::impl::warp_ldmatrix_b<true>(lanes, tile.data(), ld, rows_left, rows_right);
+  ctxpar::impl::warp_ldmatrix_b<false>(lanes, tile.data(), ld, cols_left, cols_right);
+  bool ok = true;
+  for (int lane = 0; lane < L::lanes; ++lane) {
+    ctxpar::impl::Fragment<bfloat16, 4> left, right, col_left, col_right;
+    ctxpar::impl::load_b_rows(lane, tile.data(), ld, left);
+    ctxpar::impl::load_b_rows(lane, tile.data() + 8, ld, right);
+    ctxpar::impl::load_b(lane, tile.data(), ld, col_left);
+    ctxpar::impl::load_b(lane, tile.data() + 8 * ld, ld, col_right);
+    for (int j = 0; j < 2; ++j) {
+      ok = ok && got[lane].word[j] == left.word[j] && got[lane].word[2 + j] == right.word[j];
+      ok = ok && rows_left[lane].word[j] == left.word[j] &&
+           rows_right[lane].word[j] == right.word[j];
+      ok = ok && cols_left[lane].word[j] == col_left.word[j] &&
+           cols_right[lane].word[j] == col_right.word[j];
+    }
   }
   BOOST_TEST(ok);
 }

@@ -257,6 +257,13 @@ struct LdMatrixX4 {
   /// of columns 8..15.
   KOKKOS_INLINE_FUNCTION static constexpr int b_col(int lane) { return lane % 8 + (lane / 16) * 8; }
   KOKKOS_INLINE_FUNCTION static constexpr int b_row(int lane) { return ((lane / 8) % 2) * 8; }
+  /// With `.trans` (each 8×8 matrix delivered transposed): (row, column) of a B tile stored row by
+  /// row (`B(p, j) = tile[p·ld + j]`, 16 deep and 16 wide) lane `lane` points at: pairs 0, 1 are
+  /// its B fragment of columns 0..7, pairs 2, 3 of columns 8..15.
+  KOKKOS_INLINE_FUNCTION static constexpr int bt_row(int lane) {
+    return lane % 8 + ((lane / 8) % 2) * 8;
+  }
+  KOKKOS_INLINE_FUNCTION static constexpr int bt_col(int lane) { return (lane / 16) * 8; }
 };
 
 /// What `ldmatrix.x4` delivers, for the whole warp at once on the host: `rows[l]` is the address
@@ -267,6 +274,19 @@ void emulate_ldmatrix_x4(const T* const (&rows)[32], Fragment<T, 8> (&out)[32]) 
     for (int j = 0; j < 4; ++j) {
       const T* row = rows[j * 8 + lane / 4];
       out[lane].set_pair(j, row[2 * (lane % 4)], row[2 * (lane % 4) + 1]);
+    }
+}
+
+/// What `ldmatrix.x4.trans` delivers, for the whole warp at once on the host: as
+/// `emulate_ldmatrix_x4` with each 8×8 matrix transposed, so lane `l` receives as its pair `j`
+/// column `l / 4`, rows `2·(l % 4)` and `+1`, of matrix `j` (row `r` of matrix `j` being the 8
+/// elements at `rows[8j + r]`).
+template <class T>
+void emulate_ldmatrix_x4_trans(const T* const (&rows)[32], Fragment<T, 8> (&out)[32]) {
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < 4; ++j) {
+      const int r = 2 * (lane % 4), c = lane / 4;
+      out[lane].set_pair(j, rows[j * 8 + r][c], rows[j * 8 + r + 1][c]);
     }
 }
 
@@ -305,15 +325,24 @@ __device__ inline void mma(float (&c)[4], const Fragment<float, 4>& a,
         "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
 }
 
+// The instruction with its modifier (`""`, or `".trans"`), on the operands of `ldmatrix_x4` below.
+#define CTXPAR_LDMATRIX_X4(modifier)                                                            \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4" modifier ".shared.b16 {%0, %1, %2, %3}, [%4];\n" \
+               : "=r"(out.word[0]), "=r"(out.word[1]), "=r"(out.word[2]), "=r"(out.word[3])     \
+               : "r"(address))
+
 /// One lane's part of the warp's `ldmatrix.x4` from shared memory (every lane calls it together):
-/// `row` is this lane's row address (16-byte aligned, in team scratch), `out` what it receives.
-template <class T>
+/// `row` is this lane's row address (16-byte aligned, in team scratch), `out` what it receives;
+/// `transposed`: `ldmatrix.x4.trans`, each 8×8 matrix delivered transposed.
+template <bool transposed = false, class T>
 __device__ inline void ldmatrix_x4(const T* row, Fragment<T, 8>& out) {
   const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(out.word[0]), "=r"(out.word[1]), "=r"(out.word[2]), "=r"(out.word[3])
-               : "r"(address));
+  if constexpr (transposed)
+    CTXPAR_LDMATRIX_X4(".trans");
+  else
+    CTXPAR_LDMATRIX_X4("");
 }
+#undef CTXPAR_LDMATRIX_X4
 #endif
 
 /// What the instruction of layout `L` computes, for the whole warp at once on the host: every

@@ -116,6 +116,52 @@ KOKKOS_INLINE_FUNCTION void warp_ldmatrix_a(const WarpLanes& lanes, const T* til
 #endif
 }
 
+/// The warp's B fragments (m16n8k16) of two adjacent 8-column blocks of a 16-deep tile of 16-bit
+/// elements in level-0 team scratch, `left` of columns 0..7 and `right` of 8..15, by one
+/// `ldmatrix.x4` (`.trans` where `rows_stored`) where the lanes are threads and by its emulation
+/// on the host. The tile is stored column by column (`B(p, j) = tile[j·ld + p]`: the rows of a K
+/// tile for `Q·Kᵀ`), or where `rows_stored`, row by row (`B(p, j) = tile[p·ld + j]`: the rows of a
+/// V tile for `P·V`). Alignment as `warp_ldmatrix_a`.
+template <bool rows_stored, class T>
+KOKKOS_INLINE_FUNCTION void warp_ldmatrix_b(const WarpLanes& lanes, const T* tile, int ld,
+                                            Fragment<T, 4> (&left)[WarpLanes::count],
+                                            Fragment<T, 4> (&right)[WarpLanes::count]) {
+  // Where lane `lane` points: the row of the stored tile and the element within it.
+  const auto address = [&](int lane) {
+    return rows_stored ? tile + LdMatrixX4::bt_row(lane) * ld + LdMatrixX4::bt_col(lane)
+                       : tile + LdMatrixX4::b_col(lane) * ld + LdMatrixX4::b_row(lane);
+  };
+#if CTXPAR_WARP_LANES_ARE_THREADS
+  Fragment<T, 8> both;
+  ldmatrix_x4<rows_stored>(address(lanes.lane(0)), both);
+  left[0].word[0] = both.word[0];
+  left[0].word[1] = both.word[1];
+  right[0].word[0] = both.word[2];
+  right[0].word[1] = both.word[3];
+#elif defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__) || defined(__SYCL_DEVICE_ONLY__)
+  (void)lanes;
+  (void)address;
+  (void)left;
+  (void)right;
+  Kokkos::abort("ctxpar: warp_ldmatrix_b on a device without tensor-core products");
+#else
+  (void)lanes;
+  const T* rows[32];
+  for (int lane = 0; lane < 32; ++lane) rows[lane] = address(lane);
+  Fragment<T, 8> both[32];
+  if constexpr (rows_stored)
+    emulate_ldmatrix_x4_trans(rows, both);
+  else
+    emulate_ldmatrix_x4(rows, both);
+  for (int lane = 0; lane < 32; ++lane) {
+    left[lane].word[0] = both[lane].word[0];
+    left[lane].word[1] = both[lane].word[1];
+    right[lane].word[0] = both[lane].word[2];
+    right[lane].word[1] = both[lane].word[3];
+  }
+#endif
+}
+
 /// Each lane's `x` becomes the maximum over the four lanes of its row group (lanes `4g..4g+3`).
 KOKKOS_INLINE_FUNCTION void quad_max(float (&x)[WarpLanes::count]) {
 #if CTXPAR_WARP_LANES_ARE_THREADS

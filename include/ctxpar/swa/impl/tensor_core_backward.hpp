@@ -314,15 +314,11 @@ void launch_tensor_core_backward(const ExecutionSpace& space, const Mask& mask,
     int level = 0;
     const auto policy =
         tensor_core_policy(space, blocks * shape.hkv, Kernel::scratch_bytes(), level);
-    // On a device ldmatrix reads the staged V rows from shared memory: they must be in level 0,
-    // which holds them on every CUDA device (48 KiB per team, less what Kokkos reserves). The
-    // host's emulation reads them wherever they are.
-    static_assert(!Kernel::staged_values || Kernel::scratch_bytes() <= 40 * 1024,
-                  "the staged V rows must fit in level-0 scratch");
-    require_local(
-        !Kernel::staged_values || ctxpar::impl::is_host_space_v<ExecutionSpace> || level == 0,
-        "ctxpar::swa::attention_backward (tensor-core dK/dV kernel)",
-        "the staged V rows fit in level-0 team scratch", "level 0", level);
+    static_assert(!Kernel::Tiles::reads_by_ldmatrix ||
+                      Kernel::scratch_bytes() <= tensor_core_ldmatrix_scratch,
+                  "a kernel that reads its scratch by ldmatrix must fit in level 0");
+    require_ldmatrix_level<ExecutionSpace>(Kernel::Tiles::reads_by_ldmatrix, level,
+                                           "ctxpar::swa::attention_backward (dK/dV kernel)");
     Kokkos::parallel_for(
         "ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
         Kernel{in, mask, shape, g.dout, g.lse, g.delta, g.dk, g.dv, blocks, level});

@@ -11,7 +11,9 @@
 /// see), the team stages K and V into scratch as product operands, then each warp computes its
 /// scores `S = Q·Kᵀ` (m16n8 products over the head dimension, Q's fragments held in registers),
 /// masks and scales them, updates its rows' online softmax, and adds `P·V` with `P` fed from the
-/// score registers (`results_as_a`). The head dimension is padded to 64, 128 or 256 with zeros.
+/// score registers (`results_as_a`). 16-bit operands' B fragments are read from the staged tiles
+/// by `ldmatrix.x4`, two 8-column blocks per instruction (`.trans` for V, whose rows are the
+/// product's inner index). The head dimension is padded to 64, 128 or 256 with zeros.
 ///
 /// Precision. 16-bit Q, K, V multiply exactly; the scores and output accumulate in fp32 and `P`
 /// is rounded to the storage type before `P·V`. fp32 tensors are read as TF32 (Q, K, V and `P`
@@ -320,6 +322,19 @@ Kokkos::TeamPolicy<ExecutionSpace> tensor_core_policy(const ExecutionSpace& spac
   return policy;
 }
 
+/// The most team scratch a tensor-core kernel that reads it by `ldmatrix` may take: level 0 on
+/// every CUDA device (48 KiB per team, less what Kokkos reserves for its team reductions).
+inline constexpr std::size_t tensor_core_ldmatrix_scratch = 40 * 1024;
+
+/// Refuses a device launch whose scratch went to level 1 (global memory) though its kernel reads
+/// it by `ldmatrix`, which reads shared memory only; the host's emulation reads it anywhere.
+template <class ExecutionSpace>
+void require_ldmatrix_level(bool reads_by_ldmatrix, int level, const char* op) {
+  require_local(!reads_by_ldmatrix || ctxpar::impl::is_host_space_v<ExecutionSpace> || level == 0,
+                op, "a tensor-core kernel's ldmatrix scratch is in level 0 (shared memory)",
+                "level 0", level);
+}
+
 /// Launches a kernel over `TensorCoreQueryWalk` teams (the forward or dQ) on every query block and
 /// group of query heads of `shape`; `make(walk)` builds the kernel from its walk.
 template <class Kernel, class ExecutionSpace, class Mask, class Scalar, class MemorySpace,
@@ -334,13 +349,9 @@ void launch_query_walk(const char* label, const ExecutionSpace& space, const Mas
   constexpr std::size_t bytes = Kernel::Walk::template scratch_bytes<Kernel>();
   const auto policy =
       tensor_core_policy(space, TensorCoreQueryTeam::league(tiles, shape.hq, heads), bytes, level);
-  // On a device ldmatrix reads the staged rows from shared memory: they must be in level 0, which
-  // holds them on every CUDA device (48 KiB per team, less what Kokkos reserves). The host's
-  // emulation reads them wherever they are.
-  static_assert(!Kernel::staged_rows || bytes <= 40 * 1024,
-                "the staged rows must fit in level-0 scratch");
-  require_local(!Kernel::staged_rows || ctxpar::impl::is_host_space_v<ExecutionSpace> || level == 0,
-                label, "the staged rows fit in level-0 team scratch", "level 0", level);
+  static_assert(!Kernel::Tiles::reads_by_ldmatrix || bytes <= tensor_core_ldmatrix_scratch,
+                "a kernel that reads its scratch by ldmatrix must fit in level 0");
+  require_ldmatrix_level<ExecutionSpace>(Kernel::Tiles::reads_by_ldmatrix, level, label);
   Kokkos::parallel_for(label, policy,
                        make(typename Kernel::Walk{in, mask, shape, tiles, heads, level}));
 }

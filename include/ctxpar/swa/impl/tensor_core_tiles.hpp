@@ -64,6 +64,10 @@ struct TensorCoreTiles {
   /// touches fall in different shared-memory banks.
   static constexpr int ld = DP + 16 / static_cast<int>(sizeof(Op));
   static_assert(DP % L::k == 0 && width % L::k == 0, "whole products");
+  static_assert(tile_blocks % 2 == 0 && column_blocks % 2 == 0, "B fragments loaded in pairs");
+  /// Whether the kernels read the staged tiles by `ldmatrix` (16-bit operands), which on a device
+  /// needs them in shared memory: level-0 scratch.
+  static constexpr bool reads_by_ldmatrix = L::k == 16;
 
   /// A lane's A and B fragments.
   using A = ctxpar::impl::Fragment<Op, L::a_per_lane>;
@@ -148,16 +152,39 @@ struct TensorCoreTiles {
   }
 
   /// `s += a·tileᵀ` over depth block `kb`: the A fragments `a` of the warp's rows against each
-  /// score block's 8 tile rows.
+  /// score block's 8 tile rows, two blocks per B load.
   KOKKOS_FORCEINLINE_FUNCTION static void depth_block_products(const Lanes& lanes, int kb,
                                                                const A (&a)[count], const Op* tile,
                                                                Scores& s) {
     CTXPAR_FRAGMENT_UNROLL
-    for (int nb = 0; nb < tile_blocks; ++nb) {
-      B b[count];
-      for (int c = 0; c < count; ++c)
-        ctxpar::impl::load_b<L>(lanes.lane(c), tile + nb * L::n * ld + kb * L::k, ld, b[c]);
-      ctxpar::impl::warp_mma<L>(s[nb], a, b);
+    for (int nb = 0; nb < tile_blocks; nb += 2) {
+      B left[count], right[count];
+      load_b_pair<false>(lanes, tile + nb * L::n * ld + kb * L::k, left, right);
+      ctxpar::impl::warp_mma<L>(s[nb], a, left);
+      ctxpar::impl::warp_mma<L>(s[nb + 1], a, right);
+    }
+  }
+
+  /// The B fragments of two adjacent 8-column blocks from a staged tile: stored column by column
+  /// (`B(p, j) = tile[j·ld + p]`, the rows of K for `Q·Kᵀ`) or, where `rows_stored`, row by row
+  /// (`B(p, j) = tile[c·ld + j]`, `c = L::result_column(p)`: the rows of V for `P·V`). 16-bit
+  /// operands by one `ldmatrix.x4` (the staged tiles are 16-byte aligned and `ld` keeps every row
+  /// so); TF32 ones, 32-bit, element by element.
+  template <bool rows_stored>
+  KOKKOS_FORCEINLINE_FUNCTION static void load_b_pair(const Lanes& lanes, const Op* tile,
+                                                      B (&left)[count], B (&right)[count]) {
+    if constexpr (L::k == 16) {
+      ctxpar::impl::warp_ldmatrix_b<rows_stored>(lanes, tile, ld, left, right);
+    } else {
+      for (int c = 0; c < count; ++c) {
+        if constexpr (rows_stored) {
+          ctxpar::impl::load_b_rows<L>(lanes.lane(c), tile, ld, left[c]);
+          ctxpar::impl::load_b_rows<L>(lanes.lane(c), tile + L::n, ld, right[c]);
+        } else {
+          ctxpar::impl::load_b<L>(lanes.lane(c), tile, ld, left[c]);
+          ctxpar::impl::load_b<L>(lanes.lane(c), tile + L::n * ld, ld, right[c]);
+        }
+      }
     }
   }
 
@@ -174,13 +201,14 @@ struct TensorCoreTiles {
         else
           ctxpar::impl::results_as_a(w[ks][c], a[c]);
       }
+      // Two column blocks per B load; a block past `dim` adds zeros to columns never written.
       CTXPAR_FRAGMENT_UNROLL
-      for (int cb = 0; cb < column_blocks; ++cb) {
+      for (int cb = 0; cb < column_blocks; cb += 2) {
         if (cb * L::n >= dim) break;
-        B b[count];
-        for (int c = 0; c < count; ++c)
-          ctxpar::impl::load_b_rows<L>(lanes.lane(c), tile + ks * L::k * ld + cb * L::n, ld, b[c]);
-        ctxpar::impl::warp_mma<L>(acc[cb], a, b);
+        B left[count], right[count];
+        load_b_pair<true>(lanes, tile + ks * L::k * ld + cb * L::n, left, right);
+        ctxpar::impl::warp_mma<L>(acc[cb], a, left);
+        ctxpar::impl::warp_mma<L>(acc[cb + 1], a, right);
       }
     }
   }
