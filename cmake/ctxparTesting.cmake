@@ -12,7 +12,8 @@ set(CTXPAR_TEST_EXTENDED_RANKS 5 6 7 8 CACHE STRING "Rank counts of the extended
 # Open MPI creates its session directory (<tmpdir>/ompi.<host>.<uid>) on the first launch and
 # removes it when the last one ends; two launches that ctest -j runs side by side can race on it
 # and fail MPI_Init ("File exists"). Every launch command therefore gets a session directory of
-# its own (Open MPI creates the path), numbered in configure order under this root.
+# its own (Open MPI creates the path), numbered in configure order under this root: call it once
+# per test, never share its command between two tests.
 set(CTXPAR_MPI_SESSION_ROOT "/tmp/ctxpar-mpi-sessions" CACHE PATH
   "Parent of the per-launch Open MPI session directories of the tests")
 
