@@ -251,7 +251,11 @@ BOOST_AUTO_TEST_CASE(ldmatrix_trans_addresses_deliver_the_row_stored_b_fragments
     rows[lane] = tile.data() + X4::bt_row(lane) * ld + X4::bt_col(lane);
   ctxpar::impl::Fragment<bfloat16, 8> got[32];
   ctxpar::impl::emulate_ldmatrix_x4_trans(rows, got);
-  ctxpar::impl::Fragment<bfloat16, 4> rows_left[32], rows_right[32], cols_left[32], cols_right[32];
+  // Sized by WarpLanes::count, as the kernels' are: 32 here (one thread runs the warp), 1 in
+  // nvcc's device pass, which parses this host code too.
+  constexpr int count = ctxpar::impl::WarpLanes::count;
+  ctxpar::impl::Fragment<bfloat16, 4> rows_left[count], rows_right[count], cols_left[count],
+      cols_right[count];
   const ctxpar::impl::WarpLanes lanes{0};
   ctxpar::impl::warp_ldmatrix_b<true>(lanes, tile.data(), ld, rows_left, rows_right);
   ctxpar::impl::warp_ldmatrix_b<false>(lanes, tile.data(), ld, cols_left, cols_right);
