@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks the SASS of the tensor-core kernels: every instantiation of the attention kernels must
-issue HMMA of the shape its scalar asks for, the gated delta chunk kernels all three shapes (they
-choose one at run time), and the FMA attention kernels none; the attention kernels on 16-bit
-operands, which read their staged tiles by ldmatrix, must issue LDSM.
+issue HMMA of the shape its scalar asks for, the gated delta chunk kernels and state passes all
+three shapes (they choose one at run time), and the FMA attention kernels none; the attention
+kernels on 16-bit operands, which read their staged tiles by ldmatrix, must issue LDSM.
 
 Usage: scripts/sass_check.py CUOBJDUMP CUBIN [--expect-sm 90]
 
@@ -36,9 +36,10 @@ OLD_ABI_64BIT_UNIFIED = 0x500
 # m16n8k16 with fp32 accumulation for bfloat16 and half, m16n8k8 TF32 for fp32 inputs.
 ATTENTION_KERNELS = ("TensorCoreForwardKernel", "TensorCoreQueryGradientKernel",
                      "TensorCoreKeyGradientKernel")
-# The gated delta per-chunk kernels keep fp32 data and choose their products' operand type at run
-# time (`ChunkProducts`), so each instantiation must hold all three shapes.
-CHUNK_KERNELS = ("gated_delta::IntraChunk", "gated_delta::ChunkGradients")
+# The gated delta per-chunk kernels and state passes keep fp32 data and choose their products'
+# operand type at run time (`ChunkProducts`), so each instantiation must hold all three shapes.
+CHUNK_KERNELS = ("gated_delta::IntraChunk", "gated_delta::ChunkGradients",
+                 "gated_delta::StatePass")
 TENSOR_CORE_KERNELS = ATTENTION_KERNELS + CHUNK_KERNELS
 # The portable FMA kernels of the same TU: if HMMA showed up there, the check would not be telling
 # the tensor-core paths apart from the rest, so they must have none.
@@ -79,8 +80,8 @@ def demangle(names):
 
 def scalar_of(name):
     # The kernel's first template argument is its storage scalar.
-    m = re.search(r"(?:Kernel|IntraChunk|ChunkGradients)<(ctxpar::)?(bfloat16|float16|float|double)\b",
-                  name)
+    m = re.search(r"(?:Kernel|IntraChunk|ChunkGradients|StatePass)<(ctxpar::)?"
+                  r"(bfloat16|float16|float|double)\b", name)
     return m.group(2) if m else None
 
 

@@ -27,6 +27,8 @@ using ctxpar::test::world;
 namespace {
 
 using cwt::bounds;
+using cwt::epsilons;
+using cwt::normwise_within;
 // On the default space: the device in a CUDA/HIP build (the launch-count test stays on the host,
 // whose kernels it counts).
 template <class Scalar, bool Product>
@@ -67,6 +69,9 @@ bool check_problem(const std::vector<std::int64_t>& cu, int n_h, int chunk, std:
     const std::vector<cwt::Range> all{{0, prob.T}};
     ok = cwt::check_against(family + " single-rank vs oracle", one_rank, want,
                             bounds<Scalar>(prob, want, 1, products), all, prob.T) &&
+         ok;
+    ok = normwise_within(family + " single-rank vs oracle", one_rank, want,
+                         epsilons<Scalar>(prob, 1, products)) &&
          ok;
     for (int zig = 0; zig < 2; ++zig) {
       for (int form = 0; form < 2; ++form) {

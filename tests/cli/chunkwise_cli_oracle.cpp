@@ -174,13 +174,14 @@ Case make_case(const std::string& family, bool packed, int shards, Dtype d,
   c.want.grads = {{"dq", gr.dq}, {"dk", gr.dk}, {"dv", gr.dv}, {"dg", gr.dg}, {"dbeta", gr.dbeta}};
   // As tests/chunkwise/gated_delta_cp_test.cpp: the normwise bound of each tensor for each of its
   // elements, 8 (C·n_h + K + V)·u forward and twice that backward, plus the fp32 summaries, plus
-  // ctxpar::chunkwise::products_roundoff_factor·u_p for tensor-core chunk products (8 forward, 32
-  // backward).
+  // ctxpar::chunkwise::products_roundoff_factor·u_p for tensor-core chunk products over the
+  // chunks of the longest sequence (T, two pieces per shard at most: zigzag).
   const double fp32 = (16.0 + 4.0 * shards) * ctxpar::test::unit_roundoff<float>();
+  const double chain = double(ctxpar::chunkwise::chained_chunks(T, chunk, 2 * shards));
   const double ef = gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 8) + fp32 +
-                    ctxpar::chunkwise::products_roundoff_factor(false) * products_roundoff;
+                    ctxpar::chunkwise::products_roundoff_factor(false, chain) * products_roundoff;
   const double eb = gd::rel_bound<Scalar>(static_cast<int>(chunk * M), K, V, 16) + fp32 +
-                    ctxpar::chunkwise::products_roundoff_factor(true) * products_roundoff;
+                    ctxpar::chunkwise::products_roundoff_factor(true, chain) * products_roundoff;
   auto fill = [](std::vector<double> x, double eps) {
     double n2 = 0;
     for (double e : x) n2 += e * e;

@@ -4,9 +4,9 @@
 // and later) and the fragment store, with the 32 lanes as the threads of one team.
 // scripts/gpu-compile-check cuda compiles this file once more keeping its PTX and ptxas report, and
 // requires the three `mma.sync` instructions and the `ldmatrix` in the PTX and no register spills;
-// the attention kernels and the gated delta per-chunk kernels, whose products (`ChunkProducts`) run
-// on `team_mma_gemm` for each operand type, must issue mma.sync, and their SASS the HMMA of each
-// operand type (scripts/sass_check.py).
+// the attention kernels and the gated delta per-chunk kernels and state passes, whose products
+// (`ChunkProducts`) run on `team_mma_gemm` for each operand type, must issue mma.sync, and their
+// SASS the HMMA of each operand type (scripts/sass_check.py).
 // Nothing here runs.
 #include <Kokkos_Core.hpp>
 
@@ -124,7 +124,25 @@ void gated_delta_per_chunk(const char* label, const Extra&... extra) {
       kernel{pb, impl::gated_delta::ChunkData<float, exec::memory_space>{}, extra...});
 }
 
+// A gated delta state pass (`ForwardPass`, `ReversePass`) on fp32 data, choosing its products at
+// run time as the per-chunk kernels do, with the device's column block.
+template <class Pass>
+void gated_delta_pass(const char* label) {
+  impl::gated_delta::Problem<float> pb;
+  pb.products = chunkwise::ChunkProducts::bfloat16;
+  const int block = impl::gated_delta::pass_block<exec>();
+  Kokkos::parallel_for(label,
+                       Kokkos::TeamPolicy<exec>(1, 128).set_scratch_size(
+                           1, Kokkos::PerTeam(Pass::scratch_bytes(64, 128, block))),
+                       Pass{pb, impl::gated_delta::ChunkData<float, exec::memory_space>{},
+                            impl::gated_delta::PassTargets<float>{}, 1, block});
+}
+
 void instantiate() {
+  gated_delta_pass<impl::gated_delta::ForwardPass<float, exec, exec::memory_space>>(
+      "ctxpar::gpu_check::forward_pass");
+  gated_delta_pass<impl::gated_delta::ReversePass<float, exec, exec::memory_space>>(
+      "ctxpar::gpu_check::reverse_pass");
   gated_delta_per_chunk<impl::gated_delta::IntraChunk>("ctxpar::gpu_check::intra_chunk");
   gated_delta_per_chunk<impl::gated_delta::ChunkGradients>("ctxpar::gpu_check::chunk_gradients",
                                                            impl::gated_delta::GradTargets<float>{});

@@ -140,9 +140,11 @@ struct NoTable {};
 /// (`core/impl/team_mma_product.hpp`) with the operands rounded to that type and fp32
 /// accumulation: the instructions on CUDA built for sm_80 or later, an emulation on the host
 /// spaces (for testing, not speed). A 16-bit plan's inputs are exact in their own type, so
-/// `bfloat16` (`float16`) rounds only the intermediate operands of such a plan. Today these are
-/// the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`, `X·(βV)`) and the eleven products of the
-/// per-chunk gradients; the state passes stay exact.
+/// `bfloat16` (`float16`) rounds only the intermediate operands of such a plan. These are every
+/// product of the gated delta kernels: the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`,
+/// `X·(βV)`), the state passes' (`W̃·S`, `Q̂·S`, `P·U`, `K̃ᵀ·U` forward; `K̃·D`, `Pᵀ·dO`, `Q̂ᵀ·dO`,
+/// `W̃ᵀ·dU` reverse; the carried state stays fp32) and the eleven of the per-chunk gradients. The
+/// triangular solve, the summaries and their composition stay exact.
 ///
 /// `automatic` (the default) is the storage type's own products for a 16-bit plan of a gated
 /// delta family on a device with tensor cores, and `exact` everywhere else: fp32 and fp64 data,
@@ -206,15 +208,44 @@ ChunkProducts chunk_products_of(const Backend& backend) {
       backend.options().products, has_tensor_core_products_v<Backend>);
 }
 
+/// The most chunks one sequence's state passes carry a rounding through, on all ranks together:
+/// the chunks of its `length` tokens (`chunk` each) plus one for each of the `pieces − 1` places
+/// where the ranks' shards cut it (a piece starts a new chunk). The chain of
+/// `products_roundoff_factor`.
+constexpr std::int64_t chained_chunks(std::int64_t length, std::int64_t chunk,
+                                      std::int64_t pieces) {
+  return length <= 0 ? 0 : (length + chunk - 1) / chunk + (pieces > 1 ? pieces - 1 : 0);
+}
+
+/// The chain of `products_roundoff_factor` where the state decays: a rounding carried through a
+/// chunk shrinks by the chunk's transition, whose norm is at most its whole decay `exp(γ_last)`
+/// (unit-norm keys and β in [0, 2] make every `I − β k kᵀ` factor at most 1 in norm). Where every
+/// whole chunk decays by at least `decay` < 1 and at most `partial` chunks of the chain are not
+/// whole, a rounding persists through at most `(partial + 1)/(1 − decay)` chunks in all (a
+/// geometric series between consecutive partial chunks), and never through more than `chunks`.
+inline double decayed_chain(double chunks, double decay, double partial) {
+  if (!(decay < 1)) return chunks;
+  const double bound = (partial + 1) / (1 - decay);
+  return bound < chunks ? bound : chunks;
+}
+
 /// How many unit roundoffs of the chunk products (`products_unit_roundoff`) a result can move by,
-/// relative and to first order, from the exact products' result. Every tensor-core product rounds
-/// its two operands once. A forward result (outputs, final states) lies at the end of at most four
-/// such products (`K·Kᵀ`, `Q̂·Kᵀ`, `X·(βΓK)`, `X·(βV)`): 8. A backward result lies at the end of at
-/// most four forward and four backward ones (`Xᵀ·dU`, `dY·Uᵀ`, `dA·K`, …, `ChunkGradients`),
-/// counted at the backward's factor 2 as the fp32 bounds are: 32. The tests and the command line's
-/// check add `factor·u_p`.
-constexpr double products_roundoff_factor(bool backward) {
-  return backward ? 32.0 : 8.0;
+/// relative and to first order, from the exact products' result, where the state passes carry a
+/// rounding through at most `chain` chunks (`chained_chunks`, `decayed_chain`). Every
+/// tensor-core product rounds its two operands once.
+/// - Forward, 12 + 4·chain: the four intra-chunk products (`K·Kᵀ`, `Q̂·Kᵀ`, `X·(βΓK)`, `X·(βV)`)
+///   give 8. In the forward state pass each chunk's `U = Ũ − W̃·S` rounds `W̃` and `S` (2) and
+///   the next state `Γ·S + K̃ᵀ·U` rounds `K̃` and `U` (2 more): 4 per chunk carried in the state (and
+///   in `M`). A chunk's output `Q̂·S + P·U` rounds its operands once more: 4.
+/// - Backward, 40 + 8·chain: the four forward and four gradient products (`Xᵀ·dU`, `dY·Uᵀ`,
+///   `dA·K`, …, `ChunkGradients`) counted at the backward's factor 2 as the fp32 bounds are, 32;
+///   the saved `S` and `U` of the forward pass, 4 + 4·chain; and the reverse pass, whose
+///   `dU = K̃·D + Pᵀ·dO` and the next `Γ·D + Q̂ᵀ·dO − W̃ᵀ·dU` carry 4 per chunk with 4 at the end.
+/// A worst case: every rounding in one direction. Measured errors sit far below it (the
+/// chunkwise guide has figures). The tests and the command line's check add `factor·u_p` to the
+/// fp32 bound.
+constexpr double products_roundoff_factor(bool backward, double chain) {
+  return backward ? 40.0 + 8.0 * chain : 12.0 + 4.0 * chain;
 }
 
 /// The unit roundoff of the operands of chunk products `products` (resolved: not `automatic`):

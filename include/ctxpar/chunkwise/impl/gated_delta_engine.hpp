@@ -296,7 +296,8 @@ void run_pass(const ExecutionSpace& space, const ChunkTable<MemorySpace>& table,
                Reverse ? "ctxpar::chunkwise::gated_delta::reverse_pass"
                        : "ctxpar::chunkwise::gated_delta::forward_pass",
                league, functor::scratch_bytes(pb.chunk, pb.key_dim, nb),
-               functor{pb, buf.cd, tg, blocks, nb});
+               functor{pb, buf.cd, tg, blocks, nb},
+               pb.products != ctxpar::chunkwise::ChunkProducts::exact);
 }
 
 /// Copies `[rows, H, K·V]`-shaped Scalar states (row `src_row` of a contiguous `[n, H, K, V]`

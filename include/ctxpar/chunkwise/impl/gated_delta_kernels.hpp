@@ -281,31 +281,32 @@ KOKKOS_INLINE_FUNCTION ChunkBlock<Scalar> chunk_block_of(int rank, const Problem
   return cb;
 }
 
-/// `C (+)= op(A)·B` (`accumulate`) as `team_gemm` computes it for `exact` products, or on tensor
-/// cores with the operands read as `products`' type (`team_mma_gemm`, fp32 data only). The
-/// per-chunk kernels (`IntraChunk`, `ChunkGradients`) multiply through it.
+/// `C (+)= alpha·op(A)·B` (`accumulate`) as `team_gemm` computes it for `exact` products, or on
+/// tensor cores with the operands read as `products`' type (`team_mma_gemm`, fp32 data only).
+/// Every product of the gated delta kernels (`IntraChunk`, `StatePass`, `ChunkGradients`)
+/// multiplies through it.
 template <int Bytes, class Scalar, class Member>
 KOKKOS_INLINE_FUNCTION void chunk_product(ctxpar::chunkwise::ChunkProducts products,
-                                          const Member& team, int m, int n, int k, Left<Scalar> a,
-                                          const Scalar* b, int ldb, Scalar* c, int ldc,
-                                          bool accumulate, bool lower_output = false) {
+                                          const Member& team, int m, int n, int k, Scalar alpha,
+                                          Left<Scalar> a, const Scalar* b, int ldb, Scalar* c,
+                                          int ldc, bool accumulate, bool lower_output = false) {
   using ctxpar::chunkwise::ChunkProducts;
   if constexpr (std::is_same_v<Scalar, float>) {
     switch (products) {
       case ChunkProducts::tf32:
-        return team_mma_gemm<float>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, accumulate,
+        return team_mma_gemm<float>(team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate,
                                     lower_output);
       case ChunkProducts::bfloat16:
-        return team_mma_gemm<bfloat16>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, accumulate,
+        return team_mma_gemm<bfloat16>(team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate,
                                        lower_output);
       case ChunkProducts::float16:
-        return team_mma_gemm<float16>(team, m, n, k, 1.0f, a, b, ldb, c, ldc, accumulate,
+        return team_mma_gemm<float16>(team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate,
                                       lower_output);
       default:
         break;
     }
   }
-  team_gemm<Bytes>(team, m, n, k, Scalar(1), a, b, ldb, c, ldc, accumulate, lower_output);
+  team_gemm<Bytes>(team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate, lower_output);
 }
 
 /// Phase 1, independent per (chunk, head): γ, X, W̃, Ũ, K̃, Q̂Γ and P.
@@ -452,10 +453,10 @@ struct IntraChunk {
     });
     team.team_barrier();
     // Gram K Kᵀ (lower part) and Q̂ Kᵀ: both read Kᵀ as the contiguous right operand.
-    chunk_product<Bytes>(pb.products, team, C, C, K, transposed(kT.data(), C), kT.data(), C,
-                         A.data(), C, false, true);
-    chunk_product<Bytes>(pb.products, team, C, C, K, rows(qs.data(), K), kT.data(), C, P, C, false,
-                         true);
+    chunk_product<Bytes>(pb.products, team, C, C, K, Scalar(1), transposed(kT.data(), C), kT.data(),
+                         C, A.data(), C, false, true);
+    chunk_product<Bytes>(pb.products, team, C, C, K, Scalar(1), rows(qs.data(), K), kT.data(), C, P,
+                         C, false, true);
     team.team_barrier();
     // Decays as exp(γ_i − γ_j): never a ratio of two cumulative products (under/overflow).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int i) {
@@ -466,10 +467,10 @@ struct IntraChunk {
     });
     team.team_barrier();
     invert_unit_lower<Bytes>(team, A.data(), X, C);
-    chunk_product<Bytes>(pb.products, team, C, K, C, rows<Scalar>(X, C, Band::lower), bk.data(), K,
-                         Wt, K, false);
-    chunk_product<Bytes>(pb.products, team, C, V, C, rows<Scalar>(X, C, Band::lower), bv.data(), V,
-                         Ut, V, false);
+    chunk_product<Bytes>(pb.products, team, C, K, C, Scalar(1), rows<Scalar>(X, C, Band::lower),
+                         bk.data(), K, Wt, K, false);
+    chunk_product<Bytes>(pb.products, team, C, V, C, Scalar(1), rows<Scalar>(X, C, Band::lower),
+                         bv.data(), V, Ut, V, false);
   }
 };
 
@@ -588,7 +589,10 @@ KOKKOS_INLINE_FUNCTION void decay_pass_block(const Member& team, const PassBlock
 /// The state passes, sequential over the chunks of each sequence, independent per (sequence,
 /// head, block of state columns); `Reverse` picks the direction. Both load the block's start,
 /// carry it chunk by chunk through three scratch blocks (`K × NB` carried columns and two
-/// `C × NB` row blocks) and store its end.
+/// `C × NB` row blocks) and store its end. Every product goes through `chunk_product` with the
+/// plan's products: on tensor cores the carried block stays fp32 in scratch and is rounded only
+/// where it is read as an operand, so each chunk adds the products' rounding once (the bound:
+/// `products_roundoff_factor`).
 template <class Scalar, class ExecutionSpace, class MemorySpace, bool Reverse>
 struct StatePass {
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
@@ -651,15 +655,15 @@ struct StatePass {
     if (tg.save && !pk.m_cols())
       save_pass_columns(team, pk, K, Z, cd.s0.data() + at.blk * K * V, V, NB);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, pk.width, K, Scalar(-1), rows(cd.wt.data() + at.blk * C * K, K), Z,
-                     NB, U, NB, true);
+    chunk_product<Bytes>(pb.products, team, C, pk.width, K, Scalar(-1),
+                         rows(cd.wt.data() + at.blk * C * K, K), Z, NB, U, NB, true);
     team.team_barrier();
     if (tg.out && !pk.m_cols()) {
-      team_gemm<Bytes>(team, C, pk.width, K, Scalar(1), rows(cd.qh.data() + at.blk * C * K, K), Z,
-                       NB, O, NB, false);
+      chunk_product<Bytes>(pb.products, team, C, pk.width, K, Scalar(1),
+                           rows(cd.qh.data() + at.blk * C * K, K), Z, NB, O, NB, false);
       team.team_barrier();
-      team_gemm<Bytes>(team, C, pk.width, C, Scalar(1),
-                       rows(cd.p.data() + at.blk * C * C, C, Band::lower), U, NB, O, NB, true);
+      chunk_product<Bytes>(pb.products, team, C, pk.width, C, Scalar(1),
+                           rows(cd.p.data() + at.blk * C * C, C, Band::lower), U, NB, O, NB, true);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, at.n), [&](int i) {
         if (!pb.has_query(at.r0 + i)) return;
@@ -671,8 +675,8 @@ struct StatePass {
       save_pass_columns(team, pk, C, U, cd.u.data() + at.blk * C * V, V, NB);
     decay_pass_block(team, pk, cd, at.blk, C, K, Z, NB);
     team.team_barrier();
-    team_gemm<Bytes>(team, K, pk.width, C, Scalar(1), transposed(cd.kt.data() + at.blk * C * K, K),
-                     U, NB, Z, NB, true);
+    chunk_product<Bytes>(pb.products, team, K, pk.width, C, Scalar(1),
+                         transposed(cd.kt.data() + at.blk * C * K, K), U, NB, Z, NB, true);
     team.team_barrier();
   }
 
@@ -695,13 +699,13 @@ struct StatePass {
     if (tg.save && !pk.m_cols())
       save_pass_columns(team, pk, K, D, cd.dse.data() + at.blk * K * V, V, NB);
     team.team_barrier();
-    team_gemm<Bytes>(team, C, pk.width, K, Scalar(1), rows(cd.kt.data() + at.blk * C * K, K), D, NB,
-                     dU, NB, false);
+    chunk_product<Bytes>(pb.products, team, C, pk.width, K, Scalar(1),
+                         rows(cd.kt.data() + at.blk * C * K, K), D, NB, dU, NB, false);
     team.team_barrier();
     if (!pk.m_cols()) {
-      team_gemm<Bytes>(team, C, pk.width, C, Scalar(1),
-                       transposed(cd.p.data() + at.blk * C * C, C, Band::upper), dO, NB, dU, NB,
-                       true);
+      chunk_product<Bytes>(pb.products, team, C, pk.width, C, Scalar(1),
+                           transposed(cd.p.data() + at.blk * C * C, C, Band::upper), dO, NB, dU, NB,
+                           true);
       team.team_barrier();
     }
     if (tg.save && !pk.m_cols())
@@ -709,12 +713,12 @@ struct StatePass {
     decay_pass_block(team, pk, cd, at.blk, C, K, D, NB);
     team.team_barrier();
     if (!pk.m_cols()) {
-      team_gemm<Bytes>(team, K, pk.width, C, Scalar(1),
-                       transposed(cd.qh.data() + at.blk * C * K, K), dO, NB, D, NB, true);
+      chunk_product<Bytes>(pb.products, team, K, pk.width, C, Scalar(1),
+                           transposed(cd.qh.data() + at.blk * C * K, K), dO, NB, D, NB, true);
       team.team_barrier();
     }
-    team_gemm<Bytes>(team, K, pk.width, C, Scalar(-1), transposed(cd.wt.data() + at.blk * C * K, K),
-                     dU, NB, D, NB, true);
+    chunk_product<Bytes>(pb.products, team, K, pk.width, C, Scalar(-1),
+                         transposed(cd.wt.data() + at.blk * C * K, K), dU, NB, D, NB, true);
     team.team_barrier();
   }
 };
@@ -816,34 +820,36 @@ struct ChunkGradients {
     const Work w(team.team_scratch(1), C, K, V);
     load_rows(team, cb, w);
     team.team_barrier();
-    chunk_product<Bytes>(pb.products, team, C, K, V, rows(w.dO.data(), V), w.S0T.data(), K,
-                         w.F.data(), K, false);
-    chunk_product<Bytes>(pb.products, team, C, C, V, rows(w.dO.data(), V), w.UT.data(), C,
-                         w.dP.data(), C, false, true);
-    chunk_product<Bytes>(pb.products, team, C, C, K, rows(w.kr.data(), K), w.krT.data(), C,
-                         w.G.data(), C, false, true);
-    chunk_product<Bytes>(pb.products, team, C, V, C, transposed(X, C, Band::upper), dU, V,
-                         w.dY.data(), V, false);
-    chunk_product<Bytes>(pb.products, team, C, K, V, rows(U, V), w.dSeT.data(), K, w.Tm.data(), K,
-                         false);
+    chunk_product<Bytes>(pb.products, team, C, K, V, Scalar(1), rows(w.dO.data(), V), w.S0T.data(),
+                         K, w.F.data(), K, false);
+    chunk_product<Bytes>(pb.products, team, C, C, V, Scalar(1), rows(w.dO.data(), V), w.UT.data(),
+                         C, w.dP.data(), C, false, true);
+    chunk_product<Bytes>(pb.products, team, C, C, K, Scalar(1), rows(w.kr.data(), K), w.krT.data(),
+                         C, w.G.data(), C, false, true);
+    chunk_product<Bytes>(pb.products, team, C, V, C, Scalar(1), transposed(X, C, Band::upper), dU,
+                         V, w.dY.data(), V, false);
+    chunk_product<Bytes>(pb.products, team, C, K, V, Scalar(1), rows(U, V), w.dSeT.data(), K,
+                         w.Tm.data(), K, false);
     team.team_barrier();
-    chunk_product<Bytes>(pb.products, team, C, C, V, rows(w.dY.data(), V), w.UT.data(), C,
-                         w.dA.data(), C, false, true);
-    chunk_product<Bytes>(pb.products, team, C, K, V, rows(w.dY.data(), V), w.S0T.data(), K,
-                         w.Eb.data(), K, false);
+    chunk_product<Bytes>(pb.products, team, C, C, V, Scalar(1), rows(w.dY.data(), V), w.UT.data(),
+                         C, w.dA.data(), C, false, true);
+    chunk_product<Bytes>(pb.products, team, C, K, V, Scalar(1), rows(w.dY.data(), V), w.S0T.data(),
+                         K, w.Eb.data(), K, false);
     team.team_barrier();
     pair_terms<Bytes>(team, cb, w);
     team.team_barrier();
-    chunk_product<Bytes>(pb.products, team, C, K, C, rows(w.dP.data(), C, Band::lower), w.kr.data(),
-                         K, w.dQ.data(), K, false);
-    chunk_product<Bytes>(pb.products, team, C, K, C, transposed(w.dP.data(), C, Band::upper),
-                         w.qs.data(), K, w.dK.data(), K, false);
+    chunk_product<Bytes>(pb.products, team, C, K, C, Scalar(1), rows(w.dP.data(), C, Band::lower),
+                         w.kr.data(), K, w.dQ.data(), K, false);
+    chunk_product<Bytes>(pb.products, team, C, K, C, Scalar(1),
+                         transposed(w.dP.data(), C, Band::upper), w.qs.data(), K, w.dK.data(), K,
+                         false);
     team.team_barrier();
-    chunk_product<Bytes>(pb.products, team, C, K, C, rows(w.dA.data(), C, Band::lower), w.kr.data(),
-                         K, w.dK.data(), K, true);
-    team.team_barrier();
-    chunk_product<Bytes>(pb.products, team, C, K, C, transposed(w.dA.data(), C, Band::upper),
+    chunk_product<Bytes>(pb.products, team, C, K, C, Scalar(1), rows(w.dA.data(), C, Band::lower),
                          w.kr.data(), K, w.dK.data(), K, true);
+    team.team_barrier();
+    chunk_product<Bytes>(pb.products, team, C, K, C, Scalar(1),
+                         transposed(w.dA.data(), C, Band::upper), w.kr.data(), K, w.dK.data(), K,
+                         true);
     team.team_barrier();
     row_gradients(team, cb, w);
     Scalar sdot = 0;
