@@ -53,6 +53,20 @@ struct ScratchCursor {
     at += scratch_piece<T>(n);
     return piece;
   }
+
+  /// The team-scratch bytes to ask for `piece_bytes` of pieces that start on a 16-byte boundary
+  /// (`aligned`): reaching the boundary may skip up to 15 bytes, so 16 more are asked for.
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t aligned_bytes(std::size_t piece_bytes) {
+    return 16 + piece_bytes;
+  }
+
+  /// A cursor at the first 16-byte boundary of `team`'s level-`level` scratch, for `piece_bytes`
+  /// of pieces (asked for with `aligned_bytes`): what `ldmatrix` and 16-byte loads read.
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION static ScratchCursor aligned(const Member& team, int level,
+                                                      std::size_t piece_bytes) {
+    return {static_cast<char*>(team.team_scratch(level).get_shmem_aligned(piece_bytes, 16))};
+  }
 };
 
 /// The tokens in a team's scratch: of its query rows (`query`) and of the key tile it has staged

@@ -52,12 +52,10 @@ struct TensorCoreQueryGradientKernel {
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
   Kokkos::View<acc***, Kokkos::LayoutRight, MemorySpace> dq;
 
-  /// Whether the warps' dO rows are staged in scratch, each warp reading its A fragments from
-  /// there per product, rather than held in registers: at D = 128 with 16-bit operands, where the
-  /// Q and dO fragments (64 registers) and the dQ accumulators (64) with the two score tiles left
-  /// the products too few registers and the kernel spilled, and the 64 staged rows (17 KiB) fit
-  /// beside the K and V tiles in level-0 scratch (as `TensorCoreKeyGradientKernel::staged_values`).
-  static constexpr bool staged_rows = DP == 128 && sizeof(Op) == 2;
+  /// Whether the warps' dO rows are staged in scratch (`Tiles::stages_row_operand`): at D = 128
+  /// with 16-bit operands the Q and dO fragments (64 registers) and the dQ accumulators (64) with
+  /// the two score tiles left the products too few registers and the kernel spilled.
+  static constexpr bool staged_rows = Tiles::stages_row_operand;
   /// A warp's dO rows: their fragments, or where `staged_rows`, the first of them in scratch.
   using OutputGradientRows = std::conditional_t<staged_rows, const Op*, typename Tiles::Rows>;
 
@@ -150,13 +148,10 @@ struct TensorCoreKeyGradientKernel {
   static constexpr int team_keys = warps * Tiles::rows;
   /// Queries of a staged tile.
   static constexpr int query_width = Tiles::width;
-  /// Whether the team's V rows are staged in scratch, each warp reading its A fragments from there
-  /// per product, rather than held in registers. At D = 128 with 16-bit operands a warp's K and V
-  /// fragments (64 registers) and its dK and dV accumulators (128) leave the products too few of
-  /// the 255 and the kernel spilled; the 64 staged rows (17 KiB) fit beside the two query tiles in
-  /// the 40 KiB of level-0 scratch a CUDA team gets. Elsewhere they do not fit (TF32 and D = 256
-  /// take twice the bytes) or are not needed (D = 64).
-  static constexpr bool staged_values = DP == 128 && sizeof(Op) == 2;
+  /// Whether the team's V rows are staged in scratch (`Tiles::stages_row_operand`): at D = 128
+  /// with 16-bit operands a warp's K and V fragments (64 registers) and its dK and dV
+  /// accumulators (128) leave the products too few of the 255 and the kernel spilled.
+  static constexpr bool staged_values = Tiles::stages_row_operand;
   /// A warp's V rows: their fragments, or where `staged_values`, the first of them in scratch.
   using ValueRows = std::conditional_t<staged_values, const Op*, typename Tiles::Rows>;
 
@@ -172,7 +167,9 @@ struct TensorCoreKeyGradientKernel {
   /// Team scratch: the query and dO tiles, the staged V rows, the tokens, log-sum-exps, deltas
   /// and validity of a query tile; and 16 bytes to align the first piece (`ldmatrix` reads the V
   /// rows, and every piece keeps a multiple of 16 bytes).
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t scratch_bytes() { return 16 + piece_bytes(); }
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t scratch_bytes() {
+    return ScratchCursor::aligned_bytes(piece_bytes());
+  }
   KOKKOS_INLINE_FUNCTION static constexpr std::size_t piece_bytes() {
     return 2 * Tiles::tile_bytes() + (staged_values ? value_bytes() : 0) +
            scratch_piece<mask::Token>(team_keys) + scratch_piece<mask::Token>(query_width) +
@@ -197,8 +194,7 @@ struct TensorCoreKeyGradientKernel {
     const int hk = static_cast<int>(team.league_rank() / blocks);
     const std::int64_t j0 = (team.league_rank() % blocks) * team_keys;
     const int nk = static_cast<int>(shape.nk - j0 < team_keys ? shape.nk - j0 : team_keys);
-    ScratchCursor cur{
-        static_cast<char*>(team.team_scratch(level).get_shmem_aligned(piece_bytes(), 16))};
+    ScratchCursor cur = ScratchCursor::aligned(team, level, piece_bytes());
     Op* qs = cur.take<Op>(std::size_t(query_width) * Tiles::ld);
     Op* dos = cur.take<Op>(std::size_t(query_width) * Tiles::ld);
     Op* vs = staged_values ? cur.take<Op>(std::size_t(team_keys) * Tiles::ld) : nullptr;

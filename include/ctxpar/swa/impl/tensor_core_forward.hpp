@@ -113,7 +113,7 @@ struct TensorCoreQueryWalk {
   /// reads the staged rows, and every piece keeps a multiple of 16 bytes).
   template <class Kernel>
   KOKKOS_INLINE_FUNCTION static constexpr std::size_t scratch_bytes() {
-    return 16 + piece_bytes<Kernel>();
+    return ScratchCursor::aligned_bytes(piece_bytes<Kernel>());
   }
   template <class Kernel>
   KOKKOS_INLINE_FUNCTION static constexpr std::size_t piece_bytes() {
@@ -139,8 +139,7 @@ struct TensorCoreQueryWalk {
     typename Kernel::Warp w[per_thread];
     const int first_warp = count == 1 ? team.team_rank() / 32 : 0;
     const TensorCoreQueryTeam qt(team.league_rank(), tiles, shape.tq, shape.group, heads);
-    ScratchCursor cur{
-        static_cast<char*>(team.team_scratch(level).get_shmem_aligned(piece_bytes<Kernel>(), 16))};
+    ScratchCursor cur = ScratchCursor::aligned(team, level, piece_bytes<Kernel>());
     Staged st;
     st.k = cur.take<Op>(std::size_t(key_tile) * Tiles::ld);
     st.v = cur.take<Op>(std::size_t(key_tile) * Tiles::ld);

@@ -68,6 +68,13 @@ struct TensorCoreTiles {
   /// Whether the kernels read the staged tiles by `ldmatrix` (16-bit operands), which on a device
   /// needs them in shared memory: level-0 scratch.
   static constexpr bool reads_by_ldmatrix = L::k == 16;
+  /// Whether a backward kernel stages one of its row operands (16 rows per warp: the dQ kernel its
+  /// dO rows, the dK/dV kernel its V rows) in scratch and reads their A fragments from there by
+  /// `ldmatrix` per product, rather than holding them in registers: at D = 128 with 16-bit
+  /// operands, where the registers ran out (each kernel says why) and the 64 rows (17 KiB) fit
+  /// beside two staged tiles in the 40 KiB of level-0 scratch a CUDA team gets. Elsewhere they
+  /// do not fit (TF32 and D = 256 take twice the bytes) or are not needed (D = 64).
+  static constexpr bool stages_row_operand = DP == 128 && reads_by_ldmatrix;
 
   /// A lane's A and B fragments.
   using A = ctxpar::impl::Fragment<Op, L::a_per_lane>;
