@@ -36,10 +36,12 @@ OLD_ABI_64BIT_UNIFIED = 0x500
 # m16n8k16 with fp32 accumulation for bfloat16 and half, m16n8k8 TF32 for fp32 inputs.
 ATTENTION_KERNELS = ("TensorCoreForwardKernel", "TensorCoreQueryGradientKernel",
                      "TensorCoreKeyGradientKernel")
-# The gated delta per-chunk kernels and state passes keep fp32 data and choose their products'
-# operand type at run time (`ChunkProducts`), so each instantiation must hold all three shapes.
+# The gated delta per-chunk kernels and state passes, and the decay families' team kernels, keep
+# fp32 data and choose their products' operand type at run time (`ChunkProducts`), so each
+# instantiation must hold all three shapes.
 CHUNK_KERNELS = ("gated_delta::IntraChunk", "gated_delta::ChunkGradients",
-                 "gated_delta::StatePass")
+                 "gated_delta::StatePass", "impl::ChunkUpdateTiles", "impl::OutputTiles",
+                 "impl::ScalarGradientTiles", "impl::DiagonalGradientTiles")
 TENSOR_CORE_KERNELS = ATTENTION_KERNELS + CHUNK_KERNELS
 # The portable FMA kernels of the same TU: if HMMA showed up there, the check would not be telling
 # the tensor-core paths apart from the rest, so they must have none.
@@ -80,7 +82,7 @@ def demangle(names):
 
 def scalar_of(name):
     # The kernel's first template argument is its storage scalar.
-    m = re.search(r"(?:Kernel|IntraChunk|ChunkGradients|StatePass)<(ctxpar::)?"
+    m = re.search(r"(?:Kernel|IntraChunk|ChunkGradients|StatePass|Tiles)<(ctxpar::)?"
                   r"(bfloat16|float16|float|double)\b", name)
     return m.group(2) if m else None
 

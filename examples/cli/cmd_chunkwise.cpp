@@ -360,16 +360,28 @@ double products_chain(const std::vector<double>& g, const std::vector<std::int64
 
 // The bar for results stored in `Scalar`: a 16-bit output or gradient is the fp32 one rounded
 // once in each run (states and their gradients stay fp32: `fp32` true). With tensor-core chunk
-// products (`products`, resolved) each run is within `cw::products_roundoff_factor`·u_p
-// (`backward` true for gradients, over `chain` chunks) of the exact products' result, and the
-// two runs' chunks need not line up, so their difference may be twice that.
+// products (`products`, resolved) each run is within `factor`·u_p of the exact products' result
+// (`products_factors`), and the two runs' chunks need not line up, so their difference may be
+// twice that.
 template <class Scalar>
-double stored_tolerance(cw::ChunkProducts products, bool backward, double chain,
-                        bool fp32 = false) {
-  const double up = cw::products_unit_roundoff(products);
-  const double tau =
-      Compare::fp32_tolerance + 2 * cw::products_roundoff_factor(backward, chain) * up;
+double stored_tolerance(cw::ChunkProducts products, double factor, bool fp32 = false) {
+  const double tau = Compare::fp32_tolerance + 2 * factor * cw::products_unit_roundoff(products);
   return fp32 ? tau : ctxpar::cli::stored_tolerance<Scalar>(tau);
+}
+
+// The products' factors of the bars, forward and backward: for the gated delta families (dense
+// transitions, which carry a rounding from chunk to chunk) `cw::products_roundoff_factor` over
+// `chain` chunks (`products_chain`); for the decay families `cw::decay_products_roundoff_factor`,
+// their componentwise bound read against each result's norm.
+struct ProductsFactors {
+  double forward = 0, backward = 0;
+};
+template <class Backend>
+ProductsFactors products_factors(double chain) {
+  if constexpr (std::is_same_v<typename Backend::transition_type, cw::DenseTransition>)
+    return {cw::products_roundoff_factor(false, chain), cw::products_roundoff_factor(true, chain)};
+  else
+    return {cw::decay_products_roundoff_factor, cw::decay_products_roundoff_factor};
 }
 
 template <class View>
@@ -401,14 +413,17 @@ int check_and_keep(int ranks, const Backend& backend, const Settings& s,
   Compare out_check, grad_check, state_check;
   // Both runs' plans multiply with these (`automatic` resolved for the space and storage type).
   const cw::ChunkProducts products = cw::chunk_products_of<exec>(backend);
-  const double chain = products == cw::ChunkProducts::exact
+  constexpr bool dense = std::is_same_v<typename Backend::transition_type, cw::DenseTransition>;
+  const double chain = products == cw::ChunkProducts::exact || !dense
                            ? 0.0
                            : products_chain(ctxpar::cli::values_as_double(f.at("g"), "g.npy"), cu,
                                             static_cast<int>(f.at("g").shape()[1]), s.chunk, ranks);
-  out_check.tolerance = stored_tolerance<Scalar>(products, false, chain);
-  grad_check.tolerance = stored_tolerance<Scalar>(products, true, chain);
+  const ProductsFactors factors = products_factors<Backend>(chain);
+  out_check.tolerance = stored_tolerance<Scalar>(products, factors.forward);
+  grad_check.tolerance = stored_tolerance<Scalar>(products, factors.backward);
   // The states hold ht and, with --backward, dh0.
-  state_check.tolerance = stored_tolerance<Scalar>(products, s.backward, chain, true);
+  state_check.tolerance =
+      stored_tolerance<Scalar>(products, s.backward ? factors.backward : factors.forward, true);
   out_check.add(o, host_values(one.o));
   const auto ht = host_values(cp.ht);
   state_check.add(ht, host_values(one.ht));
@@ -469,7 +484,7 @@ int check_and_keep(int ranks, const Backend& backend, const Settings& s,
   check["tolerance_relative_l2"] = out_check.tolerance;
   if (s.backward) check["gradients_tolerance_relative_l2"] = grad_check.tolerance;
   check["states_tolerance_relative_l2"] = state_check.tolerance;
-  if (products != cw::ChunkProducts::exact) check["products_chain_chunks"] = chain;
+  if (products != cw::ChunkProducts::exact && dense) check["products_chain_chunks"] = chain;
   const bool ok = out_check.ok() && state_check.ok() && (!s.backward || grad_check.ok());
   check["passed"] = ok;
   j["check_vs_single_rank"] = check;

@@ -40,7 +40,8 @@ std::string describe(const std::string& family, const std::string& scalar,
 template <class Scalar, bool Diagonal>
 bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t seed,
                    bool full_matrix, bool strong_gates = false, std::int64_t key_dim = 8,
-                   std::int64_t value_dim = 6) {
+                   std::int64_t value_dim = 6,
+                   cw::ChunkProducts products = cw::ChunkProducts::exact) {
   using adapter = cwt::DecayAdapter<Scalar, mem, Diagonal>;
   const auto& group = world();
   auto prob = cwt::make_decay_problem(2, key_dim, value_dim, Diagonal, cu, seed, chunk);
@@ -56,8 +57,10 @@ bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t
     cwt::CaseOptions single;
     single.chunk = chunk;
     single.initial_states = single.final_state_grads = with;
+    single.products = products;
+    const double up = cw::products_unit_roundoff(products);
     const cwt::Result one_rank = cwt::run_cp<adapter, cw::GatherFold>(self, prob, single);
-    const cwt::Result bound_one = cwt::decay_bounds<Scalar>(prob, with, with, 1);
+    const cwt::Result bound_one = cwt::decay_bounds<Scalar>(prob, with, with, 1, up);
     std::vector<cwt::Range> all{{0, prob.T}};
     ok =
         cwt::check_against("single-rank vs oracle", one_rank, oracle, bound_one, all, prob.T) && ok;
@@ -68,9 +71,10 @@ bool check_problem(const std::vector<std::int64_t>& cu, int chunk, std::uint64_t
         o.zigzag = zig == 1;
         o.form = form == 0 ? cw::SummaryForm::packed : cw::SummaryForm::unpacked;
         const int shards = group.size() * (o.zigzag ? 2 : 1);
-        const cwt::Result bound = cwt::decay_bounds<Scalar>(prob, with, with, shards);
+        const cwt::Result bound = cwt::decay_bounds<Scalar>(prob, with, with, shards, up);
         const std::string family = Diagonal ? "diagonal" : "scalar";
-        const std::string scalar = sizeof(Scalar) == 4 ? "float" : "double";
+        const std::string scalar =
+            std::string(sizeof(Scalar) == 4 ? "float" : "double") + "/" + cw::to_string(products);
         std::vector<cwt::Range> rows;
         const cwt::Result gf = cwt::run_cp<adapter, cw::GatherFold>(group, prob, o, &rows);
         ok = cwt::check_against(describe(family, scalar, "gather", o, cu) + " vs oracle", gf,
@@ -131,6 +135,46 @@ void run_family() {
                                                          false, false, 12, 100)));
 }
 
+// The tensor-core products reach every product kernel: on one rank, the output and every
+// gradient differ from the exact products' (the inputs are not exact in any operand type).
+template <bool Diagonal>
+bool tensor_core_products_are_not_the_exact_ones(cw::ChunkProducts products) {
+  using adapter = cwt::DecayAdapter<float, mem, Diagonal>;
+  const ctxpar::Group self(MPI_COMM_SELF);
+  const auto prob = cwt::make_decay_problem(2, 8, 6, Diagonal, {0, 40}, 31, 16);
+  cwt::CaseOptions o;
+  o.chunk = 16;
+  const cwt::Result exact = cwt::run_cp<adapter, cw::GatherFold>(self, prob, o);
+  o.products = products;
+  const cwt::Result tensor_core = cwt::run_cp<adapter, cw::GatherFold>(self, prob, o);
+  bool ok = tensor_core.output != exact.output;
+  for (std::size_t i = 0; i < exact.grads.size(); ++i)
+    ok = ok && tensor_core.grads[i].values != exact.grads[i].values;
+  if (!ok)
+    std::cerr << cw::to_string(products)
+              << " chunk products gave the exact products' output or a gradient\n";
+  return ok;
+}
+
+// Tensor-core chunk products (emulated on the host): every rank against the oracle under the
+// bound with the products' share (`cw::decay_products_roundoff_factor`) and against the
+// single-rank path, packed and not, on the tiled and the strong-gate (sub-block) paths.
+template <bool Diagonal>
+void run_tensor_core_products() {
+  const auto& group = world();
+  const int p = group.size();
+  for (const cw::ChunkProducts products :
+       {cw::ChunkProducts::tf32, cw::ChunkProducts::bfloat16, cw::ChunkProducts::float16}) {
+    CTXPAR_TEST_ALL(group, tensor_core_products_are_not_the_exact_ones<Diagonal>(products));
+    CTXPAR_TEST_ALL(group, (check_problem<float, Diagonal>(cwt::cu_from_lengths({30, 1, 17, 45, 4}),
+                                                           16, 13, false, false, 8, 6, products)));
+    CTXPAR_TEST_ALL(
+        group, (check_problem<float, Diagonal>({0, 65 * p}, 64, 17, false, false, 8, 6, products)));
+    CTXPAR_TEST_ALL(
+        group, (check_problem<float, Diagonal>({0, 70 * p}, 64, 21, false, true, 8, 6, products)));
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(scalar_decay_cp_matches_oracle_and_single_rank) {
@@ -139,6 +183,14 @@ BOOST_AUTO_TEST_CASE(scalar_decay_cp_matches_oracle_and_single_rank) {
 
 BOOST_AUTO_TEST_CASE(diagonal_gate_cp_matches_oracle_and_single_rank) {
   run_family<true>();
+}
+
+BOOST_AUTO_TEST_CASE(scalar_decay_tensor_core_products_match_oracle_and_single_rank) {
+  run_tensor_core_products<false>();
+}
+
+BOOST_AUTO_TEST_CASE(diagonal_gate_tensor_core_products_match_oracle_and_single_rank) {
+  run_tensor_core_products<true>();
 }
 
 namespace {

@@ -163,9 +163,12 @@ inline DecayOracle decay_oracle(const DecayProblem& p, bool use_h0, bool use_dht
 /// Per-element absolute error bounds of a chunkwise computation of `p` in `Scalar`, summaries in
 /// fp32 across `shards` virtual shards: `c·u·Σ|terms|` with `c` counting the longest accumulation
 /// (state rows K, chunk length, value rows V, chunk and shard chain steps, and the cumulative
-/// log-gate error inside a chunk), plus the fp32 rounding of summaries when more than one shard.
+/// log-gate error inside a chunk), plus the fp32 rounding of summaries when more than one shard,
+/// plus `cw::decay_products_roundoff_factor·u_p` for tensor-core chunk products of unit roundoff
+/// `u_p` (`products_roundoff`).
 template <class Scalar>
-Result decay_bounds(const DecayProblem& p, bool use_h0, bool use_dht, int shards) {
+Result decay_bounds(const DecayProblem& p, bool use_h0, bool use_dht, int shards,
+                    double products_roundoff = 0) {
   const DecayOracle mag = decay_oracle(p, use_h0, use_dht, true);
   double gmax = 0;
   // A hard reset (g = −∞) adds no rounding: the chunk's cumulative sums restart after it.
@@ -175,7 +178,8 @@ Result decay_bounds(const DecayProblem& p, bool use_h0, bool use_dht, int shards
   const double c = 2.0 * (p.K + p.V + C) + 4.0 * (static_cast<double>(p.T) / C + 2.0 * shards) +
                    C * C * gmax + 32.0;
   const double u = unit_roundoff<Scalar>();
-  const double e = c * u + (shards > 1 ? 16.0 * unit_roundoff<float>() : 0.0);
+  const double e = c * u + (shards > 1 ? 16.0 * unit_roundoff<float>() : 0.0) +
+                   cw::decay_products_roundoff_factor * products_roundoff;
   Result b = mag.result;
   auto scale = [e](std::vector<double>& v) {
     for (auto& x : v) x = e * x + 1e-300;

@@ -186,14 +186,15 @@ BOOST_AUTO_TEST_CASE(tensor_core_chunk_products_match_oracle_and_single_rank) {
           "need float or 16-bit data", -1));
   const auto decay = cwt::make_decay_problem(2, 8, 6, false, {0, 20}, 66, 16);
   CTXPAR_TEST_ALL(
-      group, ctxpar::test::throws_everywhere(
-                 group,
-                 [&] {
-                   cwt::run_cp<
-                       cwt::DecayAdapter<float, Kokkos::DefaultExecutionSpace::memory_space, false>,
-                       cw::GatherFold>(group, decay, o);
-                 },
-                 "no tensor-core chunk products", -1));
+      group,
+      ctxpar::test::throws_everywhere(
+          group,
+          [&] {
+            cwt::run_cp<
+                cwt::DecayAdapter<double, Kokkos::DefaultExecutionSpace::memory_space, false>,
+                cw::GatherFold>(group, decay, o);
+          },
+          "need float or 16-bit data", -1));
   if (p > 1) {
     o.products = group.rank() == p - 1 ? cw::ChunkProducts::bfloat16 : cw::ChunkProducts::exact;
     CTXPAR_TEST_ALL(

@@ -8,7 +8,7 @@
 // - against the fp64 oracle fed the same (16-bit) values, within the fp32 bound of the existing
 //   CP tests plus the one final rounding, plus the chunk products' rounding where the plan's
 //   products are not exact: the default (`automatic`) is the storage type's own tensor-core
-//   products for the gated delta families on a device and exact on the host, so each run compares
+//   products for every family on a device and exact on the host, so each run compares
 //   with the fp32 plan of the products the 16-bit plan resolved, and the explicit bfloat16 and
 //   float16 products (a device's default) run on the host too;
 // - a 16-bit input or output of the wrong shape, a wrong-shaped 16-bit gradient, a strided 16-bit
@@ -91,10 +91,11 @@ struct DecayFamily {
   static cwt::Result oracle(const problem& p, bool states) {
     return cwt::decay_oracle(p, states, states, false).result;
   }
-  static constexpr bool tensor_core_products = false;
+  static constexpr bool tensor_core_products = true;
   static cwt::Result bound(const problem& p, const cwt::Result&, bool states, int shards,
-                           cw::ChunkProducts) {
-    return cwt::decay_bounds<float>(p, states, states, shards);
+                           cw::ChunkProducts products) {
+    return cwt::decay_bounds<float>(p, states, states, shards,
+                                    cw::products_unit_roundoff(products));
   }
 };
 
@@ -293,7 +294,8 @@ BOOST_AUTO_TEST_CASE(automatic_chunk_products_resolve_by_storage_space_and_famil
   {
     cw::CpPlan<cw::GatherFold, cw::ScalarDecayBackend<bfloat16, mem>, exec> plan(
         exec(), group, cw::ScalarDecayBackend<bfloat16, mem>(), layout, shape);
-    expect("scalar decay bfloat16", plan.products(), P::exact);
+    expect("scalar decay bfloat16", plan.products(),
+           cw::resolve_chunk_products<exec, bfloat16>(P::automatic));
   }
   {
     cw::BackendOptions named;

@@ -3,8 +3,8 @@
 #   MPIEXEC        the mpiexec command line up to the program (a list), NP ranks
 #   FAMILY, WORK   the model family, a scratch folder
 #   MODE           `runs`: every (packed, compose, layout) combination with --backward (and two
-#                  16-bit runs: bfloat16 packed, float16 plain; for gdn and gdp two more with
-#                  tensor-core chunk products, bfloat16 on bfloat16 data and tf32 on float32), each
+#                  16-bit runs: bfloat16 packed, float16 plain; and two more with tensor-core
+#                  chunk products, bfloat16 on bfloat16 data and tf32 on float32), each
 #                  output and gradient checked against the fp64 oracle; `bad_input`: a g.npy of
 #                  the wrong shape must stop every rank with the documented message.
 cmake_minimum_required(VERSION 3.16)
@@ -108,8 +108,6 @@ endforeach()
 # 16-bit tensors (states fp32): one packed and one plain run of each type.
 run_case(1 gather zigzag bfloat16)
 run_case(0 scan contiguous float16)
-# The gated delta families' intra-chunk products on (emulated) tensor cores.
-if(FAMILY STREQUAL "gdn" OR FAMILY STREQUAL "gdp")
-  run_case(1 gather zigzag bfloat16 bfloat16)
-  run_case(0 scan contiguous float32 tf32)
-endif()
+# The chunk products on (emulated) tensor cores, every family.
+run_case(1 gather zigzag bfloat16 bfloat16)
+run_case(0 scan contiguous float32 tf32)

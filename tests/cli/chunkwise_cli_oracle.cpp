@@ -144,7 +144,7 @@ Case make_case(const std::string& family, bool packed, int shards, Dtype d,
     c.v_shape = {T, H, V};
     c.g_shape = diagonal ? Shape{T, H, K} : Shape{T, H};
     c.want = cwt::decay_oracle(p, packed, packed, false).result;
-    c.bound = cwt::decay_bounds<Scalar>(p, packed, packed, shards);
+    c.bound = cwt::decay_bounds<Scalar>(p, packed, packed, shards, products_roundoff);
     return c;
   }
   const std::vector<int> cu_int(c.cu.begin(), c.cu.end());

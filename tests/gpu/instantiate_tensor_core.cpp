@@ -4,12 +4,14 @@
 // and later) and the fragment store, with the 32 lanes as the threads of one team.
 // scripts/gpu-compile-check cuda compiles this file once more keeping its PTX and ptxas report, and
 // requires the three `mma.sync` instructions and the `ldmatrix` in the PTX and no register spills;
-// the attention kernels and the gated delta per-chunk kernels and state passes, whose products
-// (`ChunkProducts`) run on `team_mma_gemm` for each operand type, must issue mma.sync, and their
-// SASS the HMMA of each operand type (scripts/sass_check.py).
+// the attention kernels, the gated delta per-chunk kernels and state passes and the decay
+// families' team kernels, whose products (`ChunkProducts`) run on `team_mma_gemm` for each
+// operand type, must issue mma.sync, and their SASS the HMMA of each operand type
+// (scripts/sass_check.py).
 // Nothing here runs.
 #include <Kokkos_Core.hpp>
 
+#include "ctxpar/chunkwise/impl/decay_kernels.hpp"
 #include "ctxpar/chunkwise/impl/gated_delta_kernels.hpp"
 #include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/float16.hpp"
@@ -138,7 +140,33 @@ void gated_delta_pass(const char* label) {
                             impl::gated_delta::PassTargets<float>{}, 1, block});
 }
 
+// A decay-family team kernel (chunk updates, outputs, gradient tiles) as the backends launch it,
+// its products chosen at run time like the gated delta kernels'.
+template <class Kernel>
+void decay_team_kernel(const char* label) {
+  Kernel kernel{};
+  kernel.products = chunkwise::ChunkProducts::bfloat16;
+  chunkwise::impl::launch_chunk_teams(exec(), label, 1, 64 * 1024, kernel, kernel.products);
+}
+
+template <bool Diagonal>
+void decay_family() {
+  using mem = exec::memory_space;
+  decay_team_kernel<chunkwise::impl::ChunkUpdateTiles<float, exec, mem, Diagonal>>(
+      "ctxpar::gpu_check::decay_chunk_update");
+  decay_team_kernel<chunkwise::impl::OutputTiles<float, exec, mem, Diagonal>>(
+      "ctxpar::gpu_check::decay_output");
+  if constexpr (Diagonal)
+    decay_team_kernel<chunkwise::impl::DiagonalGradientTiles<float, exec, mem>>(
+        "ctxpar::gpu_check::decay_gradients");
+  else
+    decay_team_kernel<chunkwise::impl::ScalarGradientTiles<float, exec, mem>>(
+        "ctxpar::gpu_check::decay_gradients");
+}
+
 void instantiate() {
+  decay_family<false>();
+  decay_family<true>();
   gated_delta_pass<impl::gated_delta::ForwardPass<float, exec, exec::memory_space>>(
       "ctxpar::gpu_check::forward_pass");
   gated_delta_pass<impl::gated_delta::ReversePass<float, exec, exec::memory_space>>(

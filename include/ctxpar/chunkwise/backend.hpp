@@ -134,21 +134,25 @@ struct SummaryNeeds {
 /// The per-slot table of a backend that needs none (`table_type`).
 struct NoTable {};
 
-/// How the per-chunk products of the gated delta families multiply: the type their operands are
-/// read as. `exact` is fp32 FMA (and the only choice for fp64 and the decay families); `tf32`,
-/// `bfloat16` and `float16` run the products on warp tensor cores
-/// (`core/impl/team_mma_product.hpp`) with the operands rounded to that type and fp32
-/// accumulation: the instructions on CUDA built for sm_80 or later, an emulation on the host
-/// spaces (for testing, not speed). A 16-bit plan's inputs are exact in their own type, so
-/// `bfloat16` (`float16`) rounds only the intermediate operands of such a plan. These are every
-/// product of the gated delta kernels: the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`,
-/// `X·(βV)`), the state passes' (`W̃·S`, `Q̂·S`, `P·U`, `K̃ᵀ·U` forward; `K̃·D`, `Pᵀ·dO`, `Q̂ᵀ·dO`,
-/// `W̃ᵀ·dU` reverse; the carried state stays fp32) and the eleven of the per-chunk gradients. The
-/// triangular solve, the summaries and their composition stay exact.
+/// How the per-chunk products of the chunkwise families multiply: the type their operands are
+/// read as. `exact` is fp32 FMA (and the only choice for fp64); `tf32`, `bfloat16` and `float16`
+/// run the products on warp tensor cores (`core/impl/team_mma_product.hpp`) with the operands
+/// rounded to that type and fp32 accumulation: the instructions on CUDA built for sm_80 or later,
+/// an emulation on the host spaces (for testing, not speed). A 16-bit plan's inputs are exact in
+/// their own type, so `bfloat16` (`float16`) rounds only the intermediate operands of such a
+/// plan. These are every team product of the kernels (`chunk_product`). In the gated delta
+/// families: the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`, `X·(βV)`), the state passes'
+/// (`W̃·S`, `Q̂·S`, `P·U`, `K̃ᵀ·U` forward; `K̃·D`, `Pᵀ·dO`, `Q̂ᵀ·dO`, `W̃ᵀ·dU` reverse; the
+/// carried state stays fp32) and the eleven of the per-chunk gradients. In the decay families:
+/// the chunk updates `K̃ᵀ·V`, the scores and outputs (`Q·Kᵀ`, `P·V`, `Q̂·S`) and the gradient
+/// tiles' products; their chains across chunks are elementwise and stay fp32. The triangular
+/// solve, the summaries and their composition stay exact. `float16` operands have float16's
+/// range: a value past 65504 becomes infinite and one below 2⁻¹⁴ loses bits, which the bounds
+/// (`products_roundoff_factor`) do not cover; `bfloat16` and `tf32` have fp32's range.
 ///
-/// `automatic` (the default) is the storage type's own products for a 16-bit plan of a gated
-/// delta family on a device with tensor cores, and `exact` everywhere else: fp32 and fp64 data,
-/// the host spaces, the decay families (`resolve_chunk_products`).
+/// `automatic` (the default) is the storage type's own products for a 16-bit plan on a device
+/// with tensor cores, and `exact` everywhere else: fp32 and fp64 data and the host spaces
+/// (`resolve_chunk_products`).
 enum class ChunkProducts { exact, tf32, bfloat16, float16, automatic };
 
 /// `"exact"`, `"tf32"`, `"bfloat16"`, `"float16"` or `"automatic"`.
@@ -196,7 +200,8 @@ constexpr bool declares_tensor_core_products() {
 }  // namespace impl
 
 /// True for a backend whose family can multiply its chunk products on tensor cores (it declares
-/// `static constexpr bool has_tensor_core_products = true`: the gated delta families).
+/// `static constexpr bool has_tensor_core_products = true`: every family of this library; a
+/// user's backend that does not declare it multiplies as it does).
 template <class Backend>
 inline constexpr bool has_tensor_core_products_v = impl::declares_tensor_core_products<Backend>();
 
@@ -248,6 +253,16 @@ constexpr double products_roundoff_factor(bool backward, double chain) {
   return backward ? 40.0 + 8.0 * chain : 12.0 + 4.0 * chain;
 }
 
+/// How many unit roundoffs of the chunk products a result of a decay family (scalar decay,
+/// diagonal gates) can move by, relative to the sum of the magnitudes of its terms: the
+/// componentwise kind of bound those families have, to first order. Every term is a product of at
+/// most four rounded operands. An output's `(Q·Kᵀ ⊙ decay)·V` rounds q and k, then the scores and
+/// v; its `Q̂·S` rounds q̂ and S, whose chunk updates `K̃ᵀ·V` rounded k̃ and v. The gradients'
+/// products reach four the same way (`D = dO·Vᵀ`, then `D·K` or `Dᵀ·Q'`; `dO·Sᵀ`; `Pᵀ·dO`), and
+/// `dg`'s terms multiply two such results. The chain across chunks only adds decayed terms in fp32:
+/// no transition mixes their signs as the gated delta rule's does, so its length does not enter.
+inline constexpr double decay_products_roundoff_factor = 4.0;
+
 /// The unit roundoff of the operands of chunk products `products` (resolved: not `automatic`):
 /// 0 for `exact` (fp32, whose own roundoff every bound counts already), 2⁻¹¹ for TF32 and float16
 /// (10 fraction bits), 2⁻⁸ for bfloat16 (7).
@@ -278,6 +293,16 @@ namespace impl {
 inline void require_chunk_size(Preconditions& chk, std::int64_t chunk_size,
                                const std::string& name) {
   chk.require(chunk_size >= 1, name + " must be positive", ">= 1", chunk_size);
+}
+
+/// The one check that tensor-core chunk products are asked of a backend whose data they multiply:
+/// fp32 (a 16-bit plan's backend is fp32); an fp64 backend multiplies exactly.
+template <class Scalar>
+void require_products_for_data(Preconditions& chk, ChunkProducts products) {
+  chk.require(products == ChunkProducts::exact || products == ChunkProducts::automatic ||
+                  sizeof(Scalar) <= 4,
+              "tensor-core chunk products (options.products) need float or 16-bit data",
+              "exact or automatic for double", to_string(products));
 }
 
 }  // namespace impl

@@ -62,7 +62,12 @@ class ScalarDecayBackend
   /// This backend on scalar type `To`, with the same options.
   template <class To>
   rebind_scalar<To> rebind() const {
-    return rebind_scalar<To>(this->options());
+    return rebind<To>(this->options());
+  }
+  /// This backend on scalar type `To` with `options` (a 16-bit plan's, its products resolved).
+  template <class To>
+  rebind_scalar<To> rebind(const BackendOptions& options) const {
+    return rebind_scalar<To>(options);
   }
 };
 

@@ -33,6 +33,8 @@ class DecayBackend {
   static constexpr const char* family_name = Diagonal ? "diagonal" : "scalar";
   /// Plan fingerprint family id.
   static constexpr int family_id = Diagonal ? 2 : 1;
+  /// The chunk products can run on tensor cores (`BackendOptions::products`).
+  static constexpr bool has_tensor_core_products = true;
 
   /// A backend with the given chunk size and scale.
   explicit DecayBackend(BackendOptions options = {}) : options_(options) {}
@@ -56,10 +58,7 @@ class DecayBackend {
     // A NaN or infinite scale makes every output NaN while the run still "succeeds".
     chk.require(std::isfinite(options_.scale), "the scale must be finite (0 = K^(-1/2))",
                 "a finite scale", options_.scale);
-    chk.require(options_.products == chunkwise::ChunkProducts::exact ||
-                    options_.products == chunkwise::ChunkProducts::automatic,
-                "the decay families have no tensor-core chunk products (options.products)",
-                "exact or automatic", chunkwise::to_string(options_.products));
+    require_products_for_data<Scalar>(chk, options_.products);
     chk.require(s.key_dim > 0, "the key dimension K must be positive", "K > 0", s.key_dim);
     chk.require(s.value_dim > 0, "the value dimension V must be positive", "V > 0", s.value_dim);
     chk.require(s.heads > 0, "the head count H must be positive", "H > 0", s.heads);
@@ -129,6 +128,9 @@ class DecayBackend {
     saved.g =
         typename saved_type::input_view(in.g.data(), s.tokens, s.heads, Diagonal ? s.key_dim : 1);
     saved.scale = scale(s.key_dim);
+    // This backend computes in Scalar (fp32 or fp64), where `automatic` is exact; a 16-bit plan
+    // resolved its own `automatic` before it built this backend.
+    saved.products = chunkwise::resolve_chunk_products<Scalar>(options_.products, false);
     decay_forward_prepare<Diagonal>(space, saved, seqs,
                                     chunkwise::effective_chunk(options_.chunk_size, seqs.length()),
                                     summary);

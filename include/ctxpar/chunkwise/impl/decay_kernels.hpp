@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ctxpar/chunkwise/backend.hpp"
+#include "ctxpar/chunkwise/impl/chunk_product.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/gates.hpp"
 #include "ctxpar/core/impl/isa_dispatch.hpp"
@@ -57,7 +58,9 @@ struct DecaySaved {
 
   input_view q, k, v, g;  ///< the inputs; `g` as `[T, H, G]`
   double scale = 1.0;     ///< resolved output scale
-  int chunk = 64;         ///< tokens per chunk (the scratch size of the tiled kernels)
+  /// How the chunk products multiply (resolved: never `automatic`).
+  ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
+  int chunk = 64;  ///< tokens per chunk (the scratch size of the tiled kernels)
   std::int64_t chunks = 0;
   std::vector<std::int64_t> host_seq_chunk;  ///< first chunk of each local sequence (+ end)
   table chunk_begin, chunk_end, token_chunk, seq_chunk, seq_ordinal, seq_starts, seq_ends;
@@ -193,6 +196,18 @@ inline constexpr int decay_sub_block = 16;
 /// scores around one reference for the whole chunk.
 inline constexpr double decay_factor_limit = 30.0;
 
+/// The products of the diagonal family's operands factored around a reference log-gate
+/// (`exp(γ − ref)·q` and `exp(ref − γ)·k`, with factors up to `e^±decay_factor_limit`, or down to
+/// nothing within a sub-block): `float16` cannot hold them (past 65504 they become infinite, and
+/// the scores NaN), so under `float16` products these run exact; the other operand types have
+/// fp32's range.
+KOKKOS_INLINE_FUNCTION ctxpar::chunkwise::ChunkProducts factored_products(
+    ctxpar::chunkwise::ChunkProducts products) {
+  return products == ctxpar::chunkwise::ChunkProducts::float16
+             ? ctxpar::chunkwise::ChunkProducts::exact
+             : products;
+}
+
 // dS_c = K̃ᵀ V (k̃_j = exp(γ_last − γ_j) ⊙ k_j), one team per (chunk, head), as a tiled product
 // reading V in place (rows of one head are H·V apart).
 template <class Scalar, class ExecutionSpace, class MemorySpace, bool Diagonal>
@@ -206,6 +221,8 @@ struct ChunkUpdateTiles {
   typename saved::work4 ds;
   decltype(saved::reset) reset;
   int heads, kdim, vdim, chunk;
+  /// How the products multiply (`DecaySaved::products`).
+  ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
 
   static std::size_t scratch_bytes(int C, int K) { return scratch::shmem_size(std::size_t(C) * K); }
 
@@ -226,8 +243,8 @@ struct ChunkUpdateTiles {
       }
     });
     team.team_barrier();
-    gd::team_gemm<Bytes>(team, K, V, n, Scalar(1), gd::transposed(kt.data(), K), &v(b, h, 0), H * V,
-                         &ds(c, h, 0, 0), V, false);
+    gd::chunk_product<Bytes>(products, team, K, V, n, Scalar(1), gd::transposed(kt.data(), K),
+                             &v(b, h, 0), H * V, &ds(c, h, 0, 0), V, false);
   }
 };
 
@@ -509,6 +526,8 @@ struct OutputTiles {
   Scalar scale;
   int heads, kdim, vdim, chunk;
   decltype(saved::reset) reset;
+  /// How the products multiply (`DecaySaved::products`).
+  ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
 
   static std::size_t scratch_bytes(int C, int K) {
     // qs, qh, Kᵀ (or the factored query rows), factored Kᵀ | P | one sub-block of factored keys
@@ -553,8 +572,8 @@ struct OutputTiles {
         }
       });
       team.team_barrier();
-      gd::team_gemm<Bytes>(team, n, n, K, Scalar(1), gd::rows(aux.data(), K), kt.data(), C,
-                           P.data(), C, false, true);
+      gd::chunk_product<Bytes>(factored_products(products), team, n, n, K, Scalar(1),
+                               gd::rows(aux.data(), K), kt.data(), C, P.data(), C, false, true);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int i) {
         for (int j = i + 1; j < n; ++j) P[static_cast<long>(i) * C + j] = Scalar(0);
@@ -598,9 +617,10 @@ struct OutputTiles {
       });
       team.team_barrier();
       if (j1 < n)
-        gd::team_gemm<Bytes>(team, n - j1, j1 - j0, K, Scalar(1),
-                             gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
-                             decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C, false);
+        gd::chunk_product<Bytes>(factored_products(products), team, n - j1, j1 - j0, K, Scalar(1),
+                                 gd::rows(aux.data() + static_cast<long>(j1) * K, K), bt.data(),
+                                 decay_sub_block, P.data() + static_cast<long>(j1) * C + j0, C,
+                                 false);
       team.team_barrier();
     }
   }
@@ -636,8 +656,8 @@ struct OutputTiles {
     });
     team.team_barrier();
     if constexpr (!Diagonal) {
-      gd::team_gemm<Bytes>(team, n, n, K, Scalar(1), gd::rows(qs.data(), K), aux.data(), C,
-                           P.data(), C, false, true);
+      gd::chunk_product<Bytes>(products, team, n, n, K, Scalar(1), gd::rows(qs.data(), K),
+                               aux.data(), C, P.data(), C, false, true);
       team.team_barrier();
       // Decays as exp(γ_i − γ_j); the products above the diagonal inside a tile are cleared
       // because the next product reads P as a lower band.
@@ -652,11 +672,12 @@ struct OutputTiles {
     }
     team.team_barrier();
     Scalar* o = &out(b, h, 0);
-    gd::team_gemm<Bytes>(team, n, V, n, Scalar(1), gd::rows(P.data(), C, gd::Band::lower),
-                         &v(b, h, 0), H * V, o, H * V, false);
+    gd::chunk_product<Bytes>(products, team, n, V, n, Scalar(1),
+                             gd::rows(P.data(), C, gd::Band::lower), &v(b, h, 0), H * V, o, H * V,
+                             false);
     team.team_barrier();
-    gd::team_gemm<Bytes>(team, n, V, K, Scalar(1), gd::rows(qh.data(), K), &states(c, h, 0, 0), V,
-                         o, H * V, true);
+    gd::chunk_product<Bytes>(products, team, n, V, K, Scalar(1), gd::rows(qh.data(), K),
+                             &states(c, h, 0, 0), V, o, H * V, true);
   }
 };
 
@@ -812,6 +833,8 @@ struct ScalarGradientTiles {
   decltype(saved::reset) reset;
   typename saved::work3 gamma_lo;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,1]
+  /// How the products multiply (`DecaySaved::products`).
+  ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kT vT | D P X | dO·Γ, V·λ | K·λ | S_cᵀ, G_cᵀ | a e
@@ -852,10 +875,10 @@ struct ScalarGradientTiles {
     });
     transpose_states(team, states, gend, c, h, K, V, sT.data(), gT.data());
     team.team_barrier();
-    gd::team_gemm<Bytes>(team, n, n, V, Scalar(1), gd::rows(&dout(b, h, 0), H * V), vT.data(), C,
-                         D.data(), C, false, true);
-    gd::team_gemm<Bytes>(team, n, n, K, scale, gd::rows(&q(b, h, 0), H * K), kT.data(), C, P.data(),
-                         C, false, true);
+    gd::chunk_product<Bytes>(products, team, n, n, V, Scalar(1), gd::rows(&dout(b, h, 0), H * V),
+                             vT.data(), C, D.data(), C, false, true);
+    gd::chunk_product<Bytes>(products, team, n, n, K, scale, gd::rows(&q(b, h, 0), H * K),
+                             kT.data(), C, P.data(), C, false, true);
     team.team_barrier();
     // Both are read as bands next, so everything above the diagonal is cleared. X_tj (j < t) is
     // the pair's contribution to every dg it straddles, then its exclusive row prefix over j.
@@ -877,12 +900,13 @@ struct ScalarGradientTiles {
     Scalar* dkc = &dk(b, h, 0);
     Scalar* dvc = &dv(b, h, 0);
     // The state parts first: dg needs them on their own.
-    gd::team_gemm<Bytes>(team, n, K, V, scale, gd::rows(dog.data(), V), sT.data(), K, dqc, H * K,
-                         false);
-    gd::team_gemm<Bytes>(team, n, K, V, Scalar(1), gd::rows(vl.data(), V), gT.data(), K, dkc, H * K,
-                         false);
-    gd::team_gemm<Bytes>(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper),
-                         &dout(b, h, 0), H * V, dvc, H * V, false);
+    gd::chunk_product<Bytes>(products, team, n, K, V, scale, gd::rows(dog.data(), V), sT.data(), K,
+                             dqc, H * K, false);
+    gd::chunk_product<Bytes>(products, team, n, K, V, Scalar(1), gd::rows(vl.data(), V), gT.data(),
+                             K, dkc, H * K, false);
+    gd::chunk_product<Bytes>(products, team, n, V, n, Scalar(1),
+                             gd::transposed(P.data(), C, gd::Band::upper), &dout(b, h, 0), H * V,
+                             dvc, H * V, false);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
       const Scalar* qt = &q(b + t, h, 0);
@@ -906,12 +930,13 @@ struct ScalarGradientTiles {
         m);
     m *= precise_from_start(gamma, gamma_lo, reset, last, h, 0);
     team.team_barrier();
-    gd::team_gemm<Bytes>(team, n, K, n, scale, gd::rows(D.data(), C, gd::Band::lower), &k(b, h, 0),
-                         H * K, dqc, H * K, true);
-    gd::team_gemm<Bytes>(team, n, K, n, scale, gd::transposed(D.data(), C, gd::Band::upper),
-                         &q(b, h, 0), H * K, dkc, H * K, true);
-    gd::team_gemm<Bytes>(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &gend(c, h, 0, 0), V,
-                         dvc, H * V, true);
+    gd::chunk_product<Bytes>(products, team, n, K, n, scale, gd::rows(D.data(), C, gd::Band::lower),
+                             &k(b, h, 0), H * K, dqc, H * K, true);
+    gd::chunk_product<Bytes>(products, team, n, K, n, scale,
+                             gd::transposed(D.data(), C, gd::Band::upper), &q(b, h, 0), H * K, dkc,
+                             H * K, true);
+    gd::chunk_product<Bytes>(products, team, n, V, K, Scalar(1), gd::rows(kl.data(), K),
+                             &gend(c, h, 0, 0), V, dvc, H * V, true);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
       Scalar x = m;
       for (int i = t; i < n; ++i) x += X[static_cast<long>(i) * C + t] + av[i];
@@ -937,6 +962,8 @@ struct DiagonalGradientTiles {
   GradientRowKernel<Scalar, MemorySpace, true> row;  // the inputs, outputs, and the fallback
   int chunk;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,K]
+  /// How the products multiply (`DecaySaved::products`).
+  ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kf qe kl tq ts tk tg | kfT | vT | D P | S_cᵀ G_cᵀ
@@ -1043,15 +1070,15 @@ struct DiagonalGradientTiles {
     transpose_states(team, row.states, row.gend, c, h, K, V, sT.data(), gT.data());
     team.team_barrier();
     const Scalar* dO = &row.dout(b, h, 0);
-    gd::team_gemm<Bytes>(team, n, n, V, Scalar(1), gd::rows(dO, H * V), vT.data(), C, D.data(), C,
-                         false, true);
+    gd::chunk_product<Bytes>(products, team, n, n, V, Scalar(1), gd::rows(dO, H * V), vT.data(), C,
+                             D.data(), C, false, true);
     if (!direct)
-      gd::team_gemm<Bytes>(team, n, n, K, Scalar(1), gd::rows(qe.data(), K), kfT.data(), C,
-                           P.data(), C, false, true);
-    gd::team_gemm<Bytes>(team, n, K, V, Scalar(1), gd::rows(dO, H * V), sT.data(), K, ts.data(), K,
-                         false);
-    gd::team_gemm<Bytes>(team, n, K, V, Scalar(1), gd::rows(&row.v(b, h, 0), H * V), gT.data(), K,
-                         tg.data(), K, false);
+      gd::chunk_product<Bytes>(factored_products(products), team, n, n, K, Scalar(1),
+                               gd::rows(qe.data(), K), kfT.data(), C, P.data(), C, false, true);
+    gd::chunk_product<Bytes>(products, team, n, K, V, Scalar(1), gd::rows(dO, H * V), sT.data(), K,
+                             ts.data(), K, false);
+    gd::chunk_product<Bytes>(products, team, n, K, V, Scalar(1), gd::rows(&row.v(b, h, 0), H * V),
+                             gT.data(), K, tg.data(), K, false);
     team.team_barrier();
     if (direct) {
       gate_gradient(team, c, h, b, n, D, ts, tg, tq, [&](int i, int j, int d) {
@@ -1069,15 +1096,18 @@ struct DiagonalGradientTiles {
     });
     team.team_barrier();
     Scalar* dvc = &row.dv(b, h, 0);
-    gd::team_gemm<Bytes>(team, n, K, n, Scalar(1), gd::rows(D.data(), C, gd::Band::lower),
-                         kf.data(), K, tq.data(), K, false);
-    gd::team_gemm<Bytes>(team, n, K, n, Scalar(1), gd::transposed(D.data(), C, gd::Band::upper),
-                         qe.data(), K, tk.data(), K, false);
-    gd::team_gemm<Bytes>(team, n, V, n, Scalar(1), gd::transposed(P.data(), C, gd::Band::upper), dO,
-                         H * V, dvc, H * V, false);
+    gd::chunk_product<Bytes>(factored_products(products), team, n, K, n, Scalar(1),
+                             gd::rows(D.data(), C, gd::Band::lower), kf.data(), K, tq.data(), K,
+                             false);
+    gd::chunk_product<Bytes>(factored_products(products), team, n, K, n, Scalar(1),
+                             gd::transposed(D.data(), C, gd::Band::upper), qe.data(), K, tk.data(),
+                             K, false);
+    gd::chunk_product<Bytes>(products, team, n, V, n, Scalar(1),
+                             gd::transposed(P.data(), C, gd::Band::upper), dO, H * V, dvc, H * V,
+                             false);
     team.team_barrier();
-    gd::team_gemm<Bytes>(team, n, V, K, Scalar(1), gd::rows(kl.data(), K), &row.gend(c, h, 0, 0), V,
-                         dvc, H * V, true);
+    gd::chunk_product<Bytes>(products, team, n, V, K, Scalar(1), gd::rows(kl.data(), K),
+                             &row.gend(c, h, 0, 0), V, dvc, H * V, true);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) {
       Scalar* dq = &row.dq(b + t, h, 0);
       Scalar* dk = &row.dk(b + t, h, 0);
@@ -1105,16 +1135,18 @@ auto range(const ExecutionSpace& space, std::int64_t n) {
   return Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n);
 }
 
-/// A team per (chunk, head) running `Functor` with `scratch` bytes of level-1 scratch. The team
-/// size is the library's one rule (`choose_team_size`), asked for this functor type: a
-/// value-initialised functor is enough for Kokkos to size the launch.
+/// A team per (chunk, head) running `Functor` with `scratch` bytes of level-1 scratch, of the size
+/// `chunk_team_size` gives (whole warps on a device where the products are not `exact`).
 template <class Functor, class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> chunk_teams(const ExecutionSpace& space, std::int64_t league,
-                                               std::size_t scratch) {
+                                               std::size_t scratch,
+                                               ctxpar::chunkwise::ChunkProducts products) {
   const auto probe = Kokkos::TeamPolicy<ExecutionSpace>(space, static_cast<int>(league), 1)
                          .set_scratch_size(1, Kokkos::PerTeam(scratch));
-  Kokkos::TeamPolicy<ExecutionSpace> policy(space, static_cast<int>(league),
-                                            ::ctxpar::impl::choose_team_size(probe, Functor{}));
+  Kokkos::TeamPolicy<ExecutionSpace> policy(
+      space, static_cast<int>(league),
+      gd::chunk_team_size<Functor>(probe, products != ctxpar::chunkwise::ChunkProducts::exact,
+                                   "ctxpar::chunkwise::decay"));
   return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
 }
 
@@ -1129,14 +1161,16 @@ void launch_items(const ExecutionSpace& space, const char* label, std::int64_t n
 }
 
 /// Launches `kernel`, dispatched (`IsaDispatched`), with a team per (chunk, head) (`league` of
-/// them, nothing when there are none) and `scratch` bytes of level-1 scratch per team.
+/// them, nothing when there are none) and `scratch` bytes of level-1 scratch per team, its
+/// products multiplying as `products` says.
 template <class ExecutionSpace, class Kernel>
 void launch_chunk_teams(const ExecutionSpace& space, const char* label, std::int64_t league,
-                        std::size_t scratch, const Kernel& kernel) {
+                        std::size_t scratch, const Kernel& kernel,
+                        ctxpar::chunkwise::ChunkProducts products) {
   using dispatched = IsaDispatched<Kernel, ExecutionSpace,
                                    typename Kokkos::TeamPolicy<ExecutionSpace>::member_type>;
   if (league > 0)
-    Kokkos::parallel_for(label, chunk_teams<dispatched>(space, league, scratch),
+    Kokkos::parallel_for(label, chunk_teams<dispatched>(space, league, scratch, products),
                          dispatched{kernel});
 }
 
@@ -1244,7 +1278,8 @@ void decay_forward_prepare(const ExecutionSpace& space, DecaySaved<Scalar, Memor
   launch_chunk_teams(space, "ctxpar::chunkwise::decay::chunk_update", C * H,
                      update::scratch_bytes(chunk, int(K)),
                      update{saved.k, saved.v, saved.chunk_begin, saved.chunk_end, saved.gamma,
-                            saved.ds, saved.reset, int(H), int(K), int(V), chunk});
+                            saved.ds, saved.reset, int(H), int(K), int(V), chunk, saved.products},
+                     saved.products);
   summarize_sequence<ForwardChain<ExecutionSpace, Scalar, MemorySpace, Diagonal>>(
       space, saved, saved.ds, seqs.count() - 1, summary, "ctxpar::chunkwise::decay::summary_state");
 }
@@ -1270,7 +1305,8 @@ void decay_forward_apply(const ExecutionSpace& space, DecaySaved<Scalar, MemoryS
                      output::scratch_bytes(saved.chunk, int(K)),
                      output{saved.q, saved.k, saved.v, saved.chunk_begin, saved.chunk_end,
                             saved.gamma, saved.states, out, static_cast<Scalar>(saved.scale),
-                            int(H), int(K), int(V), saved.chunk, saved.reset});
+                            int(H), int(K), int(V), saved.chunk, saved.reset, saved.products},
+                     saved.products);
 }
 
 template <bool Diagonal, class ExecutionSpace, class Scalar, class MemorySpace>
@@ -1305,7 +1341,7 @@ auto gradient_tiles(const DecaySaved<Scalar, MemorySpace>& saved,
             saved.q, saved.k, saved.v, dout, saved.chunk_begin, saved.chunk_end, saved.token_chunk,
             saved.gamma, saved.states, saved.gend, dq, dk, dv, scale, H, K, V, saved.reset,
             saved.gamma_lo},
-        saved.chunk, dg};
+        saved.chunk, dg, saved.products};
   } else {
     return ScalarGradientTiles<Scalar, ExecutionSpace, MemorySpace>{saved.q,
                                                                     saved.k,
@@ -1326,7 +1362,8 @@ auto gradient_tiles(const DecaySaved<Scalar, MemorySpace>& saved,
                                                                     saved.chunk,
                                                                     saved.reset,
                                                                     saved.gamma_lo,
-                                                                    dg};
+                                                                    dg,
+                                                                    saved.products};
   }
 }
 
@@ -1357,7 +1394,8 @@ void decay_backward_apply(const ExecutionSpace& space, DecaySaved<Scalar, Memory
       dg_data, T, H, G);
   const auto grads = gradient_tiles<Diagonal, ExecutionSpace>(saved, dout, dq, dk, dv, dg);
   launch_chunk_teams(space, "ctxpar::chunkwise::decay::gradients", C * H,
-                     decltype(grads)::scratch_bytes(saved.chunk, int(K), int(V)), grads);
+                     decltype(grads)::scratch_bytes(saved.chunk, int(K), int(V)), grads,
+                     saved.products);
 }
 
 /// Counts non-finite values of a view (NaN/Inf check flag).

@@ -100,11 +100,7 @@ class Backend {
                 "a finite scale", options_.scale);
     chk.require(n_h_ >= 1, "the number of householder steps n_h must be at least 1", "n_h >= 1",
                 n_h_);
-    // The tensor-core products multiply fp32 data (a 16-bit plan's, widened).
-    chk.require(options_.products == chunkwise::ChunkProducts::exact ||
-                    options_.products == chunkwise::ChunkProducts::automatic || sizeof(Scalar) <= 4,
-                "tensor-core chunk products (options.products) need float or 16-bit data",
-                "exact or automatic for double", chunkwise::to_string(options_.products));
+    chunkwise::impl::require_products_for_data<Scalar>(chk, options_.products);
     chk.require(K > 0, "the key dimension K must be positive", "K > 0", K);
     chk.require(V > 0, "the value dimension V must be positive", "V > 0", V);
     chk.require(H > 0, "the head count H must be positive", "H > 0", H);

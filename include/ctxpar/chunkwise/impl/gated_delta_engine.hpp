@@ -220,23 +220,14 @@ void size_buffers(ChunkBuffers<Scalar, MemorySpace>& buf, const ChunkTable<Memor
       "ctxpar::chunkwise::gated_delta::m", H, K, K);
 }
 
-/// A team per work item running `Functor` with `scratch` bytes of level-1 scratch; the team size
-/// is the library's one rule (`choose_team_size`) for this functor type (a value-initialised
-/// functor is enough for Kokkos to size the launch), in whole warps on a device when the team
-/// multiplies on tensor cores (`tensor_cores`).
+/// A team per work item running `Functor` with `scratch` bytes of level-1 scratch, of the size
+/// `chunk_team_size` gives (whole warps on a device where the team multiplies on tensor cores).
 template <class Functor, class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> team_policy(const ExecutionSpace& space, int league,
                                                std::size_t scratch, bool tensor_cores = false) {
   const auto probe = Kokkos::TeamPolicy<ExecutionSpace>(space, league, 1)
                          .set_scratch_size(1, Kokkos::PerTeam(scratch));
-  int size = choose_team_size(probe, Functor{});
-  if (tensor_cores && !is_host_space_v<ExecutionSpace>) {
-    size = whole_warps(size, probe.team_size_max(Functor{}, Kokkos::ParallelForTag()));
-    require_local(size > 0, "ctxpar::chunkwise::gated_delta",
-                  "the tensor-core chunk products need a team of at least one warp",
-                  "a launch that fits 32 threads (or options.products = exact)",
-                  "a launch that fits fewer");
-  }
+  const int size = chunk_team_size<Functor>(probe, tensor_cores, "ctxpar::chunkwise::gated_delta");
   Kokkos::TeamPolicy<ExecutionSpace> policy(space, league, size);
   return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
 }

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "ctxpar/chunkwise/backend.hpp"
+#include "ctxpar/chunkwise/impl/chunk_product.hpp"
 #include "ctxpar/core/compat.hpp"
 #include "ctxpar/core/impl/fast_exp.hpp"
 #include "ctxpar/core/impl/gates.hpp"
@@ -279,34 +280,6 @@ KOKKOS_INLINE_FUNCTION ChunkBlock<Scalar> chunk_block_of(int rank, const Problem
   cb.glo = cd.gamma_lo.data() + cb.blk * C;
   cb.rs = cd.reset.data() + cb.blk * C;
   return cb;
-}
-
-/// `C (+)= alpha·op(A)·B` (`accumulate`) as `team_gemm` computes it for `exact` products, or on
-/// tensor cores with the operands read as `products`' type (`team_mma_gemm`, fp32 data only).
-/// Every product of the gated delta kernels (`IntraChunk`, `StatePass`, `ChunkGradients`)
-/// multiplies through it.
-template <int Bytes, class Scalar, class Member>
-KOKKOS_INLINE_FUNCTION void chunk_product(ctxpar::chunkwise::ChunkProducts products,
-                                          const Member& team, int m, int n, int k, Scalar alpha,
-                                          Left<Scalar> a, const Scalar* b, int ldb, Scalar* c,
-                                          int ldc, bool accumulate, bool lower_output = false) {
-  using ctxpar::chunkwise::ChunkProducts;
-  if constexpr (std::is_same_v<Scalar, float>) {
-    switch (products) {
-      case ChunkProducts::tf32:
-        return team_mma_gemm<float>(team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate,
-                                    lower_output);
-      case ChunkProducts::bfloat16:
-        return team_mma_gemm<bfloat16>(team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate,
-                                       lower_output);
-      case ChunkProducts::float16:
-        return team_mma_gemm<float16>(team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate,
-                                      lower_output);
-      default:
-        break;
-    }
-  }
-  team_gemm<Bytes>(team, m, n, k, alpha, a, b, ldb, c, ldc, accumulate, lower_output);
 }
 
 /// Phase 1, independent per (chunk, head): γ, X, W̃, Ũ, K̃, Q̂Γ and P.
