@@ -138,7 +138,7 @@ inline constexpr Choices swa_kv_layouts{Named<swa::SegmentChunks>{"segments"},
 inline constexpr Choices compositions{Named<chunkwise::GatherFold>{"gather"},
                                       Named<chunkwise::ScanCompose>{"scan"}};
 
-/// How the gated delta families' per-chunk products multiply (`chunkwise --products`): a
+/// How the chunkwise families' per-chunk products multiply (`chunkwise --products`): a
 /// run-time option, so each tag carries its `chunkwise::ChunkProducts` as `value`.
 template <chunkwise::ChunkProducts P>
 using ProductsTag = std::integral_constant<chunkwise::ChunkProducts, P>;

@@ -399,16 +399,20 @@ def make_cases(seed):
                       dict(chunkwise_inputs(rng, "diagonal", dtype="f2"),
                            **{"h0.npy": npy("f4", (1, 2, 4, 4), rng.values(32))}),
                       "pass", ranks=(2,), outputs=cw_out + ("dq.npy", "dg.npy")))
-    # Tensor-core chunk products by name: the gated delta families run them (emulated here), the
-    # decay families and fp64 data refuse them by the option's name.
+    # Tensor-core chunk products by name: every family runs them (emulated here); fp64 data
+    # refuses them by the option's name.
     cases.append(Case("chunkwise/valid-gdn-bf16-products-bfloat16", "chunkwise",
                       dict(base, products="bfloat16", backward=None), cw16, "pass", ranks=(2,),
                       outputs=cw_out + ("dq.npy", "dg.npy")))
-    cases.append(Case("chunkwise/products-on-a-decay-family", "chunkwise",
-                      {"family": "diagonal", "chunk": 4, "products": "tf32"},
-                      chunkwise_inputs(rng, "diagonal"), culprits=("options.products",)))
+    cases.append(Case("chunkwise/valid-diagonal-products-tf32", "chunkwise",
+                      {"family": "diagonal", "chunk": 4, "products": "tf32", "backward": None},
+                      chunkwise_inputs(rng, "diagonal"), "pass", ranks=(3,),
+                      outputs=cw_out + ("dq.npy", "dg.npy")))
     cases.append(Case("chunkwise/products-on-fp64", "chunkwise", dict(base, products="bfloat16"),
                       chunkwise_inputs(rng, "gdn", dtype="f8"), culprits=("options.products",)))
+    cases.append(Case("chunkwise/products-on-fp64-decay", "chunkwise",
+                      {"family": "scalar", "chunk": 4, "products": "float16"},
+                      chunkwise_inputs(rng, "scalar", dtype="f8"), culprits=("options.products",)))
     cases.append(Case("chunkwise/perturbed-rank-bf16-fails", "chunkwise",
                       dict(base, **{"perturb-rank": "LAST"}), cw16, "fail", ranks=(2, 3)))
     cases.append(Case("chunkwise/k.npy/f2-beside-bf16", "chunkwise", base,
