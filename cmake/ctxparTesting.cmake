@@ -109,6 +109,30 @@ function(ctxpar_add_mpi_test)
   ctxpar_register_mpi_test(${ARG_NAME} ${ARG_NAME} LABELS ${ARG_LABELS} ${forward})
 endfunction()
 
+# ctxpar_low_ranks(<out>): the rank counts 1, 2 and 3 this build tests (CTXPAR_TEST_DEFAULT_RANKS),
+# where the twins below run: one rank, two, and an odd number.
+function(ctxpar_low_ranks out)
+  set(ranks)
+  foreach(np 1 2 3)
+    if(np IN_LIST CTXPAR_TEST_DEFAULT_RANKS)
+      list(APPEND ranks ${np})
+    endif()
+  endforeach()
+  set(${out} ${ranks} PARENT_SCOPE)
+endfunction()
+
+# ctxpar_add_defined_twin(NAME <twin> DEFINITION <macro> LABEL <label> TIMEOUT s SOURCES ...
+# LABELS ... [ARGS ...]): the test built a second time with <macro>=1, at np 1..3, labelled <label>.
+function(ctxpar_add_defined_twin)
+  cmake_parse_arguments(ARG "" "NAME;DEFINITION;LABEL;TIMEOUT" "SOURCES;LABELS;ARGS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE ctxpar_test_main)
+  target_compile_definitions(${ARG_NAME} PRIVATE ${ARG_DEFINITION}=1)
+  ctxpar_low_ranks(ranks)
+  ctxpar_register_mpi_test(${ARG_NAME} ${ARG_NAME} LABELS ${ARG_LABELS} ${ARG_LABEL}
+    TIMEOUT ${ARG_TIMEOUT} RANKS ${ranks} NO_EXTENDED ARGS ${ARG_ARGS})
+endfunction()
+
 # ctxpar_add_staged_twin(NAME <twin> SOURCES ... LABELS ... [TIMEOUT s] [ARGS ...]): the test built
 # a second time with CTXPAR_EMULATE_DEVICE_STAGING, so its host memory takes the paths device
 # memory takes (collectives staged through the group's arena, every library host copy a separate
@@ -116,20 +140,29 @@ endfunction()
 # an odd number of ranks.
 function(ctxpar_add_staged_twin)
   cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;LABELS;ARGS" ${ARGN})
-  add_executable(${ARG_NAME} ${ARG_SOURCES})
-  target_link_libraries(${ARG_NAME} PRIVATE ctxpar_test_main)
-  target_compile_definitions(${ARG_NAME} PRIVATE CTXPAR_EMULATE_DEVICE_STAGING=1)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  set(ranks)
-  foreach(np 1 2 3)
-    if(np IN_LIST CTXPAR_TEST_DEFAULT_RANKS)
-      list(APPEND ranks ${np})
-    endif()
-  endforeach()
-  ctxpar_register_mpi_test(${ARG_NAME} ${ARG_NAME} LABELS ${ARG_LABELS} staged TIMEOUT ${ARG_TIMEOUT}
-    RANKS ${ranks} NO_EXTENDED ARGS ${ARG_ARGS})
+  ctxpar_add_defined_twin(NAME ${ARG_NAME} DEFINITION CTXPAR_EMULATE_DEVICE_STAGING LABEL staged
+    TIMEOUT ${ARG_TIMEOUT} SOURCES ${ARG_SOURCES} LABELS ${ARG_LABELS} ARGS ${ARG_ARGS})
+endfunction()
+
+# ctxpar_add_mfma_twin(NAME <twin> SOURCES ... LABELS ... RUN_TEST <cases> [TIMEOUT s]): the test
+# built a second time with CTXPAR_EMULATE_MFMA, so its host spaces' tensor-core team products
+# emulate AMD's MFMA layouts (wavefronts of 64, 16×16 tiles) rather than NVIDIA's: the data
+# movement a HIP device runs, against the same oracles, at np 1..3. RUN_TEST names the test cases
+# (Boost.Test's --run_test) that use those products; host builds only.
+function(ctxpar_add_mfma_twin)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT;RUN_TEST" "SOURCES;LABELS" ${ARGN})
+  if(Kokkos_ENABLE_CUDA OR Kokkos_ENABLE_HIP)
+    return()
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  ctxpar_add_defined_twin(NAME ${ARG_NAME} DEFINITION CTXPAR_EMULATE_MFMA LABEL mfma
+    TIMEOUT ${ARG_TIMEOUT} SOURCES ${ARG_SOURCES} LABELS ${ARG_LABELS}
+    ARGS --run_test=${ARG_RUN_TEST})
 endfunction()
 
 # ctxpar_add_isa_twins(TARGET <test executable> LABELS ... [TIMEOUT s]): the executable run again
@@ -146,12 +179,7 @@ function(ctxpar_add_isa_twins)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  set(ranks)
-  foreach(np 1 2 3)
-    if(np IN_LIST CTXPAR_TEST_DEFAULT_RANKS)
-      list(APPEND ranks ${np})
-    endif()
-  endforeach()
+  ctxpar_low_ranks(ranks)
   foreach(isa baseline avx2 avx512)
     ctxpar_register_mpi_test(${ARG_TARGET}_${isa} ${ARG_TARGET} LABELS ${ARG_LABELS} isa
       TIMEOUT ${ARG_TIMEOUT} RANKS ${ranks} NO_EXTENDED SKIP_RETURN_CODE 77

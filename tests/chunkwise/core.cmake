@@ -11,6 +11,9 @@ ctxpar_add_mpi_test(NAME chunkwise_gates SOURCES gates_test.cpp LABELS chunkwise
 ctxpar_add_staged_twin(NAME chunkwise_short_conv_staged SOURCES short_conv_test.cpp LABELS chunkwise
   ARGS --run_test=conv_halo_zigzag_matches_whole_sequence_oracle,conv_plan_repeats_its_results_and_allocates_nothing_in_calls)
 ctxpar_add_isa_twins(TARGET chunkwise_decay_cp LABELS chunkwise)
+# The tensor-core products in AMD's MFMA layouts, as a HIP device runs them.
+ctxpar_add_mfma_twin(NAME chunkwise_decay_mfma SOURCES decay_cp_test.cpp LABELS chunkwise
+  RUN_TEST scalar_decay_tensor_core_products_match_oracle_and_single_rank,diagonal_gate_tensor_core_products_match_oracle_and_single_rank)
 # What runs on the device in a CUDA/HIP build (label `device`).
 ctxpar_add_device_entries(TARGET chunkwise_decay_cp LABELS chunkwise)
 ctxpar_add_device_entries(TARGET chunkwise_cp_plan LABELS chunkwise)

@@ -12,6 +12,9 @@ ctxpar_add_mpi_test(NAME chunkwise_steady_state SOURCES steady_state_test.cpp LA
 # The same on the paths device memory takes (staged collectives, host copies as allocations).
 ctxpar_add_staged_twin(NAME chunkwise_steady_state_staged SOURCES steady_state_test.cpp LABELS chunkwise)
 ctxpar_add_isa_twins(TARGET chunkwise_gated_delta_cp LABELS chunkwise)
+# The tensor-core products in AMD's MFMA layouts, as a HIP device runs them.
+ctxpar_add_mfma_twin(NAME chunkwise_gated_delta_mfma SOURCES gated_delta_cp_test.cpp LABELS chunkwise
+  RUN_TEST tensor_core_chunk_products_match_oracle_and_single_rank)
 # What runs on the device in a CUDA/HIP build (label `device`).
 ctxpar_add_device_entries(TARGET chunkwise_gated_delta_local LABELS chunkwise TYPED)
 ctxpar_add_device_entries(TARGET chunkwise_gated_delta_cp LABELS chunkwise)

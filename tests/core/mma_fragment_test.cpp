@@ -1,8 +1,9 @@
-// The tensor-core fragment layout (core/impl/mma_fragment.hpp) and the 16-bit storage types
-// (core/bfloat16.hpp, core/float16.hpp) on the host: each layout covers its matrix once with
-// register pairs of adjacent elements, the per-lane loads and stores around the host emulation of
-// the m16n8k16 product give A·B + C within the fp32 summation bound of an fp64 product of the same
-// 16-bit inputs, and both roundings agree with a nearest-value search in double.
+// The tensor-core fragment layouts (core/impl/mma_fragment.hpp: NVIDIA's; core/impl/
+// mfma_fragment.hpp: AMD's) and the 16-bit storage types (core/bfloat16.hpp, core/float16.hpp) on
+// the host: each layout covers its matrix once with register pairs of adjacent elements and puts
+// the elements where the vendor's ISA documents them, the per-lane loads and stores around the
+// host emulation of each product give A·B + C within the fp32 summation bound of an fp64 product
+// of the same inputs, and both roundings agree with a nearest-value search in double.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -13,11 +14,13 @@
 #include <limits>
 #include <random>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/float16.hpp"
+#include "ctxpar/core/impl/mfma_fragment.hpp"
 #include "ctxpar/core/impl/mma_fragment.hpp"
 #include "ctxpar/core/impl/warp_lanes.hpp"
 
@@ -28,11 +31,11 @@ using ctxpar::float16;
 using L = ctxpar::impl::MmaM16N8K16;
 
 // How often each element of a rows×cols matrix is named by (row(lane, i), col(lane, i)) over
-// every lane and element; true when each is named exactly once.
+// every lane (of `lanes`) and element; true when each is named exactly once.
 template <class Row, class Col>
-bool covers_once(int rows, int cols, int per_lane, Row row, Col col) {
+bool covers_once(int rows, int cols, int per_lane, Row row, Col col, int lanes = L::lanes) {
   std::vector<int> seen(static_cast<std::size_t>(rows * cols), 0);
-  for (int lane = 0; lane < L::lanes; ++lane)
+  for (int lane = 0; lane < lanes; ++lane)
     for (int i = 0; i < per_lane; ++i) {
       const int r = row(lane, i), c = col(lane, i);
       if (r < 0 || r >= rows || c < 0 || c >= cols) return false;
@@ -110,9 +113,9 @@ double value_of(T x) {
 template <class Layout, class T>
 int emulated_product_errors(const std::vector<T>& a, int lda, const std::vector<T>& kt, int ldb,
                             const std::vector<float>& c0, int ldc) {
-  ctxpar::impl::Fragment<T, Layout::a_per_lane> fa[32];
-  ctxpar::impl::Fragment<T, Layout::b_per_lane> fb[32];
-  float fc[32][4];
+  ctxpar::impl::Fragment<T, Layout::a_per_lane> fa[Layout::lanes];
+  ctxpar::impl::Fragment<T, Layout::b_per_lane> fb[Layout::lanes];
+  float fc[Layout::lanes][Layout::c_per_lane];
   for (int lane = 0; lane < Layout::lanes; ++lane) {
     ctxpar::impl::load_a<Layout>(lane, a.data(), lda, fa[lane]);
     ctxpar::impl::load_b<Layout>(lane, kt.data(), ldb, fb[lane]);
@@ -123,7 +126,9 @@ int emulated_product_errors(const std::vector<T>& a, int lda, const std::vector<
   ctxpar::impl::emulate_warp_mma<Layout>(fc, fa, fb);
   std::vector<float> d(static_cast<std::size_t>(Layout::m * ldc), 0.0f);
   for (int lane = 0; lane < Layout::lanes; ++lane)
-    ctxpar::impl::store_c(lane, fc[lane], d.data(), ldc);
+    for (int i = 0; i < Layout::c_per_lane; ++i)
+      d[static_cast<std::size_t>(Layout::c_row(lane, i) * ldc + Layout::c_col(lane, i))] =
+          fc[lane][i];
   const double u = std::ldexp(1.0, -24), gamma = (Layout::k + 1) * u / (1 - (Layout::k + 1) * u);
   int wrong = 0;
   for (int r = 0; r < Layout::m; ++r)
@@ -436,6 +441,75 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(per_lane_loads_emulated_product_and_stores_give_a_
     for (auto& x : c0) x = value(rng);
     BOOST_TEST(emulated_product_errors<L>(a, lda, kt, ldb, c0, ldc) == 0);
   }
+}
+
+// AMD's MFMA layouts: each covers its matrices once, 16-bit elements in adjacent register pairs,
+// and lane 21 (row / column 5 of its quarter 1) holds what AMD's matrix instruction calculator
+// documents for each instruction: `v_mfma_f32_16x16x16f16` and `_16x16x16bf16_1k` A (5, 4..7), B
+// (4..7, 5); `_16x16x8bf16` A (5, 2..3), B (2..3, 5); two `_16x16x4f32` A (5, 1) and (5, 5), B (1,
+// 5) and (5, 5); and D rows 4..7 of column 5 for all.
+template <class M>
+bool mfma_layout_as_documented(const int (&a21)[M::a_per_lane][2]) {
+  bool ok = covers_once(M::m, M::k, M::a_per_lane, M::a_row, M::a_col, M::lanes) &&
+            covers_once(M::k, M::n, M::b_per_lane, M::b_row, M::b_col, M::lanes) &&
+            covers_once(M::m, M::n, M::c_per_lane, M::c_row, M::c_col, M::lanes);
+  for (int i = 0; i < M::a_per_lane; ++i) {
+    ok = ok && M::a_row(21, i) == a21[i][0] && M::a_col(21, i) == a21[i][1];
+    ok = ok && M::b_row(21, i) == a21[i][1] && M::b_col(21, i) == a21[i][0];
+  }
+  for (int i = 0; i < M::c_per_lane; ++i)
+    ok = ok && M::c_row(21, i) == 4 + i && M::c_col(21, i) == 5;
+  return ok;
+}
+
+BOOST_AUTO_TEST_CASE(mfma_layouts_cover_their_matrices_once_as_documented) {
+  namespace ci = ctxpar::impl;
+  const int k16[4][2] = {{5, 4}, {5, 5}, {5, 6}, {5, 7}};
+  const int k8[2][2] = {{5, 2}, {5, 3}};
+  const int f32[2][2] = {{5, 1}, {5, 5}};
+  BOOST_TEST(mfma_layout_as_documented<ci::MfmaM16N16K16>(k16));
+  BOOST_TEST(mfma_layout_as_documented<ci::MfmaM16N16K8>(k8));
+  BOOST_TEST(mfma_layout_as_documented<ci::MfmaM16N16K8F32>(f32));
+  // Which layout each operand type takes on a host compilation (no gfx908 target).
+  BOOST_TEST((std::is_same_v<ci::mfma_layout_t<float16>, ci::MfmaM16N16K16>));
+  BOOST_TEST((std::is_same_v<ci::mfma_layout_t<bfloat16>, ci::MfmaM16N16K16>));
+  BOOST_TEST((std::is_same_v<ci::mfma_layout_t<float>, ci::MfmaM16N16K8F32>));
+  BOOST_TEST(ci::is_mfma_layout_v<ci::MfmaM16N16K8>);
+  BOOST_TEST(!ci::is_mfma_layout_v<ci::MmaM16N8K16>);
+}
+
+// The per-lane loads, the emulated MFMA product and the stores give A·B + C for each MFMA layout
+// and operand type within the fp32 summation bound of the fp64 product of the same inputs.
+template <class M, class T>
+int mfma_product_errors(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  const int lda = M::k + 3, ldb = M::k + 5, ldc = M::n + 2;
+  const auto operand = [&]() {
+    if constexpr (std::is_same_v<T, float>)
+      return ctxpar::impl::to_tf32(value(rng));
+    else
+      return T::from_float(value(rng));
+  };
+  int wrong = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<T> a(static_cast<std::size_t>(M::m * lda)),
+        kt(static_cast<std::size_t>(M::n * ldb));
+    for (auto& x : a) x = operand();
+    for (auto& x : kt) x = operand();
+    std::vector<float> c0(static_cast<std::size_t>(M::m * ldc));
+    for (auto& x : c0) x = value(rng);
+    wrong += emulated_product_errors<M>(a, lda, kt, ldb, c0, ldc);
+  }
+  return wrong;
+}
+
+BOOST_AUTO_TEST_CASE(mfma_loads_emulated_product_and_stores_give_a_times_b_plus_c) {
+  namespace ci = ctxpar::impl;
+  BOOST_TEST((mfma_product_errors<ci::MfmaM16N16K16, float16>(31)) == 0);
+  BOOST_TEST((mfma_product_errors<ci::MfmaM16N16K16, bfloat16>(32)) == 0);
+  BOOST_TEST((mfma_product_errors<ci::MfmaM16N16K8, bfloat16>(33)) == 0);
+  BOOST_TEST((mfma_product_errors<ci::MfmaM16N16K8F32, float>(34)) == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

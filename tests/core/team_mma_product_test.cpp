@@ -1,5 +1,6 @@
 // The team product on tensor cores (core/impl/team_mma_product.hpp) on the host, where the warps
-// are emulated: for bfloat16, float16 and TF32 operands, every wanted element of C is the fp64
+// are emulated, in NVIDIA's m16n8 layouts and in AMD's MFMA layouts (the source a HIP device
+// runs): for bfloat16, float16 and TF32 operands, every wanted element of C is the fp64
 // product of the operands rounded to that type within the fp32 summation bound, for plain,
 // transposed, lower- and upper-band left operands, edges that are not multiples of the 16×8 tiles,
 // accumulation and the lower-output skip; nothing outside C is written; and the result has the
@@ -16,6 +17,7 @@
 
 #include "ctxpar/core/bfloat16.hpp"
 #include "ctxpar/core/float16.hpp"
+#include "ctxpar/core/impl/mfma_fragment.hpp"
 #include "ctxpar/core/impl/team_mma_product.hpp"
 
 namespace {
@@ -58,8 +60,9 @@ struct Case {
   float alpha;
 };
 
-// Runs one case with `warps` warps and checks it; returns the computed C (with its padding).
-template <class Operand>
+// Runs one case with `warps` warps of layout `Layout` and checks it; returns the computed C (with
+// its padding).
+template <class Operand, class Layout>
 std::vector<float> run_case(const Case& cs, int warps, std::uint32_t seed, bool& ok) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -83,9 +86,9 @@ std::vector<float> run_case(const Case& cs, int warps, std::uint32_t seed, bool&
   const Left<float> left = cs.transposed ? ctxpar::impl::transposed(a.data(), lda, cs.band)
                                          : ctxpar::impl::rows(a.data(), lda, cs.band);
   for (int rank = 0; rank < warps; ++rank)
-    ctxpar::impl::team_mma_gemm<Operand>(SequentialMember{rank, warps}, cs.m, cs.n, cs.k, cs.alpha,
-                                         left, b.data(), ldb, c.data(), ldc, cs.accumulate,
-                                         cs.lower_output);
+    ctxpar::impl::team_mma_gemm<Operand, Layout>(SequentialMember{rank, warps}, cs.m, cs.n, cs.k,
+                                                 cs.alpha, left, b.data(), ldb, c.data(), ldc,
+                                                 cs.accumulate, cs.lower_output);
   const double u = std::ldexp(1.0, -24), gamma = (cs.k + 3) * u / (1 - (cs.k + 3) * u);
   int wrong = 0;
   for (int i = 0; i < cs.m; ++i) {
@@ -117,7 +120,7 @@ std::vector<float> run_case(const Case& cs, int warps, std::uint32_t seed, bool&
   return c;
 }
 
-template <class Operand>
+template <class Operand, class Layout = ctxpar::impl::mma_layout_t<Operand>>
 bool all_cases() {
   const Case cases[] = {
       {"plain, ragged edges", 37, 21, 19, false, Band::full, false, false, 1.0f},
@@ -131,8 +134,8 @@ bool all_cases() {
   bool ok = true;
   std::uint32_t seed = 7;
   for (const Case& cs : cases) {
-    const std::vector<float> one = run_case<Operand>(cs, 1, seed, ok);
-    const std::vector<float> three = run_case<Operand>(cs, 3, seed, ok);
+    const std::vector<float> one = run_case<Operand, Layout>(cs, 1, seed, ok);
+    const std::vector<float> three = run_case<Operand, Layout>(cs, 3, seed, ok);
     if (one != three) {
       std::cerr << name<Operand>() << " " << cs.what << ": one warp and three differ\n";
       ok = false;
@@ -156,6 +159,17 @@ BOOST_AUTO_TEST_CASE(tf32_team_product_is_the_rounded_operands_product) {
   BOOST_CHECK(all_cases<float>());
 }
 
+// The same cases in AMD's MFMA layouts (16×16 tiles, wavefronts of 64 lanes), as a HIP device
+// runs them: IEEE half and bfloat16 16 deep, bfloat16 8 deep (gfx908), TF32 operands in the
+// 8-deep fp32 layout.
+BOOST_AUTO_TEST_CASE(mfma_team_products_are_the_rounded_operands_products) {
+  namespace ci = ctxpar::impl;
+  BOOST_CHECK((all_cases<float16, ci::MfmaM16N16K16>()));
+  BOOST_CHECK((all_cases<bfloat16, ci::MfmaM16N16K16>()));
+  BOOST_CHECK((all_cases<bfloat16, ci::MfmaM16N16K8>()));
+  BOOST_CHECK((all_cases<float, ci::MfmaM16N16K8F32>()));
+}
+
 // A device team that multiplies on tensor cores is whole warps: the recommended size rounded down
 // to a multiple of 32 (never below one warp), within the launch's largest; none fits below 32.
 BOOST_AUTO_TEST_CASE(tensor_core_teams_are_whole_warps) {
@@ -166,4 +180,11 @@ BOOST_AUTO_TEST_CASE(tensor_core_teams_are_whole_warps) {
   BOOST_TEST(whole_warps(1, 64) == 32);
   BOOST_TEST(whole_warps(512, 200) == 192);
   BOOST_TEST(whole_warps(64, 31) == 0);
+  // A HIP wavefront is 64 lanes; every other space's warp 32.
+  BOOST_TEST(whole_warps(100, 1024, 64) == 64);
+  BOOST_TEST(whole_warps(32, 1024, 64) == 64);
+  BOOST_TEST(whole_warps(256, 63, 64) == 0);
+  BOOST_TEST(ctxpar::impl::team_mma_lanes_v<Kokkos::DefaultHostExecutionSpace> == 32);
+  BOOST_TEST(ctxpar::impl::has_team_mma_v<Kokkos::DefaultHostExecutionSpace>);
+  BOOST_TEST(!ctxpar::impl::team_mma_by_default_v<Kokkos::DefaultHostExecutionSpace>);
 }

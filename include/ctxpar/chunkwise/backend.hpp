@@ -109,7 +109,7 @@
 #include "ctxpar/comm/preconditions.hpp"
 #include "ctxpar/core/impl/detect.hpp"
 #include "ctxpar/core/impl/enum_name.hpp"
-#include "ctxpar/core/impl/warp_lanes.hpp"
+#include "ctxpar/core/impl/team_mma_product.hpp"
 #include "ctxpar/core/storage.hpp"
 
 namespace ctxpar::chunkwise {
@@ -136,9 +136,11 @@ struct NoTable {};
 
 /// How the per-chunk products of the chunkwise families multiply: the type their operands are
 /// read as. `exact` is fp32 FMA (and the only choice for fp64); `tf32`, `bfloat16` and `float16`
-/// run the products on warp tensor cores (`core/impl/team_mma_product.hpp`) with the operands
-/// rounded to that type and fp32 accumulation: the instructions on CUDA built for sm_80 or later,
-/// an emulation on the host spaces (for testing, not speed). A 16-bit plan's inputs are exact in
+/// run the products on tensor cores (`core/impl/team_mma_product.hpp`) with the operands
+/// rounded to that type and fp32 accumulation: `mma.sync` on CUDA built for sm_80 or later, MFMA
+/// on HIP built for gfx908, gfx90a or gfx94x (where `tf32` rounds its operands to TF32 and
+/// multiplies them in fp32 MFMA: the same values), an emulation of either on the host spaces (for
+/// testing, not speed). A 16-bit plan's inputs are exact in
 /// their own type, so `bfloat16` (`float16`) rounds only the intermediate operands of such a
 /// plan. These are every team product of the kernels (`chunk_product`). In the gated delta
 /// families: the intra-chunk products (`K·Kᵀ`, `Q·Kᵀ`, `X·(βΓK)`, `X·(βV)`), the state passes'
@@ -178,13 +180,13 @@ constexpr ChunkProducts resolve_chunk_products(ChunkProducts requested, bool ten
     return ChunkProducts::exact;
 }
 
-/// `resolve_chunk_products<Storage>` on `ExecutionSpace` (`tensor_cores_by_default_v`): what a
+/// `resolve_chunk_products<Storage>` on `ExecutionSpace` (`team_mma_by_default_v`): what a
 /// plan of that space and storage type multiplies with; the tests' and tools' bounds use it.
 template <class ExecutionSpace, class Storage>
 constexpr ChunkProducts resolve_chunk_products(ChunkProducts requested,
                                                bool family_has_them = true) {
   return resolve_chunk_products<Storage>(
-      requested, ctxpar::impl::tensor_cores_by_default_v<ExecutionSpace>, family_has_them);
+      requested, ctxpar::impl::team_mma_by_default_v<ExecutionSpace>, family_has_them);
 }
 
 namespace impl {

@@ -446,16 +446,16 @@ template <class Backend>
 using backend_products_t = decltype(std::declval<const Backend&>().options().products);
 
 // The chunk products of a backend built from `BackendOptions` (others multiply as they do): the
-// tensor-core ones need an execution space that has the warp products, and every rank must ask
+// tensor-core ones need an execution space that has the team products, and every rank must ask
 // for the same.
 template <class ExecutionSpace, class Backend>
 void check_chunk_products(Preconditions& chk, const Backend& backend) {
   if constexpr (ctxpar::impl::is_detected<backend_products_t, Backend>::value) {
     const ChunkProducts products = backend.options().products;
     chk.require(products == ChunkProducts::exact || products == ChunkProducts::automatic ||
-                    ctxpar::impl::has_warp_mma_v<ExecutionSpace>,
-                "tensor-core chunk products need warp tensor cores (CUDA built for sm_80 or "
-                "later) or a host space (emulated)",
+                    ctxpar::impl::has_team_mma_v<ExecutionSpace>,
+                "tensor-core chunk products need tensor cores (CUDA built for sm_80 or later, "
+                "HIP built for gfx908, gfx90a or gfx94x) or a host space (emulated)",
                 "exact on this execution space", to_string(products));
     chk.require_same("the chunk products", static_cast<int>(products));
   }

@@ -49,16 +49,18 @@ KOKKOS_INLINE_FUNCTION void chunk_product(ctxpar::chunkwise::ChunkProducts produ
 /// The team size of a chunk kernel `Functor` launched as `probe` (its league and scratch): the
 /// library's one rule (`choose_team_size`; a value-initialised functor is enough for Kokkos to
 /// size the launch), in whole warps on a device when the team multiplies on tensor cores
-/// (`tensor_cores`: `whole_warps`). A launch that cannot hold one warp is refused (`who` names
-/// the caller).
+/// (`tensor_cores`: `whole_warps` of `team_mma_lanes_v` threads, 64 on HIP). A launch that cannot
+/// hold one warp is refused (`who` names the caller).
 template <class Functor, class Policy>
 int chunk_team_size(const Policy& probe, bool tensor_cores, const char* who) {
   using execution_space = typename Policy::execution_space;
   int size = choose_team_size(probe, Functor{});
   if (tensor_cores && !is_host_space_v<execution_space>) {
-    size = whole_warps(size, probe.team_size_max(Functor{}, Kokkos::ParallelForTag()));
+    constexpr int lanes = team_mma_lanes_v<execution_space>;
+    size = whole_warps(size, probe.team_size_max(Functor{}, Kokkos::ParallelForTag()), lanes);
     require_local(size > 0, who, "the tensor-core chunk products need a team of at least one warp",
-                  "a launch that fits 32 threads (or options.products = exact)",
+                  lanes == 64 ? "a launch that fits 64 threads (or options.products = exact)"
+                              : "a launch that fits 32 threads (or options.products = exact)",
                   "a launch that fits fewer");
   }
   return size;

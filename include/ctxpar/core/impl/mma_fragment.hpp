@@ -345,14 +345,16 @@ __device__ inline void ldmatrix_x4(const T* row, Fragment<T, 8>& out) {
 #undef CTXPAR_LDMATRIX_X4
 #endif
 
-/// What the instruction of layout `L` computes, for the whole warp at once on the host: every
-/// lane's `c` gains `Σ_p A(r, p)·B(p, j)` for each of its elements `(r, j)`, with A and B
-/// assembled from the lanes' fragments through `L`. Products of two 16-bit or two TF32 values are
-/// exact in fp32; the sum runs over `p` in increasing order in fp32 (the hardware's order and
-/// internal width are unspecified, so tests bound the difference rather than compare bits).
+/// What the instruction of layout `L` computes, for the whole warp (or, for AMD's layouts,
+/// wavefront: `L::lanes`) at once on the host: every lane's `c` gains `Σ_p A(r, p)·B(p, j)` for
+/// each of its elements `(r, j)`, with A and B assembled from the lanes' fragments through `L`.
+/// Products of two 16-bit or two TF32 values are exact in fp32; the sum runs over `p` in
+/// increasing order in fp32 (the hardware's order and internal width are unspecified, so tests
+/// bound the difference rather than compare bits).
 template <class L = MmaM16N8K16, class T>
-void emulate_warp_mma(float (&c)[32][4], const Fragment<T, L::a_per_lane> (&a)[32],
-                      const Fragment<T, L::b_per_lane> (&b)[32]) {
+void emulate_warp_mma(float (&c)[L::lanes][L::c_per_lane],
+                      const Fragment<T, L::a_per_lane> (&a)[L::lanes],
+                      const Fragment<T, L::b_per_lane> (&b)[L::lanes]) {
   // The value the instruction reads: a 16-bit type's, or a float's TF32 part (low bits dropped).
   auto operand = [](const T& x) {
     if constexpr (std::is_same_v<T, float>) {
