@@ -25,7 +25,7 @@
 
 /// 1 in HIP device code for a target with the MFMA instructions (one thread per lane), 0
 /// elsewhere.
-#if defined(__HIP_DEVICE_COMPILE__) &&                                                \
+#if defined(__HIP_DEVICE_COMPILE__) &&                                                           \
     (defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || \
      defined(__gfx942__))
 #define CTXPAR_WAVE_LANES_ARE_THREADS 1
@@ -38,10 +38,10 @@
 /// configuration; Kokkos 3.4 does not, and the project's CMake then defines this from
 /// `Kokkos_ARCH`. A HIP build for another target (RDNA) keeps the exact products.
 #if !defined(CTXPAR_HIP_MFMA)
-#if defined(KOKKOS_ENABLE_HIP) &&                                                        \
-    (defined(KOKKOS_ARCH_VEGA908) || defined(KOKKOS_ARCH_VEGA90A) ||                     \
-     defined(KOKKOS_ARCH_AMD_GFX908) || defined(KOKKOS_ARCH_AMD_GFX90A) ||               \
-     defined(KOKKOS_ARCH_AMD_GFX940) || defined(KOKKOS_ARCH_AMD_GFX942) ||               \
+#if defined(KOKKOS_ENABLE_HIP) &&                                          \
+    (defined(KOKKOS_ARCH_VEGA908) || defined(KOKKOS_ARCH_VEGA90A) ||       \
+     defined(KOKKOS_ARCH_AMD_GFX908) || defined(KOKKOS_ARCH_AMD_GFX90A) || \
+     defined(KOKKOS_ARCH_AMD_GFX940) || defined(KOKKOS_ARCH_AMD_GFX942) || \
      defined(KOKKOS_ARCH_AMD_GFX942_APU))
 #define CTXPAR_HIP_MFMA 1
 #else
