@@ -358,6 +358,7 @@ ReferenceKey reference_key(const Settings& s, const TokenPlan& plan) {
   lr.precision(17);
   lr << s.lr;
   return {{"dtype", operator_dtypes.name(s.dtype)},
+          {"products", ctxpar::chunkwise::to_string(c.gdn_products)},
           {"length", std::to_string(c.length)},
           {"model-dim", std::to_string(c.model_dim)},
           {"heads", std::to_string(c.heads)},
@@ -493,8 +494,9 @@ void agreed_usage(const Group& world, Read&& read) {
 
 // Which options a saved reference must share with the run that reads it.
 const char* const reference_hint =
-    "a reference must be saved with the same --dtype, --length, --model-dim, --heads, --kv-heads, "
-    "--head-dim, --window, --chunk, --swa-policy, --gdn-policy, --householder, --kernel-chunk, "
+    "a reference must be saved with the same --dtype, --products, --length, --model-dim, "
+    "--heads, --kv-heads, --head-dim, --window, --chunk, --swa-policy, --gdn-policy, "
+    "--householder, --kernel-chunk, "
     "--groups, --lr and --packed --documents, at least as many --steps, and the same document "
     "boundaries, which --packed with --layout zigzag rounds to multiples of 2P";
 
@@ -516,7 +518,11 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
   SwaLayer<>::init(w, cfg, 100);
   GdnLayer<>::init(w, cfg, 100);
   GdpLayer<>::init(w, cfg, 100);
-  constexpr double roundoff = check_roundoff<Scalar>();
+  // The checks' unit roundoff: the storage's, or the GDN layer's chunk products' where those
+  // round coarser (float16 data with bfloat16 products); the same argument bounds both.
+  const ctxpar::chunkwise::ChunkProducts products = GdnLayer<Scalar>::products(cfg);
+  const double roundoff =
+      std::max(check_roundoff<Scalar>(), ctxpar::chunkwise::products_unit_roundoff(products));
   Params w_ref = w;
   // A saved reference is read and checked (every line of reference.txt, its options, gradient
   // list and steps) before anything is computed, on every rank; the lowest failing rank's error
@@ -538,7 +544,8 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
            << cfg.model_dim << ", heads " << cfg.heads << " (SWA kv " << cfg.kv_heads
            << "), head dim " << cfg.head_dim << ", window " << cfg.window << ", SWA stream chunk "
            << cfg.chunk << ", GDP M = " << cfg.householder << ", kernel chunk " << cfg.kernel_chunk
-           << "; operator data " << operator_dtypes.name(s.dtype) << "\n"
+           << "; operator data " << operator_dtypes.name(s.dtype) << ", GDN chunk products "
+           << ctxpar::chunkwise::to_string(products) << "\n"
            << (!s.save_reference.empty()
                    ? "  this run is the reference: its values go to " + s.save_reference + "\n"
                : !s.reference.empty()
@@ -837,6 +844,7 @@ bool run_hybrid(const Group& world, const Settings& s, std::ostream& report, Jso
     }
     (*json)["load_average"] = load;
     (*json)["dtype"] = operator_dtypes.name(s.dtype);
+    (*json)["gdn_products"] = ctxpar::chunkwise::to_string(GdnLayer<Scalar>::products(cfg));
     (*json)["length"] = cfg.length;
     (*json)["layout"] = s.zigzag ? "zigzag" : "contiguous";
     (*json)["documents"] = s.documents;
@@ -871,6 +879,9 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   c.gdn_policy = choose(args, "gdn-policy", ctxpar::cli::compositions, "gather");
   c.head_policy = choose(args, "head-policy", ctxpar::cli::head_policies, "uneven");
   s.dtype = choose(args, "dtype", operator_dtypes, "float64");
+  c.gdn_products = ctxpar::cli::chunk_products.visit(
+      choose(args, "products", ctxpar::cli::chunk_products, "automatic"),
+      [](auto tag) { return decltype(tag)::value; });
   c.householder = args.get<int>("householder", c.householder);
   c.kernel_chunk = args.get<int>("kernel-chunk", c.kernel_chunk);
   c.groups = args.get<int>("groups", c.groups);
@@ -920,6 +931,12 @@ int run_hybrid_command(const ctxpar::cli::Args& args, const Group& world) {
   usage(c.heads % c.kv_heads == 0, "--heads must be a multiple of --kv-heads",
         "a multiple of " + std::to_string(c.kv_heads), std::to_string(c.heads));
   usage(c.window >= 0, "--window must be >= 0 (0 = unlimited)", ">= 0", std::to_string(c.window));
+  usage(c.gdn_products == ctxpar::chunkwise::ChunkProducts::exact ||
+            c.gdn_products == ctxpar::chunkwise::ChunkProducts::automatic ||
+            !operator_dtypes.is<double>(s.dtype),
+        "--products other than exact or automatic needs 16-bit --dtype (fp64 data multiply "
+        "exactly)",
+        "exact or automatic with --dtype float64", ctxpar::chunkwise::to_string(c.gdn_products));
   usage(s.documents >= 1 && s.documents <= c.length, "--documents must be in [1, L]",
         "1.." + std::to_string(c.length), std::to_string(s.documents));
   // The upper bound keeps a typo from running for days (as --repeat's).
@@ -1031,7 +1048,7 @@ CTXPAR_CLI_COMMAND(
     "    [--chunk T] [--swa-policy P] [--gdn-policy P] [--head-policy P] [--householder M]\n"
     "    [--groups G] [--kernel-chunk C] [--layout L] [--packed [--documents N]] [--steps S] [--lr "
     "X] [--json FILE]\n"
-    "    [--dtype T]\n"
+    "    [--dtype T] [--products P]\n"
     "    [--quiet] [--perturb-rank R] [--save-reference DIR | --reference DIR] [--repeat N]\n\n"
     "options [default]:\n"
     "  --length L        tokens, 1..4194304 [2048]\n"
@@ -1049,6 +1066,10 @@ CTXPAR_CLI_COMMAND(
     "  --kernel-chunk C  chunk of the GDN and GDP kernels, 1..4096; their saved per-chunk\n"
     "                    C x C matrices cost 2·C values per token and head [64]\n"
     "  --layout L        contiguous or zigzag [contiguous]\n"
+    "  --products P      the GDN layer's chunk products (as chunkwise --products): exact, tf32,\n"
+    "                    bfloat16, float16 or automatic (the storage type's on a GPU with tensor\n"
+    "                    cores, exact elsewhere); not exact needs 16-bit --dtype. The checks'\n"
+    "                    roundoff becomes the products' where it is coarser [automatic]\n"
     "  --dtype T         the operators' data: float64, or bfloat16 / float16 storage with fp32\n"
     "                    arithmetic (SWA, the GDN recurrence and the GDP layer take it; the GDN\n"
     "                    short conv runs in fp32 then; the glue between layers is fp64 host "
@@ -1068,9 +1089,9 @@ CTXPAR_CLI_COMMAND(
     "  --reference DIR   compare with the values a P = 1 run saved in DIR, each rank reading its\n"
     "                    rows, instead of running the whole sequence on one rank in every "
     "process.\n"
-    "                    The reference must be saved with the same --dtype, --length, --model-dim, "
-    "--heads,\n"
-    "                    --kv-heads, --head-dim, --window, --chunk, --swa-policy, --gdn-policy,\n"
+    "                    The reference must be saved with the same --dtype, --products, --length,\n"
+    "                    --model-dim, --heads, --kv-heads, --head-dim, --window, --chunk, "
+    "--swa-policy, --gdn-policy,\n"
     "                    --householder, --kernel-chunk, --groups, --lr, --packed --documents and "
     "at\n"
     "                    least as many --steps (--layout may differ); with --packed the document\n"

@@ -54,6 +54,9 @@ struct StackConfig {
   int conv_width = 4;     ///< GDP conv width
   int kernel_chunk = 64;  ///< chunk of the GDN and GDP chunkwise kernels
   bool gdn_conv = true;   ///< GDN short conv (contiguous or zigzag shards)
+  /// How the GDN layer's chunk products multiply (`BackendOptions::products`; `automatic`: its
+  /// storage type's on a GPU with tensor cores, exact elsewhere).
+  chunkwise::ChunkProducts gdn_products = chunkwise::ChunkProducts::automatic;
 };
 
 /// What one layer did on this rank in one forward + backward.
@@ -472,7 +475,7 @@ class GdnLayer {
         plan_(plan.zigzag
                   ? chunkwise::SequenceLayout::create(group, Zigzag{}, plan.cu_seqlens)
                   : chunkwise::SequenceLayout::create(group, Contiguous{}, plan.cu_seqlens)),
-        backend_(chunkwise::BackendOptions{cfg.kernel_chunk, 0.0}),
+        backend_(chunkwise::BackendOptions{cfg.kernel_chunk, 0.0, cfg.gdn_products}),
         cp_(make_cp(group, plan_, backend_, cfg)),
         conv_(cfg.gdn_conv),
         zigzag_(plan.zigzag) {
@@ -664,6 +667,11 @@ class GdnLayer {
   /// Policy name (of the tag `p` selects).
   static const char* policy_name(int p) {
     return compositions.is<chunkwise::GatherFold>(p) ? "GatherFold" : "ScanCompose";
+  }
+
+  /// What the layer's chunk products run as on this build's space (`cfg.gdn_products` resolved).
+  static chunkwise::ChunkProducts products(const StackConfig& cfg) {
+    return chunkwise::resolve_chunk_products<execution_space, Scalar>(cfg.gdn_products);
   }
 
  private:
