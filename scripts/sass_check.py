@@ -2,7 +2,9 @@
 """Checks the SASS of the tensor-core kernels: every instantiation of the attention kernels must
 issue HMMA of the shape its scalar asks for, the gated delta chunk kernels and state passes all
 three shapes (they choose one at run time), and the FMA attention kernels none; the attention
-kernels on 16-bit operands, which read their staged tiles by ldmatrix, must issue LDSM.
+kernels on 16-bit operands, which read their staged tiles by ldmatrix, must issue LDSM, and stage
+them by asynchronous copies (LDGSTS); those that stage two tiles ahead must wait with one group
+still in flight (DEPBAR.LE SB0, 0x1).
 
 Usage: scripts/sass_check.py CUOBJDUMP CUBIN [--expect-sm 90]
 
@@ -50,6 +52,14 @@ FMA_KERNELS = ("TeamForwardKernel", "TeamQueryGradientKernel", "TeamKeyGradientK
 # backward at head dimensions up to 128, a staged row operand's A fragments) by `ldmatrix`: each
 # must issue LDSM.
 READS_BY_LDMATRIX = re.compile(r"TensorCore\w+Kernel<(?:ctxpar::)?(?:bfloat16|float16),")
+# The attention kernels on 16-bit operands stage their tiles by cp.async (LDGSTS). Those whose two
+# stages fit the level-0 scratch (`stages()` of tensor_core_forward.hpp, `stage_count()` of
+# tensor_core_backward.hpp) wait for the current tile with the next one's group in flight
+# (cp.async.wait_group 1): the forward at padded head dimensions 64 and 128, the dQ and dK/dV
+# kernels at 64.
+DOUBLE_BUFFERED = {"TensorCoreForwardKernel": (64, 128), "TensorCoreQueryGradientKernel": (64,),
+                   "TensorCoreKeyGradientKernel": (64,)}
+WAIT_WITH_ONE_IN_FLIGHT = re.compile(r"\bDEPBAR\.LE SB0, 0x1\b")
 HMMA_FOR_SCALAR = {"bfloat16": "HMMA.16816.F32.BF16", "float16": "HMMA.16816.F32",
                    "float": "HMMA.1688.F32.TF32"}
 
@@ -87,6 +97,12 @@ def scalar_of(name):
     return m.group(2) if m else None
 
 
+def padded_dim(name):
+    # The kernels' last template argument is their padded head dimension, after the team member.
+    m = re.search(r"TeamMember, (\d+)>", name)
+    return int(m.group(1)) if m else None
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("cuobjdump")
@@ -120,8 +136,17 @@ def main():
                           {HMMA_FOR_SCALAR[scalar]} if scalar in HMMA_FOR_SCALAR else None)
                 if not shapes or not shapes <= set(hmma):
                     bad.append(f"{scalar}: {sorted(set(hmma)) or 'no HMMA'}")
-                if READS_BY_LDMATRIX.search(name) and not re.search(r"\bLDSM\.", body):
-                    bad.append(f"{scalar}: no LDSM for its staged tiles")
+                if READS_BY_LDMATRIX.search(name):
+                    if not re.search(r"\bLDSM\.", body):
+                        bad.append(f"{scalar}: no LDSM for its staged tiles")
+                    if not re.search(r"\bLDGSTS\.", body):
+                        bad.append(f"{scalar}: no LDGSTS staging its tiles")
+                    dp = padded_dim(name)
+                    if dp is None:
+                        bad.append(f"{scalar}: no padded head dimension in its name")
+                    elif (dp in DOUBLE_BUFFERED.get(kernel, ()) and
+                          not WAIT_WITH_ONE_IN_FLIGHT.search(body)):
+                        bad.append(f"{scalar} D={dp}: no wait with a tile in flight")
             elif hmma:
                 bad.append(f"{scalar_of(name)}: {len(hmma)} HMMA in an FMA kernel")
         counts = {}
@@ -134,8 +159,9 @@ def main():
         if not found or bad:
             ok = False
     ldsm = len(re.findall(r"\bLDSM\.", dump.stdout))
+    ldgsts = len(re.findall(r"\bLDGSTS\.", dump.stdout))
     print(f"[sass-check] whole TU: {len(functions)} functions, "
-          f"{len(re.findall(r'HMMA[.]', dump.stdout))} HMMA, {ldsm} LDSM")
+          f"{len(re.findall(r'HMMA[.]', dump.stdout))} HMMA, {ldsm} LDSM, {ldgsts} LDGSTS")
     return 0 if ok else 1
 
 

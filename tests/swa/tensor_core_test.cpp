@@ -9,11 +9,14 @@
 #include <Kokkos_Core.hpp>
 
 #include <array>
+#include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
 #include "ctxpar/swa/distributed_step.hpp"
 #include "ctxpar/swa/impl/reference_step.hpp"
+#include "ctxpar/swa/impl/tensor_core_tiles.hpp"
 #include "ctxpar_test/harness.hpp"
 #include "ctxpar_test/roundoff.hpp"
 #include "fixtures.hpp"
@@ -49,9 +52,51 @@ const std::vector<Variant>& variants() {
       {230, 100, 140, 2, 2, 8, 0, 1, {170}},     // fully visible tiles next to a window edge
       {100, 20, 40, 8, 2, 72, 0, 1, {}},         // D = 72: padded to 128, a partial depth block
       {60, 10, 30, 2, 1, 136, 0, 1, {25}},       // D = 136: padded to 256
+      {120, 40, 70, 4, 2, 12, 0, 1, {}},         // D = 12: rows staged element by element
   };
   return v;
 }
+
+/// One team stages a tile of `rows` (head 1 of a (32, 2, DP) view) as the tensor-core kernels do
+/// (`TensorCoreTiles::stage`: by 16-byte asynchronous copies where `by_copies`, else element by
+/// element), the first `valid_rows` rows and `dim` columns, and writes the tile to `out`.
+template <class Exec, class Scalar, int DP>
+struct StagedTile {
+  using Tiles = ctxpar::swa::impl::TensorCoreTiles<Scalar, DP>;
+  using Op = typename Tiles::Op;
+  using Mem = typename Exec::memory_space;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem> rows;
+  Kokkos::View<Op**, Kokkos::LayoutRight, Mem> out;
+  int dim, valid_rows;
+  bool by_copies;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    Op* tile = static_cast<Op*>(team.team_scratch(0).get_shmem_aligned(Tiles::tile_bytes(), 16));
+    ctxpar::impl::AsyncCopies<Tiles::copies_for(Tiles::width)> copies;
+    Tiles::stage(
+        team, copies, by_copies, tile, dim, [&](int j) { return j < valid_rows; },
+        [&](int j) { return Tiles::row_of(rows, j, 1); });
+    copies.commit();
+    copies.template wait<0>();
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Tiles::width * DP), [&](const int e) {
+      out(e / DP, e % DP) = tile[(e / DP) * Tiles::ld + e % DP];
+    });
+  }
+
+  /// The staged tile, on the host.
+  static auto run(const Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem>& rows, int dim,
+                  int valid_rows, bool by_copies) {
+    Kokkos::View<Op**, Kokkos::LayoutRight, Mem> out("staged", Tiles::width, DP);
+    Kokkos::parallel_for(
+        "ctxpar::test::staged_tile",
+        Kokkos::TeamPolicy<Exec>(1, ctxpar::impl::warp_team_size<Exec>(Tiles::warps))
+            .set_scratch_size(0, Kokkos::PerTeam(Tiles::tile_bytes() + 16)),
+        StagedTile{rows, out, dim, valid_rows, by_copies});
+    return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
+  }
+};
 
 template <class A, class B>
 bool same_bits(const char* what, const A& a, const B& b) {
@@ -190,6 +235,59 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(empty_axes_and_queries_without_keys, C, tensor_cor
                 << ": not zeros / masked lse, forward or backward\n";
     ok = here && ok;
   }
+  CTXPAR_TEST_ALL(world(), ok);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(staging_by_copies_is_staging_by_elements, C, tensor_core_cases) {
+  // A tile staged by 16-byte asynchronous copies (16-bit rows, 16-byte aligned, whole copies per
+  // row) holds the same bits as one staged element by element: the rows' values where a row is
+  // valid and below `dim`, zeros elsewhere. Where the rows do not allow copies (a `dim` that is
+  // not whole copies, a misaligned view, TF32 operands rounded on the way in) the kernels are
+  // told to stage element by element.
+  using Scalar = typename C::scalar_type;
+  using Exec = typename C::execution_space;
+  using Mem = typename C::memory_space;
+  constexpr int DP = 64;
+  using Probe = StagedTile<Exec, Scalar, DP>;
+  using Tiles = typename Probe::Tiles;
+  using Op = typename Tiles::Op;
+  constexpr bool sixteen_bit = sizeof(Scalar) == 2;
+  Kokkos::View<Scalar***, Kokkos::LayoutRight, Mem> rows("rows", Tiles::width, 2, DP);
+  auto host = Kokkos::create_mirror_view(rows);
+  for (int j = 0; j < Tiles::width; ++j)
+    for (int h = 0; h < 2; ++h)
+      for (int d = 0; d < DP; ++d)
+        host(j, h, d) = ctxpar::narrow<Scalar>(0.25f * float((j * 7 + h * 3 + d * 5) % 61 - 30));
+  Kokkos::deep_copy(rows, host);
+  const Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem> in = rows;
+  bool ok = true;
+  const auto bits = [](Op x) {
+    std::uint32_t b = 0;
+    std::memcpy(&b, &x, sizeof x);
+    return b;
+  };
+  for (const int dim : {8, 16, 40, 64}) {
+    const int valid_rows = dim == 40 ? 29 : Tiles::width;
+    ok = Tiles::copies_rows(dim, in) == sixteen_bit && ok;
+    const auto by_elements = Probe::run(in, dim, valid_rows, false);
+    const auto by_copies = Probe::run(in, dim, valid_rows, Tiles::copies_rows(dim, in));
+    for (int j = 0; j < Tiles::width; ++j)
+      for (int d = 0; d < DP; ++d) {
+        const bool inside = j < valid_rows && d < dim;
+        const Op expected = inside ? Tiles::Operands::operand(host(j, 1, d)) : Op{};
+        if (bits(by_elements(j, d)) != bits(expected) || bits(by_copies(j, d)) != bits(expected)) {
+          if (ok)
+            std::cerr << "dim " << dim << ": staged element (" << j << ", " << d
+                      << ") is not the row's value or zero\n";
+          ok = false;
+        }
+      }
+  }
+  // Rows that do not allow copies.
+  ok = !Tiles::copies_rows(12, in) && ok;
+  const Kokkos::View<const Scalar***, Kokkos::LayoutRight, Mem, Kokkos::MemoryUnmanaged> shifted(
+      rows.data() + 1, Tiles::width - 1, 2, DP);
+  ok = !Tiles::copies_rows(DP, shifted) && ok;
   CTXPAR_TEST_ALL(world(), ok);
 }
 

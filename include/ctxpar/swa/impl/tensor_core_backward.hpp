@@ -51,6 +51,8 @@ struct TensorCoreQueryGradientKernel {
   Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace> dout;
   Kokkos::View<const acc**, Kokkos::LayoutRight, MemorySpace> lse, delta;
   Kokkos::View<acc***, Kokkos::LayoutRight, MemorySpace> dq;
+  /// Whether the staged dO rows go by asynchronous copies (`Tiles::copies_rows` of `dout`).
+  bool rows_by_copies;
 
   /// Whether the warps' dO rows are staged in scratch (`Tiles::stages_row_operand`): at D = 128
   /// with 16-bit operands the Q and dO fragments (64 registers) and the dQ accumulators (64) with
@@ -72,16 +74,17 @@ struct TensorCoreQueryGradientKernel {
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const { queries.walk(team, *this); }
 
   /// Stages the dO rows of every warp of the team (`staged_rows`), warp `w`'s from
-  /// `rows + 16·w·ld`, zeros past the team's rows and past the head dimension.
-  template <class TeamMember>
-  KOKKOS_FORCEINLINE_FUNCTION void stage_rows(const TeamMember& team, const TensorCoreQueryTeam& qt,
-                                              Op* rows) const {
+  /// `rows + 16·w·ld`, zeros past the team's rows and past the head dimension; by copies through
+  /// `copies` where `rows_by_copies`.
+  template <class TeamMember, class Copies>
+  KOKKOS_FORCEINLINE_FUNCTION void stage_rows(const TeamMember& team, Copies& copies,
+                                              const TensorCoreQueryTeam& qt, Op* rows) const {
     Tiles::template stage<Tiles::warps * Tiles::rows>(
-        team, rows, queries.shape.dim,
+        team, copies, rows_by_copies, rows, queries.shape.dim,
         [&](int j) { return j % Tiles::rows < qt.rows(j / Tiles::rows); },
-        [&](int j, int d) {
+        [&](int j) {
           const int wi = j / Tiles::rows;
-          return dout(qt.i0 + qt.r0(wi) + j % Tiles::rows, qt.h(wi), d);
+          return Tiles::row_of(dout, qt.i0 + qt.r0(wi) + j % Tiles::rows, qt.h(wi));
         });
   }
 
@@ -163,20 +166,60 @@ struct TensorCoreKeyGradientKernel {
   Kokkos::View<acc***, Kokkos::LayoutRight, MemorySpace> dk, dv;
   std::int64_t blocks;  ///< key blocks of `team_keys`
   int level;
+  /// Whether Q, dO and V go to scratch by asynchronous copies (`Tiles::copies_rows`).
+  bool by_copies;
 
-  /// Team scratch: the query and dO tiles, the staged V rows, the tokens, log-sum-exps, deltas
-  /// and validity of a query tile; and 16 bytes to align the first piece (`ldmatrix` reads the V
-  /// rows, and every piece keeps a multiple of 16 bytes).
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t scratch_bytes() {
-    return ScratchCursor::aligned_bytes(piece_bytes());
+  /// Query tiles staged ahead (`pipelined_tiles`): 2 where the tiles are copied and two of them
+  /// fit the level-0 scratch, else 1.
+  KOKKOS_INLINE_FUNCTION static constexpr int stage_count() {
+    return Tiles::stages_by_copies &&
+                   ScratchCursor::aligned_bytes(piece_bytes(2)) <= tensor_core_ldmatrix_scratch
+               ? 2
+               : 1;
   }
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t piece_bytes() {
-    return 2 * Tiles::tile_bytes() + (staged_values ? value_bytes() : 0) +
-           scratch_piece<mask::Token>(team_keys) + scratch_piece<mask::Token>(query_width) +
+
+  /// Team scratch: per stage a query and a dO tile with the tile's tokens, log-sum-exps, deltas
+  /// and validity; the staged V rows; the keys' tokens; and 16 bytes to align the first piece
+  /// (`ldmatrix` and the copies need 16-byte rows, and every piece keeps a multiple of 16 bytes).
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t scratch_bytes() {
+    return ScratchCursor::aligned_bytes(piece_bytes(stage_count()));
+  }
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t piece_bytes(int n) {
+    return n * stage_bytes() + (staged_values ? value_bytes() : 0) +
+           scratch_piece<mask::Token>(team_keys);
+  }
+  /// Scratch bytes of one staged query tile (`Staged`).
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t stage_bytes() {
+    return 2 * Tiles::tile_bytes() + scratch_piece<mask::Token>(query_width) +
            3 * scratch_piece<float>(query_width);
   }
   KOKKOS_INLINE_FUNCTION static constexpr std::size_t value_bytes() {
     return scratch_piece<Op>(std::size_t(team_keys) * Tiles::ld);
+  }
+
+  /// A staged query tile: its Q and dO rows, and its queries' tokens, log-sum-exps, deltas and
+  /// validity (1 or 0).
+  struct Staged {
+    Op* q;
+    Op* d_out;
+    mask::Token* token;
+    float* lse;
+    float* delta;
+    float* valid;
+  };
+
+  /// The staged tile of buffer `b`, whose buffers start at `first`: pointers computed, not
+  /// chosen from an array (a register array indexed at run time would go to local memory).
+  KOKKOS_FORCEINLINE_FUNCTION static Staged staged_at(char* first, int b) {
+    ScratchCursor cur{first + b * stage_bytes()};
+    const std::size_t tile = std::size_t(query_width) * Tiles::ld;
+    // A braced list evaluates in order: the pieces are taken as `stage_bytes` counts them.
+    return Staged{cur.take<Op>(tile),
+                  cur.take<Op>(tile),
+                  cur.take<mask::Token>(query_width),
+                  cur.take<float>(query_width),
+                  cur.take<float>(query_width),
+                  cur.take<float>(query_width)};
   }
 
   /// One warp's keys and state: K and V rows and the dK and dV accumulators.
@@ -194,21 +237,22 @@ struct TensorCoreKeyGradientKernel {
     const int hk = static_cast<int>(team.league_rank() / blocks);
     const std::int64_t j0 = (team.league_rank() % blocks) * team_keys;
     const int nk = static_cast<int>(shape.nk - j0 < team_keys ? shape.nk - j0 : team_keys);
-    ScratchCursor cur = ScratchCursor::aligned(team, level, piece_bytes());
-    Op* qs = cur.take<Op>(std::size_t(query_width) * Tiles::ld);
-    Op* dos = cur.take<Op>(std::size_t(query_width) * Tiles::ld);
+    constexpr int stages = stage_count();
+    ScratchCursor cur = ScratchCursor::aligned(team, level, piece_bytes(stages));
+    char* const buffers = cur.take<char>(stages * stage_bytes());
     Op* vs = staged_values ? cur.take<Op>(std::size_t(team_keys) * Tiles::ld) : nullptr;
     mask::Token* ktok = cur.take<mask::Token>(team_keys);
-    mask::Token* qtok = cur.take<mask::Token>(query_width);
-    float* lses = cur.take<float>(query_width);
-    float* deltas = cur.take<float>(query_width);
-    float* qvalid = cur.take<float>(query_width);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk),
                          [&](const int j) { ktok[j] = key_token(in, j0 + j); });
-    if constexpr (staged_values)
+    ctxpar::impl::AsyncCopies<Tiles::copies_in_flight(stages, staged_values ? team_keys : 0)>
+        copies;
+    if constexpr (staged_values) {
       Tiles::template stage<team_keys>(
-          team, vs, shape.dim, [&](int j) { return j < nk; },
-          [&](int j, int d) { return in.v(j0 + j, hk, d); });
+          team, copies, by_copies, vs, shape.dim, [&](int j) { return j < nk; },
+          [&](int j) { return Tiles::row_of(in.v, j0 + j, hk); });
+      copies.commit();
+      copies.template wait<0>();
+    }
 
     Warp w[per_thread];
     for (int k = 0; k < per_thread; ++k) {
@@ -228,33 +272,41 @@ struct TensorCoreKeyGradientKernel {
       Tiles::zero(x.d_v);
     }
     team.team_barrier();
-    // Queries that may see a key of this block.
+    // The query tiles that may see a key of this block, for each query head of the group in
+    // turn: tile `t` is head `hk·group + t / per_head`, queries from `qlo + (t % per_head)·32`.
     const WindowRange range = window_range(in);
     std::int64_t qlo, qhi;
     range.queries(in.q_pos, shape.tq, in.k_pos(j0), in.k_pos(j0 + nk - 1), qlo, qhi);
-    for (int h = hk * shape.group; h < (hk + 1) * shape.group; ++h) {
-      for (std::int64_t i0 = qlo; i0 < qhi; i0 += query_width) {
-        const auto valid = [&](int i) { return i0 + i < qhi; };
-        Tiles::stage(team, qs, shape.dim, valid, [&](int i, int d) { return in.q(i0 + i, h, d); });
-        Tiles::stage(team, dos, shape.dim, valid, [&](int i, int d) { return dout(i0 + i, h, d); });
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, query_width), [&](const int i) {
-          const bool ok = valid(i);
-          qvalid[i] = ok ? 1.0f : 0.0f;
-          qtok[i] = ok ? query_token(in, i0 + i) : mask::Token{0, 0};
-          lses[i] = ok ? lse(i0 + i, h) : 0.0f;
-          deltas[i] = ok ? delta(i0 + i, h) : 0.0f;
+    const std::int64_t per_head = qhi > qlo ? (qhi - qlo + query_width - 1) / query_width : 0;
+    const auto stage = [&](std::int64_t t, int b) {
+      const int h = hk * shape.group + static_cast<int>(t / per_head);
+      const std::int64_t i0 = qlo + (t % per_head) * query_width;
+      const auto valid = [&](int i) { return i0 + i < qhi; };
+      const Staged st = staged_at(buffers, b);
+      Tiles::stage(team, copies, by_copies, st.q, shape.dim, valid,
+                   [&](int i) { return Tiles::row_of(in.q, i0 + i, h); });
+      Tiles::stage(team, copies, by_copies, st.d_out, shape.dim, valid,
+                   [&](int i) { return Tiles::row_of(dout, i0 + i, h); });
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, query_width), [&](const int i) {
+        const bool ok = valid(i);
+        st.valid[i] = ok ? 1.0f : 0.0f;
+        st.token[i] = ok ? query_token(in, i0 + i) : mask::Token{0, 0};
+        st.lse[i] = ok ? lse(i0 + i, h) : 0.0f;
+        st.delta[i] = ok ? delta(i0 + i, h) : 0.0f;
+      });
+    };
+    const auto use = [&](std::int64_t, int b) {
+      const Staged x = staged_at(buffers, b);
+      for (int k = 0; k < per_thread; ++k) {
+        Warp& y = w[k];
+        if (y.rows == 0) continue;
+        gradient_step(y, lanes, x.q, x.d_out, x.lse, x.delta, [&](int r, int i) {
+          return r < y.rows && x.valid[i] != 0.0f &&
+                 visible(mask, range, x.token[i], ktok[y.r0 + r]);
         });
-        team.team_barrier();
-        for (int k = 0; k < per_thread; ++k) {
-          Warp& x = w[k];
-          if (x.rows == 0) continue;
-          gradient_step(x, lanes, qs, dos, lses, deltas, [&](int r, int i) {
-            return r < x.rows && qvalid[i] != 0.0f && visible(mask, range, qtok[i], ktok[x.r0 + r]);
-          });
-        }
-        team.team_barrier();
       }
-    }
+    };
+    ctxpar::impl::pipelined_tiles<stages>(team, copies, per_head * shape.group, stage, use);
     const acc scale = static_cast<acc>(in.scale);
     for (int k = 0; k < per_thread; ++k) {
       Warp& x = w[k];
@@ -301,7 +353,9 @@ void launch_tensor_core_backward(const ExecutionSpace& space, const Mask& mask,
     using Kernel = TensorCoreQueryGradientKernel<Scalar, MemorySpace, Mask, Member, DP>;
     launch_query_walk<Kernel>("ctxpar::swa::attention_backward_dq_tensor_core", space, mask, in,
                               shape, [&](const typename Kernel::Walk& walk) {
-                                return Kernel{walk, g.dout, g.lse, g.delta, g.dq};
+                                return Kernel{walk,  g.dout,
+                                              g.lse, g.delta,
+                                              g.dq,  Kernel::Tiles::copies_rows(shape.dim, g.dout)};
                               });
   }
   if (shape.nk > 0 && shape.hkv > 0) {
@@ -315,9 +369,9 @@ void launch_tensor_core_backward(const ExecutionSpace& space, const Mask& mask,
                   "a kernel that reads its scratch by ldmatrix must fit in level 0");
     require_ldmatrix_level<ExecutionSpace>(Kernel::Tiles::reads_by_ldmatrix, level,
                                            "ctxpar::swa::attention_backward (dK/dV kernel)");
-    Kokkos::parallel_for(
-        "ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
-        Kernel{in, mask, shape, g.dout, g.lse, g.delta, g.dk, g.dv, blocks, level});
+    Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
+                         Kernel{in, mask, shape, g.dout, g.lse, g.delta, g.dk, g.dv, blocks, level,
+                                Kernel::Tiles::copies_rows(shape.dim, in.q, g.dout, in.v)});
   }
 }
 

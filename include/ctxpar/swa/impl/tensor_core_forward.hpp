@@ -97,8 +97,12 @@ struct TensorCoreQueryWalk {
   std::int64_t tiles;  ///< query blocks per head group
   int heads;           ///< query heads per team
   int level;           ///< scratch level
+  /// Whether K and V (and a kernel's staged rows) go to scratch by asynchronous copies
+  /// (`Tiles::copies_rows`).
+  bool by_copies;
 
-  /// The staged K and V tiles and the tokens of a team, in scratch.
+  /// A staged key tile in scratch: its K and V rows, and its keys' tokens and flags; with the
+  /// team's query tokens.
   struct Staged {
     Op* k;
     Op* v;
@@ -107,19 +111,43 @@ struct TensorCoreQueryWalk {
     bool* key_valid;
   };
 
-  /// Team scratch of `Kernel`'s walk: the K and V tiles, the rows `Kernel` stages for its warps
-  /// (`Kernel::staged_rows`: 16 per warp of one of its row operands, or none), the team's query
-  /// tokens, the tile's key tokens and flags; and 16 bytes to align the first piece (`ldmatrix`
-  /// reads the staged rows, and every piece keeps a multiple of 16 bytes).
+  /// Key tiles `Kernel`'s walk stages ahead (`pipelined_tiles`): 2, the next tile's copies in
+  /// flight while the warps compute on the current one, where the tiles are copied
+  /// (`Tiles::stages_by_copies`) and two of them fit the level-0 scratch; else 1.
+  template <class Kernel>
+  KOKKOS_INLINE_FUNCTION static constexpr int stages() {
+    return Tiles::stages_by_copies && ScratchCursor::aligned_bytes(piece_bytes<Kernel>(2)) <=
+                                          tensor_core_ldmatrix_scratch
+               ? 2
+               : 1;
+  }
+
+  /// Team scratch of `Kernel`'s walk: per stage a K and a V tile with the tile's key tokens and
+  /// flags; the rows `Kernel` stages for its warps (`Kernel::staged_rows`: 16 per warp of one of
+  /// its row operands, or none); the team's query tokens; and 16 bytes to align the first piece
+  /// (`ldmatrix` and the copies need 16-byte rows, and every piece keeps a multiple of 16 bytes).
   template <class Kernel>
   KOKKOS_INLINE_FUNCTION static constexpr std::size_t scratch_bytes() {
-    return ScratchCursor::aligned_bytes(piece_bytes<Kernel>());
+    return ScratchCursor::aligned_bytes(piece_bytes<Kernel>(stages<Kernel>()));
   }
   template <class Kernel>
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t piece_bytes() {
-    return 2 * Tiles::tile_bytes() + (Kernel::staged_rows ? staged_row_bytes() : 0) +
-           scratch_piece<mask::Token>(warps * Tiles::rows) + scratch_piece<mask::Token>(key_tile) +
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t piece_bytes(int stages) {
+    return stages * stage_bytes() + (Kernel::staged_rows ? staged_row_bytes() : 0) +
+           scratch_piece<mask::Token>(warps * Tiles::rows);
+  }
+  /// Scratch bytes of one staged key tile (`Staged`, less the query tokens).
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t stage_bytes() {
+    return 2 * Tiles::tile_bytes() + scratch_piece<mask::Token>(key_tile) +
            scratch_piece<bool>(key_tile);
+  }
+  /// The staged tile of buffer `b`, whose buffers start at `first`: pointers computed, not
+  /// chosen from an array (a register array indexed at run time would go to local memory).
+  KOKKOS_FORCEINLINE_FUNCTION static Staged staged_at(char* first, int b, mask::Token* query) {
+    ScratchCursor cur{first + b * stage_bytes()};
+    const std::size_t tile = std::size_t(key_tile) * Tiles::ld;
+    // A braced list evaluates in order: the pieces are taken as `stage_bytes` counts them.
+    return Staged{cur.take<Op>(tile), cur.take<Op>(tile), query, cur.take<mask::Token>(key_tile),
+                  cur.take<bool>(key_tile)};
   }
   KOKKOS_INLINE_FUNCTION static constexpr std::size_t staged_row_bytes() {
     return scratch_piece<Op>(std::size_t(warps) * Tiles::rows * Tiles::ld);
@@ -127,30 +155,33 @@ struct TensorCoreQueryWalk {
 
   /// Runs the team of `team` for `kernel` on the warps the thread runs (its `Warp`s, each with
   /// members `r0`, `rows` and `h`, set here): where `Kernel::staged_rows`,
-  /// `kernel.stage_rows(team, qt, rows)` stages 16 rows per warp into `rows` (warp `w`'s from
-  /// `rows + 16·w·ld`); `kernel.start(warp, lanes, i0, own)` once (`own`: the warp's staged rows,
-  /// or null), then per
-  /// staged key tile `kernel.visit(warp, lanes, staged, seen)` for each warp that has rows
-  /// (`seen(r, j)`: key `j` of the tile visible to its row `r`), and last
+  /// `kernel.stage_rows(team, copies, qt, rows)` stages 16 rows per warp into `rows` (warp `w`'s
+  /// from `rows + 16·w·ld`); `kernel.start(warp, lanes, i0, own)` once (`own`: the warp's staged
+  /// rows, or null), then per key tile `kernel.visit(warp, lanes, staged, seen)` for each warp
+  /// that has rows (`seen(r, j)`: key `j` of the tile visible to its row `r`), and last
   /// `kernel.finish(warp, lanes, i0)` for each warp that has rows.
   template <class Member, class Kernel>
   KOKKOS_FORCEINLINE_FUNCTION void walk(const Member& team, const Kernel& kernel) const {
+    constexpr int stages_ahead = stages<Kernel>();
     const Lanes lanes = Lanes::of_thread(team.team_rank());
     typename Kernel::Warp w[per_thread];
     const int first_warp = count == 1 ? team.team_rank() / 32 : 0;
     const TensorCoreQueryTeam qt(team.league_rank(), tiles, shape.tq, shape.group, heads);
-    ScratchCursor cur = ScratchCursor::aligned(team, level, piece_bytes<Kernel>());
-    Staged st;
-    st.k = cur.take<Op>(std::size_t(key_tile) * Tiles::ld);
-    st.v = cur.take<Op>(std::size_t(key_tile) * Tiles::ld);
+    ScratchCursor cur = ScratchCursor::aligned(team, level, piece_bytes<Kernel>(stages_ahead));
+    char* const buffers = cur.take<char>(stages_ahead * stage_bytes());
     Op* staged =
         Kernel::staged_rows ? cur.take<Op>(std::size_t(warps) * Tiles::rows * Tiles::ld) : nullptr;
-    st.query = cur.take<mask::Token>(warps * Tiles::rows);
-    st.key = cur.take<mask::Token>(key_tile);
-    st.key_valid = cur.take<bool>(key_tile);
+    mask::Token* query = cur.take<mask::Token>(warps * Tiles::rows);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qt.nq),
-                         [&](const int r) { st.query[r] = query_token(in, qt.i0 + r); });
-    if constexpr (Kernel::staged_rows) kernel.stage_rows(team, qt, staged);
+                         [&](const int r) { query[r] = query_token(in, qt.i0 + r); });
+    ctxpar::impl::AsyncCopies<Tiles::copies_in_flight(
+        stages_ahead, Kernel::staged_rows ? warps * Tiles::rows : 0)>
+        copies;
+    if constexpr (Kernel::staged_rows) {
+      kernel.stage_rows(team, copies, qt, staged);
+      copies.commit();
+      copies.template wait<0>();
+    }
     team.team_barrier();
     for (int k = 0; k < per_thread; ++k) {
       const int wi = first_warp + k;
@@ -161,23 +192,28 @@ struct TensorCoreQueryWalk {
                    staged ? staged + std::size_t(wi) * Tiles::rows * Tiles::ld : nullptr);
     }
     const WindowRange range = window_range(in);
-    std::int64_t lo, hi, j0;
-    key_range(in, range, shape.nk, st.query[0].pos, st.query[qt.nq - 1].pos, lo, hi, j0);
-    for (; j0 < hi; j0 += key_tile) {
+    std::int64_t lo, hi, first;
+    key_range(in, range, shape.nk, query[0].pos, query[qt.nq - 1].pos, lo, hi, first);
+    const std::int64_t n = hi > first ? (hi - first + key_tile - 1) / key_tile : 0;
+    const auto stage = [&](std::int64_t t, int b) {
+      const Staged st = staged_at(buffers, b, query);
+      const std::int64_t j0 = first + t * key_tile;
       const auto valid = [&](int j) { return j0 + j >= lo && j0 + j < hi; };
-      Tiles::stage(team, st.k, shape.dim, valid,
-                   [&](int j, int d) { return in.k(j0 + j, qt.hk, d); });
-      Tiles::stage(team, st.v, shape.dim, valid,
-                   [&](int j, int d) { return in.v(j0 + j, qt.hk, d); });
+      Tiles::stage(team, copies, by_copies, st.k, shape.dim, valid,
+                   [&](int j) { return Tiles::row_of(in.k, j0 + j, qt.hk); });
+      Tiles::stage(team, copies, by_copies, st.v, shape.dim, valid,
+                   [&](int j) { return Tiles::row_of(in.v, j0 + j, qt.hk); });
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, key_tile), [&](const int j) {
         st.key_valid[j] = valid(j);
         st.key[j] = valid(j) ? key_token(in, j0 + j) : mask::Token{0, 0};
       });
-      team.team_barrier();
+    };
+    const auto use = [&](std::int64_t, int b) {
+      const Staged st = staged_at(buffers, b, query);
       for (int k = 0; k < per_thread; ++k)
         if (w[k].rows > 0) kernel.visit(w[k], lanes, st, visibility(st, range, w[k].r0, w[k].rows));
-      team.team_barrier();
-    }
+    };
+    ctxpar::impl::pipelined_tiles<stages_ahead>(team, copies, n, stage, use);
     for (int k = 0; k < per_thread; ++k)
       if (w[k].rows > 0) kernel.finish(w[k], lanes, qt.i0);
   }
@@ -321,10 +357,6 @@ Kokkos::TeamPolicy<ExecutionSpace> tensor_core_policy(const ExecutionSpace& spac
   return policy;
 }
 
-/// The most team scratch a tensor-core kernel that reads it by `ldmatrix` may take: level 0 on
-/// every CUDA device (48 KiB per team, less what Kokkos reserves for its team reductions).
-inline constexpr std::size_t tensor_core_ldmatrix_scratch = 40 * 1024;
-
 /// Refuses a device launch whose scratch went to level 1 (global memory) though its kernel reads
 /// it by `ldmatrix`, which reads shared memory only; the host's emulation reads it anywhere.
 template <class ExecutionSpace>
@@ -352,7 +384,9 @@ void launch_query_walk(const char* label, const ExecutionSpace& space, const Mas
                 "a kernel that reads its scratch by ldmatrix must fit in level 0");
   require_ldmatrix_level<ExecutionSpace>(Kernel::Tiles::reads_by_ldmatrix, level, label);
   Kokkos::parallel_for(label, policy,
-                       make(typename Kernel::Walk{in, mask, shape, tiles, heads, level}));
+                       make(typename Kernel::Walk{
+                           in, mask, shape, tiles, heads, level,
+                           Kernel::Tiles::copies_rows(static_cast<int>(shape.dim), in.k, in.v)}));
 }
 
 /// Forward attention on tensor-core products (see `attention_forward`) on inputs of `shape` with

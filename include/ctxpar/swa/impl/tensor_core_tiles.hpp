@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "ctxpar/core/impl/mma_fragment.hpp"
+#include "ctxpar/core/impl/tile_pipeline.hpp"
 #include "ctxpar/core/impl/warp_lanes.hpp"
 #include "ctxpar/swa/attention_inputs.hpp"
 #include "ctxpar/swa/impl/team_kernels.hpp"
@@ -23,6 +24,10 @@ namespace ctxpar::swa::impl {
 
 /// Warps per team of the tensor-core kernels.
 inline constexpr int tensor_core_warps = 4;
+
+/// The most team scratch a tensor-core kernel that reads it by `ldmatrix` may take: level 0 on
+/// every CUDA device (48 KiB per team, less what Kokkos reserves for its team reductions).
+inline constexpr std::size_t tensor_core_ldmatrix_scratch = 40 * 1024;
 
 /// The head dimension a tensor-core kernel is compiled for: `dim` rounded up to 64, 128 or 256.
 inline constexpr int tensor_core_padded_dim(std::int64_t dim) {
@@ -104,15 +109,74 @@ struct TensorCoreTiles {
         });
   }
 
-  /// Stages `N` rows (a tile's `width` unless told) into `tile` at row stride `ld`
-  /// (`value(j, d)` where `valid(j)` and `d < dim`, zeros elsewhere), cooperatively over the team;
-  /// the caller waits for the team.
-  template <int N = width, class Member, class Valid, class Value>
-  KOKKOS_FORCEINLINE_FUNCTION static void stage(const Member& team, Op* tile, int dim,
-                                                const Valid& valid, const Value& value) {
+  /// Whether the kernels stage tiles by 16-byte asynchronous copies (`core/impl/tile_pipeline.hpp`)
+  /// where the rows allow it: for 16-bit operands, which are the stored values themselves (TF32
+  /// operands are rounded on the way in, element by element).
+  static constexpr bool stages_by_copies = reads_by_ldmatrix;
+  /// Elements of one copy, and copies of a staged row.
+  static constexpr int piece = ctxpar::impl::async_copy_bytes / static_cast<int>(sizeof(Op));
+  static constexpr int row_pieces = DP / piece;
+  static_assert(!stages_by_copies || DP % piece == 0, "whole copies per staged row");
+
+  /// The first element of row `(i, h)` of a (tokens, heads, head dimension) view.
+  template <class View>
+  KOKKOS_FORCEINLINE_FUNCTION static auto row_of(const View& v, std::int64_t i, int h) {
+    return v.data() + i * std::int64_t(v.stride(0)) + h * std::int64_t(v.stride(1));
+  }
+
+  /// Whether `stage` may copy the rows of `views` (each (tokens, heads, head dimension), of
+  /// storage type `Scalar`) by 16-byte copies at head dimension `dim`: `stages_by_copies`, `dim`
+  /// whole copies, and every row 16-byte aligned. Elsewhere it stages element by element.
+  template <class... Views>
+  static bool copies_rows(int dim, const Views&... views) {
+    constexpr std::size_t bytes = sizeof(Op);
+    const auto aligned = [&](const auto& v) {
+      return ctxpar::impl::async_copy_aligned(v.data()) && v.stride(2) == 1 &&
+             (v.stride(0) * bytes) % ctxpar::impl::async_copy_bytes == 0 &&
+             (v.stride(1) * bytes) % ctxpar::impl::async_copy_bytes == 0;
+    };
+    return stages_by_copies && dim % piece == 0 && (aligned(views) && ...);
+  }
+
+  /// Copies per thread that `stage` issues for `n` rows, the most it holds at once on the host
+  /// (where one thread runs the team); 1 where it issues none.
+  KOKKOS_INLINE_FUNCTION static constexpr int copies_for(int n) {
+    return stages_by_copies ? n * row_pieces : 1;
+  }
+
+  /// The most copies a thread of a kernel has in flight (the capacity of its `AsyncCopies`):
+  /// `stages` buffers of two tiles, or `once` rows staged and waited for before the first tile.
+  KOKKOS_INLINE_FUNCTION static constexpr int copies_in_flight(int stages, int once) {
+    const int tiles = stages * 2 * copies_for(width);
+    const int rows = once > 0 ? copies_for(once) : 0;
+    return tiles > rows ? tiles : rows;
+  }
+
+  /// Stages `N` rows (a tile's `width` unless told) into `tile` at row stride `ld`: row `j`'s
+  /// elements `row(j)[d]` where `valid(j)` and `d < dim`, zeros elsewhere, cooperatively over the
+  /// team. Where `by_copies` (`copies_rows`) the rows go by 16-byte asynchronous copies issued
+  /// through `copies`; the caller commits them, waits, and then waits for the team.
+  template <int N = width, class Member, class Copies, class Valid, class Row>
+  KOKKOS_FORCEINLINE_FUNCTION static void stage(const Member& team, Copies& copies, bool by_copies,
+                                                Op* tile, int dim, const Valid& valid,
+                                                const Row& row) {
+    if constexpr (stages_by_copies) {
+      if (by_copies) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, N * row_pieces), [&](const int e) {
+          const int j = e / row_pieces, d = e % row_pieces * piece;
+          Op* to = tile + j * ld + d;
+          if (d < dim && valid(j)) {
+            copies.copy(to, row(j) + d);
+          } else {
+            ctxpar::impl::store_zero_piece(to);
+          }
+        });
+        return;
+      }
+    }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, N * DP), [&](const int e) {
       const int j = e / DP, d = e % DP;
-      tile[j * ld + d] = d < dim && valid(j) ? Operands::operand(value(j, d)) : Operands::zero();
+      tile[j * ld + d] = d < dim && valid(j) ? Operands::operand(row(j)[d]) : Operands::zero();
     });
   }
 
