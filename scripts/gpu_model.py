@@ -110,6 +110,13 @@ def gemm_cost(m, n, k, band_half=False):
 KOKKOS_CUDA_LEVEL0_MAX = 40 * 1024  # Kokkos 3.4 Cuda scratch_size_max(0); level 1 is global memory
 
 
+def scratch_levels(scratch):
+    """The level-0 and level-1 scratch of a team asking for `scratch` bytes: level 0 (shared
+    memory) where it fits, as `ctxpar::impl::scratch_level` chooses, else level 1."""
+    fits = scratch <= KOKKOS_CUDA_LEVEL0_MAX
+    return dict(scratch_l0=scratch if fits else 0, scratch_l1=0 if fits else scratch)
+
+
 def swa_team_rows(gpu, regs, scratch_l0):
     """Team size Kokkos picks (team_size_recommended, capped at the 32 rows of a query tile): the
     block size with the best occupancy, the larger one on a tie (cuda_get_opt_block_size)."""
@@ -198,7 +205,7 @@ def gdn_intra(gpu, T, H, K, V, C, n_h=1):
     team_threads = 256
     t = device_time(gpu, league, team_threads, 64, lane_fma / 32.0, lane_lsu / 32.0,
                     league * per_team_bytes, serial_clk=serial,
-                    scratch_l1=4 * (3 * c * K + c * c + c * V))
+                    **scratch_levels(4 * (3 * c * K + c * c + c * V)))
     return dict(kernel="gd_intra_chunk", flops=flops * league, bytes=league * per_team_bytes,
                 league=league, team_threads=team_threads, regs=64,
                 scratch=4 * (3 * c * K + c * c + c * V), **t)
@@ -224,7 +231,7 @@ def gdn_pass(gpu, T, H, K, V, C, n_h=1, seqs=1, nb=32, reverse=False):
     flops = step_flops * nc * league
     t = device_time(gpu, league, team_threads, 64, step_fma * nc / 32.0, step_lsu * nc / 32.0,
                     step_bytes * nc * H * seqs, serial_clk=chain * nc,
-                    scratch_l1=4 * (K * nb + 2 * c * nb))
+                    **scratch_levels(4 * (K * nb + 2 * c * nb)))
     return dict(kernel="gd_reverse_pass" if reverse else "gd_forward_pass", flops=flops,
                 bytes=step_bytes * nc * H * seqs, league=league, team_threads=team_threads,
                 regs=64, scratch=4 * (K * nb + 2 * c * nb), chunks=nc, **t)
@@ -245,7 +252,7 @@ def gdn_gradients(gpu, T, H, K, V, C, n_h=1):
     team_threads = 256
     t = device_time(gpu, league, team_threads, 64, lane_fma / 32.0, lane_lsu / 32.0,
                     league * per_team_bytes, serial_clk=c * 8 * 4 + 6 * BARRIER_CLK,
-                    scratch_l1=4 * (8 * c * K + 3 * c * V + 2 * V * K + 3 * c * c + 4 * c))
+                    **scratch_levels(4 * (8 * c * K + 3 * c * V + 2 * V * K + 3 * c * c + 4 * c)))
     return dict(kernel="gd_chunk_gradients", flops=flops * league, bytes=league * per_team_bytes,
                 league=league, team_threads=team_threads, regs=64,
                 scratch=4 * (8 * c * K + 3 * c * V + 2 * V * K + 3 * c * c + 4 * c), **t)
@@ -283,7 +290,7 @@ def decay_forward(gpu, T, H, K, V, C, diagonal=False, seqs=1):
     bytes_ = 4 * nc * H * (C * (2 * K + 2 * V) + 3 * K * V + C * V)
     league = nc * H
     t1 = device_time(gpu, league, 256, 64, lane_fma / 32.0 / league, lane_lsu / 32.0 / league,
-                     bytes_, scratch_l1=4 * (4 * C * K + C * C + K * 16))
+                     bytes_, **scratch_levels(4 * (4 * C * K + C * C + K * 16)))
     # chain: items of 16 columns, each reads ds and writes the state per chunk (bandwidth)
     items = seqs * H * K * math.ceil(V / 16.0)
     chain_bytes = 4 * nc * H * K * V * 2  # read ΔS, write the chunk-start state

@@ -13,6 +13,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <type_traits>
 
@@ -92,6 +93,16 @@ int choose_team_size(const Policy& probe, const Functor& functor, int preferred 
     if (preferred > 0) size = std::min(size, preferred);
     return std::max(1, std::min(size, most));
   }
+}
+
+/// The team-scratch level for `bytes` per team on `ExecutionSpace`: 0 where it fits the space's
+/// level-0 limit (`scratch_size_max(0)`: on a GPU, shared memory, 40 KiB on a CUDA device under
+/// Kokkos 4), else 1 (on a GPU, global memory). A kernel that carries state in scratch from one
+/// step to the next runs its reads and writes at shared-memory latency when its scratch fits.
+template <class ExecutionSpace>
+int scratch_level(std::size_t bytes) {
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  return bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
 }
 
 /// A device team size of `size` threads as a team whose products run on warp tensor cores needs

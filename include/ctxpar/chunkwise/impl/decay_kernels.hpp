@@ -223,6 +223,8 @@ struct ChunkUpdateTiles {
   int heads, kdim, vdim, chunk;
   /// How the products multiply (`DecaySaved::products`).
   ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
+  /// Team-scratch level of the launch (`scratch_level`: 0 where the scratch fits, set there).
+  int level = 1;
 
   static std::size_t scratch_bytes(int C, int K) { return scratch::shmem_size(std::size_t(C) * K); }
 
@@ -233,7 +235,7 @@ struct ChunkUpdateTiles {
     const ChunkTeam ct = chunk_team(team.league_rank(), H, chunk_begin, chunk_end);
     const std::int64_t c = ct.c, b = ct.b, last = ct.last;
     const int h = ct.h, n = ct.n;
-    scratch kt(team.team_scratch(1), std::size_t(chunk) * K);
+    scratch kt(team.team_scratch(level), std::size_t(chunk) * K);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int j) {
       const Scalar* kj = &k(b + j, h, 0);
       const Scalar w = decay_ratio(gamma, reset, last, b + j, h, 0);
@@ -528,6 +530,8 @@ struct OutputTiles {
   decltype(saved::reset) reset;
   /// How the products multiply (`DecaySaved::products`).
   ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
+  /// Team-scratch level of the launch (`scratch_level`: 0 where the scratch fits, set there).
+  int level = 1;
 
   static std::size_t scratch_bytes(int C, int K) {
     // qs, qh, Kᵀ (or the factored query rows), factored Kᵀ | P | one sub-block of factored keys
@@ -632,7 +636,7 @@ struct OutputTiles {
     const ChunkTeam ct = chunk_team(team.league_rank(), H, chunk_begin, chunk_end);
     const std::int64_t c = ct.c, b = ct.b;
     const int h = ct.h, n = ct.n;
-    const auto& sp = team.team_scratch(1);
+    const auto& sp = team.team_scratch(level);
     scratch qs(sp, std::size_t(C) * K), qh(sp, std::size_t(C) * K), aux(sp, std::size_t(C) * K),
         kt(sp, std::size_t(K) * C), P(sp, std::size_t(C) * C),
         bt(sp, std::size_t(K) * decay_sub_block);
@@ -835,6 +839,8 @@ struct ScalarGradientTiles {
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,1]
   /// How the products multiply (`DecaySaved::products`).
   ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
+  /// Team-scratch level of the launch (`scratch_level`: 0 where the scratch fits, set there).
+  int level = 1;
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kT vT | D P X | dO·Γ, V·λ | K·λ | S_cᵀ, G_cᵀ | a e
@@ -850,7 +856,7 @@ struct ScalarGradientTiles {
     const ChunkTeam ct = chunk_team(team.league_rank(), H, chunk_begin, chunk_end);
     const std::int64_t c = ct.c, b = ct.b, last = ct.last;
     const int h = ct.h, n = ct.n;
-    const auto& sp = team.team_scratch(1);
+    const auto& sp = team.team_scratch(level);
     scratch kT(sp, std::size_t(K) * C), vT(sp, std::size_t(V) * C), D(sp, std::size_t(C) * C),
         P(sp, std::size_t(C) * C), dog(sp, std::size_t(C) * V), vl(sp, std::size_t(C) * V),
         kl(sp, std::size_t(C) * K), sT(sp, std::size_t(V) * K), gT(sp, std::size_t(V) * K),
@@ -964,6 +970,8 @@ struct DiagonalGradientTiles {
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryUnmanaged> dg;  // [T,H,K]
   /// How the products multiply (`DecaySaved::products`).
   ctxpar::chunkwise::ChunkProducts products = ctxpar::chunkwise::ChunkProducts::exact;
+  /// Team-scratch level of the launch (`scratch_level`: 0 where the scratch fits, set there).
+  int level = 1;
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     // kf qe kl tq ts tk tg | kfT | vT | D P | S_cᵀ G_cᵀ
@@ -1045,7 +1053,7 @@ struct DiagonalGradientTiles {
     };
     if (direct)
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](int t) { row((b + t) * H + h); });
-    const auto& sp = team.team_scratch(1);
+    const auto& sp = team.team_scratch(level);
     scratch kf(sp, std::size_t(C) * K), qe(sp, std::size_t(C) * K), kl(sp, std::size_t(C) * K),
         tq(sp, std::size_t(C) * K), ts(sp, std::size_t(C) * K), tk(sp, std::size_t(C) * K),
         tg(sp, std::size_t(C) * K), kfT(sp, std::size_t(K) * C), vT(sp, std::size_t(V) * C),
@@ -1135,19 +1143,20 @@ auto range(const ExecutionSpace& space, std::int64_t n) {
   return Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(space, 0, n);
 }
 
-/// A team per (chunk, head) running `Functor` with `scratch` bytes of level-1 scratch, of the size
-/// `chunk_team_size` gives (whole warps on a device where the products are not `exact`).
+/// A team per (chunk, head) running `Functor` with `scratch` bytes of team scratch at `level`
+/// (`scratch_level`), of the size `chunk_team_size` gives (whole warps on a device where the
+/// products are not `exact`).
 template <class Functor, class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> chunk_teams(const ExecutionSpace& space, std::int64_t league,
-                                               std::size_t scratch,
+                                               std::size_t scratch, int level,
                                                ctxpar::chunkwise::ChunkProducts products) {
   const auto probe = Kokkos::TeamPolicy<ExecutionSpace>(space, static_cast<int>(league), 1)
-                         .set_scratch_size(1, Kokkos::PerTeam(scratch));
+                         .set_scratch_size(level, Kokkos::PerTeam(scratch));
   Kokkos::TeamPolicy<ExecutionSpace> policy(
       space, static_cast<int>(league),
       gd::chunk_team_size<Functor>(probe, products != ctxpar::chunkwise::ChunkProducts::exact,
                                    "ctxpar::chunkwise::decay"));
-  return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
+  return policy.set_scratch_size(level, Kokkos::PerTeam(scratch));
 }
 
 /// Launches `kernel`, dispatched (`IsaDispatched`), over `n` work items. Its views' execution
@@ -1161,17 +1170,20 @@ void launch_items(const ExecutionSpace& space, const char* label, std::int64_t n
 }
 
 /// Launches `kernel`, dispatched (`IsaDispatched`), with a team per (chunk, head) (`league` of
-/// them, nothing when there are none) and `scratch` bytes of level-1 scratch per team, its
-/// products multiplying as `products` says.
+/// them, nothing when there are none) and `scratch` bytes of team scratch each, at level 0 where
+/// they fit (`scratch_level`, written to the kernel's `level`), else 1; its products multiplying
+/// as `products` says.
 template <class ExecutionSpace, class Kernel>
 void launch_chunk_teams(const ExecutionSpace& space, const char* label, std::int64_t league,
-                        std::size_t scratch, const Kernel& kernel,
+                        std::size_t scratch, Kernel kernel,
                         ctxpar::chunkwise::ChunkProducts products) {
   using dispatched = IsaDispatched<Kernel, ExecutionSpace,
                                    typename Kokkos::TeamPolicy<ExecutionSpace>::member_type>;
-  if (league > 0)
-    Kokkos::parallel_for(label, chunk_teams<dispatched>(space, league, scratch, products),
-                         dispatched{kernel});
+  if (league <= 0) return;
+  kernel.level = ctxpar::impl::scratch_level<ExecutionSpace>(scratch);
+  Kokkos::parallel_for(label,
+                       chunk_teams<dispatched>(space, league, scratch, kernel.level, products),
+                       dispatched{kernel});
 }
 
 /// Builds the chunk tables of `seqs` into `saved` (chunks never cross a local sequence).

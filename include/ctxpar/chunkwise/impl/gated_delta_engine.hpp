@@ -220,26 +220,30 @@ void size_buffers(ChunkBuffers<Scalar, MemorySpace>& buf, const ChunkTable<Memor
       "ctxpar::chunkwise::gated_delta::m", H, K, K);
 }
 
-/// A team per work item running `Functor` with `scratch` bytes of level-1 scratch, of the size
-/// `chunk_team_size` gives (whole warps on a device where the team multiplies on tensor cores).
+/// A team per work item running `Functor` with `scratch` bytes of team scratch at `level`
+/// (`scratch_level`), of the size `chunk_team_size` gives (whole warps on a device where the team
+/// multiplies on tensor cores).
 template <class Functor, class ExecutionSpace>
 Kokkos::TeamPolicy<ExecutionSpace> team_policy(const ExecutionSpace& space, int league,
-                                               std::size_t scratch, bool tensor_cores = false) {
+                                               std::size_t scratch, int level,
+                                               bool tensor_cores = false) {
   const auto probe = Kokkos::TeamPolicy<ExecutionSpace>(space, league, 1)
-                         .set_scratch_size(1, Kokkos::PerTeam(scratch));
+                         .set_scratch_size(level, Kokkos::PerTeam(scratch));
   const int size = chunk_team_size<Functor>(probe, tensor_cores, "ctxpar::chunkwise::gated_delta");
   Kokkos::TeamPolicy<ExecutionSpace> policy(space, league, size);
-  return policy.set_scratch_size(1, Kokkos::PerTeam(scratch));
+  return policy.set_scratch_size(level, Kokkos::PerTeam(scratch));
 }
 
 /// Launches `functor` with a team per work item (`league` of them, none when it is empty) and
-/// `scratch` bytes of level-1 scratch per team (teams of whole warps where `tensor_cores`).
+/// `scratch` bytes of team scratch each, at level 0 where they fit (`scratch_level`, written to
+/// the functor's `level`), else 1 (teams of whole warps where `tensor_cores`).
 template <class ExecutionSpace, class Functor>
 void launch_teams(const ExecutionSpace& space, const char* label, int league, std::size_t scratch,
-                  const Functor& functor, bool tensor_cores = false) {
-  if (league > 0)
-    Kokkos::parallel_for(label, team_policy<Functor>(space, league, scratch, tensor_cores),
-                         functor);
+                  Functor functor, bool tensor_cores = false) {
+  if (league <= 0) return;
+  functor.level = scratch_level<ExecutionSpace>(scratch);
+  Kokkos::parallel_for(
+      label, team_policy<Functor>(space, league, scratch, functor.level, tensor_cores), functor);
 }
 
 /// Launches a per-chunk kernel (`IntraChunk`, `ChunkGradients`): a team per (chunk, head).

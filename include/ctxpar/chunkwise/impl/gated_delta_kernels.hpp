@@ -291,6 +291,8 @@ struct IntraChunk {
   ChunkData<Scalar, MemorySpace> cd;
   /// The instruction set of the host fast path, chosen on the launching thread.
   HostIsa isa = active_host_isa();
+  /// Team-scratch level of the launch (`scratch_level`: 0 where the scratch fits, set there).
+  int level = 1;
 
   static std::size_t scratch_bytes(int C, int K, int V) {
     return scratch::shmem_size(std::size_t(K) * C) + scratch::shmem_size(std::size_t(C) * K) +
@@ -378,9 +380,11 @@ struct IntraChunk {
     Scalar* Kt = cd.kt.data() + blk * C * K;
     Scalar* Qh = cd.qh.data() + blk * C * K;
     Scalar* Ut = cd.ut.data() + blk * C * V;
-    scratch kT(team.team_scratch(1), std::size_t(K) * C),
-        qs(team.team_scratch(1), std::size_t(C) * K), A(team.team_scratch(1), std::size_t(C) * C),
-        bk(team.team_scratch(1), std::size_t(C) * K), bv(team.team_scratch(1), std::size_t(C) * V);
+    scratch kT(team.team_scratch(level), std::size_t(K) * C),
+        qs(team.team_scratch(level), std::size_t(C) * K),
+        A(team.team_scratch(level), std::size_t(C) * C),
+        bk(team.team_scratch(level), std::size_t(C) * K),
+        bv(team.team_scratch(level), std::size_t(C) * V);
 
     cumulative_gates(team, cb);
     team.team_barrier();
@@ -576,6 +580,8 @@ struct StatePass {
   int blocks = 0, block = 32;
   /// The instruction set of the host fast path, chosen on the launching thread.
   HostIsa isa = active_host_isa();
+  /// Team-scratch level of the launch (`scratch_level`: 0 where the scratch fits, set there).
+  int level = 1;
 
   static std::size_t scratch_bytes(int C, int K, int NB) {
     return scratch::shmem_size(std::size_t(K) * NB) + 2 * scratch::shmem_size(std::size_t(C) * NB);
@@ -595,9 +601,9 @@ struct StatePass {
   KOKKOS_INLINE_FUNCTION void run(const member_type& team) const {
     const int K = pb.key_dim, V = pb.value_dim, C = pb.chunk, NB = block;
     const PassBlock pk = pass_block_of(team.league_rank(), pb, tg, blocks, NB);
-    scratch carried(team.team_scratch(1), std::size_t(K) * NB),
-        first(team.team_scratch(1), std::size_t(C) * NB),
-        second(team.team_scratch(1), std::size_t(C) * NB);
+    scratch carried(team.team_scratch(level), std::size_t(K) * NB),
+        first(team.team_scratch(level), std::size_t(C) * NB),
+        second(team.team_scratch(level), std::size_t(C) * NB);
     load_pass_start(team, pk, tg, carried.data(), K, V, NB);
     team.team_barrier();
     if constexpr (Reverse) {
@@ -733,6 +739,8 @@ struct ChunkGradients {
   GradTargets<Scalar> gt;
   /// The instruction set of the host fast path, chosen on the launching thread.
   HostIsa isa = active_host_isa();
+  /// Team-scratch level of the launch (`scratch_level`: 0 where the scratch fits, set there).
+  int level = 1;
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using scratch = scratch_view<Scalar, ExecutionSpace>;
 
@@ -790,7 +798,7 @@ struct ChunkGradients {
     const Scalar* dU = cd.du.data() + blk * C * V;
     const Scalar* S0 = cd.s0.data() + blk * K * V;
     const Scalar* dSe = cd.dse.data() + blk * K * V;
-    const Work w(team.team_scratch(1), C, K, V);
+    const Work w(team.team_scratch(level), C, K, V);
     load_rows(team, cb, w);
     team.team_barrier();
     chunk_product<Bytes>(pb.products, team, C, K, V, Scalar(1), rows(w.dO.data(), V), w.S0T.data(),

@@ -568,7 +568,7 @@ Kokkos::TeamPolicy<ExecutionSpace> team_kernel_policy(const ExecutionSpace& spac
                                                       int rows, const Functor& functor,
                                                       int& level) {
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  level = bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
+  level = ctxpar::impl::scratch_level<ExecutionSpace>(bytes);
   const int lanes = std::max(1, std::min(key_tile, Policy::vector_length_max()));
   Policy probe(space, static_cast<int>(league), 1, lanes);
   probe.set_scratch_size(level, Kokkos::PerTeam(bytes));

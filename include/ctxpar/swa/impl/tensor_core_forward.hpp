@@ -350,7 +350,7 @@ Kokkos::TeamPolicy<ExecutionSpace> tensor_core_policy(const ExecutionSpace& spac
                                                       std::int64_t teams, std::size_t bytes,
                                                       int& level) {
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  level = bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
+  level = ctxpar::impl::scratch_level<ExecutionSpace>(bytes);
   Policy policy(space, static_cast<int>(teams),
                 ctxpar::impl::warp_team_size<ExecutionSpace>(tensor_core_warps));
   policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
