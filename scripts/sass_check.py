@@ -53,10 +53,9 @@ FMA_KERNELS = ("TeamForwardKernel", "TeamQueryGradientKernel", "TeamKeyGradientK
 # must issue LDSM.
 READS_BY_LDMATRIX = re.compile(r"TensorCore\w+Kernel<(?:ctxpar::)?(?:bfloat16|float16),")
 # The attention kernels on 16-bit operands stage their tiles by cp.async (LDGSTS). Those whose two
-# stages fit the level-0 scratch (`stages()` of tensor_core_forward.hpp, `stage_count()` of
-# tensor_core_backward.hpp) wait for the current tile with the next one's group in flight
-# (cp.async.wait_group 1): the forward at padded head dimensions 64 and 128, the dQ and dK/dV
-# kernels at 64.
+# stages fit the level-0 scratch (`TensorCoreTiles::stages_fitting`) wait for the current tile
+# with the next one's group in flight (cp.async.wait_group 1): the forward at padded head
+# dimensions 64 and 128, the dQ and dK/dV kernels at 64.
 DOUBLE_BUFFERED = {"TensorCoreForwardKernel": (64, 128), "TensorCoreQueryGradientKernel": (64,),
                    "TensorCoreKeyGradientKernel": (64,)}
 WAIT_WITH_ONE_IN_FLIGHT = re.compile(r"\bDEPBAR\.LE SB0, 0x1\b")
@@ -98,8 +97,9 @@ def scalar_of(name):
 
 
 def padded_dim(name):
-    # The kernels' last template argument is their padded head dimension, after the team member.
-    m = re.search(r"TeamMember, (\d+)>", name)
+    # The kernels' padded head dimension is the template argument after the team member (the
+    # dK/dV kernel's pass may follow it).
+    m = re.search(r"TeamMember, (\d+)[,>]", name)
     return int(m.group(1)) if m else None
 
 

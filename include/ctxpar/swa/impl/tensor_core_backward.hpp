@@ -58,15 +58,21 @@ struct TensorCoreQueryGradientKernel {
   /// with 16-bit operands the Q and dO fragments (64 registers) and the dQ accumulators (64) with
   /// the two score tiles left the products too few registers and the kernel spilled.
   static constexpr bool staged_rows = Tiles::stages_row_operand;
-  /// A warp's dO rows: their fragments, or where `staged_rows`, the first of them in scratch.
-  using OutputGradientRows = std::conditional_t<staged_rows, const Op*, typename Tiles::Rows>;
+  /// Where the warps keep their Q rows: in registers, except at D = 256, where the dQ
+  /// accumulators take 128 of them.
+  static constexpr RowsKept queries_kept = DP == 256 ? RowsKept::in_memory : RowsKept::in_registers;
+  /// Where they keep their dO rows: staged where `staged_rows`, where they lie where the
+  /// registers run short (`Tiles::registers_short`), else in registers.
+  static constexpr RowsKept output_gradients_kept =
+      staged_rows ? RowsKept::in_scratch
+                  : (Tiles::registers_short ? RowsKept::in_memory : RowsKept::in_registers);
 
   /// One warp's rows and state: Q and dO rows, the dQ accumulators, and per row half each lane's
   /// copy of its rows' lse and delta.
   struct Warp {
     int r0, rows, h;
-    typename Tiles::Rows q;
-    OutputGradientRows d_out;
+    typename Tiles::template RowsAt<queries_kept> q;
+    typename Tiles::template RowsAt<output_gradients_kept> d_out;
     typename Tiles::Accumulator d_q;
     float lse[2][count], delta[2][count];
   };
@@ -91,14 +97,10 @@ struct TensorCoreQueryGradientKernel {
   KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0,
                                          const Op* own) const {
     const int dim = queries.shape.dim;
-    const auto& q = queries.in.q;
-    Tiles::load_rows(
-        lanes, w.rows, dim, [&](int r, int d) { return q(i0 + w.r0 + r, w.h, d); }, w.q);
-    if constexpr (staged_rows)
-      w.d_out = own;
-    else
-      Tiles::load_rows(
-          lanes, w.rows, dim, [&](int r, int d) { return dout(i0 + w.r0 + r, w.h, d); }, w.d_out);
+    Tiles::template keep_rows<queries_kept>(lanes, queries.in.q, i0 + w.r0, w.h, w.rows, dim,
+                                            nullptr, w.q);
+    Tiles::template keep_rows<output_gradients_kept>(lanes, dout, i0 + w.r0, w.h, w.rows, dim, own,
+                                                     w.d_out);
     Tiles::zero(w.d_q);
     for (int c = 0; c < count; ++c)
       for (int half = 0; half < 2; ++half) {
@@ -136,11 +138,18 @@ struct TensorCoreQueryGradientKernel {
   }
 };
 
+/// Which gradients a launch of the dK/dV kernel sums: both in one pass; or, where one warp's two
+/// accumulators would take every register (D = 256: 128 each, `Tiles::registers_short`), dV in
+/// one pass and dK in another, each recomputing the weights `Pᵀ` (the dK pass also `dPᵀ`).
+enum class KeyGradientPass { both, values, keys };
+
 /// The dK/dV kernel for head dimensions up to `DP`: a team per (64 keys, key/value head), warp
 /// `w` owning keys `[16w, 16w + 16)` of them; per (query head of the group, query tile that may
 /// see the keys), `Sᵀ = K·Qᵀ`, `Pᵀ = exp(Sᵀ·scale − lse)`, `dPᵀ = V·dOᵀ`,
-/// `dSᵀ = Pᵀ ∘ (dPᵀ − delta)`, `dV += Pᵀ·dO`, `dK += dSᵀ·Q`; finally `dK ·= scale`.
-template <class Scalar, class MemorySpace, class Mask, class Member, int DP>
+/// `dSᵀ = Pᵀ ∘ (dPᵀ − delta)`, `dV += Pᵀ·dO`, `dK += dSᵀ·Q`; finally `dK ·= scale`. `Pass` says
+/// which of dV and dK it sums; each element is summed in the same order in either pass.
+template <class Scalar, class MemorySpace, class Mask, class Member, int DP,
+          KeyGradientPass Pass = KeyGradientPass::both>
 struct TensorCoreKeyGradientKernel {
   using acc = accumulator_t<Scalar>;
   using Tiles = TensorCoreTiles<Scalar, DP>;
@@ -155,8 +164,18 @@ struct TensorCoreKeyGradientKernel {
   /// with 16-bit operands a warp's K and V fragments (64 registers) and its dK and dV
   /// accumulators (128) leave the products too few of the 255 and the kernel spilled.
   static constexpr bool staged_values = Tiles::stages_row_operand;
-  /// A warp's V rows: their fragments, or where `staged_values`, the first of them in scratch.
-  using ValueRows = std::conditional_t<staged_values, const Op*, typename Tiles::Rows>;
+  /// Where the warps keep their K rows: where they lie where the registers run short
+  /// (`Tiles::registers_short`), else in registers.
+  static constexpr RowsKept keys_kept =
+      Tiles::registers_short ? RowsKept::in_memory : RowsKept::in_registers;
+  /// Where they keep their V rows: staged where `staged_values`, else as K.
+  static constexpr RowsKept values_kept = staged_values ? RowsKept::in_scratch : keys_kept;
+  /// Which gradients this launch sums.
+  static constexpr bool sums_values = Pass != KeyGradientPass::keys;
+  static constexpr bool sums_keys = Pass != KeyGradientPass::values;
+  static_assert(Pass == KeyGradientPass::both || DP == 256,
+                "the dK/dV kernel sums in two passes only where one accumulator takes half the "
+                "registers");
 
   AttentionInputs<Scalar, MemorySpace> in;
   Mask mask;
@@ -169,13 +188,9 @@ struct TensorCoreKeyGradientKernel {
   /// Whether Q, dO and V go to scratch by asynchronous copies (`Tiles::copies_rows`).
   bool by_copies;
 
-  /// Query tiles staged ahead (`pipelined_tiles`): 2 where the tiles are copied and two of them
-  /// fit the level-0 scratch, else 1.
+  /// Query tiles staged ahead (`Tiles::stages_fitting`).
   KOKKOS_INLINE_FUNCTION static constexpr int stage_count() {
-    return Tiles::stages_by_copies &&
-                   ScratchCursor::aligned_bytes(piece_bytes(2)) <= tensor_core_ldmatrix_scratch
-               ? 2
-               : 1;
+    return Tiles::stages_fitting(piece_bytes(2));
   }
 
   /// Team scratch: per stage a query and a dO tile with the tile's tokens, log-sum-exps, deltas
@@ -222,12 +237,19 @@ struct TensorCoreKeyGradientKernel {
                   cur.take<float>(query_width)};
   }
 
-  /// One warp's keys and state: K and V rows and the dK and dV accumulators.
+  /// An accumulator this pass does not sum.
+  struct NotSummed {};
+  using KeyAccumulator = std::conditional_t<sums_keys, typename Tiles::Accumulator, NotSummed>;
+  using ValueAccumulator = std::conditional_t<sums_values, typename Tiles::Accumulator, NotSummed>;
+
+  /// One warp's keys and state: K and V rows (`keys_kept`, `values_kept`) and the dK and dV
+  /// accumulators of the pass.
   struct Warp {
     int r0, rows;
-    typename Tiles::Rows k;
-    ValueRows v;
-    typename Tiles::Accumulator d_k, d_v;
+    typename Tiles::template RowsAt<keys_kept> k;
+    typename Tiles::template RowsAt<values_kept> v;
+    KeyAccumulator d_k;
+    ValueAccumulator d_v;
   };
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
@@ -260,16 +282,15 @@ struct TensorCoreKeyGradientKernel {
       x.r0 = (first_warp + k) * Tiles::rows;
       const int left = nk - x.r0;
       x.rows = left < 0 ? 0 : (left < Tiles::rows ? left : Tiles::rows);
-      Tiles::load_rows(
-          lanes, x.rows, shape.dim, [&](int r, int d) { return in.k(j0 + x.r0 + r, hk, d); }, x.k);
-      if constexpr (staged_values)
-        x.v = vs + std::size_t(x.r0) * Tiles::ld;
-      else
-        Tiles::load_rows(
-            lanes, x.rows, shape.dim, [&](int r, int d) { return in.v(j0 + x.r0 + r, hk, d); },
-            x.v);
-      Tiles::zero(x.d_k);
-      Tiles::zero(x.d_v);
+      Tiles::template keep_rows<keys_kept>(lanes, in.k, j0 + x.r0, hk, x.rows, shape.dim, nullptr,
+                                           x.k);
+      // The values pass never reads V.
+      if constexpr (sums_keys)
+        Tiles::template keep_rows<values_kept>(lanes, in.v, j0 + x.r0, hk, x.rows, shape.dim,
+                                               vs ? vs + std::size_t(x.r0) * Tiles::ld : nullptr,
+                                               x.v);
+      if constexpr (sums_keys) Tiles::zero(x.d_k);
+      if constexpr (sums_values) Tiles::zero(x.d_v);
     }
     team.team_barrier();
     // The query tiles that may see a key of this block, for each query head of the group in
@@ -311,12 +332,14 @@ struct TensorCoreKeyGradientKernel {
     for (int k = 0; k < per_thread; ++k) {
       Warp& x = w[k];
       if (x.rows == 0) continue;
-      Tiles::for_each_element(lanes, shape.dim, x.d_k, [&](float& g, int r, int d, int, int) {
-        if (r < x.rows) dk(j0 + x.r0 + r, hk, d) = g * scale;
-      });
-      Tiles::for_each_element(lanes, shape.dim, x.d_v, [&](float& g, int r, int d, int, int) {
-        if (r < x.rows) dv(j0 + x.r0 + r, hk, d) = g;
-      });
+      if constexpr (sums_keys)
+        Tiles::for_each_element(lanes, shape.dim, x.d_k, [&](float& g, int r, int d, int, int) {
+          if (r < x.rows) dk(j0 + x.r0 + r, hk, d) = g * scale;
+        });
+      if constexpr (sums_values)
+        Tiles::for_each_element(lanes, shape.dim, x.d_v, [&](float& g, int r, int d, int, int) {
+          if (r < x.rows) dv(j0 + x.r0 + r, hk, d) = g;
+        });
     }
   }
 
@@ -326,21 +349,51 @@ struct TensorCoreKeyGradientKernel {
                                                  const Op* dos, const float* lses,
                                                  const float* deltas, const Seen& seen) const {
     const float scale = static_cast<float>(in.scale);
-    typename Tiles::Scores p, dp;
+    typename Tiles::Scores p;
     Tiles::row_products(lanes, shape.dim, w.k, qs, p);
-    Tiles::row_products(lanes, shape.dim, w.v, dos, dp);
     Tiles::for_each_score(lanes, p, [&](float& x, int r, int i, int, int) {
       x = seen(r, i) ? ctxpar::impl::fast_exp(x * scale - lses[i]) : 0.0f;
     });
-    Tiles::weighted_rows(lanes, shape.dim, p, dos, w.d_v);
-    // dSᵀ, in the place of dPᵀ.
-    Tiles::for_each_score(lanes, dp, [&](float& x, int, int i, int, int) { x -= deltas[i]; });
-    for (int nb = 0; nb < Tiles::tile_blocks; ++nb)
-      for (int c = 0; c < count; ++c)
-        for (int e = 0; e < 4; ++e) dp[nb][c][e] *= p[nb][c][e];
-    Tiles::weighted_rows(lanes, shape.dim, dp, qs, w.d_k);
+    if constexpr (sums_values) Tiles::weighted_rows(lanes, shape.dim, p, dos, w.d_v);
+    if constexpr (sums_keys) {
+      // dSᵀ, in the place of dPᵀ.
+      typename Tiles::Scores dp;
+      Tiles::row_products(lanes, shape.dim, w.v, dos, dp);
+      Tiles::for_each_score(lanes, dp, [&](float& x, int, int i, int, int) { x -= deltas[i]; });
+      for (int nb = 0; nb < Tiles::tile_blocks; ++nb)
+        for (int c = 0; c < count; ++c)
+          for (int e = 0; e < 4; ++e) dp[nb][c][e] *= p[nb][c][e];
+      Tiles::weighted_rows(lanes, shape.dim, dp, qs, w.d_k);
+    }
   }
 };
+
+/// Launches the dK/dV kernel's pass `Pass` for head dimensions up to `DP`.
+template <int DP, KeyGradientPass Pass, class ExecutionSpace, class Mask, class Scalar,
+          class MemorySpace>
+void launch_key_gradients(const ExecutionSpace& space, const Mask& mask,
+                          const AttentionInputs<Scalar, MemorySpace>& in,
+                          const KernelShape<Scalar, MemorySpace>& shape,
+                          const BackwardViews<Scalar, MemorySpace>& g) {
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Kernel = TensorCoreKeyGradientKernel<Scalar, MemorySpace, Mask, Member, DP, Pass>;
+  const std::int64_t blocks = (shape.nk + Kernel::team_keys - 1) / Kernel::team_keys;
+  int level = 0;
+  const auto policy = tensor_core_policy(space, blocks * shape.hkv, Kernel::scratch_bytes(), level);
+  static_assert(
+      !Kernel::Tiles::reads_by_ldmatrix || Kernel::scratch_bytes() <= tensor_core_ldmatrix_scratch,
+      "a kernel that reads its scratch by ldmatrix must fit in level 0");
+  require_ldmatrix_level<ExecutionSpace>(Kernel::Tiles::reads_by_ldmatrix, level,
+                                         "ctxpar::swa::attention_backward (dK/dV kernel)");
+  constexpr const char* label =
+      Pass == KeyGradientPass::both
+          ? "ctxpar::swa::attention_backward_dkdv_tensor_core"
+          : (Pass == KeyGradientPass::values ? "ctxpar::swa::attention_backward_dv_tensor_core"
+                                             : "ctxpar::swa::attention_backward_dk_tensor_core");
+  Kokkos::parallel_for(label, policy,
+                       Kernel{in, mask, shape, g.dout, g.lse, g.delta, g.dk, g.dv, blocks, level,
+                              Kernel::Tiles::copies_rows(shape.dim, in.q, g.dout, in.v)});
+}
 
 /// Launches the backward for head dimensions up to `DP` (see `tensor_core_attention_backward`).
 template <int DP, class ExecutionSpace, class Mask, class Scalar, class MemorySpace>
@@ -359,19 +412,12 @@ void launch_tensor_core_backward(const ExecutionSpace& space, const Mask& mask,
                               });
   }
   if (shape.nk > 0 && shape.hkv > 0) {
-    using Kernel = TensorCoreKeyGradientKernel<Scalar, MemorySpace, Mask, Member, DP>;
-    const std::int64_t blocks = (shape.nk + Kernel::team_keys - 1) / Kernel::team_keys;
-    int level = 0;
-    const auto policy =
-        tensor_core_policy(space, blocks * shape.hkv, Kernel::scratch_bytes(), level);
-    static_assert(!Kernel::Tiles::reads_by_ldmatrix ||
-                      Kernel::scratch_bytes() <= tensor_core_ldmatrix_scratch,
-                  "a kernel that reads its scratch by ldmatrix must fit in level 0");
-    require_ldmatrix_level<ExecutionSpace>(Kernel::Tiles::reads_by_ldmatrix, level,
-                                           "ctxpar::swa::attention_backward (dK/dV kernel)");
-    Kokkos::parallel_for("ctxpar::swa::attention_backward_dkdv_tensor_core", policy,
-                         Kernel{in, mask, shape, g.dout, g.lse, g.delta, g.dk, g.dv, blocks, level,
-                                Kernel::Tiles::copies_rows(shape.dim, in.q, g.dout, in.v)});
+    if constexpr (DP == 256) {
+      launch_key_gradients<DP, KeyGradientPass::values>(space, mask, in, shape, g);
+      launch_key_gradients<DP, KeyGradientPass::keys>(space, mask, in, shape, g);
+    } else {
+      launch_key_gradients<DP, KeyGradientPass::both>(space, mask, in, shape, g);
+    }
   }
 }
 

@@ -97,8 +97,7 @@ struct TensorCoreQueryWalk {
   std::int64_t tiles;  ///< query blocks per head group
   int heads;           ///< query heads per team
   int level;           ///< scratch level
-  /// Whether K and V (and a kernel's staged rows) go to scratch by asynchronous copies
-  /// (`Tiles::copies_rows`).
+  /// Whether K and V go to scratch by asynchronous copies (`Tiles::copies_rows`).
   bool by_copies;
 
   /// A staged key tile in scratch: its K and V rows, and its keys' tokens and flags; with the
@@ -111,15 +110,10 @@ struct TensorCoreQueryWalk {
     bool* key_valid;
   };
 
-  /// Key tiles `Kernel`'s walk stages ahead (`pipelined_tiles`): 2, the next tile's copies in
-  /// flight while the warps compute on the current one, where the tiles are copied
-  /// (`Tiles::stages_by_copies`) and two of them fit the level-0 scratch; else 1.
+  /// Key tiles `Kernel`'s walk stages ahead (`Tiles::stages_fitting`).
   template <class Kernel>
   KOKKOS_INLINE_FUNCTION static constexpr int stages() {
-    return Tiles::stages_by_copies && ScratchCursor::aligned_bytes(piece_bytes<Kernel>(2)) <=
-                                          tensor_core_ldmatrix_scratch
-               ? 2
-               : 1;
+    return Tiles::stages_fitting(piece_bytes<Kernel>(2));
   }
 
   /// Team scratch of `Kernel`'s walk: per stage a K and a V tile with the tile's key tokens and
@@ -249,28 +243,30 @@ struct TensorCoreForwardKernel {
   Walk queries;
   Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace> out;
   Kokkos::View<accumulator_t<Scalar>**, Kokkos::LayoutRight, MemorySpace> lse;
-  /// The forward holds its rows' Q fragments in registers and stages none.
+  /// The forward stages no rows.
   static constexpr bool staged_rows = false;
+  /// Where the warps keep their Q rows: in registers, except at D = 256, where the output
+  /// accumulators (128 registers) and Q's fragments (64 or more) spilled.
+  static constexpr RowsKept queries_kept = DP == 256 ? RowsKept::in_memory : RowsKept::in_registers;
 
   /// One warp's rows (`rows` of them from team row `r0`, of query head `h`) and their state, for
-  /// every lane the calling thread runs: Q's fragments, the output accumulators, and per row half
-  /// (fragment rows `0..7` and `8..15`) the running maximum and the lane's partial weight sum.
+  /// every lane the calling thread runs: its Q rows (`queries_kept`), the output accumulators, and
+  /// per row half (fragment rows `0..7` and `8..15`) the running maximum and the lane's partial
+  /// weight sum.
   struct Warp {
     int r0, rows, h;
-    typename Tiles::Rows q;
+    typename Tiles::template RowsAt<queries_kept> q;
     typename Tiles::Accumulator o;
     float m[2][count], l[2][count];
   };
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const { queries.walk(team, *this); }
 
-  /// Loads the warp's Q fragments and clears its state.
+  /// Keeps the warp's Q rows and clears its state.
   KOKKOS_FORCEINLINE_FUNCTION void start(Warp& w, const Lanes& lanes, std::int64_t i0,
                                          const typename Tiles::Op*) const {
-    const auto& q = queries.in.q;
-    Tiles::load_rows(
-        lanes, w.rows, queries.shape.dim, [&](int r, int d) { return q(i0 + w.r0 + r, w.h, d); },
-        w.q);
+    Tiles::template keep_rows<queries_kept>(lanes, queries.in.q, i0 + w.r0, w.h, w.rows,
+                                            queries.shape.dim, nullptr, w.q);
     Tiles::zero(w.o);
     for (int half = 0; half < 2; ++half)
       for (int c = 0; c < count; ++c) {

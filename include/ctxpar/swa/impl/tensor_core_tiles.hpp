@@ -20,6 +20,14 @@
 #include "ctxpar/swa/impl/team_kernels.hpp"
 #include "ctxpar/swa/impl/tensor_core_support.hpp"
 
+/// Keeps a loop rolled in device code: one whose iterations each load operands that, unrolled,
+/// would all be loaded ahead of the products and live at once.
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define CTXPAR_ROLLED_LOOP _Pragma("unroll 1")
+#else
+#define CTXPAR_ROLLED_LOOP
+#endif
+
 namespace ctxpar::swa::impl {
 
 /// Warps per team of the tensor-core kernels.
@@ -47,6 +55,16 @@ void with_padded_dim(std::int64_t dim, const F& f) {
       return f(std::integral_constant<int, 256>{});
   }
 }
+
+/// Where a kernel keeps a warp's 16 rows of a row operand (Q and dO in the forward and dQ
+/// kernels, K and V in the dK/dV kernel) between the products that read them. The fragments in
+/// registers are the fastest, until the registers run out and the kernel spills. Staged in
+/// level-0 scratch, read by `ldmatrix` per product, where the scratch has room beside the tiles.
+/// Past both, read from the tensor itself per product (its fragments loaded from global memory,
+/// which the kernel's other warps and the caches share) rather than spilled: a spill stores and
+/// reloads the same values through local memory, and costs the rest of the kernel's registers
+/// their allocation.
+enum class RowsKept { in_registers, in_scratch, in_memory };
 
 /// Tiles of the tensor-core kernels on storage type `Scalar` with head dimensions up to `DP`.
 template <class Scalar, int DP>
@@ -81,11 +99,31 @@ struct TensorCoreTiles {
   /// do not fit (TF32 and D = 256 take twice the bytes) or are not needed (D = 64).
   static constexpr bool stages_row_operand = DP == 128 && reads_by_ldmatrix;
 
+  /// Whether a backward warp's row operands and accumulators outgrow the 255 registers of a
+  /// thread: at D = 256 (one accumulator alone takes 128 of them), and at D = 128 with TF32
+  /// operands (a register per element, twice the 16-bit pairs). The backward kernels then keep
+  /// the row operands they do not stage `RowsKept::in_memory`, and at D = 256 the dK/dV kernel
+  /// sums dV and dK in two passes (`KeyGradientPass`).
+  static constexpr bool registers_short = DP == 256 || (DP == 128 && !reads_by_ldmatrix);
+
   /// A lane's A and B fragments.
   using A = ctxpar::impl::Fragment<Op, L::a_per_lane>;
   using B = ctxpar::impl::Fragment<Op, L::b_per_lane>;
   /// A warp's 16 rows of the head dimension as A fragments.
   using Rows = A[depth_blocks][count];
+  /// A warp's 16 rows read where they lie (`RowsKept::in_memory`): the first row's first element,
+  /// the stride between rows, and how many of the 16 there are (the rest read as zeros).
+  struct RowsInMemory {
+    const Scalar* first;
+    std::int64_t stride;
+    int n;
+  };
+  /// What a kernel holds for a warp's rows kept `where`: their fragments, the first of them in
+  /// scratch, or where they lie.
+  template <RowsKept where>
+  using RowsAt = std::conditional_t<
+      where == RowsKept::in_registers, Rows,
+      std::conditional_t<where == RowsKept::in_scratch, const Op*, RowsInMemory>>;
   /// A warp's 16 rows against a tile's 32 rows (scores, weights), in accumulator layout.
   using Scores = float[tile_blocks][count][4];
   /// A warp's 16 rows of the head dimension in fp32, in accumulator layout.
@@ -107,6 +145,33 @@ struct TensorCoreTiles {
           const int r = L::a_row(lanes.lane(s), e), d = kb * L::k + L::a_col(lanes.lane(s), e);
           return r < n && d < dim ? Operands::operand(value(r, d)) : Operands::zero();
         });
+  }
+
+  /// Keeps the `n` rows of head `h` of `v` (a (tokens, heads, head dimension) tensor) from token
+  /// `i` in `out`, as `where` says: loaded into fragments, taken from `staged` (the warp's rows
+  /// in scratch, staged by the kernel), or pointed at.
+  template <RowsKept where, class View>
+  KOKKOS_FORCEINLINE_FUNCTION static void keep_rows(const Lanes& lanes, const View& v,
+                                                    std::int64_t i, int h, int n, int dim,
+                                                    const Op* staged, RowsAt<where>& out) {
+    if constexpr (where == RowsKept::in_registers)
+      load_rows(
+          lanes, n, dim, [&](int r, int d) { return v(i + r, h, d); }, out);
+    else if constexpr (where == RowsKept::in_scratch)
+      out = staged;
+    else
+      out = RowsInMemory{row_of(v, i, h), std::int64_t(v.stride(0)), n};
+  }
+
+  /// Key tiles (or query tiles) a kernel stages ahead (`pipelined_tiles`), whose pieces take
+  /// `two_stage_bytes` of scratch with two stages: 2, the next tile's copies in flight while the
+  /// warps compute on the current one, where the tiles are copied (`stages_by_copies`) and two
+  /// of them fit the level-0 scratch; else 1.
+  KOKKOS_INLINE_FUNCTION static constexpr int stages_fitting(std::size_t two_stage_bytes) {
+    return stages_by_copies &&
+                   ScratchCursor::aligned_bytes(two_stage_bytes) <= tensor_core_ldmatrix_scratch
+               ? 2
+               : 1;
   }
 
   /// Whether the kernels stage tiles by 16-byte asynchronous copies (`core/impl/tile_pipeline.hpp`)
@@ -189,37 +254,74 @@ struct TensorCoreTiles {
         for (int e = 0; e < 4; ++e) x[b][s][e] = 0.0f;
   }
 
-  /// `s = a·tileᵀ`: the warp's rows against the tile's rows over the head dimension (depth
-  /// blocks wholly past `dim` add nothing and are skipped, the same for every lane).
-  KOKKOS_FORCEINLINE_FUNCTION static void row_products(const Lanes& lanes, int dim, const Rows& a,
-                                                       const Op* tile, Scores& s) {
+  /// `s = rows·tileᵀ`: the warp's rows (`RowsAt`, kept wherever) against the tile's rows over
+  /// the head dimension (depth blocks wholly past `dim` add nothing and are skipped, the same for
+  /// every lane). Rows not in registers have each depth block's A fragments read when its
+  /// products need them (`load_depth_block`): the same values and sums as from registers.
+  template <class Kept>
+  KOKKOS_FORCEINLINE_FUNCTION static void row_products(const Lanes& lanes, int dim,
+                                                       const Kept& rows, const Op* tile,
+                                                       Scores& s) {
     zero(s);
-    CTXPAR_FRAGMENT_UNROLL
-    for (int kb = 0; kb < depth_blocks; ++kb) {
-      if (kb * L::k >= dim) break;
-      depth_block_products(lanes, kb, a[kb], tile, s);
+    if constexpr (std::is_same_v<Kept, Rows>) {
+      CTXPAR_FRAGMENT_UNROLL
+      for (int kb = 0; kb < depth_blocks; ++kb) {
+        if (kb * L::k >= dim) break;
+        depth_block_products(lanes, kb, rows[kb], tile, s);
+      }
+    } else {
+      // Unrolled, every block's loads were issued first, and the fragments they fill took the
+      // registers the rows were moved out of (ptxas counted more spills, not fewer).
+      CTXPAR_ROLLED_LOOP
+      for (int kb = 0; kb < depth_blocks; ++kb) {
+        if (kb * L::k >= dim) break;
+        A a[count];
+        load_depth_block(lanes, dim, rows, kb, a);
+        depth_block_products(lanes, kb, a, tile, s);
+      }
     }
   }
 
-  /// `s = rows·tileᵀ` for a warp's 16 rows staged in level-0 scratch at stride `ld` (as `stage`
-  /// writes them, 16-byte aligned), each depth block's A fragments read when its products need
-  /// them, by `ldmatrix` for 16-bit operands: the same values and sums as from fragments held in
-  /// registers, for kernels whose registers cannot hold them.
-  KOKKOS_FORCEINLINE_FUNCTION static void row_products(const Lanes& lanes, int dim, const Op* rows,
-                                                       const Op* tile, Scores& s) {
-    zero(s);
-    CTXPAR_FRAGMENT_UNROLL
-    for (int kb = 0; kb < depth_blocks; ++kb) {
-      if (kb * L::k >= dim) break;
-      A a[count];
-      if constexpr (L::k == 16) {
-        ctxpar::impl::warp_ldmatrix_a(lanes, rows + kb * L::k, ld, a);
-      } else {
-        for (int c = 0; c < count; ++c)
-          ctxpar::impl::load_a<L>(lanes.lane(c), rows + kb * L::k, ld, a[c]);
-      }
-      depth_block_products(lanes, kb, a, tile, s);
+  /// Depth block `kb`'s A fragments of a warp's 16 rows staged in level-0 scratch at stride `ld`
+  /// (as `stage` writes them, 16-byte aligned): by `ldmatrix` for 16-bit operands.
+  KOKKOS_FORCEINLINE_FUNCTION static void load_depth_block(const Lanes& lanes, int, const Op* rows,
+                                                           int kb, A (&a)[count]) {
+    if constexpr (L::k == 16) {
+      ctxpar::impl::warp_ldmatrix_a(lanes, rows + kb * L::k, ld, a);
+    } else {
+      for (int c = 0; c < count; ++c)
+        ctxpar::impl::load_a<L>(lanes.lane(c), rows + kb * L::k, ld, a[c]);
     }
+  }
+
+  /// Depth block `kb`'s A fragments of a warp's rows where they lie, as `load_rows` makes them
+  /// (operands; zeros past the rows and past `dim`).
+  KOKKOS_FORCEINLINE_FUNCTION static void load_depth_block(const Lanes& lanes, int dim,
+                                                           const RowsInMemory& rows, int kb,
+                                                           A (&a)[count]) {
+    const Scalar* const first = reloaded(rows.first);
+    for (int c = 0; c < count; ++c)
+      ctxpar::impl::fill_fragment(a[c], [&](int e) {
+        const int r = L::a_row(lanes.lane(c), e), d = kb * L::k + L::a_col(lanes.lane(c), e);
+        return r < rows.n && d < dim ? Operands::operand(first[r * rows.stride + d])
+                                     : Operands::zero();
+      });
+  }
+
+  /// `p`, as a value the device compiler cannot see through: loads from it are then made where
+  /// they are written, per product. The rows are read-only for the kernel's whole run, so the
+  /// compiler would otherwise hoist every load out of the loop over the tiles and hold the rows
+  /// in registers after all, spilling them (ptxas counted more spills than with the fragments
+  /// kept in registers).
+  template <class T>
+  KOKKOS_FORCEINLINE_FUNCTION static const T* reloaded(const T* p) {
+#if defined(__CUDA_ARCH__)
+    auto bits = reinterpret_cast<std::uintptr_t>(p);
+    asm volatile("" : "+l"(bits));
+    return reinterpret_cast<const T*>(bits);
+#else
+    return p;
+#endif
   }
 
   /// `s += a·tileᵀ` over depth block `kb`: the A fragments `a` of the warp's rows against each
@@ -315,3 +417,5 @@ struct TensorCoreTiles {
 };
 
 }  // namespace ctxpar::swa::impl
+
+#undef CTXPAR_ROLLED_LOOP
