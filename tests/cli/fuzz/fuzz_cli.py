@@ -521,12 +521,23 @@ def make_cases(seed):
     cases.append(Case("hybrid/float16-perturbed-rank-fails-the-check", "hybrid",
                       dict(tiny, dtype="float16", **{"perturb-rank": "LAST"}), None, "fail",
                       ranks=(3,)))
+    # The GDN layer's chunk products on tensor cores (emulated here): they pass at their
+    # roundoff, a corrupted rank still fails the check at it, and fp64 data refuses them.
+    cases.append(Case("hybrid/float16-bfloat16-products-valid", "hybrid",
+                      dict(tiny, dtype="float16", products="bfloat16"), None, "pass",
+                      ranks=(3,)))
+    cases.append(Case("hybrid/bfloat16-products-perturbed-rank-fails-the-check", "hybrid",
+                      dict(tiny, dtype="bfloat16", products="bfloat16",
+                           **{"perturb-rank": "LAST"}), None, "fail", ranks=(2,)))
+    cases.append(Case("hybrid/products-on-fp64", "hybrid", dict(tiny, products="tf32"), None,
+                      culprits=("--products",)))
     for opt, value in (("length", 0), ("length", 10**12), ("model-dim", 0), ("heads", 0),
                        ("kv-heads", 0), ("kv-heads", 3), ("head-dim", 3), ("head-dim", 0),
                        ("window", -1), ("chunk", 0), ("steps", 0), ("lr", "nan"), ("lr", -1),
                        ("householder", 0), ("groups", 0), ("groups", 3), ("perturb-rank", "NP"),
                        ("perturb-rank", -7), ("swa-policy", "bogus"), ("documents", 2),
-                       ("dtype", "float32"), ("dtype", "")):
+                       ("dtype", "float32"), ("dtype", ""), ("products", "bogus"),
+                       ("products", "")):
         cases.append(Case(f"hybrid/--{opt}={value}", "hybrid", dict(tiny, **{opt: value}), None,
                           culprits=(f"--{opt}",)))
 
